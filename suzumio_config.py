@@ -1,0 +1,2144 @@
+"""The YAML configuration pipeline (config.md): env placeholders, @import, extends, schema and defaults,
+load-time validation, render, and the frozen ProjectConfig. It also owns the tool REGISTRY at load time
+(built-in toolpacks, local manifest checks, allowlists; tools.md §2, §3, §8), because load-time
+validation must report toolpack and allowlist errors in spec order and nobody below may import
+suzumio_toolpacks. Every controller module may import this one; it imports only stdlib, yaml, errors."""
+import copy
+import json
+import logging
+import math
+import os
+import posixpath
+import re
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+import yaml.composer
+import yaml.constructor
+import yaml.resolver
+
+from suzumio_errors import ConfigError, NotFound
+
+log = logging.getLogger(__name__)
+
+MAX_IMPORT_DEPTH = 32
+MAX_ALIAS_EXPANSION = 200_000
+PACKAGED_TOOLPACKS = ("scheduler", "plan")
+BUILTIN_TOOLPACKS = ("core", "shell", "web")
+RESERVED_AGENT_ID = "user"
+MANIFEST_NAME = "suzumio.toolpack.json"
+RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio")
+UNSUPPORTED_PROVIDER_TYPES = ("openai", "anthropic", "google")
+LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
+LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
+
+
+def packaged_toolpacks_dir():
+    """The directory holding the packaged toolpacks: `toolpacks/` beside the controller modules."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "toolpacks")
+
+
+# ---------------------------------------------------------------------------------------------------
+# YAML 1.2 core dialect on top of PyYAML (config.md §2.4)
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core scalars, no merge keys, no timestamps and no duplicate keys."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {}
+_YAML12_RESOLVERS = [
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+    ("tag:yaml.org,2002:float",
+     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+.0123456789"),
+]
+for _tag, _pattern, _first in _YAML12_RESOLVERS:
+    _Yaml12Loader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+
+
+def _construct_int(loader, node):
+    text = loader.construct_scalar(node)
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)
+
+
+def _construct_float(loader, node):
+    text = loader.construct_scalar(node).lower()
+    if text.endswith(".inf"):
+        return -math.inf if text.startswith("-") else math.inf
+    if text == ".nan":
+        return math.nan
+    return float(text)
+
+
+def _key_text(key):
+    """Mapping keys that are not strings become strings, as JavaScript's String() would spell them."""
+    if isinstance(key, str):
+        return key
+    if key is None:
+        return ""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, float) and key.is_integer():
+        return str(int(key))
+    return str(key)
+
+
+def _construct_mapping(loader, node, deep=False):
+    if not isinstance(node, yaml.MappingNode):
+        raise yaml.constructor.ConstructorError(None, None, "expected a mapping node", node.start_mark)
+    mapping = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, (list, dict)):
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark)
+        key = _key_text(key)
+        if key in mapping:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, f'found duplicate key "{key}"',
+                key_node.start_mark)
+        mapping[key] = loader.construct_object(value_node, deep=deep)
+    return mapping
+
+
+def _construct_yaml_map(loader, node):
+    data = {}
+    yield data
+    data.update(_construct_mapping(loader, node))
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:map", _construct_yaml_map)
+_Yaml12Loader.construct_mapping = _construct_mapping
+
+
+def _expanded_size(value, memo, budget):
+    """Node count of the tree with aliases expanded; memoized so shared sub-trees cost nothing to count."""
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    size = 1
+    if isinstance(value, dict):
+        children = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        children = ()
+    for child in children:
+        size += _expanded_size(child, memo, budget)
+        if size > budget:
+            break
+    if isinstance(value, (dict, list)):
+        memo[key] = size
+    return size
+
+
+def _unshare(value):
+    """A copy of the tree in which no container is shared (YAML aliases become independent copies)."""
+    if isinstance(value, dict):
+        return {k: _unshare(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unshare(v) for v in value]
+    return value
+
+
+def parse_yaml(text, source="<string>"):
+    """Parse one YAML document with the loader's YAML 1.2 core dialect (config.md §2.4)."""
+    try:
+        value = yaml.load(text, Loader=_Yaml12Loader)
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError(f"Invalid YAML in {source}: {_yaml_error_text(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Invalid YAML in {source}: {' '.join(str(exc).split())}") from None
+    if _expanded_size(value, {}, MAX_ALIAS_EXPANSION) > MAX_ALIAS_EXPANSION:
+        raise ConfigError(f"Invalid YAML in {source}: document expands to more than "
+                          f"{MAX_ALIAS_EXPANSION} nodes through aliases")
+    return _unshare(value)
+
+
+def _yaml_error_text(exc):
+    parts = []
+    if exc.context:
+        parts.append(exc.context)
+    if exc.problem:
+        parts.append(exc.problem)
+    text = " ".join(" ".join(parts).split()) or "parse error"
+    mark = exc.problem_mark or exc.context_mark
+    if mark is not None:
+        text += f" (line {mark.line + 1}, column {mark.column + 1})"
+    return text
+
+
+def _reject_json_constant(name):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(text, source="<string>"):
+    """Strict RFC 8259 JSON: NaN and Infinity are rejected, duplicate keys keep the last value."""
+    try:
+        return json.loads(text, parse_constant=_reject_json_constant)
+    except ValueError as exc:
+        raise ConfigError(f"Invalid JSON in {source}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# File loader, placeholders, bare-marker quoting, imports (config.md §2.1–2.5)
+
+_PLACEHOLDER = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+_WHOLE_DOCUMENT_MARKER = re.compile(r"^@import\(([^)]+)\)$")
+_MAPPING_VALUE_MARKER = re.compile(r"^(\s*[^#\n][^:\n]*:\s*)@import\(([^)\n]+)\)(\s*(?:#.*)?)$", re.MULTILINE)
+_SEQUENCE_ITEM_MARKER = re.compile(r"^(\s*-\s*)@import\(([^)\n]+)\)(\s*(?:#.*)?)$", re.MULTILINE)
+_MARKER = re.compile(r"^@import\(([^)]+)\)$")
+_HTTP = re.compile(r"^https?://", re.IGNORECASE)
+
+
+def substitute_placeholders(text, env):
+    """Replace `${NAME}` and `${env:NAME}` by the variable's value (unset: empty string), one pass."""
+    return _PLACEHOLDER.sub(lambda m: env.get(m.group(1), ""), text)
+
+
+def quote_bare_markers(text):
+    """Wrap bare `@import(...)` markers in double quotes so YAML can parse them (config.md §2.3)."""
+    trimmed = text.strip()
+    if _WHOLE_DOCUMENT_MARKER.match(trimmed):
+        return json.dumps(trimmed, ensure_ascii=False)
+    def quoted(match):
+        return f'{match.group(1)}"@import({match.group(2)})"{match.group(3)}'
+    text = _MAPPING_VALUE_MARKER.sub(quoted, text)
+    return _SEQUENCE_ITEM_MARKER.sub(quoted, text)
+
+
+def import_marker_path(value):
+    """The import path of a whole-field marker string, or None when value is not a marker."""
+    if not isinstance(value, str):
+        return None
+    match = _MARKER.match(value.strip())
+    return match.group(1).strip() if match else None
+
+
+def _lexical_abspath(path, base=None):
+    joined = os.path.join(base if base is not None else os.getcwd(), path)
+    return os.path.normpath(joined)
+
+
+def _extension(path):
+    name = os.path.basename(path)
+    dot = name.rfind(".")
+    if dot <= 0:
+        return ""
+    return name[dot:].lower()
+
+
+def _read_text(path):
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        raise ConfigError(f"File not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"{exc.strerror or exc}: {path}") from None
+    return raw.decode("utf-8", errors="replace")
+
+
+def _load_file(path, chain, env):
+    """Load one file of the project (YAML, JSON or text) with its imports resolved (config.md §2.1)."""
+    absolute = _lexical_abspath(path)
+    if absolute in chain:
+        raise ConfigError("Circular @import detected: " + " -> ".join(chain + [absolute]))
+    if len(chain) > MAX_IMPORT_DEPTH:
+        raise ConfigError("Maximum @import depth exceeded")
+    text = _read_text(absolute)
+    extension = _extension(absolute)
+    if extension in (".yaml", ".yml"):
+        value = parse_yaml(quote_bare_markers(substitute_placeholders(text, env)), absolute)
+        if value is None:
+            value = {}
+    elif extension == ".json":
+        value = parse_json(substitute_placeholders(text, env), absolute)
+    else:
+        return text
+    return _resolve_imports(value, os.path.dirname(absolute), chain + [absolute], env)
+
+
+def _resolve_imports(value, base_dir, chain, env):
+    marker = import_marker_path(value)
+    if marker is not None:
+        if _HTTP.match(marker):
+            raise ConfigError("HTTP(S) @import is disabled for reproducibility")
+        return _load_file(_lexical_abspath(marker, base_dir), chain, env)
+    if isinstance(value, list):
+        return [_resolve_imports(item, base_dir, chain, env) for item in value]
+    if isinstance(value, dict):
+        return {key: _resolve_imports(item, base_dir, chain, env) for key, item in value.items()}
+    return value
+
+
+def apply_extends(value):
+    """Merge `extends` profiles into every mapping reachable through mappings (config.md §2.6)."""
+    if not isinstance(value, dict):
+        return value
+    if "extends" not in value:
+        bases = []
+    elif isinstance(value["extends"], list):
+        bases = value["extends"]
+    else:
+        bases = [value["extends"]]
+    merged = {}
+    for base in bases:
+        merged = _merge(merged, apply_extends(base))
+    own = {key: apply_extends(item) for key, item in value.items() if key != "extends"}
+    return _merge(merged, own)
+
+
+def _merge(base, over):
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for key, item in over.items():
+            if key in out and isinstance(out[key], dict) and isinstance(item, dict):
+                out[key] = _merge(out[key], item)
+            else:
+                out[key] = item
+        return out
+    return over
+
+
+# ---------------------------------------------------------------------------------------------------
+# Schema: strict types, defaults, issue collection (config.md §2.7, §3)
+
+_INVALID = object()   # a node's check failed; the issue is already recorded
+_REQUIRED = object()  # field default: the key must be present
+_OMIT = object()      # field default: absent stays absent
+_FULL = object()      # field default: the object schema applied to {}
+
+
+def _type_name(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "nan" if isinstance(value, float) and math.isnan(value) else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _format_path(path):
+    return ".".join(str(part) for part in path) if path else "(root)"
+
+
+class _Issues:
+    def __init__(self):
+        self.items = []
+
+    def add(self, path, message):
+        self.items.append((tuple(path), message))
+
+    def raise_if_any(self):
+        if self.items:
+            lines = [f"  - {_format_path(path)}: {message}" for path, message in self.items]
+            raise ConfigError("Invalid project config:\n" + "\n".join(lines))
+
+
+class _Str:
+    def __init__(self, nonempty=False):
+        self.nonempty = nonempty
+
+    def check(self, value, path, issues):
+        if not isinstance(value, str):
+            issues.add(path, f"Expected string, received {_type_name(value)}")
+            return _INVALID
+        if self.nonempty and not value:
+            issues.add(path, "String must contain at least 1 character(s)")
+            return _INVALID
+        return value
+
+
+class _Num:
+    """A finite number; integer=True also requires no fractional part (20.0 is accepted as 20)."""
+
+    def __init__(self, integer=False, gt=None, ge=None):
+        self.integer, self.gt, self.ge = integer, gt, ge
+
+    def check(self, value, path, issues):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            issues.add(path, f"Expected number, received {_type_name(value)}")
+            return _INVALID
+        if isinstance(value, float) and math.isnan(value):
+            issues.add(path, "Expected number, received nan")
+            return _INVALID
+        ok = True
+        if isinstance(value, float) and math.isinf(value):
+            issues.add(path, "Expected integer, received float" if self.integer else "Number must be finite")
+            return _INVALID
+        if self.integer and isinstance(value, float) and not value.is_integer():
+            issues.add(path, "Expected integer, received float")
+            ok = False
+        if self.gt is not None and not value > self.gt:
+            issues.add(path, f"Number must be greater than {self.gt}")
+            ok = False
+        if self.ge is not None and not value >= self.ge:
+            issues.add(path, f"Number must be greater than or equal to {self.ge}")
+            ok = False
+        if not ok:
+            return _INVALID
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+class _Bool:
+    def check(self, value, path, issues):
+        if not isinstance(value, bool):
+            issues.add(path, f"Expected boolean, received {_type_name(value)}")
+            return _INVALID
+        return value
+
+
+class _Enum:
+    def __init__(self, *values):
+        self.values = values
+
+    def check(self, value, path, issues):
+        expected = " | ".join(f"'{v}'" for v in self.values)
+        if not isinstance(value, str):
+            issues.add(path, f"Expected {expected}, received {_type_name(value)}")
+            return _INVALID
+        if value not in self.values:
+            issues.add(path, f"Invalid enum value. Expected {expected}, received '{value}'")
+            return _INVALID
+        return value
+
+
+class _Literal:
+    def __init__(self, value):
+        self.value = value
+
+    def check(self, value, path, issues):
+        if value != self.value or not isinstance(value, type(self.value)):
+            issues.add(path, f"Invalid literal value, expected {json.dumps(self.value)}")
+            return _INVALID
+        return value
+
+
+class _Any:
+    def check(self, value, path, issues):
+        return copy.deepcopy(value)
+
+
+class _List:
+    def __init__(self, item, nonempty=False):
+        self.item, self.nonempty = item, nonempty
+
+    def check(self, value, path, issues):
+        if not isinstance(value, list):
+            issues.add(path, f"Expected array, received {_type_name(value)}")
+            return _INVALID
+        out = [self.item.check(item, path + [index], issues) for index, item in enumerate(value)]
+        if self.nonempty and not value:
+            issues.add(path, "Array must contain at least 1 element(s)")
+            return _INVALID
+        return _INVALID if any(item is _INVALID for item in out) else out
+
+
+class _Record:
+    def __init__(self, item):
+        self.item = item
+
+    def check(self, value, path, issues):
+        if not isinstance(value, dict):
+            issues.add(path, f"Expected object, received {_type_name(value)}")
+            return _INVALID
+        out = {key: self.item.check(item, path + [key], issues) for key, item in value.items()}
+        return _INVALID if any(item is _INVALID for item in out.values()) else out
+
+
+class _EnvOptionalStr(_Str):
+    """A string where null and "" both mean absent (backend.docker.proxy.*)."""
+
+
+class _Obj:
+    """A schema object: fields in render order, unknown keys dropped, defaults for absent keys."""
+
+    def __init__(self, *fields):
+        self.fields = fields  # (key, node, default)
+
+    def preprocess(self, value):
+        return value, {}
+
+    def rules(self, value, path, issues):
+        return True
+
+    def check(self, value, path, issues):
+        if not isinstance(value, dict):
+            issues.add(path, f"Expected object, received {_type_name(value)}")
+            return _INVALID
+        value, spelled = self.preprocess(value)
+        out, ok = {}, True
+        for key, node, default in self.fields:
+            present = key in value
+            if present and isinstance(node, _EnvOptionalStr) and value[key] in (None, ""):
+                present = False
+            if not present:
+                if default is _REQUIRED:
+                    issues.add(path + [spelled.get(key, key)], "Required")
+                    ok = False
+                elif default is _FULL:
+                    out[key] = node.check({}, path + [key], issues)
+                elif default is not _OMIT:
+                    out[key] = copy.deepcopy(default)
+                continue
+            checked = node.check(value[key], path + [spelled.get(key, key)], issues)
+            if checked is _INVALID:
+                ok = False
+            else:
+                out[key] = checked
+        if not ok:
+            return _INVALID
+        return out if self.rules(out, path, issues) else _INVALID
+
+
+class _SchedulerObj(_Obj):
+    def preprocess(self, value):
+        value = dict(value)
+        legacy = value.pop("maxPromptMessages", None)
+        if "maxSignalsPerActivation" not in value and legacy is not None:
+            value["maxSignalsPerActivation"] = legacy
+        return value, {}
+
+
+class _PresetObj(_Obj):
+    def preprocess(self, value):
+        value = dict(value)
+        if "modelList" in value:
+            value.pop("model-list", None)
+            return value, {}
+        if "model-list" in value:
+            value["modelList"] = value.pop("model-list")
+            return value, {"modelList": "model-list"}
+        return value, {}
+
+    def rules(self, preset, path, issues):
+        ok = True
+        if "modelList" in preset and any(preset.get(k) is not None for k in ("provider", "model", "apiModel")):
+            issues.add(path, "modelList presets cannot also set provider/model/apiModel")
+            ok = False
+        if "modelList" not in preset and not (preset.get("provider") and preset.get("model")):
+            issues.add(path, "model presets need provider and model, or model-list")
+            ok = False
+        if "modelList" in preset and not preset["modelList"]:
+            issues.add(path, "model-list cannot be empty")
+            ok = False
+        return ok
+
+
+class _ProviderObj(_Obj):
+    def rules(self, provider, path, issues):
+        if provider["type"] == "scripted" and "script" not in provider:
+            issues.add(path + ["script"], "Required")
+            return False
+        if provider["type"] != "scripted" and "script" in provider:
+            issues.add(path + ["script"], "Only allowed when type is scripted")
+            return False
+        return True
+
+
+class _TimeoutMs:
+    """A positive integer, or false."""
+
+    def check(self, value, path, issues):
+        if value is False:
+            return False
+        return _Num(integer=True, gt=0).check(value, path, issues)
+
+
+class _Script:
+    """An inline script mapping, or the path of a script file (loaded by load-time step 5.6)."""
+
+    def check(self, value, path, issues):
+        if isinstance(value, (dict, str)):
+            return copy.deepcopy(value)
+        issues.add(path, f"Expected object, received {_type_name(value)}")
+        return _INVALID
+
+
+class _ToolpackEntry:
+    """`core` etc., or a mapping with exactly one of a non-empty string `path` and a `packaged` value."""
+
+    _packaged = _Enum(*PACKAGED_TOOLPACKS)
+    _id = _Str(nonempty=True)
+
+    def check(self, value, path, issues):
+        if isinstance(value, str) and value:
+            return value
+        if not isinstance(value, dict):
+            issues.add(path, "Invalid input")
+            return _INVALID
+        has_path = isinstance(value.get("path"), str) and value["path"] != ""
+        if has_path == ("packaged" in value) or ("path" in value and not has_path):
+            issues.add(path, "Invalid input")
+            return _INVALID
+        out = {}
+        if "id" in value:
+            checked = self._id.check(value["id"], path + ["id"], issues)
+            if checked is _INVALID:
+                return _INVALID
+            out["id"] = checked
+        if has_path:
+            out["path"] = value["path"]
+        else:
+            checked = self._packaged.check(value["packaged"], path + ["packaged"], issues)
+            if checked is _INVALID:
+                return _INVALID
+            out["packaged"] = checked
+        return out
+
+
+_PRIORITY = _Enum("P0", "P1", "P2", "P3")
+_INT_GE0 = _Num(integer=True, ge=0)
+_INT_GT0 = _Num(integer=True, gt=0)
+_TEXT = _Str(nonempty=True)
+
+ALL_QUIET_MESSAGE = (
+    "All agents are quiet and there are no pending work signals for this running project.\n\n"
+    "Treat this as a coordination stall: ask workers for current progress, tell them to continue, or resend "
+    "any missing work/review messages. Use targeted messages rather than waiting silently.")
+FAILED_NUDGE_MESSAGE = (
+    "Your previous activation failed before submitting output.\n\n"
+    "Retry from the existing history and workspace. If the failure repeats or appears persistent, report the "
+    "exact blocker to the coordinator instead of ending silently.")
+QUIET_MONITOR_MESSAGE = (
+    "Agent `{{agent}}` has been quiet for {{quietMinutes}} minutes.\n\n"
+    "If this is unexpected, send it a follow-up assignment or ask for status. If it is intentionally waiting, "
+    "no action is needed.")
+FAILED_MONITOR_MESSAGE = (
+    "Agent `{{agent}}` has been failed for {{failedMinutes}} minutes after activation `{{activationId}}`.\n\n"
+    "Last error: {{error}}\n\n"
+    "PM: send a concrete retry/follow-up or reassign the lane. If failedNudge is enabled, check whether an "
+    "automatic retry is already pending before intervening.")
+
+
+def _monitor_schema(priority, initial_delay_ms, message):
+    rule = _Obj(
+        ("id", _TEXT, _OMIT),
+        ("enabled", _Bool(), True),
+        ("agent", _TEXT, _REQUIRED),
+        ("recipient", _TEXT, "pm"),
+        ("sender", _TEXT, "monitor"),
+        ("priority", _PRIORITY, priority),
+        ("initialDelayMs", _INT_GE0, initial_delay_ms),
+        ("repeatDelayMs", _INT_GT0, 900000),
+        ("message", _TEXT, message),
+    )
+    return _Obj(("enabled", _Bool(), False), ("rules", _List(rule), []))
+
+
+_SCHEDULER = _SchedulerObj(
+    ("kind", _Enum("nonpreemptive-mailbox", "nonpreemptive-signals"), "nonpreemptive-signals"),
+    ("maxSignalsPerActivation", _INT_GT0, 20),
+    ("noEffectNudge", _Obj(
+        ("enabled", _Bool(), True),
+        ("priority", _PRIORITY, "P3"),
+        ("maxConsecutive", _INT_GE0, 0),
+        ("initialDelayMs", _INT_GE0, 30000),
+        ("backoffFactor", _Num(ge=1), 2),
+        ("maxDelayMs", _INT_GE0, 300000),
+    ), _FULL),
+    ("failedNudge", _Obj(
+        ("enabled", _Bool(), False),
+        ("priority", _PRIORITY, "P2"),
+        ("maxConsecutive", _INT_GE0, 3),
+        ("initialDelayMs", _INT_GE0, 60000),
+        ("backoffFactor", _Num(ge=1), 2),
+        ("maxDelayMs", _INT_GE0, 900000),
+        ("message", _TEXT, FAILED_NUDGE_MESSAGE),
+    ), _FULL),
+    ("allQuietNudge", _Obj(
+        ("enabled", _Bool(), False),
+        ("targetAgent", _TEXT, "pm"),
+        ("priority", _PRIORITY, "P3"),
+        ("cooldownMs", _INT_GT0, 300000),
+        ("message", _TEXT, ALL_QUIET_MESSAGE),
+    ), _FULL),
+    ("quietAgentMonitor", _monitor_schema("P3", 1800000, QUIET_MONITOR_MESSAGE), _FULL),
+    ("failedAgentMonitor", _monitor_schema("P2", 300000, FAILED_MONITOR_MESSAGE), _FULL),
+)
+
+_COMMUNICATION = _Obj(
+    ("coordinatorAgent", _TEXT, "pm"),
+    ("restrictNonCoordinatorToCoordinator", _Bool(), False),
+    ("nonCoordinatorMaxPriority", _PRIORITY, "P2"),
+    ("pmRoutineVerifierPriority", _PRIORITY, "P3"),
+)
+
+_MOUNT = _Obj(
+    ("source", _TEXT, _REQUIRED),
+    ("target", _TEXT, _REQUIRED),
+    ("readonly", _Bool(), True),
+    ("description", _Str(), _OMIT),
+)
+
+_PROVIDER = _ProviderObj(
+    ("type", _Enum("openai", "anthropic", "google", "openai-compatible", "scripted"), _REQUIRED),
+    ("apiKey", _Str(), _OMIT),
+    ("apiKeyEnv", _Str(), _OMIT),
+    ("baseURL", _Str(), _OMIT),
+    ("baseURLEnv", _Str(), _OMIT),
+    ("headers", _Record(_Str()), {}),
+    ("timeoutMs", _TimeoutMs(), _OMIT),
+    ("chunkTimeoutMs", _INT_GT0, _OMIT),
+    ("options", _Record(_Any()), {}),
+    ("script", _Script(), _OMIT),
+)
+
+_PRESET = _PresetObj(
+    ("provider", _Str(), _OMIT),
+    ("model", _Str(), _OMIT),
+    ("modelList", _List(_Str()), _OMIT),
+    ("apiModel", _Str(), _OMIT),
+    ("reasoningEffort", _Str(), _OMIT),
+    ("temperature", _Num(), _OMIT),
+    ("topP", _Num(), _OMIT),
+    ("topK", _Num(), _OMIT),
+    ("maxOutputTokens", _INT_GT0, _OMIT),
+    ("contextLimit", _INT_GT0, 260000),
+    ("toolChoice", _Enum("auto", "required", "none"), _OMIT),
+    ("providerOptions", _Record(_Any()), {}),
+    ("headers", _Record(_Str()), {}),
+)
+
+_BACKEND = _Obj(
+    ("kind", _Enum("docker-chat", "local"), "docker-chat"),
+    ("image", _Str(), "suzumio-runner:dev"),
+    ("controllerUrl", _Str(), "http://host.docker.internal:39400"),
+    ("activationTimeoutMs", _INT_GT0, 3600000),
+    ("docker", _Obj(
+        ("network", _Str(), _OMIT),
+        ("memory", _TEXT, _OMIT),
+        ("cpus", _Num(gt=0), _OMIT),
+        ("mounts", _List(_MOUNT), []),
+        ("proxy", _Obj(
+            ("inheritEnv", _Bool(), True),
+            ("http", _EnvOptionalStr(), _OMIT),
+            ("https", _EnvOptionalStr(), _OMIT),
+            ("all", _EnvOptionalStr(), _OMIT),
+            ("noProxy", _EnvOptionalStr(), _OMIT),
+            ("rewriteLocalhost", _Bool(), True),
+        ), _FULL),
+    ), _FULL),
+    ("runner", _Obj(
+        ("mode", _Literal("ai"), "ai"),
+        ("model", _Str(), _OMIT),
+        ("maxIterations", _INT_GT0, _OMIT),
+        ("maxToolCalls", _INT_GT0, _OMIT),
+        ("models", _Obj(
+            ("providers", _Record(_PROVIDER), {}),
+            ("presets", _Record(_PRESET), {}),
+        ), _OMIT),
+    ), _FULL),
+)
+
+_AGENT = _Obj(
+    ("role", _Str(), _OMIT),
+    ("displayName", _Str(), _OMIT),
+    ("names", _List(_Str()), _OMIT),
+    ("count", _INT_GT0, _OMIT),
+    ("prompt", _Str(), ""),
+    ("model", _Str(), _OMIT),
+    ("tools", _List(_Str()), []),
+    ("mounts", _List(_MOUNT), []),
+    ("env", _Record(_Str()), {}),
+)
+
+_PROJECT = _Obj(
+    ("name", _TEXT, _REQUIRED),
+    ("task", _TEXT, _REQUIRED),
+    ("scheduler", _SCHEDULER, _FULL),
+    ("communication", _COMMUNICATION, _FULL),
+    ("backend", _BACKEND, _FULL),
+    ("agents", _Record(_AGENT), {}),
+    ("channels", _List(_Str()), ["#project", "#blocked"]),
+    ("tools", _Obj(("toolpacks", _List(_ToolpackEntry()), ["core", "web"])), _FULL),
+    ("platforms", _List(_Any()), []),
+    ("observability", _Obj(
+        ("http", _Obj(
+            ("enabled", _Bool(), True),
+            ("host", _Str(), "127.0.0.1"),
+            ("port", _INT_GT0, 39400),
+        ), _FULL),
+        ("webui", _Obj(("enabled", _Bool(), True)), _FULL),
+    ), _FULL),
+)
+
+
+def validate_schema(tree):
+    """Validate a merged tree and materialize defaults; all issues are reported together (§2.7)."""
+    issues = _Issues()
+    result = _PROJECT.check(tree, [], issues)
+    issues.raise_if_any()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tool registry: built-in toolpacks, local manifests, allowlists (tools.md §2–§8)
+
+def _schema(properties, required=None):
+    schema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    schema["additionalProperties"] = False
+    return schema
+
+
+_PRIORITY_PROPERTY = {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "default": "P3"}
+
+_BUILTIN_TOOLS = {
+    "core": [
+        ("messages.send",
+         "Send a message to one agent (recipient), to the user (recipient: user) or to a project channel. "
+         "Delivery is immediate: the recipient is woken by it, so do not ask for receipt confirmation and do not "
+         "send acknowledgement-only messages. Report results, exact artifact paths, commands and outcomes, the "
+         "next action wanted, or the blocker.",
+         _schema({
+             "recipient": {"type": "string", "description": "Agent id to message directly, or user. Non-coordinator "
+                           "agents normally report to the coordinator."},
+             "channel": {"type": "string", "description": "A configured project channel such as #project. Give "
+                         "either recipient or channel."},
+             "priority": dict(_PRIORITY_PROPERTY, description=(
+                 "P3 for routine queued work; P2 for control-flow or continuation work that should run before "
+                 "routine backlog; P1 only for real blockers or messages that unblock active work; P0 only for "
+                 "emergencies (human stop, destructive conflict, secret or safety issue).")),
+             "body": {"type": "string", "description": "Markdown: results, exact artifact paths, exact commands and "
+                      "outcomes, the next action wanted, or the blocker. Never an acknowledgement-only note."},
+         }, ["body"])),
+        ("coordination.wait_for_signal",
+         "End this activation and wait for a future signal (a message, a review, an external response). Call it "
+         "after sending the messages you owe, never instead of reporting. Non-coordinator agents notify the "
+         "coordinator by default.",
+         _schema({
+             "reason": {"type": "string", "description": "The future signal or external response being waited for."},
+             "pm": {"type": "string", "description": "Coordinator agent id to notify; defaults to the configured "
+                    "coordinator (pm)."},
+             "notifyPm": {"type": "boolean", "description": "Whether to send the coordinator a direct message (only "
+                          "if that agent exists). Defaults to true for non-coordinator agents and false for the "
+                          "coordinator. Use false after already reporting to the coordinator in this activation."},
+         })),
+        ("completion.submit",
+         "Submit the final Markdown report of the project for user approval. Use it only after the relevant "
+         "current information is incorporated and no requested substantive reply is outstanding.",
+         _schema({"report": {"type": "string", "description": "Final Markdown report."}}, ["report"])),
+        ("file.read",
+         "Read a file (numbered lines) or list a directory under /workspace, /artifacts or /mnt. Prefer this tool "
+         "over cat, sed, head or tail, and read large files in focused ranges with offset and limit.",
+         _schema({
+             "path": {"type": "string", "description": "Absolute path under /workspace, /artifacts or /mnt, or a "
+                      "path relative to /workspace."},
+             "offset": {"type": "number", "description": "First line (1-based) to return; default 1."},
+             "limit": {"type": "number", "description": "Maximum lines or directory entries; default 200, capped at "
+                       "2000."},
+             "maxBytes": {"type": "number", "description": "Maximum output size; default 50000, capped at 100000."},
+         }, ["path"])),
+        ("file.write",
+         "Write a complete file under /workspace or your own /artifacts/<agent-id>, creating or overwriting it. "
+         "Use file.patch for targeted edits.",
+         _schema({
+             "path": {"type": "string", "description": "Absolute path under /workspace or your own "
+                      "/artifacts/<agent-id>, or a path relative to /workspace."},
+             "content": {"type": "string", "description": "Complete new file content."},
+             "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent directories."},
+         }, ["path", "content"])),
+        ("file.patch",
+         "Apply edits in order under /workspace or your own /artifacts/<agent-id>: add creates or overwrites a "
+         "file, update replaces exact text, delete removes a file. Edits are not transactional.",
+         _schema({
+             "operations": {
+                 "type": "array",
+                 "description": "Edits applied in order: add creates or overwrites a file, update replaces exact "
+                                "text, delete removes a file.",
+                 "items": _schema({
+                     "op": {"type": "string", "enum": ["add", "update", "delete"]},
+                     "path": {"type": "string"},
+                     "content": {"type": "string", "description": "File content for add."},
+                     "search": {"type": "string", "description": "Exact existing text for update."},
+                     "replace": {"type": "string", "description": "Replacement text for update."},
+                     "replaceAll": {"type": "boolean", "default": False, "description": "Replace every occurrence "
+                                    "instead of exactly one."},
+                     "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent "
+                                    "directories for add."},
+                 }, ["op", "path"]),
+             },
+         }, ["operations"])),
+    ],
+    "shell": [
+        ("shell.exec",
+         "Run a bash command in the runner (working directory /workspace by default). Running a command notifies "
+         "nobody: report important results with messages.send.",
+         _schema({
+             "command": {"type": "string", "description": "Bash command to run inside the runner container."},
+             "cwd": {"type": "string", "description": "Working directory; default /workspace. Relative paths "
+                     "resolve against /workspace."},
+             "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at "
+                           "300000."},
+             "maxOutputBytes": {"type": "number", "description": "Maximum combined stdout and stderr bytes kept; "
+                                "default 40000, capped at 200000."},
+         }, ["command"])),
+    ],
+    "web": [
+        ("web.fetch",
+         "Fetch an http(s) URL with GET and return its text (HTML is reduced to text unless format is raw). "
+         "HTTP error statuses are returned, not raised.",
+         _schema({
+             "url": {"type": "string"},
+             "maxBytes": {"type": "number", "description": "Maximum characters returned; default 20000, capped at "
+                          "100000."},
+             "timeoutMs": {"type": "number", "description": "Request timeout in milliseconds; default 30000, capped "
+                           "at 120000."},
+             "format": {"type": "string", "enum": ["text", "raw"], "default": "text"},
+         }, ["url"])),
+    ],
+}
+
+_LIMIT_SCHEMA = {"type": "object", "properties": {"limit": {"type": "number", "default": 20}},
+                 "additionalProperties": False}
+
+_BUILTIN_WEBUI = {
+    "core": [
+        {"id": "project.stats", "title": "Project statistics", "kind": "panel",
+         "description": "Live counts of agents, messages, activations, tool calls, history and events."},
+        {"id": "messages.conversation", "title": "Agent conversation", "kind": "panel",
+         "description": "Direct messages between two participants.",
+         "inputSchema": {"type": "object", "properties": {
+             "agentA": {"type": "string", "default": "user", "description": "First participant (user for the human)."},
+             "agentB": {"type": "string", "default": "pm", "description": "Second participant."},
+             "limit": {"type": "number", "default": 40, "description": "Maximum direct messages shown."}},
+             "additionalProperties": False},
+         "submitLabel": "Load conversation"},
+        {"id": "messages.send", "title": "Send agent message", "kind": "action",
+         "description": "Send a message as the user (or on behalf of an agent) to an agent or a channel.",
+         "inputSchema": {"type": "object", "properties": {
+             "sender": {"type": "string", "default": "user", "description": "Sender id; user for the human."},
+             "recipient": {"type": "string", "description": "Agent id or user. Empty means the coordinator, or the "
+                           "first agent."},
+             "channel": {"type": "string", "description": "Optional channel such as #project; leave recipient empty "
+                         "when used."},
+             "priority": {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "default": "P3"},
+             "body": {"type": "string", "description": "Markdown body."}},
+             "required": ["body"], "additionalProperties": False},
+         "submitLabel": "Send message"},
+        {"id": "coordination.signals", "title": "Signal queue", "kind": "panel",
+         "description": "Pending, delivered and closed signals by priority, with the most recent ones.",
+         "inputSchema": {"type": "object", "properties": {
+             "targetAgent": {"type": "string"},
+             "status": {"type": "string", "enum": ["pending", "delivered", "closed"]},
+             "limit": {"type": "number", "default": 25}},
+             "additionalProperties": False},
+         "submitLabel": "Refresh signals"},
+        {"id": "completion.report", "title": "Completion report", "kind": "panel",
+         "description": "The report submitted with completion.submit, if any."},
+        {"id": "file.activity", "title": "File tool activity", "kind": "panel",
+         "description": "Calls of file.read, file.write and file.patch.",
+         "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh file stats"},
+    ],
+    "shell": [
+        {"id": "shell.activity", "title": "Shell activity", "kind": "panel",
+         "description": "Calls of shell.exec.", "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh shell stats"},
+    ],
+    "web": [
+        {"id": "web.activity", "title": "Web fetch activity", "kind": "panel",
+         "description": "Calls of web.fetch.", "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh web stats"},
+    ],
+}
+
+SUPPORT_BACKED_BUILTIN_TOOLS = ("messages.send", "coordination.wait_for_signal", "completion.submit")
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def safe_toolpack_id(toolpack_id):
+    """The id with every run of characters outside [A-Za-z0-9_.-] replaced by `_` (mount directory name)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", toolpack_id)
+
+
+def model_tool_name(name):
+    """The name offered to models: every run outside [A-Za-z0-9_-] becomes `_` (`file.read` → `file_read`)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", name)
+
+
+def is_allowed(tool_name, patterns):
+    """Allowlist match (tools.md §2.3): exact name, `*`, or `x.*` prefix; no other wildcards."""
+    for pattern in patterns:
+        if pattern == tool_name or pattern == "*":
+            return True
+        if pattern.endswith(".*") and tool_name.startswith(pattern[:-1]):
+            return True
+    return False
+
+
+def _frozen_json(value):
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One model-facing tool: its definition and the toolpack that declares it."""
+
+    name: str
+    description: str
+    toolpack_id: str
+    builtin: bool
+    _input_schema_json: str = field(repr=False)
+
+    @property
+    def input_schema(self):
+        return json.loads(self._input_schema_json)
+
+    @property
+    def model_name(self):
+        return model_tool_name(self.name)
+
+    @property
+    def support_backed(self):
+        """True for built-in tools the runner forwards to the controller; local tools decide for themselves."""
+        return self.builtin and self.name in SUPPORT_BACKED_BUILTIN_TOOLS
+
+    def definition(self):
+        """The runner-input ToolDefinition `{name, description, inputSchema}`."""
+        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+
+
+@dataclass(frozen=True)
+class WebuiEntry:
+    """A user-facing WebUI control of a toolpack (tools.md §11.1)."""
+
+    id: str
+    title: str
+    kind: str
+    toolpack_id: str
+    builtin: bool
+    description: str = None
+    submit_label: str = None
+    _input_schema_json: str = field(default=None, repr=False)
+
+    @property
+    def input_schema(self):
+        return None if self._input_schema_json is None else json.loads(self._input_schema_json)
+
+    def to_json(self):
+        """The `GET …/tool-ui` shape: absent optional fields omitted, plus toolpackId and toolpackKind."""
+        out = {"id": self.id, "title": self.title}
+        if self.description is not None:
+            out["description"] = self.description
+        out["kind"] = self.kind
+        if self._input_schema_json is not None:
+            out["inputSchema"] = self.input_schema
+        if self.submit_label is not None:
+            out["submitLabel"] = self.submit_label
+        out["toolpackId"] = self.toolpack_id
+        out["toolpackKind"] = "builtin" if self.builtin else "local"
+        return out
+
+
+@dataclass(frozen=True)
+class ToolpackSpec:
+    """One resolved toolpack (tools.md §2.2). Local toolpacks carry their root and module paths."""
+
+    id: str
+    builtin: bool
+    tools: tuple
+    webui: tuple
+    path: str = None
+    runner_module: str = None
+    controller_module: str = None
+    packaged: str = None
+    _manifest_json: str = field(default=None, repr=False)
+
+    @property
+    def kind(self):
+        return "builtin" if self.builtin else "local"
+
+    @property
+    def manifest(self):
+        return None if self._manifest_json is None else json.loads(self._manifest_json)
+
+    @property
+    def safe_id(self):
+        return safe_toolpack_id(self.id)
+
+    @property
+    def support_path(self):
+        from urllib.parse import quote
+        return "/toolpacks/" + quote(self.id, safe="") + "/support"
+
+    @property
+    def runner_module_ref(self):
+        """`builtin:<id>` for built-ins, else the absolute host path of the runner module (None if WebUI-only)."""
+        return f"builtin:{self.id}" if self.builtin else self.runner_module
+
+    @property
+    def runner_module_relative(self):
+        """The runner module path relative to the toolpack root, POSIX separators (container addressing)."""
+        if self.builtin or self.runner_module is None:
+            return None
+        return Path(os.path.relpath(self.runner_module, self.path)).as_posix()
+
+    @property
+    def container_runner_module(self):
+        """`/toolpacks/<safe id>/<relative runner path>` for docker-chat; `builtin:<id>` for built-ins."""
+        if self.builtin:
+            return f"builtin:{self.id}"
+        if self.runner_module is None:
+            return None
+        return f"/toolpacks/{self.safe_id}/{self.runner_module_relative}"
+
+    @property
+    def has_scheduler_hook(self):
+        """Local toolpacks (WebUI-only ones included) are asked for a scheduler hook every tick; built-ins never."""
+        return not self.builtin
+
+    @property
+    def tool_names(self):
+        return [tool.name for tool in self.tools]
+
+    def webui_entry(self, entry_id):
+        return next((entry for entry in self.webui if entry.id == entry_id), None)
+
+
+@dataclass(frozen=True)
+class ToolRegistry:
+    """The resolved toolpacks of a project in registration order, with name lookups and allowlist filters."""
+
+    toolpacks: tuple
+
+    def toolpack(self, toolpack_id):
+        return next((pack for pack in self.toolpacks if pack.id == toolpack_id), None)
+
+    def tool(self, name):
+        for pack in self.toolpacks:
+            for tool in pack.tools:
+                if tool.name == name:
+                    return tool
+        return None
+
+    @property
+    def tools(self):
+        return [tool for pack in self.toolpacks for tool in pack.tools]
+
+    @property
+    def tool_names(self):
+        return [tool.name for tool in self.tools]
+
+    def allowed_tools(self, patterns):
+        """Registered tools an allowlist allows, in registration order (unmatched patterns are ignored)."""
+        return [tool for tool in self.tools if is_allowed(tool.name, patterns)]
+
+    def webui_entries(self):
+        """Every WebUI entry of every toolpack: toolpacks in config order, entries in declaration order."""
+        return [entry for pack in self.toolpacks for entry in pack.webui]
+
+    def unknown_allowlist_entry(self, patterns):
+        """(index, entry) of the first allowlist entry naming no registered tool (load-time rule), or None."""
+        names = self.tool_names
+        for index, pattern in enumerate(patterns):
+            if pattern == "*" or pattern in names:
+                continue
+            if pattern.endswith(".*") and any(name.startswith(pattern[:-1]) for name in names):
+                continue
+            return index, pattern
+        return None
+
+
+def _builtin_toolpack(toolpack_id):
+    tools = tuple(ToolSpec(name, description, toolpack_id, True, _frozen_json(schema))
+                  for name, description, schema in _BUILTIN_TOOLS[toolpack_id])
+    webui = tuple(WebuiEntry(entry["id"], entry["title"], entry["kind"], toolpack_id, True,
+                             entry.get("description"), entry.get("submitLabel"),
+                             _frozen_json(entry["inputSchema"]) if "inputSchema" in entry else None)
+                  for entry in _BUILTIN_WEBUI[toolpack_id])
+    return ToolpackSpec(toolpack_id, True, tools, webui)
+
+
+def _unknown_builtin(entry):
+    return ConfigError(f"Unknown built-in toolpack: {entry} (configure local toolpacks as {{ path: ... }})")
+
+
+def check_toolpack_directory(path, base_dir=None):
+    """Entry checks of tools.md §2.1 for a path entry; returns the absolute directory."""
+    if _HTTP.match(path):
+        raise ConfigError(f"Toolpack paths must be local directories, not HTTP(S) URLs: {path}")
+    root = _lexical_abspath(path, base_dir)
+    if not os.path.exists(root):
+        raise ConfigError(f"Local toolpack path not found: {root}")
+    if not os.path.isdir(root):
+        raise ConfigError(f"Local toolpack path is not a directory: {root}")
+    manifest = os.path.join(root, MANIFEST_NAME)
+    if not os.path.isfile(manifest):
+        raise ConfigError(f"Toolpack manifest not found: {manifest}")
+    return root
+
+
+def _blank(value):
+    return not isinstance(value, str) or not value.strip()
+
+
+def _module_path(root, value, default):
+    relative = default if _blank(value) else value
+    resolved = os.path.normpath(os.path.join(root, relative))
+    if resolved != root and not resolved.startswith(root.rstrip(os.sep) + os.sep):
+        raise ConfigError(f"Module path escapes the toolpack directory: {resolved}")
+    return resolved
+
+
+def load_local_toolpack(root, config_id=None, packaged=None):
+    """Read and validate `<root>/suzumio.toolpack.json` (tools.md §8.3, first failure wins)."""
+    manifest_path = os.path.join(root, MANIFEST_NAME)
+    try:
+        with open(manifest_path, "rb") as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ConfigError(f"Toolpack manifest not found: {manifest_path}") from None
+    except OSError as exc:
+        raise ConfigError(f"{exc.strerror or exc}: {manifest_path}") from None
+    try:
+        manifest = json.loads(text, parse_constant=_reject_json_constant)
+    except ValueError as exc:
+        raise ConfigError(f"Invalid toolpack manifest JSON in {manifest_path}: {exc}") from None
+    if not isinstance(manifest, dict):
+        manifest = {}
+    toolpack_id = manifest.get("id")
+    if _blank(toolpack_id):
+        raise ConfigError("Manifest field id is required")
+    if not _ID_PATTERN.match(toolpack_id):
+        raise ConfigError(f"Invalid toolpack id {toolpack_id}: use only letters, digits, '.', '_' and '-'")
+    if config_id is not None and config_id != toolpack_id:
+        raise ConfigError(f"Toolpack id mismatch: config says {config_id}, manifest says {toolpack_id}")
+    declared = manifest.get("tools")
+    if not isinstance(declared, list):
+        raise ConfigError("Manifest field tools must be an array")
+    tools = []
+    for tool in declared:
+        if not isinstance(tool, dict):
+            raise ConfigError("Each manifest tool must be an object")
+        if not isinstance(tool.get("inputSchema"), dict):
+            raise ConfigError("Manifest tool inputSchema must be an object")
+        if _blank(tool.get("name")):
+            raise ConfigError("Manifest field tool.name is required")
+        if _blank(tool.get("description")):
+            raise ConfigError("Manifest field tool.description is required")
+        tools.append(ToolSpec(tool["name"], tool["description"], toolpack_id, False, _frozen_json(tool["inputSchema"])))
+    entries = manifest.get("webui")
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise ConfigError("Manifest field webui must be an array")
+    webui, seen = [], set()
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ConfigError("Each manifest webui entry must be an object")
+        entry_id = entry.get("id")
+        if _blank(entry_id):
+            raise ConfigError("Manifest field webui.id is required")
+        if not _ID_PATTERN.match(entry_id):
+            raise ConfigError(f"Invalid WebUI entry id {entry_id}: use only letters, digits, '.', '_' and '-'")
+        if entry_id in seen:
+            raise ConfigError(f"Duplicate WebUI entry id: {entry_id}")
+        seen.add(entry_id)
+        schema = entry.get("inputSchema")
+        if schema is not None and not isinstance(schema, dict):
+            raise ConfigError("Manifest webui inputSchema must be an object")
+        if _blank(entry.get("title")):
+            raise ConfigError("Manifest field webui.title is required")
+        kind = entry.get("kind")
+        if kind is None:
+            kind = "panel"
+        if kind not in ("panel", "action"):
+            raise ConfigError(f"Invalid WebUI entry kind: {kind}")
+        description = entry.get("description") if isinstance(entry.get("description"), str) else None
+        submit_label = entry.get("submitLabel") if isinstance(entry.get("submitLabel"), str) else None
+        webui.append(WebuiEntry(entry_id, entry["title"], kind, toolpack_id, False, description, submit_label,
+                                None if schema is None else _frozen_json(schema)))
+    if not tools and not webui:
+        raise ConfigError(f"Toolpack {toolpack_id} has neither tools nor WebUI entries")
+    runner = _module_path(root, manifest.get("runner"), "runner.mjs") if tools else None
+    controller = _module_path(root, manifest.get("controller"), "controller.mjs")
+    if runner is not None and not runner.endswith(".mjs"):
+        raise ConfigError(f"The runner module must be a .mjs file: {runner}")
+    if not controller.endswith(".mjs"):
+        raise ConfigError(f"The controller module must be a .mjs file: {controller}")
+    if runner is not None and not os.path.isfile(runner):
+        raise ConfigError(f"Local toolpack runner module not found: {runner}")
+    if not os.path.isfile(controller):
+        raise ConfigError(f"Local toolpack controller module not found: {controller}")
+    return ToolpackSpec(toolpack_id, False, tuple(tools), tuple(webui), root, runner, controller, packaged,
+                        _frozen_json(manifest))
+
+
+def resolve_toolpacks(entries, base_dir=None, packaged_dir=None):
+    """Resolve `tools.toolpacks` afresh from disk into a ToolRegistry (tools.md §2.2); raises ConfigError."""
+    packaged_dir = packaged_dir or packaged_toolpacks_dir()
+    toolpacks, seen = [], set()
+    for entry in entries:
+        if isinstance(entry, str):
+            if entry not in BUILTIN_TOOLPACKS:
+                raise _unknown_builtin(entry)
+            pack = _builtin_toolpack(entry)
+        else:
+            if entry.get("packaged") is not None:
+                root = check_toolpack_directory(os.path.join(packaged_dir, entry["packaged"]))
+            else:
+                root = check_toolpack_directory(entry["path"], base_dir)
+            pack = load_local_toolpack(root, entry.get("id"), entry.get("packaged"))
+        if pack.id in seen:
+            raise ConfigError(f"Duplicate toolpack: {pack.id}")
+        seen.add(pack.id)
+        toolpacks.append(pack)
+    owners = {}
+    for pack in toolpacks:
+        for tool in pack.tools:
+            if tool.name in owners:
+                raise ConfigError(f"Tool {tool.name} is declared by both {owners[tool.name]} and {pack.id}")
+            owners[tool.name] = pack.id
+    return ToolRegistry(tuple(toolpacks))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Typed, read-only views of the normalized config
+
+def _ro(mapping):
+    return types.MappingProxyType(copy.deepcopy(mapping))
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    readonly: bool = True
+    description: str = None
+
+    @classmethod
+    def from_data(cls, data):
+        return cls(data["source"], data["target"], data.get("readonly", True), data.get("description"))
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One expanded agent (config.md §3.4; store.md §2.2). `model` is as written; `selected_model` effective."""
+
+    id: str
+    key: str
+    role: str
+    display_name: str
+    prompt: str
+    model: str
+    selected_model: str
+    tools: tuple
+    mounts: tuple
+    env: types.MappingProxyType = field(compare=False)
+    index: int = 1
+    count: int = 1
+
+    def env_dict(self):
+        return dict(self.env)
+
+
+@dataclass(frozen=True)
+class NudgeConfig:
+    """`scheduler.noEffectNudge` / `failedNudge` (message None for the no-effect nudge)."""
+
+    enabled: bool
+    priority: str
+    max_consecutive: int
+    initial_delay_ms: int
+    backoff_factor: float
+    max_delay_ms: int
+    message: str = None
+
+
+@dataclass(frozen=True)
+class AllQuietNudgeConfig:
+    enabled: bool
+    target_agent: str
+    priority: str
+    cooldown_ms: int
+    message: str
+
+
+@dataclass(frozen=True)
+class MonitorRule:
+    """One monitor rule; `key` is the dedupe key (`id`, else `<index>:<agent>:<sender>-><recipient>`)."""
+
+    index: int
+    id: str
+    enabled: bool
+    agent: str
+    recipient: str
+    sender: str
+    priority: str
+    initial_delay_ms: int
+    repeat_delay_ms: int
+    message: str
+
+    @property
+    def key(self):
+        return self.id if self.id is not None else f"{self.index}:{self.agent}:{self.sender}->{self.recipient}"
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    enabled: bool
+    rules: tuple
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    kind: str
+    max_signals_per_activation: int
+    no_effect_nudge: NudgeConfig
+    failed_nudge: NudgeConfig
+    all_quiet_nudge: AllQuietNudgeConfig
+    quiet_agent_monitor: MonitorConfig
+    failed_agent_monitor: MonitorConfig
+
+
+@dataclass(frozen=True)
+class CommunicationConfig:
+    coordinator_agent: str
+    restrict_non_coordinator_to_coordinator: bool
+    non_coordinator_max_priority: str
+    pm_routine_verifier_priority: str
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    inherit_env: bool
+    http: str = None
+    https: str = None
+    all: str = None
+    no_proxy: str = None
+    rewrite_localhost: bool = True
+
+
+@dataclass(frozen=True)
+class DockerConfig:
+    network: str
+    memory: str
+    cpus: float
+    mounts: tuple
+    proxy: ProxyConfig
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """`backend.runner.models.providers.<id>`; `script` is the resolved mapping for scripted providers."""
+
+    id: str
+    type: str
+    api_key: str = None
+    api_key_env: str = None
+    base_url: str = None
+    base_url_env: str = None
+    headers: types.MappingProxyType = field(default=None, compare=False)
+    timeout_ms: object = None
+    chunk_timeout_ms: int = None
+    options: types.MappingProxyType = field(default=None, compare=False)
+    _script_json: str = field(default=None, repr=False)
+
+    @property
+    def script(self):
+        return None if self._script_json is None else json.loads(self._script_json)
+
+
+@dataclass(frozen=True)
+class PresetConfig:
+    """`backend.runner.models.presets.<id>`; `model_list` is None for concrete presets."""
+
+    id: str
+    provider: str = None
+    model: str = None
+    model_list: tuple = None
+    api_model: str = None
+    reasoning_effort: str = None
+    temperature: float = None
+    top_p: float = None
+    top_k: float = None
+    max_output_tokens: int = None
+    context_limit: int = 260000
+    tool_choice: str = None
+    provider_options: types.MappingProxyType = field(default=None, compare=False)
+    headers: types.MappingProxyType = field(default=None, compare=False)
+
+    @property
+    def is_list(self):
+        return self.model_list is not None
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    mode: str
+    model: str
+    max_iterations: int
+    max_tool_calls: int
+    providers: types.MappingProxyType = field(compare=False)
+    presets: types.MappingProxyType = field(compare=False)
+    _json: str = field(repr=False)
+
+    def as_json(self):
+        """`backend.runner` verbatim in internal spelling, as `input.json` carries it (backend-runner.md §5.1)."""
+        return json.loads(self._json)
+
+    def expand(self, selected):
+        """The concrete presets tried for a selection, in order (config.md §3.14)."""
+        return expand_model_list(self.presets, self.providers, selected)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    kind: str
+    image: str
+    controller_url: str
+    activation_timeout_ms: int
+    docker: DockerConfig
+    runner: RunnerConfig
+
+
+@dataclass(frozen=True)
+class ObservabilityConfig:
+    http_enabled: bool
+    http_host: str
+    http_port: int
+    webui_enabled: bool
+
+
+def expand_model_list(presets, providers, selected):
+    """Expand a preset selection depth-first into concrete PresetConfigs; run-time errors of §3.14."""
+    out = []
+
+    def visit(preset_id, trail):
+        if preset_id in trail:
+            raise ConfigError("Circular model-list preset: " + " -> ".join(trail + [preset_id]))
+        preset = presets.get(preset_id)
+        if preset is None:
+            raise ConfigError(f"Model preset not found: {preset_id}")
+        if preset.model_list is not None:
+            for member in preset.model_list:
+                visit(member, trail + [preset_id])
+            return
+        if not preset.provider or not preset.model:
+            raise ConfigError(f"Model preset needs provider and model: {preset_id}")
+        if preset.provider not in providers:
+            raise ConfigError(f"Provider not found: {preset.provider}")
+        out.append(preset)
+
+    visit(selected, [])
+    return out
+
+
+def _nudge(data, with_message):
+    return NudgeConfig(data["enabled"], data["priority"], data["maxConsecutive"], data["initialDelayMs"],
+                       data["backoffFactor"], data["maxDelayMs"], data["message"] if with_message else None)
+
+
+def _monitor(data):
+    rules = tuple(MonitorRule(index, rule.get("id"), rule["enabled"], rule["agent"], rule["recipient"], rule["sender"],
+                              rule["priority"], rule["initialDelayMs"], rule["repeatDelayMs"], rule["message"])
+                  for index, rule in enumerate(data["rules"]))
+    return MonitorConfig(data["enabled"], rules)
+
+
+def _scheduler_config(data):
+    return SchedulerConfig(
+        data["kind"], data["maxSignalsPerActivation"], _nudge(data["noEffectNudge"], False),
+        _nudge(data["failedNudge"], True),
+        AllQuietNudgeConfig(**{
+            "enabled": data["allQuietNudge"]["enabled"], "target_agent": data["allQuietNudge"]["targetAgent"],
+            "priority": data["allQuietNudge"]["priority"], "cooldown_ms": data["allQuietNudge"]["cooldownMs"],
+            "message": data["allQuietNudge"]["message"]}),
+        _monitor(data["quietAgentMonitor"]), _monitor(data["failedAgentMonitor"]))
+
+
+def _provider_config(provider_id, data):
+    script = data.get("script")
+    return ProviderConfig(
+        provider_id, data["type"], data.get("apiKey"), data.get("apiKeyEnv"), data.get("baseURL"),
+        data.get("baseURLEnv"), _ro(data.get("headers", {})), data.get("timeoutMs"), data.get("chunkTimeoutMs"),
+        _ro(data.get("options", {})), None if script is None else _frozen_json(script))
+
+
+def _preset_config(preset_id, data):
+    model_list = data.get("modelList")
+    return PresetConfig(
+        preset_id, data.get("provider"), data.get("model"), None if model_list is None else tuple(model_list),
+        data.get("apiModel"), data.get("reasoningEffort"), data.get("temperature"), data.get("topP"),
+        data.get("topK"), data.get("maxOutputTokens"), data.get("contextLimit", 260000), data.get("toolChoice"),
+        _ro(data.get("providerOptions", {})), _ro(data.get("headers", {})))
+
+
+def _backend_config(data):
+    docker, runner = data["docker"], data["runner"]
+    proxy = docker["proxy"]
+    models = runner.get("models", {"providers": {}, "presets": {}})
+    return BackendConfig(
+        data["kind"], data["image"], data["controllerUrl"], data["activationTimeoutMs"],
+        DockerConfig(docker.get("network"), docker.get("memory"), docker.get("cpus"),
+                     tuple(Mount.from_data(m) for m in docker["mounts"]),
+                     ProxyConfig(proxy["inheritEnv"], proxy.get("http"), proxy.get("https"), proxy.get("all"),
+                                 proxy.get("noProxy"), proxy["rewriteLocalhost"])),
+        RunnerConfig(runner["mode"], runner.get("model"), runner.get("maxIterations"), runner.get("maxToolCalls"),
+                     types.MappingProxyType({k: _provider_config(k, v) for k, v in models["providers"].items()}),
+                     types.MappingProxyType({k: _preset_config(k, v) for k, v in models["presets"].items()}),
+                     _frozen_json(runner)))
+
+
+def _trailing_index_stripped(agent_id):
+    return re.sub(r"-\d+$", "", agent_id)
+
+
+def expand_agents(data):
+    """Expanded agents of a normalized config, in config order (config.md §3.4)."""
+    agents = data["agents"]
+    default_model = data["backend"]["runner"].get("model")
+    out = []
+    for key, entry in agents.items():
+        count = entry.get("count", 1)
+        names = entry.get("names", [])
+        for index in range(1, count + 1):
+            agent_id = key if count == 1 else f"{key}-{index}"
+            if index - 1 < len(names):
+                display_name = names[index - 1]
+            else:
+                display_name = entry.get("displayName", agent_id)
+            own = agents.get(agent_id) or agents.get(_trailing_index_stripped(agent_id)) or entry
+            out.append(AgentSpec(
+                agent_id, key, entry.get("role", key), display_name, entry.get("prompt", ""), entry.get("model"),
+                entry.get("model", default_model), tuple(entry.get("tools", [])),
+                tuple(Mount.from_data(m) for m in own.get("mounts", [])), _ro(own.get("env", {})), index, count))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Post-validation steps (config.md §2.8)
+
+def _check_segment(value, message):
+    if not value or value in (".", "..") or any(ch in value for ch in "/\\\0"):
+        raise ConfigError(f"{message}: {value}")
+
+
+def normalize_mount_target(target):
+    """The reference's POSIX normalization: collapse `.`, `..`, empty segments; keep a trailing slash."""
+    parts = []
+    for segment in target.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(segment)
+    result = "/" + "/".join(parts)
+    if target.endswith("/") and result != "/":
+        result += "/"
+    return result
+
+
+def _normalize_mount(mount, base_dir):
+    target = mount["target"]
+    if not target.startswith("/"):
+        raise ConfigError(f"Docker mount target must be absolute: {target}")
+    normalized = normalize_mount_target(target)
+    bare = normalized.rstrip("/") or "/"
+    for reserved in RESERVED_MOUNT_TARGETS:
+        if bare == reserved or bare.startswith(reserved + "/"):
+            raise ConfigError(f"Docker mount target is reserved: {target}")
+    out = dict(mount)
+    out["source"] = _lexical_abspath(mount["source"], base_dir)
+    out["target"] = normalized
+    return out
+
+
+def _check_models(data):
+    runner = data["backend"]["runner"]
+    models = runner.get("models")
+    if models is None:
+        raise ConfigError("backend.runner.models is required")
+    if not models["providers"]:
+        raise ConfigError("backend.runner.models.providers needs at least one provider")
+    if not models["presets"]:
+        raise ConfigError("backend.runner.models.presets needs at least one preset")
+    for provider_id, provider in models["providers"].items():
+        if provider["type"] in UNSUPPORTED_PROVIDER_TYPES:
+            raise ConfigError(f"backend.runner.models.providers.{provider_id}.type: Provider type {provider['type']} "
+                              "is not supported by this version (use openai-compatible or scripted)")
+    for agent_id, agent in data["agents"].items():
+        selected = agent.get("model", runner.get("model"))
+        if selected is None:
+            raise ConfigError(f"Agent {agent_id} needs an explicit model, or set backend.runner.model")
+        if selected not in models["presets"]:
+            raise ConfigError(f"Agent {agent_id} selected unknown model preset: {selected}")
+
+
+def _written(tree, *path):
+    """The value at path in the merged tree before defaults, or None when not written there."""
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(tree, list) or key >= len(tree):
+                return None
+        elif not isinstance(tree, dict) or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
+def _check_references(data, merged, agent_ids):
+    def known(value, path, allow_user=False):
+        if value is not None and value not in agent_ids and not (allow_user and value == RESERVED_AGENT_ID):
+            raise ConfigError(f"{path}: unknown agent {value}")
+    known(_written(merged, "communication", "coordinatorAgent") and data["communication"]["coordinatorAgent"],
+          "communication.coordinatorAgent")
+    known(_written(merged, "scheduler", "allQuietNudge", "targetAgent")
+          and data["scheduler"]["allQuietNudge"]["targetAgent"], "scheduler.allQuietNudge.targetAgent")
+    for monitor in ("quietAgentMonitor", "failedAgentMonitor"):
+        for index, rule in enumerate(data["scheduler"][monitor]["rules"]):
+            known(rule["agent"], f"scheduler.{monitor}.rules.{index}.agent")
+            if _written(merged, "scheduler", monitor, "rules", index, "recipient") is not None:
+                known(rule["recipient"], f"scheduler.{monitor}.rules.{index}.recipient", allow_user=True)
+
+
+def _check_presets(models):
+    presets, providers = models["presets"], models["providers"]
+    for preset_id, preset in presets.items():
+        path = f"backend.runner.models.presets.{preset_id}"
+        if "modelList" not in preset and preset["provider"] not in providers:
+            raise ConfigError(f"{path}.provider: unknown provider {preset['provider']}")
+        for member in preset.get("modelList", []):
+            if member not in presets:
+                raise ConfigError(f"{path}.model-list: unknown preset {member}")
+        _check_cycles(presets, preset_id, [])
+
+
+def _check_cycles(presets, preset_id, trail):
+    if preset_id in trail:
+        raise ConfigError("Circular model-list preset: " + " -> ".join(trail + [preset_id]))
+    for member in presets.get(preset_id, {}).get("modelList", []):
+        if member in presets:
+            _check_cycles(presets, member, trail + [preset_id])
+
+
+def _unknown_tool_message(entry, registry):
+    return f'unknown tool "{entry}" (registered: {", ".join(registry.tool_names)})'
+
+
+def _check_allowlists(data, registry):
+    for key, agent in data["agents"].items():
+        unknown = registry.unknown_allowlist_entry(agent["tools"])
+        if unknown is not None:
+            index, entry = unknown
+            raise ConfigError(f"agents.{key}.tools.{index}: {_unknown_tool_message(entry, registry)}")
+
+
+def _script_error(path, message):
+    return ConfigError(f"{_format_path(path)}: {message}")
+
+
+def validate_script(script, path, agent_ids, registry):
+    """Check a scripted provider's script (scripted-provider.md, Validation); first failure wins."""
+    if not isinstance(script, dict):
+        raise _script_error(path, f"Expected object, received {_type_name(script)}")
+    if "agents" not in script:
+        raise _script_error(path + ["agents"], "Required")
+    agents = script["agents"]
+    if not isinstance(agents, dict):
+        raise _script_error(path + ["agents"], f"Expected object, received {_type_name(agents)}")
+    for key, entries in agents.items():
+        entry_path = path + ["agents", key]
+        prefix = key[:-1] if key.endswith("-*") else None
+        if key not in agent_ids and not (prefix and any(agent.startswith(prefix) for agent in agent_ids)):
+            raise _script_error(entry_path, f"unknown agent {key}")
+        _check_script_entries(entries, entry_path, registry)
+
+
+def _check_script_entries(entries, path, registry):
+    if not isinstance(entries, list):
+        raise _script_error(path, f"Expected array, received {_type_name(entries)}")
+    if not entries:
+        raise _script_error(path, "Array must contain at least 1 element(s)")
+    for index, entry in enumerate(entries):
+        entry_path = path + [index]
+        if not isinstance(entry, dict):
+            raise _script_error(entry_path, f"Expected object, received {_type_name(entry)}")
+        if "when" in entry:
+            when = entry["when"]
+            if not isinstance(when, str):
+                raise _script_error(entry_path + ["when"], f"Expected string, received {_type_name(when)}")
+            if not when:
+                raise _script_error(entry_path + ["when"], "String must contain at least 1 character(s)")
+        if "steps" not in entry:
+            raise _script_error(entry_path + ["steps"], "Required")
+        steps = entry["steps"]
+        if not isinstance(steps, list):
+            raise _script_error(entry_path + ["steps"], f"Expected array, received {_type_name(steps)}")
+        if not steps:
+            raise _script_error(entry_path + ["steps"], "Array must contain at least 1 element(s)")
+        for step_index, step in enumerate(steps):
+            _check_script_step(step, entry_path + ["steps", step_index], registry)
+
+
+def _check_script_step(step, path, registry):
+    if not isinstance(step, dict):
+        raise _script_error(path, f"Expected object, received {_type_name(step)}")
+    if "say" not in step and "tools" not in step:
+        raise _script_error(path, "A step needs say or tools")
+    if "say" in step and not isinstance(step["say"], str):
+        raise _script_error(path + ["say"], f"Expected string, received {_type_name(step['say'])}")
+    if "tools" not in step:
+        return
+    calls = step["tools"]
+    if not isinstance(calls, list):
+        raise _script_error(path + ["tools"], f"Expected array, received {_type_name(calls)}")
+    for index, call in enumerate(calls):
+        call_path = path + ["tools", index]
+        if not isinstance(call, dict):
+            raise _script_error(call_path, f"Expected object, received {_type_name(call)}")
+        if "name" not in call:
+            raise _script_error(call_path + ["name"], "Required")
+        if not isinstance(call["name"], str):
+            raise _script_error(call_path + ["name"], f"Expected string, received {_type_name(call['name'])}")
+        if registry.tool(call["name"]) is None:
+            raise _script_error(call_path + ["name"], _unknown_tool_message(call["name"], registry))
+        if "input" in call and not isinstance(call["input"], dict):
+            raise _script_error(call_path + ["input"], f"Expected object, received {_type_name(call['input'])}")
+
+
+def _post_validate(data, merged, base_dir, env, packaged_dir):
+    """Steps 0–5 of config.md §2.8 on the schema-validated tree; returns (data, registry)."""
+    _check_segment(data["name"], "Project name must be a single path segment")
+    for agent_id in data["agents"]:
+        _check_segment(agent_id, "Agent id must be a single path segment")
+    if data["platforms"]:
+        raise ConfigError("platforms are not supported by this version")
+
+    docker = data["backend"]["docker"]
+    docker["mounts"] = [_normalize_mount(m, base_dir) for m in docker["mounts"]]
+    for agent in data["agents"].values():
+        agent["mounts"] = [_normalize_mount(m, base_dir) for m in agent["mounts"]]
+
+    entries = []
+    for entry in data["tools"]["toolpacks"]:
+        if isinstance(entry, str):
+            if entry not in BUILTIN_TOOLPACKS:
+                raise _unknown_builtin(entry)
+        elif "path" in entry:
+            entry = dict(entry, path=check_toolpack_directory(entry["path"], base_dir))
+        entries.append(entry)
+    data["tools"]["toolpacks"] = entries
+
+    _check_models(data)
+    if not data["agents"]:
+        raise ConfigError("Project config needs at least one agent")
+
+    agent_ids = []
+    for agent in expand_agents(data):
+        if agent.id in agent_ids:
+            raise ConfigError(f"Duplicate agent id after count expansion: {agent.id}")
+        agent_ids.append(agent.id)
+    registry = resolve_toolpacks(entries, base_dir, packaged_dir)
+    if RESERVED_AGENT_ID in agent_ids:
+        raise ConfigError(f"Agent id is reserved: {RESERVED_AGENT_ID}")
+    _check_references(data, merged, set(agent_ids))
+    models = data["backend"]["runner"]["models"]
+    _check_presets(models)
+    _check_allowlists(data, registry)
+    for provider_id, provider in models["providers"].items():
+        if provider["type"] != "scripted":
+            continue
+        path = ["backend", "runner", "models", "providers", provider_id, "script"]
+        if isinstance(provider["script"], str):
+            provider["script"] = _load_file(_lexical_abspath(provider["script"], base_dir), [], env)
+        validate_script(provider["script"], path, agent_ids, registry)
+    return data, registry
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rendering (config.md §2.9)
+
+class _RenderDumper(yaml.SafeDumper):
+    """Block style with indented sequences; strings the loader would read as another type are quoted."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
+for _tag, _pattern, _first in _YAML12_RESOLVERS:
+    _RenderDumper.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+
+
+def _represent_str(dumper, value):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_RenderDumper.add_representer(str, _represent_str)
+
+
+def externalize(data):
+    """The rendered tree: `modelList` spelled `model-list` everywhere, default scheduler keys pruned."""
+    def rename(value):
+        if isinstance(value, dict):
+            return {("model-list" if key == "modelList" else key): rename(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [rename(item) for item in value]
+        return value
+    out = rename(data)
+    scheduler = out.get("scheduler")
+    if isinstance(scheduler, dict):
+        if scheduler.get("kind") == "nonpreemptive-signals":
+            del scheduler["kind"]
+        if scheduler.get("maxSignalsPerActivation") == 20:
+            del scheduler["maxSignalsPerActivation"]
+        if not scheduler:
+            del out["scheduler"]
+    return out
+
+
+def dump_yaml(tree):
+    """Serialize a tree as block YAML that the loader's dialect reads back exactly."""
+    return yaml.dump(tree, Dumper=_RenderDumper, default_flow_style=False, sort_keys=False, allow_unicode=True,
+                     width=120, indent=2)
+
+
+def _warnings(data):
+    if data["backend"]["kind"] != "local":
+        return ()
+    lines = [LOCAL_WARNING]
+    if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
+        lines.append(LOCAL_MOUNTS_WARNING)
+    return tuple(lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Proxy variables for activations (config.md §5)
+
+_PROXY_FIELDS = (("http", "HTTP_PROXY", "http_proxy"), ("https", "HTTPS_PROXY", "https_proxy"),
+                 ("all", "ALL_PROXY", "all_proxy"), ("no_proxy", "NO_PROXY", "no_proxy"))
+_INHERITED_PROXY_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+                          "http_proxy", "https_proxy", "all_proxy", "no_proxy")
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _rewrite_loopback(value):
+    from urllib.parse import urlsplit, urlunsplit
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:
+        return value
+    if not parts.scheme or not parts.netloc or host not in _LOOPBACK_HOSTS:
+        return value
+    netloc = parts.netloc
+    at = netloc.rfind("@")
+    credentials, hostport = (netloc[:at + 1], netloc[at + 1:]) if at >= 0 else ("", netloc)
+    if hostport.startswith("["):
+        port = hostport[hostport.index("]") + 1:]
+    else:
+        port = hostport[len(hostport.split(":")[0]):]
+    return urlunsplit((parts.scheme, credentials + "host.docker.internal" + port, parts.path, parts.query,
+                       parts.fragment))
+
+
+def proxy_environment(proxy, network, environ, rewrite_hosts=True):
+    """Proxy variables for an activation, in order (config.md §5); `rewrite_hosts=False` for `local`."""
+    rewrite = rewrite_hosts and network != "host" and proxy.rewrite_localhost
+    variables = {}
+    if proxy.inherit_env:
+        for name in _INHERITED_PROXY_NAMES:
+            if environ.get(name):
+                variables[name] = environ[name]
+    for attribute, upper, lower in _PROXY_FIELDS:
+        value = getattr(proxy, attribute)
+        if value:
+            variables[upper] = value
+            variables.pop(lower, None)
+    if rewrite:
+        variables = {name: value if name.lower() == "no_proxy" else _rewrite_loopback(value)
+                     for name, value in variables.items()}
+    return list(variables.items())
+
+
+# ---------------------------------------------------------------------------------------------------
+# The frozen project configuration and the pipeline entry points
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """A validated project configuration. `data` is the internal spelling stored as `config_json`."""
+
+    path: str
+    source_text: str
+    _data_json: str = field(repr=False)
+    _warnings: tuple = field(repr=False)
+    _agents: tuple = field(repr=False)
+    _registry: ToolRegistry = field(repr=False, compare=False)
+    _registry_error: str = field(repr=False, compare=False)
+    _packaged_dir: str = field(repr=False, compare=False)
+    name: str = None
+    task: str = None
+    channels: tuple = ()
+    scheduler: SchedulerConfig = None
+    communication: CommunicationConfig = None
+    backend: BackendConfig = None
+    observability: ObservabilityConfig = None
+
+    @classmethod
+    def _build(cls, data, path, source_text, registry, registry_error, packaged_dir):
+        observability = data["observability"]
+        return cls(
+            path, source_text, _frozen_json(data), _warnings(data), tuple(expand_agents(data)), registry,
+            registry_error, packaged_dir, data["name"], data["task"], tuple(data["channels"]),
+            _scheduler_config(data["scheduler"]), _communication_config(data["communication"]),
+            _backend_config(data["backend"]),
+            ObservabilityConfig(observability["http"]["enabled"], observability["http"]["host"],
+                                observability["http"]["port"], observability["webui"]["enabled"]))
+
+    @classmethod
+    def from_data(cls, data, path=None, packaged_dir=None):
+        """Rebuild from a stored `config_json` (dict or JSON text): defaults for fields added later are
+        materialized, nothing else is re-validated, and the toolpacks are resolved again from disk. A
+        resolution error does not fail this call; it is raised by `toolpacks`, `tool` and `allowed_tools`."""
+        if isinstance(data, str):
+            data = json.loads(data)
+        data = validate_schema(copy.deepcopy(data))
+        packaged_dir = packaged_dir or packaged_toolpacks_dir()
+        try:
+            registry, error = resolve_toolpacks(data["tools"]["toolpacks"], None, packaged_dir), None
+        except ConfigError as exc:
+            registry, error = None, exc.message
+        return cls._build(data, path, None, registry, error, packaged_dir)
+
+    from_config_json = from_data
+
+    @property
+    def data(self):
+        """The normalized config in internal spelling (a fresh copy; JSON-serialisable)."""
+        return json.loads(self._data_json)
+
+    def config_json(self):
+        """Compact JSON of `data`, exactly what `projects.config_json` stores (config.md §2.10)."""
+        return json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
+
+    @property
+    def warnings(self):
+        """The stderr lines `config render` and `init` print after a successful load (config.md §2.9)."""
+        return list(self._warnings)
+
+    def rendered_tree(self):
+        return externalize(self.data)
+
+    def render(self):
+        """The `resolved.yaml` text (config.md §2.9)."""
+        return dump_yaml(self.rendered_tree())
+
+    @property
+    def agents(self):
+        return list(self._agents)
+
+    @property
+    def agent_ids(self):
+        return [agent.id for agent in self._agents]
+
+    def agent(self, agent_id):
+        for agent in self._agents:
+            if agent.id == agent_id:
+                return agent
+        raise NotFound(f"Unknown agent: {agent_id}")
+
+    @property
+    def runner(self):
+        return self.backend.runner
+
+    @property
+    def toolpack_entries(self):
+        """`tools.toolpacks` as stored: built-in names, `{path, id?}` (absolute) and `{packaged, id?}`."""
+        return self.data["tools"]["toolpacks"]
+
+    @property
+    def registry(self):
+        if self._registry is None:
+            raise ConfigError(self._registry_error)
+        return self._registry
+
+    @property
+    def toolpacks(self):
+        return list(self.registry.toolpacks)
+
+    def toolpack(self, toolpack_id):
+        return self.registry.toolpack(toolpack_id)
+
+    def tool(self, name):
+        return self.registry.tool(name)
+
+    def allowed_tools(self, agent_id):
+        """The registered tools an agent may see, in registration order (tools.md §2.3, §2.4)."""
+        return self.registry.allowed_tools(self.agent(agent_id).tools)
+
+    def resolve_toolpacks(self):
+        """Resolve the toolpacks afresh from disk (manifests may change after init); raises ConfigError."""
+        return resolve_toolpacks(self.toolpack_entries, None, self._packaged_dir)
+
+    def selected_model(self, agent_id):
+        return self.agent(agent_id).selected_model
+
+    def model_attempts(self, agent_id):
+        """The concrete presets an activation of this agent tries, in order (config.md §3.14)."""
+        selected = self.selected_model(agent_id)
+        if selected is None:
+            raise ConfigError(f"Agent {agent_id} needs an explicit model, or set backend.runner.model")
+        return self.runner.expand(selected)
+
+    def mounts_for(self, agent_id):
+        """Backend-wide mounts followed by the agent's own (docker-chat only)."""
+        return list(self.backend.docker.mounts) + list(self.agent(agent_id).mounts)
+
+    def proxy_environment(self, environ, rewrite_hosts=None):
+        """Proxy variables for an activation container or local runner (config.md §5)."""
+        if rewrite_hosts is None:
+            rewrite_hosts = self.backend.kind != "local"
+        return proxy_environment(self.backend.docker.proxy, self.backend.docker.network, environ, rewrite_hosts)
+
+
+def _communication_config(data):
+    return CommunicationConfig(data["coordinatorAgent"], data["restrictNonCoordinatorToCoordinator"],
+                               data["nonCoordinatorMaxPriority"], data["pmRoutineVerifierPriority"])
+
+
+def load_tree(path, env=None):
+    """Steps 1–3 of the pipeline: the merged tree after imports and extends, before validation."""
+    env = os.environ if env is None else env
+    absolute = _lexical_abspath(os.fspath(path))
+    return apply_extends(_load_file(absolute, [], env))
+
+
+def load_project(path, env=None, packaged_dir=None):
+    """Run the whole pipeline (config.md §2, steps 1–6) on a project file; raises ConfigError."""
+    env = os.environ if env is None else env
+    absolute = _lexical_abspath(os.fspath(path))
+    source_text = _read_text(absolute)
+    merged = apply_extends(_load_file(absolute, [], env))
+    data = validate_schema(merged)
+    packaged_dir = packaged_dir or packaged_toolpacks_dir()
+    data, registry = _post_validate(data, merged, os.path.dirname(absolute), env, packaged_dir)
+    config = ProjectConfig._build(data, absolute, source_text, registry, None, packaged_dir)
+    log.debug("loaded project %s from %s", config.name, absolute)
+    return config
+
+
+def render_file(path, env=None):
+    """Convenience for `suzumio config render`: (rendered YAML, warning lines)."""
+    config = load_project(path, env)
+    return config.render(), config.warnings
