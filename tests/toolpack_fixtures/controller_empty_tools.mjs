@@ -1,0 +1,4 @@
+// A factory that registers no tool handlers.
+export function createControllerToolpack() {
+  return { tools: {} };
+}

@@ -1,0 +1,2 @@
+// Exports neither createControllerToolpack nor a default factory.
+export const version = 1;

@@ -1,0 +1,4 @@
+// A scheduler hook that never resolves.
+export function schedulerTick() {
+  return new Promise(() => {});
+}

@@ -1,0 +1,2 @@
+// Runner module without a factory.
+export const nothing = true;
