@@ -1,0 +1,1 @@
+export function createControllerToolpack() { return { tools: {} }; }
