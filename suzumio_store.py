@@ -1,0 +1,1904 @@
+"""Durable store: the runtime root layout and one ProjectStore per project SQLite file (store.md).
+The only module that imports sqlite3 or writes SQL; every public operation is one write transaction
+that includes its events and signals. Imported by the CLI, scheduler, backend, toolpacks and the HTTP
+routes; imports only suzumio_errors (the resolved config arrives as a plain dict)."""
+import hmac
+import json
+import logging
+import math
+import os
+import secrets
+import shutil
+import sqlite3
+import threading
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "suzumio.sqlite"
+BUSY_TIMEOUT_S = 5
+
+# ---------------------------------------------------------------------------------------------
+# Status constants and the transitions the system performs (store.md §3).
+
+PROJECT_INITIALIZED = "initialized"
+PROJECT_RUNNING = "running"
+PROJECT_SUBMITTED = "submitted"
+PROJECT_COMPLETED = "completed"
+PROJECT_STOPPED = "stopped"
+PROJECT_FAILED = "failed"
+PROJECT_STATUSES = (PROJECT_INITIALIZED, PROJECT_RUNNING, PROJECT_SUBMITTED, PROJECT_COMPLETED,
+                    PROJECT_STOPPED, PROJECT_FAILED)
+
+AGENT_QUIET = "quiet"
+AGENT_READY = "ready"
+AGENT_RUNNING = "running"
+AGENT_FAILED = "failed"
+AGENT_STOPPED = "stopped"
+AGENT_STATUSES = (AGENT_QUIET, AGENT_READY, AGENT_RUNNING, AGENT_FAILED, AGENT_STOPPED)
+
+ACT_RUNNING = "running"
+ACT_COMPLETED = "completed"
+ACT_FAILED = "failed"
+ACT_CANCELLED = "cancelled"
+ACTIVATION_STATUSES = (ACT_RUNNING, ACT_COMPLETED, ACT_FAILED, ACT_CANCELLED)
+
+SIGNAL_PENDING = "pending"
+SIGNAL_DELIVERED = "delivered"
+SIGNAL_CLOSED = "closed"
+SIGNAL_STATUSES = (SIGNAL_PENDING, SIGNAL_DELIVERED, SIGNAL_CLOSED)
+
+TOOL_RUNNING = "running"
+TOOL_COMPLETED = "completed"
+TOOL_FAILED = "failed"
+TOOL_CALL_STATUSES = (TOOL_RUNNING, TOOL_COMPLETED, TOOL_FAILED)
+
+PRIORITIES = ("P0", "P1", "P2", "P3")
+DEFAULT_PRIORITY = "P3"
+HISTORY_ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
+
+# Project status writes: operation -> (statuses it may start from, resulting status). Start, stop and
+# approve work from any status (store.md §3.1); the store does not refuse other writes either.
+PROJECT_TRANSITIONS = {
+    "start": (PROJECT_STATUSES, PROJECT_RUNNING),
+    "stop": (PROJECT_STATUSES, PROJECT_STOPPED),
+    "approve": (PROJECT_STATUSES, PROJECT_COMPLETED),
+    "submit": (PROJECT_STATUSES, PROJECT_SUBMITTED),
+    "request_changes": (PROJECT_STATUSES, PROJECT_RUNNING),
+}
+
+# Agent status writes: trigger -> (statuses it may start from, resulting status) (store.md §3.2).
+AGENT_TRANSITIONS = {
+    "activation_created": ((AGENT_QUIET, AGENT_FAILED, AGENT_READY), AGENT_RUNNING),
+    "container_attached": ((AGENT_RUNNING,), AGENT_RUNNING),
+    "activation_completed": ((AGENT_RUNNING,), AGENT_QUIET),
+    "activation_cancelled": ((AGENT_RUNNING,), AGENT_QUIET),
+    "activation_failed": ((AGENT_RUNNING,), AGENT_FAILED),
+    # stale binding resolves to quiet, or failed when the bound activation failed (scheduler.md §5 b)
+    "stale_binding": ((AGENT_QUIET, AGENT_READY, AGENT_RUNNING, AGENT_FAILED), None),
+    "idle_reset": ((AGENT_READY, AGENT_RUNNING), AGENT_QUIET),
+}
+
+# Activation status writes: trigger -> (statuses it may start from, resulting status) (§3.3).
+ACTIVATION_TRANSITIONS = {
+    "complete": ((ACT_RUNNING,), ACT_COMPLETED),
+    "fail": ((ACT_RUNNING,), ACT_FAILED),
+    "cancel": ((ACT_RUNNING,), ACT_CANCELLED),
+}
+
+# Signals only ever move pending -> delivered (§3.4); tool calls may be finished again (tools.md §13).
+SIGNAL_TRANSITIONS = {"deliver": ((SIGNAL_PENDING,), SIGNAL_DELIVERED)}
+TOOL_CALL_TRANSITIONS = {
+    "complete": (TOOL_CALL_STATUSES, TOOL_COMPLETED),
+    "fail": (TOOL_CALL_STATUSES, TOOL_FAILED),
+}
+
+KIND_MESSAGE = "message.created"
+KIND_NO_EFFECT_NUDGE = "scheduler.no_effect_nudge"
+KIND_FAILED_NUDGE = "scheduler.failed_nudge"
+KIND_ALL_QUIET_NUDGE = "scheduler.all_quiet_nudge"
+KIND_RESUME_AFTER_STOP = "scheduler.resume_after_stop"
+KIND_SUBMITTED = "completion.submitted"
+KIND_WAIT = "coordination.wait_for_signal"
+TOOL_WAIT = "coordination.wait_for_signal"
+TOOL_SUBMIT = "completion.submit"
+ENDING_TOOLS = (TOOL_WAIT, TOOL_SUBMIT)
+_USEFUL_WHEN_CLOSED = (KIND_MESSAGE, KIND_SUBMITTED, KIND_WAIT)
+_NEVER_USEFUL = (KIND_NO_EFFECT_NUDGE, KIND_FAILED_NUDGE)
+
+BOUNDARY_LIMIT = 20
+WAIT_PREFIX = "Waiting for future signals."
+RESUME_AFTER_STOP_MESSAGE = ("Your previous activation was cancelled because the project was stopped. "
+                             "Resume the interrupted work from your history.")
+BOUNDARY_HEADING = "# New P1 Signals Delivered At Tool Boundary"
+BOUNDARY_INTRO = ("These P1 signals arrived while you were working. They are new instructions that "
+                  "follow the tool result above; take them into account before you continue.")
+_NUDGE_FALLBACKS = {
+    KIND_NO_EFFECT_NUDGE: "Your previous activation ended without an externally visible effect. "
+                          "Report results or a blocker with messages.send before ending.",
+    KIND_FAILED_NUDGE: "Your previous activation failed. Retry from the existing history and workspace.",
+    KIND_ALL_QUIET_NUDGE: "All agents are quiet and there are no pending work signals. "
+                          "Rehydrate the work with targeted messages.",
+    KIND_RESUME_AFTER_STOP: RESUME_AFTER_STOP_MESSAGE,
+}
+NO_EFFECT_DEFAULTS = {"enabled": True, "priority": "P3", "maxConsecutive": 0, "initialDelayMs": 30000,
+                      "backoffFactor": 2, "maxDelayMs": 300000}
+DEFAULT_CHANNELS = ("#project", "#blocked")
+
+
+# ---------------------------------------------------------------------------------------------
+# Ids, timestamps, JSON.
+
+def format_ts(dt):
+    """UTC ISO-8601 with exactly three fractional digits and Z (store.md §1.3)."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_ts(text):
+    """Parse a stored timestamp (or any ISO-8601 text) into an aware UTC datetime."""
+    dt = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def now_ts():
+    """The current time as a stored timestamp."""
+    return format_ts(datetime.now(UTC))
+
+
+def to_datetime(now=None):
+    """An injected clock value (None, datetime or ISO text) as an aware UTC datetime."""
+    if now is None:
+        return datetime.now(UTC)
+    if isinstance(now, datetime):
+        return now if now.tzinfo else now.replace(tzinfo=UTC)
+    return parse_ts(now)
+
+
+def new_id(prefix, now=None):
+    """`<prefix>_<epochMillis>_<hex8>` (store.md §1.4)."""
+    millis = int(to_datetime(now).timestamp() * 1000)
+    return f"{prefix}_{millis}_{uuid.uuid4().hex[:8]}"
+
+
+def dump_json(value):
+    """Compact JSON as stored in *_json columns (cli.md §1.5)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _load_json(text, default=None):
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
+def _omit_none(mapping):
+    return {k: v for k, v in mapping.items() if v is not None}
+
+
+def truncate(text, limit):
+    """http-api.md §2.6: the text, or its first `limit` chars plus a truncation note."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f"\n\n[truncated {len(text) - limit} chars]"
+
+
+def shrink(value, limit):
+    """http-api.md §6.4 size reduction of event payloads."""
+    if isinstance(value, str):
+        return truncate(value, limit)
+    if isinstance(value, list):
+        return [shrink(item, limit) for item in value[:20]]
+    if isinstance(value, dict):
+        return {k: shrink(v, 4000 if k in ("output", "body", "error") else 1000)
+                for k, v in list(value.items())[:40]}
+    return value
+
+
+def is_valid_priority(value):
+    return isinstance(value, str) and value in PRIORITIES
+
+
+def _priority(value):
+    if value is None or value == "":
+        return DEFAULT_PRIORITY
+    if not is_valid_priority(value):
+        raise BadRequest(f"Invalid priority: {value}")
+    return value
+
+
+def valid_project_name(name):
+    """The path-segment rule of config.md §2.8 step 0."""
+    return (isinstance(name, str) and name not in ("", ".", "..")
+            and not any(c in name for c in ("/", "\\", "\0")))
+
+
+def _section(config, key):
+    value = (config or {}).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def coordinator_of(config):
+    """communication.coordinatorAgent, default pm."""
+    return _section(config, "communication").get("coordinatorAgent") or "pm"
+
+
+def channels_of(config):
+    value = (config or {}).get("channels")
+    return list(DEFAULT_CHANNELS) if value is None else list(value)
+
+
+def max_signals_of(config):
+    """scheduler.maxSignalsPerActivation (legacy alias maxPromptMessages), default 20."""
+    scheduler = _section(config, "scheduler")
+    value = scheduler.get("maxSignalsPerActivation", scheduler.get("maxPromptMessages"))
+    return value if isinstance(value, int) and value > 0 else 20
+
+
+# ---------------------------------------------------------------------------------------------
+# Runtime root.
+
+def resolve_root(explicit=None, env=None):
+    """--root, else SUZUMIO_ROOT (even empty), else ~/.suzumio; made absolute (cli.md §1.2)."""
+    env = os.environ if env is None else env
+    if explicit is not None:
+        value = explicit
+    elif "SUZUMIO_ROOT" in env:
+        value = env["SUZUMIO_ROOT"]
+    else:
+        value = str(Path.home() / ".suzumio")
+    return Path(os.path.abspath(value or os.curdir))
+
+
+@dataclass(frozen=True)
+class AgentSeed:
+    """One expanded agent as created by init (store.md §2.2)."""
+    id: str
+    role: str
+    display_name: str
+    prompt: str = ""
+    model: str | None = None
+    tools: tuple = field(default_factory=tuple)
+
+
+def expand_agents(config):
+    """Counted-agent expansion of config.md §3.4, in config order."""
+    seeds = []
+    for key, entry in ((config or {}).get("agents") or {}).items():
+        entry = entry or {}
+        count = entry.get("count") or 1
+        names = entry.get("names") or []
+        for index in range(1, count + 1):
+            agent_id = key if count == 1 else f"{key}-{index}"
+            if index - 1 < len(names):
+                display = names[index - 1]
+            else:
+                display = entry.get("displayName") or agent_id
+            seeds.append(AgentSeed(id=agent_id, role=entry.get("role") or key, display_name=display,
+                                   prompt=entry.get("prompt") or "", model=entry.get("model"),
+                                   tools=tuple(entry.get("tools") or ())))
+    return seeds
+
+
+def _connect(path, must_exist=False):
+    """Open a connection with every setting the store relies on (STYLE.md, SQLite)."""
+    target = f"file:{path}?mode=rw" if must_exist else str(path)
+    conn = sqlite3.connect(target, uri=must_exist, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                           check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _has_project_row(db_path, name):
+    """Whether an existing database file holds the project row; never creates a file."""
+    if not db_path.is_file():
+        return False
+    conn = _connect(db_path, must_exist=True)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='projects'").fetchone():
+            return False
+        return conn.execute("SELECT 1 FROM projects WHERE id = ?", (name,)).fetchone() is not None
+    finally:
+        conn.close()
+
+
+class Root:
+    """A Suzumio runtime root: lists, opens and initializes projects; owns the open stores."""
+
+    def __init__(self, path):
+        self.path = Path(os.path.abspath(path))
+        self._stores = {}
+        self._lock = threading.Lock()
+
+    def list_projects(self):
+        """Names of directories directly under the root holding suzumio.sqlite, sorted."""
+        if not self.path.is_dir():
+            return []
+        return sorted(entry.name for entry in self.path.iterdir()
+                      if entry.is_dir() and (entry / DB_FILE).is_file())
+
+    def project_dir(self, name):
+        if not valid_project_name(name):
+            raise NotFound(f"Unknown project: {name}")
+        return self.path / name
+
+    def exists(self, name):
+        return valid_project_name(name) and (self.path / name / DB_FILE).is_file()
+
+    def open_project(self, name):
+        """The project's store (shared, owned by this Root); creates nothing when missing."""
+        directory = self.project_dir(name)
+        with self._lock:
+            store = self._stores.get(name)
+            if store is not None and not store.closed:
+                return store
+            if not _has_project_row(directory / DB_FILE, name):
+                raise NotFound(f"Unknown project: {name}")
+            store = ProjectStore(name, directory)
+            self._stores[name] = store
+            return store
+
+    def init_project(self, name, task, config, agents, source_text, resolved_text, config_path=None,
+                     now=None):
+        """Create the layout of cli.md §2 and the database; on failure leave no file behind."""
+        if not valid_project_name(name):
+            raise BadRequest(f"Invalid project name: {name}")
+        directory = self.path / name
+        db_path = directory / DB_FILE
+        if _has_project_row(db_path, name):
+            raise Conflict(f"Project already initialized: {name}")
+        undo = _Undo()
+        try:
+            wanted = [directory / "agents", directory / "artifacts", directory / "activations",
+                      directory / "logs"]
+            for seed in agents:
+                wanted += [directory / "agents" / seed.id / "workspace", directory / "artifacts" / seed.id]
+            for path in wanted:
+                undo.mkdir(path)
+            os.chmod(directory / "activations", 0o700)
+            undo.write(directory / "source.yaml", source_text)
+            undo.write(directory / "resolved.yaml", resolved_text)
+            undo.new_file(db_path)
+            store = ProjectStore(name, directory)
+            try:
+                store._create(task, config, agents, config_path or str(directory / "resolved.yaml"), now)
+            except BaseException:
+                store.close()
+                raise
+        except BaseException:
+            undo.rollback()
+            raise
+        with self._lock:
+            self._stores[name] = store
+        return store
+
+    def close(self):
+        """Close every store this Root opened (idempotent)."""
+        with self._lock:
+            stores, self._stores = list(self._stores.values()), {}
+        for store in stores:
+            store.close()
+
+
+class _Undo:
+    """Records what init creates so a failure can remove exactly that."""
+
+    def __init__(self):
+        self._dirs = []
+        self._files = []
+        self._restore = []
+
+    def mkdir(self, path):
+        missing = []
+        probe = path
+        while not probe.exists():
+            missing.append(probe)
+            probe = probe.parent
+        path.mkdir(parents=True, exist_ok=True)
+        self._dirs.extend(reversed(missing))
+
+    def write(self, path, text):
+        if path.exists():
+            self._restore.append((path, path.read_bytes()))
+        else:
+            self._files.append(path)
+        path.write_text(text, encoding="utf-8")
+
+    def new_file(self, path):
+        if not path.exists():
+            self._files += [path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")]
+
+    def rollback(self):
+        for path in self._files:
+            if path.exists():
+                path.unlink()
+        for path, data in self._restore:
+            path.write_bytes(data)
+        for path in reversed(self._dirs):
+            if path.exists():
+                shutil.rmtree(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema (store.md §2). Shipped migrations are never edited; later changes are new entries.
+
+_MIGRATION_1 = [
+    f"""CREATE TABLE projects (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN {PROJECT_STATUSES!r}),
+        task TEXT NOT NULL, config_json TEXT NOT NULL, submitted_report TEXT,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    f"""CREATE TABLE agents (
+        id TEXT NOT NULL, project TEXT NOT NULL, role TEXT NOT NULL, display_name TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN {AGENT_STATUSES!r}),
+        prompt TEXT NOT NULL, model TEXT, tools_json TEXT NOT NULL, workspace_path TEXT NOT NULL,
+        token TEXT NOT NULL, active_activation_id TEXT, container_name TEXT,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (project, id))""",
+    f"""CREATE TABLE messages (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, sender TEXT NOT NULL, recipient TEXT, channel TEXT,
+        priority TEXT NOT NULL CHECK (priority IN {PRIORITIES!r}), body TEXT NOT NULL,
+        created_at TEXT NOT NULL)""",
+    "CREATE INDEX idx_messages_project_created ON messages (project, created_at)",
+    f"""CREATE TABLE signals (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, kind TEXT NOT NULL, source_agent TEXT,
+        source_activation TEXT, target_agent TEXT, target_channel TEXT,
+        priority TEXT NOT NULL CHECK (priority IN {PRIORITIES!r}), payload_json TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN {SIGNAL_STATUSES!r}),
+        useful_effect INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, not_before TEXT,
+        delivered_at TEXT, delivered_activation_id TEXT)""",
+    "CREATE INDEX idx_signals_project_target ON signals (project, target_agent, status, created_at)",
+    "CREATE INDEX idx_signals_project_target_ready "
+    "ON signals (project, target_agent, status, not_before, created_at)",
+    "CREATE INDEX idx_signals_project_source ON signals (project, source_activation, useful_effect)",
+    f"""CREATE TABLE activations (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN {ACTIVATION_STATUSES!r}),
+        prompt TEXT NOT NULL, input_path TEXT NOT NULL, output_path TEXT NOT NULL, container_name TEXT,
+        started_at TEXT NOT NULL, completed_at TEXT, text TEXT, error TEXT,
+        emitted_messages INTEGER NOT NULL DEFAULT 0, usage_json TEXT, context_json TEXT)""",
+    "CREATE INDEX idx_activations_project_started ON activations (project, started_at)",
+    f"""CREATE TABLE tool_calls (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
+        tool TEXT NOT NULL, input_json TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN {TOOL_CALL_STATUSES!r}),
+        output TEXT, error TEXT, created_at TEXT NOT NULL, completed_at TEXT)""",
+    """CREATE TABLE events (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, type TEXT NOT NULL, data_json TEXT NOT NULL,
+        created_at TEXT NOT NULL)""",
+    "CREATE INDEX idx_events_project_created ON events (project, created_at)",
+    f"""CREATE TABLE agent_history_messages (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT,
+        role TEXT NOT NULL CHECK (role IN {HISTORY_ROLES!r}), kind TEXT NOT NULL, content TEXT NOT NULL,
+        sequence INTEGER NOT NULL, metadata_json TEXT NOT NULL DEFAULT '{{}}', compaction_id TEXT,
+        created_at TEXT NOT NULL)""",
+    "CREATE UNIQUE INDEX idx_agent_history_project_agent_sequence "
+    "ON agent_history_messages (project, agent_id, sequence)",
+    "CREATE INDEX idx_agent_history_project_agent_active "
+    "ON agent_history_messages (project, agent_id, compaction_id, sequence)",
+    """CREATE TABLE agent_history_parts (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, message_id TEXT NOT NULL,
+        activation_id TEXT, part_index INTEGER NOT NULL, type TEXT NOT NULL, text TEXT, tool_call_id TEXT,
+        tool_name TEXT, input_json TEXT, output TEXT, error TEXT,
+        metadata_json TEXT NOT NULL DEFAULT '{}', created_at TEXT NOT NULL)""",
+    "CREATE INDEX idx_agent_history_parts_message ON agent_history_parts (project, message_id, part_index)",
+    """CREATE TABLE agent_history_compactions (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT,
+        summary_message_id TEXT NOT NULL, archive_path TEXT NOT NULL, start_sequence INTEGER NOT NULL,
+        end_sequence INTEGER NOT NULL, archived_message_count INTEGER NOT NULL, raw_chars INTEGER NOT NULL,
+        summary TEXT NOT NULL, reason TEXT, selected_model TEXT, created_at TEXT NOT NULL)""",
+    "CREATE INDEX idx_agent_history_compactions_agent "
+    "ON agent_history_compactions (project, agent_id, created_at)",
+]
+
+MIGRATIONS = [(1, "initial schema", _MIGRATION_1)]
+
+
+class _Tx:
+    """One open write transaction: its connection and the operation's clock."""
+
+    def __init__(self, conn, now):
+        self.conn = conn
+        self.now = now
+        self.ts = format_ts(now)
+
+    def execute(self, sql, params=()):
+        return self.conn.execute(sql, params)
+
+    def one(self, sql, params=()):
+        return self.conn.execute(sql, params).fetchone()
+
+    def all(self, sql, params=()):
+        return self.conn.execute(sql, params).fetchall()
+
+    def id(self, prefix):
+        return new_id(prefix, self.now)
+
+
+# ---------------------------------------------------------------------------------------------
+# Row -> JSON shapes (camelCase, optional fields omitted).
+
+def message_json(row):
+    return _omit_none({"id": row["id"], "project": row["project"], "sender": row["sender"],
+                       "recipient": row["recipient"], "channel": row["channel"],
+                       "priority": row["priority"], "body": row["body"], "createdAt": row["created_at"]})
+
+
+def signal_json(row):
+    data = {"id": row["id"], "project": row["project"], "kind": row["kind"],
+            "sourceAgent": row["source_agent"], "sourceActivation": row["source_activation"],
+            "targetAgent": row["target_agent"], "targetChannel": row["target_channel"],
+            "priority": row["priority"], "payload": _load_json(row["payload_json"], {}),
+            "status": row["status"], "usefulEffect": bool(row["useful_effect"]),
+            "createdAt": row["created_at"],
+            "notBefore": row["not_before"] if row["not_before"] != row["created_at"] else None,
+            "deliveredAt": row["delivered_at"], "deliveredActivationId": row["delivered_activation_id"]}
+    return _omit_none(data)
+
+
+def agent_json(row, include_token=False):
+    data = {"id": row["id"], "project": row["project"], "role": row["role"],
+            "displayName": row["display_name"], "status": row["status"], "prompt": row["prompt"],
+            "model": row["model"], "tools": _load_json(row["tools_json"], []),
+            "workspacePath": row["workspace_path"], "activeActivationId": row["active_activation_id"],
+            "containerName": row["container_name"], "createdAt": row["created_at"],
+            "updatedAt": row["updated_at"], "promptChars": len(row["prompt"] or "")}
+    if include_token:
+        data["token"] = row["token"]
+    return _omit_none(data)
+
+
+def public_agent_json(row):
+    """http-api.md §6.2 public agent: no token, no prompt, plus promptChars."""
+    data = agent_json(row)
+    data.pop("prompt", None)
+    return data
+
+
+def activation_json(row):
+    """The full activation record (prompt, paths, usage) for the controller's own use."""
+    return _omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
+        "prompt": row["prompt"], "inputPath": row["input_path"], "outputPath": row["output_path"],
+        "containerName": row["container_name"], "startedAt": row["started_at"],
+        "completedAt": row["completed_at"], "text": row["text"], "error": row["error"],
+        "emittedMessages": row["emitted_messages"], "usage": _load_json(row["usage_json"]),
+        "hasContext": row["context_json"] is not None})
+
+
+def public_activation_json(row):
+    """http-api.md §6.5 public activation."""
+    return _omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
+        "containerName": row["container_name"], "startedAt": row["started_at"],
+        "completedAt": row["completed_at"], "text": truncate(row["text"], 8000),
+        "error": truncate(row["error"], 8000), "emittedMessages": row["emitted_messages"],
+        "usageJson": truncate(row["usage_json"], 4000), "hasContext": row["context_json"] is not None})
+
+
+def tool_call_row_json(row):
+    """http-api.md §6.7 raw tool-call row."""
+    data = {"id": row["id"], "project": row["project"], "activation_id": row["activation_id"],
+            "agent_id": row["agent_id"], "tool": row["tool"], "input_json": truncate(row["input_json"], 8000),
+            "status": row["status"], "output": truncate(row["output"], 8000),
+            "error": truncate(row["error"], 8000), "created_at": row["created_at"]}
+    data = _omit_none(data)
+    data["completed_at"] = row["completed_at"]
+    return data
+
+
+def event_row_json(row):
+    return {"id": row["id"], "project": row["project"], "type": row["type"],
+            "data_json": row["data_json"], "created_at": row["created_at"]}
+
+
+def part_json(row, limit=None):
+    cut = (lambda v: truncate(v, limit)) if limit else (lambda v: v)
+    return _omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
+        "messageId": row["message_id"], "activationId": row["activation_id"],
+        "partIndex": row["part_index"], "type": row["type"], "text": cut(row["text"]),
+        "toolCallId": row["tool_call_id"], "toolName": row["tool_name"], "inputJson": row["input_json"],
+        "output": cut(row["output"]), "error": cut(row["error"]),
+        "metadata": _load_json(row["metadata_json"], {}), "createdAt": row["created_at"]})
+
+
+def history_json(row, parts, content_limit=None, part_limit=None):
+    return _omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
+        "activationId": row["activation_id"], "role": row["role"], "kind": row["kind"],
+        "content": truncate(row["content"], content_limit) if content_limit else row["content"],
+        "sequence": row["sequence"], "compactionId": row["compaction_id"],
+        "archived": row["compaction_id"] is not None, "metadata": _load_json(row["metadata_json"], {}),
+        "createdAt": row["created_at"], "parts": [part_json(p, part_limit) for p in parts]})
+
+
+def compaction_json(row):
+    return _omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
+        "activationId": row["activation_id"], "summaryMessageId": row["summary_message_id"],
+        "archivePath": row["archive_path"], "startSequence": row["start_sequence"],
+        "endSequence": row["end_sequence"], "archivedMessageCount": row["archived_message_count"],
+        "rawChars": row["raw_chars"], "summary": row["summary"], "reason": row["reason"],
+        "selectedModel": row["selected_model"], "createdAt": row["created_at"]})
+
+
+def project_row_json(row):
+    """The project row without config_json (store.md §2.1)."""
+    return {"id": row["id"], "name": row["name"], "status": row["status"], "task": row["task"],
+            "submitted_report": row["submitted_report"], "created_at": row["created_at"],
+            "updated_at": row["updated_at"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Signal rendering (scheduler.md §4.3), shared by activation prompts and tool-boundary delivery.
+
+def render_signal(signal):
+    """Render one Signal JSON as the Markdown block the model sees."""
+    kind = signal.get("kind", "")
+    payload = signal.get("payload") if isinstance(signal.get("payload"), dict) else {}
+    head = f"## {signal.get('id')} {kind}"
+    if kind == KIND_MESSAGE:
+        lines = [head, f"Message: {payload.get('id') or signal.get('id')}",
+                 f"From: {payload.get('sender') or 'unknown'}"]
+        channel = payload.get("channel") or signal.get("targetChannel")
+        if payload.get("recipient"):
+            lines.append(f"To: {payload['recipient']}")
+        elif channel:
+            lines.append(f"Channel: {channel}")
+        lines += [f"Priority: {payload.get('priority') or signal.get('priority')}",
+                  f"Time: {payload.get('createdAt') or signal.get('createdAt')}", "",
+                  str(payload.get("body") or "").strip()]
+        return "\n".join(lines)
+    if kind in _NUDGE_FALLBACKS:
+        message = payload.get("message")
+        text = message if isinstance(message, str) and message.strip() else _NUDGE_FALLBACKS[kind]
+        return "\n".join([head, f"Priority: {signal.get('priority')}", "", text])
+    return "\n".join([head, f"Priority: {signal.get('priority')}", f"Time: {signal.get('createdAt')}", "",
+                      json.dumps(payload, indent=2, ensure_ascii=False)])
+
+
+def render_boundary_text(signals):
+    """scheduler.md §3.2: the text appended to a tool result for P1 signals."""
+    return "\n\n".join([BOUNDARY_HEADING, BOUNDARY_INTRO] + [render_signal(s) for s in signals])
+
+
+def default_useful_effect(kind, status):
+    """store.md §5.1 defaults when usefulEffect is not given."""
+    if kind in _NEVER_USEFUL:
+        return False
+    if status == SIGNAL_PENDING:
+        return True
+    return kind in _USEFUL_WHEN_CLOSED
+
+
+def no_effect_message(agent_id):
+    text = ("Your previous activation ended without any externally visible effect. Before ending an "
+            "activation you must use messages.send to report results, artifact paths or a blocker to "
+            "the requested recipient or the coordinator, or call coordination.wait_for_signal after "
+            "reporting")
+    if agent_id == "pm":
+        text += ", or call completion.submit with the final report"
+    return text + ". Do not merely run shell commands."
+
+
+def _no_effect_delay(attempt, cfg):
+    if attempt <= 1:
+        return 0
+    value = cfg["initialDelayMs"] * (cfg["backoffFactor"] ** (attempt - 2))
+    return int(min(cfg["maxDelayMs"], math.floor(value)))
+
+
+def _history_part_type(role):
+    return role if role in ("tool_call", "tool_result", "compaction") else "text"
+
+
+# ---------------------------------------------------------------------------------------------
+
+class ProjectStore:
+    """One project's SQLite database and directory; safe to share between threads."""
+
+    def __init__(self, project_id, directory):
+        self.project_id = project_id
+        self.dir = Path(directory)
+        self.db_path = self.dir / DB_FILE
+        self.closed = False
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self._readers = []
+        self._readers_lock = threading.Lock()
+        self._config = None
+        self._writer = _connect(self.db_path)
+        self._writer.execute("PRAGMA journal_mode = WAL")
+        self._migrate()
+
+    # -- connections and transactions ----------------------------------------------------------
+
+    def close(self):
+        """Close every connection (idempotent)."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._writer.close()
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for _thread, conn in readers:
+            conn.close()
+
+    def _reader(self):
+        tx = getattr(self._local, "tx", None)
+        if tx is not None:
+            return tx.conn
+        if self.closed:
+            raise RuntimeError(f"store for {self.project_id} is closed")
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = _connect(self.db_path)
+            self._local.conn = conn
+            with self._readers_lock:
+                alive = [(t, c) for t, c in self._readers if t.is_alive()]
+                for thread, stale in self._readers:
+                    if not thread.is_alive():
+                        stale.close()
+                self._readers = alive + [(threading.current_thread(), conn)]
+        return conn
+
+    @contextmanager
+    def _snapshot(self):
+        """A read transaction so several SELECTs see one consistent state."""
+        conn = self._reader()
+        if conn.in_transaction:
+            yield conn
+            return
+        conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def write(self, now=None):
+        """The one write path: lock, BEGIN IMMEDIATE, commit or roll back. Nested calls join."""
+        outer = getattr(self._local, "tx", None)
+        if outer is not None:
+            yield outer if now is None else _Tx(outer.conn, to_datetime(now))
+            return
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(f"store for {self.project_id} is closed")
+            conn = self._writer
+            conn.execute("BEGIN IMMEDIATE")
+            # the clock is read only after the write lock is held, so created_at follows rowid order
+            tx = _Tx(conn, to_datetime(now))
+            self._local.tx = tx
+            try:
+                yield tx
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._local.tx = None
+
+    def _migrate(self):
+        with self._lock:
+            conn = self._writer
+            conn.execute("CREATE TABLE IF NOT EXISTS _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                         " applied_at TEXT NOT NULL)")
+            for number, name, statements in MIGRATIONS:
+                with self.write() as tx:
+                    if tx.one("SELECT 1 FROM _migrations WHERE id = ?", (number,)):
+                        continue
+                    for statement in statements:
+                        tx.execute(statement)
+                    tx.execute("INSERT INTO _migrations (id, name, applied_at) VALUES (?, ?, ?)",
+                               (number, name, tx.ts))
+                    log.info("store %s: applied migration %s (%s)", self.project_id, number, name)
+
+    def _query(self, sql, params=()):
+        return self._reader().execute(sql, params).fetchall()
+
+    def _query_one(self, sql, params=()):
+        return self._reader().execute(sql, params).fetchone()
+
+    # -- paths -----------------------------------------------------------------------------------
+
+    def workspace(self, agent_id):
+        return self.dir / "agents" / agent_id / "workspace"
+
+    @property
+    def artifacts_root(self):
+        return self.dir / "artifacts"
+
+    def artifacts_dir(self, agent_id):
+        return self.dir / "artifacts" / agent_id
+
+    @property
+    def activations_root(self):
+        return self.dir / "activations"
+
+    def activation_dir(self, activation_id):
+        return self.dir / "activations" / activation_id
+
+    def history_archive_path(self, agent_id, compaction_id):
+        return self.dir / "history" / agent_id / f"{compaction_id}.json"
+
+    @property
+    def report_path(self):
+        return self.dir / "final-report.md"
+
+    @property
+    def resolved_yaml_path(self):
+        return self.dir / "resolved.yaml"
+
+    @property
+    def source_yaml_path(self):
+        return self.dir / "source.yaml"
+
+    @property
+    def logs_dir(self):
+        return self.dir / "logs"
+
+    def toolpack_state_dir(self, toolpack_id):
+        return self.dir / "toolpack-state" / toolpack_id
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _event(self, tx, type_, data):
+        tx.execute("INSERT INTO events (id, project, type, data_json, created_at) VALUES (?, ?, ?, ?, ?)",
+                   (tx.id("evt"), self.project_id, type_, dump_json(data if data is not None else {}), tx.ts))
+
+    def append_event(self, type_, data=None, now=None):
+        """Append one event row (store.md §6)."""
+        if not isinstance(type_, str) or not type_:
+            raise BadRequest("type is required")
+        with self.write(now) as tx:
+            self._event(tx, type_, data)
+
+    def list_events(self, limit=200, shrink_data=False):
+        """Newest events first as raw rows; shrink_data applies http-api.md §6.4."""
+        rows = self._query("SELECT * FROM events WHERE project = ? ORDER BY created_at DESC, rowid DESC "
+                           "LIMIT ?", (self.project_id, int(limit)))
+        result = [event_row_json(r) for r in rows]
+        if shrink_data:
+            for item in result:
+                try:
+                    item["data_json"] = dump_json(shrink(json.loads(item["data_json"]), 4000))
+                except ValueError:
+                    item["data_json"] = dump_json({"raw": truncate(item["data_json"], 4000)})
+        return result
+
+    def events_after(self, cursor_rowid, limit=None):
+        """Events inserted after the rowid cursor, oldest first, as (rowid, raw row) pairs."""
+        sql = "SELECT rowid AS rid, * FROM events WHERE project = ? AND rowid > ? ORDER BY rowid"
+        params = [self.project_id, int(cursor_rowid)]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        return [(r["rid"], event_row_json(r)) for r in self._query(sql, params)]
+
+    def event_replay(self, limit):
+        """SSE start (http-api.md §10): the newest `limit` events oldest first, and the cursor."""
+        with self._snapshot() as conn:
+            rows = conn.execute("SELECT rowid AS rid, * FROM events WHERE project = ? ORDER BY rowid DESC "
+                                "LIMIT ?", (self.project_id, int(limit))).fetchall()
+            cursor = conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ?",
+                                  (self.project_id,)).fetchone()[0]
+        return [(r["rid"], event_row_json(r)) for r in reversed(rows)], cursor
+
+    def event_rowid(self, event_id):
+        """The rowid of an event of this project (Last-Event-ID), or None."""
+        row = self._query_one("SELECT rowid FROM events WHERE project = ? AND id = ?",
+                              (self.project_id, event_id))
+        return row[0] if row else None
+
+    def latest_event(self, type_, match=None):
+        """Newest event of a type whose data fields equal `match` (monitor dedupe), or None."""
+        sql = "SELECT * FROM events WHERE project = ? AND type = ?"
+        params = [self.project_id, type_]
+        for key, value in (match or {}).items():
+            sql += " AND json_extract(data_json, ?) = ?"
+            params += [f'$."{key}"', value]
+        row = self._query_one(sql + " ORDER BY created_at DESC, rowid DESC LIMIT 1", params)
+        if row is None:
+            return None
+        data = event_row_json(row)
+        data["data"] = _load_json(row["data_json"], {})
+        return data
+
+    # -- project ---------------------------------------------------------------------------------
+
+    def _create(self, task, config, agents, config_path, now):
+        with self.write(now) as tx:
+            try:
+                tx.execute("INSERT INTO projects (id, name, status, task, config_json, submitted_report, "
+                           "created_at, updated_at) VALUES (?, ?, ?, ?, ?, NULL, ?, ?)",
+                           (self.project_id, self.project_id, PROJECT_INITIALIZED, task, dump_json(config),
+                            tx.ts, tx.ts))
+            except sqlite3.IntegrityError:
+                raise Conflict(f"Project already initialized: {self.project_id}") from None
+            for seed in agents:
+                tx.execute("INSERT INTO agents (id, project, role, display_name, status, prompt, model, "
+                           "tools_json, workspace_path, token, active_activation_id, container_name, "
+                           "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
+                           (seed.id, self.project_id, seed.role, seed.display_name, AGENT_QUIET,
+                            seed.prompt or "", seed.model, dump_json(list(seed.tools)),
+                            str(self.workspace(seed.id)), secrets.token_urlsafe(24), tx.ts, tx.ts))
+            self._event(tx, "project.initialized", {"configPath": str(config_path)})
+
+    def _project_row(self, conn=None):
+        row = (conn or self._reader()).execute("SELECT * FROM projects WHERE id = ?",
+                                               (self.project_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"Unknown project: {self.project_id}")
+        return row
+
+    def project(self):
+        """The project row without config_json."""
+        return project_row_json(self._project_row())
+
+    def config(self):
+        """The resolved configuration dict stored at init (cached: it never changes)."""
+        if self._config is None:
+            self._config = json.loads(self._project_row()["config_json"])
+        return self._config
+
+    def _set_project_status(self, tx, trigger_or_status, extra=None):
+        sources, target = PROJECT_TRANSITIONS.get(trigger_or_status, (PROJECT_STATUSES, trigger_or_status))
+        if target not in PROJECT_STATUSES:
+            raise BadRequest(f"Invalid project status: {target}")
+        sets, params = "status = ?, updated_at = ?", [target, tx.ts]
+        for column, value in (extra or {}).items():
+            sets += f", {column} = ?"
+            params.append(value)
+        placeholders = ",".join("?" * len(sources))
+        cursor = tx.execute(f"UPDATE projects SET {sets} WHERE id = ? AND status IN ({placeholders})",
+                            params + [self.project_id, *sources])
+        if cursor.rowcount == 0:
+            raise Conflict(f"Project {self.project_id} cannot become {target}")
+        self._event(tx, "project.status", {"status": target})
+
+    def set_status(self, status, now=None):
+        """Write a project status (any of the enum) with its project.status event."""
+        with self.write(now) as tx:
+            self._set_project_status(tx, status)
+        return self.project()
+
+    def start(self, now=None):
+        """Project -> running (from any status). The caller ticks afterwards."""
+        with self.write(now) as tx:
+            self._set_project_status(tx, "start")
+        return self.project()
+
+    def stop(self, now=None):
+        """store.md §8.1 step 1: stopped, cancel running activations, resume signals. Returns them."""
+        return self._halt("stop", "Project stopped", resume=True, now=now)
+
+    def approve(self, now=None):
+        """Like stop with status completed, reason `Project approved`, and no resume signals."""
+        return self._halt("approve", "Project approved", resume=False, now=now)
+
+    def _halt(self, trigger, reason, resume, now):
+        cancelled = []
+        with self.write(now) as tx:
+            self._set_project_status(tx, trigger)
+            running = tx.all("SELECT id FROM activations WHERE project = ? AND status = ? "
+                             "ORDER BY started_at, rowid", (self.project_id, ACT_RUNNING))
+            for row in running:
+                act = self._cancel(tx, row["id"], reason)
+                if act is None:
+                    continue
+                cancelled.append(act)
+                if resume:
+                    interrupted = [r["id"] for r in tx.all(
+                        "SELECT id FROM signals WHERE project = ? AND delivered_activation_id = ? "
+                        "ORDER BY delivered_at, rowid", (self.project_id, act["id"]))]
+                    self._record_signal(tx, KIND_RESUME_AFTER_STOP, target_agent=act["agentId"],
+                                        priority="P2", useful_effect=False,
+                                        payload={"cancelledActivationId": act["id"],
+                                                 "interruptedSignalIds": interrupted,
+                                                 "message": RESUME_AFTER_STOP_MESSAGE})
+        return cancelled
+
+    def request_changes(self, body, recipient=None, now=None):
+        """http-api.md §8.4: validate, set running and send a P2 user message. Returns the message."""
+        if not isinstance(body, str) or not body.strip():
+            raise BadRequest("body is required")
+        recipient = recipient or coordinator_of(self.config())
+        if recipient != "user" and self._agent_row(recipient) is None:
+            raise BadRequest(f"Unknown agent: {recipient}")
+        with self.write(now) as tx:
+            self._set_project_status(tx, "request_changes")
+            return self._send_message(tx, "user", body, recipient=recipient, priority="P2")
+
+    def project_stats(self):
+        """http-api.md §6.2 stats object."""
+        p = (self.project_id,)
+        queries = {
+            "messageCount": ("SELECT COUNT(*) FROM messages WHERE project = ?", p),
+            "activationCount": ("SELECT COUNT(*) FROM activations WHERE project = ?", p),
+            "failedActivationCount": ("SELECT COUNT(*) FROM activations WHERE project = ? AND status = ?",
+                                      p + (ACT_FAILED,)),
+            "runningActivationCount": ("SELECT COUNT(*) FROM activations WHERE project = ? AND status = ?",
+                                       p + (ACT_RUNNING,)),
+            "toolCallCount": ("SELECT COUNT(*) FROM tool_calls WHERE project = ?", p),
+            "historyMessageCount": ("SELECT COUNT(*) FROM agent_history_messages WHERE project = ?", p),
+            "historyCompactionCount": ("SELECT COUNT(*) FROM agent_history_compactions WHERE project = ?", p),
+            "eventCount": ("SELECT COUNT(*) FROM events WHERE project = ?", p),
+        }
+        with self._snapshot() as conn:
+            return {key: conn.execute(sql, params).fetchone()[0] for key, (sql, params) in queries.items()}
+
+    def project_summary(self, full=True):
+        """http-api.md §5.1 (full=False) / §5.2 (full=True) project summary."""
+        with self._snapshot():
+            data = self.project()
+            if not full:
+                data["task"] = truncate(data["task"], 1000)
+            data["stats"] = self.project_stats()
+            data["agents"] = self.public_agents()
+            data["recentActivations"] = self.list_activations(10) if full else []
+            data["recentMessages"] = self.list_messages(10) if full else []
+        return data
+
+    # -- agents ----------------------------------------------------------------------------------
+
+    def _agent_row(self, agent_id, conn=None):
+        return (conn or self._reader()).execute("SELECT * FROM agents WHERE project = ? AND id = ?",
+                                                (self.project_id, agent_id)).fetchone()
+
+    def _require_agent(self, agent_id, conn=None):
+        row = self._agent_row(agent_id, conn)
+        if row is None:
+            raise NotFound(f"Unknown agent: {agent_id}")
+        return row
+
+    def list_agents(self, include_tokens=False):
+        """Agent records ordered by id; tokens only when asked for (never for user listings)."""
+        rows = self._query("SELECT * FROM agents WHERE project = ? ORDER BY id", (self.project_id,))
+        return [agent_json(r, include_tokens) for r in rows]
+
+    def public_agents(self):
+        """http-api.md §6.2 public agents ordered by id."""
+        rows = self._query("SELECT * FROM agents WHERE project = ? ORDER BY id", (self.project_id,))
+        return [public_agent_json(r) for r in rows]
+
+    def agent(self, agent_id, include_token=False):
+        """One agent record; NotFound `Unknown agent: <id>`."""
+        return agent_json(self._require_agent(agent_id), include_token)
+
+    def agent_ids(self):
+        return [r["id"] for r in self._query("SELECT id FROM agents WHERE project = ? ORDER BY id",
+                                             (self.project_id,))]
+
+    def check_agent_token(self, agent_id, token):
+        """Authenticate a runner call: the agent record, or NotFound / Forbidden."""
+        row = self._require_agent(agent_id)
+        if not isinstance(token, str) or not hmac.compare_digest(row["token"].encode(), token.encode()):
+            raise Forbidden("Invalid agent token")
+        return agent_json(row)
+
+    def model_alive_agents(self):
+        """Ids of agents that are running with a running bound activation (store.md §3.2)."""
+        rows = self._query("SELECT g.id FROM agents g JOIN activations a ON a.id = g.active_activation_id "
+                           "WHERE g.project = ? AND g.status = ? AND a.status = ? ORDER BY g.id",
+                           (self.project_id, AGENT_RUNNING, ACT_RUNNING))
+        return [r["id"] for r in rows]
+
+    def _move_agent(self, tx, agent_id, trigger, *, active=None, bound_to=None, extra_where="",
+                    extra_params=(), to=None, container_name=None):
+        """One conditional agent status write plus its agent.status event; returns rowcount."""
+        sources, target = AGENT_TRANSITIONS[trigger]
+        target = to or target
+        sets = "status = ?, active_activation_id = ?, updated_at = ?"
+        params = [target, active, tx.ts]
+        if container_name is not None:
+            sets += ", container_name = ?"
+            params.append(container_name)
+        where = f"project = ? AND id = ? AND status IN ({','.join('?' * len(sources))})"
+        params += [self.project_id, agent_id, *sources]
+        if bound_to is not None:
+            where += " AND active_activation_id = ?"
+            params.append(bound_to)
+        cursor = tx.execute(f"UPDATE agents SET {sets} WHERE {where}{extra_where}",
+                            params + list(extra_params))
+        if cursor.rowcount:
+            self._event(tx, "agent.status", {"agentId": agent_id, "status": target,
+                                             "activeActivationId": active})
+        return cursor.rowcount
+
+    def set_agent_status(self, agent_id, status, now=None):
+        """Idle reset (scheduler.md §5 d): a ready agent with no work becomes quiet."""
+        sources, target = AGENT_TRANSITIONS["idle_reset"]
+        if status != target:
+            raise BadRequest(f"Invalid agent status change: {status}")
+        with self.write(now) as tx:
+            row = self._require_agent(agent_id, tx.conn)
+            if not self._move_agent(tx, agent_id, "idle_reset",
+                                    extra_where=" AND active_activation_id IS NULL"):
+                raise Conflict(f"Agent {agent_id} is {row['status']}; cannot become {status}")
+        return self.agent(agent_id)
+
+    def clear_stale_binding(self, agent_id, now=None):
+        """scheduler.md §5 b.2: unbind an agent whose bound activation is not running.
+
+        Returns the agent's new status, or None when the binding is live (nothing changes)."""
+        with self.write(now) as tx:
+            row = self._require_agent(agent_id, tx.conn)
+            if row["status"] != AGENT_RUNNING and row["active_activation_id"] is None:
+                return None
+            act = tx.one("SELECT status FROM activations WHERE project = ? AND id = ?",
+                         (self.project_id, row["active_activation_id"])) if row["active_activation_id"] else None
+            if act is not None and act["status"] == ACT_RUNNING:
+                return None
+            target = AGENT_FAILED if act is not None and act["status"] == ACT_FAILED else AGENT_QUIET
+            changed = self._move_agent(
+                tx, agent_id, "stale_binding", to=target,
+                extra_where=" AND active_activation_id IS ?", extra_params=(row["active_activation_id"],))
+            return target if changed else None
+
+    # -- messages and signals --------------------------------------------------------------------
+
+    def send_message(self, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
+                     source_activation=None, now=None):
+        """store.md §4.2: validate, then message row, event and signal(s) in one transaction."""
+        if not isinstance(body, str) or not body.strip():
+            raise BadRequest("body is required")
+        priority = _priority(priority)
+        with self.write(now) as tx:
+            return self._send_message(tx, sender, body, recipient=recipient, channel=channel,
+                                      priority=priority, source_agent=source_agent,
+                                      source_activation=source_activation)
+
+    def _send_message(self, tx, sender, body, recipient=None, channel=None, priority=None,
+                      source_agent=None, source_activation=None):
+        if not isinstance(body, str) or not body.strip():
+            raise BadRequest("body is required")
+        priority = _priority(priority)
+        if not isinstance(sender, str) or not sender:
+            raise BadRequest("sender is required")
+        recipient = recipient or None
+        channel = channel or None
+        if recipient is None and channel is None:
+            raise BadRequest("Message needs recipient or channel")
+        if recipient is not None and channel is not None:
+            raise BadRequest("Message cannot have both recipient and channel")
+        if recipient is not None and recipient != "user" and self._agent_row(recipient, tx.conn) is None:
+            raise BadRequest(f"Unknown agent: {recipient}")
+        if channel is not None and channel not in channels_of(self.config()):
+            raise BadRequest(f"Unknown channel: {channel}")
+        message_id = tx.id("msg")
+        tx.execute("INSERT INTO messages (id, project, sender, recipient, channel, priority, body, created_at) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   (message_id, self.project_id, sender, recipient, channel, priority, body, tx.ts))
+        message = _omit_none({"id": message_id, "project": self.project_id, "sender": sender,
+                              "recipient": recipient, "channel": channel, "priority": priority,
+                              "body": body, "createdAt": tx.ts})
+        self._event(tx, "message.created", message)
+        self._record_signal(tx, KIND_MESSAGE, source_agent=source_agent, source_activation=source_activation,
+                            target_agent=recipient, target_channel=channel, priority=priority,
+                            payload=message)
+        return message
+
+    def list_messages(self, limit=100, full_body=False):
+        """The newest `limit` messages, oldest first; bodies truncated to 12000 unless full_body."""
+        rows = self._query("SELECT * FROM messages WHERE project = ? ORDER BY created_at DESC, rowid DESC "
+                           "LIMIT ?", (self.project_id, int(limit)))
+        result = [message_json(r) for r in reversed(rows)]
+        if not full_body:
+            for item in result:
+                item["body"] = truncate(item["body"], 12000)
+        return result
+
+    def message(self, message_id):
+        """Full message JSON; NotFound `Unknown message: <id>`."""
+        row = self._query_one("SELECT * FROM messages WHERE project = ? AND id = ?",
+                              (self.project_id, message_id))
+        if row is None:
+            raise NotFound(f"Unknown message: {message_id}")
+        return message_json(row)
+
+    def direct_messages(self, a=None, b=None, limit=40):
+        """Direct messages (no channel); between a and b when both are given. Newest first."""
+        sql = "SELECT * FROM messages WHERE project = ? AND channel IS NULL AND recipient IS NOT NULL"
+        params = [self.project_id]
+        if a is not None and b is not None:
+            sql += " AND ((sender = ? AND recipient = ?) OR (sender = ? AND recipient = ?))"
+            params += [a, b, b, a]
+        rows = self._query(sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?", params + [int(limit)])
+        return [message_json(r) for r in rows]
+
+    def record_signal(self, kind, *, source_agent=None, source_activation=None, target_agent=None,
+                      target_channel=None, priority=None, payload=None, status=None, useful_effect=None,
+                      not_before=None, now=None):
+        """store.md §4.4: one row and one signal.created event per target; returns Signal JSON list."""
+        with self.write(now) as tx:
+            return self._record_signal(tx, kind, source_agent=source_agent,
+                                       source_activation=source_activation, target_agent=target_agent,
+                                       target_channel=target_channel, priority=priority, payload=payload,
+                                       status=status, useful_effect=useful_effect, not_before=not_before)
+
+    def _record_signal(self, tx, kind, *, source_agent=None, source_activation=None, target_agent=None,
+                       target_channel=None, priority=None, payload=None, status=None, useful_effect=None,
+                       not_before=None):
+        if not isinstance(kind, str) or not kind.strip():
+            raise BadRequest("kind is required")
+        if target_agent == "user" or target_agent == "":
+            target_agent = None
+        target_channel = target_channel or None
+        if target_agent is not None:
+            if self._agent_row(target_agent, tx.conn) is None:
+                raise BadRequest(f"Unknown agent: {target_agent}")
+            targets = [target_agent]
+        elif target_channel is not None:
+            if target_channel not in channels_of(self.config()):
+                raise BadRequest(f"Unknown channel: {target_channel}")
+            targets = [r["id"] for r in tx.all("SELECT id FROM agents WHERE project = ? ORDER BY id",
+                                               (self.project_id,)) if r["id"] != source_agent]
+        else:
+            targets = []
+        if status is not None and status not in (SIGNAL_PENDING, SIGNAL_CLOSED):
+            raise BadRequest(f"Invalid signal status: {status}")
+        if status == SIGNAL_CLOSED and targets:
+            raise BadRequest("Targeted signals cannot be closed; omit the target or omit status")
+        priority = _priority(priority)
+        if payload is None:
+            payload = {}
+        if not isinstance(payload, dict):
+            raise BadRequest("payload must be an object")
+        if useful_effect is not None and not isinstance(useful_effect, bool):
+            raise BadRequest(f"Expected boolean, got {useful_effect}")
+        not_before_ts = format_ts(to_datetime(not_before)) if not_before is not None else tx.ts
+        rows = [(t, SIGNAL_PENDING) for t in targets] or [(None, SIGNAL_CLOSED)]
+        created = []
+        for target, row_status in rows:
+            useful = default_useful_effect(kind, row_status) if useful_effect is None else useful_effect
+            signal_id = tx.id("sig")
+            tx.execute("INSERT INTO signals (id, project, kind, source_agent, source_activation, target_agent, "
+                       "target_channel, priority, payload_json, status, useful_effect, created_at, not_before, "
+                       "delivered_at, delivered_activation_id) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+                       (signal_id, self.project_id, kind, source_agent, source_activation, target,
+                        target_channel, priority, dump_json(payload), row_status, int(useful), tx.ts,
+                        not_before_ts))
+            signal = signal_json(tx.one("SELECT * FROM signals WHERE id = ?", (signal_id,)))
+            self._event(tx, "signal.created", signal)
+            created.append(signal)
+        return created
+
+    def signal(self, signal_id):
+        row = self._query_one("SELECT * FROM signals WHERE project = ? AND id = ?", (self.project_id, signal_id))
+        if row is None:
+            raise NotFound(f"Unknown signal: {signal_id}")
+        return signal_json(row)
+
+    def pending_signals(self, agent_id, limit=None, now=None):
+        """store.md §4.5: all ready P0/P1 up to limit, else the single oldest ready P2, else P3."""
+        limit = max_signals_of(self.config()) if limit is None else int(limit)
+        ts = format_ts(to_datetime(now))
+        base = ("SELECT * FROM signals WHERE project = ? AND target_agent = ? AND status = 'pending' "
+                "AND not_before <= ? AND priority IN ({}) ORDER BY priority, created_at, rowid LIMIT ?")
+        with self._snapshot() as conn:
+            rows = conn.execute(base.format("'P0','P1'"), (self.project_id, agent_id, ts, limit)).fetchall()
+            if not rows:
+                rows = conn.execute(base.format("'P2','P3'"), (self.project_id, agent_id, ts, 1)).fetchall()
+        return [signal_json(r) for r in rows]
+
+    def has_pending_signals(self, now=None):
+        """Any ready signal in the project."""
+        return self._query_one("SELECT 1 FROM signals WHERE project = ? AND status = 'pending' "
+                               "AND target_agent IS NOT NULL AND not_before <= ? LIMIT 1",
+                               (self.project_id, format_ts(to_datetime(now)))) is not None
+
+    def has_pending_signals_for_agent(self, agent_id, include_delayed=False, now=None):
+        """Any ready pending signal for the agent; delayed ones count with include_delayed."""
+        sql = "SELECT 1 FROM signals WHERE project = ? AND target_agent = ? AND status = 'pending'"
+        params = [self.project_id, agent_id]
+        if not include_delayed:
+            sql += " AND not_before <= ?"
+            params.append(format_ts(to_datetime(now)))
+        return self._query_one(sql + " LIMIT 1", params) is not None
+
+    def list_signals(self, target_agent=None, status=None, limit=25, kind=None):
+        """Newest-first Signal JSON, optionally filtered (coordination.signals panel)."""
+        if status is not None and status not in SIGNAL_STATUSES:
+            raise BadRequest(f"Invalid signal status: {status}")
+        sql, params = "SELECT * FROM signals WHERE project = ?", [self.project_id]
+        for column, value in (("target_agent", target_agent), ("status", status), ("kind", kind)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                params.append(value)
+        rows = self._query(sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?", params + [int(limit)])
+        return [signal_json(r) for r in rows]
+
+    def signal_counts(self):
+        """Signal counts grouped by (status, priority), ordered by status then priority."""
+        rows = self._query("SELECT status, priority, COUNT(*) AS n FROM signals WHERE project = ? "
+                           "GROUP BY status, priority ORDER BY status, priority", (self.project_id,))
+        return [{"status": r["status"], "priority": r["priority"], "count": r["n"]} for r in rows]
+
+    def signals_delivered_to(self, activation_id, kind=None):
+        """Signals delivered to one activation, in delivery order."""
+        sql = "SELECT * FROM signals WHERE project = ? AND delivered_activation_id = ?"
+        params = [self.project_id, activation_id]
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        return [signal_json(r) for r in self._query(sql + " ORDER BY delivered_at, rowid", params)]
+
+    def latest_signal(self, kind, target_agent=None):
+        """Newest signal of a kind (for one target when given), any status, or None."""
+        sql, params = "SELECT * FROM signals WHERE project = ? AND kind = ?", [self.project_id, kind]
+        if target_agent is not None:
+            sql += " AND target_agent = ?"
+            params.append(target_agent)
+        row = self._query_one(sql + " ORDER BY created_at DESC, rowid DESC LIMIT 1", params)
+        return signal_json(row) if row else None
+
+    def _deliver(self, tx, agent_id, signal_ids, activation_id):
+        """pending -> delivered, only for rows still pending and targeted at the agent."""
+        sources, target = SIGNAL_TRANSITIONS["deliver"]
+        delivered = []
+        for signal_id in signal_ids:
+            cursor = tx.execute(f"UPDATE signals SET status = ?, delivered_at = ?, delivered_activation_id = ? "
+                                f"WHERE project = ? AND id = ? AND target_agent = ? AND status IN "
+                                f"({','.join('?' * len(sources))})",
+                                (target, tx.ts, activation_id, self.project_id, signal_id, agent_id, *sources))
+            if cursor.rowcount:
+                delivered.append(signal_id)
+        return delivered
+
+    def mark_signals_delivered(self, agent_id, signals, activation_id, now=None):
+        """Mark signals (ids or Signal JSON) delivered; returns the ids that changed."""
+        ids = [s["id"] if isinstance(s, dict) else s for s in signals]
+        with self.write(now) as tx:
+            return self._deliver(tx, agent_id, ids, activation_id)
+
+    # -- activations -----------------------------------------------------------------------------
+
+    def _activation_row(self, activation_id, conn=None):
+        row = (conn or self._reader()).execute("SELECT * FROM activations WHERE project = ? AND id = ?",
+                                               (self.project_id, activation_id)).fetchone()
+        if row is None:
+            raise NotFound(f"Unknown activation: {activation_id}")
+        return row
+
+    def _owned_activation(self, conn, agent_id, activation_id):
+        row = self._activation_row(activation_id, conn)
+        if agent_id is not None and row["agent_id"] != agent_id:
+            raise Forbidden(f"Activation {activation_id} does not belong to {agent_id}")
+        return row
+
+    def require_running_activation(self, agent_id, activation_id, purpose="tool"):
+        """Checks E–G of http-api.md §9.1 for routes that need a running activation."""
+        row = self._owned_activation(self._reader(), agent_id, activation_id)
+        _require_running(row, purpose)
+        return activation_json(row)
+
+    def start_activation(self, agent_id, prompt, signals, now=None):
+        """createActivation (guarded) + markSignalsDelivered + the activation_prompt history row."""
+        signals = list(signals or [])
+        with self.write(now) as tx:
+            agent = self._require_agent(agent_id, tx.conn)
+            act_id = tx.id("act")
+            guard = (" AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.project = agents.project "
+                     "AND a.id = agents.active_activation_id AND a.status = 'running')"
+                     " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = agents.project AND p.status = ?)")
+            if not self._move_agent(tx, agent_id, "activation_created", active=act_id,
+                                    extra_where=guard, extra_params=(PROJECT_RUNNING,)):
+                project = self._project_row(tx.conn)
+                if project["status"] != PROJECT_RUNNING:
+                    raise Conflict(f"Project {self.project_id} is {project['status']}; "
+                                   "no activation can start")
+                if agent["active_activation_id"]:
+                    raise Conflict(f"Agent {agent_id} already has a running activation "
+                                   f"{agent['active_activation_id']}")
+                raise Conflict(f"Agent {agent_id} is {agent['status']}; no activation can start")
+            directory = self.activation_dir(act_id)
+            tx.execute("INSERT INTO activations (id, project, agent_id, status, prompt, input_path, output_path, "
+                       "container_name, started_at, completed_at, text, error, emitted_messages, usage_json, "
+                       "context_json) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, 0, NULL, NULL)",
+                       (act_id, self.project_id, agent_id, ACT_RUNNING, prompt, str(directory / "input.json"),
+                        str(directory / "result.json"), tx.ts))
+            self._event(tx, "activation.started", {"activationId": act_id, "agentId": agent_id})
+            ids = [s["id"] if isinstance(s, dict) else s for s in signals]
+            delivered = self._deliver(tx, agent_id, ids, act_id)
+            if len(delivered) != len(ids):
+                missing = [i for i in ids if i not in delivered]
+                raise Conflict(f"Signals are no longer pending for {agent_id}: {', '.join(missing)}")
+            priorities = [tx.one("SELECT priority FROM signals WHERE id = ?", (i,))["priority"] for i in ids]
+            self._append_history(tx, agent_id, act_id, "user", "activation_prompt", prompt,
+                                 {"delivery": "activation_start", "signalIds": ids, "priorities": priorities})
+            return activation_json(self._activation_row(act_id, tx.conn))
+
+    def set_activation_container(self, activation_id, name, now=None):
+        """Record the container (or local-<pid>) name on the activation and its agent; re-read it."""
+        with self.write(now) as tx:
+            row = self._activation_row(activation_id, tx.conn)
+            tx.execute("UPDATE activations SET container_name = ? WHERE project = ? AND id = ?",
+                       (name, self.project_id, activation_id))
+            self._move_agent(tx, row["agent_id"], "container_attached", active=activation_id,
+                             bound_to=activation_id, container_name=name)
+            return activation_json(self._activation_row(activation_id, tx.conn))
+
+    def _finish_activation(self, tx, activation_id, trigger, extra_sets, extra_params):
+        sources, target = ACTIVATION_TRANSITIONS[trigger]
+        cursor = tx.execute(f"UPDATE activations SET status = ?, completed_at = ?{extra_sets} "
+                            f"WHERE project = ? AND id = ? AND status IN ({','.join('?' * len(sources))})",
+                            (target, tx.ts, *extra_params, self.project_id, activation_id, *sources))
+        return cursor.rowcount
+
+    def complete_activation(self, activation_id, agent_id, text, usage=None, now=None):
+        """store.md §5.3 incl. the no-effect nudge; a non-running activation is returned unchanged."""
+        if not isinstance(text, str) or not text.strip():
+            raise BadRequest("output.text is required")
+        usage = usage if isinstance(usage, dict) else {}
+        with self.write(now) as tx:
+            row = self._owned_activation(tx.conn, agent_id, activation_id)
+            agent_id = row["agent_id"]
+            emitted = (", emitted_messages = (SELECT COUNT(*) FROM messages m WHERE m.project = ? "
+                       "AND m.sender = ? AND m.created_at >= activations.started_at), text = ?, usage_json = ?")
+            if not self._finish_activation(tx, activation_id, "complete", emitted,
+                                           (self.project_id, agent_id, text, dump_json(usage))):
+                return {"status": row["status"], "activationId": activation_id}
+            self._move_agent(tx, agent_id, "activation_completed", bound_to=activation_id)
+            done = self._activation_row(activation_id, tx.conn)
+            useful = tx.one("SELECT COUNT(*) FROM signals WHERE project = ? AND source_activation = ? "
+                            "AND useful_effect = 1", (self.project_id, activation_id))[0]
+            self._event(tx, "activation.completed", {"activationId": activation_id, "agentId": agent_id,
+                                                     "emittedMessages": done["emitted_messages"],
+                                                     "usefulEffects": useful})
+            if useful == 0:
+                self._no_effect_nudge(tx, agent_id, activation_id)
+            return {"status": ACT_COMPLETED, "activationId": activation_id}
+
+    def _no_effect_nudge(self, tx, agent_id, activation_id):
+        """scheduler.md §7.1, evaluated inside completion."""
+        raw = _section(_section(self.config(), "scheduler"), "noEffectNudge")
+        cfg = {**NO_EFFECT_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
+        if not cfg["enabled"]:
+            return None
+        previous = 0
+        woke = tx.one("SELECT payload_json FROM signals WHERE project = ? AND delivered_activation_id = ? "
+                      "AND kind = ? ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                      (self.project_id, activation_id, KIND_NO_EFFECT_NUDGE))
+        if woke is not None:
+            attempt = _load_json(woke["payload_json"], {}).get("attempt")
+            previous = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0 else 1
+        max_consecutive = cfg["maxConsecutive"]
+        if max_consecutive and previous >= max_consecutive:
+            return None
+        attempt = previous + 1
+        delay = _no_effect_delay(attempt, cfg)
+        not_before = format_ts(tx.now + timedelta(milliseconds=delay)) if delay > 0 else None
+        payload = _omit_none({"previousActivationId": activation_id, "attempt": attempt,
+                              "maxConsecutive": max_consecutive, "delayMs": delay, "notBefore": not_before,
+                              "message": no_effect_message(agent_id)})
+        return self._record_signal(tx, KIND_NO_EFFECT_NUDGE, target_agent=agent_id, priority=cfg["priority"],
+                                   payload=payload, useful_effect=False, not_before=not_before)
+
+    def fail_activation(self, activation_id, error, now=None):
+        """store.md §5.4. Returns the failed activation, or None when it was already terminal."""
+        error = str(error)
+        with self.write(now) as tx:
+            row = self._activation_row(activation_id, tx.conn)
+            if not self._finish_activation(tx, activation_id, "fail", ", error = ?", (error,)):
+                return None
+            agent_id = row["agent_id"]
+            self._move_agent(tx, agent_id, "activation_failed", bound_to=activation_id)
+            self._append_history(tx, agent_id, activation_id, "assistant", "activation_failed",
+                                 f"Activation {activation_id} failed.\n\n{error}", {"error": error})
+            self._event(tx, "activation.failed", {"activationId": activation_id, "agentId": agent_id,
+                                                  "error": error})
+            return activation_json(self._activation_row(activation_id, tx.conn))
+
+    def cancel_activation(self, activation_id, reason, now=None):
+        """store.md §5.5. Returns the cancelled activation, or None when it was already terminal."""
+        with self.write(now) as tx:
+            return self._cancel(tx, activation_id, str(reason))
+
+    def _cancel(self, tx, activation_id, reason):
+        row = self._activation_row(activation_id, tx.conn)
+        if not self._finish_activation(tx, activation_id, "cancel", ", error = ?", (reason,)):
+            return None
+        agent_id = row["agent_id"]
+        self._move_agent(tx, agent_id, "activation_cancelled", bound_to=activation_id)
+        self._append_history(tx, agent_id, activation_id, "assistant", "activation_cancelled",
+                             f"Activation {activation_id} was interrupted and cancelled.\n\nReason: {reason}",
+                             {"reason": reason})
+        self._event(tx, "activation.cancelled", {"activationId": activation_id, "agentId": agent_id,
+                                                 "reason": reason})
+        return activation_json(self._activation_row(activation_id, tx.conn))
+
+    def record_activation_context(self, activation_id, agent_id, context, now=None):
+        """Store the model-context snapshot (http-api.md §9.8); a later post replaces it."""
+        if not isinstance(context, dict):
+            raise BadRequest("context is required")
+        messages = context.get("messages")
+        if context.get("version") != 1 or context.get("kind") != "model-context" or not isinstance(messages, list):
+            raise BadRequest("Invalid activation context")
+        count = context.get("messageCount")
+        count = count if isinstance(count, int) else len(messages)
+        total = context.get("totalChars")
+        if not isinstance(total, int):
+            total = sum(len(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
+        with self.write(now) as tx:
+            row = self._owned_activation(tx.conn, agent_id, activation_id)
+            tx.execute("UPDATE activations SET context_json = ? WHERE project = ? AND id = ?",
+                       (dump_json(context), self.project_id, activation_id))
+            self._event(tx, "activation.context_recorded", {"activationId": activation_id,
+                                                            "agentId": row["agent_id"],
+                                                            "messageCount": count, "totalChars": total})
+        return {"status": "recorded", "activationId": activation_id}
+
+    def activation(self, activation_id):
+        """The full activation record; NotFound `Unknown activation: <id>`."""
+        return activation_json(self._activation_row(activation_id))
+
+    def activation_context(self, activation_id):
+        """http-api.md §6.6: public activation, prompt, and the snapshot or its fallback."""
+        row = self._activation_row(activation_id)
+        context = _load_json(row["context_json"])
+        if context is None:
+            prompt = row["prompt"]
+            context = {"version": 1, "kind": "model-context", "recordedAt": row["started_at"],
+                       "messageCount": 1, "totalChars": len(prompt),
+                       "messages": [{"role": "user", "content": prompt, "chars": len(prompt)}]}
+        return {"activation": public_activation_json(row), "activationPrompt": row["prompt"], "context": context}
+
+    def list_activations(self, limit=100):
+        """http-api.md §6.5: the newest `limit` activations, oldest first, as public activations."""
+        rows = self._query("SELECT * FROM activations WHERE project = ? ORDER BY started_at DESC, rowid DESC "
+                           "LIMIT ?", (self.project_id, int(limit)))
+        return [public_activation_json(r) for r in reversed(rows)]
+
+    def running_activations(self):
+        """Every running activation of the project (full records), in start order."""
+        rows = self._query("SELECT * FROM activations WHERE project = ? AND status = ? ORDER BY started_at, rowid",
+                           (self.project_id, ACT_RUNNING))
+        return [activation_json(r) for r in rows]
+
+    def agent_has_activations(self, agent_id):
+        """Whether any activation row exists for the agent (first vs later prompt, scheduler.md §4.1)."""
+        return self._query_one("SELECT 1 FROM activations WHERE project = ? AND agent_id = ? LIMIT 1",
+                               (self.project_id, agent_id)) is not None
+
+    def latest_failed_activation(self, agent_id):
+        """The agent's most recent failed activation by started_at, or None."""
+        row = self._query_one("SELECT * FROM activations WHERE project = ? AND agent_id = ? AND status = ? "
+                              "ORDER BY started_at DESC, rowid DESC LIMIT 1",
+                              (self.project_id, agent_id, ACT_FAILED))
+        return activation_json(row) if row else None
+
+    # -- tool calls ------------------------------------------------------------------------------
+
+    def start_tool_call(self, agent_id, activation_id, tool, input=None, now=None):
+        """store.md §5.6 start: running row, tool.called event, tool_call history row."""
+        if not isinstance(tool, str) or not tool:
+            raise BadRequest("tool is required")
+        input_value = {} if input is None else input
+        with self.write(now) as tx:
+            row = self._owned_activation(tx.conn, agent_id, activation_id)
+            _require_running(row, "tool")
+            call_id = tx.id("tool")
+            input_json = dump_json(input_value)
+            tx.execute("INSERT INTO tool_calls (id, project, activation_id, agent_id, tool, input_json, status, "
+                       "output, error, created_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
+                       (call_id, self.project_id, activation_id, agent_id, tool, input_json, TOOL_RUNNING, tx.ts))
+            self._event(tx, "tool.called", {"id": call_id, "activationId": activation_id, "agentId": agent_id,
+                                            "tool": tool, "status": TOOL_RUNNING})
+            content = f"# Tool Call\nTool: {tool}\n\n" + json.dumps(input_value, indent=2, ensure_ascii=False)
+            self._append_history(tx, agent_id, activation_id, "tool_call", "tool_call", content,
+                                 {"toolCallId": call_id, "tool": tool, "status": TOOL_RUNNING},
+                                 [{"type": "tool_call", "toolCallId": call_id, "toolName": tool,
+                                   "inputJson": input_json}])
+        return {"toolCallId": call_id}
+
+    def finish_tool_call(self, agent_id, activation_id, tool_call_id, status, output=None, error=None,
+                         now=None):
+        """store.md §5.6 finish plus P1 tool-boundary delivery (scheduler.md §3.2)."""
+        if status not in (TOOL_COMPLETED, TOOL_FAILED):
+            raise BadRequest(f"Invalid tool call status: {status}")
+        output = None if output is None else str(output)
+        error = None if error in (None, "") else str(error)
+        sources, target = TOOL_CALL_TRANSITIONS["complete" if status == TOOL_COMPLETED else "fail"]
+        with self.write(now) as tx:
+            cursor = tx.execute(f"UPDATE tool_calls SET status = ?, output = ?, error = ?, completed_at = ? "
+                                f"WHERE project = ? AND id = ? AND agent_id = ? AND activation_id = ? "
+                                f"AND status IN ({','.join('?' * len(sources))})",
+                                (target, output, error, tx.ts, self.project_id, tool_call_id, agent_id,
+                                 activation_id, *sources))
+            if cursor.rowcount == 0:
+                raise NotFound(f"Unknown tool call for activation: {tool_call_id}")
+            tool = tx.one("SELECT tool FROM tool_calls WHERE id = ?", (tool_call_id,))["tool"]
+            self._event(tx, f"tool.{target}", _omit_none({"id": tool_call_id, "output": output, "error": error}))
+            lines = [f"# Tool Result\nTool: {tool}\nStatus: {target}"]
+            if error:
+                lines.append(f"\nError: {error}")
+            if output:
+                lines.append(f"\n\n{output}")
+            self._append_history(tx, agent_id, activation_id, "tool_result",
+                                 "tool_result" if target == TOOL_COMPLETED else "tool_error", "".join(lines),
+                                 {"toolCallId": tool_call_id, "tool": tool, "status": target},
+                                 [_omit_none({"type": "tool_result", "toolCallId": tool_call_id,
+                                              "toolName": tool, "output": output, "error": error})])
+            result = {"status": target}
+            act = self._activation_row(activation_id, tx.conn)
+            if target != TOOL_COMPLETED or act["status"] != ACT_RUNNING or tool in ENDING_TOOLS:
+                return result
+            rows = tx.all("SELECT * FROM signals WHERE project = ? AND target_agent = ? AND status = 'pending' "
+                          "AND priority = 'P1' AND not_before <= ? ORDER BY created_at, rowid LIMIT ?",
+                          (self.project_id, agent_id, tx.ts, BOUNDARY_LIMIT))
+            if not rows:
+                return result
+            signals = [signal_json(r) for r in rows]
+            text = render_boundary_text(signals)
+            ids = self._deliver(tx, agent_id, [s["id"] for s in signals], activation_id)
+            self._append_history(tx, agent_id, activation_id, "user", "tool_boundary_signals", text,
+                                 {"delivery": "tool_boundary", "signalIds": ids})
+            result.update(deliveredSignals=len(ids), signalText=text)
+            return result
+
+    def tool_call(self, tool_call_id):
+        row = self._query_one("SELECT * FROM tool_calls WHERE project = ? AND id = ?", (self.project_id, tool_call_id))
+        if row is None:
+            raise NotFound(f"Unknown tool call: {tool_call_id}")
+        return {k: row[k] for k in row.keys()}
+
+    def list_tool_calls(self, limit=100, tools=None):
+        """http-api.md §6.7 raw rows, newest first; optionally only the named tools."""
+        sql, params = "SELECT * FROM tool_calls WHERE project = ?", [self.project_id]
+        if tools:
+            sql += f" AND tool IN ({','.join('?' * len(tools))})"
+            params += list(tools)
+        rows = self._query(sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?", params + [int(limit)])
+        return [tool_call_row_json(r) for r in rows]
+
+    def tool_call_stats(self):
+        """Per-tool counts and the newest row of each tool (http-api.md §6.8), keyed by tool name."""
+        stats = {}
+        with self._snapshot() as conn:
+            for r in conn.execute("SELECT tool, status, COUNT(*) AS n FROM tool_calls WHERE project = ? "
+                                  "GROUP BY tool, status", (self.project_id,)):
+                entry = stats.setdefault(r["tool"], {"callCount": 0, "runningCount": 0, "completedCount": 0,
+                                                     "failedCount": 0})
+                entry["callCount"] += r["n"]
+                entry[f"{r['status']}Count"] += r["n"]
+            for tool, entry in stats.items():
+                last = conn.execute("SELECT * FROM tool_calls WHERE project = ? AND tool = ? "
+                                    "ORDER BY created_at DESC, rowid DESC LIMIT 1", (self.project_id, tool)).fetchone()
+                entry.update(_omit_none({"lastStatus": last["status"], "lastAgentId": last["agent_id"],
+                                         "lastAt": last["completed_at"] or last["created_at"],
+                                         "lastError": truncate(last["error"], 600) or None}))
+        return stats
+
+    # -- core tool effects -----------------------------------------------------------------------
+
+    def submit_report(self, agent_id, activation_id, report, now=None):
+        """store.md §5.7: final-report.md, project submitted, closed completion.submitted signal."""
+        if not isinstance(report, str) or not report.strip():
+            raise BadRequest("report is required")
+        path = self.report_path
+        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+        temp.write_text(report.strip() + "\n", encoding="utf-8")
+        os.replace(temp, path)
+        with self.write(now) as tx:
+            self._require_agent(agent_id, tx.conn)
+            self._set_project_status(tx, "submit", {"submitted_report": str(path)})
+            self._event(tx, "project.submitted", {"agentId": agent_id, "reportPath": str(path)})
+            signals = self._record_signal(tx, KIND_SUBMITTED, source_agent=agent_id,
+                                          source_activation=activation_id, payload={"reportPath": str(path)},
+                                          useful_effect=True)
+        return {"reportPath": str(path), "signal": signals[0]}
+
+    def declare_wait(self, agent_id, activation_id, reason=None, pm=None, notify_pm=None, now=None):
+        """store.md §5.8: optional P3 notice to the coordinator plus a closed wait signal."""
+        reason = reason.strip() if isinstance(reason, str) and reason.strip() else WAIT_PREFIX
+        pm = pm or coordinator_of(self.config())
+        notify = (agent_id != pm) if notify_pm is None else bool(notify_pm)
+        with self.write(now) as tx:
+            self._require_agent(agent_id, tx.conn)
+            message = None
+            if notify and agent_id != pm and self._agent_row(pm, tx.conn) is not None:
+                message = self._send_message(tx, agent_id, f"{WAIT_PREFIX}\n\nReason: {reason}", recipient=pm,
+                                             priority="P3", source_agent=agent_id,
+                                             source_activation=activation_id)
+            payload = _omit_none({"reason": reason, "notifiedAgent": pm if message else None,
+                                  "messageId": message["id"] if message else None})
+            signal = self._record_signal(tx, KIND_WAIT, source_agent=agent_id, source_activation=activation_id,
+                                         payload=payload, useful_effect=True)[0]
+        return _omit_none({"reason": reason, "notifiedAgent": payload.get("notifiedAgent"), "message": message,
+                           "signal": signal})
+
+    # -- history ---------------------------------------------------------------------------------
+
+    def _append_history(self, tx, agent_id, activation_id, role, kind, content, metadata=None, parts=None):
+        sequence = tx.one("SELECT COALESCE(MAX(sequence), 0) + 1 FROM agent_history_messages "
+                          "WHERE project = ? AND agent_id = ?", (self.project_id, agent_id))[0]
+        message_id = tx.id("hist")
+        tx.execute("INSERT INTO agent_history_messages (id, project, agent_id, activation_id, role, kind, content, "
+                   "sequence, metadata_json, compaction_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                   (message_id, self.project_id, agent_id, activation_id, role, kind, content, sequence,
+                    dump_json(metadata or {}), tx.ts))
+        parts = parts or [{"type": _history_part_type(role), "text": content}]
+        for index, part in enumerate(parts):
+            tx.execute("INSERT INTO agent_history_parts (id, project, agent_id, message_id, activation_id, "
+                       "part_index, type, text, tool_call_id, tool_name, input_json, output, error, metadata_json, "
+                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (tx.id("hpart"), self.project_id, agent_id, message_id, activation_id, index,
+                        part.get("type") or _history_part_type(role), part.get("text"), part.get("toolCallId"),
+                        part.get("toolName"), part.get("inputJson"), part.get("output"), part.get("error"),
+                        dump_json(part.get("metadata") or {}), tx.ts))
+        self._event(tx, "agent_history.message", _omit_none({
+            "id": message_id, "agentId": agent_id, "activationId": activation_id, "role": role, "kind": kind,
+            "chars": len(content)}))
+        return self._history_rows(tx.conn, "id = ?", (message_id,))[0]
+
+    def append_history(self, agent_id, activation_id, role, kind, content, metadata=None, parts=None, now=None):
+        """store.md §7.1 via the runner route; a given activation must be the agent's and running."""
+        if role not in HISTORY_ROLES:
+            raise BadRequest(f"Invalid history role: {role}")
+        for name, value in (("kind", kind), ("content", content)):
+            if not isinstance(value, str) or not value.strip():
+                raise BadRequest(f"{name} is required")
+        metadata = metadata if isinstance(metadata, dict) else {}
+        with self.write(now) as tx:
+            self._require_agent(agent_id, tx.conn)
+            if activation_id is not None:
+                _require_running(self._owned_activation(tx.conn, agent_id, activation_id), "history")
+            return self._append_history(tx, agent_id, activation_id, role, kind, content, metadata, parts)
+
+    def _history_rows(self, conn, where, params, order="sequence", limit=None, content_limit=None,
+                      part_limit=None):
+        sql = f"SELECT * FROM agent_history_messages WHERE project = ? AND {where} ORDER BY {order}"
+        args = [self.project_id, *params]
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        rows = conn.execute(sql, args).fetchall()
+        if not rows:
+            return []
+        parts = {}
+        ids = [r["id"] for r in rows]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            for part in conn.execute(f"SELECT * FROM agent_history_parts WHERE project = ? AND message_id IN "
+                                     f"({','.join('?' * len(chunk))}) ORDER BY part_index",
+                                     [self.project_id, *chunk]):
+                parts.setdefault(part["message_id"], []).append(part)
+        return [history_json(r, parts.get(r["id"], []), content_limit, part_limit) for r in rows]
+
+    def active_history(self, agent_id):
+        """store.md §7.3: unarchived rows, compaction markers first, then by sequence; with parts."""
+        with self._snapshot() as conn:
+            self._require_agent(agent_id, conn)
+            return self._active_history(conn, agent_id)
+
+    def _active_history(self, conn, agent_id):
+        return self._history_rows(conn, "agent_id = ? AND compaction_id IS NULL", (agent_id,),
+                                  order="(role = 'compaction') DESC, sequence")
+
+    def history_page(self, agent_id, limit=100, before=None, include_archived=True):
+        """http-api.md §7.1 page: newest first, with nextBefore when the page is full."""
+        limit = min(500, max(1, int(limit)))
+        where, params = "agent_id = ?", [agent_id]
+        if before is not None:
+            where += " AND sequence < ?"
+            params.append(int(before))
+        if not include_archived:
+            where += " AND compaction_id IS NULL"
+        with self._snapshot() as conn:
+            self._require_agent(agent_id, conn)
+            rows = self._history_rows(conn, where, params, order="sequence DESC", limit=limit,
+                                      content_limit=40000, part_limit=20000)
+        page = {"agentId": agent_id}
+        if len(rows) == limit:
+            page["nextBefore"] = rows[-1]["sequence"]
+        page["messages"] = rows
+        return page
+
+    def compact_history(self, agent_id, activation_id, summary, keep_tail=None, reason=None,
+                        selected_model=None, now=None):
+        """store.md §7.4: archive the head of active history behind one compaction marker."""
+        if not isinstance(summary, str) or not summary.strip():
+            raise BadRequest("summary is required")
+        summary = summary.strip()
+        keep = 12 if keep_tail is None else min(100, max(1, math.floor(keep_tail)))
+        with self.write(now) as tx:
+            self._require_agent(agent_id, tx.conn)
+            if activation_id is not None:
+                _require_running(self._owned_activation(tx.conn, agent_id, activation_id), "history")
+            active = self._active_history(tx.conn, agent_id)
+            head = active[:-keep] if len(active) > keep else []
+            if not head:
+                return {"status": "unchanged", "history": active}
+            cmp_id = tx.id("cmp")
+            path = self.history_archive_path(agent_id, cmp_id)
+            archive = _omit_none({"version": 1, "compactionId": cmp_id, "project": self.project_id,
+                                  "agentId": agent_id, "activationId": activation_id, "reason": reason,
+                                  "selectedModel": selected_model, "createdAt": tx.ts, "messages": head})
+            text = json.dumps(archive, indent=2, ensure_ascii=False) + "\n"
+            sequences = [m["sequence"] for m in head]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            try:
+                marker = self._append_history(
+                    tx, agent_id, activation_id, "compaction", "history_compaction", summary,
+                    _omit_none({"compactionId": cmp_id, "archivePath": str(path),
+                                "archivedMessageCount": len(head), "startSequence": min(sequences),
+                                "endSequence": max(sequences), "reason": reason,
+                                "selectedModel": selected_model}),
+                    [{"type": "compaction", "text": summary,
+                      "metadata": {"compactionId": cmp_id, "archivePath": str(path)}}])
+                ids = [m["id"] for m in head]
+                for start in range(0, len(ids), 500):
+                    chunk = ids[start:start + 500]
+                    tx.execute(f"UPDATE agent_history_messages SET compaction_id = ? WHERE project = ? "
+                               f"AND compaction_id IS NULL AND id IN ({','.join('?' * len(chunk))})",
+                               [cmp_id, self.project_id, *chunk])
+                tx.execute("INSERT INTO agent_history_compactions (id, project, agent_id, activation_id, "
+                           "summary_message_id, archive_path, start_sequence, end_sequence, "
+                           "archived_message_count, raw_chars, summary, reason, selected_model, created_at) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (cmp_id, self.project_id, agent_id, activation_id, marker["id"], str(path),
+                            min(sequences), max(sequences), len(head), len(text), summary, reason,
+                            selected_model, tx.ts))
+                self._event(tx, "agent_history.compacted", _omit_none({
+                    "compactionId": cmp_id, "agentId": agent_id, "activationId": activation_id,
+                    "archivedMessageCount": len(head), "rawChars": len(text)}))
+                compaction = compaction_json(tx.one("SELECT * FROM agent_history_compactions WHERE id = ?",
+                                                    (cmp_id,)))
+                history = self._active_history(tx.conn, agent_id)
+            except BaseException:
+                path.unlink(missing_ok=True)
+                raise
+        return {"status": "compacted", "compaction": compaction, "history": history}
+
+    def history_archive(self, agent_id, compaction_id):
+        """http-api.md §7.2: {compaction, archive}; the agent segment is not matched (reference)."""
+        row = self._query_one("SELECT * FROM agent_history_compactions WHERE project = ? AND id = ?",
+                              (self.project_id, compaction_id))
+        if row is None:
+            raise NotFound(f"Unknown history compaction: {compaction_id}")
+        archive = json.loads(Path(row["archive_path"]).read_text(encoding="utf-8"))
+        return {"compaction": compaction_json(row), "archive": archive}
+
+    # -- Node toolpack facade (tools.md §15.3 store.db.*) ---------------------------------------
+
+    def db_all(self, sql, params=()):
+        """All rows of a query as dicts keyed by column name."""
+        return [dict(r) for r in self._reader().execute(sql, list(params or ())).fetchall()]
+
+    def db_get(self, sql, params=()):
+        """The first row of a query as a dict, or None."""
+        row = self._reader().execute(sql, list(params or ())).fetchone()
+        return dict(row) if row is not None else None
+
+    def db_run(self, sql, params=()):
+        """Run one statement in its own write transaction: {changes, lastInsertRowid}."""
+        with self.write() as tx:
+            cursor = tx.execute(sql, list(params or ()))
+            return {"changes": max(cursor.rowcount, 0),
+                    "lastInsertRowid": cursor.lastrowid or 0}
+
+
+def _require_running(row, purpose):
+    if row["status"] != ACT_RUNNING:
+        if purpose == "history":
+            raise Conflict(f"Activation {row['id']} is {row['status']}; history updates are not accepted")
+        raise Conflict(f"Activation {row['id']} is {row['status']}; no more tool calls are accepted")

@@ -1,0 +1,42 @@
+"""Fixtures for store tests: a real runtime root with an initialized `demo` project (store.md §9)."""
+import copy
+
+import suzumio_store as st
+
+T0 = "2026-06-02T09:00:00.000Z"
+
+BASE_CONFIG = {
+    "name": "demo",
+    "task": "Build the demo.",
+    "channels": ["#project"],
+    "communication": {"coordinatorAgent": "pm"},
+    "scheduler": {"kind": "nonpreemptive-signals", "maxSignalsPerActivation": 20},
+    "agents": {
+        "pm": {"prompt": "You coordinate.", "tools": ["messages.send", "completion.submit"]},
+        "worker": {"tools": ["*"]},
+        "verifier": {"tools": ["messages.send"]},
+    },
+}
+
+
+def make_config(**overrides):
+    config = copy.deepcopy(BASE_CONFIG)
+    for key, value in overrides.items():
+        config[key] = value
+    return config
+
+
+def init_demo(root_path, config=None, start=True, now=T0):
+    """Initialize `demo` under root_path and (by default) set it running."""
+    config = config or make_config()
+    root = st.Root(root_path)
+    store = root.init_project(config["name"], config["task"], config, st.expand_agents(config),
+                              "name: demo\n", "name: demo\n", now=now)
+    if start:
+        store.start(now=now)
+    return root, store
+
+
+def at(seconds, base=T0):
+    """A timestamp `seconds` after base."""
+    return st.format_ts(st.parse_ts(base) + st.timedelta(seconds=seconds))
