@@ -1,0 +1,463 @@
+"""User-facing HTTP surface (http-api.md): request guards, projects, messages, history, control
+actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the Bottle app with the
+runner routes of suzumio_runner_support mounted beside these; serve() runs it on Waitress. Nothing is
+built at import time. Imported by suzumio.py and tests."""
+import hmac
+import json
+import logging
+import math
+import re
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+import bottle
+import waitress.server
+
+import suzumio_config
+import suzumio_scheduler
+from suzumio_errors import Forbidden, NotFound
+from suzumio_runner_support import (
+    JSON_TYPE, NOSNIFF, ErrorBoundary, encode_json, error_response, json_response, mount_runner_routes,
+    read_body, read_fields, run_tick, text_response,
+)
+from suzumio_toolpacks import optional_string
+
+log = logging.getLogger(__name__)
+
+WEBUI_DIR = Path(__file__).resolve().parent / "webui_dist"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+RUNNER_PATHS = ("/activation-context", "/activation-output")
+RUNNER_PREFIXES = ("/runner/", "/toolpacks/")
+STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
+ASSET_TYPES = {
+    ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".json": JSON_TYPE,
+}
+ASSET_MISSING = "webui asset not found. Run npm run build."
+SSE_BATCH = 500
+KEEP_ALIVE = b": keep-alive\n\n"
+DEFAULT_POLL_SECONDS = 1.0
+DEFAULT_KEEP_ALIVE_SECONDS = 15.0
+REDACTED = "<redacted>"
+SECRET_NAME = re.compile(r"authorization|api[-_]?key|token|secret|cookie|password", re.IGNORECASE)
+SECRET_KEYS = ("apiKey", "appSecret")
+URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)([^/@\s]*)(@)")
+
+
+# ---------------------------------------------------------------- small readers (http-api.md §2.5)
+
+def limit_param(raw, default):
+    """limit(raw, default): finite and > 0 → min(500, floor(value)); anything else → default."""
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        return default
+    if not math.isfinite(value) or value <= 0:
+        return default
+    return min(500, math.floor(value))
+
+
+def number_param(raw):
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return math.floor(value) if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------- request guards (http-api.md §1.1)
+
+def host_part(host_header):
+    """The Host header without its port; an IPv6 literal keeps its brackets."""
+    host = host_header.strip()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if ":" in host else host
+
+
+def bracketed(host):
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+class Guards:
+    """The three checks of §1.1, run before route matching; each failure is a 403."""
+
+    def __init__(self, api_token, allowed_hosts, bound_host):
+        self.api_token = api_token
+        self.allowed = {h.lower() for h in (*LOOPBACK_HOSTS, bracketed(bound_host), *allowed_hosts)}
+
+    def check(self, environ, path):
+        if path.startswith(RUNNER_PREFIXES) or path in RUNNER_PATHS:
+            return
+        host = environ.get("HTTP_HOST")
+        if host is not None and host_part(host).lower() not in self.allowed:
+            raise Forbidden(f"Host not allowed: {host_part(host)}")
+        if not path.startswith("/api/"):
+            return
+        if environ.get("REQUEST_METHOD") == "POST" and self.cross_origin(environ, host):
+            raise Forbidden("Cross-origin request rejected")
+        if self.api_token is not None:
+            self.check_token(environ, path)
+
+    @staticmethod
+    def cross_origin(environ, host):
+        if environ.get("HTTP_SEC_FETCH_SITE", "").lower() == "cross-site":
+            return True
+        origin = environ.get("HTTP_ORIGIN")
+        if origin is None:
+            return False
+        same = {f"http://{host}".lower(), f"https://{host}".lower()} if host else set()
+        return origin.lower() not in same
+
+    def check_token(self, environ, path):
+        given = None
+        scheme, _, credential = environ.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
+        if scheme.lower() == "bearer" and credential.strip():
+            given = credential.strip()
+        elif STREAM_PATH.match(path):
+            given = urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).get("token", [None])[0]
+        if given is None:
+            raise Forbidden("API token required")
+        if not hmac.compare_digest(given.encode("utf-8"), self.api_token.encode("utf-8")):
+            raise Forbidden("Invalid API token")
+
+
+def raw_path(environ):
+    """The request path still percent-encoded, so `a%2Fb` stays one segment (§2.4)."""
+    uri = environ.get("REQUEST_URI")
+    if uri:
+        return urllib.parse.urlsplit(uri).path or "/"
+    return urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin1"), safe="/:@!$&'()*+,;=")
+
+
+# ---------------------------------------------------------------- config redaction (§6.10)
+
+def redact_config(tree):
+    """Secrets of §6.10 replaced by <redacted>; environment variable names stay visible."""
+    return _redact(tree, ())
+
+
+def _redact(value, path):
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            here = (*path, key)
+            if key in SECRET_KEYS or (_named_secret_map(path) and SECRET_NAME.search(key)):
+                out[key] = REDACTED
+            else:
+                out[key] = _redact(item, here)
+        return out
+    if isinstance(value, list):
+        return [_redact(item, path) for item in value]
+    if isinstance(value, str):
+        return URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + m.group(3), value)
+    return value
+
+
+def _named_secret_map(path):
+    """headers / options.headers mappings and agents.<id>.env mappings."""
+    if path and path[-1] == "headers":
+        return True
+    return len(path) == 3 and path[0] == "agents" and path[2] == "env"
+
+
+# ---------------------------------------------------------------- the app
+
+def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
+             bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
+             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS,
+             clock=None):
+    """The WSGI app: user routes, runner routes, guards and the one error shape.
+
+    `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
+    and approve; `stopping` (a threading.Event) ends open SSE streams when set."""
+    app = bottle.Bottle(catchall=True)
+    app.uninstall(bottle.JSONPlugin)
+    app.install(ErrorBoundary())
+    guards = Guards(api_token, allowed_hosts, bound_host)
+    stopping = stopping or threading.Event()
+    app.config["suzumio.stopping"] = stopping
+
+    @app.hook("before_request")
+    def before_request():
+        environ = bottle.request.environ
+        path = raw_path(environ)
+        environ["PATH_INFO"] = path
+        try:
+            guards.check(environ, path)
+        except Forbidden as exc:
+            raise error_response(exc.status, exc.message) from None
+
+    @app.hook("after_request")
+    def after_request():
+        bottle.response.set_header(*NOSNIFF)
+
+    def error_page(message):
+        def handler(error):
+            bottle.response.content_type = JSON_TYPE
+            bottle.response.set_header(*NOSNIFF)
+            return encode_json({"error": message if message else (str(error.body) or "internal error")})
+        return handler
+
+    not_found = error_page("not found")
+
+    def wrong_method(error):
+        # A wrong method on an existing path is a plain 404 (§2.3), never a 405.
+        bottle.response.status = 404
+        del bottle.response.headers["Allow"]
+        return not_found(error)
+
+    app.error_handler[404] = not_found
+    app.error_handler[405] = wrong_method
+    app.error_handler[500] = error_page("internal error")
+
+    mount_runner_routes(app, root, toolpacks, scheduler)
+    mount_user_routes(app, root, scheduler, backend, toolpacks)
+    mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
+    mount_static(app, Path(webui_dir))
+    return app
+
+
+def mount_user_routes(app, root, scheduler, backend, toolpacks):
+    """Routes of §4.1 and §5–§8."""
+
+    def tick(store):
+        run_tick(scheduler.tick, store.project_id)
+
+    def limit_query(default):
+        return limit_param(bottle.request.query.get("limit"), default)
+
+    @app.get("/health")
+    def health():
+        return json_response({"healthy": True})
+
+    @app.get("/api/projects")
+    def projects():
+        return json_response([root.open_project(name).project_summary(full=False)
+                              for name in root.list_projects()])
+
+    @app.get("/api/projects/<project>")
+    def project(project):
+        return json_response(root.open_project(project).project_summary(full=True))
+
+    @app.get("/api/projects/<project>/task")
+    def task(project):
+        return text_response(root.open_project(project).project()["task"])
+
+    @app.get("/api/projects/<project>/agents")
+    def agents(project):
+        return json_response(root.open_project(project).public_agents())
+
+    @app.get("/api/projects/<project>/agents/<agent>/history")
+    def history(project, agent):
+        query = bottle.request.query
+        page = root.open_project(project).history_page(
+            agent, limit=limit_query(100), before=number_param(query.get("before")),
+            include_archived=query.get("includeArchived") != "0")
+        return json_response(page)
+
+    @app.get("/api/projects/<project>/agents/<agent>/history-archive/<compaction>")
+    def history_archive(project, agent, compaction):
+        return json_response(root.open_project(project).history_archive(agent, compaction))
+
+    @app.get("/api/projects/<project>/messages")
+    def messages(project):
+        return json_response(root.open_project(project).list_messages(limit_query(100)))
+
+    @app.get("/api/projects/<project>/messages/<message>")
+    def message(project, message):
+        return json_response(root.open_project(project).message(message))
+
+    @app.get("/api/projects/<project>/events")
+    def events(project):
+        return json_response(root.open_project(project).list_events(limit_query(200), shrink_data=True))
+
+    @app.get("/api/projects/<project>/activations")
+    def activations(project):
+        return json_response(root.open_project(project).list_activations(limit_query(100)))
+
+    @app.get("/api/projects/<project>/activations/<activation>/context")
+    def context(project, activation):
+        return json_response(root.open_project(project).activation_context(activation))
+
+    @app.get("/api/projects/<project>/tool-calls")
+    def tool_calls(project):
+        return json_response(root.open_project(project).list_tool_calls(limit_query(100)))
+
+    @app.get("/api/projects/<project>/tool-status")
+    def tool_status(project):
+        return json_response(toolpacks.tool_status(root.open_project(project)))
+
+    @app.get("/api/projects/<project>/tool-ui")
+    def tool_ui(project):
+        return json_response(toolpacks.webui_entries(root.open_project(project)))
+
+    @app.post("/api/projects/<project>/tool-ui/<toolpack_id>/<entry_id>")
+    def tool_ui_invoke(project, toolpack_id, entry_id):
+        store = root.open_project(project)
+        return json_response(toolpacks.invoke_webui(store, toolpack_id, entry_id, read_body()))
+
+    @app.get("/api/projects/<project>/config/resolved")
+    def config_resolved(project):
+        path = root.open_project(project).resolved_yaml_path
+        tree = suzumio_config.parse_yaml(path.read_text(encoding="utf-8"), str(path))
+        return text_response(suzumio_config.dump_yaml(redact_config(tree)))
+
+    @app.get("/api/projects/<project>/report")
+    def report(project):
+        report_path = root.open_project(project).project()["submitted_report"]
+        if not report_path:
+            return text_response("No report submitted.")
+        return text_response(Path(report_path).read_text(encoding="utf-8"))
+
+    @app.post("/api/projects/<project>/start")
+    def start(project):
+        store = root.open_project(project)
+        store.start()
+        tick(store)
+        return json_response(store.project_summary(full=True))
+
+    @app.post("/api/projects/<project>/stop")
+    def stop(project):
+        store = root.open_project(project)
+        suzumio_scheduler.stop_project(store, backend)
+        return json_response(store.project_summary(full=True))
+
+    @app.post("/api/projects/<project>/approve")
+    def approve(project):
+        store = root.open_project(project)
+        suzumio_scheduler.approve_project(store, backend)
+        return json_response(store.project_summary(full=True))
+
+    @app.post("/api/projects/<project>/request-changes")
+    def request_changes(project):
+        store = root.open_project(project)
+        body = read_fields()
+        store.request_changes(body.get("body"), recipient=optional_string(body.get("recipient")))
+        tick(store)
+        return json_response(store.project_summary(full=True))
+
+    @app.post("/api/projects/<project>/messages")
+    def send_message(project):
+        store = root.open_project(project)
+        body = read_fields()
+        message = store.send_message(
+            sender=optional_string(body.get("sender")) or "user", body=body.get("body"),
+            recipient=optional_string(body.get("recipient")), channel=optional_string(body.get("channel")),
+            priority=body.get("priority"))
+        tick(store)
+        return json_response(message)
+
+
+# ---------------------------------------------------------------- SSE (§10)
+
+def sse_frame(row):
+    data = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
+    return f"id: {row['id']}\nevent: {row['type']}\ndata: {data}\n\n".encode("utf-8")
+
+
+def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
+    @app.get("/api/projects/<project>/stream")
+    def stream(project):
+        store = root.open_project(project)
+        last_event_id = bottle.request.get_header("Last-Event-ID")
+        cursor = store.event_rowid(last_event_id) if last_event_id else None
+        if cursor is None:
+            replay, cursor = store.event_replay(limit_param(bottle.request.query.get("limit"), 100))
+        else:
+            replay = []
+        disconnected = bottle.request.environ.get("waitress.client_disconnected", lambda: False)
+        bottle.response.content_type = "text/event-stream; charset=utf-8"
+        bottle.response.set_header("Cache-Control", "no-cache")
+        bottle.response.set_header("Connection", "keep-alive")
+        bottle.response.set_header(*NOSNIFF)
+        events = EventFeed(store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds)
+        return events.frames(replay)
+
+
+class EventFeed:
+    """One SSE client: polls the events table by rowid and ends on disconnect or shutdown."""
+
+    def __init__(self, store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds):
+        self.store = store
+        self.cursor = cursor
+        self.stopping = stopping
+        self.disconnected = disconnected
+        self.poll_seconds = poll_seconds
+        self.keep_alive_seconds = keep_alive_seconds
+
+    def frames(self, replay):
+        # Bottle sends headers with the first non-empty chunk, so an empty replay sends a comment.
+        yield b"".join(sse_frame(row) for _rowid, row in replay) or KEEP_ALIVE
+        last_write = time.monotonic()
+        while not self.stopping.wait(self.poll_seconds) and not self.disconnected():
+            batch = self.poll()
+            if batch:
+                yield batch
+                last_write = time.monotonic()
+            elif time.monotonic() - last_write >= self.keep_alive_seconds:
+                yield KEEP_ALIVE
+                last_write = time.monotonic()
+
+    def poll(self):
+        """Every event after the cursor, oldest first, however many arrived since the last poll."""
+        chunks = []
+        while True:
+            rows = self.store.events_after(self.cursor, SSE_BATCH)
+            chunks.extend(sse_frame(row) for _rowid, row in rows)
+            if rows:
+                self.cursor = rows[-1][0]
+            if len(rows) < SSE_BATCH:
+                return b"".join(chunks)
+
+
+# ---------------------------------------------------------------- static WebUI (webui.md §1.5)
+
+def mount_static(app, webui_dir):
+    def send(path, content_type, extra=()):
+        if not path.is_file():
+            raise NotFound(ASSET_MISSING)
+        headers = {"Content-Type": content_type, NOSNIFF[0]: NOSNIFF[1], **dict(extra)}
+        return bottle.HTTPResponse(path.read_bytes(), 200, headers)
+
+    @app.get("/")
+    def index():
+        return send(webui_dir / "index.html", "text/html; charset=utf-8",
+                    {"Content-Security-Policy": "default-src 'self'", "Cache-Control": "no-cache"})
+
+    @app.get("/assets/<asset:path>")
+    def asset(asset):
+        assets = (webui_dir / "assets").resolve()
+        target = (assets / asset).resolve()
+        if target != assets and assets not in target.parents:
+            raise NotFound("not found")
+        return send(target, ASSET_TYPES.get(target.suffix.lower(), "application/octet-stream"))
+
+
+# ---------------------------------------------------------------- Waitress
+
+class Server:
+    """The app on Waitress in a named thread; close() ends streams, then stops Waitress."""
+
+    def __init__(self, app, host="127.0.0.1", port=0, threads=32):
+        self.app = app
+        self.server = waitress.server.create_server(
+            app, host=host, port=port, threads=threads, send_bytes=1, channel_request_lookahead=1,
+            clear_untrusted_proxy_headers=True, ident="suzumio")
+        self.port = self.server.effective_port
+        self.thread = threading.Thread(target=self.server.run, name="suzumio-http", daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def close(self):
+        self.app.config["suzumio.stopping"].set()
+        self.server.close()
+        self.server.task_dispatcher.shutdown()
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)

@@ -1,0 +1,292 @@
+"""Runner-facing HTTP routes (backend-runner.md §6, http-api.md §9): tool-call audit, support calls,
+signals, history, activation context and output, all authenticated by the per-agent token. Also
+holds the HTTP conventions both route sets share (JSON bodies and responses, the one error shape).
+Imported by suzumio_api (which mounts these routes) and by tests."""
+import hmac
+import json
+import logging
+import math
+import urllib.parse
+
+import bottle
+
+from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
+
+log = logging.getLogger(__name__)
+
+JSON_TYPE = "application/json; charset=utf-8"
+TEXT_TYPE = "text/plain; charset=utf-8"
+MAX_BODY_BYTES = 32 * 1024 * 1024
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
+
+TOOL_CALLS_CLOSED = "no more tool calls are accepted"
+HISTORY_CLOSED = "history updates are not accepted"
+IDENTITY_FIELDS = ("project", "agentId", "activationId", "token")
+HISTORY_ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
+TOOL_CALL_END_STATUSES = ("completed", "failed")
+ACTIVATION_RUNNING = "running"
+
+
+# ---------------------------------------------------------------- HTTP conventions (http-api.md §2)
+
+def encode_json(value):
+    """http-api.md §2.2: 2-space indentation, UTF-8 text, one trailing newline."""
+    return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def json_response(value, status=200):
+    return bottle.HTTPResponse(encode_json(value), status, {"Content-Type": JSON_TYPE, NOSNIFF[0]: NOSNIFF[1]})
+
+
+def text_response(text):
+    if not text.endswith("\n"):
+        text += "\n"
+    return bottle.HTTPResponse(text.encode("utf-8"), 200, {"Content-Type": TEXT_TYPE, NOSNIFF[0]: NOSNIFF[1]})
+
+
+def error_response(status, message):
+    return json_response({"error": message}, status)
+
+
+def read_body():
+    """The request body parsed as JSON whatever its Content-Type; empty or blank → {} (§2.1)."""
+    length = bottle.request.content_length
+    if length > MAX_BODY_BYTES:
+        raise BadRequest(f"Request body too large (limit {MAX_BODY_BYTES} bytes)")
+    raw = bottle.request.body.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise BadRequest(f"Request body too large (limit {MAX_BODY_BYTES} bytes)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from None
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from None
+
+
+def read_fields():
+    """The body as an object; any other JSON value counts as an object without fields (§2.1)."""
+    body = read_body()
+    return body if isinstance(body, dict) else {}
+
+
+def require_string(body, field):
+    value = body.get(field)
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"{field} is required")
+    return value
+
+
+def describe_value(value):
+    """tools.md §1.1: strings as themselves, everything else as JSON text (2, not 2.0)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return json.dumps(value, ensure_ascii=False)
+
+
+def optional_boolean(body, field):
+    if field not in body:
+        return None
+    value = body[field]
+    if not isinstance(value, bool):
+        raise BadRequest(f"Expected boolean, got {describe_value(value)}")
+    return value
+
+
+class ErrorBoundary:
+    """Bottle plugin: percent-decodes path arguments and turns every failure into {"error": …}."""
+
+    name = "suzumio-error-boundary"
+    api = 2
+
+    def apply(self, callback, route):
+        def boundary(**args):
+            decoded = {key: urllib.parse.unquote(value, errors="strict") for key, value in args.items()}
+            try:
+                return callback(**decoded)
+            except bottle.HTTPResponse:
+                raise
+            except SuzumioError as exc:
+                return error_response(exc.status, exc.message)
+            except Exception as exc:
+                log.exception("%s %s failed", bottle.request.method, bottle.request.path)
+                return error_response(500, str(exc) or type(exc).__name__)
+        return boundary
+
+
+# ---------------------------------------------------------------- authorization (http-api.md §9.1)
+
+def tokens_match(given, expected):
+    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
+
+
+class RunnerCall:
+    """An authenticated runner request: the project store, the calling agent and its activation."""
+
+    def __init__(self, store, agent, activation, body):
+        self.store = store
+        self.agent = agent
+        self.activation = activation
+        self.body = body
+
+    @property
+    def agent_id(self):
+        return self.agent["id"]
+
+    @property
+    def activation_id(self):
+        return self.activation["id"]
+
+
+def authorize(root, body, fields=(), *, body_checks=None, running=None):
+    """Checks A–G of http-api.md §9.1 in their order; `running` is the 409 wording or None."""
+    for field in (*IDENTITY_FIELDS, *fields):
+        require_string(body, field)
+    if body_checks:
+        body_checks(body)
+    store = root.open_project(body["project"])
+    agent = store.agent(body["agentId"], include_token=True)
+    if not tokens_match(body["token"], agent["token"]):
+        raise Forbidden("Invalid agent token")
+    activation = store.activation(body["activationId"])
+    if activation["agentId"] != agent["id"]:
+        raise Forbidden(f"Activation {activation['id']} does not belong to {agent['id']}")
+    if running and activation["status"] != ACTIVATION_RUNNING:
+        raise Conflict(f"Activation {activation['id']} is {activation['status']}; {running}")
+    return RunnerCall(store, agent, activation, body)
+
+
+def parse_keep_tail(value):
+    """A number or numeric string, floored; anything unparsable counts as absent (§9.6)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return math.floor(value)
+    return None
+
+
+def check_context(body):
+    context = body.get("context")
+    if not isinstance(context, dict):
+        raise BadRequest("context is required")
+    if (context.get("version") != 1 or context.get("kind") != "model-context"
+            or not isinstance(context.get("messages"), list)):
+        raise BadRequest("Invalid activation context")
+
+
+def check_output(body):
+    output = body.get("output")
+    if not isinstance(output, dict):
+        raise BadRequest("output is required")
+    text = output.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequest("output.text is required")
+
+
+# ---------------------------------------------------------------- routes
+
+def mount_runner_routes(app, root, toolpacks, scheduler):
+    """Adds the routes of http-api.md §9 to `app`; a completed activation asks `scheduler` for a tick."""
+
+    @app.post("/runner/tool-calls/start")
+    def tool_call_start():
+        call = authorize(root, read_fields(), ("tool",), running=TOOL_CALLS_CLOSED)
+        tool = call.body["tool"]
+        toolpacks.check_tool_call(call.store, call.agent, tool)
+        return json_response(call.store.start_tool_call(call.agent_id, call.activation_id, tool,
+                                                        call.body.get("input")))
+
+    @app.post("/runner/tool-calls/finish")
+    def tool_call_finish():
+        call = authorize(root, read_fields(), ("toolCallId", "status"))
+        status = call.body["status"]
+        if status not in TOOL_CALL_END_STATUSES:
+            raise BadRequest(f"Invalid tool call status: {status}")
+        result = call.store.finish_tool_call(
+            call.agent_id, call.activation_id, call.body["toolCallId"], status,
+            output=optional_text(call.body, "output"), error=optional_text(call.body, "error"))
+        return json_response(result)
+
+    @app.post("/runner/signals")
+    def runner_signal():
+        call = authorize(root, read_fields(), ("kind",), running=TOOL_CALLS_CLOSED)
+        body = call.body
+        if "payload" in body and not isinstance(body["payload"], dict):
+            raise BadRequest("payload must be an object")
+        useful_effect = optional_boolean(body, "usefulEffect")
+        call.store.record_signal(
+            body["kind"], source_agent=call.agent_id, source_activation=call.activation_id,
+            target_agent=body.get("targetAgent"), target_channel=body.get("targetChannel"),
+            priority=body.get("priority"), payload=body.get("payload"), status=body.get("status"),
+            useful_effect=useful_effect)
+        return json_response({"status": "recorded"})
+
+    @app.post("/toolpacks/<toolpack_id>/support")
+    def toolpack_support(toolpack_id):
+        call = authorize(root, read_fields(), ("tool",), running=TOOL_CALLS_CLOSED)
+        result = toolpacks.support(call.store, call.agent, call.activation_id, toolpack_id,
+                                   call.body["tool"], call.body.get("input", {}))
+        return json_response(result)
+
+    @app.post("/runner/history/messages")
+    def history_message():
+        call = authorize(root, read_fields(), ("role", "kind", "content"), running=HISTORY_CLOSED)
+        body = call.body
+        if body["role"] not in HISTORY_ROLES:
+            raise BadRequest(f"Invalid history role: {body['role']}")
+        metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else None
+        message = call.store.append_history(call.agent_id, call.activation_id, body["role"], body["kind"],
+                                            body["content"], metadata=metadata)
+        return json_response({"status": "recorded", "message": message})
+
+    @app.post("/runner/history/compact")
+    def history_compact():
+        call = authorize(root, read_fields(), ("summary",), running=HISTORY_CLOSED)
+        body = call.body
+        result = call.store.compact_history(
+            call.agent_id, call.activation_id, body["summary"],
+            keep_tail=parse_keep_tail(body.get("keepTail")),
+            reason=optional_text(body, "reason"), selected_model=optional_text(body, "selectedModel"))
+        return json_response(result)
+
+    @app.post("/activation-context")
+    def activation_context():
+        call = authorize(root, read_fields(), body_checks=check_context)
+        return json_response(call.store.record_activation_context(call.activation_id, call.agent_id,
+                                                                  call.body["context"]))
+
+    @app.post("/activation-output")
+    def activation_output():
+        call = authorize(root, read_fields(), body_checks=check_output)
+        if call.activation["status"] != ACTIVATION_RUNNING:
+            return json_response({"status": call.activation["status"], "activationId": call.activation_id})
+        output = call.body["output"]
+        usage = output.get("usage") if isinstance(output.get("usage"), dict) else None
+        result = call.store.complete_activation(call.activation_id, call.agent_id, output["text"], usage=usage)
+        if result["status"] == "completed":
+            run_tick(scheduler.trigger, call.store.project_id)
+        return json_response(result)
+
+
+def optional_text(body, field):
+    value = body.get(field)
+    return value if isinstance(value, str) else None
+
+
+def run_tick(trigger_tick, project):
+    """A failing tick is logged and never changes the answer of the route that asked for it."""
+    try:
+        trigger_tick(project)
+    except Exception:
+        log.exception("tick of %s after a route failed", project)
