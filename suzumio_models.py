@@ -1,0 +1,544 @@
+"""Model side of the runner: proxy-aware HTTP with connect/idle/deadline timeouts (also used by
+web.fetch and the controller client), model-list expansion, the `openai-compatible` Chat Completions
+provider and the offline `scripted` provider. Standard library only, CPython >= 3.9; imported only by
+suzumio_runner.py, beside which it lies (backend-runner.md §10, scripted-provider.md)."""
+import base64
+import http.client
+import json
+import logging
+import re
+import socket
+import ssl
+import time
+import uuid
+from collections import namedtuple
+from urllib.parse import unquote, urlencode, urlsplit
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_TIMEOUT_S = 300.0
+READ_CHUNK = 65536
+MAX_ERROR_BODY = 4000
+MAX_RETRY_DELAY_S = 60.0
+PROXY_NAMES = {
+    "https": ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"),
+    "http": ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"),
+}
+OVERFLOW_NEEDLES = (
+    "context_length_exceeded", "context length", "context window", "maximum context", "max context",
+    "too many tokens", "input exceeds", "exceeds the context", "exceeded the context",
+    "prompt is too long", "request too large",
+)
+LATER_PROVIDER_TYPES = ("openai", "anthropic", "google")
+HONOURED_OPTIONS = ("apiKey", "baseURL", "headers", "queryParams", "maxRetries")
+SKIPPED_PROVIDER_OPTIONS = ("reasoningEffort", "user", "textVerbosity")
+
+HttpResponse = namedtuple("HttpResponse", "status reason headers body")
+ToolCall = namedtuple("ToolCall", "id name arguments")
+Attempt = namedtuple("Attempt", "preset_id preset provider_id provider")
+
+
+class TransportError(Exception):
+    """The HTTP exchange itself failed (connect, TLS, timeout, proxy); the message is the reason."""
+
+
+class ModelError(Exception):
+    """A model attempt failed; `status` is the provider's HTTP status when there was one."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+class ModelTurn(object):
+    """One provider response: the step text, its tool calls and its token usage."""
+
+    __slots__ = ("text", "tool_calls", "usage")
+
+    def __init__(self, text="", tool_calls=None, usage=None):
+        self.text = text or ""
+        self.tool_calls = list(tool_calls or [])
+        self.usage = dict(usage or {})
+
+
+def safe_tool_name(name):
+    """The provider-facing name of a dotted tool name (`file.read` -> `file_read`)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", name)
+
+
+def is_context_overflow(error):
+    """True when the error text (with any wrapped cause) says the request exceeded the context."""
+    texts = []
+    while error is not None and len(texts) < 5:
+        texts.append(str(error))
+        error = error.__cause__ or error.__context__
+    lowered = "\n".join(texts).lower()
+    return any(needle in lowered for needle in OVERFLOW_NEEDLES)
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+
+
+def _no_proxy_matches(host, no_proxy):
+    host = (host or "").lower().strip("[]")
+    for entry in no_proxy.split(","):
+        entry = entry.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        entry = entry.lstrip(".")
+        if entry.startswith("[") and "]" in entry:
+            entry = entry[1:entry.index("]")]
+        elif entry.count(":") == 1:
+            entry = entry.split(":", 1)[0]
+        if host == entry or host.endswith("." + entry):
+            return True
+    return False
+
+
+def proxy_for(url, env):
+    """The proxy URL for `url` under the environment `env`, or None for a direct connection."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    no_proxy = env.get("NO_PROXY") or env.get("no_proxy") or ""
+    if no_proxy and _no_proxy_matches(parts.hostname, no_proxy):
+        return None
+    for name in PROXY_NAMES.get(scheme, ()):
+        value = env.get(name)
+        if value:
+            proxy_scheme = urlsplit(value).scheme.lower()
+            if proxy_scheme not in ("http", "https"):
+                raise TransportError(
+                    "Proxy protocol %s: (from %s) is not supported by the built-in model/web fetch; use an "
+                    "HTTP proxy in HTTP_PROXY/HTTPS_PROXY, or shell.exec with curl for SOCKS proxies"
+                    % (proxy_scheme or "(none)", name))
+            return value
+    return None
+
+
+def _tls_context():
+    return ssl.create_default_context()
+
+
+def _connection(url, proxy, timeout):
+    """An unconnected HTTP(S)Connection for url (through proxy when given) and the request target."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise TransportError("Unsupported URL: %s" % url)
+    port = parts.port or (443 if scheme == "https" else 80)
+    target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    extra = {}
+    if proxy is None:
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(parts.hostname, port, timeout=timeout, context=_tls_context())
+        else:
+            conn = http.client.HTTPConnection(parts.hostname, port, timeout=timeout)
+        return conn, target, extra
+    proxy_parts = urlsplit(proxy)
+    proxy_port = proxy_parts.port or (443 if proxy_parts.scheme.lower() == "https" else 80)
+    if proxy_parts.username is not None:
+        pair = "%s:%s" % (unquote(proxy_parts.username), unquote(proxy_parts.password or ""))
+        extra["Proxy-Authorization"] = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    if scheme == "https":
+        # Like urllib, an https:// proxy URL is reached with a plain CONNECT tunnel.
+        conn = http.client.HTTPSConnection(proxy_parts.hostname, proxy_port, timeout=timeout,
+                                           context=_tls_context())
+        conn.set_tunnel(parts.hostname, port, headers=extra)
+        return conn, target, {}
+    conn = http.client.HTTPConnection(proxy_parts.hostname, proxy_port, timeout=timeout)
+    absolute = "http://%s%s" % (parts.netloc.rsplit("@", 1)[-1], target)
+    return conn, absolute, extra
+
+
+def http_request(method, url, headers=None, body=None, proxy=None, connect_timeout=None,
+                 idle_timeout=None, deadline=None):
+    """One HTTP exchange without redirects. Timeouts are seconds (None: no limit); `deadline` is a
+    time.monotonic() instant bounding the whole exchange. Raises TransportError."""
+
+    def limit(seconds):
+        if deadline is None:
+            return seconds
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TransportError("timed out")
+        return remaining if seconds is None else min(seconds, remaining)
+
+    conn = None
+    try:
+        conn, target, extra = _connection(url, proxy, limit(connect_timeout))
+        conn.connect()
+        sock = conn.sock
+        sock.settimeout(limit(idle_timeout))
+        all_headers = dict(headers or {})
+        all_headers.update(extra)
+        conn.request(method, target, body=body, headers=all_headers)
+        response = conn.getresponse()
+        chunks = []
+        while True:
+            sock.settimeout(limit(idle_timeout))
+            data = response.read1(READ_CHUNK)
+            if not data:
+                break
+            chunks.append(data)
+        response_headers = dict((key.lower(), value) for key, value in response.getheaders())
+        return HttpResponse(response.status, response.reason, response_headers, b"".join(chunks))
+    except socket.timeout:
+        raise TransportError("timed out") from None
+    except (OSError, http.client.HTTPException) as error:
+        reason = str(error) or error.__class__.__name__
+        if "timed out" in reason.lower():
+            reason = "timed out (%s)" % reason
+        raise TransportError(reason) from None
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def model_timeouts(provider):
+    """(connect, idle, overall) seconds for a provider's `timeoutMs`/`chunkTimeoutMs` (§10.2)."""
+    timeout_ms = provider.get("timeoutMs")
+    chunk_ms = provider.get("chunkTimeoutMs")
+    chunk = chunk_ms / 1000.0 if _positive_number(chunk_ms) else None
+    if timeout_ms is False:
+        return None, chunk, None
+    if _positive_number(timeout_ms):
+        seconds = timeout_ms / 1000.0
+        return seconds, chunk if chunk is not None else seconds, seconds
+    return DEFAULT_MODEL_TIMEOUT_S, chunk if chunk is not None else DEFAULT_MODEL_TIMEOUT_S, None
+
+
+def _positive_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets
+
+
+def expand_preset(models, preset_id):
+    """The ordered concrete attempts of a preset id, model lists flattened depth-first (§10.1)."""
+    presets = models.get("presets") or {}
+    providers = models.get("providers") or {}
+    attempts = []
+
+    def visit(current, path):
+        if current in path:
+            raise ModelError("Circular model-list preset: %s" % " -> ".join(path + [current]))
+        preset = presets.get(current)
+        if not isinstance(preset, dict):
+            raise ModelError("Model preset not found: %s" % current)
+        members = preset.get("modelList", preset.get("model-list"))
+        if members is not None:
+            for member in members:
+                visit(member, path + [current])
+            return
+        if not preset.get("provider") or not preset.get("model"):
+            raise ModelError("Model preset needs provider and model: %s" % current)
+        provider = providers.get(preset["provider"])
+        if not isinstance(provider, dict):
+            raise ModelError("Provider not found: %s" % preset["provider"])
+        attempts.append(Attempt(current, preset, preset["provider"], provider))
+
+    visit(preset_id, [])
+    return attempts
+
+
+def api_model(preset):
+    """The provider-facing model id of a concrete preset."""
+    return preset.get("apiModel") or preset.get("model")
+
+
+def provider_secrets(models, env):
+    """Every provider key and secret-looking header value the runner could send, for redaction."""
+    secret_name = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
+    values = []
+    for provider in (models.get("providers") or {}).values():
+        if not isinstance(provider, dict):
+            continue
+        options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
+        values.extend([provider.get("apiKey"), options.get("apiKey")])
+        if provider.get("apiKeyEnv"):
+            values.append(env.get(provider["apiKeyEnv"]))
+        for headers in (provider.get("headers"), options.get("headers")):
+            if isinstance(headers, dict):
+                values.extend(v for k, v in headers.items() if secret_name.search(str(k)))
+    for preset in (models.get("presets") or {}).values():
+        if isinstance(preset, dict) and isinstance(preset.get("headers"), dict):
+            values.extend(v for k, v in preset["headers"].items() if secret_name.search(str(k)))
+    return [v for v in values if isinstance(v, str) and v.strip()]
+
+
+def create_provider(attempt, env, activation, sleep=time.sleep):
+    """The provider client for one concrete attempt; `activation` is the parsed input.json."""
+    kind = attempt.provider.get("type")
+    if kind == "openai-compatible":
+        return OpenAICompatibleProvider(attempt, env, sleep=sleep)
+    if kind == "scripted":
+        return ScriptedProvider(attempt, activation)
+    if kind in LATER_PROVIDER_TYPES:
+        raise ModelError("Provider type %s is not supported by this version "
+                         "(use openai-compatible or scripted)" % kind)
+    raise ModelError("Unknown provider type for %s: %s" % (attempt.provider_id, kind))
+
+
+# ---------------------------------------------------------------------------------------------
+# openai-compatible
+
+
+def _error_text(body):
+    text = body.decode("utf-8", "replace")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text.strip()[:MAX_ERROR_BODY]
+    message = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            message = error["message"]
+        elif isinstance(error, str):
+            message = error
+    raw = text.strip()[:MAX_ERROR_BODY]
+    return "%s\n%s" % (message, raw) if message else raw
+
+
+def _retry_delay(response, retry):
+    value = (response.headers.get("retry-after") or "").strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = min(MAX_RETRY_DELAY_S, 1.0 * (2 ** retry))
+    return max(0.0, min(seconds, MAX_RETRY_DELAY_S))
+
+
+class OpenAICompatibleProvider(object):
+    """Chat Completions over HTTP(S) (§10.3). `options.maxRetries` (default 0: no retries, as the
+    spec's parity rule) retries 429 and 5xx answers with backoff, honouring `Retry-After`."""
+
+    def __init__(self, attempt, env, sleep=time.sleep):
+        self.attempt = attempt
+        self.env = env
+        self.sleep = sleep
+        provider = attempt.provider
+        options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
+        for key in options:
+            if key not in HONOURED_OPTIONS:
+                log.warning("Provider %s: option %s is ignored", attempt.provider_id, key)
+        self.key = options.get("apiKey") or provider.get("apiKey") or (
+            env.get(provider["apiKeyEnv"]) if provider.get("apiKeyEnv") else None) or None
+        self.base_url = options.get("baseURL") or provider.get("baseURL") or (
+            env.get(provider["baseURLEnv"]) if provider.get("baseURLEnv") else None) or None
+        self.headers = {"Content-Type": "application/json"}
+        if self.key:
+            self.headers["Authorization"] = "Bearer %s" % self.key
+        for extra in (provider.get("headers"), options.get("headers"), attempt.preset.get("headers")):
+            if isinstance(extra, dict):
+                self.headers.update((str(k), str(v)) for k, v in extra.items())
+        self.query = options.get("queryParams") if isinstance(options.get("queryParams"), dict) else None
+        retries = options.get("maxRetries", 0)
+        self.max_retries = int(retries) if _positive_number(retries) else 0
+        self.timeouts = model_timeouts(provider)
+
+    def url(self):
+        if not self.base_url:
+            raise ModelError("Provider %s has no baseURL" % self.attempt.provider_id)
+        url = self.base_url.rstrip("/") + "/chat/completions"
+        if self.query:
+            url += "?" + urlencode(dict((str(k), str(v)) for k, v in self.query.items()))
+        return url
+
+    def request_body(self, messages, tools, tool_choice, max_output_tokens=None):
+        preset = self.attempt.preset
+        body = {"model": api_model(preset), "messages": messages}
+        max_tokens = max_output_tokens if max_output_tokens is not None else preset.get("maxOutputTokens")
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if preset.get("temperature") is not None:
+            body["temperature"] = preset["temperature"]
+        if preset.get("topP") is not None:
+            body["top_p"] = preset["topP"]
+        options = preset.get("providerOptions") if isinstance(preset.get("providerOptions"), dict) else {}
+        effort = preset.get("reasoningEffort")
+        for key in ("openaiCompatible", self.attempt.provider_id):
+            section = options.get(key)
+            if not isinstance(section, dict):
+                continue
+            for name, value in section.items():
+                if name == "reasoningEffort":
+                    effort = effort or value
+                elif name not in SKIPPED_PROVIDER_OPTIONS:
+                    body[name] = value
+        if effort:
+            body["reasoning_effort"] = effort
+        if tools:
+            body["tools"] = [{"type": "function", "function": {
+                "name": tool["name"], "description": tool["description"], "parameters": tool["parameters"]}}
+                for tool in tools]
+            body["tool_choice"] = tool_choice
+        body["stream"] = False
+        return body
+
+    def complete(self, messages, tools, tool_choice, max_output_tokens=None):
+        """One non-streaming request; raises ModelError on any failure."""
+        url = self.url()
+        body = json.dumps(self.request_body(messages, tools, tool_choice, max_output_tokens)).encode("utf-8")
+        retry = 0
+        while True:
+            response = self._send(url, body)
+            if 200 <= response.status < 300:
+                return self._parse(response)
+            retriable = response.status == 429 or response.status >= 500
+            if not retriable or retry >= self.max_retries:
+                raise ModelError("Provider %s returned HTTP %s: %s" % (
+                    self.attempt.provider_id, response.status, _error_text(response.body)), response.status)
+            delay = _retry_delay(response, retry)
+            log.warning("Provider %s returned HTTP %s; retrying in %.1f s (%d/%d)", self.attempt.provider_id,
+                        response.status, delay, retry + 1, self.max_retries)
+            self.sleep(delay)
+            retry += 1
+
+    def _send(self, url, body):
+        connect, idle, overall = self.timeouts
+        deadline = time.monotonic() + overall if overall is not None else None
+        try:
+            proxy = proxy_for(url, self.env)
+            return http_request("POST", url, self.headers, body, proxy, connect, idle, deadline)
+        except TransportError as error:
+            raise ModelError("Request to provider %s failed: %s" % (self.attempt.provider_id, error)) from None
+
+    def _parse(self, response):
+        try:
+            data = json.loads(response.body.decode("utf-8", "replace"))
+        except ValueError:
+            raise ModelError("Provider %s returned invalid JSON: %s" % (
+                self.attempt.provider_id, response.body[:MAX_ERROR_BODY].decode("utf-8", "replace"))) from None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices or not isinstance(choices[0], dict):
+            raise ModelError("Provider %s returned no choices: %s" % (
+                self.attempt.provider_id, json.dumps(data)[:MAX_ERROR_BODY]))
+        message = choices[0].get("message") or {}
+        calls = []
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments if arguments is not None else {})
+            calls.append(ToolCall(call.get("id") or "call_%s" % uuid.uuid4().hex[:24],
+                                  function.get("name") or "", arguments))
+        content = message.get("content")
+        return ModelTurn(content if isinstance(content, str) else "", calls, _usage(data.get("usage")))
+
+
+def _usage(raw):
+    if not isinstance(raw, dict):
+        return {}
+    usage = {}
+    for field, value in (("input", raw.get("prompt_tokens")), ("output", raw.get("completion_tokens")),
+                         ("total", raw.get("total_tokens")),
+                         ("reasoning", (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")),
+                         ("cacheRead", (raw.get("prompt_tokens_details") or {}).get("cached_tokens"))):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            usage[field] = value
+    return usage
+
+
+# ---------------------------------------------------------------------------------------------
+# scripted
+
+
+SIGNALS_HEADING = "# New Signals"
+CONTRACT_HEADING = "# Tool And Reporting Contract"
+PLACEHOLDER = re.compile(r"\{(agent|project|workspace|artifacts)\}|\{artifacts:([A-Za-z0-9_.-]+)\}")
+
+
+def new_signals_block(prompt):
+    """The part of an activation prompt that `when` is matched against (scripted-provider.md rule 2)."""
+    lines = (prompt or "").split("\n")
+    starts = [i for i, line in enumerate(lines) if line.strip() == SIGNALS_HEADING]
+    if not starts:
+        return ""
+    start = starts[0]
+    ends = [i for i, line in enumerate(lines) if i > start and line.strip() == CONTRACT_HEADING]
+    end = ends[-1] if ends else len(lines)
+    return "\n".join(lines[start:end])
+
+
+class ScriptedProvider(object):
+    """Replays the script's turn for this agent: one step per request, then empty responses."""
+
+    def __init__(self, attempt, activation):
+        self.attempt = attempt
+        agent_id = activation["agent"]["id"]
+        self.agent_id = agent_id
+        self.values = {
+            "agent": agent_id,
+            "project": activation.get("project", ""),
+            "workspace": activation.get("workspace", ""),
+            "artifacts": "%s/%s" % (activation.get("artifactsRoot", ""), agent_id),
+        }
+        self.artifacts_root = activation.get("artifactsRoot", "")
+        self.entry_index = None
+        self.steps = []
+        self.played_steps = 0
+        entries = self._entries((attempt.provider.get("script") or {}).get("agents") or {})
+        played = set()
+        for row in activation.get("history") or []:
+            metadata = row.get("metadata") if isinstance(row, dict) else None
+            if isinstance(metadata, dict) and isinstance(metadata.get("scriptedEntry"), int):
+                played.add(metadata["scriptedEntry"])
+        block = new_signals_block((activation.get("activation") or {}).get("prompt", ""))
+        for index, entry in enumerate(entries):
+            when = entry.get("when") if isinstance(entry, dict) else None
+            if index in played or not isinstance(entry, dict):
+                continue
+            if when is None or when in block:
+                self.entry_index = index
+                self.steps = list(entry.get("steps") or [])
+                break
+
+    def _entries(self, agents):
+        if isinstance(agents.get(self.agent_id), list):
+            return agents[self.agent_id]
+        for key, entries in agents.items():
+            if key.endswith("-*") and self.agent_id.startswith(key[:-1]) and isinstance(entries, list):
+                return entries
+        return []
+
+    def history_metadata(self):
+        """Extra metadata for the assistant_output row: the entry that was played, if any."""
+        return {} if self.entry_index is None else {"scriptedEntry": self.entry_index}
+
+    def fill(self, value):
+        """Replace the placeholders of scripted-provider.md rule 5 in every string of value."""
+        if isinstance(value, str):
+            def replace(match):
+                if match.group(2):
+                    return "%s/%s" % (self.artifacts_root, match.group(2))
+                return self.values[match.group(1)]
+            return PLACEHOLDER.sub(replace, value)
+        if isinstance(value, dict):
+            return dict((key, self.fill(item)) for key, item in value.items())
+        if isinstance(value, list):
+            return [self.fill(item) for item in value]
+        return value
+
+    def complete(self, messages, tools, tool_choice, max_output_tokens=None):
+        usage = {"input": 0, "output": 0, "total": 0}
+        if self.entry_index is None:
+            if self.played_steps:
+                return ModelTurn("", [], usage)
+            self.played_steps += 1
+            return ModelTurn("No scripted turn for %s." % self.agent_id, [], usage)
+        if self.played_steps >= len(self.steps):
+            return ModelTurn("", [], usage)
+        step = self.steps[self.played_steps]
+        self.played_steps += 1
+        calls = []
+        for number, tool in enumerate(step.get("tools") or []):
+            arguments = self.fill(tool.get("input") if isinstance(tool.get("input"), dict) else {})
+            calls.append(ToolCall("call_%d_%d" % (self.played_steps, number + 1),
+                                  safe_tool_name(tool.get("name", "")), json.dumps(arguments)))
+        return ModelTurn(step.get("say") or "", calls, usage)

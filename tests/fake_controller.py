@@ -1,0 +1,223 @@
+"""Test stand-in for the controller's runner routes (backend-runner.md §6, http-api.md §9): a real HTTP
+server for one project/agent/activation that records every call and answers with the spec's shapes,
+including P1 `signalText` on tool-call finish and `{"error": ...}` failures. Imported by tests only,
+until end-to-end tests run the real controller."""
+import json
+import threading
+from collections import namedtuple
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+IDENTITY = ("project", "agentId", "activationId", "token")
+ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
+ENDING_TOOLS = ("coordination.wait_for_signal", "completion.submit")
+TOOL_ROUTES = ("/runner/tool-calls/start", "/runner/signals")
+HISTORY_ROUTES = ("/runner/history/messages", "/runner/history/compact")
+SIGNAL_HEADING = "# New P1 Signals Delivered At Tool Boundary"
+
+Call = namedtuple("Call", "path body")
+
+
+class RouteError(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+def blank(value):
+    return not isinstance(value, str) or not value.strip()
+
+
+def p1_signal_text(body):
+    """A tool-boundary delivery text shaped like the controller's (backend-runner.md §6.3)."""
+    return "\n\n".join([SIGNAL_HEADING, "These signals arrived while this activation was running; they are new "
+                        "instructions that follow the tool result.", "## Signal 1 (P1)\n\n" + body])
+
+
+class FakeController(object):
+    """Runner routes for agent `agent_id`; `history` is the agent's active history for compaction."""
+
+    def __init__(self, project="demo", agent_id="worker", activation_id="act_1", token="tok-secret-4242",
+                 history=None):
+        self.project, self.agent_id, self.activation_id, self.token = project, agent_id, activation_id, token
+        self.history = list(history or [])
+        self.calls = []
+        self.status = "running"
+        self.pending_p1 = []
+        self.fail = {}
+        self.support = {}
+        self.tool_calls = {}
+        self.output = None
+        self.context = None
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.daemon_threads = True
+        self._server.controller = self
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-controller", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self._server.server_address[1]
+
+    def paths(self):
+        return [call.path for call in self.calls]
+
+    def bodies(self, path):
+        return [call.body for call in self.calls if call.path == path]
+
+    def queue_p1(self, body):
+        """A pending P1 signal, delivered with the next completed non-ending tool call."""
+        self.pending_p1.append(body)
+
+    def fail_route(self, path, status, message):
+        """Answer `path` with `status` and `{"error": message}` from now on."""
+        self.fail[path] = (status, message)
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def handle(self, path, body):
+        with self._lock:
+            self.calls.append(Call(path, body))
+            if path in self.fail:
+                raise RouteError(*self.fail[path])
+            if not isinstance(body, dict):
+                raise RouteError(400, "Invalid JSON body: expected an object")
+            for field in IDENTITY:
+                if blank(body.get(field)):
+                    raise RouteError(400, "%s is required" % field)
+            if path == "/activation-context":
+                return self._context(body)
+            if path == "/activation-output":
+                return self._output(body)
+            self._authorize(body)
+            if path in TOOL_ROUTES or path.startswith("/toolpacks/"):
+                self._require_running("no more tool calls are accepted")
+            if path in HISTORY_ROUTES:
+                self._require_running("history updates are not accepted")
+            if path == "/runner/tool-calls/start":
+                if blank(body.get("tool")):
+                    raise RouteError(400, "tool is required")
+                tool_call_id = "tool_%d" % (len(self.tool_calls) + 1)
+                self.tool_calls[tool_call_id] = body["tool"]
+                return {"toolCallId": tool_call_id}
+            if path == "/runner/tool-calls/finish":
+                return self._finish(body)
+            if path == "/runner/signals":
+                return {"status": "recorded"}
+            if path == "/runner/history/messages":
+                if body.get("role") not in ROLES:
+                    raise RouteError(400, "Invalid history role: %s" % body.get("role"))
+                row = {"id": "hist_%d" % (len(self.history) + 1), "role": body["role"], "kind": body.get("kind"),
+                       "content": body.get("content"), "metadata": body.get("metadata") or {},
+                       "sequence": len(self.history) + 1}
+                self.history.append(row)
+                return {"status": "recorded", "message": row}
+            if path == "/runner/history/compact":
+                return self._compact(body)
+            if path.startswith("/toolpacks/") and path.endswith("/support"):
+                handler = self.support.get(body.get("tool"))
+                if callable(handler):
+                    return handler(body)
+                if handler is not None:
+                    return handler
+                return {"title": "toolpack support", "output": "Controller handled %s." % body.get("tool")}
+            raise RouteError(404, "not found")
+
+    def _authorize(self, body):
+        if body["project"] != self.project:
+            raise RouteError(404, "Unknown project: %s" % body["project"])
+        if body["agentId"] != self.agent_id:
+            raise RouteError(404, "Unknown agent: %s" % body["agentId"])
+        if body["token"] != self.token:
+            raise RouteError(403, "Invalid agent token")
+        if body["activationId"] != self.activation_id:
+            raise RouteError(404, "Unknown activation: %s" % body["activationId"])
+
+    def _require_running(self, what):
+        if self.status != "running":
+            raise RouteError(409, "Activation %s is %s; %s" % (self.activation_id, self.status, what))
+
+    def _finish(self, body):
+        for field in ("toolCallId", "status"):
+            if blank(body.get(field)):
+                raise RouteError(400, "%s is required" % field)
+        if body["status"] not in ("completed", "failed"):
+            raise RouteError(400, "Invalid tool call status: %s" % body["status"])
+        tool = self.tool_calls.get(body["toolCallId"])
+        if tool is None:
+            raise RouteError(404, "Unknown tool call for activation: %s" % body["toolCallId"])
+        answer = {"status": body["status"]}
+        if body["status"] == "completed" and self.status == "running" and tool not in ENDING_TOOLS \
+                and self.pending_p1:
+            answer["deliveredSignals"] = 1
+            answer["signalText"] = p1_signal_text(self.pending_p1.pop(0))
+        return answer
+
+    def _compact(self, body):
+        if blank(body.get("summary")):
+            raise RouteError(400, "summary is required")
+        try:
+            keep = int(float(body.get("keepTail")))
+        except (TypeError, ValueError):
+            keep = 12
+        keep = max(1, min(keep, 100))
+        head, tail = self.history[:max(0, len(self.history) - keep)], self.history[-keep:]
+        if not head:
+            return {"status": "unchanged", "history": self.history}
+        compaction = {"id": "cmp_1", "archivedMessageCount": len(head)}
+        marker = {"id": "hist_cmp", "role": "compaction", "kind": "history_compaction",
+                  "content": body["summary"].strip(), "metadata": {"compactionId": "cmp_1"}, "sequence": 0}
+        self.history = [marker] + tail
+        return {"status": "compacted", "compaction": compaction, "history": self.history}
+
+    def _context(self, body):
+        context = body.get("context")
+        if not isinstance(context, dict):
+            raise RouteError(400, "context is required")
+        if context.get("version") != 1 or context.get("kind") != "model-context" \
+                or not isinstance(context.get("messages"), list):
+            raise RouteError(400, "Invalid activation context")
+        self._authorize(body)
+        self.context = context
+        return {"status": "recorded", "activationId": self.activation_id}
+
+    def _output(self, body):
+        output = body.get("output")
+        if not isinstance(output, dict):
+            raise RouteError(400, "output is required")
+        if blank(output.get("text")):
+            raise RouteError(400, "output.text is required")
+        self._authorize(body)
+        if self.status != "running":
+            return {"status": self.status, "activationId": self.activation_id}
+        self.status = "completed"
+        self.output = output
+        return {"status": "completed", "activationId": self.activation_id}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            body = None
+        try:
+            status, answer = 200, self.server.controller.handle(self.path, body)
+        except RouteError as error:
+            status, answer = error.status, {"error": str(error)}
+        payload = (json.dumps(answer) + "\n").encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)

@@ -1,0 +1,211 @@
+"""Test stand-ins for the network around the runner: FakeModel, a real HTTP server speaking Chat
+Completions from a queue of scripted replies and recording every request, and RecordingProxy, a real
+HTTP forward proxy that records what passed through it. Imported by tests only."""
+import http.client
+import json
+import threading
+import time
+from collections import namedtuple
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+OVERFLOW_MESSAGE = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
+
+RecordedRequest = namedtuple("RecordedRequest", "path headers body")
+Reply = namedtuple("Reply", "status headers body delay")
+
+
+def _chat_body(model, number, content, tool_calls, usage, finish_reason):
+    message = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = []
+        for index, call in enumerate(tool_calls):
+            if isinstance(call, dict):
+                name, arguments, call_id = call["name"], call.get("arguments", {}), call.get("id")
+            else:
+                name, arguments, call_id = call[0], call[1], None
+            message["tool_calls"].append({
+                "id": call_id or "call_%d_%d" % (number, index + 1), "type": "function",
+                "function": {"name": name,
+                             "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}})
+    body = {
+        "id": "chatcmpl-fake-%d" % number, "object": "chat.completion", "created": int(time.time()),
+        "model": model or "fake-model",
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],
+    }
+    if isinstance(usage, (tuple, list)):
+        body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": usage[2]}
+    elif isinstance(usage, dict):
+        body["usage"] = usage
+    return body
+
+
+class _ModelHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):
+        pass
+
+    def do_POST(self):
+        fake = self.server.fake
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except ValueError:
+            body = None
+        path = urlsplit(self.path).path
+        fake._record(RecordedRequest(path, dict((k.lower(), v) for k, v in self.headers.items()), body))
+        if path not in CHAT_PATHS:
+            return self._send(Reply(404, {}, {"error": {"message": "no route %s" % path}}, 0))
+        reply = fake._next(body)
+        if reply.delay and fake._closing.wait(reply.delay):
+            return
+        if callable(reply.body):
+            reply = reply._replace(body=reply.body(body))
+        self._send(reply)
+
+    def _send(self, reply):
+        payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode("utf-8")
+        try:
+            self.send_response(reply.status)
+            headers = {"Content-Type": "application/json"}
+            headers.update(reply.headers or {})
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+class FakeModel(object):
+    """A Chat Completions server on 127.0.0.1:<port>. Replies are taken from the queue of the requested
+    model when one was enqueued for it, else from the shared queue; an empty queue answers 500."""
+
+    def __init__(self):
+        self.requests = []
+        self._queues = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._count = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ModelHandler)
+        self._server.daemon_threads = True
+        self._server.fake = self
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-model", daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self):
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self):
+        return "http://127.0.0.1:%d/v1" % self.port
+
+    def enqueue(self, content=None, tool_calls=None, usage=None, status=200, body=None, headers=None,
+                delay=0.0, model=None, finish_reason=None):
+        """Queue one reply: assistant `content` and/or `tool_calls` [(name, args) or {name, arguments, id}],
+        `usage` (prompt, completion, total) or a raw dict; or an error `status` with a JSON `body`
+        (bytes are sent as is); `delay` seconds before answering; `model` routes it to that model."""
+        with self._lock:
+            self._count += 1
+            number = self._count
+        if status == 200 and body is None:
+            def body(request, number=number):
+                return _chat_body((request or {}).get("model"), number, content, tool_calls, usage, finish_reason)
+        reply = Reply(status, headers or {}, body, delay)
+        with self._lock:
+            self._queues.setdefault(model, []).append(reply)
+
+    def enqueue_error(self, status, message, headers=None, model=None, delay=0.0):
+        """Queue an OpenAI-style error body `{"error": {"message": ...}}` with the given status."""
+        self.enqueue(status=status, body={"error": {"message": message, "type": "fake_error", "code": None}},
+                     headers=headers, model=model, delay=delay)
+
+    def enqueue_context_overflow(self, model=None):
+        """Queue the 400 a provider answers when the prompt exceeds the context window."""
+        self.enqueue(status=400, model=model, body={"error": {
+            "message": OVERFLOW_MESSAGE, "type": "invalid_request_error", "code": "context_length_exceeded"}})
+
+    def pending(self):
+        with self._lock:
+            return sum(len(queue) for queue in self._queues.values())
+
+    def _next(self, request):
+        model = (request or {}).get("model") if isinstance(request, dict) else None
+        with self._lock:
+            for key in (model, None):
+                if self._queues.get(key):
+                    return self._queues[key].pop(0)
+        return Reply(500, {}, {"error": {"message": "fake model: no reply queued"}}, 0)
+
+    def _record(self, request):
+        with self._lock:
+            self.requests.append(request)
+
+    def close(self):
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):
+        pass
+
+    def _forward(self):
+        proxy = self.server.proxy
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        with proxy.lock:
+            proxy.seen.append((self.command, self.path))
+        target = urlsplit(self.path)
+        headers = dict((k, v) for k, v in self.headers.items()
+                       if k.lower() not in ("proxy-connection", "proxy-authorization", "connection"))
+        conn = http.client.HTTPConnection(target.hostname, target.port or 80, timeout=30)
+        try:
+            conn.request(self.command, (target.path or "/") + ("?" + target.query if target.query else ""),
+                         body=body, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+            self.send_response(response.status)
+            for name, value in response.getheaders():
+                if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        finally:
+            conn.close()
+
+    do_GET = _forward
+    do_POST = _forward
+
+
+class RecordingProxy(object):
+    """An HTTP forward proxy on 127.0.0.1:<port>; `seen` lists (method, absolute URL) it forwarded."""
+
+    def __init__(self):
+        self.seen = []
+        self.lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
+        self._server.daemon_threads = True
+        self._server.proxy = self
+        self._thread = threading.Thread(target=self._server.serve_forever, name="recording-proxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self._server.server_address[1]
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
