@@ -1,0 +1,687 @@
+"""Activation backends: `docker-chat` (one container per activation, Docker SDK) and `local` (the same
+runner as a host subprocess in its own session). Owns input.json, launching, exit monitors, stopping
+runners (P0 restart, stop, approve, timeout) and the reconciliation pass of `serve`.
+Imported by the scheduler and the composition root; imports config and store (docker only lazily)."""
+import datetime
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from contextlib import contextmanager
+from pathlib import Path
+
+import suzumio_config
+
+log = logging.getLogger(__name__)
+
+SUPPORT_DIR = Path(__file__).resolve().parent
+RUNNER_FILE = "suzumio_runner.py"
+HOST_FILE = "suzumio_toolpack_host.mjs"
+CONTAINER_SUPPORT_DIR = "/opt/suzumio"
+RESERVED_TARGETS = ("/activation", "/workspace", "/artifacts", "/opt/suzumio", "/toolpacks")
+LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
+SECRET_NAME = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
+REDACTED = "<redacted>"
+LOG_TAIL_LINES = 200
+STOP_GRACE_SECONDS = 2.0
+ADOPT_POLL_SECONDS = 2.0
+NEVER_STARTED_GRACE_MS = 60_000
+RECONCILE_INTERVAL_SECONDS = 60.0
+
+NO_OUTPUT_ERROR = "Runner exited without submitting activation output"
+TIMEOUT_ERROR = "activation timed out"
+NEVER_STARTED_ERROR = "Runner container was never started (controller restarted)"
+LOCAL_PREFIX = "local-"
+
+KIND_DOCKER = "docker-chat"
+KIND_LOCAL = "local"
+
+
+# ---------------------------------------------------------------- small shared helpers
+
+def safe_name(text):
+    """Replace every run of characters outside [A-Za-z0-9_.-] with one underscore."""
+    return suzumio_config.safe_toolpack_id(text)
+
+
+def container_name_for(project, agent_id, activation_id):
+    return safe_name(f"suzumio_{project}_{agent_id}_{activation_id}")
+
+
+def parse_time(text):
+    """Parse a store timestamp (ISO-8601 with Z) into an aware datetime."""
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.UTC)
+
+
+def is_timed_out(activation, timeout_ms, now):
+    """True when a running activation has reached started_at + timeout (README decision 6)."""
+    started = parse_time(activation["startedAt"])
+    return started + datetime.timedelta(milliseconds=timeout_ms) <= now
+
+
+def validate_mount(mount):
+    """backend-runner.md §3.4 for a config Mount: source exists, target absolute and not reserved."""
+    os.stat(mount.source)
+    if not mount.target.startswith("/"):
+        raise ValueError(f"Docker mount target must be absolute: {mount.target}")
+    target = suzumio_config.normalize_mount_target(mount.target)
+    bare = target.rstrip("/") or "/"
+    for reserved in RESERVED_TARGETS:
+        if bare == reserved or bare.startswith(reserved + "/"):
+            raise ValueError(f"Docker mount target is reserved: {mount.target}")
+    return target
+
+
+def local_controller_url(url):
+    """The controller URL for a host runner: host.docker.internal becomes 127.0.0.1."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname != "host.docker.internal":
+        return url
+    netloc = parts.netloc.replace("host.docker.internal", "127.0.0.1")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def activation_env(config, agent, activation_id, environ, rewrite_proxy):
+    """backend-runner.md §3.5 items 1-8, in order; a later name replaces an earlier one."""
+    env = {
+        "SUZUMIO_PROJECT": config.name,
+        "SUZUMIO_AGENT": agent["id"],
+        "SUZUMIO_ACTIVATION": activation_id,
+        "SUZUMIO_TOKEN": agent["token"],
+    }
+    for provider in config.runner.providers.values():
+        for name in (provider.api_key_env, provider.base_url_env):
+            if name and environ.get(name):
+                env[name] = environ[name]
+    env.update(config.proxy_environment(environ, rewrite_hosts=rewrite_proxy))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update({str(k): str(v) for k, v in config.agent(agent["id"]).env.items()})
+    return env
+
+
+def secret_values(config, agent, env):
+    """Values replaced by <redacted> in stored failure text (backend-runner.md §3.9), longest first."""
+    found = [agent.get("token")]
+
+    def secret_headers(headers, options):
+        merged = dict(headers or {})
+        merged.update(((options or {}).get("headers")) or {})
+        return [v for k, v in merged.items() if SECRET_NAME.search(str(k))]
+
+    for provider in config.runner.providers.values():
+        found += [provider.api_key, (provider.options or {}).get("apiKey")]
+        if provider.api_key_env:
+            found.append(env.get(provider.api_key_env))
+        found += secret_headers(provider.headers, provider.options)
+    for preset in config.runner.presets.values():
+        found += secret_headers(preset.headers, preset.provider_options)
+    found += [v for k, v in config.agent(agent["id"]).env.items() if SECRET_NAME.search(k)]
+    return sorted({v for v in found if isinstance(v, str) and v}, key=len, reverse=True)
+
+
+def redact(text, secrets):
+    for value in secrets:
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def exit_failure_text(code, logs):
+    return f"Runner exited with {code}\n{logs}".strip()
+
+
+def tail_lines(text, count=LOG_TAIL_LINES):
+    return "\n".join(text.splitlines()[-count:])
+
+
+def write_private_json(path, data):
+    """Write JSON (2-space indent + newline) to a file that is mode 0600 from its creation."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def make_private_dir(path):
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+# ---------------------------------------------------------------- runner toolpack specs
+
+def runner_toolpack_specs(config, agent, kind):
+    """Toolpacks with >=1 tool allowed for the agent, only the allowed tools (backend-runner.md §5.2).
+    Returns (specs, [(safe id, host root)] of the local toolpacks to mount on docker-chat)."""
+    patterns = agent.get("tools") or []
+    specs, mounts = [], []
+    for pack in config.resolve_toolpacks().toolpacks:
+        allowed = [tool for tool in pack.tools if suzumio_config.is_allowed(tool.name, patterns)]
+        if not allowed:
+            continue
+        spec = {"id": pack.id, "tools": [tool.definition() for tool in allowed]}
+        if pack.builtin:
+            spec["runnerModule"] = pack.runner_module_ref
+        elif kind == KIND_DOCKER:
+            spec["runnerModule"] = pack.container_runner_module
+            mounts.append((pack.safe_id, str(pack.path)))
+        else:
+            spec["runnerModule"] = pack.runner_module
+        if not pack.builtin:
+            spec["declaredTools"] = pack.tool_names
+        spec["supportPath"] = pack.support_path
+        specs.append(spec)
+    return specs, mounts
+
+
+# ---------------------------------------------------------------- one launch request
+
+def activation_paths(kind, project_dir, workspace):
+    """(workspace, artifacts root) as the runner sees them (backend-runner.md §5.1)."""
+    if kind == KIND_DOCKER:
+        return "/workspace", "/artifacts"
+    return os.path.realpath(workspace), os.path.realpath(Path(project_dir) / "artifacts")
+
+
+class Launch:
+    """Everything one backend needs to start one activation, prepared by Backends.start."""
+
+    def __init__(self, store, config, activation, agent, support_dir, environ):
+        self.store = store
+        self.config = config
+        self.activation = activation
+        self.agent = agent
+        self.kind = config.backend.kind
+        self.support_dir = Path(support_dir)
+        self.project = config.name
+        self.project_dir = Path(store.dir)
+        self.activation_dir = store.activation_dir(activation["id"])
+        self.input_path = self.activation_dir / "input.json"
+        self.workspace = Path(agent["workspacePath"])
+        self.artifacts = store.artifacts_root
+        self.env = activation_env(config, agent, activation["id"], environ, rewrite_proxy=self.kind == KIND_DOCKER)
+        self.secrets = secret_values(config, agent, self.env)
+        self.toolpack_mounts = []
+
+    @property
+    def activation_id(self):
+        return self.activation["id"]
+
+    def runner_files(self):
+        """Both runner files, or `Runner file not found: <path>`."""
+        paths = [self.support_dir / RUNNER_FILE, self.support_dir / HOST_FILE]
+        for path in paths:
+            if not path.is_file():
+                raise FileNotFoundError(f"Runner file not found: {path}")
+        return paths
+
+    def input_data(self):
+        """The fields of backend-runner.md §5.1, in table order."""
+        agent = self.agent
+        specs, self.toolpack_mounts = runner_toolpack_specs(self.config, agent, self.kind)
+        workspace, artifacts_root = activation_paths(self.kind, self.project_dir, self.workspace)
+        controller_url = self.config.backend.controller_url
+        if self.kind == KIND_DOCKER:
+            read_roots = ["/workspace", "/artifacts", "/mnt"]
+        else:
+            read_roots = [workspace, artifacts_root]
+            controller_url = local_controller_url(controller_url)
+        agent_part = {"id": agent["id"], "displayName": agent["displayName"], "role": agent["role"],
+                      "prompt": agent.get("prompt") or ""}
+        if agent.get("model"):
+            agent_part["model"] = agent["model"]
+        return {
+            "project": self.project,
+            "agent": agent_part,
+            "activation": {"id": self.activation_id, "prompt": self.activation["prompt"]},
+            "workspace": workspace,
+            "artifactsRoot": artifacts_root,
+            "readRoots": read_roots,
+            "writeRoots": [workspace, f"{artifacts_root}/{agent['id']}"],
+            "controllerUrl": controller_url,
+            "token": agent["token"],
+            "runner": self.config.runner.as_json(),
+            "tools": [tool for spec in specs for tool in spec["tools"]],
+            "toolpacks": specs,
+            "history": self.store.active_history(agent["id"]),
+        }
+
+
+# ---------------------------------------------------------------- the local backend
+
+def read_cmdline(pid):
+    """The command line of a process, or '' when it is gone or a zombie. A process caught in the middle
+    of exec briefly shows an empty command line, so an empty read is retried for up to 0.5 s."""
+    if not Path("/proc/self").exists():
+        result = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True,
+                                check=False)
+        return result.stdout.strip()
+    deadline = time.monotonic() + 0.5
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                state = handle.read().rsplit(b")", 1)[-1].split()[0]
+            if state == b"Z":
+                return ""
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                text = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            return ""
+        if text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.01)
+
+
+def local_runner_alive(pid, activation_id):
+    """backend-runner.md §3A.5: the pid exists and its command line names the activation."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return activation_id in read_cmdline(pid)
+
+
+def local_pid(container_name):
+    if container_name and container_name.startswith(LOCAL_PREFIX):
+        suffix = container_name[len(LOCAL_PREFIX):]
+        if suffix.isdigit():
+            return int(suffix)
+    return None
+
+
+class LocalBackend:
+    """Runs the runner as a host subprocess in its own session with a scrubbed environment."""
+
+    kind = KIND_LOCAL
+
+    def __init__(self, environ):
+        self._environ = environ
+
+    def launch(self, launch):
+        """§3A.1 steps 5-7; returns the Popen, already recorded as `local-<pid>`."""
+        runner_path, _ = launch.runner_files()
+        env = {name: self._environ[name] for name in LOCAL_BASE_ENV if self._environ.get(name)}
+        env.update(launch.env)
+        log_path = launch.activation_dir / "runner.log"
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, str(runner_path), "--input", str(launch.input_path.resolve())],
+                cwd=os.path.realpath(launch.workspace), stdin=subprocess.DEVNULL, stdout=fd,
+                stderr=subprocess.STDOUT, env=env, close_fds=True, start_new_session=True)
+        finally:
+            os.close(fd)
+        return process
+
+    def log_tail(self, activation_dir):
+        try:
+            text = (Path(activation_dir) / "runner.log").read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        return tail_lines(text)
+
+    def stop(self, container_name, activation_id):
+        """§3A.4: SIGTERM to the group, SIGKILL after 2 s; a vanished process counts as stopped."""
+        pid = local_pid(container_name)
+        if pid is None or not local_runner_alive(pid, activation_id):
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while time.monotonic() < deadline:
+                if not local_runner_alive(pid, activation_id):
+                    return
+                time.sleep(0.05)
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+
+
+def exit_status(returncode):
+    """A runner ended by signal N reports 128 + N, as Docker does."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# ---------------------------------------------------------------- the Docker backend
+
+def _http_status(error):
+    response = getattr(error, "response", None)
+    return getattr(response, "status_code", None) or getattr(error, "status_code", None)
+
+
+class DockerBackend:
+    """One container per activation through the Docker SDK; the client is created lazily."""
+
+    kind = KIND_DOCKER
+
+    def __init__(self, client=None):
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def client(self):
+        with self._lock:
+            if self._client is None:
+                import docker
+                self._client = docker.from_env()
+            return self._client
+
+    def mounts(self, launch, agent_ids):
+        """backend-runner.md §3.3 rows 1-7 as (source, target, read_only), validated (§3.4)."""
+        rows = [(str(launch.input_path), "/activation/input.json", True),
+                (str(launch.workspace), "/workspace", False)]
+        for other in agent_ids:
+            rows.append((str(launch.artifacts / other), f"/artifacts/{other}", other != launch.agent["id"]))
+        for mount in launch.config.mounts_for(launch.agent["id"]):
+            rows.append((mount.source, validate_mount(mount), mount.readonly is not False))
+        for safe_id, root in launch.toolpack_mounts:
+            rows.append((root, f"/toolpacks/{safe_id}", True))
+        runner_path, host_path = launch.runner_files()
+        rows.append((str(runner_path), f"{CONTAINER_SUPPORT_DIR}/{RUNNER_FILE}", True))
+        rows.append((str(host_path), f"{CONTAINER_SUPPORT_DIR}/{HOST_FILE}", True))
+        return rows
+
+    def create(self, launch, agent_ids):
+        """§3.2-3.7: build and create (not start) the container; returns its name."""
+        from docker.types import Mount
+        rows = self.mounts(launch, agent_ids)
+        backend = launch.config.backend
+        name = container_name_for(launch.project, launch.agent["id"], launch.activation_id)
+        options = {}
+        if backend.docker.network:
+            options["network_mode"] = backend.docker.network
+        if backend.docker.memory:
+            options["mem_limit"] = backend.docker.memory
+        if backend.docker.cpus:
+            options["nano_cpus"] = int(float(backend.docker.cpus) * 1e9)
+        self.client.containers.create(
+            backend.image,
+            name=name,
+            entrypoint=["python3", f"{CONTAINER_SUPPORT_DIR}/{RUNNER_FILE}"],
+            command=["--input", "/activation/input.json"],
+            working_dir="/workspace",
+            environment=launch.env,
+            labels={"suzumio.managed": "true", "suzumio.project": launch.project,
+                    "suzumio.agent": launch.agent["id"], "suzumio.activation": launch.activation_id},
+            mounts=[Mount(target, source, type="bind", read_only=ro) for source, target, ro in rows],
+            extra_hosts={"host.docker.internal": "host-gateway"},
+            auto_remove=False, tty=False, stdin_open=False, detach=True, **options)
+        return name
+
+    def start(self, name):
+        self.client.api.start(name)
+
+    def wait(self, name):
+        """Block until the container exits (no client timeout); returns its exit code."""
+        return self.client.api.wait(name, timeout=None)["StatusCode"]
+
+    def log_tail(self, name):
+        raw = self.client.api.logs(name, stdout=True, stderr=True, tail=LOG_TAIL_LINES)
+        return tail_lines(raw.decode("utf-8", "replace"))
+
+    def state(self, name):
+        """(`running` | `exited` | ..., exit code), or None when the container does not exist."""
+        import docker.errors
+        try:
+            attrs = self.client.api.inspect_container(name)
+        except docker.errors.NotFound:
+            return None
+        return attrs["State"]["Status"], attrs["State"].get("ExitCode")
+
+    def stop(self, name, activation_id):
+        """§3.10 step 2: stop with 2 s grace; 304/404 are success; otherwise kill; else raise."""
+        import docker.errors
+        try:
+            self.client.api.stop(name, timeout=int(STOP_GRACE_SECONDS))
+            return
+        except docker.errors.APIError as error:
+            if _http_status(error) in (304, 404):
+                return
+            log.warning("stopping container %s failed, killing it: %s", name, error)
+        try:
+            self.client.api.kill(name)
+        except docker.errors.APIError as error:
+            if _http_status(error) in (304, 404):
+                return
+            raise
+
+
+# ---------------------------------------------------------------- the facade the scheduler uses
+
+class Backends:
+    """Starts, watches, stops and reconciles activations; picks `local` or `docker-chat` by
+    `backend.kind` at start and by the recorded container name afterwards."""
+
+    def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None):
+        self.support_dir = Path(support_dir)
+        self._environ = dict(os.environ if environ is None else environ)
+        self.local = LocalBackend(self._environ)
+        self.docker = DockerBackend(docker_client)
+        self._lock = threading.Lock()
+        self._watched = set()
+        self._starting = set()
+        self._threads = []
+        self._closed = threading.Event()
+        self._reconciler = None
+
+    # -- start
+
+    def start(self, store, activation_id):
+        """Start one activation created by the scheduler; any failure fails the activation."""
+        with self._mark(self._starting, activation_id):
+            try:
+                self._start(store, activation_id)
+            except Exception as error:  # the start boundary: every failure fails the activation
+                log.warning("activation %s failed to start: %s", activation_id, error)
+                store.fail_activation(activation_id, str(error) or type(error).__name__)
+
+    def _start(self, store, activation_id):
+        activation = store.activation(activation_id)
+        agent = store.agent(activation["agentId"], include_token=True)
+        config = suzumio_config.ProjectConfig.from_data(store.config())
+        launch = Launch(store, config, activation, agent, self.support_dir, self._environ)
+        agent_ids = store.agent_ids()
+        make_private_dir(store.activations_root)
+        make_private_dir(launch.activation_dir)
+        write_private_json(launch.input_path, launch.input_data())
+        for other in agent_ids:
+            store.artifacts_dir(other).mkdir(parents=True, exist_ok=True)
+        if launch.kind == KIND_LOCAL:
+            self._start_local(store, launch)
+        else:
+            self._start_docker(store, launch, agent_ids)
+
+    def _start_local(self, store, launch):
+        process = self.local.launch(launch)
+        name = f"{LOCAL_PREFIX}{process.pid}"
+        try:
+            store.set_activation_container(launch.activation_id, name)
+        finally:
+            self._watch(self._watch_child, store, launch, process)
+        if store.activation(launch.activation_id)["status"] != "running":
+            self.local.stop(name, launch.activation_id)
+
+    def _start_docker(self, store, launch, agent_ids):
+        name = self.docker.create(launch, agent_ids)
+        store.set_activation_container(launch.activation_id, name)
+        if store.activation(launch.activation_id)["status"] != "running":
+            log.info("activation %s was cancelled before its container started", launch.activation_id)
+            return
+        self.docker.start(name)
+        self._watch(self._watch_container, store, launch.activation_id, name, launch.secrets)
+
+    # -- monitors
+
+    @contextmanager
+    def _mark(self, group, activation_id):
+        with self._lock:
+            group.add(activation_id)
+        try:
+            yield
+        finally:
+            with self._lock:
+                group.discard(activation_id)
+
+    def _watch(self, target, store, *args):
+        activation_id = args[0].activation_id if isinstance(args[0], Launch) else args[0]
+        with self._lock:
+            self._watched.add(activation_id)
+        thread = threading.Thread(target=self._run_monitor, args=(target, store, activation_id) + args,
+                                  name=f"suzumio-monitor-{activation_id}", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _run_monitor(self, target, store, activation_id, *args):
+        try:
+            target(store, *args)
+        except Exception as error:  # one boundary per thread: a monitoring exception fails the activation
+            if not self._closed.is_set():
+                log.warning("monitor of activation %s failed: %s", activation_id, error)
+                self._fail_if_running(store, activation_id, str(error) or type(error).__name__)
+        finally:
+            with self._lock:
+                self._watched.discard(activation_id)
+
+    def watched(self, activation_id):
+        with self._lock:
+            return activation_id in self._watched or activation_id in self._starting
+
+    def _fail_if_running(self, store, activation_id, error):
+        if store.activation(activation_id)["status"] == "running":
+            store.fail_activation(activation_id, error)
+
+    def _settle(self, store, activation_id, code, logs, secrets):
+        """backend-runner.md §3.9 steps 2-4, after the runner exited with `code`."""
+        if self._closed.is_set() or store.activation(activation_id)["status"] != "running":
+            return
+        if code != 0:
+            self._fail_if_running(store, activation_id, redact(exit_failure_text(code, logs()), secrets))
+        else:
+            self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
+
+    def _watch_child(self, store, launch, process):
+        while True:
+            try:
+                returncode = process.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if self._closed.is_set():
+                    return
+        self._settle(store, launch.activation_id, exit_status(returncode),
+                     lambda: self.local.log_tail(launch.activation_dir), launch.secrets)
+
+    def _watch_container(self, store, activation_id, name, secrets):
+        code = self.docker.wait(name)
+        self._settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
+
+    def _watch_adopted_process(self, store, activation_id, pid):
+        while not self._closed.wait(ADOPT_POLL_SECONDS):
+            if not local_runner_alive(pid, activation_id):
+                self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
+                return
+
+    # -- stopping
+
+    def stop_runner(self, store, activation):
+        """Stop an ended activation's container or process (scheduler.md §3.3 step 3); a failure
+        becomes an `activation.stop_failed` event and never propagates."""
+        name = activation.get("containerName")
+        if not name:
+            return
+        try:
+            if local_pid(name) is not None:
+                self.local.stop(name, activation["id"])
+            else:
+                self.docker.stop(name, activation["id"])
+        except Exception as error:  # any engine or OS error is recorded; the store change stands
+            log.warning("stopping runner %s of activation %s failed: %s", name, activation["id"], error)
+            store.append_event("activation.stop_failed", {
+                "activationId": activation["id"], "agentId": activation["agentId"],
+                "error": str(error) or type(error).__name__})
+
+    def expire(self, store, activation):
+        """Fail a running activation with `activation timed out`, then stop its runner."""
+        store.fail_activation(activation["id"], TIMEOUT_ERROR)
+        self.stop_runner(store, store.activation(activation["id"]))
+
+    # -- reconciliation (serve only)
+
+    def reconcile(self, stores, now=None):
+        """One pass: the timeout check on every running activation, then adoption of unwatched ones."""
+        for store in stores:
+            try:
+                self._reconcile_project(store, now or utc_now())
+            except Exception as error:  # isolation: one project's error never stops the pass
+                log.warning("reconciling project %s failed: %s", store.project_id, error)
+
+    def _reconcile_project(self, store, now):
+        config = suzumio_config.ProjectConfig.from_data(store.config())
+        timeout_ms = config.backend.activation_timeout_ms
+        for activation in store.running_activations():
+            if is_timed_out(activation, timeout_ms, now):
+                self.expire(store, activation)
+                continue
+            if self.watched(activation["id"]):
+                continue
+            self._adopt(store, config, activation, now)
+
+    def _adopt(self, store, config, activation, now):
+        activation_id, name = activation["id"], activation.get("containerName")
+        if not name:
+            age = now - parse_time(activation["startedAt"])
+            if age > datetime.timedelta(milliseconds=NEVER_STARTED_GRACE_MS):
+                self._fail_if_running(store, activation_id, NEVER_STARTED_ERROR)
+            return
+        pid = local_pid(name)
+        if pid is not None:
+            if local_runner_alive(pid, activation_id):
+                self._watch(self._watch_adopted_process, store, activation_id, pid)
+            else:
+                self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
+            return
+        import docker.errors
+        import requests.exceptions
+        try:
+            state = self.docker.state(name)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            log.warning("cannot inspect container %s of activation %s: %s", name, activation_id, error)
+            return
+        if state is None:
+            self._fail_if_running(store, activation_id, f"Runner container {name} not found")
+            return
+        agent = store.agent(activation["agentId"], include_token=True)
+        secrets = secret_values(config, agent, self._environ)
+        status, code = state
+        if status in ("created", "running", "restarting", "paused"):
+            self._watch(self._watch_container, store, activation_id, name, secrets)
+        else:
+            self._settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
+
+    def start_reconciling(self, list_stores, interval=RECONCILE_INTERVAL_SECONDS):
+        """Run `reconcile` now and then every `interval` seconds on a named thread until close()."""
+        def loop():
+            while True:
+                self.reconcile(list_stores())
+                if self._closed.wait(interval):
+                    return
+        self._reconciler = threading.Thread(target=loop, name="suzumio-reconciler", daemon=True)
+        self._reconciler.start()
+
+    def close(self):
+        """Stop the watchers and the reconciler; runners keep going and the next serve adopts them."""
+        self._closed.set()
+        if self._reconciler is not None:
+            self._reconciler.join(timeout=5)
+        for thread in list(self._threads):
+            if thread is not threading.current_thread():
+                thread.join(timeout=1)

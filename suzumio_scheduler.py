@@ -1,0 +1,478 @@
+"""The scheduler (scheduler.md): one `tick` of a project (signal selection, P0 restarts, the
+activation timeout, prompt composition, hooks, nudges and monitors), the background thread that ticks
+every project every 2 s or on demand, and stopping/approving projects.
+Imported by the composition root and the HTTP routes; imports config, store and backend."""
+import datetime
+import logging
+import math
+import re
+import threading
+
+import suzumio_backend
+import suzumio_config
+from suzumio_backend import KIND_LOCAL, activation_paths
+from suzumio_errors import Conflict
+from suzumio_store import render_signal
+
+log = logging.getLogger(__name__)
+
+TICK_INTERVAL_SECONDS = 2.0
+
+RUNNING, QUIET, FAILED, STOPPED = "running", "quiet", "failed", "stopped"
+
+NO_EFFECT_NUDGE = "scheduler.no_effect_nudge"
+FAILED_NUDGE = "scheduler.failed_nudge"
+ALL_QUIET_NUDGE = "scheduler.all_quiet_nudge"
+RESUME_AFTER_STOP = "scheduler.resume_after_stop"
+QUIET_MONITOR_EVENT = "scheduler.quiet_agent_monitor.message_sent"
+FAILED_MONITOR_EVENT = "scheduler.failed_agent_monitor.message_sent"
+HOOK_FAILED_EVENT = "scheduler.hook_failed"
+
+STOP_REASON = "Project stopped"
+APPROVE_REASON = "Project approved"
+
+FAILED_NUDGE_MESSAGE = (
+    "Your previous activation failed before submitting output.\n\nRetry from the existing history and "
+    "workspace. If the failure repeats or appears persistent, report the exact blocker to the "
+    "coordinator instead of ending silently.")
+ALL_QUIET_MESSAGE = (
+    "All agents are quiet and there are no pending work signals for this running project.\n\nTreat "
+    "this as a coordination stall: ask workers for current progress, tell them to continue, or resend "
+    "any missing work/review messages. Use targeted messages rather than waiting silently.")
+QUIET_MONITOR_MESSAGE = (
+    "Agent `{{agent}}` has been quiet for {{quietMinutes}} minutes.\n\nIf this is unexpected, send it "
+    "a follow-up assignment or ask for status. If it is intentionally waiting, no action is needed.")
+FAILED_MONITOR_MESSAGE = (
+    "Agent `{{agent}}` has been failed for {{failedMinutes}} minutes after activation "
+    "`{{activationId}}`.\n\nLast error: {{error}}\n\nPM: send a concrete retry/follow-up or reassign "
+    "the lane. If failedNudge is enabled, check whether an automatic retry is already pending before "
+    "intervening.")
+# ---------------------------------------------------------------- time
+
+def iso(moment):
+    """The store's timestamp format: UTC, milliseconds, `Z`."""
+    return moment.astimezone(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.UTC)
+
+
+def as_datetime(now):
+    """An injected clock value (None, datetime or ISO text) as an aware UTC datetime."""
+    if now is None:
+        return utc_now()
+    if isinstance(now, str):
+        return suzumio_backend.parse_time(now)
+    return now if now.tzinfo else now.replace(tzinfo=datetime.UTC)
+
+
+def ms_between(earlier_text, now):
+    return int((now - suzumio_backend.parse_time(earlier_text)).total_seconds() * 1000)
+
+
+# ---------------------------------------------------------------- prompt composition (§4)
+
+def _mounted_inputs(config, agent_id, kind):
+    mounts = [] if kind == KIND_LOCAL else config.mounts_for(agent_id)
+    if not mounts:
+        return ""
+    lines = ["# Mounted Inputs\n",
+             "These inputs are mounted read-only unless marked read-write. Copy files into /workspace "
+             "before editing them."]
+    for mount in mounts:
+        line = f"- {mount.target} ({'read-write' if mount.readonly is False else 'read-only'})"
+        if mount.description:
+            line += f": {mount.description}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _first_blocks(task, agent, agents, config, kind, artifacts_root):
+    identity = [f"# Project Task\n\n{task.strip()}",
+                f"# Agent Identity\n\nID: {agent['id']}\nName: {agent['displayName']}\nRole: {agent['role']}"]
+    if (agent.get("prompt") or "").strip():
+        identity.append(f"# Agent Instructions\n\n{agent['prompt'].strip()}")
+    mounted = _mounted_inputs(config, agent["id"], kind)
+    if mounted:
+        identity.append(mounted)
+    roster = ["# Project Agents\n\nUse these agent ids exactly when you send messages."]
+    roster += [f"## {a['id']}\nName: {a['displayName']}\nRole: {a['role']}"
+               for a in sorted(agents, key=lambda a: a["id"])]
+    artifact_lines = [f"- {artifacts_root}/{a['id']} "
+                      + ("(read-write, yours)" if a["id"] == agent["id"] else "(read-only)")
+                      for a in sorted(agents, key=lambda a: a["id"])]
+    shared = ("# Shared Artifacts\n\nUse your workspace for mutable work. Artifact directories hold "
+              "published snapshots: once you announce a file there, do not change it.\n"
+              + "\n".join(artifact_lines))
+    blocks = ["\n\n".join(identity), "\n\n".join(roster), shared]
+    if config.channels:
+        blocks.append("# Project Channels\n\n" + "\n".join(f"- {c}" for c in config.channels))
+    return blocks
+
+
+def _contract(agent, agents, config, workspace, artifacts_root):
+    communication = config.communication
+    coordinator = communication.coordinator_agent
+    has_coordinator = any(a["id"] == coordinator for a in agents)
+    is_coordinator = agent["id"] == coordinator
+    tools = agent.get("tools") or []
+    lines = [
+        "# Tool And Reporting Contract",
+        f"Available tools for you: {', '.join(tools) if tools else 'none'}",
+        "New Signals are your current assignments; the newest direct assignment wins unless a "
+        "higher-priority signal blocks it.",
+        "Priorities: use P3 by default for routine work; P2 for control flow and continuation; P1 only for "
+        "concrete blockers, urgent corrections or messages that unblock active work; P0 only for a human "
+        "stop, a destructive repository conflict, a secret or safety issue, or a blocker where continuing "
+        "is harmful.",
+    ]
+    if communication.restrict_non_coordinator_to_coordinator:
+        if is_coordinator:
+            lines.append(
+                f"As the coordinator you may message any agent or user; use "
+                f"{communication.pm_routine_verifier_priority} for routine verifier review and "
+                "delegation, P1 only when it unblocks active work, and P0 only for emergencies.")
+        else:
+            lines.append(
+                f"Send direct messages only to {coordinator}; never to user or to channels. Use "
+                f"{communication.non_coordinator_max_priority} or lower, never P0.")
+    lines += [
+        "Prefer file.read, file.write and file.patch for files and shell.exec for commands that need a "
+        "shell; shell output and files stay private until you report them.",
+        f"Use {workspace} for mutable files and {artifacts_root}/{agent['id']} for published snapshots "
+        "that are not modified after being announced.",
+        "Every activation must end with at least one externally visible effect made through a tool.",
+        "Do not send acknowledgement-only messages; messages.send delivery needs no confirmation.",
+    ]
+    if is_coordinator or not has_coordinator:
+        lines.append("Send finished work or blockers with messages.send to the requested recipient; if "
+                     "none was named, to a configured channel or user.")
+    else:
+        lines.append("Send finished work or blockers with messages.send to the requested recipient; if "
+                     f"none was named, to {coordinator}.")
+    lines += [
+        "The coordinator reports delegation with messages.send to the target agent or user.",
+        "If you already reported and are waiting, call coordination.wait_for_signal with notifyPm: false.",
+        "Only the coordinator calls completion.submit, and only for the final report.",
+    ]
+    if is_coordinator:
+        blocker_target = "user"
+    elif has_coordinator:
+        blocker_target = coordinator
+    else:
+        blocker_target = "the requested recipient, a configured channel or user"
+    lines.append(f"When the task, recipient or tool is unclear, send a blocker to {blocker_target}; "
+                 "never end silently.")
+    return "\n".join(lines)
+
+
+ACTIVATION_RULE = "\n\n".join([
+    "# Activation Rule",
+    "Earlier history is continuity only; the New Signals above are the only newly delivered items.",
+    "Keep working until you have a useful result, a blocker, a message to send, a wait declaration or a "
+    "final submission.",
+    "A signal that asks for a report to a specific recipient obliges you to call messages.send to that "
+    "recipient in this activation.",
+    "coordination.wait_for_signal and completion.submit end the activation. Do not poll: new signals "
+    "arrive in a later activation.",
+])
+
+CONTINUE_BLOCK = ("# Continue Existing Context\n\nContinue the same session. Do not restart the project, "
+                  "repeat setup, or treat old messages as new requests.")
+
+
+def render_prompt(*, first, task, agent, agents, config, kind, workspace, artifacts_root, signals):
+    """The activation prompt (scheduler.md §4.1): first or later activation."""
+    blocks = (_first_blocks(task, agent, agents, config, kind, artifacts_root) if first
+              else [CONTINUE_BLOCK])
+    blocks.append("\n\n".join(["# New Signals"] + [render_signal(s) for s in signals]))
+    blocks.append(_contract(agent, agents, config, workspace, artifacts_root))
+    blocks.append(ACTIVATION_RULE)
+    return "\n\n".join(b for b in blocks if b)
+
+
+# ---------------------------------------------------------------- hooks
+
+class NoHooks:
+    """The default hooks collaborator: no local toolpack hooks."""
+
+    def run_hooks(self, store, config, now):
+        return None
+
+
+# ---------------------------------------------------------------- one tick (§5)
+
+def tick(store, backend, hooks, now):
+    """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock."""
+    project = store.project()
+    if project["status"] != RUNNING:
+        return
+    config = suzumio_config.ProjectConfig.from_data(store.config())
+    agents = store.list_agents()
+    for agent in agents:
+        _tick_agent(store, backend, config, project["task"], agents, agent, now)
+    try:
+        hooks.run_hooks(store, config, now)
+    except Exception as error:  # hooks never stop steps 6-9 (scheduler.md §6.1)
+        log.warning("scheduler hooks of %s failed: %s", store.project_id, error)
+        store.append_event(HOOK_FAILED_EVENT, {"toolpackId": None, "error": str(error)})
+    agents = store.list_agents()
+    _failed_nudges(store, config, agents, now)
+    _monitor_rules(store, config, agents, now, failed=True)
+    _monitor_rules(store, config, agents, now, failed=False)
+    _all_quiet_nudge(store, config, now)
+
+
+def _tick_agent(store, backend, config, task, agents, agent, now):
+    status = agent["status"]
+    if status == STOPPED:
+        return
+    limit = config.scheduler.max_signals_per_activation
+    candidates = None
+    if status == RUNNING or agent.get("activeActivationId"):
+        act = store.activation(agent["activeActivationId"]) if agent.get("activeActivationId") else None
+        if (act and act["status"] == RUNNING
+                and suzumio_backend.is_timed_out(act, config.backend.activation_timeout_ms, now)):
+            backend.expire(store, act)
+            status = FAILED
+        elif act is None or act["status"] != RUNNING:
+            status = store.clear_stale_binding(agent["id"]) or store.agent(agent["id"])["status"]
+        else:
+            pending = store.pending_signals(agent["id"], limit, now)
+            p0 = [s for s in pending if s["priority"] == "P0"]
+            if not p0:
+                return
+            store.cancel_activation(act["id"], f"Interrupted by P0 signal {p0[0]['id']}")
+            backend.stop_runner(store, store.activation(act["id"]))
+            status, candidates = QUIET, pending
+    if candidates is None:
+        candidates = store.pending_signals(agent["id"], limit, now)
+    if not candidates:
+        if status not in (QUIET, FAILED):
+            store.set_agent_status(agent["id"], QUIET)
+        return
+    _start_activation(store, backend, config, task, agents, agent, candidates, now)
+
+
+def _start_activation(store, backend, config, task, agents, agent, signals, now):
+    kind = config.backend.kind
+    workspace, artifacts_root = activation_paths(kind, store.dir, agent["workspacePath"])
+    prompt = render_prompt(first=not store.agent_has_activations(agent["id"]), task=task, agent=agent,
+                           agents=agents, config=config, kind=kind, workspace=workspace,
+                           artifacts_root=artifacts_root, signals=signals)
+    try:
+        activation = store.start_activation(agent["id"], prompt, signals, now)
+    except Conflict as error:
+        log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
+        return
+    backend.start(store, activation["id"])
+
+
+# ---------------------------------------------------------------- nudges and monitors (§7)
+
+def _attempt_of(sig):
+    attempt = (sig.get("payload") or {}).get("attempt")
+    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0 else 1
+
+
+def _failed_nudges(store, config, agents, now):
+    """scheduler.md §7.2 (step 6)."""
+    rule = config.scheduler.failed_nudge
+    if not rule.enabled:
+        return
+    for agent in agents:
+        if agent["status"] != FAILED:
+            continue
+        if store.has_pending_signals_for_agent(agent["id"], include_delayed=True, now=now):
+            continue
+        latest = store.latest_failed_activation(agent["id"])
+        if latest is None:
+            continue
+        woke = store.signals_delivered_to(latest["id"], kind=FAILED_NUDGE)
+        previous = _attempt_of(woke[-1]) if woke else 0
+        if rule.max_consecutive and previous >= rule.max_consecutive:
+            continue
+        attempt = previous + 1
+        delay = int(min(rule.max_delay_ms,
+                        math.floor(rule.initial_delay_ms * rule.backoff_factor ** (attempt - 1))))
+        payload = {"previousActivationId": latest["id"], "attempt": attempt,
+                   "maxConsecutive": rule.max_consecutive, "delayMs": delay}
+        not_before = None
+        if delay > 0:
+            not_before = iso(now + datetime.timedelta(milliseconds=delay))
+            payload["notBefore"] = not_before
+        payload["error"] = latest.get("error") or ""
+        payload["message"] = rule.message or FAILED_NUDGE_MESSAGE
+        store.record_signal(FAILED_NUDGE, target_agent=agent["id"], priority=rule.priority, payload=payload,
+                            useful_effect=False, not_before=not_before, now=now)
+
+
+def render_template(template, values):
+    """Replace `{{ name }}` placeholders; unknown names stay verbatim."""
+    def replace(match):
+        name = match.group(1)
+        return str(values[name]) if name in values else match.group(0)
+    return re.sub(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}", replace, template)
+
+
+def _short_error(text):
+    text = " ".join((text or "").split())
+    return text[:697] + "..." if len(text) > 700 else text
+
+
+def _monitor_rules(store, config, agents, now, *, failed):
+    """scheduler.md §7.3 (failed=True, step 7) and §7.4 (failed=False, step 8)."""
+    monitor = config.scheduler.failed_agent_monitor if failed else config.scheduler.quiet_agent_monitor
+    if not monitor.enabled:
+        return
+    by_id = {a["id"]: a for a in agents}
+    for rule in monitor.rules:
+        if rule.enabled is False:
+            continue
+        agent = by_id.get(rule.agent)
+        if agent is None or agent["status"] != (FAILED if failed else QUIET):
+            continue
+        if rule.recipient != "user" and rule.recipient not in by_id:
+            continue
+        latest = store.latest_failed_activation(agent["id"]) if failed else None
+        if failed and latest is None:
+            continue
+        since = (latest.get("completedAt") if failed else None) or agent["updatedAt"]
+        try:
+            elapsed = ms_between(since, now)
+        except (TypeError, ValueError):
+            continue
+        if elapsed < 0:
+            continue
+        match = {"ruleKey": rule.key, "agent": agent["id"]}
+        match.update({"failedActivationId": latest["id"]} if failed else {"quietSince": since})
+        last = store.latest_event(FAILED_MONITOR_EVENT if failed else QUIET_MONITOR_EVENT, match)
+        if last is None and elapsed < rule.initial_delay_ms:
+            continue
+        if last is not None and ms_between(last["created_at"], now) < rule.repeat_delay_ms:
+            continue
+        attempt = int(last["data"].get("attempt") or 0) + 1 if last else 1
+        values = {"project": store.project_id, "agent": agent["id"], "agentId": agent["id"],
+                  "recipient": rule.recipient, "sender": rule.sender, "now": iso(now),
+                  "initialDelayMs": rule.initial_delay_ms, "repeatDelayMs": rule.repeat_delay_ms,
+                  "attempt": attempt, "ruleId": rule.id or rule.key}
+        if failed:
+            values.update(failedMs=elapsed, failedMinutes=elapsed // 60000, failedSince=since,
+                          activationId=latest["id"], error=_short_error(latest.get("error")))
+        else:
+            values.update(quietMs=elapsed, quietMinutes=elapsed // 60000, quietSince=since)
+        message = store.send_message(rule.sender, render_template(rule.message, values),
+                                     recipient=rule.recipient, priority=rule.priority, now=now)
+        data = {"ruleKey": rule.key}
+        if rule.id is not None:
+            data["ruleId"] = rule.id
+        data["agent"] = agent["id"]
+        if failed:
+            data["failedActivationId"] = latest["id"]
+        data.update(recipient=rule.recipient, sender=rule.sender, priority=rule.priority)
+        if failed:
+            data.update(failedSince=since, failedMs=elapsed)
+        else:
+            data.update(quietSince=since, quietMs=elapsed)
+        data.update(initialDelayMs=rule.initial_delay_ms, repeatDelayMs=rule.repeat_delay_ms,
+                    attempt=attempt, messageId=message["id"])
+        store.append_event(FAILED_MONITOR_EVENT if failed else QUIET_MONITOR_EVENT, data, now=now)
+
+
+def _all_quiet_nudge(store, config, now):
+    """scheduler.md §7.5 (step 9), on a freshly loaded agent list."""
+    rule = config.scheduler.all_quiet_nudge
+    if not rule.enabled:
+        return
+    agents = store.list_agents()
+    if not agents or rule.target_agent not in {a["id"] for a in agents}:
+        return
+    if any(a["status"] != QUIET for a in agents):
+        return
+    if store.has_pending_signals(now=now):
+        return
+    previous = store.latest_signal(ALL_QUIET_NUDGE, target_agent=rule.target_agent)
+    if previous and ms_between(previous["createdAt"], now) < rule.cooldown_ms:
+        return
+    store.record_signal(ALL_QUIET_NUDGE, target_agent=rule.target_agent, priority=rule.priority,
+                        useful_effect=True, now=now, payload={
+                            "message": rule.message or ALL_QUIET_MESSAGE,
+                            "reason": "all agents quiet and no pending signals",
+                            "agentStatuses": [{"id": a["id"], "status": a["status"]} for a in agents]})
+
+
+# ---------------------------------------------------------------- stop and approve (store.md §8.1)
+
+def stop_project(store, backends, now=None):
+    """Stop a project: cancel running activations (with resume signals), then stop their runners."""
+    for activation in store.stop(now):
+        backends.stop_runner(store, store.activation(activation["id"]))
+
+
+def approve_project(store, backends, now=None):
+    """Approve a project: cancel running activations (no resume signal), then stop their runners."""
+    for activation in store.approve(now):
+        backends.stop_runner(store, store.activation(activation["id"]))
+
+
+# ---------------------------------------------------------------- the background thread
+
+class Scheduler:
+    """Ticks the projects of a root: every 2 s on its own thread, and on demand through tick() /
+    trigger(). One lock per project keeps the ticks of a project serial (scheduler.md §2.2)."""
+
+    stop_project = staticmethod(stop_project)
+    approve_project = staticmethod(approve_project)
+
+    def __init__(self, root, backends, hooks=None, interval=TICK_INTERVAL_SECONDS):
+        self.root = root
+        self.backends = backends
+        self.hooks = hooks or NoHooks()
+        self.interval = interval
+        self._locks = {}
+        self._locks_guard = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = None
+
+    def _project_lock(self, name):
+        with self._locks_guard:
+            return self._locks.setdefault(name, threading.Lock())
+
+    def tick(self, name, now=None):
+        """One tick of the named project; waits for a tick of it that is already running."""
+        with self._project_lock(name):
+            tick(self.root.open_project(name), self.backends, self.hooks, as_datetime(now))
+
+    def trigger(self, name):
+        """The tick HTTP routes ask for: it runs now and returns once it has run (scheduler.md §2.1)."""
+        self.tick(name)
+
+    def tick_all(self, now=None):
+        """One pass over every project in name order; an error in one project never stops the rest."""
+        for name in self.root.list_projects():
+            if self._stopping.is_set():
+                return
+            try:
+                self.tick(name, now)
+            except Exception:  # one boundary per project: the next pass retries it
+                log.exception("scheduler tick failed for project %s", name)
+
+    def start(self):
+        """Start the background thread: one pass now, then one every `interval` seconds."""
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="suzumio-scheduler", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stopping.is_set():
+            self.tick_all()
+            # passes never overlap: the next interval starts when this pass has ended
+            self._stopping.wait(self.interval)
+
+    def stop(self):
+        """Stop the thread and join it; running activations keep going."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

@@ -1,0 +1,188 @@
+"""Fixtures for backend and scheduler tests: a real project store under tmp_path, a support directory
+holding the stand-in runner, and a tiny real HTTP controller that accepts /activation-output (the real
+route belongs to suzumio_runner_support; this one only completes the activation through the store)."""
+import contextlib
+import json
+import os
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+import suzumio_backend
+import suzumio_config
+import suzumio_store
+
+HERE = Path(__file__).resolve().parent
+STAND_IN = HERE / "stand_in_runner.py"
+
+
+def make_support_dir(path):
+    """A support directory whose suzumio_runner.py is the stand-in runner."""
+    path.mkdir(parents=True, exist_ok=True)
+    shutil.copy(STAND_IN, path / suzumio_backend.RUNNER_FILE)
+    (path / suzumio_backend.HOST_FILE).write_text("// stand-in Node host: never started by these tests\n")
+    return path
+
+
+class ControllerStub:
+    """A real HTTP server on 127.0.0.1:0 that completes activations posted to /activation-output."""
+
+    def __init__(self, store):
+        self.store = store
+        self.requests = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                stub.requests.append((self.path, body))
+                status, answer = stub.handle(self.path, body)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, name="controller-stub", daemon=True)
+        self.thread.start()
+
+    def handle(self, path, body):
+        if path != "/activation-output":
+            return 404, {"error": "not found"}
+        agent = self.store.agent(body["agentId"], include_token=True)
+        if agent["token"] != body["token"]:
+            return 403, {"error": "Invalid agent token"}
+        return 200, self.store.complete_activation(body["activationId"], body["agentId"],
+                                                   body["output"]["text"], body["output"].get("usage"))
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def project_config(name="demo", *, kind="local", controller_url="http://127.0.0.1:{port}", agents=None,
+                   agent_env=None, timeout_ms=None, docker=None, scheduler=None, channels=("#project",),
+                   image="suzumio-runner:dev", communication=None, toolpacks=None, providers=None):
+    """A project configuration dict (the YAML a user would write)."""
+    agents = agents or {"pm": {"tools": ["messages.send"]}, "worker": {"tools": ["messages.send"]}}
+    if agent_env:
+        for spec in agents.values():
+            spec.setdefault("env", {}).update(agent_env)
+    backend = {"kind": kind, "image": image, "controllerUrl": controller_url,
+               "runner": {"mode": "ai", "model": "main", "models": {
+                   "providers": {"replay": {"type": "scripted", "script": {"agents": {
+                       "pm": [{"steps": [{"say": "ok"}]}]}}}},
+                   "presets": {"main": {"provider": "replay", "model": "team"}}}}}
+    backend["runner"]["models"]["providers"].update(providers or {})
+    if timeout_ms:
+        backend["activationTimeoutMs"] = timeout_ms
+    if docker:
+        backend["docker"] = docker
+    config = {"name": name, "task": "Build the thing.", "agents": agents, "channels": list(channels),
+              "backend": backend}
+    if scheduler:
+        config["scheduler"] = scheduler
+    if communication:
+        config["communication"] = communication
+    if toolpacks is not None:
+        config["tools"] = {"toolpacks": toolpacks}
+    return config
+
+
+def init_project(root_path, config, config_dir):
+    """Write the YAML, initialise the project under a real root, set it running, return its store."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    path = config_dir / "project.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    loaded = suzumio_config.load_project(path, env={})
+    root = suzumio_store.Root(root_path)
+    store = root.init_project(
+        name=loaded.data["name"], task=loaded.data["task"], config=loaded.data,
+        agents=[suzumio_store.AgentSeed(id=a.id, role=a.role, display_name=a.display_name, prompt=a.prompt,
+                                        model=a.model, tools=list(a.tools)) for a in loaded.agents],
+        source_text=loaded.source_text, resolved_text=loaded.render(), config_path=loaded.path)
+    store.start()
+    return root, store
+
+
+class Env:
+    """One project, its backends and its stub controller."""
+
+    def __init__(self, tmp_path, config, environ, support_dir):
+        self.tmp_path = tmp_path
+        self.support_dir = support_dir
+        self.environ = environ
+        self.controller = ControllerStub(store=None)
+        url = config["backend"]["controllerUrl"].format(port=self.controller.port)
+        config["backend"]["controllerUrl"] = url
+        self.root, self.store = init_project(tmp_path / "root", config, tmp_path / "config")
+        self.controller.store = self.store
+        self.backends = self.new_backends()
+        self._all_backends = [self.backends]
+
+    def new_backends(self, docker_client=None):
+        backends = suzumio_backend.Backends(support_dir=self.support_dir, docker_client=docker_client,
+                                            environ=self.environ)
+        if hasattr(self, "_all_backends"):
+            self._all_backends.append(backends)
+        return backends
+
+    def close(self):
+        for activation in self.store.running_activations():
+            self.store.cancel_activation(activation["id"], "test over")
+            self.backends.stop_runner(self.store, self.store.activation(activation["id"]))
+        for backends in self._all_backends:
+            backends.close()
+        self.controller.close()
+        self.root.close()
+
+
+@contextlib.contextmanager
+def local_project(tmp_path, *, environ=None, agent_env=None, kind="local", support_dir=None, **options):
+    """A running project on the given backend kind with the stand-in runner."""
+    environ = environ if environ is not None else {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")}
+    config = project_config(kind=kind, agent_env=agent_env, **options)
+    env = Env(tmp_path, config, environ, support_dir or make_support_dir(tmp_path / "support"))
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+def open_activation(env, agent_id, prompt="# New Signals\n\nDo it.", signals=()):
+    """Create a running activation through the store, with no runner behind it."""
+    return env.store.start_activation(agent_id, prompt, list(signals), None)
+
+
+def events_of(store, event_type):
+    """Events of one type, oldest first, with `data` decoded."""
+    return [dict(e, data=json.loads(e["data_json"])) for e in reversed(store.list_events(limit=10000))
+            if e["type"] == event_type]
+
+
+def agent_history_kinds(store, agent_id):
+    return [h["kind"] for h in store.active_history(agent_id)]
+
+
+def process_group_alive(pgid):
+    """True while any process of the group exists (zombies of reaped children excluded)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
