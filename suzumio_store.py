@@ -144,7 +144,7 @@ def format_ts(dt):
 
 def parse_ts(text):
     """Parse a stored timestamp (or any ISO-8601 text) into an aware UTC datetime."""
-    dt = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    dt = datetime.fromisoformat(str(text))
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.astimezone(UTC)
@@ -290,6 +290,15 @@ def expand_agents(config):
                                    prompt=entry.get("prompt") or "", model=entry.get("model"),
                                    tools=tuple(entry.get("tools") or ())))
     return seeds
+
+
+def agent_config_entry(config, agent_id):
+    """Per-agent config for an expanded id: agents[id], else agents[id minus a trailing -<digits>]."""
+    agents = (config or {}).get("agents") or {}
+    if agent_id in agents:
+        return agents[agent_id] or {}
+    base, _, suffix = agent_id.rpartition("-")
+    return (agents.get(base) or {}) if base and suffix.isdigit() else {}
 
 
 def _connect(path, must_exist=False):
@@ -462,8 +471,8 @@ _MIGRATION_1 = [
         useful_effect INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, not_before TEXT,
         delivered_at TEXT, delivered_activation_id TEXT)""",
     "CREATE INDEX idx_signals_project_target ON signals (project, target_agent, status, created_at)",
-    "CREATE INDEX idx_signals_project_target_ready "
-    "ON signals (project, target_agent, status, not_before, created_at)",
+    ("CREATE INDEX idx_signals_project_target_ready "
+     "ON signals (project, target_agent, status, not_before, created_at)"),
     "CREATE INDEX idx_signals_project_source ON signals (project, source_activation, useful_effect)",
     f"""CREATE TABLE activations (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL,
@@ -486,10 +495,10 @@ _MIGRATION_1 = [
         role TEXT NOT NULL CHECK (role IN {HISTORY_ROLES!r}), kind TEXT NOT NULL, content TEXT NOT NULL,
         sequence INTEGER NOT NULL, metadata_json TEXT NOT NULL DEFAULT '{{}}', compaction_id TEXT,
         created_at TEXT NOT NULL)""",
-    "CREATE UNIQUE INDEX idx_agent_history_project_agent_sequence "
-    "ON agent_history_messages (project, agent_id, sequence)",
-    "CREATE INDEX idx_agent_history_project_agent_active "
-    "ON agent_history_messages (project, agent_id, compaction_id, sequence)",
+    ("CREATE UNIQUE INDEX idx_agent_history_project_agent_sequence "
+     "ON agent_history_messages (project, agent_id, sequence)"),
+    ("CREATE INDEX idx_agent_history_project_agent_active "
+     "ON agent_history_messages (project, agent_id, compaction_id, sequence)"),
     """CREATE TABLE agent_history_parts (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, message_id TEXT NOT NULL,
         activation_id TEXT, part_index INTEGER NOT NULL, type TEXT NOT NULL, text TEXT, tool_call_id TEXT,
@@ -501,8 +510,8 @@ _MIGRATION_1 = [
         summary_message_id TEXT NOT NULL, archive_path TEXT NOT NULL, start_sequence INTEGER NOT NULL,
         end_sequence INTEGER NOT NULL, archived_message_count INTEGER NOT NULL, raw_chars INTEGER NOT NULL,
         summary TEXT NOT NULL, reason TEXT, selected_model TEXT, created_at TEXT NOT NULL)""",
-    "CREATE INDEX idx_agent_history_compactions_agent "
-    "ON agent_history_compactions (project, agent_id, created_at)",
+    ("CREATE INDEX idx_agent_history_compactions_agent "
+     "ON agent_history_compactions (project, agent_id, created_at)"),
 ]
 
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1)]
@@ -714,7 +723,7 @@ class ProjectStore:
 
     def __init__(self, project_id, directory):
         self.project_id = project_id
-        self.dir = Path(directory)
+        self.dir = Path(os.path.abspath(directory))
         self.db_path = self.dir / DB_FILE
         self.closed = False
         self._lock = threading.RLock()
@@ -723,8 +732,12 @@ class ProjectStore:
         self._readers_lock = threading.Lock()
         self._config = None
         self._writer = _connect(self.db_path)
-        self._writer.execute("PRAGMA journal_mode = WAL")
-        self._migrate()
+        try:
+            self._writer.execute("PRAGMA journal_mode = WAL")
+            self._migrate()
+        except BaseException:
+            self._writer.close()
+            raise
 
     # -- connections and transactions ----------------------------------------------------------
 
@@ -1124,7 +1137,7 @@ class ProjectStore:
 
     def set_agent_status(self, agent_id, status, now=None):
         """Idle reset (scheduler.md §5 d): a ready agent with no work becomes quiet."""
-        sources, target = AGENT_TRANSITIONS["idle_reset"]
+        _, target = AGENT_TRANSITIONS["idle_reset"]
         if status != target:
             raise BadRequest(f"Invalid agent status change: {status}")
         with self.write(now) as tx:
@@ -1142,8 +1155,10 @@ class ProjectStore:
             row = self._require_agent(agent_id, tx.conn)
             if row["status"] != AGENT_RUNNING and row["active_activation_id"] is None:
                 return None
-            act = tx.one("SELECT status FROM activations WHERE project = ? AND id = ?",
-                         (self.project_id, row["active_activation_id"])) if row["active_activation_id"] else None
+            act = None
+            if row["active_activation_id"]:
+                act = tx.one("SELECT status FROM activations WHERE project = ? AND id = ?",
+                             (self.project_id, row["active_activation_id"]))
             if act is not None and act["status"] == ACT_RUNNING:
                 return None
             target = AGENT_FAILED if act is not None and act["status"] == ACT_FAILED else AGENT_QUIET
@@ -1183,8 +1198,8 @@ class ProjectStore:
         if channel is not None and channel not in channels_of(self.config()):
             raise BadRequest(f"Unknown channel: {channel}")
         message_id = tx.id("msg")
-        tx.execute("INSERT INTO messages (id, project, sender, recipient, channel, priority, body, created_at) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        tx.execute("INSERT INTO messages (id, project, sender, recipient, channel, priority, body, "
+                   "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                    (message_id, self.project_id, sender, recipient, channel, priority, body, tx.ts))
         message = _omit_none({"id": message_id, "project": self.project_id, "sender": sender,
                               "recipient": recipient, "channel": channel, "priority": priority,
@@ -1269,9 +1284,9 @@ class ProjectStore:
         for target, row_status in rows:
             useful = default_useful_effect(kind, row_status) if useful_effect is None else useful_effect
             signal_id = tx.id("sig")
-            tx.execute("INSERT INTO signals (id, project, kind, source_agent, source_activation, target_agent, "
-                       "target_channel, priority, payload_json, status, useful_effect, created_at, not_before, "
-                       "delivered_at, delivered_activation_id) "
+            tx.execute("INSERT INTO signals (id, project, kind, source_agent, source_activation, "
+                       "target_agent, target_channel, priority, payload_json, status, useful_effect, "
+                       "created_at, not_before, delivered_at, delivered_activation_id) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
                        (signal_id, self.project_id, kind, source_agent, source_activation, target,
                         target_channel, priority, dump_json(payload), row_status, int(useful), tx.ts,
@@ -1282,7 +1297,8 @@ class ProjectStore:
         return created
 
     def signal(self, signal_id):
-        row = self._query_one("SELECT * FROM signals WHERE project = ? AND id = ?", (self.project_id, signal_id))
+        row = self._query_one("SELECT * FROM signals WHERE project = ? AND id = ?",
+                              (self.project_id, signal_id))
         if row is None:
             raise NotFound(f"Unknown signal: {signal_id}")
         return signal_json(row)
@@ -1355,10 +1371,11 @@ class ProjectStore:
         sources, target = SIGNAL_TRANSITIONS["deliver"]
         delivered = []
         for signal_id in signal_ids:
-            cursor = tx.execute(f"UPDATE signals SET status = ?, delivered_at = ?, delivered_activation_id = ? "
-                                f"WHERE project = ? AND id = ? AND target_agent = ? AND status IN "
-                                f"({','.join('?' * len(sources))})",
-                                (target, tx.ts, activation_id, self.project_id, signal_id, agent_id, *sources))
+            cursor = tx.execute(f"UPDATE signals SET status = ?, delivered_at = ?, "
+                                f"delivered_activation_id = ? WHERE project = ? AND id = ? "
+                                f"AND target_agent = ? AND status IN ({','.join('?' * len(sources))})",
+                                (target, tx.ts, activation_id, self.project_id, signal_id, agent_id,
+                                 *sources))
             if cursor.rowcount:
                 delivered.append(signal_id)
         return delivered
@@ -1410,9 +1427,10 @@ class ProjectStore:
                                    f"{agent['active_activation_id']}")
                 raise Conflict(f"Agent {agent_id} is {agent['status']}; no activation can start")
             directory = self.activation_dir(act_id)
-            tx.execute("INSERT INTO activations (id, project, agent_id, status, prompt, input_path, output_path, "
-                       "container_name, started_at, completed_at, text, error, emitted_messages, usage_json, "
-                       "context_json) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, 0, NULL, NULL)",
+            tx.execute("INSERT INTO activations (id, project, agent_id, status, prompt, input_path, "
+                       "output_path, container_name, started_at, completed_at, text, error, "
+                       "emitted_messages, usage_json, context_json) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, 0, NULL, NULL)",
                        (act_id, self.project_id, agent_id, ACT_RUNNING, prompt, str(directory / "input.json"),
                         str(directory / "result.json"), tx.ts))
             self._event(tx, "activation.started", {"activationId": act_id, "agentId": agent_id})
@@ -1452,7 +1470,8 @@ class ProjectStore:
             row = self._owned_activation(tx.conn, agent_id, activation_id)
             agent_id = row["agent_id"]
             emitted = (", emitted_messages = (SELECT COUNT(*) FROM messages m WHERE m.project = ? "
-                       "AND m.sender = ? AND m.created_at >= activations.started_at), text = ?, usage_json = ?")
+                       "AND m.sender = ? AND m.created_at >= activations.started_at), "
+                       "text = ?, usage_json = ?")
             if not self._finish_activation(tx, activation_id, "complete", emitted,
                                            (self.project_id, agent_id, text, dump_json(usage))):
                 return {"status": row["status"], "activationId": activation_id}
@@ -1479,7 +1498,8 @@ class ProjectStore:
                       (self.project_id, activation_id, KIND_NO_EFFECT_NUDGE))
         if woke is not None:
             attempt = _load_json(woke["payload_json"], {}).get("attempt")
-            previous = attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0 else 1
+            valid = isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0
+            previous = attempt if valid else 1
         max_consecutive = cfg["maxConsecutive"]
         if max_consecutive and previous >= max_consecutive:
             return None
@@ -1530,7 +1550,8 @@ class ProjectStore:
         if not isinstance(context, dict):
             raise BadRequest("context is required")
         messages = context.get("messages")
-        if context.get("version") != 1 or context.get("kind") != "model-context" or not isinstance(messages, list):
+        if (context.get("version") != 1 or context.get("kind") != "model-context"
+                or not isinstance(messages, list)):
             raise BadRequest("Invalid activation context")
         count = context.get("messageCount")
         count = count if isinstance(count, int) else len(messages)
@@ -1559,7 +1580,8 @@ class ProjectStore:
             context = {"version": 1, "kind": "model-context", "recordedAt": row["started_at"],
                        "messageCount": 1, "totalChars": len(prompt),
                        "messages": [{"role": "user", "content": prompt, "chars": len(prompt)}]}
-        return {"activation": public_activation_json(row), "activationPrompt": row["prompt"], "context": context}
+        return {"activation": public_activation_json(row), "activationPrompt": row["prompt"],
+                "context": context}
 
     def list_activations(self, limit=100):
         """http-api.md §6.5: the newest `limit` activations, oldest first, as public activations."""
@@ -1569,8 +1591,8 @@ class ProjectStore:
 
     def running_activations(self):
         """Every running activation of the project (full records), in start order."""
-        rows = self._query("SELECT * FROM activations WHERE project = ? AND status = ? ORDER BY started_at, rowid",
-                           (self.project_id, ACT_RUNNING))
+        rows = self._query("SELECT * FROM activations WHERE project = ? AND status = ? "
+                           "ORDER BY started_at, rowid", (self.project_id, ACT_RUNNING))
         return [activation_json(r) for r in rows]
 
     def agent_has_activations(self, agent_id):
@@ -1597,9 +1619,11 @@ class ProjectStore:
             _require_running(row, "tool")
             call_id = tx.id("tool")
             input_json = dump_json(input_value)
-            tx.execute("INSERT INTO tool_calls (id, project, activation_id, agent_id, tool, input_json, status, "
-                       "output, error, created_at, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
-                       (call_id, self.project_id, activation_id, agent_id, tool, input_json, TOOL_RUNNING, tx.ts))
+            tx.execute("INSERT INTO tool_calls (id, project, activation_id, agent_id, tool, input_json, "
+                       "status, output, error, created_at, completed_at) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
+                       (call_id, self.project_id, activation_id, agent_id, tool, input_json, TOOL_RUNNING,
+                        tx.ts))
             self._event(tx, "tool.called", {"id": call_id, "activationId": activation_id, "agentId": agent_id,
                                             "tool": tool, "status": TOOL_RUNNING})
             content = f"# Tool Call\nTool: {tool}\n\n" + json.dumps(input_value, indent=2, ensure_ascii=False)
@@ -1626,7 +1650,8 @@ class ProjectStore:
             if cursor.rowcount == 0:
                 raise NotFound(f"Unknown tool call for activation: {tool_call_id}")
             tool = tx.one("SELECT tool FROM tool_calls WHERE id = ?", (tool_call_id,))["tool"]
-            self._event(tx, f"tool.{target}", _omit_none({"id": tool_call_id, "output": output, "error": error}))
+            self._event(tx, f"tool.{target}",
+                        _omit_none({"id": tool_call_id, "output": output, "error": error}))
             lines = [f"# Tool Result\nTool: {tool}\nStatus: {target}"]
             if error:
                 lines.append(f"\nError: {error}")
@@ -1641,8 +1666,9 @@ class ProjectStore:
             act = self._activation_row(activation_id, tx.conn)
             if target != TOOL_COMPLETED or act["status"] != ACT_RUNNING or tool in ENDING_TOOLS:
                 return result
-            rows = tx.all("SELECT * FROM signals WHERE project = ? AND target_agent = ? AND status = 'pending' "
-                          "AND priority = 'P1' AND not_before <= ? ORDER BY created_at, rowid LIMIT ?",
+            rows = tx.all("SELECT * FROM signals WHERE project = ? AND target_agent = ? "
+                          "AND status = 'pending' AND priority = 'P1' AND not_before <= ? "
+                          "ORDER BY created_at, rowid LIMIT ?",
                           (self.project_id, agent_id, tx.ts, BOUNDARY_LIMIT))
             if not rows:
                 return result
@@ -1655,10 +1681,11 @@ class ProjectStore:
             return result
 
     def tool_call(self, tool_call_id):
-        row = self._query_one("SELECT * FROM tool_calls WHERE project = ? AND id = ?", (self.project_id, tool_call_id))
+        row = self._query_one("SELECT * FROM tool_calls WHERE project = ? AND id = ?",
+                              (self.project_id, tool_call_id))
         if row is None:
             raise NotFound(f"Unknown tool call: {tool_call_id}")
-        return {k: row[k] for k in row.keys()}
+        return dict(row)
 
     def list_tool_calls(self, limit=100, tools=None):
         """http-api.md §6.7 raw rows, newest first; optionally only the named tools."""
@@ -1681,7 +1708,8 @@ class ProjectStore:
                 entry[f"{r['status']}Count"] += r["n"]
             for tool, entry in stats.items():
                 last = conn.execute("SELECT * FROM tool_calls WHERE project = ? AND tool = ? "
-                                    "ORDER BY created_at DESC, rowid DESC LIMIT 1", (self.project_id, tool)).fetchone()
+                                    "ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                                    (self.project_id, tool)).fetchone()
                 entry.update(_omit_none({"lastStatus": last["status"], "lastAgentId": last["agent_id"],
                                          "lastAt": last["completed_at"] or last["created_at"],
                                          "lastError": truncate(last["error"], 600) or None}))
@@ -1720,10 +1748,11 @@ class ProjectStore:
                                              source_activation=activation_id)
             payload = _omit_none({"reason": reason, "notifiedAgent": pm if message else None,
                                   "messageId": message["id"] if message else None})
-            signal = self._record_signal(tx, KIND_WAIT, source_agent=agent_id, source_activation=activation_id,
-                                         payload=payload, useful_effect=True)[0]
-        return _omit_none({"reason": reason, "notifiedAgent": payload.get("notifiedAgent"), "message": message,
-                           "signal": signal})
+            signal = self._record_signal(tx, KIND_WAIT, source_agent=agent_id,
+                                         source_activation=activation_id, payload=payload,
+                                         useful_effect=True)[0]
+        return _omit_none({"reason": reason, "notifiedAgent": payload.get("notifiedAgent"),
+                           "message": message, "signal": signal})
 
     # -- history ---------------------------------------------------------------------------------
 
@@ -1731,25 +1760,28 @@ class ProjectStore:
         sequence = tx.one("SELECT COALESCE(MAX(sequence), 0) + 1 FROM agent_history_messages "
                           "WHERE project = ? AND agent_id = ?", (self.project_id, agent_id))[0]
         message_id = tx.id("hist")
-        tx.execute("INSERT INTO agent_history_messages (id, project, agent_id, activation_id, role, kind, content, "
-                   "sequence, metadata_json, compaction_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+        tx.execute("INSERT INTO agent_history_messages (id, project, agent_id, activation_id, role, kind, "
+                   "content, sequence, metadata_json, compaction_id, created_at) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                    (message_id, self.project_id, agent_id, activation_id, role, kind, content, sequence,
                     dump_json(metadata or {}), tx.ts))
         parts = parts or [{"type": _history_part_type(role), "text": content}]
         for index, part in enumerate(parts):
             tx.execute("INSERT INTO agent_history_parts (id, project, agent_id, message_id, activation_id, "
-                       "part_index, type, text, tool_call_id, tool_name, input_json, output, error, metadata_json, "
-                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       "part_index, type, text, tool_call_id, tool_name, input_json, output, error, "
+                       "metadata_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (tx.id("hpart"), self.project_id, agent_id, message_id, activation_id, index,
-                        part.get("type") or _history_part_type(role), part.get("text"), part.get("toolCallId"),
-                        part.get("toolName"), part.get("inputJson"), part.get("output"), part.get("error"),
-                        dump_json(part.get("metadata") or {}), tx.ts))
+                        part.get("type") or _history_part_type(role), part.get("text"),
+                        part.get("toolCallId"), part.get("toolName"), part.get("inputJson"),
+                        part.get("output"), part.get("error"), dump_json(part.get("metadata") or {}),
+                        tx.ts))
         self._event(tx, "agent_history.message", _omit_none({
             "id": message_id, "agentId": agent_id, "activationId": activation_id, "role": role, "kind": kind,
             "chars": len(content)}))
         return self._history_rows(tx.conn, "id = ?", (message_id,))[0]
 
-    def append_history(self, agent_id, activation_id, role, kind, content, metadata=None, parts=None, now=None):
+    def append_history(self, agent_id, activation_id, role, kind, content, metadata=None, parts=None,
+                       now=None):
         """store.md §7.1 via the runner route; a given activation must be the agent's and running."""
         if role not in HISTORY_ROLES:
             raise BadRequest(f"Invalid history role: {role}")

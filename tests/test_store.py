@@ -5,10 +5,10 @@ import sqlite3
 import threading
 
 import pytest
+from store_fixtures import T0, at, init_demo, make_config
 
 import suzumio_store as st
-from store_fixtures import T0, at, init_demo, make_config
-from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
+from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
 
 ID_RE = re.compile(r"^(act|msg|sig|tool|evt|hist|hpart|cmp)_\d{13}_[0-9a-f]{8}$")
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -1007,7 +1007,7 @@ def test_concurrent_writers_and_reader_lose_nothing(demo):
         try:
             for i in range(per_thread):
                 demo.send_message("user", f"t{n}-{i}", recipient="pm")
-        except Exception as exc:  # collected and asserted below
+        except (sqlite3.Error, SuzumioError) as exc:  # collected and asserted below
             errors.append(exc)
 
     def reader():
@@ -1015,7 +1015,7 @@ def test_concurrent_writers_and_reader_lose_nothing(demo):
             while not stop_reading.is_set():
                 demo.list_messages(50)
                 demo.project_stats()
-        except Exception as exc:
+        except (sqlite3.Error, SuzumioError) as exc:
             errors.append(exc)
 
     watcher = threading.Thread(target=reader)
@@ -1055,3 +1055,51 @@ def test_close_is_idempotent_and_blocks_further_use(tmp_path):
         store.send_message("user", "x", recipient="pm")
     root.close()
     root.close()
+
+
+# -- scheduler-facing reads ---------------------------------------------------------------------
+
+def test_expansion_fallbacks_and_per_agent_config_lookup():
+    config = make_config(agents={"worker": {"count": 3, "names": ["A"], "displayName": "Dev", "env": {"X": "1"}},
+                                 "worker-2": {"env": {"Y": "2"}}, "solo": {"names": ["Mio"]}})
+    seeds = st.expand_agents(config)
+    assert [(s.id, s.display_name) for s in seeds] == [
+        ("worker-1", "A"), ("worker-2", "Dev"), ("worker-3", "Dev"), ("worker-2", "worker-2"), ("solo", "Mio")]
+    assert st.agent_config_entry(config, "worker-3") == config["agents"]["worker"]
+    assert st.agent_config_entry(config, "worker-2") == {"env": {"Y": "2"}}
+    assert st.agent_config_entry(config, "ghost") == {}
+    assert st.coordinator_of({}) == "pm" and st.channels_of({}) == ["#project", "#blocked"]
+    assert st.max_signals_of({"scheduler": {"maxPromptMessages": 7}}) == 7
+    assert st.max_signals_of({}) == 20
+
+
+def test_reads_used_by_the_scheduler(demo):
+    assert not demo.agent_has_activations("worker")
+    (signal,) = demo.record_signal("scheduler.failed_nudge", target_agent="worker", priority="P2",
+                                   payload={"attempt": 1}, now=at(1))
+    act = demo.start_activation("worker", "p", [signal], now=at(2))
+    assert demo.agent_has_activations("worker")
+    assert demo.model_alive_agents() == ["worker"]
+    assert [s["id"] for s in demo.signals_delivered_to(act["id"], "scheduler.failed_nudge")] == [signal["id"]]
+    demo.fail_activation(act["id"], "boom", now=at(3))
+    assert demo.latest_failed_activation("worker")["id"] == act["id"]
+    assert demo.latest_failed_activation("pm") is None
+    assert demo.model_alive_agents() == []
+    assert demo.latest_signal("scheduler.failed_nudge", "worker")["id"] == signal["id"]
+    assert demo.latest_signal("scheduler.all_quiet_nudge", "pm") is None
+    demo.append_event("scheduler.quiet_agent_monitor.message_sent", {"ruleKey": "r", "agent": "pm", "attempt": 1})
+    demo.append_event("scheduler.quiet_agent_monitor.message_sent", {"ruleKey": "r", "agent": "worker",
+                                                                     "attempt": 2})
+    found = demo.latest_event("scheduler.quiet_agent_monitor.message_sent", {"ruleKey": "r", "agent": "pm"})
+    assert found["data"]["attempt"] == 1
+    assert demo.latest_event("scheduler.quiet_agent_monitor.message_sent", {"agent": "verifier"}) is None
+    assert {(c["status"], c["priority"]) for c in demo.signal_counts()} == {("delivered", "P2")}
+
+
+def test_direct_message_listing_between_two_participants(demo):
+    demo.send_message("user", "1", recipient="pm", now=at(1))
+    demo.send_message("pm", "2", recipient="user", now=at(2))
+    demo.send_message("pm", "3", recipient="worker", now=at(3))
+    demo.send_message("user", "4", channel="#project", now=at(4))
+    assert [m["body"] for m in demo.direct_messages("user", "pm")] == ["2", "1"]
+    assert [m["body"] for m in demo.direct_messages()] == ["3", "2", "1"]
