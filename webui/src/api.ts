@@ -1,0 +1,389 @@
+// Typed fetch helpers for the Suzumio HTTP API (http-api.md), one function per route the WebUI uses.
+// Owns the request helper, the error-text rule of http-api.md §2.3 and the session API token
+// (webui.md §2.6). Only same-origin relative URLs are built; every path segment is escaped.
+
+// ---------------------------------------------------------------------------------------------
+// Data shapes (webui.md §9, http-api.md §5–§7). Optional fields are omitted by the server.
+
+export type ProjectStatus = 'initialized' | 'running' | 'submitted' | 'completed' | 'stopped' | 'failed';
+export type AgentStatus = 'quiet' | 'ready' | 'running' | 'failed' | 'stopped';
+export type Priority = 'P0' | 'P1' | 'P2' | 'P3';
+
+export interface ProjectStats {
+  messageCount?: number;
+  activationCount?: number;
+  failedActivationCount?: number;
+  runningActivationCount?: number;
+  toolCallCount?: number;
+  historyMessageCount?: number;
+  historyCompactionCount?: number;
+  eventCount?: number;
+}
+
+export interface Agent {
+  id: string;
+  displayName?: string;
+  role?: string;
+  status: AgentStatus | string;
+  activeActivationId?: string;
+  updatedAt?: string;
+}
+
+export interface Project {
+  id: string;
+  name: string;
+  status: ProjectStatus | string;
+  task?: string;
+  submitted_report?: string | null;
+  created_at?: string;
+  updated_at?: string;
+  stats?: ProjectStats;
+  agents?: Agent[];
+}
+
+export interface Message {
+  id: string;
+  sender: string;
+  recipient?: string;
+  channel?: string;
+  priority: Priority | string;
+  body: string;
+  createdAt: string;
+}
+
+export interface Activation {
+  id: string;
+  agentId: string;
+  status: string;
+  startedAt: string;
+  completedAt?: string;
+  text?: string;
+  error?: string;
+  emittedMessages?: number;
+  hasContext?: boolean;
+  /** http-api.md §6.5: JSON text of the runner's usage object, truncated at 4000 chars. */
+  usageJson?: string;
+  /** Accepted too, in case the server exposes the parsed object. */
+  usage?: unknown;
+}
+
+export interface ContextMessage {
+  role: string;
+  content: string;
+  chars?: number;
+}
+
+export interface ModelContext {
+  version?: number;
+  kind?: string;
+  recordedAt?: string;
+  selectedModel?: string;
+  model?: string;
+  apiModel?: string;
+  firstPrompt?: boolean;
+  messageCount?: number;
+  totalChars?: number;
+  messages?: ContextMessage[];
+}
+
+export interface ActivationContext {
+  activation: Activation;
+  activationPrompt?: string;
+  context: ModelContext;
+}
+
+export interface HistoryPart {
+  type?: string;
+  toolName?: string;
+  [key: string]: unknown;
+}
+
+export interface HistoryRow {
+  id: string;
+  agentId?: string;
+  activationId?: string;
+  role: string;
+  kind?: string;
+  content: string;
+  sequence: number;
+  compactionId?: string;
+  archived?: boolean;
+  metadata?: Record<string, unknown>;
+  parts?: HistoryPart[];
+  createdAt?: string;
+}
+
+export interface HistoryPage {
+  agentId: string;
+  messages: HistoryRow[];
+  nextBefore?: number;
+}
+
+export interface HistoryArchive {
+  compaction: {
+    id?: string;
+    archivedMessageCount?: number;
+    rawChars?: number;
+    [key: string]: unknown;
+  };
+  archive: unknown;
+}
+
+export interface EventRow {
+  id: string;
+  project?: string;
+  type: string;
+  data_json: string;
+  created_at: string;
+}
+
+export interface ToolStatus {
+  tool: string;
+  toolpackId?: string;
+  toolpackKind?: string;
+  description?: string;
+  enabledForAgents?: string[];
+  callCount?: number;
+  runningCount?: number;
+  completedCount?: number;
+  failedCount?: number;
+  lastStatus?: string;
+  lastAgentId?: string;
+  lastAt?: string;
+  lastError?: string;
+  submittedReportPath?: string;
+}
+
+export interface JsonSchema {
+  type?: unknown;
+  title?: unknown;
+  description?: unknown;
+  default?: unknown;
+  enum?: unknown;
+  properties?: unknown;
+  required?: unknown;
+  [key: string]: unknown;
+}
+
+export interface ToolUiEntry {
+  toolpackId: string;
+  toolpackKind?: string;
+  id: string;
+  title: string;
+  description?: string;
+  kind: 'panel' | 'action' | string;
+  inputSchema?: JsonSchema;
+  submitLabel?: string;
+}
+
+export interface ToolMetric {
+  label?: unknown;
+  value?: unknown;
+  description?: unknown;
+}
+
+export interface ToolUiResult {
+  title?: string;
+  output?: string;
+  metadata?: { metrics?: unknown; [key: string]: unknown };
+}
+
+// ---------------------------------------------------------------------------------------------
+// API token (webui.md §2.6): sessionStorage only, never the URL, localStorage or cookies.
+
+const TOKEN_KEY = 'suzumio.apiToken';
+export const TOKEN_REQUIRED = 'API token required';
+export const TOKEN_INVALID = 'Invalid API token';
+
+export function readToken(): string | null {
+  try {
+    return window.sessionStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null;
+  }
+}
+
+export function storeToken(token: string): void {
+  try {
+    window.sessionStorage.setItem(TOKEN_KEY, token);
+  } catch {
+    // Storage can be disabled; the token then lives only as long as this page.
+  }
+  memoryToken = token;
+}
+
+export function forgetToken(): void {
+  try {
+    window.sessionStorage.removeItem(TOKEN_KEY);
+  } catch {
+    // Nothing stored when storage is disabled.
+  }
+  memoryToken = null;
+}
+
+let memoryToken: string | null = null;
+
+function currentToken(): string | null {
+  return readToken() ?? memoryToken;
+}
+
+type TokenListener = (message: string) => void;
+let tokenListener: TokenListener | null = null;
+
+/** Registers the one callback told when the server refuses the API token (403, §2.6). */
+export function onTokenRefused(listener: TokenListener | null): void {
+  tokenListener = listener;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request helper (webui.md §2.5).
+
+export class ApiError extends Error {
+  readonly status: number;
+
+  constructor(message: string, status: number) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+  }
+}
+
+export function isTokenError(error: unknown): boolean {
+  return (
+    error instanceof ApiError &&
+    error.status === 403 &&
+    (error.message === TOKEN_REQUIRED || error.message === TOKEN_INVALID)
+  );
+}
+
+/** The text shown to the user for any thrown value. */
+export function errorText(error: unknown): string {
+  if (error instanceof Error) return error.message || String(error);
+  return String(error);
+}
+
+/** http-api.md §2.3: `.error` of a JSON object, else the raw body, else `Request failed: <status>`. */
+export function errorMessageFromBody(text: string, status: number): string {
+  if (text.trim() !== '') {
+    try {
+      const parsed: unknown = JSON.parse(text);
+      if (parsed && typeof parsed === 'object' && !Array.isArray(parsed)) {
+        const message = (parsed as { error?: unknown }).error;
+        if (typeof message === 'string') return message;
+      }
+    } catch {
+      // Not JSON: the raw text is the message.
+    }
+    return text;
+  }
+  return `Request failed: ${status}`;
+}
+
+async function send(path: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  const token = currentToken();
+  if (token && path.startsWith('/api/')) headers.set('authorization', `Bearer ${token}`);
+  const response = await fetch(path, { ...init, headers });
+  if (!response.ok) {
+    const text = await response.text();
+    const error = new ApiError(errorMessageFromBody(text, response.status), response.status);
+    if (isTokenError(error)) {
+      forgetToken();
+      tokenListener?.(error.message);
+    }
+    throw error;
+  }
+  return response;
+}
+
+async function getJson<T>(path: string): Promise<T> {
+  const response = await send(path);
+  return (await response.json()) as T;
+}
+
+async function getText(path: string): Promise<string> {
+  const response = await send(path);
+  return response.text();
+}
+
+async function postJson<T>(path: string, body?: unknown): Promise<T> {
+  const init: RequestInit = { method: 'POST' };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers = { 'content-type': 'application/json' };
+  }
+  const response = await send(path, init);
+  const text = await response.text();
+  return (text.trim() === '' ? {} : JSON.parse(text)) as T;
+}
+
+const enc = encodeURIComponent;
+
+function projectPath(project: string): string {
+  return `/api/projects/${enc(project)}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routes.
+
+export const listProjects = () => getJson<Project[]>('/api/projects');
+
+export const getTask = (project: string) => getText(`${projectPath(project)}/task`);
+
+export type LifecycleAction = 'start' | 'stop' | 'approve';
+
+export const runLifecycle = (project: string, action: LifecycleAction) =>
+  postJson<unknown>(`${projectPath(project)}/${action}`);
+
+export interface SendMessageBody {
+  recipient: string;
+  priority: string;
+  body: string;
+}
+
+export const sendMessage = (project: string, body: SendMessageBody) =>
+  postJson<Message>(`${projectPath(project)}/messages`, body);
+
+export const listMessages = (project: string) =>
+  getJson<Message[]>(`${projectPath(project)}/messages?limit=100`);
+
+export const getMessage = (project: string, id: string) =>
+  getJson<Message>(`${projectPath(project)}/messages/${enc(id)}`);
+
+export function getHistory(project: string, agent: string, before?: number): Promise<HistoryPage> {
+  const query = before === undefined ? 'limit=80' : `limit=80&before=${enc(String(before))}`;
+  return getJson<HistoryPage>(`${projectPath(project)}/agents/${enc(agent)}/history?${query}`);
+}
+
+export const getHistoryArchive = (project: string, agent: string, compactionId: string) =>
+  getJson<HistoryArchive>(
+    `${projectPath(project)}/agents/${enc(agent)}/history-archive/${enc(compactionId)}`,
+  );
+
+export const listActivations = (project: string) =>
+  getJson<Activation[]>(`${projectPath(project)}/activations?limit=100`);
+
+export const getActivationContext = (project: string, id: string) =>
+  getJson<ActivationContext>(`${projectPath(project)}/activations/${enc(id)}/context`);
+
+export const getToolStatus = (project: string) =>
+  getJson<ToolStatus[]>(`${projectPath(project)}/tool-status`);
+
+export const getToolUi = (project: string) => getJson<ToolUiEntry[]>(`${projectPath(project)}/tool-ui`);
+
+export const invokeToolUi = (project: string, toolpackId: string, entryId: string, body: object) =>
+  postJson<ToolUiResult>(`${projectPath(project)}/tool-ui/${enc(toolpackId)}/${enc(entryId)}`, body);
+
+export const listEvents = (project: string) =>
+  getJson<EventRow[]>(`${projectPath(project)}/events?limit=120`);
+
+/**
+ * URL of the SSE stream (http-api.md §10). `EventSource` cannot set headers, so a stored token
+ * travels as `?token=`, which the stream route alone accepts. `limit=1` keeps the initial replay
+ * small: the page has just loaded everything it shows.
+ */
+export function streamUrl(project: string): string {
+  const token = currentToken();
+  const tokenQuery = token ? `&token=${enc(token)}` : '';
+  return `${projectPath(project)}/stream?limit=1${tokenQuery}`;
+}

@@ -1,0 +1,515 @@
+// The Suzumio control room (webui.md): top-level state, URL-hash routing (§3), the project-list
+// poll (§2.4), the live SSE stream of the selected project, the API-token prompt (§2.6) and the
+// layout that mounts one view at a time. Views live in their own modules beside this one.
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import {
+  errorText,
+  getToolStatus,
+  getToolUi,
+  isTokenError,
+  listActivations,
+  listEvents,
+  listMessages,
+  listProjects,
+  onTokenRefused,
+  runLifecycle,
+  storeToken,
+  streamUrl,
+  TOKEN_INVALID,
+  type Activation,
+  type EventRow,
+  type LifecycleAction,
+  type Message,
+  type Project,
+  type ToolStatus,
+  type ToolUiEntry,
+} from './api';
+import { ActivationsView } from './activations';
+import { HistoryView } from './history';
+import { MessagesView } from './messages';
+import { Overview } from './overview';
+import {
+  EmptyState,
+  ErrorBanner,
+  Hero,
+  isViewId,
+  Sidebar,
+  Tabs,
+  TokenPrompt,
+  TopBar,
+  type LiveMode,
+  type ViewId,
+} from './shell';
+import { TimelineView } from './timeline';
+import { ToolWorkspace } from './tools';
+
+const POLL_MS = 5000;
+/** While the stream is open, events drive refreshes; a slow poll keeps other projects current. */
+const LIVE_POLL_MS = 30000;
+const STREAM_RETRY_MS = 30000;
+const EVENT_DEBOUNCE_MS = 400;
+
+/** Event types of store.md §6 and scheduler.md; `EventSource` only delivers types it listens for. */
+const STREAM_EVENT_TYPES = [
+  'project.initialized',
+  'project.status',
+  'project.submitted',
+  'agent.status',
+  'message.created',
+  'signal.created',
+  'activation.started',
+  'activation.context_recorded',
+  'activation.completed',
+  'activation.failed',
+  'activation.cancelled',
+  'activation.stop_failed',
+  'tool.called',
+  'tool.completed',
+  'tool.failed',
+  'agent_history.message',
+  'agent_history.compacted',
+  'scheduler.quiet_agent_monitor.message_sent',
+  'scheduler.failed_agent_monitor.message_sent',
+  'scheduler.hook_failed',
+  'message',
+];
+
+// ---------------------------------------------------------------------------------------------
+// URL hash (§3).
+
+interface HashState {
+  project: string | null;
+  view: ViewId;
+  toolKey: string | null;
+}
+
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+export function parseHash(hash: string): HashState {
+  let text = hash.startsWith('#') ? hash.slice(1) : hash;
+  if (text.startsWith('/')) text = text.slice(1);
+  const segments = text
+    .split('/')
+    .filter((segment) => segment !== '')
+    .map(decodeSegment);
+  if (segments.length === 0) return { project: null, view: 'overview', toolKey: null };
+  if (isViewId(segments[0])) return { project: null, view: segments[0], toolKey: null };
+  const view = segments[1] !== undefined && isViewId(segments[1]) ? segments[1] : 'overview';
+  const toolKey = view === 'tools' && segments[2] !== undefined ? segments[2] : null;
+  return { project: segments[0], view, toolKey };
+}
+
+export function buildHash(project: string, view: ViewId, toolKey: string | null): string {
+  const base = `#/${encodeURIComponent(project)}/${view}`;
+  return view === 'tools' && toolKey ? `${base}/${encodeURIComponent(toolKey)}` : base;
+}
+
+function pushHash(hash: string): void {
+  if (window.location.hash !== hash) window.location.hash = hash;
+}
+
+function replaceHash(hash: string): void {
+  if (window.location.hash !== hash) window.history.replaceState(window.history.state, '', hash);
+}
+
+// ---------------------------------------------------------------------------------------------
+// View data caches (§2.3): replaced on each load, and only shown for the project they belong to.
+
+interface ViewData {
+  project: string | null;
+  messages: Message[] | null;
+  activations: Activation[] | null;
+  events: EventRow[] | null;
+  toolStatus: ToolStatus[] | null;
+  toolUi: ToolUiEntry[] | null;
+}
+
+function emptyData(project: string | null): ViewData {
+  return { project, messages: null, activations: null, events: null, toolStatus: null, toolUi: null };
+}
+
+type StreamTarget = 'projects' | 'messages' | 'activations' | 'events' | 'tools';
+
+function streamTargets(type: string): StreamTarget[] {
+  const targets: StreamTarget[] = ['projects', 'events'];
+  if (type === 'message.created') targets.push('messages');
+  if (type.startsWith('activation.')) targets.push('activations');
+  if (type.startsWith('tool.') || type === 'project.submitted') targets.push('tools');
+  return targets;
+}
+
+function eventAgent(row: { data_json?: unknown }): string | null {
+  if (typeof row.data_json !== 'string') return null;
+  try {
+    const data = JSON.parse(row.data_json) as { agentId?: unknown };
+    return typeof data?.agentId === 'string' ? data.agentId : null;
+  } catch {
+    return null;
+  }
+}
+
+export function App() {
+  const initial = useMemo(() => parseHash(window.location.hash), []);
+  const [projects, setProjects] = useState<Project[] | null>(null);
+  const [selected, setSelected] = useState<string | null>(null);
+  const [view, setView] = useState<ViewId>(initial.view);
+  const [toolKey, setToolKey] = useState<string | null>(initial.toolKey);
+  const [loading, setLoading] = useState(true);
+  const [panelLoading, setPanelLoading] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  const [lastUpdated, setLastUpdated] = useState<Date | null>(null);
+  const [tokenPrompt, setTokenPrompt] = useState<{ invalid: boolean } | null>(null);
+  const [data, setData] = useState<ViewData>(() => emptyData(null));
+  const [viewNonce, setViewNonce] = useState(0);
+  const [live, setLive] = useState<LiveMode>('connecting');
+  const [now, setNow] = useState(() => Date.now());
+  const [historyPulse, setHistoryPulse] = useState<{ agentId: string; n: number } | null>(null);
+
+  // Event handlers (hashchange, timers, the stream) read current values through this ref.
+  const current = useRef({
+    projects: null as Project[] | null,
+    selected: null as string | null,
+    preferred: initial.project,
+    view: initial.view,
+    toolKey: initial.toolKey,
+    tokenBlocked: false,
+  });
+  const projectSeq = useRef(0);
+  const loadSeqs = useRef<Record<string, number>>({});
+  const panelSeq = useRef(0);
+  const pollInFlight = useRef(false);
+
+  function hashFor(project: string): string {
+    return buildHash(project, current.current.view, current.current.toolKey);
+  }
+
+  function selectProjectState(id: string | null) {
+    if (current.current.selected === id) return;
+    current.current.selected = id;
+    setSelected(id);
+    setData(emptyData(id));
+  }
+
+  async function loadProjects(): Promise<boolean> {
+    const request = ++projectSeq.current;
+    try {
+      const list = await listProjects();
+      if (request !== projectSeq.current) return true;
+      current.current.projects = list;
+      setProjects(list);
+      setLastUpdated(new Date());
+      setError(null);
+      const wanted = current.current.selected ?? current.current.preferred;
+      const next = list.find((project) => project.id === wanted)?.id ?? list[0]?.id ?? null;
+      current.current.preferred = null;
+      selectProjectState(next);
+      if (next !== null) replaceHash(hashFor(next));
+      return true;
+    } catch (caught) {
+      if (request === projectSeq.current && !isTokenError(caught)) setError(errorText(caught));
+      return false;
+    }
+  }
+
+  async function loadView(project: string, which: ViewId, quiet = false, only?: 'toolStatus') {
+    if (which === 'overview' || which === 'history') {
+      if (!quiet) {
+        panelSeq.current += 1;
+        setPanelLoading(false);
+      }
+      return;
+    }
+    // One sequence per data set, so a quiet stream refresh never discards another view's load.
+    const key = only ?? which;
+    const request = (loadSeqs.current[key] = (loadSeqs.current[key] ?? 0) + 1);
+    const panelRequest = quiet ? null : ++panelSeq.current;
+    const isLatest = () => request === loadSeqs.current[key];
+    const apply = (patch: Partial<ViewData>) => {
+      if (!isLatest() || current.current.selected !== project) return;
+      setData((old) => ({ ...(old.project === project ? old : emptyData(project)), ...patch }));
+    };
+    if (!quiet) setPanelLoading(true);
+    try {
+      if (which === 'messages') apply({ messages: await listMessages(project) });
+      else if (which === 'activations') apply({ activations: await listActivations(project) });
+      else if (which === 'events') apply({ events: await listEvents(project) });
+      else if (only === 'toolStatus') apply({ toolStatus: await getToolStatus(project) });
+      else {
+        const [toolStatus, toolUi] = await Promise.all([getToolStatus(project), getToolUi(project)]);
+        apply({ toolStatus, toolUi });
+      }
+      if (isLatest()) setError(null);
+    } catch (caught) {
+      if (isLatest() && !isTokenError(caught)) setError(errorText(caught));
+    } finally {
+      if (panelRequest !== null && panelRequest === panelSeq.current) setPanelLoading(false);
+    }
+  }
+
+  async function reloadAll() {
+    setLoading(true);
+    await loadProjects();
+    setViewNonce((n) => n + 1);
+    setLoading(false);
+  }
+
+  // Start-up: first list request, token-refusal listener, hashchange.
+  useEffect(() => {
+    onTokenRefused((message) => {
+      current.current.tokenBlocked = true;
+      setTokenPrompt({ invalid: message === TOKEN_INVALID });
+    });
+    void loadProjects().then(() => setLoading(false));
+    const onHashChange = () => followHash(parseHash(window.location.hash));
+    window.addEventListener('hashchange', onHashChange);
+    const clock = window.setInterval(() => setNow(Date.now()), 5000);
+    return () => {
+      onTokenRefused(null);
+      window.removeEventListener('hashchange', onHashChange);
+      window.clearInterval(clock);
+    };
+  }, []);
+
+  function followHash(next: HashState) {
+    const state = current.current;
+    if (next.view !== state.view) {
+      state.view = next.view;
+      setView(next.view);
+    }
+    if (next.view === 'tools' && next.toolKey !== state.toolKey) {
+      state.toolKey = next.toolKey;
+      setToolKey(next.toolKey);
+    }
+    const list = state.projects;
+    if (list === null) {
+      state.preferred = next.project;
+      return;
+    }
+    if (next.project !== null && next.project === state.selected) return;
+    if (next.project !== null && list.some((p) => p.id === next.project)) {
+      selectProjectState(next.project);
+      setLoading(true);
+      void loadProjects().then(() => setLoading(false));
+      return;
+    }
+    // Unknown project or a bare view: keep (or fall back to) a listed project and normalise.
+    const fallback = list.some((p) => p.id === state.selected) ? state.selected : list[0]?.id ?? null;
+    selectProjectState(fallback);
+    if (fallback !== null) replaceHash(hashFor(fallback));
+  }
+
+  // View data: on view activation, project change, Refresh, actions and sends.
+  useEffect(() => {
+    if (selected !== null && !tokenPrompt) void loadView(selected, view);
+  }, [selected, view, viewNonce]);
+
+  // Project-list poll: every 5 s, or slowly while the live stream drives refreshes.
+  useEffect(() => {
+    if (tokenPrompt) return;
+    const interval = live === 'live' ? LIVE_POLL_MS : POLL_MS;
+    const timer = window.setInterval(() => {
+      if (pollInFlight.current) return;
+      pollInFlight.current = true;
+      void loadProjects().finally(() => {
+        pollInFlight.current = false;
+      });
+    }, interval);
+    return () => window.clearInterval(timer);
+  }, [tokenPrompt, live]);
+
+  // Live stream of the selected project (http-api.md §10): one EventSource per tab.
+  const pendingTargets = useRef(new Set<StreamTarget>());
+  const flushTimer = useRef<number | undefined>(undefined);
+
+  function flushStreamTargets() {
+    flushTimer.current = undefined;
+    const targets = pendingTargets.current;
+    pendingTargets.current = new Set();
+    const project = current.current.selected;
+    if (project === null || current.current.tokenBlocked) return;
+    if (targets.has('projects') && !pollInFlight.current) {
+      pollInFlight.current = true;
+      void loadProjects().finally(() => {
+        pollInFlight.current = false;
+      });
+    }
+    const shown = current.current.view;
+    if (shown === 'messages' && targets.has('messages')) void loadView(project, 'messages', true);
+    if (shown === 'activations' && targets.has('activations')) void loadView(project, 'activations', true);
+    if (shown === 'events' && targets.has('events')) void loadView(project, 'events', true);
+    if (shown === 'tools' && targets.has('tools')) void loadView(project, 'tools', true, 'toolStatus');
+  }
+
+  useEffect(() => {
+    if (selected === null || tokenPrompt) {
+      setLive(tokenPrompt ? 'paused' : 'polling');
+      return;
+    }
+    if (typeof EventSource === 'undefined') {
+      setLive('polling');
+      return;
+    }
+    let source: EventSource | null = null;
+    let retry: number | undefined;
+    const onEvent = (event: MessageEvent) => {
+      let row: { type?: unknown; data_json?: unknown } = {};
+      try {
+        row = JSON.parse(String(event.data));
+      } catch {
+        row = {};
+      }
+      const type = typeof row.type === 'string' ? row.type : event.type;
+      for (const target of streamTargets(type)) pendingTargets.current.add(target);
+      if (type.startsWith('agent_history.')) {
+        const agentId = eventAgent(row);
+        if (agentId) setHistoryPulse((pulse) => ({ agentId, n: (pulse?.n ?? 0) + 1 }));
+      }
+      if (flushTimer.current === undefined) {
+        flushTimer.current = window.setTimeout(flushStreamTargets, EVENT_DEBOUNCE_MS);
+      }
+    };
+    const connect = () => {
+      setLive('connecting');
+      const stream = new EventSource(streamUrl(selected));
+      source = stream;
+      stream.onopen = () => setLive('live');
+      stream.onerror = () => {
+        setLive('polling');
+        if (stream.readyState === EventSource.CLOSED) {
+          stream.close();
+          retry = window.setTimeout(connect, STREAM_RETRY_MS);
+        }
+      };
+      for (const type of STREAM_EVENT_TYPES) stream.addEventListener(type, onEvent as EventListener);
+    };
+    connect();
+    return () => {
+      window.clearTimeout(retry);
+      window.clearTimeout(flushTimer.current);
+      flushTimer.current = undefined;
+      pendingTargets.current.clear();
+      source?.close();
+    };
+  }, [selected, tokenPrompt]);
+
+  // User navigation (§3.3: pushes a history entry).
+  function chooseProject(id: string) {
+    selectProjectState(id);
+    pushHash(hashFor(id));
+    setLoading(true);
+    void loadProjects().then(() => setLoading(false));
+  }
+
+  function chooseView(next: ViewId) {
+    current.current.view = next;
+    setView(next);
+    if (selected !== null) pushHash(hashFor(selected));
+    setViewNonce((n) => n + 1);
+  }
+
+  function chooseToolPage(key: string, mode: 'push' | 'replace') {
+    current.current.toolKey = key;
+    setToolKey(key);
+    if (selected === null) return;
+    if (mode === 'push') pushHash(hashFor(selected));
+    else replaceHash(hashFor(selected));
+  }
+
+  async function runAction(action: LifecycleAction) {
+    if (selected === null) return;
+    setLoading(true);
+    let failure: string | null = null;
+    try {
+      await runLifecycle(selected, action);
+    } catch (caught) {
+      if (!isTokenError(caught)) failure = errorText(caught);
+    }
+    await loadProjects();
+    if (failure !== null) setError(failure);
+    else setViewNonce((n) => n + 1);
+    setLoading(false);
+  }
+
+  function submitToken(token: string) {
+    storeToken(token);
+    current.current.tokenBlocked = false;
+    setTokenPrompt(null);
+    setError(null);
+    setLoading(true);
+    void loadProjects().then(() => {
+      setViewNonce((n) => n + 1);
+      setLoading(false);
+    });
+  }
+
+  const list = projects ?? [];
+  const project = list.find((item) => item.id === selected) ?? null;
+  const viewData = data.project === selected ? data : emptyData(selected);
+
+  return (
+    <div class="app-shell">
+      <Sidebar projects={list} selected={selected} live={live} onSelect={chooseProject} />
+      <main class="workspace">
+        <TopBar lastUpdated={lastUpdated} busy={loading || panelLoading} onRefresh={reloadAll} />
+        {!tokenPrompt && <ErrorBanner message={error} />}
+        {tokenPrompt ? (
+          <TokenPrompt invalid={tokenPrompt.invalid} onSubmit={submitToken} />
+        ) : project === null ? (
+          <EmptyState connecting={projects === null && loading && error === null} />
+        ) : (
+          <>
+            <Hero project={project} busy={loading} now={now} onAction={runAction} />
+            <Tabs view={view} onSelect={chooseView} />
+            <div class="view" id="view-panel" role="tabpanel" aria-labelledby={`tab-${view}`}>
+              {view === 'overview' && (
+                <Overview key={project.id} project={project} onSent={() => void loadProjects()} />
+              )}
+              {view === 'messages' && (
+                <MessagesView
+                  key={project.id}
+                  project={project.id}
+                  messages={viewData.messages}
+                  loading={panelLoading}
+                  now={now}
+                />
+              )}
+              {view === 'history' && (
+                <HistoryView key={project.id} project={project.id} agents={project.agents ?? []} now={now} pulse={historyPulse} />
+              )}
+              {view === 'activations' && (
+                <ActivationsView
+                  key={project.id}
+                  project={project.id}
+                  activations={viewData.activations}
+                  loading={panelLoading}
+                  now={now}
+                />
+              )}
+              {view === 'tools' && (
+                <ToolWorkspace
+                  key={project.id}
+                  project={project.id}
+                  statuses={viewData.toolStatus}
+                  entries={viewData.toolUi}
+                  loading={panelLoading}
+                  agents={project.agents ?? []}
+                  toolKey={toolKey}
+                  now={now}
+                  onSelect={(key) => chooseToolPage(key, 'push')}
+                  onNormalize={(key) => chooseToolPage(key, 'replace')}
+                />
+              )}
+              {view === 'events' && <TimelineView events={viewData.events} loading={panelLoading} />}
+            </div>
+          </>
+        )}
+      </main>
+    </div>
+  );
+}

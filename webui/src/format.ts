@@ -1,0 +1,131 @@
+// Formatting rules of webui.md §6 (relative time, clock time, counts, initials, event summaries)
+// and the reading of per-activation token usage. Pure functions; imported by every view.
+
+export function relativeTime(iso: string | undefined, now: number = Date.now()): string {
+  if (!iso) return 'unknown time';
+  const then = Date.parse(iso);
+  if (Number.isNaN(then)) return 'unknown time';
+  const seconds = Math.max(0, Math.floor((now - then) / 1000));
+  if (seconds < 60) return `${seconds}s ago`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m ago`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ago`;
+  return `${Math.floor(seconds / 86400)}d ago`;
+}
+
+export function clockTime(value: string | number | Date | undefined): string {
+  if (value === undefined) return '';
+  const date = value instanceof Date ? value : new Date(value);
+  if (Number.isNaN(date.getTime())) return String(value);
+  return date.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+}
+
+export function count(value: number | undefined | null): string {
+  return (typeof value === 'number' && Number.isFinite(value) ? value : 0).toLocaleString();
+}
+
+export function initials(name: string): string {
+  const parts = name.split(/[\s_-]+/).filter((part) => part !== '');
+  return parts
+    .slice(0, 2)
+    .map((part) => part.charAt(0))
+    .join('')
+    .toUpperCase();
+}
+
+export function isTruncated(text: string | undefined): boolean {
+  return typeof text === 'string' && text.includes('[truncated');
+}
+
+export function messageTarget(message: { recipient?: string; channel?: string }): string {
+  return message.recipient ?? message.channel ?? 'broadcast';
+}
+
+function plainValue(value: unknown): string {
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
+/** Timeline summary (§5.6): first 4 `key: value` pairs, `No payload`, or the raw text. */
+export function eventSummary(dataJson: string): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(dataJson);
+  } catch {
+    return dataJson;
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return dataJson;
+  const entries = Object.entries(parsed as Record<string, unknown>);
+  if (entries.length === 0) return 'No payload';
+  return entries
+    .slice(0, 4)
+    .map(([key, value]) => `${key}: ${plainValue(value)}`)
+    .join(' - ');
+}
+
+export function prettyJson(value: unknown): string {
+  const text = JSON.stringify(value, null, 2);
+  return text === undefined ? String(value) : text;
+}
+
+/** A metric tile value (§5.5.6): strings, numbers and booleans as-is, anything else as JSON. */
+export function metricValue(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'number') return value.toLocaleString();
+  if (typeof value === 'boolean') return String(value);
+  return plainValue(value) ?? '';
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token usage (backend-runner.md §5 step 5, §7.8): `{selectedModel, model, apiModel, tokens?}`
+// where tokens = `{input, output, total, reasoning, cacheRead, cacheWrite}`, each optional.
+
+export interface TokenUsage {
+  selectedModel?: string;
+  model?: string;
+  apiModel?: string;
+  input?: number;
+  output?: number;
+  total?: number;
+  reasoning?: number;
+  cacheRead?: number;
+  cacheWrite?: number;
+}
+
+const TOKEN_FIELDS = ['input', 'output', 'total', 'reasoning', 'cacheRead', 'cacheWrite'] as const;
+
+function asRecord(value: unknown): Record<string, unknown> | null {
+  return value && typeof value === 'object' && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : null;
+}
+
+/** Reads the activation's usage (object, or the `usageJson` text); null when no tokens were reported. */
+export function readUsage(activation: { usage?: unknown; usageJson?: string }): TokenUsage | null {
+  let usage = asRecord(activation.usage);
+  if (!usage && typeof activation.usageJson === 'string') {
+    try {
+      usage = asRecord(JSON.parse(activation.usageJson));
+    } catch {
+      usage = null;
+    }
+  }
+  if (!usage) return null;
+  const tokens = asRecord(usage.tokens) ?? usage;
+  const result: TokenUsage = {};
+  let reported = false;
+  for (const field of TOKEN_FIELDS) {
+    const value = tokens[field];
+    if (typeof value === 'number' && Number.isFinite(value)) {
+      result[field] = value;
+      reported = true;
+    }
+  }
+  if (!reported) return null;
+  if (typeof result.total !== 'number' && (result.input !== undefined || result.output !== undefined)) {
+    result.total = (result.input ?? 0) + (result.output ?? 0);
+  }
+  for (const field of ['selectedModel', 'model', 'apiModel'] as const) {
+    const value = usage[field];
+    if (typeof value === 'string' && value !== '') result[field] = value;
+  }
+  return result;
+}

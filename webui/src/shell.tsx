@@ -1,0 +1,305 @@
+// Shell components of the control room (webui.md §4): sidebar project picker, top bar, error
+// banner, empty state, API-token prompt, project hero with lifecycle actions, and the view tabs.
+import { useEffect, useState } from 'preact/hooks';
+import { errorText, getTask, isTokenError, type LifecycleAction, type Project } from './api';
+import { ErrorBox, StatusPill } from './components';
+import { clockTime, isTruncated, relativeTime } from './format';
+
+export const VIEWS = [
+  { id: 'overview', label: 'Overview' },
+  { id: 'history', label: 'Agent history' },
+  { id: 'messages', label: 'Messages' },
+  { id: 'activations', label: 'Activations + context' },
+  { id: 'tools', label: 'Tool status' },
+  { id: 'events', label: 'Timeline' },
+] as const;
+
+export type ViewId = (typeof VIEWS)[number]['id'];
+
+export function isViewId(value: string): value is ViewId {
+  return VIEWS.some((view) => view.id === value);
+}
+
+export type LiveMode = 'connecting' | 'live' | 'polling' | 'paused';
+
+function dotTone(status: string): string {
+  if (status === 'running') return 'blue';
+  if (status === 'completed' || status === 'submitted') return 'green';
+  if (status === 'failed' || status === 'stopped') return 'red';
+  return 'slate';
+}
+
+export function Sidebar(props: {
+  projects: Project[];
+  selected: string | null;
+  live: LiveMode;
+  onSelect: (id: string) => void;
+}) {
+  return (
+    <aside class="sidebar">
+      <div class="brand">
+        <span class="brand-mark" aria-hidden="true">
+          S
+        </span>
+        <span class="brand-text">
+          <span class="brand-name">Suzumio</span>
+          <span class="brand-tag">Agent observatory</span>
+        </span>
+      </div>
+      <div class="sidebar-label">
+        <span>Projects</span>
+        <span class="sidebar-count" data-testid="project-count">
+          {String(props.projects.length)}
+        </span>
+      </div>
+      <nav class="project-list" aria-label="Projects">
+        {props.projects.map((project) => {
+          const active = project.id === props.selected;
+          return (
+            <button
+              type="button"
+              key={project.id}
+              class={`project-item${active ? ' is-active' : ''}`}
+              aria-current={active ? 'true' : undefined}
+              data-testid="project-item"
+              data-project-id={project.id}
+              onClick={() => props.onSelect(project.id)}
+            >
+              <span class={`status-dot dot-${dotTone(project.status)}`} aria-hidden="true" />
+              <span class="project-text">
+                <span class="project-name">{project.name}</span>
+                <span class="project-id mono">{project.id}</span>
+              </span>
+              <StatusPill status={project.status} compact />
+            </button>
+          );
+        })}
+      </nav>
+      <footer class="sidebar-foot" data-testid="stream-state" data-state={props.live}>
+        <span class={`pulse-dot pulse-${props.live}`} aria-hidden="true" />
+        <span>{liveText(props.live)}</span>
+      </footer>
+    </aside>
+  );
+}
+
+/** Footer text: the live stream when it is open, else the 5-second summary poll of §2.4. */
+function liveText(mode: LiveMode): string {
+  switch (mode) {
+    case 'live':
+      return 'Live event stream';
+    case 'paused':
+      return 'Updates paused';
+    default:
+      return 'Summary refresh every 5s';
+  }
+}
+
+export function TopBar(props: { lastUpdated: Date | null; busy: boolean; onRefresh: () => void }) {
+  return (
+    <header class="topbar">
+      <div>
+        <div class="eyebrow">CONTROL ROOM</div>
+        <h1 class="topbar-title">Project telemetry</h1>
+      </div>
+      <div class="topbar-right">
+        <span class="topbar-status" data-testid="last-updated">
+          {props.lastUpdated ? `Updated ${clockTime(props.lastUpdated)}` : 'Connecting...'}
+        </span>
+        <button type="button" class="btn btn-secondary" disabled={props.busy} onClick={props.onRefresh}>
+          {props.busy ? 'Refreshing' : 'Refresh'}
+        </button>
+      </div>
+    </header>
+  );
+}
+
+export function ErrorBanner(props: { message: string | null }) {
+  if (!props.message) return null;
+  return (
+    <div class="error-banner" role="alert" data-testid="error-banner">
+      {props.message}
+    </div>
+  );
+}
+
+export function EmptyState(props: { connecting: boolean }) {
+  return (
+    <section class="empty-state" data-testid="empty-state">
+      <div class="empty-graphic" aria-hidden="true">
+        <span />
+      </div>
+      <h2>{props.connecting ? 'Connecting to Suzumio...' : 'No projects initialized'}</h2>
+      <p>Create a project from its YAML configuration, then refresh this page.</p>
+      <code class="code-chip">suzumio init path/to/project.yaml</code>
+    </section>
+  );
+}
+
+export function TokenPrompt(props: { invalid: boolean; onSubmit: (token: string) => void }) {
+  const [value, setValue] = useState('');
+  return (
+    <section class="empty-state token-prompt" data-testid="token-prompt">
+      <h2>API token required</h2>
+      <p>
+        This server was started with <code>--api-token-env</code> and asks for its API token before it answers
+        any request.
+      </p>
+      <form
+        class="token-form"
+        onSubmit={(event) => {
+          event.preventDefault();
+          if (value.trim() !== '') props.onSubmit(value.trim());
+        }}
+      >
+        <div class="field">
+          <label for="api-token">API token</label>
+          <input
+            id="api-token"
+            type="password"
+            autoComplete="off"
+            spellcheck={false}
+            value={value}
+            onInput={(event) => setValue((event.target as HTMLInputElement).value)}
+          />
+        </div>
+        <ErrorBox message={props.invalid ? 'Invalid API token' : null} testId="token-error" />
+        <button type="submit" class="btn btn-primary" disabled={value.trim() === ''}>
+          Use token
+        </button>
+      </form>
+    </section>
+  );
+}
+
+const ACTIONS: Record<string, { label: string; action: LifecycleAction; style: string } | undefined> = {
+  initialized: { label: 'Start project', action: 'start', style: 'btn-primary' },
+  stopped: { label: 'Start project', action: 'start', style: 'btn-primary' },
+  failed: { label: 'Start project', action: 'start', style: 'btn-primary' },
+  running: { label: 'Stop', action: 'stop', style: 'btn-danger' },
+  submitted: { label: 'Approve report', action: 'approve', style: 'btn-secondary' },
+};
+
+export function Hero(props: {
+  project: Project;
+  busy: boolean;
+  now: number;
+  onAction: (action: LifecycleAction) => void;
+}) {
+  const { project } = props;
+  const task = project.task ?? '';
+  const [expanded, setExpanded] = useState(false);
+  const [fullTask, setFullTask] = useState<string | null>(null);
+  const [taskLoading, setTaskLoading] = useState(false);
+  const [taskError, setTaskError] = useState<string | null>(null);
+
+  useEffect(() => {
+    setExpanded(false);
+    setFullTask(null);
+    setTaskError(null);
+  }, [project.id, task]);
+
+  const togglable = task.length > 420 || isTruncated(task);
+  const action = ACTIONS[project.status];
+
+  async function toggleTask() {
+    if (expanded) {
+      setExpanded(false);
+      return;
+    }
+    if (isTruncated(task) && fullTask === null) {
+      setTaskLoading(true);
+      setTaskError(null);
+      try {
+        setFullTask(await getTask(project.id));
+        setExpanded(true);
+      } catch (caught) {
+        if (!isTokenError(caught)) setTaskError(errorText(caught));
+      } finally {
+        setTaskLoading(false);
+      }
+      return;
+    }
+    setExpanded(true);
+  }
+
+  const shownTask = expanded && fullTask !== null ? fullTask : task;
+  return (
+    <section class="hero" data-testid="project-hero">
+      <div class="hero-main">
+        <div class="hero-meta">
+          <StatusPill status={project.status} testId="project-status" />
+          <span class="meta-time">{`Updated ${relativeTime(project.updated_at, props.now)}`}</span>
+        </div>
+        <h2 class="hero-title">{project.name}</h2>
+        {task !== '' && (
+          <div class={`hero-task prewrap${expanded ? ' is-expanded' : ' clamp-4'}`} data-testid="project-task">
+            {shownTask}
+          </div>
+        )}
+        {togglable && (
+          <button
+            type="button"
+            class="link-button"
+            disabled={taskLoading}
+            aria-expanded={expanded ? 'true' : 'false'}
+            onClick={toggleTask}
+          >
+            {taskLoading ? 'Loading full task...' : expanded ? 'Collapse task' : 'Expand full task'}
+          </button>
+        )}
+        <ErrorBox message={taskError} testId="task-error" />
+      </div>
+      {action && (
+        <div class="hero-actions">
+          <button
+            type="button"
+            class={`btn ${action.style}`}
+            disabled={props.busy}
+            onClick={() => props.onAction(action.action)}
+          >
+            {action.label}
+          </button>
+        </div>
+      )}
+    </section>
+  );
+}
+
+export function Tabs(props: { view: ViewId; onSelect: (view: ViewId) => void }) {
+  function onKeyDown(event: KeyboardEvent) {
+    const index = VIEWS.findIndex((view) => view.id === props.view);
+    let next = -1;
+    if (event.key === 'ArrowRight') next = (index + 1) % VIEWS.length;
+    else if (event.key === 'ArrowLeft') next = (index - 1 + VIEWS.length) % VIEWS.length;
+    else if (event.key === 'Home') next = 0;
+    else if (event.key === 'End') next = VIEWS.length - 1;
+    if (next < 0) return;
+    event.preventDefault();
+    props.onSelect(VIEWS[next].id);
+    const buttons = (event.currentTarget as HTMLElement).querySelectorAll<HTMLButtonElement>('[role="tab"]');
+    buttons[next]?.focus();
+  }
+  return (
+    <div class="tabs" role="tablist" aria-label="Project views" onKeyDown={onKeyDown}>
+      {VIEWS.map((view) => {
+        const active = view.id === props.view;
+        return (
+          <button
+            type="button"
+            role="tab"
+            key={view.id}
+            id={`tab-${view.id}`}
+            class={`tab${active ? ' is-active' : ''}`}
+            aria-selected={active ? 'true' : 'false'}
+            aria-controls="view-panel"
+            tabIndex={active ? 0 : -1}
+            onClick={() => props.onSelect(view.id)}
+          >
+            {view.label}
+          </button>
+        );
+      })}
+    </div>
+  );
+}
