@@ -1401,10 +1401,11 @@ class ProjectStore:
             raise Forbidden(f"Activation {activation_id} does not belong to {agent_id}")
         return row
 
-    def require_running_activation(self, agent_id, activation_id, purpose="tool"):
-        """Checks E–G of http-api.md §9.1 for routes that need a running activation."""
+    def require_activation(self, agent_id, activation_id, running_for=None):
+        """Checks E–F of http-api.md §9.1, plus G when running_for is "tool" or "history"."""
         row = self._owned_activation(self._reader(), agent_id, activation_id)
-        _require_running(row, purpose)
+        if running_for is not None:
+            _require_running(row, running_for)
         return activation_json(row)
 
     def start_activation(self, agent_id, prompt, signals, now=None):
@@ -1642,6 +1643,7 @@ class ProjectStore:
         error = None if error in (None, "") else str(error)
         sources, target = TOOL_CALL_TRANSITIONS["complete" if status == TOOL_COMPLETED else "fail"]
         with self.write(now) as tx:
+            self._owned_activation(tx.conn, agent_id, activation_id)
             cursor = tx.execute(f"UPDATE tool_calls SET status = ?, output = ?, error = ?, completed_at = ? "
                                 f"WHERE project = ? AND id = ? AND agent_id = ? AND activation_id = ? "
                                 f"AND status IN ({','.join('?' * len(sources))})",
@@ -1724,15 +1726,22 @@ class ProjectStore:
         path = self.report_path
         temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
         temp.write_text(report.strip() + "\n", encoding="utf-8")
-        os.replace(temp, path)
-        with self.write(now) as tx:
-            self._require_agent(agent_id, tx.conn)
-            self._set_project_status(tx, "submit", {"submitted_report": str(path)})
-            self._event(tx, "project.submitted", {"agentId": agent_id, "reportPath": str(path)})
-            signals = self._record_signal(tx, KIND_SUBMITTED, source_agent=agent_id,
-                                          source_activation=activation_id, payload={"reportPath": str(path)},
-                                          useful_effect=True)
+        try:
+            with self.write(now) as tx:
+                self._require_agent(agent_id, tx.conn)
+                if activation_id is not None:
+                    _require_running(self._owned_activation(tx.conn, agent_id, activation_id), "tool")
+                os.replace(temp, path)
+                signals = self._submit(tx, agent_id, activation_id, path)
+        finally:
+            temp.unlink(missing_ok=True)
         return {"reportPath": str(path), "signal": signals[0]}
+
+    def _submit(self, tx, agent_id, activation_id, path):
+        self._set_project_status(tx, "submit", {"submitted_report": str(path)})
+        self._event(tx, "project.submitted", {"agentId": agent_id, "reportPath": str(path)})
+        return self._record_signal(tx, KIND_SUBMITTED, source_agent=agent_id, source_activation=activation_id,
+                                   payload={"reportPath": str(path)}, useful_effect=True)
 
     def declare_wait(self, agent_id, activation_id, reason=None, pm=None, notify_pm=None, now=None):
         """store.md §5.8: optional P3 notice to the coordinator plus a closed wait signal."""
@@ -1741,6 +1750,8 @@ class ProjectStore:
         notify = (agent_id != pm) if notify_pm is None else bool(notify_pm)
         with self.write(now) as tx:
             self._require_agent(agent_id, tx.conn)
+            if activation_id is not None:
+                _require_running(self._owned_activation(tx.conn, agent_id, activation_id), "tool")
             message = None
             if notify and agent_id != pm and self._agent_row(pm, tx.conn) is not None:
                 message = self._send_message(tx, agent_id, f"{WAIT_PREFIX}\n\nReason: {reason}", recipient=pm,

@@ -53,8 +53,8 @@ def test_resolve_root_precedence(tmp_path, monkeypatch):
 def test_init_creates_layout_rows_tokens_and_event(tmp_path):
     root, store = init_demo(tmp_path / "root", start=False)
     project_dir = tmp_path / "root" / "demo"
-    for rel in ("suzumio.sqlite", "source.yaml", "resolved.yaml", "agents", "artifacts", "activations", "logs",
-                "agents/pm/workspace", "agents/worker/workspace", "artifacts/verifier"):
+    for rel in ("suzumio.sqlite", "source.yaml", "resolved.yaml", "agents", "artifacts", "activations",
+                "logs", "agents/pm/workspace", "agents/worker/workspace", "artifacts/verifier"):
         assert (project_dir / rel).exists(), rel
     assert (project_dir / "activations").stat().st_mode & 0o777 == 0o700
     assert store.project()["status"] == "initialized"
@@ -146,12 +146,12 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "events": ["id", "project", "type", "data_json", "created_at"],
         "agent_history_messages": ["id", "project", "agent_id", "activation_id", "role", "kind", "content",
                                    "sequence", "metadata_json", "compaction_id", "created_at"],
-        "agent_history_parts": ["id", "project", "agent_id", "message_id", "activation_id", "part_index", "type",
-                                "text", "tool_call_id", "tool_name", "input_json", "output", "error",
+        "agent_history_parts": ["id", "project", "agent_id", "message_id", "activation_id", "part_index",
+                                "type", "text", "tool_call_id", "tool_name", "input_json", "output", "error",
                                 "metadata_json", "created_at"],
         "agent_history_compactions": ["id", "project", "agent_id", "activation_id", "summary_message_id",
-                                      "archive_path", "start_sequence", "end_sequence", "archived_message_count",
-                                      "raw_chars", "summary", "reason", "selected_model", "created_at"],
+                                      "archive_path", "start_sequence", "end_sequence",
+                                      "archived_message_count", "raw_chars", "summary", "reason", "selected_model", "created_at"],
     }
     for table, columns in expected.items():
         assert [c["name"] for c in rows(store, f"PRAGMA table_info({table})")] == columns, table
@@ -464,7 +464,8 @@ def test_cancel_sets_quiet_with_history_row(demo):
 
 def test_every_agent_status_change_appends_one_event_and_touches_updated_at(demo):
     def statuses():
-        return [json.loads(e["data_json"]) for e in reversed(demo.list_events(1000)) if e["type"] == "agent.status"]
+        return [json.loads(e["data_json"]) for e in reversed(demo.list_events(1000))
+                if e["type"] == "agent.status"]
     act = demo.start_activation("worker", "p", [], now=at(1))
     assert demo.agent("worker")["updatedAt"] == at(1)
     demo.set_activation_container(act["id"], "local-123", now=at(2))
@@ -613,7 +614,8 @@ def test_tool_call_on_ended_activation_and_foreign_call_are_rejected(demo):
     call = demo.start_tool_call("worker", act["id"], "shell.exec", {})
     demo.complete_activation(act["id"], "worker", "done")
     before = snapshot(demo)
-    with pytest.raises(Conflict, match=f"^Activation {act['id']} is completed; no more tool calls are accepted$"):
+    ended = f"^Activation {act['id']} is completed; no more tool calls are accepted$"
+    with pytest.raises(Conflict, match=ended):
         demo.start_tool_call("worker", act["id"], "shell.exec", {})
     assert snapshot(demo) == before
     other = demo.start_activation("pm", "p", [])
@@ -714,7 +716,8 @@ def test_wait_declaration_notifies_pm_only_from_others(demo):
     signal = result["signal"]
     assert signal["kind"] == "coordination.wait_for_signal" and signal["status"] == "closed"
     assert signal["usefulEffect"] is True
-    assert signal["payload"] == {"reason": "Blocked on review", "notifiedAgent": "pm", "messageId": message["id"]}
+    assert signal["payload"] == {"reason": "Blocked on review", "notifiedAgent": "pm",
+                                 "messageId": message["id"]}
     pm_act = demo.start_activation("pm", "p", [])
     messages_before = count(demo, "messages")
     pm_result = demo.declare_wait("pm", pm_act["id"])
@@ -929,8 +932,8 @@ def test_project_stats_and_summary_shapes(demo):
     act2 = demo.start_activation("pm", "p", [])
     demo.fail_activation(act2["id"], "boom")
     stats = demo.project_stats()
-    assert list(stats) == ["messageCount", "activationCount", "failedActivationCount", "runningActivationCount",
-                           "toolCallCount", "historyMessageCount", "historyCompactionCount", "eventCount"]
+    assert list(stats) == ["messageCount", "activationCount", "failedActivationCount",
+                           "runningActivationCount", "toolCallCount", "historyMessageCount", "historyCompactionCount", "eventCount"]
     assert (stats["messageCount"], stats["activationCount"], stats["failedActivationCount"],
             stats["runningActivationCount"], stats["toolCallCount"]) == (1, 2, 1, 1, 1)
     assert stats["eventCount"] == count(demo, "events")
@@ -1060,11 +1063,13 @@ def test_close_is_idempotent_and_blocks_further_use(tmp_path):
 # -- scheduler-facing reads ---------------------------------------------------------------------
 
 def test_expansion_fallbacks_and_per_agent_config_lookup():
-    config = make_config(agents={"worker": {"count": 3, "names": ["A"], "displayName": "Dev", "env": {"X": "1"}},
+    config = make_config(agents={"worker": {"count": 3, "names": ["A"], "displayName": "Dev",
+                                            "env": {"X": "1"}},
                                  "worker-2": {"env": {"Y": "2"}}, "solo": {"names": ["Mio"]}})
     seeds = st.expand_agents(config)
     assert [(s.id, s.display_name) for s in seeds] == [
-        ("worker-1", "A"), ("worker-2", "Dev"), ("worker-3", "Dev"), ("worker-2", "worker-2"), ("solo", "Mio")]
+        ("worker-1", "A"), ("worker-2", "Dev"), ("worker-3", "Dev"), ("worker-2", "worker-2"),
+        ("solo", "Mio")]
     assert st.agent_config_entry(config, "worker-3") == config["agents"]["worker"]
     assert st.agent_config_entry(config, "worker-2") == {"env": {"Y": "2"}}
     assert st.agent_config_entry(config, "ghost") == {}
@@ -1087,7 +1092,8 @@ def test_reads_used_by_the_scheduler(demo):
     assert demo.model_alive_agents() == []
     assert demo.latest_signal("scheduler.failed_nudge", "worker")["id"] == signal["id"]
     assert demo.latest_signal("scheduler.all_quiet_nudge", "pm") is None
-    demo.append_event("scheduler.quiet_agent_monitor.message_sent", {"ruleKey": "r", "agent": "pm", "attempt": 1})
+    demo.append_event("scheduler.quiet_agent_monitor.message_sent",
+                      {"ruleKey": "r", "agent": "pm", "attempt": 1})
     demo.append_event("scheduler.quiet_agent_monitor.message_sent", {"ruleKey": "r", "agent": "worker",
                                                                      "attempt": 2})
     found = demo.latest_event("scheduler.quiet_agent_monitor.message_sent", {"ruleKey": "r", "agent": "pm"})
@@ -1103,3 +1109,29 @@ def test_direct_message_listing_between_two_participants(demo):
     demo.send_message("user", "4", channel="#project", now=at(4))
     assert [m["body"] for m in demo.direct_messages("user", "pm")] == ["2", "1"]
     assert [m["body"] for m in demo.direct_messages()] == ["3", "2", "1"]
+
+
+def test_runner_checks_for_activation_ownership_and_state(demo):
+    act = demo.start_activation("worker", "p", [])
+    assert demo.require_activation("worker", act["id"], running_for="tool")["id"] == act["id"]
+    with pytest.raises(Forbidden, match=f"^Activation {act['id']} does not belong to pm$"):
+        demo.require_activation("pm", act["id"])
+    with pytest.raises(NotFound, match="^Unknown activation: act_x$"):
+        demo.require_activation("worker", "act_x")
+    demo.complete_activation(act["id"], "worker", "done")
+    assert demo.require_activation("worker", act["id"])["status"] == "completed"
+    with pytest.raises(Conflict, match="history updates are not accepted"):
+        demo.require_activation("worker", act["id"], running_for="history")
+
+
+def test_core_tools_refused_after_activation_ended(demo):
+    act = demo.start_activation("pm", "p", [])
+    demo.complete_activation(act["id"], "pm", "done")
+    before = snapshot(demo)
+    with pytest.raises(Conflict, match="no more tool calls are accepted"):
+        demo.submit_report("pm", act["id"], "late report")
+    with pytest.raises(Conflict, match="no more tool calls are accepted"):
+        demo.declare_wait("pm", act["id"])
+    assert snapshot(demo) == before
+    assert not (demo.dir / "final-report.md").exists()
+    assert [p.name for p in demo.dir.iterdir() if p.name.startswith(".final-report")] == []
