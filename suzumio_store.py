@@ -803,7 +803,9 @@ class ProjectStore:
                 yield tx
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLite may already have rolled back (e.g. disk full); only roll back what is open
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
             finally:
                 self._local.tx = None

@@ -151,7 +151,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                                 "metadata_json", "created_at"],
         "agent_history_compactions": ["id", "project", "agent_id", "activation_id", "summary_message_id",
                                       "archive_path", "start_sequence", "end_sequence",
-                                      "archived_message_count", "raw_chars", "summary", "reason", "selected_model", "created_at"],
+                                      "archived_message_count", "raw_chars", "summary", "reason",
+                                      "selected_model", "created_at"],
     }
     for table, columns in expected.items():
         assert [c["name"] for c in rows(store, f"PRAGMA table_info({table})")] == columns, table
@@ -933,7 +934,8 @@ def test_project_stats_and_summary_shapes(demo):
     demo.fail_activation(act2["id"], "boom")
     stats = demo.project_stats()
     assert list(stats) == ["messageCount", "activationCount", "failedActivationCount",
-                           "runningActivationCount", "toolCallCount", "historyMessageCount", "historyCompactionCount", "eventCount"]
+                           "runningActivationCount", "toolCallCount", "historyMessageCount",
+                           "historyCompactionCount", "eventCount"]
     assert (stats["messageCount"], stats["activationCount"], stats["failedActivationCount"],
             stats["runningActivationCount"], stats["toolCallCount"]) == (1, 2, 1, 1, 1)
     assert stats["eventCount"] == count(demo, "events")
