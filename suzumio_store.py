@@ -1255,6 +1255,13 @@ class ProjectStore:
                        not_before=None):
         if not isinstance(kind, str) or not kind.strip():
             raise BadRequest("kind is required")
+        # payload and usefulEffect are checked first, as POST /runner/signals does (http-api.md §9.4)
+        if payload is None:
+            payload = {}
+        if not isinstance(payload, dict):
+            raise BadRequest("payload must be an object")
+        if useful_effect is not None and not isinstance(useful_effect, bool):
+            raise BadRequest(f"Expected boolean, got {useful_effect}")
         if target_agent == "user" or target_agent == "":
             target_agent = None
         target_channel = target_channel or None
@@ -1274,12 +1281,6 @@ class ProjectStore:
         if status == SIGNAL_CLOSED and targets:
             raise BadRequest("Targeted signals cannot be closed; omit the target or omit status")
         priority = _priority(priority)
-        if payload is None:
-            payload = {}
-        if not isinstance(payload, dict):
-            raise BadRequest("payload must be an object")
-        if useful_effect is not None and not isinstance(useful_effect, bool):
-            raise BadRequest(f"Expected boolean, got {useful_effect}")
         not_before_ts = format_ts(to_datetime(not_before)) if not_before is not None else tx.ts
         rows = [(t, SIGNAL_PENDING) for t in targets] or [(None, SIGNAL_CLOSED)]
         created = []
