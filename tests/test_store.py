@@ -293,7 +293,11 @@ def test_record_signal_status_rules(demo):
     with pytest.raises(BadRequest, match="^Unknown agent: ghost$"):
         demo.record_signal("x", target_agent="ghost")
     with pytest.raises(BadRequest, match="^payload must be an object$"):
-        demo.record_signal("x", payload=[1])
+        demo.record_signal("x", target_agent="ghost", payload=[1])
+    with pytest.raises(BadRequest, match="^Expected boolean, got yes$"):
+        demo.record_signal("x", useful_effect="yes")
+    with pytest.raises(BadRequest, match="^Invalid priority: P7$"):
+        demo.record_signal("x", target_agent="pm", priority="P7")
     assert snapshot(demo) == before
     (closed,) = demo.record_signal("x", status="pending")
     assert closed["status"] == "closed" and closed["usefulEffect"] is False
