@@ -14,6 +14,7 @@ from pathlib import Path
 
 import bottle
 import waitress.server
+import waitress.wasyncore
 
 import suzumio_config
 import suzumio_scheduler
@@ -372,8 +373,8 @@ def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
             replay = []
         disconnected = bottle.request.environ.get("waitress.client_disconnected", lambda: False)
         bottle.response.content_type = "text/event-stream; charset=utf-8"
+        # No `Connection: keep-alive`: WSGI forbids hop-by-hop headers; HTTP/1.1 keeps the connection open.
         bottle.response.set_header("Cache-Control", "no-cache")
-        bottle.response.set_header("Connection", "keep-alive")
         bottle.response.set_header(*NOSNIFF)
         events = EventFeed(store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds)
         return events.frames(replay)
@@ -456,8 +457,16 @@ class Server:
         return self
 
     def close(self):
+        """End open streams, close every socket from inside the loop thread (so the loop never selects
+        on a closed descriptor), then stop the worker threads. Idempotent."""
         self.app.config["suzumio.stopping"].set()
-        self.server.close()
-        self.server.task_dispatcher.shutdown()
         if self.thread.is_alive():
-            self.thread.join(timeout=5)
+            self.server.trigger.pull_trigger(self._close_sockets)
+            self.thread.join(timeout=10)
+        else:
+            self._close_sockets()
+        self.server.task_dispatcher.shutdown()
+
+    def _close_sockets(self):
+        self.server.close()
+        waitress.wasyncore.close_all(self.server._map)

@@ -35,15 +35,17 @@ tools:
       providers:
         replay:
           type: scripted
-          script: {{agents: {{}}}}
+          script: {script}
       presets:
         offline: {{provider: replay, model: team}}
 """
 
 
-def project_yaml(name, controller_url, *, task="Prove the theorem.", toolpacks="[core, shell, web]", extra=""):
+def project_yaml(name, controller_url, *, task="Prove the theorem.", toolpacks="[core, shell, web]", extra="",
+                 script="{agents: {}}"):
     """A `demo`-shaped project file (http-api.md §11 setup): pm and worker, local backend, empty script."""
-    return DEMO_YAML.format(name=name, task=task, toolpacks=toolpacks, extra=extra, controller_url=controller_url)
+    return DEMO_YAML.format(name=name, task=task, toolpacks=toolpacks, extra=extra, script=script,
+                            controller_url=controller_url)
 
 
 def init_project(root, directory, text):
