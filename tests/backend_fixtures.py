@@ -80,7 +80,7 @@ def project_config(name="demo", *, kind="local", controller_url="http://127.0.0.
     backend = {"kind": kind, "image": image, "controllerUrl": controller_url,
                "runner": {"mode": "ai", "model": "main", "models": {
                    "providers": {"replay": {"type": "scripted", "script": {"agents": {
-                       "pm": [{"steps": [{"say": "ok"}]}]}}}},
+                       next(iter(agents)): [{"steps": [{"say": "ok"}]}]}}}},
                    "presets": {"main": {"provider": "replay", "model": "team"}}}}}
     backend["runner"]["models"]["providers"].update(providers or {})
     if timeout_ms:

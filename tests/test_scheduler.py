@@ -1,0 +1,485 @@
+"""Scheduler acceptance scenarios (scheduler.md §11) on a real SQLite file and the real `local` backend
+with the stand-in runner; time is injected through `now`."""
+import datetime
+import json
+import threading
+
+import pytest
+
+import suzumio_backend as backend
+import suzumio_scheduler as scheduler
+from backend_fixtures import events_of, local_project, open_activation, process_group_alive
+from conftest import wait_until
+from suzumio_store import parse_ts
+
+THREE = {"pm": {"tools": ["messages.send"]}, "worker": {"tools": ["messages.send"]},
+         "verifier": {"tools": ["messages.send"]}}
+
+
+class RecordingHooks:
+    """A hooks collaborator that records each call and runs an optional action."""
+
+    def __init__(self, action=None):
+        self.calls = []
+        self.action = action
+
+    def run_hooks(self, store, config, now):
+        self.calls.append({a["id"]: a["status"] for a in store.list_agents()})
+        if self.action:
+            self.action(store)
+
+
+def project(tmp_path, agents=None, **options):
+    return local_project(tmp_path, agents=agents or json.loads(json.dumps(THREE)), **options)
+
+
+def tick(env, now=None, hooks=None):
+    scheduler.tick(env.store, env.backends, hooks or scheduler.NoHooks(), scheduler.as_datetime(now))
+
+
+def later(minutes=0, seconds=0, base=None):
+    base = base or datetime.datetime.now(datetime.UTC)
+    return base + datetime.timedelta(minutes=minutes, seconds=seconds)
+
+
+def activations_of(env, agent_id):
+    return [env.store.activation(a["id"]) for a in env.store.list_activations(1000) if a["agentId"] == agent_id]
+
+
+def send(env, recipient, priority="P3", body="Do it", **kw):
+    return env.store.send_message("user", body, recipient=recipient, priority=priority, **kw)
+
+
+def signal_of(env, message):
+    return [s for s in env.store.list_signals(limit=1000) if s["payload"].get("id") == message["id"]][0]
+
+
+def wait_settled(env, agent_id):
+    wait_until(lambda: all(a["status"] != "running" for a in activations_of(env, agent_id)), 15,
+               message=f"{agent_id} activations settled")
+
+
+# ---------------------------------------------------------------- selection and delivery
+
+def test_tick_does_nothing_unless_project_running(tmp_path):
+    with project(tmp_path) as env:
+        env.store.set_status("initialized")
+        message = send(env, "pm")
+        tick(env)
+        assert env.store.list_activations() == []
+        assert signal_of(env, message)["status"] == "pending"
+
+
+def test_user_message_starts_one_activation_and_records_the_prompt(tmp_path):
+    with project(tmp_path) as env:
+        message = send(env, "pm")
+        tick(env)
+        [act] = activations_of(env, "pm")
+        sig = signal_of(env, message)
+        assert sig["status"] == "delivered" and sig["deliveredActivationId"] == act["id"]
+        prompt_rows = [h for h in env.store.active_history("pm") if h["kind"] == "activation_prompt"]
+        assert prompt_rows[-1]["metadata"]["signalIds"] == [sig["id"]]
+        assert prompt_rows[-1]["metadata"]["priorities"] == ["P3"]
+        wait_settled(env, "pm")
+        assert env.store.activation(act["id"])["status"] == "completed"
+
+
+def test_first_prompt_lists_roster_artifacts_and_channels_in_order(tmp_path):
+    agents = {"pm": {"tools": ["messages.send"]}, "worker": {"count": 2, "tools": ["messages.send"]}}
+    with project(tmp_path, agents=agents) as env:
+        send(env, "worker-1")
+        tick(env)
+        prompt = activations_of(env, "worker-1")[0]["prompt"]
+        artifacts = env.store.dir.resolve() / "artifacts"
+        order = ["# Project Task", "# Agent Identity", "# Project Agents", "## worker-1", "## worker-2",
+                 "# Shared Artifacts", f"- {artifacts}/worker-1 (read-write, yours)",
+                 f"- {artifacts}/worker-2 (read-only)", "# Project Channels", "- #project", "# New Signals",
+                 "# Tool And Reporting Contract", "# Activation Rule"]
+        positions = [prompt.index(text) for text in order]
+        assert positions == sorted(positions)
+        assert "# Mounted Inputs" not in prompt
+        assert "Available tools for you: messages.send" in prompt
+
+
+def test_docker_paths_and_mounted_inputs_in_first_prompt(tmp_path):
+    agents = {"worker": {"tools": ["messages.send"], "mounts": [
+        {"source": str(tmp_path), "target": "/mnt/ref", "description": "Reference data"}]}}
+    with project(tmp_path, agents=agents) as env:
+        config = scheduler.suzumio_config.ProjectConfig.from_data(
+            dict(env.store.config(), backend=dict(env.store.config()["backend"], kind="docker-chat")))
+        prompt = scheduler.render_prompt(first=True, task="T", agent=env.store.agent("worker"),
+                                         agents=env.store.list_agents(), config=config, kind="docker-chat",
+                                         workspace="/workspace", artifacts_root="/artifacts", signals=[])
+        assert "- /artifacts/worker (read-write, yours)" in prompt
+        assert "# Mounted Inputs" in prompt and "- /mnt/ref (read-only): Reference data" in prompt
+
+
+def test_second_activation_continues_existing_context(tmp_path):
+    with project(tmp_path) as env:
+        send(env, "pm")
+        tick(env)
+        wait_settled(env, "pm")
+        send(env, "pm", priority="P2")
+        tick(env)
+        second = activations_of(env, "pm")[-1]["prompt"]
+        assert second.startswith("# Continue Existing Context")
+        for heading in ("# Project Task", "# Project Agents", "# Shared Artifacts"):
+            assert heading not in second
+
+
+def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
+    with project(tmp_path) as env:
+        direct = send(env, "pm")
+        tick(env)
+        sig = signal_of(env, direct)
+        prompt = activations_of(env, "pm")[0]["prompt"]
+        assert (f"## {sig['id']} message.created\nMessage: {direct['id']}\nFrom: user\nTo: pm\nPriority: P3\n"
+                f"Time: {direct['createdAt']}\n\nDo it") in prompt
+        wait_settled(env, "pm")
+        channel = env.store.send_message("user", "Hello all", channel="#project", priority="P2")
+        tick(env)
+        assert "Channel: #project" in activations_of(env, "worker")[-1]["prompt"]
+        [custom] = env.store.record_signal("review.ready", target_agent="verifier", priority="P1",
+                                           payload={"file": "a.md"})
+        wait_settled(env, "verifier")
+        tick(env)
+        prompt = activations_of(env, "verifier")[-1]["prompt"]
+        assert f"## {custom['id']} review.ready\nPriority: P1\nTime: " in prompt
+        assert '{\n  "file": "a.md"\n}' in prompt
+        assert channel
+
+
+def test_oldest_p2_overtakes_p3_and_one_routine_signal_per_start(tmp_path):
+    with project(tmp_path) as env:
+        p3 = send(env, "worker", "P3")
+        p2s = [send(env, "worker", "P2", body=f"p2-{i}") for i in range(3)]
+        tick(env)
+        [act] = activations_of(env, "worker")
+        assert env.store.signals_delivered_to(act["id"]) == [signal_of(env, p2s[0]) | {}]
+        assert signal_of(env, p3)["status"] == "pending"
+
+
+def test_p1_batch_excludes_routine_work(tmp_path):
+    with project(tmp_path) as env:
+        send(env, "worker", "P3")
+        p1s = [send(env, "worker", "P1", body=f"p1-{i}") for i in range(2)]
+        tick(env)
+        [act] = activations_of(env, "worker")
+        assert [s["id"] for s in env.store.signals_delivered_to(act["id"])] == [
+            signal_of(env, m)["id"] for m in p1s]
+
+
+def test_running_agent_is_left_alone_without_p0(tmp_path):
+    with project(tmp_path) as env:
+        act = open_activation(env, "worker")
+        send(env, "worker", "P2")
+        send(env, "worker", "P1")
+        tick(env)
+        assert env.store.activation(act["id"])["status"] == "running"
+        assert len(activations_of(env, "worker")) == 1
+
+
+def test_failed_agent_with_ready_work_is_started(tmp_path):
+    with project(tmp_path) as env:
+        act = open_activation(env, "worker")
+        env.store.fail_activation(act["id"], "boom")
+        send(env, "worker")
+        tick(env)
+        assert env.store.agent("worker")["status"] == "running"
+        assert len(activations_of(env, "worker")) == 2
+
+
+# ---------------------------------------------------------------- P0, stop, approve, timeout
+
+def test_p0_cancels_running_process_and_restarts_with_p0_then_p1(tmp_path):
+    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        send(env, "worker")
+        tick(env)
+        [first] = activations_of(env, "worker")
+        pid = backend.local_pid(env.store.activation(first["id"])["containerName"])
+        p1 = send(env, "worker", "P1", body="unblock")
+        p0 = send(env, "worker", "P0", body="stop now")
+        tick(env)
+        p0_sig, p1_sig = signal_of(env, p0), signal_of(env, p1)
+        cancelled = env.store.activation(first["id"])
+        assert cancelled["status"] == "cancelled"
+        assert cancelled["error"] == f"Interrupted by P0 signal {p0_sig['id']}"
+        wait_until(lambda: not process_group_alive(pid), 4, message="runner group terminated")
+        second = activations_of(env, "worker")[-1]
+        prompt_row = [h for h in env.store.active_history("worker") if h["activationId"] == second["id"]
+                      and h["kind"] == "activation_prompt"][0]
+        assert prompt_row["metadata"]["signalIds"] == [p0_sig["id"], p1_sig["id"]]
+        assert prompt_row["metadata"]["priorities"] == ["P0", "P1"]
+        kinds = [h["kind"] for h in env.store.active_history("worker")]
+        assert kinds.index("activation_cancelled") < len(kinds) - 1 - kinds[::-1].index("activation_prompt")
+
+
+def test_stop_cancels_stops_process_and_leaves_resume_signal(tmp_path):
+    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        send(env, "worker", body="first job")
+        tick(env)
+        [act] = activations_of(env, "worker")
+        pid = backend.local_pid(env.store.activation(act["id"])["containerName"])
+        waiting = send(env, "worker", "P3", body="second job")
+        scheduler.stop_project(env.store, env.backends)
+        assert env.store.activation(act["id"])["error"] == "Project stopped"
+        assert env.store.activation(act["id"])["status"] == "cancelled"
+        assert not process_group_alive(pid)
+        assert env.store.agent("worker")["status"] == "quiet"
+        [resume] = env.store.list_signals(kind="scheduler.resume_after_stop")
+        assert resume["priority"] == "P2" and resume["status"] == "pending"
+        tick(env)
+        assert len(activations_of(env, "worker")) == 1
+        env.store.start()
+        tick(env)
+        prompt = activations_of(env, "worker")[-1]["prompt"]
+        assert f"## {resume['id']} scheduler.resume_after_stop\nPriority: P2" in prompt
+        assert signal_of(env, waiting)["status"] == "pending"
+
+
+def test_approve_cancels_without_resume_signal(tmp_path):
+    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        send(env, "worker")
+        tick(env)
+        [act] = activations_of(env, "worker")
+        pid = backend.local_pid(env.store.activation(act["id"])["containerName"])
+        scheduler.approve_project(env.store, env.backends)
+        assert env.store.activation(act["id"])["error"] == "Project approved"
+        assert not process_group_alive(pid)
+        assert env.store.project()["status"] == "completed"
+        assert env.store.list_signals(kind="scheduler.resume_after_stop") == []
+
+
+def test_timeout_fails_activation_and_starts_the_next_in_the_same_tick(tmp_path):
+    with project(tmp_path, timeout_ms=1000) as env:
+        act = open_activation(env, "worker")
+        message = send(env, "worker")
+        now = parse_ts(act["startedAt"]) + datetime.timedelta(seconds=2)
+        tick(env, now)
+        timed_out = env.store.activation(act["id"])
+        assert timed_out["status"] == "failed" and timed_out["error"] == "activation timed out"
+        assert any(e["data"]["activationId"] == act["id"] for e in events_of(env.store, "activation.failed"))
+        assert "activation_failed" in [h["kind"] for h in env.store.active_history("worker")]
+        newest = activations_of(env, "worker")[-1]
+        assert newest["id"] != act["id"]
+        assert signal_of(env, message)["deliveredActivationId"] == newest["id"]
+
+
+def test_timeout_with_failed_nudge_and_nothing_pending_records_a_nudge(tmp_path):
+    nudge = {"failedNudge": {"enabled": True}}
+    with project(tmp_path, timeout_ms=1000, scheduler=nudge) as env:
+        act = open_activation(env, "worker")
+        now = parse_ts(act["startedAt"]) + datetime.timedelta(seconds=2)
+        tick(env, now)
+        assert env.store.activation(act["id"])["status"] == "failed"
+        [sig] = env.store.list_signals(kind="scheduler.failed_nudge")
+        assert sig["targetAgent"] == "worker" and sig["payload"]["previousActivationId"] == act["id"]
+        assert len(activations_of(env, "worker")) == 1
+
+
+def test_activation_younger_than_the_timeout_is_left_alone(tmp_path):
+    with project(tmp_path, timeout_ms=1000) as env:
+        act = open_activation(env, "worker")
+        tick(env, parse_ts(act["startedAt"]) + datetime.timedelta(milliseconds=999))
+        assert env.store.activation(act["id"])["status"] == "running"
+
+
+def test_stale_binding_is_cleared_and_work_restarts(tmp_path):
+    with project(tmp_path) as env:
+        act = open_activation(env, "worker")
+        # A completed activation whose agent row still names it (an interrupted writer left it bound).
+        env.store.db_run("UPDATE activations SET status = 'completed' WHERE id = ?", [act["id"]])
+        message = send(env, "worker")
+        tick(env)
+        assert signal_of(env, message)["status"] == "delivered"
+        assert activations_of(env, "worker")[-1]["id"] != act["id"]
+
+    with project(tmp_path / "b") as env:
+        act = open_activation(env, "worker")
+        env.store.db_run("UPDATE activations SET status = 'failed' WHERE id = ?", [act["id"]])
+        tick(env)
+        agent = env.store.agent("worker")
+        assert agent["status"] == "failed" and not agent.get("activeActivationId")
+
+
+def test_backend_start_failure_fails_activation_and_tick_continues(tmp_path):
+    with project(tmp_path) as env:
+        import shutil
+        shutil.rmtree(env.store.workspace("pm"))
+        send(env, "pm")
+        send(env, "worker")
+        tick(env)
+        [pm_act] = activations_of(env, "pm")
+        assert env.store.activation(pm_act["id"])["status"] == "failed"
+        assert env.store.activation(pm_act["id"])["error"]
+        assert env.store.agent("pm")["status"] == "failed"
+        assert len(activations_of(env, "worker")) == 1
+
+
+def test_guarded_creation_after_concurrent_stop_writes_nothing(tmp_path, monkeypatch):
+    with project(tmp_path) as env:
+        message = send(env, "worker")
+        original = env.store.agent_has_activations
+
+        def stop_meanwhile(agent_id):
+            env.store.stop()  # another process's stop commits while this tick renders the prompt
+            return original(agent_id)
+
+        monkeypatch.setattr(env.store, "agent_has_activations", stop_meanwhile)
+        tick(env)
+        assert env.store.list_activations() == []
+        assert signal_of(env, message)["status"] == "pending"
+        assert all(h["kind"] != "activation_prompt" for h in env.store.active_history("worker"))
+
+
+def test_two_concurrent_ticks_create_exactly_one_activation(tmp_path):
+    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        send(env, "worker")
+        sched = scheduler.Scheduler(env.root, env.backends)
+        threads = [threading.Thread(target=sched.tick, args=(env.store.project_id,)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(activations_of(env, "worker")) == 1
+
+
+# ---------------------------------------------------------------- nudges, monitors, hooks
+
+def test_failed_nudge_backoff_chain_and_limit(tmp_path):
+    rule = {"failedNudge": {"enabled": True, "maxConsecutive": 2, "initialDelayMs": 1000, "backoffFactor": 2,
+                            "maxDelayMs": 5000}}
+    with project(tmp_path, scheduler=rule) as env:
+        first = open_activation(env, "worker")
+        env.store.fail_activation(first["id"], "model timeout")
+        now = later()
+        tick(env, now)
+        [nudge] = env.store.list_signals(kind="scheduler.failed_nudge")
+        assert nudge["payload"]["attempt"] == 1 and nudge["payload"]["delayMs"] == 1000
+        assert nudge["payload"]["error"] == "model timeout"
+        assert parse_ts(nudge["notBefore"]) > now
+        tick(env, now)
+        assert len(env.store.list_signals(kind="scheduler.failed_nudge")) == 1
+        second = env.store.start_activation("worker", "p", [nudge], now + datetime.timedelta(seconds=2))
+        env.store.fail_activation(second["id"], "again")
+        tick(env, now + datetime.timedelta(seconds=3))
+        newest = env.store.list_signals(kind="scheduler.failed_nudge")[0]
+        assert newest["payload"]["attempt"] == 2 and newest["payload"]["delayMs"] == 2000
+        third = env.store.start_activation("worker", "p", [newest], now + datetime.timedelta(seconds=6))
+        env.store.fail_activation(third["id"], "still")
+        tick(env, now + datetime.timedelta(seconds=7))
+        assert len(env.store.list_signals(kind="scheduler.failed_nudge")) == 2
+
+
+def test_quiet_monitor_sends_and_repeats(tmp_path):
+    rule = {"quietAgentMonitor": {"enabled": True, "rules": [{
+        "agent": "worker", "recipient": "pm", "priority": "P2", "initialDelayMs": 1800000,
+        "repeatDelayMs": 900000, "message": "{{agent}} has been quiet for {{quietMinutes}} minutes; "
+                                            "attempt {{attempt}}."}]}}
+    with project(tmp_path, scheduler=rule) as env:
+        # pm and verifier are busy so only the rule under test fires
+        open_activation(env, "pm")
+        open_activation(env, "verifier")
+        since = parse_ts(env.store.agent("worker")["updatedAt"])
+        tick(env, since + datetime.timedelta(minutes=31))
+        [message] = [m for m in env.store.list_messages() if m["sender"] == "monitor"]
+        assert message["recipient"] == "pm" and message["priority"] == "P2"
+        assert message["body"] == "worker has been quiet for 31 minutes; attempt 1."
+        assert env.store.has_pending_signals_for_agent("pm", include_delayed=True)
+        tick(env, since + datetime.timedelta(minutes=31))
+        assert len([m for m in env.store.list_messages() if m["sender"] == "monitor"]) == 1
+        event = events_of(env.store, "scheduler.quiet_agent_monitor.message_sent")[0]
+        tick(env, parse_ts(event["created_at"]) + datetime.timedelta(minutes=16))
+        bodies = [m["body"] for m in env.store.list_messages() if m["sender"] == "monitor"]
+        assert bodies[-1].endswith("attempt 2.")
+
+
+def test_failed_monitor_renders_error_and_activation(tmp_path):
+    rule = {"failedAgentMonitor": {"enabled": True, "rules": [{
+        "agent": "worker", "recipient": "pm", "message": "{{agent}} failed for {{failedMinutes}} minutes after "
+                                                         "{{activationId}}; attempt {{attempt}}; error {{error}}."}]}}
+    with project(tmp_path, scheduler=rule) as env:
+        open_activation(env, "pm")
+        act = open_activation(env, "worker")
+        env.store.fail_activation(act["id"], "model timeout")
+        failed_at = parse_ts(env.store.activation(act["id"])["completedAt"])
+        tick(env, failed_at + datetime.timedelta(minutes=31))
+        [message] = [m for m in env.store.list_messages() if m["sender"] == "monitor"]
+        assert message["body"] == f"worker failed for 31 minutes after {act['id']}; attempt 1; error model timeout."
+        event = events_of(env.store, "scheduler.failed_agent_monitor.message_sent")[0]
+        tick(env, parse_ts(event["created_at"]) + datetime.timedelta(minutes=15))
+        assert [m for m in env.store.list_messages() if m["sender"] == "monitor"][-1]["body"].endswith(
+            "attempt 2; error model timeout.")
+
+
+def test_all_quiet_nudge_and_cooldown(tmp_path):
+    rule = {"allQuietNudge": {"enabled": True, "targetAgent": "pm", "priority": "P2", "message": "Wake up."}}
+    with project(tmp_path, scheduler=rule) as env:
+        now = later()
+        tick(env, now)
+        [sig] = env.store.list_signals(kind="scheduler.all_quiet_nudge")
+        assert sig["targetAgent"] == "pm" and sig["priority"] == "P2" and sig["status"] == "pending"
+        assert sig["payload"]["message"] == "Wake up."
+        env.store.db_run("UPDATE signals SET status = 'delivered' WHERE id = ?", [sig["id"]])
+        tick(env, now + datetime.timedelta(seconds=10))
+        assert len(env.store.list_signals(kind="scheduler.all_quiet_nudge")) == 1
+
+    with project(tmp_path / "b", scheduler=rule) as env:
+        act = open_activation(env, "worker")
+        env.store.fail_activation(act["id"], "x")
+        tick(env)
+        assert env.store.list_signals(kind="scheduler.all_quiet_nudge") == []
+
+
+def test_hook_runs_after_delivery_and_its_signal_waits_for_the_next_tick(tmp_path):
+    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        send(env, "worker")
+        hooks = RecordingHooks(lambda store: store.record_signal("review.ready", target_agent="verifier"))
+        tick(env, hooks=hooks)
+        assert hooks.calls[0]["worker"] == "running", "hooks observe post-delivery state"
+        assert activations_of(env, "verifier") == []
+        tick(env, hooks=RecordingHooks())
+        assert len(activations_of(env, "verifier")) == 1
+
+
+def test_failing_hooks_are_recorded_and_built_in_rules_still_run(tmp_path):
+    def explode(store):
+        raise RuntimeError("hook exploded")
+
+    rule = {"allQuietNudge": {"enabled": True}}
+    with project(tmp_path, scheduler=rule) as env:
+        tick(env, hooks=RecordingHooks(explode))
+        [event] = events_of(env.store, "scheduler.hook_failed")
+        assert event["data"]["error"] == "hook exploded"
+        assert len(env.store.list_signals(kind="scheduler.all_quiet_nudge")) == 1
+
+
+# ---------------------------------------------------------------- the background thread
+
+def test_background_thread_ticks_and_isolates_project_errors(tmp_path):
+    with project(tmp_path / "a") as broken, project(tmp_path / "b") as env:
+        env.root = env.root  # both roots differ; use a scheduler over b's root plus a broken project in it
+        send(env, "pm")
+        env.store.db_run("CREATE TABLE IF NOT EXISTS x (y)")
+        sched = scheduler.Scheduler(env.root, env.backends)
+        names = ["aaa-missing", env.store.project_id]
+        env.root.list_projects = lambda: names  # a project that cannot be opened sorts first
+        sched.start()
+        try:
+            wait_until(lambda: activations_of(env, "pm"), 10, message="background tick started pm")
+            assert sched._thread.name == "suzumio-scheduler"
+        finally:
+            sched.stop()
+        assert sched._thread is None
+        assert broken.store.list_activations() == []
+
+
+@pytest.mark.parametrize("kind", ["scheduler.no_effect_nudge"])
+def test_completion_without_effect_leaves_a_no_effect_nudge(tmp_path, kind):
+    with project(tmp_path) as env:
+        send(env, "pm")
+        tick(env)
+        wait_settled(env, "pm")
+        [nudge] = env.store.list_signals(kind=kind)
+        assert nudge["targetAgent"] == "pm" and nudge["priority"] == "P3"
+        assert nudge["payload"]["attempt"] == 1 and nudge["payload"]["delayMs"] == 0
