@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 
 import suzumio_node
-from conftest import wait_until
 from suzumio_errors import BadRequest
 from suzumio_node import NODE_MISSING, NodeHost, NodeHostError, ToolpackError
 
