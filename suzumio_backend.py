@@ -426,7 +426,13 @@ class DockerBackend:
         return self.client.api.wait(name, timeout=None)["StatusCode"]
 
     def log_tail(self, name):
-        raw = self.client.api.logs(name, stdout=True, stderr=True, tail=LOG_TAIL_LINES)
+        """The last 200 log lines; '' when the engine no longer has them (container removed)."""
+        import docker.errors
+        try:
+            raw = self.client.api.logs(name, stdout=True, stderr=True, tail=LOG_TAIL_LINES)
+        except docker.errors.APIError as error:
+            log.warning("no logs for container %s: %s", name, error)
+            return ""
         return tail_lines(raw.decode("utf-8", "replace"))
 
     def state(self, name):

@@ -1,0 +1,242 @@
+"""docker-chat backend against a real Docker engine (backend-runner.md §16 scenarios 1-5, 9-16, 50-52):
+containers are read back with the SDK. A client double is used only for generic stop/kill failures."""
+import datetime
+import json
+import os
+
+import pytest
+
+import suzumio_backend as backend
+import suzumio_scheduler as scheduler
+from backend_fixtures import events_of, local_project, open_activation
+from conftest import require, wait_until
+from suzumio_store import parse_ts
+
+IMAGE = "suzumio-runner:dev"
+
+
+def engine():
+    try:
+        import docker
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.images.get(IMAGE)
+        return client
+    except Exception as error:  # any failure means: no usable engine here
+        require("docker")(f"no Docker engine with {IMAGE}: {error}")
+
+
+@pytest.fixture
+def client():
+    client = engine()
+    yield client
+    for container in client.containers.list(all=True, filters={"label": "suzumio.managed=true"}):
+        container.remove(force=True)
+
+
+def docker_project(tmp_path, **options):
+    docker_cfg = {"network": "host", **options.pop("docker", {})}
+    return local_project(tmp_path, kind="docker-chat", docker=docker_cfg, **options)
+
+
+def container_of(client, store, activation_id):
+    name = store.activation(activation_id)["containerName"]
+    return client.containers.get(name)
+
+
+def test_container_spec_labels_env_and_mounts(tmp_path, client):
+    source = tmp_path / "ref"
+    source.mkdir()
+    mounts = [{"source": str(source), "target": "/mnt/ref"},
+              {"source": str(source), "target": "/mnt/rw", "readonly": False}]
+    environ = {"GW_KEY": "k1", "PATH": os.environ["PATH"]}
+    providers = {"gw": {"type": "openai-compatible", "apiKeyEnv": "GW_KEY", "baseURLEnv": "GW_URL",
+                        "apiKey": "literal-secret"}}
+    with docker_project(tmp_path, docker={"mounts": mounts, "memory": "512m", "cpus": 1.5}, environ=environ,
+                        providers=providers) as env:
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        wait_until(lambda: env.store.activation(act["id"])["status"] == "completed", 60,
+                   message="container posted its output")
+        name = env.store.activation(act["id"])["containerName"]
+        assert name == f"suzumio_demo_worker_{act['id']}"
+        assert env.store.agent("worker")["containerName"] == name
+        attrs = client.containers.get(name).attrs
+        config, host = attrs["Config"], attrs["HostConfig"]
+        assert config["Image"] == IMAGE
+        assert config["Entrypoint"] == ["python3", "/opt/suzumio/suzumio_runner.py"]
+        assert config["Cmd"] == ["--input", "/activation/input.json"]
+        assert config["WorkingDir"] == "/workspace"
+        assert host["AutoRemove"] is False
+        assert host["ExtraHosts"] == ["host.docker.internal:host-gateway"]
+        assert host["NetworkMode"] == "host"
+        assert host["Memory"] == 536870912 and host["NanoCpus"] == 1500000000
+        own_labels = {k: v for k, v in config["Labels"].items() if k.startswith("suzumio.")}
+        assert own_labels == {"suzumio.managed": "true", "suzumio.project": "demo",
+                                    "suzumio.agent": "worker", "suzumio.activation": act["id"]}
+        container_env = dict(item.split("=", 1) for item in config["Env"])
+        token = env.store.agent("worker", include_token=True)["token"]
+        assert container_env["SUZUMIO_PROJECT"] == "demo" and container_env["SUZUMIO_AGENT"] == "worker"
+        assert container_env["SUZUMIO_ACTIVATION"] == act["id"] and container_env["SUZUMIO_TOKEN"] == token
+        assert container_env["GW_KEY"] == "k1" and "GW_URL" not in container_env
+        assert "literal-secret" not in config["Env"]
+        project_dir = env.store.dir
+        expected = [
+            (str(project_dir / "activations" / act["id"] / "input.json"), "/activation/input.json", True),
+            (str(project_dir / "agents/worker/workspace"), "/workspace", False),
+            (str(project_dir / "artifacts/pm"), "/artifacts/pm", True),
+            (str(project_dir / "artifacts/worker"), "/artifacts/worker", False),
+            (str(source), "/mnt/ref", True),
+            (str(source), "/mnt/rw", False),
+            (str(env.support_dir / "suzumio_runner.py"), "/opt/suzumio/suzumio_runner.py", True),
+            (str(env.support_dir / "suzumio_toolpack_host.mjs"), "/opt/suzumio/suzumio_toolpack_host.mjs", True),
+        ]
+        assert [(m["Source"], m["Target"], m.get("ReadOnly", False)) for m in host["Mounts"]] == expected
+        assert all(m["Type"] == "bind" for m in host["Mounts"])
+        assert (project_dir / "artifacts/pm").is_dir() and (project_dir / "artifacts/worker").is_dir()
+        data = json.loads((project_dir / "activations" / act["id"] / "input.json").read_text())
+        assert data["workspace"] == "/workspace" and data["artifactsRoot"] == "/artifacts"
+        assert data["readRoots"] == ["/workspace", "/artifacts", "/mnt"]
+        assert data["writeRoots"] == ["/workspace", "/artifacts/worker"]
+
+
+def test_default_network_is_dockers_default(tmp_path, client):
+    with local_project(tmp_path, kind="docker-chat", agent_env={"STANDIN_MODE": "exit:0"}) as env:
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        wait_until(lambda: env.store.activation(act["id"])["status"] == "failed", 60)
+        assert container_of(client, env.store, act["id"]).attrs["HostConfig"]["NetworkMode"] in ("default", "bridge")
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("exit:0", backend.NO_OUTPUT_ERROR),
+    ("exit:3", "Runner exited with 3"),
+])
+def test_container_exit_without_output_fails_with_log_tail(tmp_path, client, mode, expected):
+    with docker_project(tmp_path, agent_env={"STANDIN_MODE": mode}) as env:
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        wait_until(lambda: env.store.activation(act["id"])["status"] == "failed", 60)
+        error = env.store.activation(act["id"])["error"]
+        assert error.startswith(expected)
+        if mode == "exit:3":
+            assert "boom" in error
+        assert env.store.agent("worker")["status"] == "failed"
+        assert "activation_failed" in [h["kind"] for h in env.store.active_history("worker")]
+        assert container_of(client, env.store, act["id"]).status == "exited", "containers are kept"
+
+
+def test_missing_source_and_missing_image_fail_without_container(tmp_path, client):
+    # A reserved target never gets this far: config loading rejects it (validate_mount is unit-tested).
+    cases = [({"mounts": [{"source": str(tmp_path / "missing"), "target": "/mnt/x"}]}, {}, "No such file"),
+             ({}, {"image": "suzumio-runner:does-not-exist"}, "does-not-exist")]
+    for index, (docker_cfg, options, text) in enumerate(cases):
+        with docker_project(tmp_path / str(index), docker=docker_cfg, **options) as env:
+            act = open_activation(env, "worker")
+            env.backends.start(env.store, act["id"])
+            final = env.store.activation(act["id"])
+            assert final["status"] == "failed" and text in final["error"], final["error"]
+            assert env.store.agent("worker")["status"] == "failed"
+            assert client.containers.list(all=True, filters={"label": f"suzumio.activation={act['id']}"}) == []
+
+
+def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client):
+    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        env.store.send_message("user", "work", recipient="worker")
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.utc_now())
+        [first] = env.store.running_activations()
+        wait_until(lambda: container_of(client, env.store, first["id"]).status == "running", 30)
+        message = env.store.send_message("user", "stop now", recipient="worker", priority="P0")
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.utc_now())
+        p0 = [s for s in env.store.list_signals(limit=100) if s["payload"].get("id") == message["id"]][0]
+        assert env.store.activation(first["id"])["error"] == f"Interrupted by P0 signal {p0['id']}"
+        assert container_of(client, env.store, first["id"]).status == "exited"
+        [second] = env.store.running_activations()
+        assert f"## {p0['id']} message.created" in second["prompt"]
+        assert events_of(env.store, "activation.stop_failed") == []
+
+
+def test_removed_container_counts_as_stopped_on_stop(tmp_path, client):
+    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        env.store.cancel_activation(act["id"], "Project stopped")
+        container_of(client, env.store, act["id"]).remove(force=True)
+        env.backends.stop_runner(env.store, env.store.activation(act["id"]))
+        assert env.store.activation(act["id"])["status"] == "cancelled"
+        assert events_of(env.store, "activation.stop_failed") == []
+
+
+def test_timeout_fails_the_activation_and_stops_its_container(tmp_path, client):
+    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}, timeout_ms=1000) as env:
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        wait_until(lambda: container_of(client, env.store, act["id"]).status == "running", 30)
+        env.store.send_message("user", "next", recipient="worker")
+        now = parse_ts(act["startedAt"]) + datetime.timedelta(seconds=2)
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), now)
+        final = env.store.activation(act["id"])
+        assert final["status"] == "failed" and final["error"] == "activation timed out"
+        assert container_of(client, env.store, act["id"]).status == "exited"
+        assert len(env.store.running_activations()) == 1, "the P3 message started a new activation"
+
+
+def test_restarted_controller_settles_every_activation_it_left(tmp_path, client):
+    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        exited = open_activation(env, "pm")
+        env.backends.start(env.store, exited["id"])
+        running = open_activation(env, "worker")
+        env.backends.start(env.store, running["id"])
+        wait_until(lambda: container_of(client, env.store, running["id"]).status == "running", 30)
+        env.backends.close()  # controller A goes away; its monitors stop settling
+        container_of(client, env.store, exited["id"]).kill()
+        wait_until(lambda: container_of(client, env.store, exited["id"]).status == "exited", 30)
+        fresh = env.new_backends()
+        fresh.reconcile([env.store])
+        assert env.store.activation(exited["id"])["error"].startswith("Runner exited with 137")
+        assert fresh.watched(running["id"])
+        container_of(client, env.store, running["id"]).remove(force=True)
+        wait_until(lambda: env.store.activation(running["id"])["status"] == "failed", 30)
+
+
+def test_reconcile_fails_activation_whose_container_is_gone(tmp_path, client):
+    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "exit:0"}) as env:
+        act = open_activation(env, "worker")
+        env.store.set_activation_container(act["id"], "suzumio_demo_worker_vanished")
+        env.backends.reconcile([env.store])
+        assert env.store.activation(act["id"])["error"] == "Runner container suzumio_demo_worker_vanished not found"
+
+
+class FailingStopClient:
+    """The one double decision 11 allows: an engine whose stop and kill fail with a generic error."""
+
+    def __init__(self, real):
+        self.real = real
+        self.containers = real.containers
+        self.api = self
+
+    def __getattr__(self, name):
+        return getattr(self.real.api, name)
+
+    def stop(self, name, timeout=None):
+        import docker.errors
+        raise docker.errors.APIError("engine exploded on stop")
+
+    def kill(self, name):
+        import docker.errors
+        raise docker.errors.APIError("engine exploded on kill")
+
+
+def test_generic_stop_and_kill_errors_become_stop_failed_and_restart_proceeds(tmp_path, client):
+    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        env.backends = env.new_backends(docker_client=FailingStopClient(client))
+        act = open_activation(env, "worker")
+        env.store.set_activation_container(act["id"], f"suzumio_demo_worker_{act['id']}")
+        env.store.send_message("user", "urgent", recipient="worker", priority="P0")
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.utc_now())
+        [event] = events_of(env.store, "activation.stop_failed")
+        assert event["data"]["activationId"] == act["id"] and "engine exploded on kill" in event["data"]["error"]
+        assert env.store.activation(act["id"])["status"] == "cancelled"
+        [second] = env.store.running_activations()
+        assert second["id"] != act["id"]
+        wait_until(lambda: container_of(client, env.store, second["id"]).status == "running", 30)
