@@ -457,15 +457,16 @@ class Server:
         return self
 
     def close(self):
-        """End open streams, close every socket from inside the loop thread (so the loop never selects
-        on a closed descriptor), then stop the worker threads. Idempotent."""
+        """End open streams and let the worker threads finish (they wake the loop as they finish, so the
+        trigger must still be open), then close every socket from inside the loop thread so the loop
+        never selects on a closed descriptor. Idempotent."""
         self.app.config["suzumio.stopping"].set()
+        self.server.task_dispatcher.shutdown()
         if self.thread.is_alive():
             self.server.trigger.pull_trigger(self._close_sockets)
             self.thread.join(timeout=10)
         else:
             self._close_sockets()
-        self.server.task_dispatcher.shutdown()
 
     def _close_sockets(self):
         self.server.close()

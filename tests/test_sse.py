@@ -1,0 +1,220 @@
+"""The SSE stream (http-api.md §10): replay, rowid polling without loss or duplicates, Last-Event-ID
+resume, keep-alive comments, and many open streams beside ordinary requests."""
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+import suzumio_api
+from api_fixtures import init_project, project_yaml, serving
+from conftest import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class SseClient:
+    """A real HTTP/1.1 client reading the stream line by line on its own thread."""
+
+    def __init__(self, port, path, headers=None):
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.sock = self.connection.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.connection.request("GET", path, headers={"Host": f"127.0.0.1:{port}", **(headers or {})})
+        self.response = self.connection.getresponse()
+        self.events = []
+        self.comments = []
+        self.raw = []
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        block = []
+        try:
+            while True:
+                line = self.response.readline()
+                if not line:
+                    return
+                text = line.decode("utf-8").rstrip("\n")
+                with self._lock:
+                    self.raw.append(text)
+                    if text == "":
+                        self._dispatch(block)
+                        block = []
+                    else:
+                        block.append(text)
+        except (OSError, ValueError, http.client.HTTPException):
+            return
+
+    def _dispatch(self, block):
+        if block and all(line.startswith(":") for line in block):
+            self.comments.extend(block)
+            return
+        fields = dict(line.split(": ", 1) for line in block)
+        self.events.append({"id": fields["id"], "event": fields["event"], "data": json.loads(fields["data"]),
+                            "lines": block})
+
+    def snapshot(self):
+        with self._lock:
+            return list(self.events)
+
+    def close(self):
+        """Really drop the TCP connection (the reader thread still holds the socket file)."""
+        with contextlib.suppress(OSError):  # the server may have closed it first
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.connection.close()
+
+
+@pytest.fixture
+def service(tmp_path):
+    with serving(tmp_path / "root", threads=16, keep_alive_seconds=1.0) as service:
+        demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+        demo.start()  # init + start: 2 events
+        yield service
+
+
+@pytest.fixture
+def demo(service):
+    return service.store("demo")
+
+
+def add_events(store, count, prefix="test.event"):
+    for index in range(count):
+        store.append_event(prefix, {"n": index})
+
+
+def stored_ids(store):
+    return [row["id"] for row in reversed(store.list_events(1000))]
+
+
+def test_replay_sends_the_newest_events_oldest_first_then_new_ones(service, demo):
+    add_events(demo, 3)  # 5 events in all
+    newest = stored_ids(demo)[-3:]
+    client = SseClient(service.port, "/api/projects/demo/stream?limit=3")
+    try:
+        assert client.response.status == 200
+        assert client.response.getheader("Content-Type") == "text/event-stream; charset=utf-8"
+        assert client.response.getheader("Cache-Control") == "no-cache"
+        assert client.response.getheader("X-Content-Type-Options") == "nosniff"
+        wait_until(lambda: len(client.snapshot()) >= 3, 1, message="the replay")
+        replay = client.snapshot()
+        assert [e["id"] for e in replay] == newest
+        row = {r["id"]: r for r in demo.list_events(10)}[newest[-1]]
+        assert replay[-1]["lines"] == [f"id: {row['id']}", f"event: {row['type']}",
+                                       "data: " + json.dumps(row, separators=(",", ":"), ensure_ascii=False)]
+
+        posted = service.post("/api/projects/demo/messages", {"recipient": "worker", "body": "héllo"})
+        assert posted.status_code == 200
+        wait_until(lambda: {"message.created", "signal.created"} <= {e["event"] for e in client.snapshot()[3:]},
+                   3, message="the message events")
+        live = client.snapshot()[3:]
+        assert all(e["id"].startswith("evt_") for e in live)
+        assert "héllo" in next(e for e in live if e["event"] == "message.created")["data"]["data_json"]
+    finally:
+        client.close()
+
+
+def test_keep_alive_comment_is_sent_when_nothing_happens(service):
+    client = SseClient(service.port, "/api/projects/demo/stream")
+    try:
+        wait_until(lambda: len(client.snapshot()) == 2, 2, message="the replay")
+        wait_until(lambda: ": keep-alive" in client.comments, 4, message="a keep-alive comment")
+    finally:
+        client.close()
+
+
+def test_default_keep_alive_interval_is_fifteen_seconds():
+    assert suzumio_api.DEFAULT_KEEP_ALIVE_SECONDS == 15.0
+    assert suzumio_api.DEFAULT_POLL_SECONDS <= 1.0
+
+
+def test_a_burst_larger_than_the_replay_limit_arrives_whole_and_in_order(service, demo):
+    client = SseClient(service.port, "/api/projects/demo/stream?limit=100")
+    try:
+        wait_until(lambda: len(client.snapshot()) == 2, 2, message="the replay")
+        with demo.write() as tx:
+            for index in range(250):
+                demo._event(tx, "burst", {"n": index})  # one transaction: all share one millisecond
+        wait_until(lambda: len(client.snapshot()) >= 252, 5, message="the burst")
+        burst = [e for e in client.snapshot() if e["event"] == "burst"]
+        assert [json.loads(e["data"]["data_json"])["n"] for e in burst] == list(range(250))
+        assert len({e["id"] for e in client.snapshot()}) == len(client.snapshot()) == 252
+    finally:
+        client.close()
+
+
+def test_last_event_id_resumes_after_that_event_without_loss_or_duplicates(service, demo):
+    add_events(demo, 3)
+    ids = stored_ids(demo)  # e1..e5
+    client = SseClient(service.port, "/api/projects/demo/stream?limit=100", {"Last-Event-ID": ids[1]})
+    try:
+        wait_until(lambda: len(client.snapshot()) >= 3, 2, message="the missed events")
+        add_events(demo, 2, prefix="after")
+        wait_until(lambda: len(client.snapshot()) >= 5, 3, message="the new events")
+        assert [e["id"] for e in client.snapshot()] == stored_ids(demo)[2:]
+    finally:
+        client.close()
+    unknown = SseClient(service.port, "/api/projects/demo/stream?limit=100", {"Last-Event-ID": "evt_nope"})
+    try:
+        wait_until(lambda: len(unknown.snapshot()) >= 7, 2, message="the normal replay")
+        assert [e["id"] for e in unknown.snapshot()] == stored_ids(demo)
+    finally:
+        unknown.close()
+
+
+def test_health_answers_within_a_second_with_eight_streams_open(service):
+    clients = [SseClient(service.port, "/api/projects/demo/stream") for _ in range(8)]
+    try:
+        wait_until(lambda: all(len(c.snapshot()) == 2 for c in clients), 5, message="eight streams")
+        started = time.monotonic()
+        assert service.get("/health", timeout=1).status_code == 200
+        assert time.monotonic() - started < 1
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_disconnected_clients_free_their_threads(service):
+    clients = [SseClient(service.port, "/api/projects/demo/stream") for _ in range(16)]
+    wait_until(lambda: all(len(c.snapshot()) == 2 for c in clients), 5, message="sixteen streams")
+    for client in clients:
+        client.close()
+    assert service.get("/health", timeout=5).status_code == 200
+    others = [SseClient(service.port, "/api/projects/demo/stream") for _ in range(15)]
+    try:
+        wait_until(lambda: all(len(c.snapshot()) == 2 for c in others), 5, message="fifteen new streams")
+        assert service.get("/health", timeout=5).status_code == 200
+    finally:
+        for client in others:
+            client.close()
+
+
+def test_forty_streams_do_not_block_posting_messages(tmp_path):
+    with serving(tmp_path / "root", threads=64) as service:
+        demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+        clients = [SseClient(service.port, "/api/projects/demo/stream") for _ in range(40)]
+        try:
+            wait_until(lambda: all(len(c.snapshot()) == 1 for c in clients), 10, message="forty streams")
+            started = time.monotonic()
+            posted = service.post("/api/projects/demo/messages", {"recipient": "pm", "body": "hi"}, timeout=5)
+            assert posted.status_code == 200 and time.monotonic() - started < 2
+            wait_until(lambda: all(any(e["event"] == "message.created" for e in c.snapshot()) for c in clients),
+                       5, message="every stream to see the message")
+            assert demo.project_stats()["messageCount"] == 1
+        finally:
+            for client in clients:
+                client.close()
+
+
+def test_closing_the_server_ends_open_streams(tmp_path):
+    with serving(tmp_path / "root") as service:
+        init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+        client = SseClient(service.port, "/api/projects/demo/stream")
+        wait_until(lambda: len(client.snapshot()) == 1, 2, message="the replay")
+        started = time.monotonic()
+    assert time.monotonic() - started < 8
+    client.thread.join(5)
+    assert not client.thread.is_alive()
