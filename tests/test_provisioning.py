@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from provisioning_fixtures import (
     RUNNER_IMAGE,
     chromium_browser,
