@@ -80,10 +80,14 @@ class _HostProcess:
         log.info("started Node host pid %s", self.pid)
 
     def _forward_stderr(self):
-        for raw in iter(self.proc.stderr.readline, b""):
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            self.stderr_tail.append(line)
-            log.info("node host %s: %s", self.pid, line)
+        try:
+            for raw in iter(self.proc.stderr.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                self.stderr_tail.append(line)
+                log.info("node host %s: %s", self.pid, line)
+        except (OSError, ValueError):
+            # The pipe was closed by stop() while a module's child process still held its write end.
+            return
 
     def write(self, data):
         """Write encoded protocol lines; a dead host is reported with its exit detail."""
@@ -108,9 +112,13 @@ class _HostProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _host_failed(f"timed out after {timeout_ms} ms")
-            if not self._selector.select(remaining):
-                continue
-            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            try:
+                if not self._selector.select(remaining):
+                    continue
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+            except (OSError, ValueError) as exc:
+                # close() stopped the process under us.
+                raise _host_failed("host was stopped") from exc
             if chunk:
                 self._buffer += chunk
             else:
@@ -217,7 +225,16 @@ class NodeHost:
 
     def close(self):
         """Stop the host process if one runs; a later invocation starts a fresh one. Idempotent."""
-        self._discard(graceful=True)
+        try:
+            self._acquire(0)
+        except NodeHostError:
+            log.warning("Node host still busy at close; killing it")
+            self._discard(graceful=False)
+            return
+        try:
+            self._discard(graceful=True)
+        finally:
+            self._release()
 
     def _acquire(self, timeout_ms):
         # A waiter waits at most for the in-flight invocation's own deadline (plus the kill grace):

@@ -489,7 +489,8 @@ class RunnerHost {
     // Requests are answered strictly in order: a call never overtakes the init before it.
     let queue = Promise.resolve();
     let buffered = "";
-    const input = fs.createReadStream(null, { fd: 0, encoding: "utf8" });
+    const input = process.stdin;
+    input.setEncoding("utf8");
     input.on("data", (text) => {
       buffered += text;
       let newline;

@@ -362,6 +362,27 @@ def test_waiting_caller_runs_after_the_stuck_invocation_times_out(host, callback
     assert waited < 1.5 + 3
 
 
+def test_close_waits_for_the_in_flight_invocation_then_stops(host, callbacks):
+    support(host, callbacks, "t.count")
+    pid = host.pid
+    outcome = {}
+
+    def stuck():
+        try:
+            support(host, callbacks, "t.hang", timeout_ms=800)
+        except NodeHostError as exc:
+            outcome["stuck"] = str(exc)
+
+    thread = threading.Thread(target=stuck, name="stuck-invocation")
+    thread.start()
+    wait_until(lambda: host._busy, 5, message="stuck invocation in flight")
+    host.close()
+    thread.join(10)
+    assert outcome["stuck"] == "Toolpack host failed: timed out after 800 ms"
+    assert host.pid is None
+    assert not process_exists(pid)
+
+
 def test_missing_node_is_a_clear_error(callbacks, tmp_path):
     for node in (str(tmp_path / "no-node-here"), "suzumio-no-such-node-binary"):
         missing = NodeHost(node=node)
