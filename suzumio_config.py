@@ -1,18 +1,17 @@
-"""The YAML configuration pipeline (config.md): env placeholders, @import, extends, schema and defaults,
-load-time validation, render, and the frozen ProjectConfig. It also owns the tool REGISTRY at load time
-(built-in toolpacks, local manifest checks, allowlists; tools.md §2, §3, §8), because load-time
-validation must report toolpack and allowlist errors in spec order and nobody below may import
-suzumio_toolpacks. Every controller module may import this one; it imports only stdlib, yaml, errors."""
+"""The YAML configuration pipeline (config.md): placeholders, @import, extends, schema and defaults,
+load-time validation, render, and the frozen ProjectConfig. It owns the tool REGISTRY at load time
+(built-in toolpacks, manifest checks, allowlists; tools.md §2, §3, §8) so load-time errors come in spec
+order; suzumio_toolpacks consumes it. Any controller module may import this one (stdlib, yaml, errors)."""
 import copy
 import json
 import logging
 import math
 import os
-import posixpath
 import re
-import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
 import yaml.composer
@@ -53,8 +52,8 @@ _YAML12_RESOLVERS = [
     ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
     ("tag:yaml.org,2002:float",
-     r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+.0123456789"),
+     (r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+      r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), "-+.0123456789"),
 ]
 for _tag, _pattern, _first in _YAML12_RESOLVERS:
     _Yaml12Loader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
@@ -63,9 +62,9 @@ for _tag, _pattern, _first in _YAML12_RESOLVERS:
 def _construct_int(loader, node):
     text = loader.construct_scalar(node)
     if text.startswith("0o"):
-        return int(text[2:], 8)
+        return int(text, 8)
     if text.startswith("0x"):
-        return int(text[2:], 16)
+        return int(text, 16)
     return int(text, 10)
 
 
@@ -142,12 +141,15 @@ def _expanded_size(value, memo, budget):
     return size
 
 
-def _unshare(value):
+def _unshare(value, source):
     """A copy of the tree in which no container is shared (YAML aliases become independent copies)."""
     if isinstance(value, dict):
-        return {k: _unshare(v) for k, v in value.items()}
+        return {k: _unshare(v, source) for k, v in value.items()}
     if isinstance(value, list):
-        return [_unshare(v) for v in value]
+        return [_unshare(v, source) for v in value]
+    if value is not None and not isinstance(value, (str, bool, int, float)):
+        raise ConfigError(f"Invalid YAML in {source}: unsupported value of type {type(value).__name__} "
+                          "(only mappings, lists, strings, numbers, booleans and null)")
     return value
 
 
@@ -162,7 +164,7 @@ def parse_yaml(text, source="<string>"):
     if _expanded_size(value, {}, MAX_ALIAS_EXPANSION) > MAX_ALIAS_EXPANSION:
         raise ConfigError(f"Invalid YAML in {source}: document expands to more than "
                           f"{MAX_ALIAS_EXPANSION} nodes through aliases")
-    return _unshare(value)
+    return _unshare(value, source)
 
 
 def _yaml_error_text(exc):
@@ -813,6 +815,11 @@ def validate_schema(tree):
 
 # ---------------------------------------------------------------------------------------------------
 # Tool registry: built-in toolpacks, local manifests, allowlists (tools.md §2–§8)
+#
+# Deliberately here and not in suzumio_toolpacks: load-time validation (config.md §2.8 step 5) must
+# resolve toolpacks and check allowlists and scripts in spec order, and config may import nothing
+# above it. suzumio_toolpacks builds dispatch, runner input, WebUI handlers and the Node host on top of
+# ToolRegistry; resolve_toolpacks() is also the run-time resolution (manifests re-read every call).
 
 def _schema(properties, required=None):
     schema = {"type": "object", "properties": properties}
@@ -827,10 +834,10 @@ _PRIORITY_PROPERTY = {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "defau
 _BUILTIN_TOOLS = {
     "core": [
         ("messages.send",
-         "Send a message to one agent (recipient), to the user (recipient: user) or to a project channel. "
-         "Delivery is immediate: the recipient is woken by it, so do not ask for receipt confirmation and do not "
-         "send acknowledgement-only messages. Report results, exact artifact paths, commands and outcomes, the "
-         "next action wanted, or the blocker.",
+         ("Send a message to one agent (recipient), to the user (recipient: user) or to a project channel. "
+          "Delivery is immediate: the recipient is woken by it, so do not ask for receipt confirmation and do not "
+          "send acknowledgement-only messages. Report results, exact artifact paths, commands and outcomes, the "
+          "next action wanted, or the blocker."),
          _schema({
              "recipient": {"type": "string", "description": "Agent id to message directly, or user. Non-coordinator "
                            "agents normally report to the coordinator."},
@@ -844,9 +851,9 @@ _BUILTIN_TOOLS = {
                       "outcomes, the next action wanted, or the blocker. Never an acknowledgement-only note."},
          }, ["body"])),
         ("coordination.wait_for_signal",
-         "End this activation and wait for a future signal (a message, a review, an external response). Call it "
-         "after sending the messages you owe, never instead of reporting. Non-coordinator agents notify the "
-         "coordinator by default.",
+         ("End this activation and wait for a future signal (a message, a review, an external response). Call it "
+          "after sending the messages you owe, never instead of reporting. Non-coordinator agents notify the "
+          "coordinator by default."),
          _schema({
              "reason": {"type": "string", "description": "The future signal or external response being waited for."},
              "pm": {"type": "string", "description": "Coordinator agent id to notify; defaults to the configured "
@@ -856,12 +863,12 @@ _BUILTIN_TOOLS = {
                           "coordinator. Use false after already reporting to the coordinator in this activation."},
          })),
         ("completion.submit",
-         "Submit the final Markdown report of the project for user approval. Use it only after the relevant "
-         "current information is incorporated and no requested substantive reply is outstanding.",
+         ("Submit the final Markdown report of the project for user approval. Use it only after the relevant "
+          "current information is incorporated and no requested substantive reply is outstanding."),
          _schema({"report": {"type": "string", "description": "Final Markdown report."}}, ["report"])),
         ("file.read",
-         "Read a file (numbered lines) or list a directory under /workspace, /artifacts or /mnt. Prefer this tool "
-         "over cat, sed, head or tail, and read large files in focused ranges with offset and limit.",
+         ("Read a file (numbered lines) or list a directory under /workspace, /artifacts or /mnt. Prefer this tool "
+          "over cat, sed, head or tail, and read large files in focused ranges with offset and limit."),
          _schema({
              "path": {"type": "string", "description": "Absolute path under /workspace, /artifacts or /mnt, or a "
                       "path relative to /workspace."},
@@ -871,8 +878,8 @@ _BUILTIN_TOOLS = {
              "maxBytes": {"type": "number", "description": "Maximum output size; default 50000, capped at 100000."},
          }, ["path"])),
         ("file.write",
-         "Write a complete file under /workspace or your own /artifacts/<agent-id>, creating or overwriting it. "
-         "Use file.patch for targeted edits.",
+         ("Write a complete file under /workspace or your own /artifacts/<agent-id>, creating or overwriting it. "
+          "Use file.patch for targeted edits."),
          _schema({
              "path": {"type": "string", "description": "Absolute path under /workspace or your own "
                       "/artifacts/<agent-id>, or a path relative to /workspace."},
@@ -880,8 +887,8 @@ _BUILTIN_TOOLS = {
              "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent directories."},
          }, ["path", "content"])),
         ("file.patch",
-         "Apply edits in order under /workspace or your own /artifacts/<agent-id>: add creates or overwrites a "
-         "file, update replaces exact text, delete removes a file. Edits are not transactional.",
+         ("Apply edits in order under /workspace or your own /artifacts/<agent-id>: add creates or overwrites a "
+          "file, update replaces exact text, delete removes a file. Edits are not transactional."),
          _schema({
              "operations": {
                  "type": "array",
@@ -903,8 +910,8 @@ _BUILTIN_TOOLS = {
     ],
     "shell": [
         ("shell.exec",
-         "Run a bash command in the runner (working directory /workspace by default). Running a command notifies "
-         "nobody: report important results with messages.send.",
+         ("Run a bash command in the runner (working directory /workspace by default). Running a command notifies "
+          "nobody: report important results with messages.send."),
          _schema({
              "command": {"type": "string", "description": "Bash command to run inside the runner container."},
              "cwd": {"type": "string", "description": "Working directory; default /workspace. Relative paths "
@@ -917,8 +924,8 @@ _BUILTIN_TOOLS = {
     ],
     "web": [
         ("web.fetch",
-         "Fetch an http(s) URL with GET and return its text (HTML is reduced to text unless format is raw). "
-         "HTTP error statuses are returned, not raised.",
+         ("Fetch an http(s) URL with GET and return its text (HTML is reduced to text unless format is raw). "
+          "HTTP error statuses are returned, not raised."),
          _schema({
              "url": {"type": "string"},
              "maxBytes": {"type": "number", "description": "Maximum characters returned; default 20000, capped at "
@@ -1097,7 +1104,6 @@ class ToolpackSpec:
 
     @property
     def support_path(self):
-        from urllib.parse import quote
         return "/toolpacks/" + quote(self.id, safe="") + "/support"
 
     @property
@@ -1334,8 +1340,33 @@ def resolve_toolpacks(entries, base_dir=None, packaged_dir=None):
 # ---------------------------------------------------------------------------------------------------
 # Typed, read-only views of the normalized config
 
+class FrozenMapping(Mapping):
+    """A read-only, hashable mapping; nested lists and mappings are handed out as copies."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, data=()):
+        self._items = dict(copy.deepcopy(dict(data)))
+
+    def __getitem__(self, key):
+        value = self._items[key]
+        return copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __hash__(self):
+        return hash(json.dumps(self._items, sort_keys=True, default=repr))
+
+    def __repr__(self):
+        return f"FrozenMapping({self._items!r})"
+
+
 def _ro(mapping):
-    return types.MappingProxyType(copy.deepcopy(mapping))
+    return FrozenMapping(mapping)
 
 
 @dataclass(frozen=True)
@@ -1363,7 +1394,7 @@ class AgentSpec:
     selected_model: str
     tools: tuple
     mounts: tuple
-    env: types.MappingProxyType = field(compare=False)
+    env: FrozenMapping
     index: int = 1
     count: int = 1
 
@@ -1467,10 +1498,10 @@ class ProviderConfig:
     api_key_env: str = None
     base_url: str = None
     base_url_env: str = None
-    headers: types.MappingProxyType = field(default=None, compare=False)
+    headers: FrozenMapping = None
     timeout_ms: object = None
     chunk_timeout_ms: int = None
-    options: types.MappingProxyType = field(default=None, compare=False)
+    options: FrozenMapping = None
     _script_json: str = field(default=None, repr=False)
 
     @property
@@ -1494,8 +1525,8 @@ class PresetConfig:
     max_output_tokens: int = None
     context_limit: int = 260000
     tool_choice: str = None
-    provider_options: types.MappingProxyType = field(default=None, compare=False)
-    headers: types.MappingProxyType = field(default=None, compare=False)
+    provider_options: FrozenMapping = None
+    headers: FrozenMapping = None
 
     @property
     def is_list(self):
@@ -1508,8 +1539,8 @@ class RunnerConfig:
     model: str
     max_iterations: int
     max_tool_calls: int
-    providers: types.MappingProxyType = field(compare=False)
-    presets: types.MappingProxyType = field(compare=False)
+    providers: FrozenMapping
+    presets: FrozenMapping
     _json: str = field(repr=False)
 
     def as_json(self):
@@ -1579,10 +1610,9 @@ def _scheduler_config(data):
     return SchedulerConfig(
         data["kind"], data["maxSignalsPerActivation"], _nudge(data["noEffectNudge"], False),
         _nudge(data["failedNudge"], True),
-        AllQuietNudgeConfig(**{
-            "enabled": data["allQuietNudge"]["enabled"], "target_agent": data["allQuietNudge"]["targetAgent"],
-            "priority": data["allQuietNudge"]["priority"], "cooldown_ms": data["allQuietNudge"]["cooldownMs"],
-            "message": data["allQuietNudge"]["message"]}),
+        AllQuietNudgeConfig(data["allQuietNudge"]["enabled"], data["allQuietNudge"]["targetAgent"],
+                            data["allQuietNudge"]["priority"], data["allQuietNudge"]["cooldownMs"],
+                            data["allQuietNudge"]["message"]),
         _monitor(data["quietAgentMonitor"]), _monitor(data["failedAgentMonitor"]))
 
 
@@ -1614,8 +1644,8 @@ def _backend_config(data):
                      ProxyConfig(proxy["inheritEnv"], proxy.get("http"), proxy.get("https"), proxy.get("all"),
                                  proxy.get("noProxy"), proxy["rewriteLocalhost"])),
         RunnerConfig(runner["mode"], runner.get("model"), runner.get("maxIterations"), runner.get("maxToolCalls"),
-                     types.MappingProxyType({k: _provider_config(k, v) for k, v in models["providers"].items()}),
-                     types.MappingProxyType({k: _preset_config(k, v) for k, v in models["presets"].items()}),
+                     FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),
+                     FrozenMapping({k: _preset_config(k, v) for k, v in models["presets"].items()}),
                      _frozen_json(runner)))
 
 
@@ -1680,7 +1710,8 @@ def _normalize_mount(mount, base_dir):
         if bare == reserved or bare.startswith(reserved + "/"):
             raise ConfigError(f"Docker mount target is reserved: {target}")
     out = dict(mount)
-    out["source"] = _lexical_abspath(mount["source"], base_dir)
+    if not os.path.isabs(mount["source"]):
+        out["source"] = _lexical_abspath(mount["source"], base_dir)
     out["target"] = normalized
     return out
 
@@ -1958,7 +1989,6 @@ _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def _rewrite_loopback(value):
-    from urllib.parse import urlsplit, urlunsplit
     try:
         parts = urlsplit(value)
         host = parts.hostname
@@ -2139,13 +2169,6 @@ class ProjectConfig:
 def _communication_config(data):
     return CommunicationConfig(data["coordinatorAgent"], data["restrictNonCoordinatorToCoordinator"],
                                data["nonCoordinatorMaxPriority"], data["pmRoutineVerifierPriority"])
-
-
-def load_tree(path, env=None):
-    """Steps 1–3 of the pipeline: the merged tree after imports and extends, before validation."""
-    env = os.environ if env is None else env
-    absolute = _lexical_abspath(os.fspath(path))
-    return apply_extends(_load_file(absolute, [], env))
 
 
 def load_project(path, env=None, packaged_dir=None):

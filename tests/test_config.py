@@ -2,11 +2,11 @@
 §16 and scripted-provider.md, the YAML dialect, the broken-config corpus and the examples."""
 import copy
 import json
-import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import suzumio_config as config
 from suzumio_config import ProjectConfig, load_project, parse_yaml
@@ -929,6 +929,48 @@ def test_script_accepts_prefix_keys_and_unlisted_tools_of_other_agents(tmp_path)
     assert load(tmp_path, scripted(script)).runner.providers["replay"].script == script
 
 
+SPEC_SCRIPT_YAML = """
+agents:
+  pm:
+    - when: "Start"
+      steps:
+        - say: "Delegating to worker-1."
+          tools:
+            - name: messages.send
+              input: {recipient: worker-1, body: "Write the result to {artifacts:worker-1}/result.txt"}
+        - tools:
+            - name: coordination.wait_for_signal
+              input: {reason: "Waiting for worker-1."}
+    - when: "result is ready"
+      steps:
+        - tools:
+            - name: file.read
+              input: {path: "{artifacts:worker-1}/result.txt"}
+        - tools:
+            - name: completion.submit
+              input: {report: "# Report\\n\\nworker-1 wrote the result."}
+  worker-*:
+    - when: "Write the result"
+      steps:
+        - tools:
+            - name: file.write
+              input: {path: "{artifacts}/result.txt", content: "42\\n"}
+        - tools:
+            - name: messages.send
+              input: {recipient: pm, body: "The result is ready in {artifacts}/result.txt."}
+        - tools:
+            - name: coordination.wait_for_signal
+              input: {reason: "Reported to pm.", notifyPm: false}
+"""
+
+
+def test_the_script_example_of_the_spec_loads(tmp_path):
+    write(tmp_path / "scripts" / "team.script.yaml", SPEC_SCRIPT_YAML)
+    script = load(tmp_path, scripted("scripts/team.script.yaml")).runner.providers["replay"].script
+    assert list(script["agents"]) == ["pm", "worker-*"]
+    assert script["agents"]["pm"][1]["steps"][1]["tools"][0]["input"]["report"] == "# Report\n\nworker-1 wrote the result."
+
+
 def test_scripted_provider_ignores_endpoint_fields(tmp_path):
     config_ = load(tmp_path, scripted(SCRIPT, apiKeyEnv="NOPE", baseURL="http://unused"))
     assert config_.runner.providers["replay"].type == "scripted"
@@ -1014,6 +1056,17 @@ def test_project_config_exposes_source_text_path_and_immutable_data(tmp_path):
     with pytest.raises(TypeError):
         config_.agent("pm").env["X"] = "1"
     assert json.loads(config_.config_json()) == config_.data
+
+
+def test_specs_are_hashable_and_nested_values_cannot_be_mutated(tmp_path):
+    data = base()
+    data["backend"]["runner"]["models"]["providers"]["g"]["options"] = {"queryParams": {"a": "1"}}
+    data["agents"]["pm"]["env"] = {"A": "1"}
+    config_ = load(tmp_path, data)
+    assert len({*config_.agents, *config_.toolpacks, config_.scheduler, config_.backend.docker}) == 5
+    config_.runner.providers["g"].options["queryParams"]["a"] = "2"
+    assert config_.runner.providers["g"].options["queryParams"] == {"a": "1"}
+    assert ProjectConfig.from_data(config_.data).agent("pm") == config_.agent("pm")
 
 
 def test_unknown_agent_lookup_is_not_found(tmp_path):
@@ -1129,6 +1182,14 @@ def test_yaml_duplicate_keys_and_multiple_documents_fail_with_the_path():
     with pytest.raises(ConfigError) as caught:
         parse_yaml("a: 1\n---\nb: 2\n", "/x/p.yaml")
     assert caught.value.message.startswith("Invalid YAML in /x/p.yaml: ") and "\n" not in caught.value.message
+
+
+@pytest.mark.parametrize("text", ["k: !!binary aGk=\n", "k: !!set {a: null}\n", "k: !!timestamp 2024-01-01\n",
+                                  "k: !!omap [a: 1]\n"])
+def test_yaml_values_outside_json_are_refused(text):
+    with pytest.raises(ConfigError) as caught:
+        parse_yaml(text, "/x/p.yaml")
+    assert caught.value.message.startswith("Invalid YAML in /x/p.yaml: unsupported value of type")
 
 
 def test_yaml_aliases_are_expanded_into_independent_copies():
