@@ -1,0 +1,460 @@
+"""cli.md §8 acceptance scenarios: the real CLI against a real runtime root. Most run `suzumio.main`
+in-process for speed; the ones about processes (serve, stop of a running runner) run the CLI as a
+subprocess from a fresh shell environment, as a person would."""
+import contextlib
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import requests
+
+import suzumio
+import suzumio_store
+from conftest import wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+
+BASE = """\
+name: demo
+task: T
+backend:
+  runner:
+    model: main
+    models:
+      providers: {g: {type: openai-compatible, apiKeyEnv: K}}
+      presets: {main: {provider: g, model: m}}
+agents:
+  pm: {tools: [messages.send]}
+  worker: {count: 2, names: [Akari, Ren], model: main, tools: [messages.send]}
+"""
+
+
+class Result:
+    def __init__(self, code, out, err):
+        self.code, self.out, self.err = code, out, err
+
+
+def run(*argv, cwd=None):
+    """suzumio.main in-process, capturing stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd) if cwd else contextlib.nullcontext():
+        code = suzumio.main(list(argv), out=out, err=err)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def cli(*argv, env=None, cwd=None, timeout=60):
+    """The CLI as a subprocess with a clean environment."""
+    full_env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **(env or {})}
+    return subprocess.run([sys.executable, str(REPO / "suzumio.py"), *argv], capture_output=True,
+                          text=True, env=full_env, cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def project_file(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def R(tmp_path):
+    return tmp_path / "R"
+
+
+@pytest.fixture
+def demo(project_file, R):
+    assert run("init", str(project_file), "--root", str(R)).code == 0
+    return R
+
+
+def test_no_arguments_prints_usage_and_exits_1():
+    result = run()
+    assert result.code == 1 and result.out.startswith("Suzumio\n\nCommands:\n")
+    assert result.out == suzumio.USAGE
+    for words in (["help"], ["--help"], ["-h"], ["bogus"]):
+        assert run(*words).out == suzumio.USAGE
+
+
+def test_turns_is_an_alias_of_activations(demo):
+    assert run("turns", "demo", "--root", str(demo)).out == ""
+    store = suzumio_store.Root(demo).open_project("demo")
+    store.start()
+    store.send_message("user", "go", recipient="pm")
+    store.start_activation("pm", "prompt", store.pending_signals("pm"))
+    assert run("turns", "demo", "--root", str(demo)).out == run("activations", "demo", "--root", str(demo)).out
+    assert re.search(r"^act_\d+_[0-9a-f]{8} pm running ", run("turns", "demo", "--root", str(demo)).out, re.M)
+
+
+def test_config_render_writes_yaml_and_touches_no_root(project_file, R):
+    result = run("config", "render", str(project_file), "--root", str(R))
+    assert result.code == 0 and "name: demo" in result.out
+    assert not R.exists()
+
+
+def test_config_usage_errors():
+    assert run("config", "render").code == 1
+    assert run("config", "render").out == suzumio.USAGE
+    assert run("config", "show", "p.yaml").out == suzumio.USAGE
+
+
+def test_init_creates_layout_and_prints_two_lines(project_file, R):
+    result = run("init", str(project_file), "--root", str(R))
+    assert result.code == 0
+    assert result.out == f"Initialized demo\nRoot: {R / 'demo'}\n"
+    project = R / "demo"
+    for relative in ("suzumio.sqlite", "source.yaml", "resolved.yaml", "agents/pm/workspace",
+                     "agents/worker-1/workspace", "agents/worker-2/workspace", "artifacts/pm",
+                     "artifacts/worker-1", "artifacts/worker-2", "activations", "logs"):
+        assert (project / relative).exists(), relative
+    assert (project / "source.yaml").read_bytes() == project_file.read_bytes()
+    events = run("events", "demo", "--root", str(R)).out.splitlines()
+    assert len(events) == 1 and " project.initialized " in events[0]
+    assert json.loads(events[0].split(" ", 2)[2]) == {"configPath": str(project / "resolved.yaml")}
+
+
+def test_second_init_fails_and_changes_nothing(project_file, demo):
+    source, resolved = demo / "demo" / "source.yaml", demo / "demo" / "resolved.yaml"
+    before = [(p.read_bytes(), p.stat().st_mtime_ns) for p in (source, resolved)]
+    result = run("init", str(project_file), "--root", str(demo))
+    assert result.code == 1 and result.err.startswith("Error: Project already initialized: demo")
+    assert [(p.read_bytes(), p.stat().st_mtime_ns) for p in (source, resolved)] == before
+
+
+def test_status_of_empty_or_missing_root_prints_nothing(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for root in (tmp_path / "empty", tmp_path / "missing"):
+        result = run("status", "--root", str(root))
+        assert (result.code, result.out) == (0, "")
+    assert not (tmp_path / "missing").exists()
+
+
+def test_status_after_init(demo):
+    result = run("status", "demo", "--root", str(demo))
+    assert result.out == ("demo  initialized\n  pm               quiet\n  worker-1         quiet\n"
+                          "  worker-2         quiet\n")
+
+
+def test_unknown_project_creates_nothing(R, demo):
+    result = run("status", "nope", "--root", str(R))
+    assert result.code == 1 and result.err.splitlines()[0] == "Error: Unknown project: nope"
+    assert not (R / "nope").exists()
+    (R / "nope").mkdir()
+    assert run("status", "nope", "--root", str(R)).err.startswith("Error: Unknown project: nope")
+    assert list((R / "nope").iterdir()) == []
+
+
+def test_send_stores_message_without_activation(demo):
+    result = run("send", "demo", "pm", "P1", "hello", "world", "--root", str(demo))
+    assert result.code == 0 and re.fullmatch(r"Sent msg_[0-9]+_[0-9a-f]{8}\n", result.out)
+    message_id = result.out.split()[1]
+    lines = run("messages", "demo", "--root", str(demo)).out.splitlines()
+    assert lines[0] == "" and re.fullmatch(rf"{message_id} \S+Z user -> pm \[P1\]", lines[1])
+    assert lines[2] == "hello world"
+    assert run("activations", "demo", "--root", str(demo)).out == ""
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["pm", "p1", "hi"], "Invalid priority: p1"),
+    (["ghost", "P9", "hi"], "Invalid priority: P9"),
+    (["ghost", "P2", "hi"], "Unknown agent: ghost"),
+    (["#project", "P2", "hi"], "Unknown agent: #project"),
+])
+def test_send_validation_order(demo, argv, message):
+    result = run("send", "demo", *argv, "--root", str(demo))
+    assert result.code == 1 and result.err.splitlines()[0] == f"Error: {message}"
+    assert run("messages", "demo", "--root", str(demo)).out == ""
+
+
+def test_send_without_body_is_usage(demo):
+    result = run("send", "demo", "pm", "P2", "--root", str(demo))
+    assert (result.code, result.out) == (1, suzumio.USAGE)
+
+
+def test_send_to_user_records_closed_untargeted_signal(demo):
+    assert run("send", "demo", "user", "P3", "done", "--root", str(demo)).code == 0
+    store = suzumio_store.Root(demo).open_project("demo")
+    signals = store.list_signals()
+    assert len(signals) == 1
+    assert signals[0]["status"] == "closed" and "targetAgent" not in signals[0]
+
+
+def test_stop_and_approve_without_running_activations(demo):
+    assert run("stop", "demo", "--root", str(demo)).out == "demo: stopped\n"
+    assert run("approve", "demo", "--root", str(demo)).out == "demo: completed\n"
+    events = run("events", "demo", "--root", str(demo)).out.splitlines()
+    assert events[-2].endswith('project.status {"status":"stopped"}')
+    assert events[-1].endswith('project.status {"status":"completed"}')
+
+
+def test_start_without_docker_and_without_signals(demo):
+    result = run("start", "demo", "--root", str(demo))
+    assert (result.code, result.out) == (0, "demo: running\n")
+
+
+def test_messages_limit_rules(demo):
+    for body in ("one", "two", "three"):
+        run("send", "demo", "pm", "P3", body, "--root", str(demo))
+    bodies = [line for line in run("messages", "demo", "--limit", "2", "--root", str(demo)).out.splitlines()
+              if line in ("one", "two", "three")]
+    assert bodies == ["two", "three"]
+    for bad in ("0", "-3", "abc"):
+        out = run("messages", "demo", "--limit", bad, "--root", str(demo)).out
+        assert out.count("user -> pm") == 3
+    assert run("messages", "demo", "--limit", "2.9", "--root", str(demo)).out.count("user -> pm") == 2
+
+
+def test_events_limit_after_start_and_stop(demo):
+    run("start", "demo", "--root", str(demo))
+    run("stop", "demo", "--root", str(demo))
+    lines = run("events", "demo", "--limit", "2", "--root", str(demo)).out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith(' project.status {"status":"running"}')
+    assert lines[1].endswith(' project.status {"status":"stopped"}')
+
+
+def test_tick_on_initialized_project_is_silent(demo):
+    before = run("events", "demo", "--root", str(demo)).out
+    result = run("tick", "demo", "--root", str(demo))
+    assert (result.code, result.out, result.err) == (0, "", "")
+    assert run("events", "demo", "--root", str(demo)).out == before
+
+
+def test_tick_of_unknown_project_fails(demo):
+    result = run("tick", "nope", "--root", str(demo))
+    assert result.code == 1 and result.err.startswith("Error: Unknown project: nope")
+
+
+def test_root_precedence(project_file, tmp_path, demo):
+    assert cli("status", "demo", "--root", str(demo), env={"SUZUMIO_ROOT": str(tmp_path / "R1")}).returncode == 0
+    result = cli("status", env={"SUZUMIO_ROOT": ""}, cwd=demo)
+    assert result.stdout.splitlines()[0] == "demo  initialized"
+
+
+def test_serve_rejects_bad_port():
+    result = run("serve", "--port", "abc")
+    assert result.code == 1 and result.err.splitlines()[0] == "Error: Invalid port: abc"
+
+
+def test_duplicate_expanded_id_fails_before_anything_is_created(tmp_path, R):
+    path = tmp_path / "dup.yaml"
+    path.write_text(BASE.replace("  pm: {tools: [messages.send]}\n",
+                                 "  pm: {tools: [messages.send]}\n  worker-1: {tools: []}\n"))
+    result = run("init", str(path), "--root", str(R))
+    assert result.code == 1
+    assert result.err.splitlines()[0] == "Error: Duplicate agent id after count expansion: worker-1"
+    assert not (R / "demo").exists()
+
+
+def test_artifacts_lists_regular_files_only(demo):
+    assert run("artifacts", "demo", "--root", str(demo)).out == ""
+    artifacts = demo / "demo" / "artifacts"
+    (artifacts / "worker-1" / "runs").mkdir()
+    (artifacts / "worker-1" / "runs" / "out.txt").write_text("abc")
+    (artifacts / "pm" / "a.md").write_text("hello")
+    (artifacts / "pm" / "etc").symlink_to("/etc")
+    (artifacts / "top.txt").write_text("not listed")
+    assert run("artifacts", "demo", "--root", str(demo)).out == "pm/a.md 5\nworker-1/runs/out.txt 3\n"
+
+
+def test_flags_anywhere(project_file, R):
+    assert run("init", "--root", str(R), str(project_file)).code == 0
+    assert run("--root", str(R), "status", "demo").code == 0
+    run("send", "demo", "pm", "P3", "a", "--root", str(R))
+    run("send", "demo", "pm", "P3", "b", "--root", str(R))
+    run("send", "demo", "pm", "P3", "c", "--root", str(R))
+    assert (run("messages", "demo", "--limit=2", f"--root={R}").out
+            == run("messages", "demo", "--limit", "2", "--root", str(R)).out)
+    assert run("status", "demo", "--bogus", "--root", str(R)).out == suzumio.USAGE
+    assert run("serve", "--no-platforms").out == suzumio.USAGE
+    assert run("status", "--limit", "3", "--root", str(R)).out == suzumio.USAGE
+
+
+def test_double_dash_protects_a_body_word(demo):
+    assert run("send", "demo", "pm", "P3", "--root", str(demo), "--", "--force", "now").code == 0
+    assert run("messages", "demo", "--root", str(demo)).out.splitlines()[-1] == "--force now"
+    result = run("send", "demo", "pm", "P3", "use", "--force", "now", "--root", str(demo))
+    assert (result.code, result.out) == (1, suzumio.USAGE)
+    assert run("messages", "demo", "--root", str(demo)).out.count("user -> pm") == 1
+
+
+def test_stop_without_docker_records_stop_failed(demo):
+    store = suzumio_store.Root(demo).open_project("demo")
+    store.start()
+    store.send_message("user", "go", recipient="pm")
+    activation = store.start_activation("pm", "prompt", store.pending_signals("pm"))
+    store.set_activation_container(activation["id"], "suzumio-demo-pm-gone")
+    result = cli("stop", "demo", "--root", str(demo), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
+    assert (result.returncode, result.stdout) == (0, "demo: stopped\n")
+    assert store.activation(activation["id"])["status"] == "cancelled"
+    assert "activation.stop_failed" in run("events", "demo", "--root", str(demo)).out
+
+
+def test_config_render_local_backend_warns_on_stderr(tmp_path):
+    path = tmp_path / "local.yaml"
+    path.write_text(BASE.replace("backend:\n", "backend:\n  kind: local\n"))
+    result = cli("config", "render", str(path))
+    assert result.returncode == 0
+    assert result.stderr == "Warning: backend.kind local runs agent tools on this host without isolation\n"
+    assert "kind: local" in result.stdout
+
+
+def test_threads_below_16_is_usage():
+    result = run("serve", "--threads", "8")
+    assert (result.code, result.out) == (1, suzumio.USAGE)
+
+
+def test_api_token_variable_must_be_set():
+    result = cli("serve", "--api-token-env", "SZ_TOKEN", "--port", "0")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == "Error: API token variable SZ_TOKEN is not set"
+
+
+# ---------------------------------------------------------------- scenarios with a running server
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(*argv, env=None):
+    """`suzumio serve …` as a subprocess; yields (process, base url); SIGTERM at the end."""
+    full_env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **(env or {})}
+    process = subprocess.Popen([sys.executable, str(REPO / "suzumio.py"), "serve", *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+                               stdin=subprocess.DEVNULL)
+    try:
+        line = process.stdout.readline()
+        match = re.fullmatch(r"suzumio listening on (http://\S+)\n", line)
+        assert match, (line, process.stderr.read() if process.poll() is not None else "")
+        yield process, match.group(1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def test_serve_health_config_and_not_found(demo):
+    port = free_port()
+    with serving("--root", str(demo), "--port", str(port), "--no-scheduler") as (_, url):
+        assert url == f"http://127.0.0.1:{port}"
+        health = requests.get(url + "/health", timeout=5)
+        assert (health.status_code, health.json()) == (200, {"healthy": True})
+        resolved = requests.get(url + "/api/projects/demo/config/resolved", timeout=5)
+        assert resolved.text == (demo / "demo" / "resolved.yaml").read_text()
+        missing = requests.get(url + "/nope", timeout=5)
+        assert (missing.status_code, missing.json()) == (404, {"error": "not found"})
+        posted = requests.post(url + "/api/projects/demo/messages", json={"recipient": "pm", "body": "x"},
+                               timeout=5)
+        assert posted.status_code == 200
+        assert (posted.json()["sender"], posted.json()["priority"]) == ("user", "P3")
+    store = suzumio_store.Root(demo).open_project("demo")
+    assert store.list_activations() == []
+    assert store.list_messages()[0]["sender"] == "user"
+
+
+def test_serve_with_16_threads_and_allow_host(demo):
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--threads", "16",
+                 "--allow-host", "suzumio.lan") as (_, url):
+        allowed = requests.get(url + "/api/projects", headers={"Host": "suzumio.lan"}, timeout=5)
+        assert allowed.status_code == 200
+        refused = requests.get(url + "/api/projects", headers={"Host": "evil.example"}, timeout=5)
+        assert (refused.status_code, refused.json()) == (403, {"error": "Host not allowed: evil.example"})
+
+
+def test_serve_with_api_token(demo):
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--api-token-env", "SZ_TOKEN",
+                 env={"SZ_TOKEN": "s3cret"}) as (process, url):
+        denied = requests.get(url + "/api/projects", timeout=5)
+        assert (denied.status_code, denied.json()) == (403, {"error": "API token required"})
+        granted = requests.get(url + "/api/projects", headers={"Authorization": "Bearer s3cret"}, timeout=5)
+        assert granted.status_code == 200
+        assert requests.get(url + "/health", timeout=5).status_code == 200
+    assert "s3cret" not in process.stderr.read()
+
+
+SLEEPY_SCRIPT = """\
+agents:
+  worker-*:
+    - when: "sleep"
+      steps:
+        - tools:
+            - name: shell.exec
+              input: {command: "sleep 30"}
+    - steps:
+        - say: "Resumed after the stop."
+"""
+
+
+def sleepy_project(tmp_path, port):
+    script = tmp_path / "script.yaml"
+    script.write_text(SLEEPY_SCRIPT)
+    path = tmp_path / "sleepy.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: demo
+        task: T
+        tools: {{toolpacks: [core, shell]}}
+        backend:
+          kind: local
+          controllerUrl: http://127.0.0.1:{port}
+          runner:
+            model: offline
+            models:
+              providers: {{replay: {{type: scripted, script: {script}}}}}
+              presets: {{offline: {{provider: replay, model: m}}}}
+        agents:
+          pm: {{tools: [messages.send]}}
+          worker: {{count: 2, tools: [messages.send, shell.exec]}}
+        """))
+    return path
+
+
+@pytest.mark.parametrize("command", ["stop", "approve"])
+def test_stop_waits_for_a_running_local_runner(tmp_path, R, command):
+    port = free_port()
+    assert run("init", str(sleepy_project(tmp_path, port)), "--root", str(R)).code == 0
+    store = suzumio_store.Root(R).open_project("demo")
+    with serving("--root", str(R), "--port", str(port), "--no-scheduler"):
+        assert cli("start", "demo", "--root", str(R)).returncode == 0
+        assert cli("send", "demo", "worker-1", "P3", "please sleep", "--root", str(R)).returncode == 0
+        wait_until(lambda: any(c["tool"] == "shell.exec" for c in store.list_tool_calls(10)), timeout=20,
+                   message="worker-1 running shell.exec")
+        activation = store.agent("worker-1")["activeActivationId"]
+        pid = int(store.activation(activation)["containerName"].removeprefix("local-"))
+        result = cli(command, "demo", "--root", str(R))
+        expected = "demo: stopped\n" if command == "stop" else "demo: completed\n"
+        assert (result.returncode, result.stdout) == (0, expected)
+        assert not Path(f"/proc/{pid}").exists() or _is_zombie(pid)
+        cancelled = store.activation(activation)
+        reason = "Project stopped" if command == "stop" else "Project approved"
+        assert (cancelled["status"], cancelled["error"]) == ("cancelled", reason)
+        assert store.agent("worker-1")["status"] == "quiet"
+        resume = store.list_signals(target_agent="worker-1", status="pending", kind="scheduler.resume_after_stop")
+        events = run("events", "demo", "--root", str(R)).out
+        assert "activation.cancelled" in events
+        if command == "approve":
+            assert resume == [] and store.project()["status"] == "completed"
+            return
+        assert len(resume) == 1 and resume[0]["priority"] == "P2"
+        assert 'project.status {"status":"stopped"}' in events
+        assert cli("start", "demo", "--root", str(R)).returncode == 0
+        resumed = wait_until(lambda: [a for a in store.list_activations() if a["agentId"] == "worker-1"
+                                      and a["id"] != activation], timeout=10, message="a new worker-1 activation")
+        wait_until(lambda: store.signal(resume[0]["id"])["status"] == "delivered", timeout=10,
+                   message="resume signal delivered")
+        assert store.signal(resume[0]["id"])["deliveredActivationId"] == resumed[0]["id"]
+
+
+def _is_zombie(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except FileNotFoundError:
+        return True
