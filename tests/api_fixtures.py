@@ -93,19 +93,24 @@ class Service:
 
 
 @contextlib.contextmanager
-def serving(root_path, *, threads=16, **app_options):
-    """The real app on Waitress at 127.0.0.1:0 with a real root, local backend and scheduler (not started:
-    ticks run synchronously from the routes that ask for them)."""
+def serving(root_path, *, threads=16, scheduler_interval=None, **app_options):
+    """The real app on Waitress at 127.0.0.1:0 with a real root, local backend and scheduler. The
+    scheduler thread runs only with `scheduler_interval`; otherwise ticks run synchronously from the
+    routes that ask for them."""
     root = suzumio_store.Root(root_path)
     backend = suzumio_backend.Backends()
     toolpacks = suzumio_toolpacks.ToolpackRuntime()
-    scheduler = suzumio_scheduler.Scheduler(root, backend, hooks=toolpacks)
+    scheduler = suzumio_scheduler.Scheduler(root, backend, hooks=toolpacks,
+                                            interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS)
+    if scheduler_interval is not None:
+        scheduler.start()
     app = suzumio_api.make_app(root, scheduler, backend, toolpacks, **app_options)
     server = suzumio_api.Server(app, "127.0.0.1", 0, threads=threads).start()
     service = Service(root, scheduler, backend, toolpacks, server)
     try:
         yield service
     finally:
+        scheduler.stop()
         wait_for_runners(service)
         service.http.close()
         server.close()
