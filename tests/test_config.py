@@ -1464,3 +1464,11 @@ def test_demo_script_drives_every_agent_with_allowed_tools():
     worker_tools = {call["name"] for agent in ("worker-1", "worker-2") for entry in script["agents"][agent]
                     for step in entry["steps"] for call in step.get("tools", [])}
     assert {"file.write", "shell.exec", "messages.send"} <= worker_tools
+
+
+def test_render_file_returns_the_yaml_and_the_warning_lines(tmp_path):
+    data = base()
+    data["backend"]["kind"] = "local"
+    text, warnings = config.render_file(write(tmp_path / "p.yaml", data), env={})
+    assert parse_yaml(text)["backend"]["kind"] == "local"
+    assert warnings == [config.LOCAL_WARNING]
