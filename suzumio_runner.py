@@ -15,10 +15,15 @@ import time
 from datetime import datetime, timezone
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from suzumio_models import (
-    ModelError, TransportError, create_provider, expand_preset, api_model, http_request,
-    is_context_overflow, provider_secrets, proxy_for, safe_tool_name,
-)
+try:
+    from suzumio_models import (
+        ModelError, TransportError, create_provider, expand_preset, api_model, http_request,
+        is_context_overflow, provider_secrets, proxy_for, safe_tool_name,
+    )
+except ImportError as missing:  # the backend must deliver both files side by side
+    sys.stderr.write("Runner file not found: %s (%s)\n" % (
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "suzumio_models.py"), missing))
+    sys.exit(1)
 
 log = logging.getLogger("suzumio_runner")
 
@@ -824,10 +829,13 @@ class RequestState(object):
 
 
 def localize(value, workspace, artifacts_root):
-    """Tool descriptions name the container roots; under `local` show the real ones instead."""
+    """Tool descriptions name the container roots; show the input's roots instead (the same text
+    under docker-chat, the host paths under `local`)."""
     if isinstance(value, str):
-        value = re.sub(r"(?<![\w/])/workspace(?![\w-])", lambda m: workspace, value)
-        return re.sub(r"(?<![\w/])/artifacts(?![\w-])", lambda m: artifacts_root, value)
+        for name, actual in (("workspace", workspace), ("artifacts", artifacts_root)):
+            if actual:
+                value = re.sub(r"(?<![\w/])/%s(?![\w-])" % name, lambda m, actual=actual: actual, value)
+        return value
     if isinstance(value, dict):
         return dict((k, localize(v, workspace, artifacts_root) if k == "description" or isinstance(v, dict)
                      else v) for k, v in value.items())
@@ -973,7 +981,6 @@ class Runner(object):
         tools = []
         seen = {}
         by_safe = {}
-        local_roots = self.workspace != "/workspace"
         for spec in self.input.get("toolpacks") or []:
             toolpack_id = spec.get("id", "")
             module = spec.get("runnerModule") or ""
@@ -1006,9 +1013,8 @@ class Runner(object):
                 by_safe[safe] = name
                 description = definition.get("description") or ""
                 schema = definition.get("inputSchema") or {"type": "object", "properties": {}}
-                if local_roots:
-                    description = localize(description, self.workspace, self.artifacts_root)
-                    schema = localize(schema, self.workspace, self.artifacts_root)
+                description = localize(description, self.workspace, self.artifacts_root)
+                schema = localize(schema, self.workspace, self.artifacts_root)
                 tools.append(RegisteredTool(name, safe, description, schema, handlers[name]))
         return tools
 

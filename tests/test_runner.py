@@ -1,0 +1,878 @@
+"""The runner end to end (a subprocess against the fake model and fake controller): loop order, tool
+round trips, P1 delivery, fallback, retries, compaction, limits, proxies, scripted replay, local toolpacks
+through the Node host, exit codes, SIGTERM and secrets; plus unit tests of its pure helpers
+(backend-runner.md §7-§11, §16 scenarios 25-40; scripted-provider.md)."""
+import ast
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import suzumio_models as models  # noqa: E402
+import suzumio_runner as runner  # noqa: E402
+from conftest import require, wait_until  # noqa: E402
+from fake_controller import SIGNAL_HEADING, FakeController  # noqa: E402
+from fake_model import FakeModel, RecordingProxy  # noqa: E402
+from runner_fixtures import (  # noqa: E402
+    API_KEY, REPO, TOKEN, builtin_toolpacks, history_row, make_input, provider_config, run_runner,
+    runner_env, start_runner, tool_def,
+)
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture
+def model():
+    fake = FakeModel()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def controllers():
+    created = []
+
+    def make(history=None, **extra):
+        controller = FakeController(history=history, **extra)
+        created.append(controller)
+        return controller
+
+    yield make
+    for controller in created:
+        controller.close()
+
+
+@pytest.fixture
+def setup(tmp_path, model, controllers):
+    """(controller, activation) for worker with the built-in toolpacks and the given history/runner."""
+    def build(history=None, runner_config=None, toolpacks=None):
+        history = history if history is not None else [history_row(1, content="Start")]
+        controller = controllers(history=history)
+        activation = make_input(tmp_path, controller.url, model.base_url, toolpacks=toolpacks, history=history,
+                                runner=runner_config)
+        return controller, activation
+    return build
+
+
+def two_presets(base_url, first="a", second="b", **provider_extra):
+    return {"mode": "ai", "model": "list", "models": {
+        "providers": {"gw": provider_config(base_url, **provider_extra)},
+        "presets": {"list": {"model-list": [first, second]},
+                    first: {"provider": "gw", "model": first}, second: {"provider": "gw", "model": second}}}}
+
+
+def tool_messages(request):
+    return [m for m in request.body["messages"] if m["role"] == "tool"]
+
+
+def assert_clean(result):
+    for secret in (TOKEN, API_KEY):
+        assert secret not in result.stdout + result.stderr
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+
+def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, setup):
+    controller, activation = setup()
+    model.enqueue(content="Hello", usage=(10, 2, 12))
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert controller.paths() == ["/activation-context", "/runner/history/messages", "/activation-output"]
+    context = controller.context
+    assert (context["messageCount"], context["totalChars"], context["firstPrompt"]) == (1, 5, True)
+    assert context["messages"] == [{"role": "user", "content": "Start", "chars": 5}]
+    assert (context["selectedModel"], context["model"], context["apiModel"]) == ("main", "main", "m1")
+    tokens = {"input": 10, "output": 2, "total": 12}
+    [history] = controller.bodies("/runner/history/messages")
+    assert (history["role"], history["kind"], history["content"]) == ("assistant", "assistant_output", "Hello")
+    assert history["metadata"] == {"selectedModel": "main", "model": "main", "apiModel": "m1", "usage": tokens}
+    assert controller.output == {"text": "Hello", "usage": {
+        "selectedModel": "main", "model": "main", "apiModel": "m1", "tokens": tokens}}
+    [request] = model.requests
+    assert request.path == CHAT
+    assert request.headers["authorization"] == "Bearer " + API_KEY
+    body = request.body
+    assert (body["model"], body["tool_choice"], body["stream"]) == ("m1", "auto", False)
+    names = [tool["function"]["name"] for tool in body["tools"]]
+    assert names[:4] == ["messages_send", "coordination_wait_for_signal", "completion_submit", "file_read"]
+    assert "shell_exec" in names and "web_fetch" in names
+    assert body["messages"] == [{"role": "user", "content": "Start"}]
+    assert_clean(result)
+
+
+def test_history_rows_are_replayed_with_roles_prefixes_and_trimming(tmp_path, model, setup):
+    history = [history_row(1, "compaction", "history_compaction", "earlier summary"),
+               history_row(2, "user", "activation_prompt", "Do it"),
+               history_row(3, "assistant", "assistant_output", "ok"),
+               history_row(4, "tool_call", "tool_call", "# Tool Call\nTool: file.read"),
+               history_row(5, "tool_result", "tool_result", "d" * 200000),
+               history_row(6, "user", "tool_boundary_signals", "   ")]
+    controller, activation = setup(history=history)
+    model.enqueue(content="fine")
+    assert run_runner(tmp_path, activation).returncode == 0
+    messages = model.requests[0].body["messages"]
+    assert [m["role"] for m in messages] == ["user", "user", "assistant", "assistant", "user"]
+    assert messages[0]["content"] == "# Compacted Agent History\n\nearlier summary"
+    assert messages[3]["content"].startswith("# Tool Call Record\n\n# Tool Call")
+    long = messages[4]["content"]
+    assert long.startswith("# Tool Result Record\n\nddd")
+    assert long.endswith("d\n\n[truncated 188022 chars]")
+    assert len(long) == 12000 + len("\n\n[truncated 188022 chars]")
+    assert controller.context["messageCount"] == 5
+    assert controller.context["firstPrompt"] is True
+
+
+def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, model, setup):
+    controller, activation = setup()
+    model.enqueue(tool_calls=[("file_write", {"path": "notes/a.md", "content": "x", "createDirs": True})])
+    model.enqueue(content="Done")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert Path(activation["workspace"], "notes", "a.md").read_text() == "x"
+    assert controller.paths() == ["/activation-context", "/runner/tool-calls/start", "/runner/tool-calls/finish",
+                                  "/runner/history/messages", "/activation-output"]
+    [start] = controller.bodies("/runner/tool-calls/start")
+    assert (start["tool"], start["input"]) == ("file.write", {"path": "notes/a.md", "content": "x",
+                                                              "createDirs": True})
+    [finish] = controller.bodies("/runner/tool-calls/finish")
+    assert finish["status"] == "completed" and finish["output"].startswith("Wrote 1 chars to ")
+    second = model.requests[1].body["messages"]
+    assert second[1]["role"] == "assistant" and second[1]["content"] == ""
+    assert second[1]["tool_calls"][0]["function"]["name"] == "file_write"
+    assert second[2]["role"] == "tool" and second[2]["tool_call_id"] == second[1]["tool_calls"][0]["id"]
+    assert '"title":"file written"' in second[2]["content"]
+    assert json.loads(second[2]["content"])["metadata"]["chars"] == 1
+    assert controller.output["text"] == "Done"
+
+
+def test_p1_signal_text_reaches_the_model_after_the_tool_output(tmp_path, model, setup):
+    controller, activation = setup()
+    controller.queue_p1("Stop and review PR 7.")
+    Path(activation["workspace"], "a.txt").write_text("A")
+    model.enqueue(tool_calls=[("file_read", {"path": "a.txt"})])
+    model.enqueue(content="ok")
+    assert run_runner(tmp_path, activation).returncode == 0
+    [message] = tool_messages(model.requests[1])
+    output = json.loads(message["content"])["output"]
+    assert output.startswith("1: A\n\n" + SIGNAL_HEADING)
+    assert output.endswith("Stop and review PR 7.")
+
+
+def test_ending_tool_stops_the_loop_and_ignores_later_calls(tmp_path, model, setup):
+    controller, activation = setup()
+    controller.support["coordination.wait_for_signal"] = {
+        "title": "wait", "output": "Waiting; a future signal will start the next activation."}
+    model.enqueue(tool_calls=[("coordination_wait_for_signal", {}), ("file_read", {"path": "x"})])
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert len(model.requests) == 1
+    assert [b["tool"] for b in controller.bodies("/runner/tool-calls/start")] == ["coordination.wait_for_signal"]
+    [support] = controller.bodies("/toolpacks/core/support")
+    assert (support["tool"], support["input"], support["token"]) == ("coordination.wait_for_signal", {}, TOKEN)
+    assert controller.output["text"] == "Waiting; a future signal will start the next activation."
+
+
+def test_ended_activation_answers_later_calls_without_posting(tmp_path):
+    state = runner.RequestState()
+    state.ended = True
+    tool = runner.RegisteredTool("file.read", "file_read", "", {}, lambda args: 1 / 0)
+    activation = make_input(tmp_path, "http://127.0.0.1:9")
+    content = runner.Runner(activation, {}).execute_tool_call(
+        state, models.ToolCall("c1", "file_read", "{}"), {"file_read": tool})
+    assert json.loads(content) == {"title": "activation ended", "output": runner.ENDED_OUTPUT}
+    assert state.tool_calls == 0
+
+
+def test_unknown_tool_and_invalid_arguments_go_back_to_the_model(tmp_path, model, setup):
+    controller, activation = setup()
+    model.enqueue(tool_calls=[("nope_tool", {}), {"name": "file_read", "arguments": "{bad"}])
+    model.enqueue(content="ok")
+    assert run_runner(tmp_path, activation).returncode == 0
+    first, second = tool_messages(model.requests[1])
+    assert first["content"] == "Model called unknown tool: nope_tool"
+    assert second["content"].startswith("Invalid tool input for file_read")
+    assert "/runner/tool-calls/start" not in controller.paths()
+
+
+def test_tool_error_is_recorded_as_failed_and_the_activation_continues(tmp_path, model, setup):
+    controller, activation = setup()
+    model.enqueue(tool_calls=[("file_read", {"path": "missing.txt"})])
+    model.enqueue(content="recovered")
+    assert run_runner(tmp_path, activation).returncode == 0
+    [finish] = controller.bodies("/runner/tool-calls/finish")
+    assert finish["status"] == "failed" and "No such file or directory" in finish["error"]
+    [message] = tool_messages(model.requests[1])
+    assert message["content"] == finish["error"]
+    assert controller.output["text"] == "recovered"
+
+
+def test_rejected_tool_start_is_a_tool_error_and_the_handler_does_not_run(tmp_path, model, setup):
+    controller, activation = setup()
+    controller.fail_route("/runner/tool-calls/start", 403, "Tool not allowed for worker: file.write")
+    model.enqueue(tool_calls=[("file_write", {"path": "x.txt", "content": "x"})])
+    model.enqueue(content="ok")
+    assert run_runner(tmp_path, activation).returncode == 0
+    [message] = tool_messages(model.requests[1])
+    assert message["content"] == "Tool not allowed for worker: file.write"
+    assert not Path(activation["workspace"], "x.txt").exists()
+
+
+def test_max_iterations_bounds_the_number_of_model_requests(tmp_path, model, setup):
+    controller, activation = setup(runner_config={"mode": "ai", "model": "main", "maxIterations": 2, "models": {
+        "providers": {"gw": provider_config(model.base_url)}, "presets": {"main": {"provider": "gw", "model": "m1"}}}})
+    Path(activation["workspace"], "a.txt").write_text("A")
+    for _ in range(3):
+        model.enqueue(content="a", tool_calls=[("file_read", {"path": "a.txt"})])
+    assert run_runner(tmp_path, activation).returncode == 0
+    assert len(model.requests) == 2
+    assert controller.output["text"] == "aa"
+
+
+def test_max_tool_calls_rejects_extra_calls_and_the_loop_continues(tmp_path, model, setup):
+    controller, activation = setup(runner_config={"mode": "ai", "model": "main", "maxToolCalls": 1, "models": {
+        "providers": {"gw": provider_config(model.base_url)}, "presets": {"main": {"provider": "gw", "model": "m1"}}}})
+    Path(activation["workspace"], "a.txt").write_text("A")
+    model.enqueue(tool_calls=[("file_read", {"path": "a.txt"}), ("file_read", {"path": "a.txt"})])
+    model.enqueue(content="fine")
+    assert run_runner(tmp_path, activation).returncode == 0
+    assert len(controller.bodies("/runner/tool-calls/start")) == 1
+    assert len(controller.bodies("/runner/tool-calls/finish")) == 1
+    assert tool_messages(model.requests[1])[1]["content"] == "Exceeded maxToolCalls: 1"
+    assert controller.output["text"] == "fine"
+
+
+def test_no_tools_means_no_tools_field_and_no_tool_choice(tmp_path, model, setup):
+    controller, activation = setup(toolpacks=[])
+    model.enqueue(content="")
+    assert run_runner(tmp_path, activation).returncode == 0
+    assert "tools" not in model.requests[0].body and "tool_choice" not in model.requests[0].body
+    assert controller.output["text"] == "(model returned no text)"
+
+
+def test_failed_context_post_only_warns(tmp_path, model, setup):
+    controller, activation = setup()
+    controller.fail_route("/activation-context", 400, "Invalid activation context")
+    model.enqueue(content="still fine")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0
+    assert "Invalid activation context (activation context not recorded)" in result.stderr
+
+
+# -- providers, fallback, retries -------------------------------------------------------------
+
+
+def test_model_http_500_fails_the_run_without_output(tmp_path, model, setup):
+    controller, activation = setup()
+    model.enqueue_error(500, "upstream exploded")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert "All model attempts failed" in result.stderr
+    assert "main: Provider gw returned HTTP 500: upstream exploded" in result.stderr
+    assert "/activation-output" not in controller.paths()
+    assert_clean(result)
+
+
+def test_model_list_falls_back_to_the_next_preset(tmp_path, model, setup):
+    controller, activation = setup(runner_config=two_presets(model.base_url))
+    model.enqueue_error(503, "overloaded", model="a")
+    model.enqueue(content="OK", model="b")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert [r.body["model"] for r in model.requests] == ["a", "b"]
+    assert controller.output["text"] == "OK"
+    assert (controller.output["usage"]["selectedModel"], controller.output["usage"]["model"]) == ("list", "b")
+    contexts = controller.bodies("/activation-context")
+    assert [c["context"]["model"] for c in contexts] == ["a", "b"]
+    assert "Model attempt a failed" in result.stderr
+
+
+def test_http_429_and_5xx_are_retried_with_backoff_when_max_retries_is_set(tmp_path, model, setup):
+    controller, activation = setup(runner_config={"mode": "ai", "model": "main", "models": {
+        "providers": {"gw": provider_config(model.base_url, options={"maxRetries": 2})},
+        "presets": {"main": {"provider": "gw", "model": "m1"}}}})
+    model.enqueue_error(429, "rate limited", headers={"Retry-After": "0"})
+    model.enqueue_error(502, "bad gateway", headers={"Retry-After": "0"})
+    model.enqueue(content="third time")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert len(model.requests) == 3
+    assert controller.output["text"] == "third time"
+    assert "returned HTTP 429; retrying in 0.0 s (1/2)" in result.stderr
+
+
+def attempt_for(base_url, preset=None, **provider_extra):
+    provider = provider_config(base_url, **provider_extra)
+    return models.Attempt("main", preset or {"provider": "gw", "model": "m1"}, "gw", provider)
+
+
+def test_backoff_doubles_and_honours_retry_after_without_sleeping(model):
+    delays = []
+    provider = models.OpenAICompatibleProvider(attempt_for(model.base_url, options={"maxRetries": 3}), {},
+                                               sleep=delays.append)
+    model.enqueue_error(429, "slow")
+    model.enqueue_error(500, "boom")
+    model.enqueue_error(429, "slow", headers={"Retry-After": "7"})
+    model.enqueue(content="done")
+    assert provider.complete([{"role": "user", "content": "x"}], [], None).text == "done"
+    assert delays == [1.0, 2.0, 7.0]
+
+
+def test_retries_are_off_by_default_and_never_apply_to_4xx(model):
+    delays = []
+    provider = models.OpenAICompatibleProvider(attempt_for(model.base_url), {}, sleep=delays.append)
+    model.enqueue_error(429, "slow")
+    with pytest.raises(models.ModelError, match="HTTP 429"):
+        provider.complete([{"role": "user", "content": "x"}], [], None)
+    retrying = models.OpenAICompatibleProvider(attempt_for(model.base_url, options={"maxRetries": 3}), {},
+                                               sleep=delays.append)
+    model.enqueue_error(400, "bad request")
+    with pytest.raises(models.ModelError, match="HTTP 400"):
+        retrying.complete([{"role": "user", "content": "x"}], [], None)
+    assert delays == [] and len(model.requests) == 2
+
+
+def test_provider_timeout_fails_the_attempt_and_the_next_preset_runs(tmp_path, model, setup):
+    controller, activation = setup(runner_config=two_presets(model.base_url, timeoutMs=500))
+    model.enqueue(content="too late", delay=2.0, model="a")
+    model.enqueue(content="B answered", model="b")
+    started = time.monotonic()
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 10
+    assert "Model attempt a failed: Request to provider gw failed: timed out" in result.stderr
+    assert controller.output["text"] == "B answered"
+
+
+def test_request_body_maps_preset_and_provider_options(model):
+    preset = {"provider": "gw", "model": "local", "apiModel": "remote", "maxOutputTokens": 99, "temperature": 0.2,
+              "topP": 0.9, "topK": 5, "reasoningEffort": "high", "headers": {"X-Preset": "p"},
+              "providerOptions": {"openaiCompatible": {"seed": 1, "user": "u"}, "gw": {"parallel_tool_calls": False}}}
+    provider = models.OpenAICompatibleProvider(
+        attempt_for(None, preset, baseURL=None, baseURLEnv="GW_URL", headers={"X-Provider": "1", "X-Preset": "no"},
+                    options={"queryParams": {"api-version": "2"}, "headers": {"X-Option": "o"}, "bogus": 1}),
+        {"GW_URL": model.base_url + "/", "GW_KEY": "k"})
+    model.enqueue(content="ok", usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
+                                       "completion_tokens_details": {"reasoning_tokens": 2},
+                                       "prompt_tokens_details": {"cached_tokens": 1}})
+    tools = [{"name": "file_read", "description": "d", "parameters": {"type": "object"}}]
+    turn = provider.complete([{"role": "user", "content": "x"}], tools, "required")
+    assert turn.usage == {"input": 3, "output": 4, "total": 7, "reasoning": 2, "cacheRead": 1}
+    [request] = model.requests
+    body = request.body
+    assert body["model"] == "remote" and body["max_tokens"] == 99 and body["temperature"] == 0.2
+    assert body["top_p"] == 0.9 and "top_k" not in body and "topK" not in body
+    assert body["seed"] == 1 and "user" not in body and body["parallel_tool_calls"] is False
+    assert body["reasoning_effort"] == "high" and body["tool_choice"] == "required"
+    assert body["tools"] == [{"type": "function", "function": {
+        "name": "file_read", "description": "d", "parameters": {"type": "object"}}}]
+    assert request.headers["authorization"] == "Bearer k"
+    assert (request.headers["x-provider"], request.headers["x-option"], request.headers["x-preset"]) == ("1", "o", "p")
+    assert request.path == CHAT
+
+
+def test_missing_base_url_and_later_provider_types_fail_the_attempt():
+    with pytest.raises(models.ModelError, match="Provider gw has no baseURL"):
+        models.OpenAICompatibleProvider(attempt_for(None, baseURL=None), {}).complete([], [], None)
+    attempt = models.Attempt("main", {}, "an", {"type": "anthropic"})
+    with pytest.raises(models.ModelError, match="Provider type anthropic is not supported by this version"):
+        models.create_provider(attempt, {}, {})
+
+
+def test_tool_calls_without_ids_get_generated_ids(model):
+    model.enqueue(body={"choices": [{"message": {"content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "file_read", "arguments": {"path": "a"}}}]}}]})
+    turn = models.OpenAICompatibleProvider(attempt_for(model.base_url), {}).complete([], [], None)
+    [call] = turn.tool_calls
+    assert call.id.startswith("call_") and json.loads(call.arguments) == {"path": "a"}
+    assert turn.text == "" and turn.usage == {}
+
+
+def test_expand_preset_flattens_lists_and_reports_errors():
+    providers = {"gw": {"type": "openai-compatible"}}
+    presets = {"a": {"provider": "gw", "model": "a"}, "b": {"provider": "gw", "model": "b"},
+               "l1": {"model-list": ["a", "l2", "a"]}, "l2": {"modelList": ["b"]},
+               "loop": {"model-list": ["x"]}, "x": {"model-list": ["loop"]},
+               "bare": {"provider": "gw"}, "lost": {"provider": "nope", "model": "m"}}
+    cfg = {"providers": providers, "presets": presets}
+    assert [a.preset_id for a in models.expand_preset(cfg, "l1")] == ["a", "b", "a"]
+    for preset, message in (("loop", "Circular model-list preset: loop -> x -> loop"),
+                            ("ghost", "Model preset not found: ghost"),
+                            ("bare", "Model preset needs provider and model: bare"),
+                            ("lost", "Provider not found: nope")):
+        with pytest.raises(models.ModelError) as caught:
+            models.expand_preset(cfg, preset)
+        assert str(caught.value) == message
+
+
+# -- proxies ----------------------------------------------------------------------------------
+
+
+def test_controller_calls_bypass_the_proxy_while_model_calls_use_it(tmp_path, model, setup):
+    controller, activation = setup()
+    proxy = RecordingProxy()
+    try:
+        model.enqueue(content="via proxy")
+        result = run_runner(tmp_path, activation, env=runner_env(HTTP_PROXY=proxy.url, http_proxy=proxy.url))
+        assert result.returncode == 0, result.stderr
+        assert proxy.seen == [("POST", model.base_url + "/chat/completions")]
+        assert controller.output["text"] == "via proxy"
+    finally:
+        proxy.close()
+
+
+def test_socks_only_proxy_fails_the_attempt_and_fallback_applies(tmp_path, model, setup):
+    runner_config = two_presets(model.base_url)
+    runner_config["models"]["providers"]["direct"] = provider_config(model.base_url)
+    runner_config["models"]["presets"]["b"]["provider"] = "direct"
+    controller, activation = setup(runner_config=runner_config)
+    model.enqueue(content="never", model="a")
+    result = run_runner(tmp_path, activation, env=runner_env(ALL_PROXY="socks5://127.0.0.1:1080"))
+    assert result.returncode == 1
+    assert "Proxy protocol socks5: (from ALL_PROXY) is not supported" in result.stderr
+    assert "a: " in result.stderr and "b: " in result.stderr
+    assert model.requests == []
+
+
+# -- compaction -------------------------------------------------------------------------------
+
+
+def twenty_rows():
+    rows = [history_row(1, content="# Agent Identity\nGoal: prove lemma 4 in /workspace/proof/main.lean")]
+    rows += [history_row(i, "assistant" if i % 2 else "user", "assistant_output" if i % 2 else "activation_prompt",
+                         "row %d touched src/mod%d.py" % (i, i)) for i in range(2, 21)]
+    return rows
+
+
+def test_context_overflow_compacts_history_and_retries(tmp_path, model, setup):
+    controller, activation = setup(history=twenty_rows())
+    model.enqueue_context_overflow()
+    model.enqueue(content="S")
+    model.enqueue(content="final answer")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert "context overflow from main; compacting agent history and retrying activation act_1" in result.stderr
+    summary_request = model.requests[1].body
+    assert "tools" not in summary_request and summary_request["max_tokens"] <= 4000
+    [message] = summary_request["messages"]
+    assert "# Agent History To Compact" in message["content"] and "## 1 user activation_prompt" in message["content"]
+    [compact] = controller.bodies("/runner/history/compact")
+    assert compact["summary"] == "S" and compact["reason"] == "provider_context_overflow"
+    assert compact["keepTail"] == 12 and compact["selectedModel"] == "main"
+    retry = model.requests[2].body
+    assert retry["messages"][0] == {"role": "user", "content": "# Compacted Agent History\n\nS"}
+    assert len(retry["messages"]) == 13 and "tools" in retry
+    assert len(controller.bodies("/activation-context")) == 2
+    assert controller.context["messageCount"] == 13
+    assert controller.output["text"] == "final answer"
+
+
+def test_second_overflow_fails_the_attempt(tmp_path, model, setup):
+    controller, activation = setup(history=twenty_rows())
+    model.enqueue_context_overflow()
+    model.enqueue(content="S")
+    model.enqueue_context_overflow()
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert "maximum context length" in result.stderr
+    assert len(controller.bodies("/runner/history/compact")) == 1
+    assert "/activation-output" not in controller.paths()
+
+
+def test_summary_failure_posts_the_deterministic_fallback_and_retries(tmp_path, model, setup):
+    controller, activation = setup(history=twenty_rows())
+    model.enqueue_context_overflow()
+    model.enqueue_error(500, "summary broke")
+    model.enqueue(content="after fallback")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    [compact] = controller.bodies("/runner/history/compact")
+    summary = compact["summary"]
+    assert summary.startswith("## Goal\n# Agent Identity")
+    assert "maximum context length" in summary and "summary broke" in summary
+    assert "Archived sequence range: 1-8 (8 messages)" in summary
+    assert "- src/mod8.py" in summary
+    assert model.requests[2].body["messages"][0]["content"].startswith("# Compacted Agent History\n\n## Goal")
+    assert controller.output["text"] == "after fallback"
+
+
+def test_failed_compaction_route_fails_the_attempt(tmp_path, model, setup):
+    controller, activation = setup(history=twenty_rows())
+    controller.fail_route("/runner/history/compact", 409, "Activation act_1 is cancelled; history updates are not accepted")
+    model.enqueue_context_overflow()
+    model.enqueue(content="S")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert "main: Activation act_1 is cancelled; history updates are not accepted" in result.stderr
+
+
+def test_retry_tail_count_keeps_at_most_twelve_rows_within_the_budget():
+    assert runner.retry_tail_count([]) == 0
+    assert runner.retry_tail_count([history_row(1)]) == 1
+    assert runner.retry_tail_count([history_row(i) for i in range(1, 30)]) == 12
+    big = [history_row(i, "assistant", "assistant_output", "x" * 30000) for i in range(1, 10)]
+    assert runner.retry_tail_count(big) == 2
+    capped = [history_row(i, "assistant", "assistant_output", "y" * 200000) for i in range(1, 5)]
+    assert runner.retry_tail_count(capped) == 1
+
+
+def test_summary_input_respects_per_row_caps_and_the_total_budget():
+    rows = [history_row(1, "tool_result", "tool_result", "t" * 200000),
+            history_row(2, "tool_result", "tool_result", "u" * 200000, activationId="act_0", compactionId="cmp_0")]
+    text = runner.summary_input(rows)
+    assert text.count("[truncated") == 2 and len(text) < 7000
+    assert "Activation: act_0\nArchived by: cmp_0" in text
+    many = [history_row(i, "assistant", "assistant_output", "z" * 20000) for i in range(1, 20)]
+    assert len(runner.summary_input(many)) <= 80000
+
+
+def test_fallback_summary_is_capped_and_recovers_paths():
+    archived = [history_row(i, "tool_result", "tool_result", "see /workspace/out/r%d.txt, and more" % i)
+                for i in range(1, 40)]
+    text = runner.fallback_summary(archived, archived, 3, "worker", "main", "E" * 5000, "no summary")
+    assert len(text) <= 20000
+    for heading in ("## Goal", "## Constraints & Preferences", "## Progress", "### Done", "### In Progress",
+                    "### Blocked", "## Key Decisions", "## Next Steps", "## Critical Context", "## Relevant Files"):
+        assert heading in text
+    files = text.split("## Relevant Files\n", 1)[1].split("\n")
+    assert len(files) == 10 and files[0] == "- /workspace/out/r30.txt" and files[-1].endswith("r39.txt")
+    assert "E" * 701 not in text and "no summary" in text
+    assert "Archived sequence range: 1-39 (39 messages)" in text
+
+
+def test_overflow_detection_reads_text_not_status():
+    assert models.is_context_overflow(models.ModelError("HTTP 500: Prompt is too long", 500))
+    assert not models.is_context_overflow(models.ModelError("HTTP 400: bad request", 400))
+    try:
+        try:
+            raise ValueError("input exceeds the limit")
+        except ValueError as cause:
+            raise RuntimeError("wrapper") from cause
+    except RuntimeError as wrapped:
+        assert models.is_context_overflow(wrapped)
+
+
+# -- scripted provider ------------------------------------------------------------------------
+
+
+SCRIPT = {"agents": {
+    "pm": [{"steps": [{"say": "pm only"}]}],
+    "worker-*": [
+        {"when": "Agent Identity", "steps": [{"say": "never"}]},
+        {"when": "Write the result", "steps": [
+            {"say": "Writing.", "tools": [{"name": "file.write", "input": {
+                "path": "{artifacts}/result.txt", "content": "42 by {agent} in {project} {keep}"}}]},
+            {"tools": [{"name": "messages.send", "input": {
+                "recipient": "pm", "body": "Ready in {artifacts:worker-1}/result.txt; ws {workspace}"}}]},
+            {"say": " Done."}]},
+        {"steps": [{"say": "fallback entry"}]},
+    ]}}
+
+
+def scripted_runner():
+    return {"mode": "ai", "model": "offline", "models": {
+        "providers": {"replay": {"type": "scripted", "script": SCRIPT}},
+        "presets": {"offline": {"provider": "replay", "model": "team"}}}}
+
+
+def scripted_prompt(body):
+    return ("# Agent Identity\nYou are worker-1.\n\n# New Signals\n\n## Message from pm\n%s\n\n"
+            "# Tool And Reporting Contract\nUse tools." % body)
+
+
+def scripted_setup(tmp_path, controllers, prompt, history=None):
+    history = history or [history_row(1, content=prompt)]
+    controller = controllers(history=history, agent_id="worker-1")
+    activation = make_input(tmp_path, controller.url, runner=scripted_runner(), prompt=prompt, history=history)
+    activation["agent"]["id"] = "worker-1"
+    Path(activation["artifactsRoot"], "worker-1").mkdir()
+    activation["writeRoots"][1] = activation["artifactsRoot"] + "/worker-1"
+    return controller, activation
+
+
+def test_scripted_provider_replays_the_matching_entry_with_placeholders(tmp_path, controllers):
+    prompt = scripted_prompt("Write the result to the file.")
+    controller, activation = scripted_setup(tmp_path, controllers, prompt)
+    result = run_runner(tmp_path, activation, env=runner_env(GW_KEY=""))
+    assert result.returncode == 0, result.stderr
+    artifacts = activation["artifactsRoot"]
+    assert Path(artifacts, "worker-1", "result.txt").read_text() == "42 by worker-1 in demo {keep}"
+    [send] = controller.bodies("/toolpacks/core/support")
+    assert send["input"] == {"recipient": "pm", "body": "Ready in %s/worker-1/result.txt; ws %s" % (
+        artifacts, activation["workspace"])}
+    assert [b["tool"] for b in controller.bodies("/runner/tool-calls/start")] == ["file.write", "messages.send"]
+    [history] = controller.bodies("/runner/history/messages")
+    assert history["metadata"]["scriptedEntry"] == 1
+    assert history["metadata"]["usage"] == {"input": 0, "output": 0, "total": 0}
+    assert controller.output["text"] == "Writing. Done."
+    assert controller.output["usage"]["apiModel"] == "team"
+
+
+def test_scripted_provider_skips_played_entries_and_matches_only_the_signals_block(tmp_path, controllers):
+    prompt = scripted_prompt("Anything else")
+    played = history_row(2, "assistant", "assistant_output", "x", metadata={"scriptedEntry": 1})
+    controller, activation = scripted_setup(tmp_path, controllers, prompt, [history_row(1, content=prompt), played])
+    assert run_runner(tmp_path, activation).returncode == 0
+    assert controller.output["text"] == "fallback entry"
+    assert controller.bodies("/runner/history/messages")[0]["metadata"]["scriptedEntry"] == 2
+
+
+def test_scripted_provider_without_entry_answers_no_scripted_turn(tmp_path, controllers):
+    prompt = scripted_prompt("x")
+    played = [history_row(2, "assistant", "assistant_output", "x", metadata={"scriptedEntry": 2})]
+    controller, activation = scripted_setup(tmp_path, controllers, prompt, [history_row(1, content=prompt)] + played)
+    activation["runner"]["models"]["providers"]["replay"]["script"] = {"agents": {"worker-*": [
+        {"when": "never matches", "steps": [{"say": "no"}]}]}}
+    assert run_runner(tmp_path, activation).returncode == 0
+    assert controller.output["text"] == "No scripted turn for worker-1."
+    assert "scriptedEntry" not in controller.bodies("/runner/history/messages")[0]["metadata"]
+
+
+def test_new_signals_block_ends_at_the_last_contract_heading():
+    prompt = ("# Agent Identity\nA\n# New Signals\nbody\n# Tool And Reporting Contract\ninside body\n"
+              "# Tool And Reporting Contract\nboilerplate")
+    block = models.new_signals_block(prompt)
+    assert "inside body" in block and "boilerplate" not in block and "Agent Identity" not in block
+    assert models.new_signals_block("no heading") == ""
+
+
+# -- local toolpacks through the Node host ----------------------------------------------------
+
+
+RUNNER_MODULE = """
+export async function createRunnerToolpack(context) {
+  return {
+    tools: {
+      "review.summarize": async (input) => ({
+        title: "review", output: "summary of " + input.text + " in " + context.workspace,
+        metadata: {toolpack: context.toolpackId},
+      }),
+      "review.ask": async (input) => context.callSupport("review.ask", input),
+      "review.bad": async () => ({nothing: true}),
+    },
+  };
+}
+"""
+
+
+def review_toolpack(tmp_path, declared=("review.summarize", "review.ask", "review.bad")):
+    root = tmp_path / "review"
+    root.mkdir(exist_ok=True)
+    (root / "runner.mjs").write_text(RUNNER_MODULE)
+    tools = [tool_def("review.summarize"), tool_def("review.ask"), tool_def("review.bad")]
+    return {"id": "review-tools", "tools": tools, "runnerModule": str(root / "runner.mjs"),
+            "declaredTools": list(declared), "supportPath": "/toolpacks/review-tools/support"}
+
+
+@pytest.fixture
+def node():
+    if shutil.which("node") is None or not (REPO / "suzumio_toolpack_host.mjs").exists():
+        require("node")("node or suzumio_toolpack_host.mjs is not available")
+
+
+def test_local_toolpack_tools_run_in_the_node_host(tmp_path, model, setup, node):
+    controller, activation = setup(toolpacks=builtin_toolpacks({"file.read"}) + [review_toolpack(tmp_path)])
+    controller.support["review.ask"] = {"output": "controller says hi"}
+    model.enqueue(tool_calls=[("review_summarize", {"text": "PR 7"}), ("review_ask", {"q": 1}), ("review_bad", {})])
+    model.enqueue(content="reviewed")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    names = [tool["function"]["name"] for tool in model.requests[0].body["tools"]]
+    assert names == ["file_read", "review_summarize", "review_ask", "review_bad"]
+    summarize, ask, bad = tool_messages(model.requests[1])
+    assert json.loads(summarize["content"]) == {"title": "review", "output": "summary of PR 7 in %s" % (
+        activation["workspace"]), "metadata": {"toolpack": "review-tools"}}
+    assert json.loads(ask["content"]) == {"output": "controller says hi"}
+    assert bad["content"] == "Runner tool review.bad returned an invalid result"
+    [support] = controller.bodies("/toolpacks/review-tools/support")
+    assert (support["tool"], support["input"], support["token"]) == ("review.ask", {"q": 1}, TOKEN)
+    assert [b["tool"] for b in controller.bodies("/runner/tool-calls/start")] == [
+        "review.summarize", "review.ask", "review.bad"]
+
+
+def test_undeclared_handler_fails_registration_for_every_agent(tmp_path, model, setup, node):
+    pack = review_toolpack(tmp_path, declared=("review.summarize", "review.other"))
+    pack["tools"] = pack["tools"][:1]
+    controller, activation = setup(toolpacks=[pack])
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert "main: Runner module for review-tools did not register review.other" in result.stderr
+    assert model.requests == []
+
+
+def test_missing_node_is_a_clear_registration_error(tmp_path):
+    activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=[review_toolpack(tmp_path)])
+    instance = runner.Runner(activation, {}, node=str(tmp_path / "no-node-here"))
+    with pytest.raises(runner.RunnerError, match="Node.js is required to run local toolpack runner modules"):
+        instance.register_tools([])
+
+
+@pytest.mark.parametrize("toolpacks,message", [
+    ([{"id": "x", "runnerModule": "builtin:x", "tools": []}], "Unknown built-in runner toolpack: x"),
+    ([{"id": "core", "runnerModule": "builtin:core", "tools": [tool_def("file.reed")]}],
+     "Runner module for core did not register file.reed"),
+    (builtin_toolpacks({"file.read"}) * 2, "Duplicate runner tool: file.read"),
+])
+def test_tool_registration_errors(tmp_path, toolpacks, message):
+    activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=toolpacks)
+    with pytest.raises(runner.RunnerError) as caught:
+        runner.Runner(activation, {}).register_tools([])
+    assert str(caught.value) == message
+
+
+def test_colliding_safe_names_are_rejected(tmp_path, node):
+    pack = review_toolpack(tmp_path, declared=("review.summarize",))
+    pack["tools"] = [tool_def("review.summarize")]
+    clash = {"id": "core", "runnerModule": "builtin:core", "tools": [tool_def("file.read")]}
+    pack_two = dict(pack, id="other", tools=[tool_def("review_summarize")], declaredTools=["review_summarize"])
+    (tmp_path / "review" / "runner.mjs").write_text(
+        "export default () => ({'review.summarize': async () => ({output: ''}), "
+        "'review_summarize': async () => ({output: ''})});")
+    activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=[clash, pack, pack_two])
+    bridges = []
+    try:
+        with pytest.raises(runner.RunnerError) as caught:
+            runner.Runner(activation, {}).register_tools(bridges)
+    finally:
+        for bridge in bridges:
+            bridge.close()
+    assert str(caught.value) == "Tool names review.summarize and review_summarize both map to review_summarize"
+
+
+def test_local_roots_replace_container_paths_in_descriptions(tmp_path):
+    activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=builtin_toolpacks({"file.read"}))
+    [tool] = runner.Runner(activation, {}).register_tools([])
+    assert "/workspace" not in tool.description and activation["workspace"] in tool.description
+    assert activation["artifactsRoot"] in tool.description
+    assert tool.schema["properties"]["path"]["description"] == "Path under %s." % activation["workspace"]
+
+
+# -- exit codes, errors, signals and secrets --------------------------------------------------
+
+
+def test_missing_input_argument_exits_1(tmp_path):
+    import subprocess
+    result = subprocess.run([sys.executable, str(runner.__file__)], capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stderr.strip()) == (1, "--input is required")
+    result = subprocess.run([sys.executable, str(runner.__file__), "--input", str(tmp_path / "none.json")],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Cannot read input file %s: [Errno 2]" % (tmp_path / "none.json"))
+    assert result.stderr.strip().endswith("[2]")
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda a: a["runner"].pop("models"), "runner.models is required in ai mode"),
+    (lambda a: a["runner"].pop("model"),
+     "No model preset selected. Set backend.runner.model or agents.<id>.model explicitly."),
+    (lambda a: a["agent"].update(model="ghost"), "Model preset not found: ghost"),
+    (lambda a: a["runner"]["models"]["providers"]["gw"].update(type="anthropic"),
+     "All model attempts failed:\nmain: Provider type anthropic is not supported by this version "
+     "(use openai-compatible or scripted)"),
+])
+def test_configuration_errors_exit_1_with_the_message(tmp_path, model, setup, change, message):
+    controller, activation = setup()
+    change(activation)
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(message)
+    assert "/activation-output" not in controller.paths()
+
+
+def test_rejected_output_exits_1_with_the_controller_error(tmp_path, model, setup):
+    controller, activation = setup()
+    controller.fail_route("/activation-output", 403, "Invalid agent token")
+    model.enqueue(content="Hello")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "Invalid agent token"
+
+
+def test_unreachable_controller_exits_1_with_a_hint(tmp_path, model):
+    activation = make_input(tmp_path, "http://127.0.0.1:9", model.base_url)
+    model.enqueue(content="Hello")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Suzumio controller request failed:")
+    assert "host.docker.internal" in result.stderr and "--host 0.0.0.0" in result.stderr
+    assert_clean(result)
+
+
+def test_secrets_in_provider_errors_are_redacted(tmp_path, model, setup):
+    controller, activation = setup()
+    activation["runner"]["models"]["providers"]["gw"].update(apiKey="inline-key-123", headers={"X-Api-Key": "hk-77"})
+    model.enqueue_error(401, "bad key inline-key-123 for token %s and hk-77" % TOKEN)
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert "bad key <redacted> for token <redacted> and <redacted>" in result.stderr
+    for secret in ("inline-key-123", TOKEN, "hk-77"):
+        assert secret not in result.stderr
+    assert model.requests[0].headers["authorization"] == "Bearer inline-key-123"
+
+
+def test_sigterm_stops_shell_commands_and_exits_143_without_output(tmp_path, model, setup):
+    controller, activation = setup()
+    pid_file = Path(activation["workspace"], "pid")
+    model.enqueue(tool_calls=[("shell_exec", {"command": "echo $$ > pid; exec sleep 300"})])
+    process = start_runner(tmp_path, activation, env=runner_env(HOME=str(tmp_path)))
+    try:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=20, message="shell started")
+        pgid = int(pid_file.read_text())
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 143
+        assert "Received SIGTERM" in process.stderr.read()
+        wait_until(lambda: not runner.group_alive(pgid), timeout=4, message="shell group gone")
+        assert "/activation-output" not in controller.paths()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_format_error_appends_cause_and_code():
+    error = runner.RunnerError("Cannot read input file x")
+    error.__cause__ = FileNotFoundError(2, "No such file or directory")
+    assert runner.format_error(error) == "Cannot read input file x: [Errno 2] No such file or directory [2]"
+    assert runner.format_error(runner.RunnerError("plain")) == "plain"
+
+
+# -- delivery constraints ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["suzumio_runner.py", "suzumio_models.py"])
+def test_runner_files_parse_as_python_39_and_import_only_the_standard_library(name):
+    source = (REPO / name).read_text()
+    tree = ast.parse(source, feature_version=(3, 9))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module.split(".")[0])
+        # No annotations at all: `X | None` in one would fail at import on 3.9.
+        assert not isinstance(node, ast.AnnAssign)
+        if isinstance(node, ast.FunctionDef):
+            assert node.returns is None and all(a.annotation is None for a in node.args.args)
+    assert imported - set(sys.stdlib_module_names) <= {"suzumio_models"}
+    assert "/mnt" not in source and "/opt/suzumio" not in source
+
+
+def test_runner_runs_from_a_copy_outside_the_repository(tmp_path, model, setup):
+    controller, activation = setup()
+    copy = tmp_path / "opt"
+    copy.mkdir()
+    shutil.copy(REPO / "suzumio_runner.py", copy)
+    model.enqueue(content="Hi")
+    result = run_runner(tmp_path, activation, runner_path=copy / "suzumio_runner.py")
+    assert result.returncode == 1
+    assert result.stderr.startswith("Runner file not found: %s" % (copy / "suzumio_models.py"))
+    shutil.copy(REPO / "suzumio_models.py", copy)
+    assert run_runner(tmp_path, activation, runner_path=copy / "suzumio_runner.py").returncode == 0
