@@ -5,11 +5,11 @@ import json
 import os
 
 import pytest
+from backend_fixtures import events_of, local_project, open_activation
+from conftest import require, wait_until
 
 import suzumio_backend as backend
 import suzumio_scheduler as scheduler
-from backend_fixtures import events_of, local_project, open_activation
-from conftest import require, wait_until
 from suzumio_store import parse_ts
 
 IMAGE = "suzumio-runner:dev"

@@ -5,11 +5,11 @@ import json
 import threading
 
 import pytest
+from backend_fixtures import events_of, local_project, open_activation, process_group_alive
+from conftest import wait_until
 
 import suzumio_backend as backend
 import suzumio_scheduler as scheduler
-from backend_fixtures import events_of, local_project, open_activation, process_group_alive
-from conftest import wait_until
 from suzumio_store import parse_ts
 
 THREE = {"pm": {"tools": ["messages.send"]}, "worker": {"tools": ["messages.send"]},
