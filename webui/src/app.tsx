@@ -378,9 +378,23 @@ export function App() {
       setLive('connecting');
       const stream = new EventSource(streamUrl(selected));
       source = stream;
-      stream.onopen = () => setLive('live');
+      let opened = false;
+      stream.onopen = () => {
+        opened = true;
+        setLive('live');
+      };
       stream.onerror = () => {
-        setLive('polling');
+        setLive('fallback');
+        // A stream that was open just dropped: check the server now rather than at the next poll.
+        if (opened) {
+          opened = false;
+          if (!pollInFlight.current) {
+            pollInFlight.current = true;
+            void loadProjects().finally(() => {
+              pollInFlight.current = false;
+            });
+          }
+        }
         if (stream.readyState === EventSource.CLOSED) {
           stream.close();
           retry = window.setTimeout(connect, STREAM_RETRY_MS);
@@ -466,7 +480,7 @@ export function App() {
           <>
             <Hero project={project} busy={loading} now={now} onAction={runAction} />
             <Tabs view={view} onSelect={chooseView} />
-            <div class="view" id="view-panel" role="tabpanel" aria-labelledby={`tab-${view}`}>
+            <div class="view" id="view-panel" role="tabpanel">
               {view === 'overview' && (
                 <Overview key={project.id} project={project} onSent={() => void loadProjects()} />
               )}

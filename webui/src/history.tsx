@@ -143,8 +143,11 @@ export function HistoryView(props: {
   }, [props.project, agentId]);
 
   // Live stream: refresh the newest page in place unless the user is reading older pages.
+  const seenPulse = useRef(props.pulse?.n ?? 0);
   useEffect(() => {
-    if (!props.pulse || props.pulse.agentId !== agentId) return;
+    if (!props.pulse || props.pulse.n === seenPulse.current) return;
+    seenPulse.current = props.pulse.n;
+    if (props.pulse.agentId !== agentId) return;
     if (pages <= 1 && !archive && !loading) void loadFirstPage(agentId, true);
     else setStale(true);
   }, [props.pulse?.n]);

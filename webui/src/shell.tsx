@@ -20,7 +20,8 @@ export function isViewId(value: string): value is ViewId {
   return VIEWS.some((view) => view.id === value);
 }
 
-export type LiveMode = 'connecting' | 'live' | 'polling' | 'paused';
+/** live: stream open; polling: no stream wanted; fallback: the stream failed, so the 5 s poll runs. */
+export type LiveMode = 'connecting' | 'live' | 'polling' | 'fallback' | 'paused';
 
 function dotTone(status: string): string {
   if (status === 'running') return 'blue';
@@ -75,7 +76,12 @@ export function Sidebar(props: {
           );
         })}
       </nav>
-      <footer class="sidebar-foot" data-testid="stream-state" data-state={props.live}>
+      <footer
+        class="sidebar-foot"
+        data-testid="stream-state"
+        data-state={props.live}
+        title={props.live === 'fallback' ? 'The live event stream is unavailable; polling instead.' : undefined}
+      >
         <span class={`pulse-dot pulse-${props.live}`} aria-hidden="true" />
         <span>{liveText(props.live)}</span>
       </footer>

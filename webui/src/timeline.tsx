@@ -23,22 +23,25 @@ export function TimelineView(props: { events: EventRow[] | null; loading: boolea
         <Empty>{props.loading ? 'Loading...' : 'No events yet'}</Empty>
       ) : (
         <ol class="timeline" role="list">
-          {list.map((event) => (
-            <li class={`timeline-item pin-${eventTone(event.type)}`} key={event.id} data-testid="timeline-item">
-              <span class="timeline-pin" aria-hidden="true" />
-              <div class="timeline-head">
-                <strong class="timeline-type" data-testid="event-type">
-                  {event.type}
-                </strong>
-                <time class="meta-time mono" dateTime={event.created_at} data-testid="event-time">
-                  {clockTime(event.created_at)}
-                </time>
-              </div>
-              <div class="timeline-summary mono" data-testid="event-summary" title={eventSummary(event.data_json)}>
-                {eventSummary(event.data_json)}
-              </div>
-            </li>
-          ))}
+          {list.map((event) => {
+            const summary = eventSummary(event.data_json);
+            return (
+              <li class={`timeline-item pin-${eventTone(event.type)}`} key={event.id} data-testid="timeline-item">
+                <span class="timeline-pin" aria-hidden="true" />
+                <div class="timeline-head">
+                  <strong class="timeline-type" data-testid="event-type">
+                    {event.type}
+                  </strong>
+                  <time class="meta-time mono" dateTime={event.created_at} data-testid="event-time">
+                    {clockTime(event.created_at)}
+                  </time>
+                </div>
+                <div class="timeline-summary mono" data-testid="event-summary" title={summary}>
+                  {summary}
+                </div>
+              </li>
+            );
+          })}
         </ol>
       )}
     </Panel>

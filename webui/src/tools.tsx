@@ -500,7 +500,7 @@ function FormField(props: { id: string; field: FieldSpec; value: unknown; onChan
       <input
         id={id}
         type="number"
-        value={typeof props.value === 'number' ? String(props.value) : ''}
+        value={props.value === undefined ? '' : String(props.value)}
         aria-describedby={helpId}
         onInput={(event) => {
           const text = (event.target as HTMLInputElement).value;
