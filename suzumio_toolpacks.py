@@ -382,10 +382,11 @@ class ToolpackRuntime:
     # -- scheduler hooks (tools.md §10.3, scheduler.md §6)
 
     def run_hooks(self, store, config, now):
-        """Run every local toolpack's hook once; a failing hook records scheduler.hook_failed."""
+        """Run every local toolpack's hook once (`config` is the tick's ProjectConfig); a failing hook
+        records scheduler.hook_failed and the others still run."""
         try:
-            packs = [pack for pack in self.registry(config).toolpacks if pack.has_scheduler_hook]
-        except ToolpackError as exc:
+            packs = [pack for pack in config.toolpacks if pack.has_scheduler_hook]
+        except ConfigError as exc:
             store.append_event(HOOK_FAILED_EVENT, {"toolpackId": "", "error": exc.message})
             return
         if not packs:
