@@ -21,6 +21,10 @@ test: $(STAMP)
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
 	exit $$rc
 
+# The main job: an offline team of agents (scripted provider; Docker when an engine and image exist).
+demo: $(STAMP)
+	$(PY) scripts/demo.py $(DEMO_ARGS)
+
 lint: $(STAMP)
 	$(PY) -m ruff check .
 

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""`make demo`: an offline team of agents on the embedded default, end to end.
+
+Initialises examples/demo.yaml (a PM, two workers and a critic replaying a script with the `scripted`
+provider) in a fresh root, serves it with `suzumio serve`, sends the kick-off message, follows the
+project's SSE stream to show which agent runs which tool, prints the final report, and leaves the
+server running with the WebUI address until Ctrl-C. It uses Docker when an engine and the runner
+image are present, else the `local` backend.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+DEFAULT_PORT = 39400
+RUNNER_IMAGE = os.environ.get("SUZUMIO_RUNNER_IMAGE", "suzumio-runner:dev")
+
+
+def free_port(preferred):
+    for port in (preferred, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise SystemExit("no free port")
+
+
+def docker_ready():
+    """True when a Docker engine answers and the runner image exists."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.images.get(RUNNER_IMAGE)
+        return True
+    except Exception:  # any failure means: no usable engine, fall back to local
+        return False
+
+
+def write_project(root, port, backend):
+    """The demo config, pointed at this server and backend, written into the root's folder."""
+    config = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
+    config["backend"]["controllerUrl"] = f"http://127.0.0.1:{port}"
+    if backend == "docker":
+        config["backend"]["kind"] = "docker-chat"
+        config["backend"]["image"] = RUNNER_IMAGE
+        config["backend"]["docker"] = {"network": "host"}
+    shutil.copy(EXAMPLES / "demo-script.yaml", root / "demo-script.yaml")
+    path = root / "demo.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def suzumio(*args, **kwargs):
+    return [sys.executable, str(REPO / "suzumio.py"), *args]
+
+
+def post(url, body):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def wait_for_health(url, process, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit("suzumio serve exited early")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("suzumio serve did not answer /health")
+
+
+def describe(event_type, data):
+    """One progress line for the events a person wants to follow, else None."""
+    if event_type == "activation.started":
+        return f"▶ {data['agentId']} wakes up ({data['activationId']})"
+    if event_type == "tool.called":
+        return f"  {data['agentId']} → {data['tool']}"
+    if event_type == "message.created" and data.get("sender") != "user":
+        target = data.get("recipient") or data.get("channel")
+        first_line = data.get("body", "").strip().splitlines()[0] if data.get("body") else ""
+        return f"  ✉ {data['sender']} → {target}: {first_line[:100]}"
+    if event_type == "activation.completed":
+        return f"■ {data['agentId']} done"
+    if event_type == "activation.failed":
+        return f"✗ {data['agentId']} failed: {data.get('error', '')[:200]}"
+    if event_type == "project.submitted":
+        return f"✓ {data['agentId']} submitted the final report"
+    return None
+
+
+def follow(url, timeout):
+    """Print progress from the SSE stream until the project is submitted; False on timeout."""
+    deadline = time.monotonic() + timeout
+    with urllib.request.urlopen(url + "/api/projects/demo/stream", timeout=timeout) as stream:
+        event_type = None
+        for raw in stream:
+            line = raw.decode("utf-8").rstrip("\n")
+            if line.startswith("event: "):
+                event_type = line[len("event: "):]
+            elif line.startswith("data: ") and event_type:
+                row = json.loads(line[len("data: "):])  # the raw event row, data_json a string
+                text = describe(event_type, json.loads(row["data_json"]))
+                if text:
+                    print(text, flush=True)
+                if event_type == "project.submitted":
+                    return True
+            if time.monotonic() > deadline:
+                return False
+    return False
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default=str(REPO / "demo-root"), help="runtime root (recreated)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--backend", choices=["auto", "local", "docker"], default="auto")
+    parser.add_argument("--exit-when-done", action="store_true", help="stop the server after the report")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    root = Path(args.root).resolve()
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    backend = args.backend if args.backend != "auto" else ("docker" if docker_ready() else "local")
+    port = free_port(args.port)
+    url = f"http://127.0.0.1:{port}"
+    project_file = write_project(root, port, backend)
+    print(f"Suzumio demo: {backend} backend, root {root}", flush=True)
+    subprocess.run(suzumio("init", str(project_file), "--root", str(root)), check=True)
+
+    server = subprocess.Popen(suzumio("serve", "--root", str(root), "--port", str(port)),
+                              stdout=subprocess.DEVNULL, stderr=open(root / "serve.log", "w"))
+    try:
+        wait_for_health(url, server)
+        post(url + "/api/projects/demo/start", {})
+        post(url + "/api/projects/demo/messages",
+             {"recipient": "pm", "body": "Start. Make the greeting card with your team."})
+        if not follow(url, args.timeout):
+            print(f"The demo did not finish within {args.timeout:.0f} s; see {root / 'serve.log'}")
+            return 1
+        with urllib.request.urlopen(url + "/api/projects/demo/report", timeout=10) as response:
+            report = response.read().decode("utf-8")
+        print("\n--- final report " + "-" * 50)
+        print(report.rstrip("\n"))
+        print("-" * 67)
+        print(f"Submitted in {time.monotonic() - started:.1f} s.")
+        if args.exit_when_done:
+            return 0
+        print(f"WebUI: {url}/#/demo/overview   (Ctrl-C stops the server)", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: server.terminate())
+        server.wait()
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
