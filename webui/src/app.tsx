@@ -298,8 +298,9 @@ export function App() {
       void loadProjects().then(() => setLoading(false));
       return;
     }
-    // Unknown project or a bare view: keep (or fall back to) a listed project and normalise.
-    const fallback = list.some((p) => p.id === state.selected) ? state.selected : list[0]?.id ?? null;
+    // An unknown project falls back to the first one (§3.4); a bare view keeps the current project.
+    const keep = next.project === null && list.some((p) => p.id === state.selected);
+    const fallback = keep ? state.selected : list[0]?.id ?? null;
     selectProjectState(fallback);
     if (fallback !== null) replaceHash(hashFor(fallback));
   }
@@ -416,6 +417,7 @@ export function App() {
   function chooseProject(id: string) {
     selectProjectState(id);
     pushHash(hashFor(id));
+    setViewNonce((n) => n + 1);
     setLoading(true);
     void loadProjects().then(() => setLoading(false));
   }
