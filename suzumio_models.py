@@ -2,6 +2,7 @@
 web.fetch and the controller client), model-list expansion, the `openai-compatible` Chat Completions
 provider and the offline `scripted` provider. Standard library only, CPython >= 3.9; imported only by
 suzumio_runner.py, beside which it lies (backend-runner.md §10, scripted-provider.md)."""
+
 import base64
 import http.client
 import json
@@ -25,9 +26,17 @@ PROXY_NAMES = {
     "http": ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"),
 }
 OVERFLOW_NEEDLES = (
-    "context_length_exceeded", "context length", "context window", "maximum context", "max context",
-    "too many tokens", "input exceeds", "exceeds the context", "exceeded the context",
-    "prompt is too long", "request too large",
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "maximum context",
+    "max context",
+    "too many tokens",
+    "input exceeds",
+    "exceeds the context",
+    "exceeded the context",
+    "prompt is too long",
+    "request too large",
 )
 LATER_PROVIDER_TYPES = ("openai", "anthropic", "google")
 HONOURED_OPTIONS = ("apiKey", "baseURL", "headers", "queryParams", "maxRetries")
@@ -50,7 +59,7 @@ class ModelError(Exception):
         self.status = status
 
 
-class ModelTurn(object):
+class ModelTurn:
     """One provider response: the step text, its tool calls and its token usage."""
 
     __slots__ = ("text", "tool_calls", "usage")
@@ -90,7 +99,7 @@ def _no_proxy_matches(host, no_proxy):
             return True
         entry = entry.lstrip(".")
         if entry.startswith("[") and "]" in entry:
-            entry = entry[1:entry.index("]")]
+            entry = entry[1 : entry.index("]")]
         elif entry.count(":") == 1:
             entry = entry.split(":", 1)[0]
         if host == entry or host.endswith("." + entry):
@@ -111,9 +120,11 @@ def proxy_for(url, env):
             proxy_scheme = urlsplit(value).scheme.lower()
             if proxy_scheme not in ("http", "https"):
                 raise TransportError(
-                    "Proxy protocol %s: (from %s) is not supported by the built-in model/web fetch; use an "
-                    "HTTP proxy in HTTP_PROXY/HTTPS_PROXY, or shell.exec with curl for SOCKS proxies"
-                    % (proxy_scheme or "(none)", name))
+                    "Proxy protocol {}: (from {}) is not supported by the built-in model/web fetch; use an "
+                    "HTTP proxy in HTTP_PROXY/HTTPS_PROXY, or shell.exec with curl for SOCKS proxies".format(
+                        proxy_scheme or "(none)", name
+                    )
+                )
             return value
     return None
 
@@ -127,7 +138,7 @@ def _connection(url, proxy, timeout):
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname:
-        raise TransportError("Unsupported URL: %s" % url)
+        raise TransportError(f"Unsupported URL: {url}")
     port = parts.port or (443 if scheme == "https" else 80)
     target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
     extra = {}
@@ -140,21 +151,23 @@ def _connection(url, proxy, timeout):
     proxy_parts = urlsplit(proxy)
     proxy_port = proxy_parts.port or (443 if proxy_parts.scheme.lower() == "https" else 80)
     if proxy_parts.username is not None:
-        pair = "%s:%s" % (unquote(proxy_parts.username), unquote(proxy_parts.password or ""))
+        pair = "{}:{}".format(unquote(proxy_parts.username), unquote(proxy_parts.password or ""))
         extra["Proxy-Authorization"] = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
     if scheme == "https":
         # Like urllib, an https:// proxy URL is reached with a plain CONNECT tunnel.
-        conn = http.client.HTTPSConnection(proxy_parts.hostname, proxy_port, timeout=timeout,
-                                           context=_tls_context())
+        conn = http.client.HTTPSConnection(
+            proxy_parts.hostname, proxy_port, timeout=timeout, context=_tls_context()
+        )
         conn.set_tunnel(parts.hostname, port, headers=extra)
         return conn, target, {}
     conn = http.client.HTTPConnection(proxy_parts.hostname, proxy_port, timeout=timeout)
-    absolute = "http://%s%s" % (parts.netloc.rsplit("@", 1)[-1], target)
+    absolute = "http://{}{}".format(parts.netloc.rsplit("@", 1)[-1], target)
     return conn, absolute, extra
 
 
-def http_request(method, url, headers=None, body=None, proxy=None, connect_timeout=None,
-                 idle_timeout=None, deadline=None):
+def http_request(
+    method, url, headers=None, body=None, proxy=None, connect_timeout=None, idle_timeout=None, deadline=None
+):
     """One HTTP exchange without redirects. Timeouts are seconds (None: no limit); `deadline` is a
     time.monotonic() instant bounding the whole exchange. Raises TransportError."""
 
@@ -183,14 +196,14 @@ def http_request(method, url, headers=None, body=None, proxy=None, connect_timeo
             if not data:
                 break
             chunks.append(data)
-        response_headers = dict((key.lower(), value) for key, value in response.getheaders())
+        response_headers = {key.lower(): value for key, value in response.getheaders()}
         return HttpResponse(response.status, response.reason, response_headers, b"".join(chunks))
-    except socket.timeout:
+    except socket.timeout:  # noqa: UP041 (on 3.9 socket.timeout is not TimeoutError)
         raise TransportError("timed out") from None
     except (OSError, http.client.HTTPException) as error:
         reason = str(error) or error.__class__.__name__
         if "timed out" in reason.lower():
-            reason = "timed out (%s)" % reason
+            reason = f"timed out ({reason})"
         raise TransportError(reason) from None
     finally:
         if conn is not None:
@@ -226,20 +239,20 @@ def expand_preset(models, preset_id):
 
     def visit(current, path):
         if current in path:
-            raise ModelError("Circular model-list preset: %s" % " -> ".join(path + [current]))
+            raise ModelError("Circular model-list preset: {}".format(" -> ".join(path + [current])))
         preset = presets.get(current)
         if not isinstance(preset, dict):
-            raise ModelError("Model preset not found: %s" % current)
+            raise ModelError(f"Model preset not found: {current}")
         members = preset.get("modelList", preset.get("model-list"))
         if members is not None:
             for member in members:
                 visit(member, path + [current])
             return
         if not preset.get("provider") or not preset.get("model"):
-            raise ModelError("Model preset needs provider and model: %s" % current)
+            raise ModelError(f"Model preset needs provider and model: {current}")
         provider = providers.get(preset["provider"])
         if not isinstance(provider, dict):
-            raise ModelError("Provider not found: %s" % preset["provider"])
+            raise ModelError("Provider not found: {}".format(preset["provider"]))
         attempts.append(Attempt(current, preset, preset["provider"], provider))
 
     visit(preset_id, [])
@@ -279,9 +292,10 @@ def create_provider(attempt, env, activation, sleep=time.sleep):
     if kind == "scripted":
         return ScriptedProvider(attempt, activation)
     if kind in LATER_PROVIDER_TYPES:
-        raise ModelError("Provider type %s is not supported by this version "
-                         "(use openai-compatible or scripted)" % kind)
-    raise ModelError("Unknown provider type for %s: %s" % (attempt.provider_id, kind))
+        raise ModelError(
+            f"Provider type {kind} is not supported by this version (use openai-compatible or scripted)"
+        )
+    raise ModelError(f"Unknown provider type for {attempt.provider_id}: {kind}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,7 +316,7 @@ def _error_text(body):
         elif isinstance(error, str):
             message = error
     raw = text.strip()[:MAX_ERROR_BODY]
-    return "%s\n%s" % (message, raw) if message else raw
+    return f"{message}\n{raw}" if message else raw
 
 
 def _retry_delay(response, retry):
@@ -310,11 +324,11 @@ def _retry_delay(response, retry):
     try:
         seconds = float(value)
     except ValueError:
-        seconds = min(MAX_RETRY_DELAY_S, 1.0 * (2 ** retry))
+        seconds = min(MAX_RETRY_DELAY_S, 1.0 * (2**retry))
     return max(0.0, min(seconds, MAX_RETRY_DELAY_S))
 
 
-class OpenAICompatibleProvider(object):
+class OpenAICompatibleProvider:
     """Chat Completions over HTTP(S) (§10.3). `options.maxRetries` (default 0: no retries, as the
     spec's parity rule) retries 429 and 5xx answers with backoff, honouring `Retry-After`."""
 
@@ -327,13 +341,21 @@ class OpenAICompatibleProvider(object):
         for key in options:
             if key not in HONOURED_OPTIONS:
                 log.warning("Provider %s: option %s is ignored", attempt.provider_id, key)
-        self.key = options.get("apiKey") or provider.get("apiKey") or (
-            env.get(provider["apiKeyEnv"]) if provider.get("apiKeyEnv") else None) or None
-        self.base_url = options.get("baseURL") or provider.get("baseURL") or (
-            env.get(provider["baseURLEnv"]) if provider.get("baseURLEnv") else None) or None
+        self.key = (
+            options.get("apiKey")
+            or provider.get("apiKey")
+            or (env.get(provider["apiKeyEnv"]) if provider.get("apiKeyEnv") else None)
+            or None
+        )
+        self.base_url = (
+            options.get("baseURL")
+            or provider.get("baseURL")
+            or (env.get(provider["baseURLEnv"]) if provider.get("baseURLEnv") else None)
+            or None
+        )
         self.headers = {"Content-Type": "application/json"}
         if self.key:
-            self.headers["Authorization"] = "Bearer %s" % self.key
+            self.headers["Authorization"] = f"Bearer {self.key}"
         for extra in (provider.get("headers"), options.get("headers"), attempt.preset.get("headers")):
             if isinstance(extra, dict):
                 self.headers.update((str(k), str(v)) for k, v in extra.items())
@@ -344,10 +366,10 @@ class OpenAICompatibleProvider(object):
 
     def url(self):
         if not self.base_url:
-            raise ModelError("Provider %s has no baseURL" % self.attempt.provider_id)
+            raise ModelError(f"Provider {self.attempt.provider_id} has no baseURL")
         url = self.base_url.rstrip("/") + "/chat/completions"
         if self.query:
-            url += "?" + urlencode(dict((str(k), str(v)) for k, v in self.query.items()))
+            url += "?" + urlencode({str(k): str(v) for k, v in self.query.items()})
         return url
 
     def request_body(self, messages, tools, tool_choice, max_output_tokens=None):
@@ -374,9 +396,17 @@ class OpenAICompatibleProvider(object):
         if effort:
             body["reasoning_effort"] = effort
         if tools:
-            body["tools"] = [{"type": "function", "function": {
-                "name": tool["name"], "description": tool["description"], "parameters": tool["parameters"]}}
-                for tool in tools]
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool["name"],
+                        "description": tool["description"],
+                        "parameters": tool["parameters"],
+                    },
+                }
+                for tool in tools
+            ]
             body["tool_choice"] = tool_choice
         body["stream"] = False
         return body
@@ -392,11 +422,20 @@ class OpenAICompatibleProvider(object):
                 return self._parse(response)
             retriable = response.status == 429 or response.status >= 500
             if not retriable or retry >= self.max_retries:
-                raise ModelError("Provider %s returned HTTP %s: %s" % (
-                    self.attempt.provider_id, response.status, _error_text(response.body)), response.status)
+                raise ModelError(
+                    f"Provider {self.attempt.provider_id} returned HTTP {response.status}: "
+                    f"{_error_text(response.body)}",
+                    response.status,
+                )
             delay = _retry_delay(response, retry)
-            log.warning("Provider %s returned HTTP %s; retrying in %.1f s (%d/%d)", self.attempt.provider_id,
-                        response.status, delay, retry + 1, self.max_retries)
+            log.warning(
+                "Provider %s returned HTTP %s; retrying in %.1f s (%d/%d)",
+                self.attempt.provider_id,
+                response.status,
+                delay,
+                retry + 1,
+                self.max_retries,
+            )
             self.sleep(delay)
             retry += 1
 
@@ -407,18 +446,23 @@ class OpenAICompatibleProvider(object):
             proxy = proxy_for(url, self.env)
             return http_request("POST", url, self.headers, body, proxy, connect, idle, deadline)
         except TransportError as error:
-            raise ModelError("Request to provider %s failed: %s" % (self.attempt.provider_id, error)) from None
+            raise ModelError(f"Request to provider {self.attempt.provider_id} failed: {error}") from None
 
     def _parse(self, response):
         try:
             data = json.loads(response.body.decode("utf-8", "replace"))
         except ValueError:
-            raise ModelError("Provider %s returned invalid JSON: %s" % (
-                self.attempt.provider_id, response.body[:MAX_ERROR_BODY].decode("utf-8", "replace"))) from None
+            raise ModelError(
+                "Provider {} returned invalid JSON: {}".format(
+                    self.attempt.provider_id, response.body[:MAX_ERROR_BODY].decode("utf-8", "replace")
+                )
+            ) from None
         choices = data.get("choices") if isinstance(data, dict) else None
         if not choices or not isinstance(choices[0], dict):
-            raise ModelError("Provider %s returned no choices: %s" % (
-                self.attempt.provider_id, json.dumps(data)[:MAX_ERROR_BODY]))
+            raise ModelError(
+                f"Provider {self.attempt.provider_id} returned no choices: "
+                f"{json.dumps(data)[:MAX_ERROR_BODY]}"
+            )
         message = choices[0].get("message") or {}
         calls = []
         for call in message.get("tool_calls") or []:
@@ -426,8 +470,11 @@ class OpenAICompatibleProvider(object):
             arguments = function.get("arguments")
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments if arguments is not None else {})
-            calls.append(ToolCall(call.get("id") or "call_%s" % uuid.uuid4().hex[:24],
-                                  function.get("name") or "", arguments))
+            calls.append(
+                ToolCall(
+                    call.get("id") or f"call_{uuid.uuid4().hex[:24]}", function.get("name") or "", arguments
+                )
+            )
         content = message.get("content")
         return ModelTurn(content if isinstance(content, str) else "", calls, _usage(data.get("usage")))
 
@@ -436,10 +483,13 @@ def _usage(raw):
     if not isinstance(raw, dict):
         return {}
     usage = {}
-    for field, value in (("input", raw.get("prompt_tokens")), ("output", raw.get("completion_tokens")),
-                         ("total", raw.get("total_tokens")),
-                         ("reasoning", (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")),
-                         ("cacheRead", (raw.get("prompt_tokens_details") or {}).get("cached_tokens"))):
+    for field, value in (
+        ("input", raw.get("prompt_tokens")),
+        ("output", raw.get("completion_tokens")),
+        ("total", raw.get("total_tokens")),
+        ("reasoning", (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")),
+        ("cacheRead", (raw.get("prompt_tokens_details") or {}).get("cached_tokens")),
+    ):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             usage[field] = value
     return usage
@@ -466,7 +516,7 @@ def new_signals_block(prompt):
     return "\n".join(lines[start:end])
 
 
-class ScriptedProvider(object):
+class ScriptedProvider:
     """Replays the script's turn for this agent: one step per request, then empty responses."""
 
     def __init__(self, attempt, activation):
@@ -477,7 +527,7 @@ class ScriptedProvider(object):
             "agent": agent_id,
             "project": activation.get("project", ""),
             "workspace": activation.get("workspace", ""),
-            "artifacts": "%s/%s" % (activation.get("artifactsRoot", ""), agent_id),
+            "artifacts": "{}/{}".format(activation.get("artifactsRoot", ""), agent_id),
         }
         self.artifacts_root = activation.get("artifactsRoot", "")
         self.entry_index = None
@@ -514,13 +564,15 @@ class ScriptedProvider(object):
     def fill(self, value):
         """Replace the placeholders of scripted-provider.md rule 5 in every string of value."""
         if isinstance(value, str):
+
             def replace(match):
                 if match.group(2):
-                    return "%s/%s" % (self.artifacts_root, match.group(2))
+                    return f"{self.artifacts_root}/{match.group(2)}"
                 return self.values[match.group(1)]
+
             return PLACEHOLDER.sub(replace, value)
         if isinstance(value, dict):
-            return dict((key, self.fill(item)) for key, item in value.items())
+            return {key: self.fill(item) for key, item in value.items()}
         if isinstance(value, list):
             return [self.fill(item) for item in value]
         return value
@@ -531,7 +583,7 @@ class ScriptedProvider(object):
             if self.played_steps:
                 return ModelTurn("", [], usage)
             self.played_steps += 1
-            return ModelTurn("No scripted turn for %s." % self.agent_id, [], usage)
+            return ModelTurn(f"No scripted turn for {self.agent_id}.", [], usage)
         if self.played_steps >= len(self.steps):
             return ModelTurn("", [], usage)
         step = self.steps[self.played_steps]
@@ -539,6 +591,11 @@ class ScriptedProvider(object):
         calls = []
         for number, tool in enumerate(step.get("tools") or []):
             arguments = self.fill(tool.get("input") if isinstance(tool.get("input"), dict) else {})
-            calls.append(ToolCall("call_%d_%d" % (self.played_steps, number + 1),
-                                  safe_tool_name(tool.get("name", "")), json.dumps(arguments)))
+            calls.append(
+                ToolCall(
+                    f"call_{self.played_steps}_{number + 1}",
+                    safe_tool_name(tool.get("name", "")),
+                    json.dumps(arguments),
+                )
+            )
         return ModelTurn(step.get("say") or "", calls, usage)

@@ -2,8 +2,10 @@
 compaction, runs the runner-local tools (file.*, shell.exec, web.fetch) and local toolpacks through the
 Node host, and reports to the controller (backend-runner.md §5, §7-§13). Standard library only, runs on
 CPython >= 3.9, imports only suzumio_models (beside it); nothing imports this module but tests."""
+
 import json
 import logging
+import math
 import os
 import posixpath
 import re
@@ -17,12 +19,23 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 try:
     from suzumio_models import (
-        ModelError, TransportError, create_provider, expand_preset, api_model, http_request,
-        is_context_overflow, provider_secrets, proxy_for, safe_tool_name,
+        ModelError,
+        TransportError,
+        api_model,
+        create_provider,
+        expand_preset,
+        http_request,
+        is_context_overflow,
+        provider_secrets,
+        proxy_for,
+        safe_tool_name,
     )
 except ImportError as missing:  # the backend must deliver both files side by side
-    sys.stderr.write("Runner file not found: %s (%s)\n" % (
-        os.path.join(os.path.dirname(os.path.abspath(__file__)), "suzumio_models.py"), missing))
+    sys.stderr.write(
+        "Runner file not found: {} ({})\n".format(
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "suzumio_models.py"), missing
+        )
+    )
     sys.exit(1)
 
 log = logging.getLogger("suzumio_runner")
@@ -31,8 +44,14 @@ CONTROLLER_CONNECT_TIMEOUT_S = 60.0
 CONTROLLER_READ_TIMEOUT_S = 300.0
 ENDING_TOOLS = ("coordination.wait_for_signal", "completion.submit")
 BUILTIN_TOOLS = {
-    "core": ("messages.send", "coordination.wait_for_signal", "completion.submit",
-             "file.read", "file.write", "file.patch"),
+    "core": (
+        "messages.send",
+        "coordination.wait_for_signal",
+        "completion.submit",
+        "file.read",
+        "file.write",
+        "file.patch",
+    ),
     "shell": ("shell.exec",),
     "web": ("web.fetch",),
 }
@@ -54,7 +73,7 @@ SUMMARY_MAX_TOKENS = 4000
 CONTINUE_TEXT = "Continue the assigned Suzumio activation."
 NO_SUMMARY_TEXT = "No durable session facts were recovered from the compacted history."
 ENDED_OUTPUT = "This activation has already ended; the tool call was not run."
-MAX_SAFE_INTEGER = 2 ** 53 - 1
+MAX_SAFE_INTEGER = 2**53 - 1
 LINE_LIMIT = 2000
 REDIRECT_LIMIT = 20
 _ABSENT = object()
@@ -78,8 +97,8 @@ class ToolError(Exception):
 
 def now_iso():
     """The current UTC time as ISO-8601 with milliseconds and Z."""
-    now = datetime.now(timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + "%03dZ" % (now.microsecond // 1000)
+    now = datetime.now(timezone.utc)  # noqa: UP017 (datetime.UTC needs 3.11)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
 def compact_json(value):
@@ -91,7 +110,7 @@ def trim_chars(text, limit):
     stripped = (text or "").strip()
     if len(stripped) <= limit:
         return stripped
-    return "%s\n\n[truncated %d chars]" % (stripped[:limit].rstrip(), len(stripped) - limit)
+    return f"{stripped[:limit].rstrip()}\n\n[truncated {len(stripped) - limit} chars]"
 
 
 def format_error(error):
@@ -99,14 +118,14 @@ def format_error(error):
     message = str(error) or error.__class__.__name__
     cause = error.__cause__
     if cause is not None:
-        message += ": %s" % cause
+        message += f": {cause}"
         code = getattr(cause, "errno", None) or getattr(cause, "code", None)
         if code is not None:
-            message += " [%s]" % code
+            message += f" [{code}]"
     return message
 
 
-class Redactor(object):
+class Redactor:
     """Replaces every known secret (agent token, provider keys, secret headers) by `<redacted>`."""
 
     def __init__(self):
@@ -136,7 +155,7 @@ class RedactingFormatter(logging.Formatter):
 # Controller client
 
 
-class ControllerClient(object):
+class ControllerClient:
     """POSTs JSON to the controller's runner routes, never through a proxy (§7.7)."""
 
     def __init__(self, base_url, identity):
@@ -148,13 +167,21 @@ class ControllerClient(object):
         body.update(fields)
         try:
             response = http_request(
-                "POST", self.base_url + path, {"Content-Type": "application/json"},
-                json.dumps(body).encode("utf-8"), None, CONTROLLER_CONNECT_TIMEOUT_S, CONTROLLER_READ_TIMEOUT_S)
+                "POST",
+                self.base_url + path,
+                {"Content-Type": "application/json"},
+                json.dumps(body).encode("utf-8"),
+                None,
+                CONTROLLER_CONNECT_TIMEOUT_S,
+                CONTROLLER_READ_TIMEOUT_S,
+            )
         except TransportError as error:
             raise ControllerError(
-                "Suzumio controller request failed: %s. The Suzumio server must be running and reachable at "
-                "%s (for containers: start it with --host 0.0.0.0 and use a container-reachable URL such as "
-                "http://host.docker.internal:<port>)" % (error, self.base_url)) from None
+                f"Suzumio controller request failed: {error}. The Suzumio server must be running and "
+                f"reachable at {self.base_url} (for containers: start it with --host 0.0.0.0 and use a "
+                "container-reachable URL such as "
+                "http://host.docker.internal:<port>)"
+            ) from None
         text = response.body.decode("utf-8", "replace")
         if not 200 <= response.status < 300:
             raise ControllerError(error_message(text, response.status), response.status)
@@ -163,7 +190,7 @@ class ControllerClient(object):
         try:
             return json.loads(text)
         except ValueError:
-            raise ControllerError("Invalid JSON from the controller for %s: %s" % (path, text[:200])) from None
+            raise ControllerError(f"Invalid JSON from the controller for {path}: {text[:200]}") from None
 
 
 def error_message(text, status):
@@ -174,7 +201,7 @@ def error_message(text, status):
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
         return parsed["error"]
-    return text.strip() or "Request failed: %s" % status
+    return text.strip() or f"Request failed: {status}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,7 +213,7 @@ def render_for_model(row):
     role = row.get("role")
     content = str(row.get("content") or "")
     if role in ROW_PREFIXES:
-        content = "%s\n\n%s" % (ROW_PREFIXES[role], content)
+        content = f"{ROW_PREFIXES[role]}\n\n{content}"
     return trim_chars(content, MODEL_TOOL_RESULT_LIMIT if role == "tool_result" else MODEL_ROW_LIMIT)
 
 
@@ -218,12 +245,14 @@ def retry_tail_count(history):
 
 
 def render_for_summary(row):
-    lines = ["## %s %s %s" % (row.get("sequence"), row.get("role"), row.get("kind")),
-             "Time: %s" % row.get("createdAt")]
+    lines = [
+        "## {} {} {}".format(row.get("sequence"), row.get("role"), row.get("kind")),
+        "Time: {}".format(row.get("createdAt")),
+    ]
     if row.get("activationId"):
-        lines.append("Activation: %s" % row["activationId"])
+        lines.append("Activation: {}".format(row["activationId"]))
     if row.get("compactionId"):
-        lines.append("Archived by: %s" % row["compactionId"])
+        lines.append("Archived by: {}".format(row["compactionId"]))
     lines.append(str(row.get("content") or ""))
     limit = SUMMARY_TOOL_RESULT_LIMIT if row.get("role") == "tool_result" else SUMMARY_ROW_LIMIT
     return trim_chars("\n".join(lines), limit)
@@ -251,7 +280,8 @@ SUMMARY_INSTRUCTION = (
     "You are condensing the long session of an autonomous agent so that its work can resume later from "
     "this summary alone. Preserve every piece of concrete state: the goal, constraints, progress on proofs, "
     "lemmas and computations, file paths, commands, errors, artifacts, verification results, blockers and "
-    "next steps. Drop chatter, pleasantries and duplicate attempts.")
+    "next steps. Drop chatter, pleasantries and duplicate attempts."
+)
 SUMMARY_TEMPLATE = """Reproduce exactly this Markdown template, with these headings in this order:
 
 ## Goal
@@ -270,8 +300,9 @@ paths, commands, error strings and identifiers; do not mention that a summary or
 
 
 def summary_prompt(archived):
-    return "\n\n".join([SUMMARY_INSTRUCTION, SUMMARY_TEMPLATE, "# Agent History To Compact",
-                        summary_input(archived)])
+    return "\n\n".join(
+        [SUMMARY_INSTRUCTION, SUMMARY_TEMPLATE, "# Agent History To Compact", summary_input(archived)]
+    )
 
 
 def _collapse(text, limit):
@@ -308,30 +339,51 @@ def fallback_summary(history, archived, keep_tail, agent_id, selected_model, ove
     goal = _first_line(goal_row.get("content")) or "(none recovered)"
     recent = archived[-10:]
     sequences = [row.get("sequence") for row in archived if isinstance(row.get("sequence"), int)]
-    span = "%s-%s (%d messages)" % (min(sequences), max(sequences), len(archived)) if sequences else "(none)"
-    recent_text = "; ".join("%s %s/%s: %s" % (row.get("sequence"), row.get("role"), row.get("kind"),
-                                                _first_line(row.get("content")))
-                            for row in recent) or "(none)"
+    span = f"{min(sequences)}-{max(sequences)} ({len(archived)} messages)" if sequences else "(none)"
+    recent_text = (
+        "; ".join(
+            "{} {}/{}: {}".format(
+                row.get("sequence"), row.get("role"), row.get("kind"), _first_line(row.get("content"))
+            )
+            for row in recent
+        )
+        or "(none)"
+    )
     files = path_tokens(row.get("content") for row in recent)
-    file_lines = "\n".join("- %s" % path for path in files) or "(none recovered from the archived messages)"
-    text = "\n".join([
-        "## Goal", goal, "",
-        "## Constraints & Preferences", "(none recovered; see the retained history)", "",
-        "## Progress",
-        "### Done", "- %d earlier history messages are preserved in the controller's raw archive." % len(archived),
-        "### In Progress", "- Work continues from the latest %d unarchived history messages." % keep_tail,
-        "### Blocked",
-        "- Provider context overflow: %s" % _collapse(overflow_error, 700),
-        "- Summary generation failed: %s" % _collapse(summary_error, 700), "",
-        "## Key Decisions", "(none recovered)", "",
-        "## Next Steps", "- Re-read the latest activation prompt and continue from the retained history.", "",
-        "## Critical Context",
-        "- Agent: %s" % agent_id,
-        "- Selected model: %s" % selected_model,
-        "- Archived sequence range: %s" % span,
-        "- Recent archived messages: %s" % recent_text, "",
-        "## Relevant Files", file_lines,
-    ])
+    file_lines = "\n".join(f"- {path}" for path in files) or "(none recovered from the archived messages)"
+    text = "\n".join(
+        [
+            "## Goal",
+            goal,
+            "",
+            "## Constraints & Preferences",
+            "(none recovered; see the retained history)",
+            "",
+            "## Progress",
+            "### Done",
+            f"- {len(archived)} earlier history messages are preserved in the controller's raw archive.",
+            "### In Progress",
+            f"- Work continues from the latest {keep_tail} unarchived history messages.",
+            "### Blocked",
+            f"- Provider context overflow: {_collapse(overflow_error, 700)}",
+            f"- Summary generation failed: {_collapse(summary_error, 700)}",
+            "",
+            "## Key Decisions",
+            "(none recovered)",
+            "",
+            "## Next Steps",
+            "- Re-read the latest activation prompt and continue from the retained history.",
+            "",
+            "## Critical Context",
+            f"- Agent: {agent_id}",
+            f"- Selected model: {selected_model}",
+            f"- Archived sequence range: {span}",
+            f"- Recent archived messages: {recent_text}",
+            "",
+            "## Relevant Files",
+            file_lines,
+        ]
+    )
     return trim_chars(text, SUMMARY_MAX_CHARS)
 
 
@@ -356,14 +408,14 @@ def require_object(args):
 def required_string(args, key):
     value = args.get(key)
     if not isinstance(value, str) or not value.strip():
-        raise ToolError("%s is required" % key)
+        raise ToolError(f"{key} is required")
     return value
 
 
 def text_value(args, key):
     value = args.get(key)
     if not isinstance(value, str):
-        raise ToolError("%s must be a string" % key)
+        raise ToolError(f"{key} must be a string")
     return value
 
 
@@ -376,15 +428,20 @@ def optional_bool(args, key):
     value = args.get(key, _ABSENT)
     if value is _ABSENT or value is True or value is False:
         return None if value is _ABSENT else value
-    raise ToolError("Expected boolean, got %s" % describe_value(value))
+    raise ToolError(f"Expected boolean, got {describe_value(value)}")
 
 
 def bounded(args, key, default, cap):
     value = args.get(key, _ABSENT)
     if value is _ABSENT:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
-            or value in (float("inf"), float("-inf")) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+        or value in (float("inf"), float("-inf"))
+        or value <= 0
+    ):
         raise ToolError("Expected a positive number")
     return max(1, min(int(value), cap))
 
@@ -404,8 +461,8 @@ def roots_text(roots):
     if len(roots) <= 1:
         return "".join(roots)
     if len(roots) == 2:
-        return "%s or %s" % (roots[0], roots[1])
-    return "%s, or %s" % (", ".join(roots[:-1]), roots[-1])
+        return f"{roots[0]} or {roots[1]}"
+    return "{}, or {}".format(", ".join(roots[:-1]), roots[-1])
 
 
 def confined_path(value, workspace, roots, kind):
@@ -414,9 +471,10 @@ def confined_path(value, workspace, roots, kind):
     resolved = resolve_path(value, workspace)
     lexical_roots = [resolve_path(root, "/") for root in roots]
     real = os.path.realpath(resolved)
-    if not any(is_under(resolved, root) for root in lexical_roots) or \
-            not any(is_under(real, os.path.realpath(root)) for root in lexical_roots):
-        raise ToolError("%s path must be under %s: %s" % (kind, roots_text(list(roots)), value))
+    if not any(is_under(resolved, root) for root in lexical_roots) or not any(
+        is_under(real, os.path.realpath(root)) for root in lexical_roots
+    ):
+        raise ToolError(f"{kind} path must be under {roots_text(list(roots))}: {value}")
     return resolved
 
 
@@ -428,7 +486,7 @@ def cap_text(text, max_bytes):
     size = len(text.encode("utf-8"))
     if size <= max_bytes:
         return text
-    return "%s\n\n[truncated %d bytes]" % (text[:max_bytes].rstrip(), size - max_bytes)
+    return f"{text[:max_bytes].rstrip()}\n\n[truncated {size - max_bytes} bytes]"
 
 
 def file_read(args, workspace, read_roots):
@@ -441,23 +499,41 @@ def file_read(args, workspace, read_roots):
     if os.path.isdir(path):
         with os.scandir(path) as scan:
             entries = sorted(e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in scan)
-        raw = "\n".join(entries[offset - 1:offset - 1 + limit])
+        raw = "\n".join(entries[offset - 1 : offset - 1 + limit])
         body = cap_text(raw, max_bytes)
-        return {"title": "file read", "output": body or "(empty directory range)", "metadata": {
-            "path": path, "kind": "directory", "entries": len(entries), "offset": offset, "limit": limit,
-            "truncated": body != raw}}
+        return {
+            "title": "file read",
+            "output": body or "(empty directory range)",
+            "metadata": {
+                "path": path,
+                "kind": "directory",
+                "entries": len(entries),
+                "offset": offset,
+                "limit": limit,
+                "truncated": body != raw,
+            },
+        }
     with open(path, "rb") as handle:
         lines = re.split(r"\r?\n", handle.read().decode("utf-8", "replace"))
     rendered = []
-    for index, line in enumerate(lines[offset - 1:offset - 1 + limit]):
+    for index, line in enumerate(lines[offset - 1 : offset - 1 + limit]):
         if len(line) > LINE_LIMIT:
             line = line[:LINE_LIMIT] + "... (line truncated)"
-        rendered.append("%d: %s" % (offset + index, line))
+        rendered.append(f"{offset + index}: {line}")
     raw = "\n".join(rendered)
     body = cap_text(raw, max_bytes)
-    return {"title": "file read", "output": body or "(empty file range)", "metadata": {
-        "path": path, "kind": "file", "lines": len(lines), "offset": offset, "limit": limit,
-        "truncated": body != raw}}
+    return {
+        "title": "file read",
+        "output": body or "(empty file range)",
+        "metadata": {
+            "path": path,
+            "kind": "file",
+            "lines": len(lines),
+            "offset": offset,
+            "limit": limit,
+            "truncated": body != raw,
+        },
+    }
 
 
 def _write_text(path, content, create_dirs):
@@ -473,8 +549,11 @@ def file_write(args, workspace, write_roots):
     path = confined_path(required_string(args, "path"), workspace, write_roots, "Write")
     content = text_value(args, "content")
     _write_text(path, content, optional_bool(args, "createDirs"))
-    return {"title": "file written", "output": "Wrote %d chars to %s" % (len(content), path),
-            "metadata": {"path": path, "chars": len(content)}}
+    return {
+        "title": "file written",
+        "output": f"Wrote {len(content)} chars to {path}",
+        "metadata": {"path": path, "chars": len(content)},
+    }
 
 
 def file_patch(args, workspace, write_roots):
@@ -491,10 +570,10 @@ def file_patch(args, workspace, write_roots):
         if op == "add":
             content = text_value(operation, "content")
             _write_text(path, content, optional_bool(operation, "createDirs"))
-            lines.append("add %s (%d chars)" % (path, len(content)))
+            lines.append(f"add {path} ({len(content)} chars)")
         elif op == "delete":
             os.remove(path)
-            lines.append("delete %s" % path)
+            lines.append(f"delete {path}")
         elif op == "update":
             search = required_string(operation, "search")
             replace = operation.get("replace") if isinstance(operation.get("replace"), str) else ""
@@ -503,15 +582,17 @@ def file_patch(args, workspace, write_roots):
                 text = handle.read()
             count = text.count(search)
             if count == 0:
-                raise ToolError("Patch search text not found in %s" % path)
+                raise ToolError(f"Patch search text not found in {path}")
             if count > 1 and not replace_all:
-                raise ToolError("Patch search text matched %d times in %s; set replaceAll:true or make search "
-                                "text unique" % (count, path))
+                raise ToolError(
+                    f"Patch search text matched {count} times in {path}; set replaceAll:true or make search "
+                    "text unique"
+                )
             with open(path, "w", encoding="utf-8", newline="") as handle:
                 handle.write(text.replace(search, replace))
-            lines.append("update %s (%d replacement%s)" % (path, count, "" if count == 1 else "s"))
+            lines.append("update {} ({} replacement{})".format(path, count, "" if count == 1 else "s"))
         else:
-            raise ToolError("Unsupported patch op: %s" % op)
+            raise ToolError(f"Unsupported patch op: {op}")
     return {"title": "file patch", "output": "\n".join(lines), "metadata": {"operations": len(lines)}}
 
 
@@ -547,7 +628,7 @@ def reap_group(pgid):
             return
 
 
-class ProcessGroups(object):
+class ProcessGroups:
     """The process groups of running shell commands and Node hosts; SIGTERM ends them all (§7.1).
     A plain set: the signal handler runs on the main thread and must not wait for a lock."""
 
@@ -582,7 +663,7 @@ def _pump(stream, name, state):
         if not chunk:
             break
         with state["lock"]:
-            keep = chunk[:state["budget"]]
+            keep = chunk[: state["budget"]]
             state["budget"] -= len(keep)
             if len(keep) < len(chunk):
                 state["truncated"] = True
@@ -599,16 +680,30 @@ def shell_exec(args, workspace, env, groups=None):
     timeout_ms = bounded(args, "timeoutMs", 60000, 300000)
     max_output = bounded(args, "maxOutputBytes", 40000, 200000)
     try:
-        process = subprocess.Popen(["bash", "-lc", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        process = subprocess.Popen(
+            ["bash", "-lc", command],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
     except OSError as error:
         raise ToolError(str(error)) from None
     if groups is not None:
         groups.add(process.pid)
-    state = {"lock": threading.Lock(), "budget": max_output, "truncated": False,
-             "stdout": bytearray(), "stderr": bytearray()}
-    pumps = [threading.Thread(target=_pump, args=(process.stdout, "stdout", state), daemon=True),
-             threading.Thread(target=_pump, args=(process.stderr, "stderr", state), daemon=True)]
+    state = {
+        "lock": threading.Lock(),
+        "budget": max_output,
+        "truncated": False,
+        "stdout": bytearray(),
+        "stderr": bytearray(),
+    }
+    pumps = [
+        threading.Thread(target=_pump, args=(process.stdout, "stdout", state), daemon=True),
+        threading.Thread(target=_pump, args=(process.stderr, "stderr", state), daemon=True),
+    ]
     for pump in pumps:
         pump.start()
     deadline = time.monotonic() + timeout_ms / 1000.0
@@ -632,7 +727,7 @@ def shell_exec(args, workspace, env, groups=None):
             groups.discard(process.pid)
     stdout = bytes(state["stdout"]).decode("utf-8", "replace")
     stderr = bytes(state["stderr"]).decode("utf-8", "replace")
-    output = "$ %s" % command
+    output = f"$ {command}"
     if stdout.strip():
         output += "\n[stdout]\n" + stdout.rstrip()
     if stderr.strip():
@@ -640,10 +735,17 @@ def shell_exec(args, workspace, env, groups=None):
     if state["truncated"]:
         output += "\n[truncated]"
     code = process.returncode
-    return {"title": "shell exec", "output": output, "metadata": {
-        "exitCode": code if code >= 0 else None,
-        "signal": signal.Signals(-code).name if code < 0 else None,
-        "cwd": cwd, "timedOut": timed_out, "truncated": state["truncated"]}}
+    return {
+        "title": "shell exec",
+        "output": output,
+        "metadata": {
+            "exitCode": code if code >= 0 else None,
+            "signal": signal.Signals(-code).name if code < 0 else None,
+            "cwd": cwd,
+            "timedOut": timed_out,
+            "truncated": state["truncated"],
+        },
+    }
 
 
 def _stop_group(process):
@@ -667,8 +769,14 @@ def clean_html(text):
     text = re.sub(r"<script\b[^>]*>.*?</script\s*>", " ", text, flags=re.IGNORECASE | re.DOTALL)
     text = re.sub(r"<style\b[^>]*>.*?</style\s*>", " ", text, flags=re.IGNORECASE | re.DOTALL)
     text = re.sub(r"<[^>]*>", " ", text)
-    for entity, char in (("&nbsp;", " "), ("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"),
-                         ("&quot;", '"'), ("&#39;", "'")):
+    for entity, char in (
+        ("&nbsp;", " "),
+        ("&amp;", "&"),
+        ("&lt;", "<"),
+        ("&gt;", ">"),
+        ("&quot;", '"'),
+        ("&#39;", "'"),
+    ):
         text = text.replace(entity, char)
     return re.sub(r"\s+", " ", text).strip()
 
@@ -677,21 +785,21 @@ def normalize_url(value):
     """Parse and check a web.fetch URL; returns the normalised URL text."""
     parts = urlsplit(value.strip())
     if not parts.scheme:
-        raise ToolError("Invalid URL: %s" % value)
+        raise ToolError(f"Invalid URL: {value}")
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise ToolError("Unsupported URL protocol: %s:" % scheme)
+        raise ToolError(f"Unsupported URL protocol: {scheme}:")
     try:
-        parts.port
+        _ = parts.port
     except ValueError:
-        raise ToolError("Invalid URL: %s" % value) from None
+        raise ToolError(f"Invalid URL: {value}") from None
     if not parts.hostname:
-        raise ToolError("Invalid URL: %s" % value)
+        raise ToolError(f"Invalid URL: {value}")
     if parts.username is not None or parts.password is not None:
         raise ToolError("URL credentials are not allowed")
-    netloc = parts.hostname if ":" not in parts.hostname else "[%s]" % parts.hostname
+    netloc = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     if parts.port is not None:
-        netloc += ":%d" % parts.port
+        netloc += f":{parts.port}"
     return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
 
 
@@ -704,23 +812,25 @@ def web_fetch(args, env):
     fmt = args.get("format", _ABSENT)
     fmt = "text" if fmt is _ABSENT else fmt
     if fmt not in ("text", "raw"):
-        raise ToolError("Invalid format: %s" % describe_value(fmt))
+        raise ToolError(f"Invalid format: {describe_value(fmt)}")
     deadline = time.monotonic() + timeout_ms / 1000.0
     headers = {"User-Agent": "suzumio-runner", "Accept": "*/*"}
     current = url
     try:
         for _ in range(REDIRECT_LIMIT + 1):
-            response = http_request("GET", current, headers, None, proxy_for(current, env), None, None, deadline)
+            response = http_request(
+                "GET", current, headers, None, proxy_for(current, env), None, None, deadline
+            )
             location = response.headers.get("location")
             if response.status not in (301, 302, 303, 307, 308) or not location:
                 break
             current = urljoin(current, location)
             if urlsplit(current).scheme.lower() not in ("http", "https"):
-                raise TransportError("redirect to unsupported URL %s" % current)
+                raise TransportError(f"redirect to unsupported URL {current}")
         else:
             raise TransportError("too many redirects")
     except TransportError as error:
-        raise ToolError("web.fetch failed for %s: %s" % (url, error)) from None
+        raise ToolError(f"web.fetch failed for {url}: {error}") from None
     text = response.body.decode("utf-8", "replace")
     content_type = response.headers.get("content-type") or ""
     if fmt == "text" and "html" in content_type.lower():
@@ -739,7 +849,7 @@ def web_fetch(args, env):
 # Node bridge for local toolpack runner modules (§9)
 
 
-class NodeBridge(object):
+class NodeBridge:
     """One `node suzumio_toolpack_host.mjs --role runner` child speaking newline-delimited JSON."""
 
     def __init__(self, toolpack_id, host_path, groups, node="node"):
@@ -747,8 +857,12 @@ class NodeBridge(object):
         self.groups = groups
         self.last_id = 0
         try:
-            self.process = subprocess.Popen([node, host_path, "--role", "runner"], stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, start_new_session=True)
+            self.process = subprocess.Popen(
+                [node, host_path, "--role", "runner"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+            )
         except OSError:
             raise RunnerError("Node.js is required to run local toolpack runner modules") from None
         groups.add(self.process.pid)
@@ -777,7 +891,7 @@ class NodeBridge(object):
         raise ToolError(str(reply.get("error") or "Toolpack host call failed"))
 
     def _exited_text(self):
-        return "Toolpack host for %s exited (status %s)" % (self.toolpack_id, self.process.poll())
+        return f"Toolpack host for {self.toolpack_id} exited (status {self.process.poll()})"
 
     def init(self, module, context):
         """Load the runner module; returns the names of the tools it registered."""
@@ -790,7 +904,7 @@ class NodeBridge(object):
     def call(self, tool, args):
         result = self.request({"op": "call", "tool": tool, "input": args}).get("result")
         if not isinstance(result, dict) or not isinstance(result.get("output"), str):
-            raise ToolError("Runner tool %s returned an invalid result" % tool)
+            raise ToolError(f"Runner tool {tool} returned an invalid result")
         return result
 
     def close(self):
@@ -811,15 +925,20 @@ class NodeBridge(object):
 # The activation
 
 
-class RegisteredTool(object):
-    __slots__ = ("name", "safe", "description", "schema", "handler")
+class RegisteredTool:
+    __slots__ = ("description", "handler", "name", "safe", "schema")
 
     def __init__(self, name, safe, description, schema, handler):
-        self.name, self.safe, self.description, self.schema, self.handler = \
-            name, safe, description, schema, handler
+        self.name, self.safe, self.description, self.schema, self.handler = (
+            name,
+            safe,
+            description,
+            schema,
+            handler,
+        )
 
 
-class RequestState(object):
+class RequestState:
     """Per run_request counters of the step loop (§7.4)."""
 
     def __init__(self):
@@ -834,11 +953,13 @@ def localize(value, workspace, artifacts_root):
     if isinstance(value, str):
         for name, actual in (("workspace", workspace), ("artifacts", artifacts_root)):
             if actual:
-                value = re.sub(r"(?<![\w/])/%s(?![\w-])" % name, lambda m, actual=actual: actual, value)
+                value = re.sub(rf"(?<![\w/])/{name}(?![\w-])", lambda m, actual=actual: actual, value)
         return value
     if isinstance(value, dict):
-        return dict((k, localize(v, workspace, artifacts_root) if k == "description" or isinstance(v, dict)
-                     else v) for k, v in value.items())
+        return {
+            k: localize(v, workspace, artifacts_root) if k == "description" or isinstance(v, dict) else v
+            for k, v in value.items()
+        }
     return value
 
 
@@ -848,7 +969,7 @@ def sum_usage(total, usage):
     return total
 
 
-class Runner(object):
+class Runner:
     """One activation: attempts over the expanded presets, then /activation-output (§7.2)."""
 
     def __init__(self, activation, env, groups=None, sleep=time.sleep, node="node", host_path=None):
@@ -858,10 +979,11 @@ class Runner(object):
         self.sleep = sleep
         self.node = node
         self.host_path = host_path or os.path.join(
-            os.path.dirname(os.path.abspath(__file__)), "suzumio_toolpack_host.mjs")
+            os.path.dirname(os.path.abspath(__file__)), "suzumio_toolpack_host.mjs"
+        )
         for field in ("project", "token", "controllerUrl", "workspace"):
             if not isinstance(activation.get(field), str) or not activation[field]:
-                raise RunnerError("input.json is missing %s" % field)
+                raise RunnerError(f"input.json is missing {field}")
         self.agent_id = (activation.get("agent") or {}).get("id")
         self.activation_id = (activation.get("activation") or {}).get("id")
         if not self.agent_id or not self.activation_id:
@@ -871,9 +993,15 @@ class Runner(object):
         self.read_roots = activation.get("readRoots") or [self.workspace]
         self.write_roots = activation.get("writeRoots") or [self.workspace]
         self.runner_config = activation.get("runner") or {}
-        self.client = ControllerClient(activation["controllerUrl"], {
-            "project": activation["project"], "agentId": self.agent_id,
-            "activationId": self.activation_id, "token": activation["token"]})
+        self.client = ControllerClient(
+            activation["controllerUrl"],
+            {
+                "project": activation["project"],
+                "agentId": self.agent_id,
+                "activationId": self.activation_id,
+                "token": activation["token"],
+            },
+        )
 
     def run(self):
         """Try every concrete preset in order, then post the first output. Raises RunnerError."""
@@ -882,7 +1010,9 @@ class Runner(object):
             raise RunnerError("runner.models is required in ai mode")
         selected = (self.input.get("agent") or {}).get("model") or self.runner_config.get("model")
         if not selected:
-            raise RunnerError("No model preset selected. Set backend.runner.model or agents.<id>.model explicitly.")
+            raise RunnerError(
+                "No model preset selected. Set backend.runner.model or agents.<id>.model explicitly."
+            )
         try:
             attempts = expand_preset(models, selected)
         except ModelError as error:
@@ -892,9 +1022,9 @@ class Runner(object):
             try:
                 output = self.run_attempt(attempt, selected)
                 break
-            except Exception as error:  # the attempt boundary: any failure moves to the next preset
+            except Exception as error:  # noqa: BLE001 - attempt boundary: any failure tries the next preset
                 log.warning("Model attempt %s failed: %s", attempt.preset_id, error)
-                failures.append("%s: %s" % (attempt.preset_id, error))
+                failures.append(f"{attempt.preset_id}: {error}")
         else:
             raise RunnerError("All model attempts failed:\n" + "\n".join(failures))
         self.client.post("/activation-output", {"output": output})
@@ -909,8 +1039,11 @@ class Runner(object):
             except Exception as error:
                 if overflow_retry == 1 or not is_context_overflow(error):
                     raise
-                log.warning("context overflow from %s; compacting agent history and retrying activation %s",
-                            attempt.preset_id, self.activation_id)
+                log.warning(
+                    "context overflow from %s; compacting agent history and retrying activation %s",
+                    attempt.preset_id,
+                    self.activation_id,
+                )
                 history = self.compact_for_overflow(attempt, provider, selected, history, error)
 
     def run_request(self, attempt, provider, selected, history):
@@ -918,10 +1051,12 @@ class Runner(object):
         bridges = []
         try:
             tools = self.register_tools(bridges)
-            by_safe = dict((tool.safe, tool) for tool in tools)
+            by_safe = {tool.safe: tool for tool in tools}
             messages = history_to_messages(history)
             self.submit_context(attempt, selected, messages, history)
-            tool_defs = [{"name": t.safe, "description": t.description, "parameters": t.schema} for t in tools]
+            tool_defs = [
+                {"name": t.safe, "description": t.description, "parameters": t.schema} for t in tools
+            ]
             tool_choice = attempt.preset.get("toolChoice") or ("auto" if tools else "none")
             max_iterations = self.runner_config.get("maxIterations") or 1000000
             state = RequestState()
@@ -935,9 +1070,20 @@ class Runner(object):
                 sum_usage(usage, turn.usage)
                 if not turn.tool_calls:
                     break
-                messages.append({"role": "assistant", "content": turn.text, "tool_calls": [
-                    {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-                    for call in turn.tool_calls]})
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": turn.text,
+                        "tool_calls": [
+                            {
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": call.arguments},
+                            }
+                            for call in turn.tool_calls
+                        ],
+                    }
+                )
                 for call in turn.tool_calls:
                     content = self.execute_tool_call(state, call, by_safe)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
@@ -956,8 +1102,10 @@ class Runner(object):
         if hasattr(provider, "history_metadata"):
             metadata.update(provider.history_metadata())
         try:
-            self.client.post("/runner/history/messages", {
-                "role": "assistant", "kind": "assistant_output", "content": out_text, "metadata": metadata})
+            self.client.post(
+                "/runner/history/messages",
+                {"role": "assistant", "kind": "assistant_output", "content": out_text, "metadata": metadata},
+            )
         except ControllerError as error:
             log.warning("%s (assistant output not recorded in history)", error)
         return {"text": out_text, "usage": output_usage}
@@ -965,10 +1113,17 @@ class Runner(object):
     def submit_context(self, attempt, selected, messages, history):
         entries = [{"role": m["role"], "content": m["content"], "chars": len(m["content"])} for m in messages]
         context = {
-            "version": 1, "kind": "model-context", "recordedAt": now_iso(), "selectedModel": selected,
-            "model": attempt.preset_id, "apiModel": api_model(attempt.preset),
+            "version": 1,
+            "kind": "model-context",
+            "recordedAt": now_iso(),
+            "selectedModel": selected,
+            "model": attempt.preset_id,
+            "apiModel": api_model(attempt.preset),
             "firstPrompt": sum(1 for row in history if row.get("kind") == "activation_prompt") <= 1,
-            "messageCount": len(entries), "totalChars": sum(e["chars"] for e in entries), "messages": entries}
+            "messageCount": len(entries),
+            "totalChars": sum(e["chars"] for e in entries),
+            "messages": entries,
+        }
         try:
             self.client.post("/activation-context", {"context": context})
         except ControllerError as error:
@@ -987,29 +1142,38 @@ class Runner(object):
             definitions = spec.get("tools") or []
             names = [d.get("name") for d in definitions]
             if module.startswith("builtin:"):
-                handlers = self.builtin_handlers(module[len("builtin:"):], spec)
+                handlers = self.builtin_handlers(module[len("builtin:") :], spec)
             else:
                 bridge = NodeBridge(toolpack_id, self.host_path, self.groups, self.node)
                 bridges.append(bridge)
-                registered = bridge.init(module, {
-                    "project": self.input["project"], "agentId": self.agent_id,
-                    "activationId": self.activation_id, "workspace": self.workspace,
-                    "toolpackId": toolpack_id, "controllerUrl": self.input["controllerUrl"],
-                    "token": self.input["token"], "supportPath": spec.get("supportPath")})
-                handlers = dict((name, self._bridge_handler(bridge, name)) for name in registered)
-                names = list(spec.get("declaredTools") or []) + [n for n in names
-                                                                 if n not in (spec.get("declaredTools") or [])]
+                registered = bridge.init(
+                    module,
+                    {
+                        "project": self.input["project"],
+                        "agentId": self.agent_id,
+                        "activationId": self.activation_id,
+                        "workspace": self.workspace,
+                        "toolpackId": toolpack_id,
+                        "controllerUrl": self.input["controllerUrl"],
+                        "token": self.input["token"],
+                        "supportPath": spec.get("supportPath"),
+                    },
+                )
+                handlers = {name: self._bridge_handler(bridge, name) for name in registered}
+                names = list(spec.get("declaredTools") or []) + [
+                    n for n in names if n not in (spec.get("declaredTools") or [])
+                ]
             for name in names:
                 if name not in handlers:
-                    raise RunnerError("Runner module for %s did not register %s" % (toolpack_id, name))
+                    raise RunnerError(f"Runner module for {toolpack_id} did not register {name}")
                 if name in seen:
-                    raise RunnerError("Duplicate runner tool: %s" % name)
+                    raise RunnerError(f"Duplicate runner tool: {name}")
                 seen[name] = toolpack_id
             for definition in definitions:
                 name = definition["name"]
                 safe = safe_tool_name(name)
                 if safe in by_safe:
-                    raise RunnerError("Tool names %s and %s both map to %s" % (by_safe[safe], name, safe))
+                    raise RunnerError(f"Tool names {by_safe[safe]} and {name} both map to {safe}")
                 by_safe[safe] = name
                 description = definition.get("description") or ""
                 schema = definition.get("inputSchema") or {"type": "object", "properties": {}}
@@ -1024,8 +1188,8 @@ class Runner(object):
 
     def builtin_handlers(self, pack, spec):
         if pack not in BUILTIN_TOOLS:
-            raise RunnerError("Unknown built-in runner toolpack: %s" % pack)
-        support_path = spec.get("supportPath") or "/toolpacks/%s/support" % pack
+            raise RunnerError(f"Unknown built-in runner toolpack: {pack}")
+        support_path = spec.get("supportPath") or f"/toolpacks/{pack}/support"
         local = {
             "file.read": lambda args: file_read(args, self.workspace, self.read_roots),
             "file.write": lambda args: file_write(args, self.workspace, self.write_roots),
@@ -1035,26 +1199,29 @@ class Runner(object):
         }
         handlers = {}
         for name in BUILTIN_TOOLS[pack]:
-            handlers[name] = self._support_handler(support_path, name) if name in SUPPORT_TOOLS else local[name]
+            handlers[name] = (
+                self._support_handler(support_path, name) if name in SUPPORT_TOOLS else local[name]
+            )
         return handlers
 
     def _support_handler(self, support_path, tool):
         def call(args):
             result = self.client.post(support_path, {"tool": tool, "input": args})
             if not isinstance(result, dict) or not isinstance(result.get("output"), str):
-                raise ToolError("Runner tool %s returned an invalid result" % tool)
+                raise ToolError(f"Runner tool {tool} returned an invalid result")
             return result
+
         return call
 
     def execute_tool_call(self, state, call, by_safe):
         """Run one model tool call with its audit posts; returns the tool message text (§8.2)."""
         tool = by_safe.get(call.name)
         if tool is None:
-            return "Model called unknown tool: %s" % call.name
+            return f"Model called unknown tool: {call.name}"
         try:
             args = json.loads(call.arguments) if call.arguments and call.arguments.strip() else {}
         except ValueError as error:
-            return "Invalid tool input for %s (arguments are not valid JSON): %s" % (call.name, error)
+            return f"Invalid tool input for {call.name} (arguments are not valid JSON): {error}"
         if args is None:
             args = {}
         if state.ended:
@@ -1062,7 +1229,7 @@ class Runner(object):
         state.tool_calls += 1
         max_calls = self.runner_config.get("maxToolCalls")
         if max_calls and state.tool_calls > max_calls:
-            return "Exceeded maxToolCalls: %s" % max_calls
+            return f"Exceeded maxToolCalls: {max_calls}"
         try:
             started = self.client.post("/runner/tool-calls/start", {"tool": tool.name, "input": args})
         except ControllerError as error:
@@ -1076,24 +1243,30 @@ class Runner(object):
             log.warning("Tool %s failed unexpectedly", tool.name, exc_info=True)
             return self._fail_tool_call(tool_call_id, str(error) or error.__class__.__name__)
         try:
-            finished = self.client.post("/runner/tool-calls/finish", {
-                "toolCallId": tool_call_id, "status": "completed", "output": result["output"]})
+            finished = self.client.post(
+                "/runner/tool-calls/finish",
+                {"toolCallId": tool_call_id, "status": "completed", "output": result["output"]},
+            )
         except ControllerError as error:
             return str(error)
         signal_text = finished.get("signalText") if isinstance(finished, dict) else None
         if isinstance(signal_text, str) and signal_text:
             result = dict(result)
-            result["output"] = "%s\n\n%s" % (result["output"], signal_text) if result["output"] else signal_text
+            result["output"] = (
+                "{}\n\n{}".format(result["output"], signal_text) if result["output"] else signal_text
+            )
         if tool.name in ENDING_TOOLS:
             state.ended = True
             state.end_output = result["output"]
-        shown = dict((key, result[key]) for key in ("title", "output", "metadata") if key in result)
+        shown = {key: result[key] for key in ("title", "output", "metadata") if key in result}
         return compact_json(shown)
 
     def _fail_tool_call(self, tool_call_id, message):
         try:
-            self.client.post("/runner/tool-calls/finish", {
-                "toolCallId": tool_call_id, "status": "failed", "error": message})
+            self.client.post(
+                "/runner/tool-calls/finish",
+                {"toolCallId": tool_call_id, "status": "failed", "error": message},
+            )
         except ControllerError as error:
             log.warning("%s (failed tool call not recorded)", error)
         return message
@@ -1103,25 +1276,36 @@ class Runner(object):
     def compact_for_overflow(self, attempt, provider, selected, history, overflow_error):
         """Summarize the archived head, persist the compaction, return the history to retry with (§11)."""
         keep_tail = max(1, retry_tail_count(history))
-        archived = history[:len(history) - keep_tail]
+        archived = history[: len(history) - keep_tail]
         summary = None
         if archived:
             cap = min(attempt.preset.get("maxOutputTokens") or SUMMARY_MAX_TOKENS, SUMMARY_MAX_TOKENS)
             try:
-                turn = provider.complete([{"role": "user", "content": summary_prompt(archived)}], [], None, cap)
+                turn = provider.complete(
+                    [{"role": "user", "content": summary_prompt(archived)}], [], None, cap
+                )
                 summary = trim_chars(turn.text, SUMMARY_MAX_CHARS) or NO_SUMMARY_TEXT
-            except Exception as error:  # any summary failure falls back to the deterministic summary
+            except Exception as error:  # noqa: BLE001 - any failure: use the deterministic summary
                 log.warning("History summary request to %s failed: %s", attempt.preset_id, error)
                 summary_error = str(error)
         else:
-            summary_error = ("No pre-activation segment was available to summarize; the active controller "
-                             "history is compacted.")
+            summary_error = (
+                "No pre-activation segment was available to summarize; the active controller "
+                "history is compacted."
+            )
         if summary is None:
-            summary = fallback_summary(history, archived, keep_tail, self.agent_id, selected,
-                                       str(overflow_error), summary_error)
-        response = self.client.post("/runner/history/compact", {
-            "summary": summary, "keepTail": keep_tail, "reason": "provider_context_overflow",
-            "selectedModel": selected})
+            summary = fallback_summary(
+                history, archived, keep_tail, self.agent_id, selected, str(overflow_error), summary_error
+            )
+        response = self.client.post(
+            "/runner/history/compact",
+            {
+                "summary": summary,
+                "keepTail": keep_tail,
+                "reason": "provider_context_overflow",
+                "selectedModel": selected,
+            },
+        )
         new_history = response.get("history") if isinstance(response, dict) else None
         return new_history if isinstance(new_history, list) and new_history else history
 
@@ -1136,7 +1320,7 @@ def parse_args(argv):
     while index < len(argv):
         name = argv[index]
         if not name.startswith("--") or index + 1 >= len(argv):
-            raise RunnerError("Arguments are --name value pairs; got %s" % name)
+            raise RunnerError(f"Arguments are --name value pairs; got {name}")
         options[name[2:]] = argv[index + 1]
         index += 2
     if not options.get("input"):
@@ -1149,11 +1333,11 @@ def load_input(path):
         with open(path, "r", encoding="utf-8") as handle:
             activation = json.load(handle)
     except OSError as error:
-        raise RunnerError("Cannot read input file %s" % path) from error
+        raise RunnerError(f"Cannot read input file {path}") from error
     except ValueError as error:
-        raise RunnerError("Input file %s is not valid JSON: %s" % (path, error)) from None
+        raise RunnerError(f"Input file {path} is not valid JSON: {error}") from None
     if not isinstance(activation, dict):
-        raise RunnerError("Input file %s must hold a JSON object" % path)
+        raise RunnerError(f"Input file {path} must hold a JSON object")
     return activation
 
 
@@ -1184,7 +1368,7 @@ def main(argv=None):
         if isinstance(models, dict):
             redactor.add(provider_secrets(models, env))
         Runner(activation, env, groups).run()
-    except Exception as error:  # the process boundary: one line on stderr, exit 1
+    except Exception as error:  # noqa: BLE001 - the process boundary: one line on stderr, exit 1
         sys.stderr.write(redactor(format_error(error)) + "\n")
         sys.stderr.flush()
         return 1

@@ -2,6 +2,7 @@
 server for one project/agent/activation that records every call and answers with the spec's shapes,
 including P1 `signalText` on tool-call finish and `{"error": ...}` failures. Imported by tests only,
 until end-to-end tests run the real controller."""
+
 import json
 import threading
 from collections import namedtuple
@@ -29,15 +30,19 @@ def blank(value):
 
 def p1_signal_text(body):
     """A tool-boundary delivery text shaped like the controller's (backend-runner.md §6.3)."""
-    return "\n\n".join([SIGNAL_HEADING, "These signals arrived while this activation was running; they are new "
-                        "instructions that follow the tool result.", "## Signal 1 (P1)\n\n" + body])
+    note = (
+        "These signals arrived while this activation was running; they are new instructions that follow "
+        "the tool result."
+    )
+    return "\n\n".join([SIGNAL_HEADING, note, "## Signal 1 (P1)\n\n" + body])
 
 
-class FakeController(object):
+class FakeController:
     """Runner routes for agent `agent_id`; `history` is the agent's active history for compaction."""
 
-    def __init__(self, project="demo", agent_id="worker", activation_id="act_1", token="tok-secret-4242",
-                 history=None):
+    def __init__(
+        self, project="demo", agent_id="worker", activation_id="act_1", token="tok-secret-4242", history=None
+    ):
         self.project, self.agent_id, self.activation_id, self.token = project, agent_id, activation_id, token
         self.history = list(history or [])
         self.calls = []
@@ -52,12 +57,14 @@ class FakeController(object):
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.controller = self
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-controller", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fake-controller", daemon=True
+        )
         self._thread.start()
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self._server.server_address[1]
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def paths(self):
         return [call.path for call in self.calls]
@@ -87,7 +94,7 @@ class FakeController(object):
                 raise RouteError(400, "Invalid JSON body: expected an object")
             for field in IDENTITY:
                 if blank(body.get(field)):
-                    raise RouteError(400, "%s is required" % field)
+                    raise RouteError(400, f"{field} is required")
             if path == "/activation-context":
                 return self._context(body)
             if path == "/activation-output":
@@ -100,7 +107,7 @@ class FakeController(object):
             if path == "/runner/tool-calls/start":
                 if blank(body.get("tool")):
                     raise RouteError(400, "tool is required")
-                tool_call_id = "tool_%d" % (len(self.tool_calls) + 1)
+                tool_call_id = "tool_%s" % (len(self.tool_calls) + 1)
                 self.tool_calls[tool_call_id] = body["tool"]
                 return {"toolCallId": tool_call_id}
             if path == "/runner/tool-calls/finish":
@@ -109,10 +116,15 @@ class FakeController(object):
                 return {"status": "recorded"}
             if path == "/runner/history/messages":
                 if body.get("role") not in ROLES:
-                    raise RouteError(400, "Invalid history role: %s" % body.get("role"))
-                row = {"id": "hist_%d" % (len(self.history) + 1), "role": body["role"], "kind": body.get("kind"),
-                       "content": body.get("content"), "metadata": body.get("metadata") or {},
-                       "sequence": len(self.history) + 1}
+                    raise RouteError(400, "Invalid history role: {}".format(body.get("role")))
+                row = {
+                    "id": "hist_%s" % (len(self.history) + 1),
+                    "role": body["role"],
+                    "kind": body.get("kind"),
+                    "content": body.get("content"),
+                    "metadata": body.get("metadata") or {},
+                    "sequence": len(self.history) + 1,
+                }
                 self.history.append(row)
                 return {"status": "recorded", "message": row}
             if path == "/runner/history/compact":
@@ -123,35 +135,42 @@ class FakeController(object):
                     return handler(body)
                 if handler is not None:
                     return handler
-                return {"title": "toolpack support", "output": "Controller handled %s." % body.get("tool")}
+                return {
+                    "title": "toolpack support",
+                    "output": "Controller handled {}.".format(body.get("tool")),
+                }
             raise RouteError(404, "not found")
 
     def _authorize(self, body):
         if body["project"] != self.project:
-            raise RouteError(404, "Unknown project: %s" % body["project"])
+            raise RouteError(404, "Unknown project: {}".format(body["project"]))
         if body["agentId"] != self.agent_id:
-            raise RouteError(404, "Unknown agent: %s" % body["agentId"])
+            raise RouteError(404, "Unknown agent: {}".format(body["agentId"]))
         if body["token"] != self.token:
             raise RouteError(403, "Invalid agent token")
         if body["activationId"] != self.activation_id:
-            raise RouteError(404, "Unknown activation: %s" % body["activationId"])
+            raise RouteError(404, "Unknown activation: {}".format(body["activationId"]))
 
     def _require_running(self, what):
         if self.status != "running":
-            raise RouteError(409, "Activation %s is %s; %s" % (self.activation_id, self.status, what))
+            raise RouteError(409, f"Activation {self.activation_id} is {self.status}; {what}")
 
     def _finish(self, body):
         for field in ("toolCallId", "status"):
             if blank(body.get(field)):
-                raise RouteError(400, "%s is required" % field)
+                raise RouteError(400, f"{field} is required")
         if body["status"] not in ("completed", "failed"):
-            raise RouteError(400, "Invalid tool call status: %s" % body["status"])
+            raise RouteError(400, "Invalid tool call status: {}".format(body["status"]))
         tool = self.tool_calls.get(body["toolCallId"])
         if tool is None:
-            raise RouteError(404, "Unknown tool call for activation: %s" % body["toolCallId"])
+            raise RouteError(404, "Unknown tool call for activation: {}".format(body["toolCallId"]))
         answer = {"status": body["status"]}
-        if body["status"] == "completed" and self.status == "running" and tool not in ENDING_TOOLS \
-                and self.pending_p1:
+        if (
+            body["status"] == "completed"
+            and self.status == "running"
+            and tool not in ENDING_TOOLS
+            and self.pending_p1
+        ):
             answer["deliveredSignals"] = 1
             answer["signalText"] = p1_signal_text(self.pending_p1.pop(0))
         return answer
@@ -164,12 +183,18 @@ class FakeController(object):
         except (TypeError, ValueError):
             keep = 12
         keep = max(1, min(keep, 100))
-        head, tail = self.history[:max(0, len(self.history) - keep)], self.history[-keep:]
+        head, tail = self.history[: max(0, len(self.history) - keep)], self.history[-keep:]
         if not head:
             return {"status": "unchanged", "history": self.history}
         compaction = {"id": "cmp_1", "archivedMessageCount": len(head)}
-        marker = {"id": "hist_cmp", "role": "compaction", "kind": "history_compaction",
-                  "content": body["summary"].strip(), "metadata": {"compactionId": "cmp_1"}, "sequence": 0}
+        marker = {
+            "id": "hist_cmp",
+            "role": "compaction",
+            "kind": "history_compaction",
+            "content": body["summary"].strip(),
+            "metadata": {"compactionId": "cmp_1"},
+            "sequence": 0,
+        }
         self.history = [marker] + tail
         return {"status": "compacted", "compaction": compaction, "history": self.history}
 
@@ -177,8 +202,11 @@ class FakeController(object):
         context = body.get("context")
         if not isinstance(context, dict):
             raise RouteError(400, "context is required")
-        if context.get("version") != 1 or context.get("kind") != "model-context" \
-                or not isinstance(context.get("messages"), list):
+        if (
+            context.get("version") != 1
+            or context.get("kind") != "model-context"
+            or not isinstance(context.get("messages"), list)
+        ):
             raise RouteError(400, "Invalid activation context")
         self._authorize(body)
         self.context = context

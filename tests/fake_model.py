@@ -1,6 +1,7 @@
 """Test stand-ins for the network around the runner: FakeModel, a real HTTP server speaking Chat
 Completions from a queue of scripted replies and recording every request, and RecordingProxy, a real
 HTTP forward proxy that records what passed through it. Imported by tests only."""
+
 import http.client
 import json
 import threading
@@ -10,7 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
-OVERFLOW_MESSAGE = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
+OVERFLOW_MESSAGE = (
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
+)
 
 RecordedRequest = namedtuple("RecordedRequest", "path headers body")
 Reply = namedtuple("Reply", "status headers body delay")
@@ -25,15 +28,29 @@ def _chat_body(model, number, content, tool_calls, usage, finish_reason):
                 name, arguments, call_id = call["name"], call.get("arguments", {}), call.get("id")
             else:
                 name, arguments, call_id = call[0], call[1], None
-            message["tool_calls"].append({
-                "id": call_id or "call_%d_%d" % (number, index + 1), "type": "function",
-                "function": {"name": name,
-                             "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}})
+            message["tool_calls"].append(
+                {
+                    "id": call_id or f"call_{number}_{index + 1}",
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                    },
+                }
+            )
     body = {
-        "id": "chatcmpl-fake-%d" % number, "object": "chat.completion", "created": int(time.time()),
+        "id": f"chatcmpl-fake-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": model or "fake-model",
-        "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
+            }
+        ],
     }
     if isinstance(usage, (tuple, list)):
         body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": usage[2]}
@@ -57,9 +74,9 @@ class _ModelHandler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         path = urlsplit(self.path).path
-        fake._record(RecordedRequest(path, dict((k.lower(), v) for k, v in self.headers.items()), body))
+        fake._record(RecordedRequest(path, {k.lower(): v for k, v in self.headers.items()}, body))
         if path not in CHAT_PATHS:
-            return self._send(Reply(404, {}, {"error": {"message": "no route %s" % path}}, 0))
+            return self._send(Reply(404, {}, {"error": {"message": f"no route {path}"}}, 0))
         reply = fake._next(body)
         if reply.delay and fake._closing.wait(reply.delay):
             return
@@ -82,7 +99,7 @@ class _ModelHandler(BaseHTTPRequestHandler):
             pass
 
 
-class FakeModel(object):
+class FakeModel:
     """A Chat Completions server on 127.0.0.1:<port>. Replies are taken from the queue of the requested
     model when one was enqueued for it, else from the shared queue; an empty queue answers 500."""
 
@@ -104,10 +121,20 @@ class FakeModel(object):
 
     @property
     def base_url(self):
-        return "http://127.0.0.1:%d/v1" % self.port
+        return f"http://127.0.0.1:{self.port}/v1"
 
-    def enqueue(self, content=None, tool_calls=None, usage=None, status=200, body=None, headers=None,
-                delay=0.0, model=None, finish_reason=None):
+    def enqueue(
+        self,
+        content=None,
+        tool_calls=None,
+        usage=None,
+        status=200,
+        body=None,
+        headers=None,
+        delay=0.0,
+        model=None,
+        finish_reason=None,
+    ):
         """Queue one reply: assistant `content` and/or `tool_calls` [(name, args) or {name, arguments, id}],
         `usage` (prompt, completion, total) or a raw dict; or an error `status` with a JSON `body`
         (bytes are sent as is); `delay` seconds before answering; `model` routes it to that model."""
@@ -115,21 +142,39 @@ class FakeModel(object):
             self._count += 1
             number = self._count
         if status == 200 and body is None:
+
             def body(request, number=number):
-                return _chat_body((request or {}).get("model"), number, content, tool_calls, usage, finish_reason)
+                return _chat_body(
+                    (request or {}).get("model"), number, content, tool_calls, usage, finish_reason
+                )
+
         reply = Reply(status, headers or {}, body, delay)
         with self._lock:
             self._queues.setdefault(model, []).append(reply)
 
     def enqueue_error(self, status, message, headers=None, model=None, delay=0.0):
         """Queue an OpenAI-style error body `{"error": {"message": ...}}` with the given status."""
-        self.enqueue(status=status, body={"error": {"message": message, "type": "fake_error", "code": None}},
-                     headers=headers, model=model, delay=delay)
+        self.enqueue(
+            status=status,
+            body={"error": {"message": message, "type": "fake_error", "code": None}},
+            headers=headers,
+            model=model,
+            delay=delay,
+        )
 
     def enqueue_context_overflow(self, model=None):
         """Queue the 400 a provider answers when the prompt exceeds the context window."""
-        self.enqueue(status=400, model=model, body={"error": {
-            "message": OVERFLOW_MESSAGE, "type": "invalid_request_error", "code": "context_length_exceeded"}})
+        self.enqueue(
+            status=400,
+            model=model,
+            body={
+                "error": {
+                    "message": OVERFLOW_MESSAGE,
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                }
+            },
+        )
 
     def pending(self):
         with self._lock:
@@ -167,12 +212,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         with proxy.lock:
             proxy.seen.append((self.command, self.path))
         target = urlsplit(self.path)
-        headers = dict((k, v) for k, v in self.headers.items()
-                       if k.lower() not in ("proxy-connection", "proxy-authorization", "connection"))
+        headers = {
+            k: v
+            for k, v in self.headers.items()
+            if k.lower() not in ("proxy-connection", "proxy-authorization", "connection")
+        }
         conn = http.client.HTTPConnection(target.hostname, target.port or 80, timeout=30)
         try:
-            conn.request(self.command, (target.path or "/") + ("?" + target.query if target.query else ""),
-                         body=body, headers=headers)
+            conn.request(
+                self.command,
+                (target.path or "/") + ("?" + target.query if target.query else ""),
+                body=body,
+                headers=headers,
+            )
             response = conn.getresponse()
             payload = response.read()
             self.send_response(response.status)
@@ -189,7 +241,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     do_POST = _forward
 
 
-class RecordingProxy(object):
+class RecordingProxy:
     """An HTTP forward proxy on 127.0.0.1:<port>; `seen` lists (method, absolute URL) it forwarded."""
 
     def __init__(self):
@@ -198,12 +250,14 @@ class RecordingProxy(object):
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
         self._server.daemon_threads = True
         self._server.proxy = self
-        self._thread = threading.Thread(target=self._server.serve_forever, name="recording-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="recording-proxy", daemon=True
+        )
         self._thread.start()
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self._server.server_address[1]
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def close(self):
         self._server.shutdown()

@@ -1,5 +1,6 @@
 """Builders for runner tests: activation input files shaped like the backend writes them
 (backend-runner.md §5), built-in toolpack specs, and running suzumio_runner.py as a subprocess."""
+
 import json
 import os
 import subprocess
@@ -21,15 +22,32 @@ TOOL_DEFS = {
     "shell.exec": "Run a bash command; it notifies nobody, report important results with messages.send.",
     "web.fetch": "Fetch a URL.",
 }
-PACKS = (("core", ("messages.send", "coordination.wait_for_signal", "completion.submit",
-                   "file.read", "file.write", "file.patch")),
-         ("shell", ("shell.exec",)), ("web", ("web.fetch",)))
+PACKS = (
+    (
+        "core",
+        (
+            "messages.send",
+            "coordination.wait_for_signal",
+            "completion.submit",
+            "file.read",
+            "file.write",
+            "file.patch",
+        ),
+    ),
+    ("shell", ("shell.exec",)),
+    ("web", ("web.fetch",)),
+)
 
 
 def tool_def(name):
-    return {"name": name, "description": TOOL_DEFS.get(name, name),
-            "inputSchema": {"type": "object", "properties": {"path": {
-                "type": "string", "description": "Path under /workspace."}}}}
+    return {
+        "name": name,
+        "description": TOOL_DEFS.get(name, name),
+        "inputSchema": {
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "Path under /workspace."}},
+        },
+    }
 
 
 def builtin_toolpacks(allowed=None):
@@ -38,15 +56,31 @@ def builtin_toolpacks(allowed=None):
     for pack, names in PACKS:
         tools = [tool_def(name) for name in names if allowed is None or name in allowed]
         if tools:
-            specs.append({"id": pack, "tools": tools, "runnerModule": "builtin:%s" % pack,
-                          "supportPath": "/toolpacks/%s/support" % pack})
+            specs.append(
+                {
+                    "id": pack,
+                    "tools": tools,
+                    "runnerModule": f"builtin:{pack}",
+                    "supportPath": f"/toolpacks/{pack}/support",
+                }
+            )
     return specs
 
 
 def history_row(sequence, role="user", kind="activation_prompt", content="Start", **extra):
-    row = {"id": "hist_%d" % sequence, "project": "demo", "agentId": "worker", "role": role, "kind": kind,
-           "content": content, "sequence": sequence, "archived": False, "metadata": {}, "parts": [],
-           "createdAt": "2026-06-02T00:00:%02d.000Z" % (sequence % 60)}
+    row = {
+        "id": f"hist_{sequence}",
+        "project": "demo",
+        "agentId": "worker",
+        "role": role,
+        "kind": kind,
+        "content": content,
+        "sequence": sequence,
+        "archived": False,
+        "metadata": {},
+        "parts": [],
+        "createdAt": f"2026-06-02T00:00:{sequence % 60:02d}.000Z",
+    }
     row.update(extra)
     return row
 
@@ -57,8 +91,15 @@ def provider_config(base_url, **extra):
     return provider
 
 
-def make_input(tmp_path, controller_url, base_url="http://127.0.0.1:9/v1", toolpacks=None, history=None,
-               runner=None, prompt="Start"):
+def make_input(
+    tmp_path,
+    controller_url,
+    base_url="http://127.0.0.1:9/v1",
+    toolpacks=None,
+    history=None,
+    runner=None,
+    prompt="Start",
+):
     """An input.json dict with temp workspace and artifact roots (local-backend layout)."""
     workspace = tmp_path / "ws"
     artifacts = tmp_path / "artifacts"
@@ -68,9 +109,14 @@ def make_input(tmp_path, controller_url, base_url="http://127.0.0.1:9/v1", toolp
     if history is None:
         history = [history_row(1, content=prompt)]
     if runner is None:
-        runner = {"mode": "ai", "model": "main", "models": {
-            "providers": {"gw": provider_config(base_url)},
-            "presets": {"main": {"provider": "gw", "model": "m1"}}}}
+        runner = {
+            "mode": "ai",
+            "model": "main",
+            "models": {
+                "providers": {"gw": provider_config(base_url)},
+                "presets": {"main": {"provider": "gw", "model": "m1"}},
+            },
+        }
     toolpacks = builtin_toolpacks() if toolpacks is None else toolpacks
     return {
         "project": "demo",
@@ -98,8 +144,13 @@ def write_input(tmp_path, activation):
 
 
 def runner_env(**extra):
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"),
-           "LANG": "C.UTF-8", "GW_KEY": API_KEY, "SUZUMIO_TOKEN": TOKEN}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+        "GW_KEY": API_KEY,
+        "SUZUMIO_TOKEN": TOKEN,
+    }
     env.update(extra)
     return env
 
@@ -107,14 +158,27 @@ def runner_env(**extra):
 def run_runner(tmp_path, activation, env=None, timeout=60, runner_path=RUNNER):
     """Run the runner as the backends do; returns the CompletedProcess (text mode)."""
     path = write_input(tmp_path, activation)
-    return subprocess.run([sys.executable, str(runner_path), "--input", str(path)], cwd=activation["workspace"],
-                          env=env if env is not None else runner_env(), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(runner_path), "--input", str(path)],
+        cwd=activation["workspace"],
+        env=env if env is not None else runner_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def start_runner(tmp_path, activation, env=None, runner_path=RUNNER):
     """Start the runner without waiting (for signal tests)."""
     path = write_input(tmp_path, activation)
-    return subprocess.Popen([sys.executable, str(runner_path), "--input", str(path)], cwd=activation["workspace"],
-                            env=env if env is not None else runner_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(runner_path), "--input", str(path)],
+        cwd=activation["workspace"],
+        env=env if env is not None else runner_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -1,10 +1,10 @@
 """The fake model speaks Chat Completions well enough for the official `openai` client to parse every
 kind of reply it serves: text, tool calls, usage, HTTP errors and slow answers."""
+
 import json
 
 import openai
 import pytest
-
 from fake_model import OVERFLOW_MESSAGE, FakeModel
 
 
@@ -16,7 +16,9 @@ def fake():
 
 
 def client_for(fake, base_url=None, timeout=10.0):
-    return openai.OpenAI(base_url=base_url or fake.base_url, api_key="sk-test", max_retries=0, timeout=timeout)
+    return openai.OpenAI(
+        base_url=base_url or fake.base_url, api_key="sk-test", max_retries=0, timeout=timeout
+    )
 
 
 def ask(client, **extra):
@@ -28,16 +30,29 @@ def test_text_reply_with_usage_is_parsed_by_openai_client(fake):
     completion = ask(client_for(fake))
     assert completion.choices[0].message.content == "Hello"
     assert completion.choices[0].finish_reason == "stop"
-    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens,
-            completion.usage.total_tokens) == (10, 2, 12)
+    assert (
+        completion.usage.prompt_tokens,
+        completion.usage.completion_tokens,
+        completion.usage.total_tokens,
+    ) == (10, 2, 12)
     assert completion.model == "m1"
 
 
 def test_tool_call_reply_is_parsed_with_arguments_json(fake):
-    fake.enqueue(tool_calls=[("file_read", {"path": "a.txt"}),
-                             {"name": "shell_exec", "arguments": '{"command":"ls"}', "id": "call_x"}])
-    message = ask(client_for(fake), tools=[{"type": "function", "function": {
-        "name": "file_read", "parameters": {"type": "object"}}}]).choices[0].message
+    fake.enqueue(
+        tool_calls=[
+            ("file_read", {"path": "a.txt"}),
+            {"name": "shell_exec", "arguments": '{"command":"ls"}', "id": "call_x"},
+        ]
+    )
+    message = (
+        ask(
+            client_for(fake),
+            tools=[{"type": "function", "function": {"name": "file_read", "parameters": {"type": "object"}}}],
+        )
+        .choices[0]
+        .message
+    )
     assert message.content is None
     assert [call.function.name for call in message.tool_calls] == ["file_read", "shell_exec"]
     assert json.loads(message.tool_calls[0].function.arguments) == {"path": "a.txt"}
@@ -57,7 +72,7 @@ def test_requests_are_recorded_with_headers_and_body(fake):
 
 def test_path_without_v1_prefix_is_served(fake):
     fake.enqueue(content="plain")
-    client = client_for(fake, base_url="http://127.0.0.1:%d" % fake.port)
+    client = client_for(fake, base_url=f"http://127.0.0.1:{fake.port}")
     assert ask(client).choices[0].message.content == "plain"
     assert fake.requests[0].path == "/chat/completions"
 
@@ -95,8 +110,12 @@ def test_replies_routed_by_model_and_empty_queue_answers_500(fake):
     fake.enqueue(content="for b", model="b")
     fake.enqueue(content="shared")
     client = client_for(fake)
-    assert client.chat.completions.create(
-        model="b", messages=[{"role": "user", "content": "x"}]).choices[0].message.content == "for b"
+    assert (
+        client.chat.completions.create(model="b", messages=[{"role": "user", "content": "x"}])
+        .choices[0]
+        .message.content
+        == "for b"
+    )
     assert ask(client).choices[0].message.content == "shared"
     with pytest.raises(openai.InternalServerError) as caught:
         ask(client)

@@ -2,11 +2,12 @@
 round trips, P1 delivery, fallback, retries, compaction, limits, proxies, scripted replay, local toolpacks
 through the Node host, exit codes, SIGTERM and secrets; plus unit tests of its pure helpers
 (backend-runner.md §7-§11, §16 scenarios 25-40; scripted-provider.md)."""
+
 import ast
 import json
-import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,15 +16,25 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import suzumio_models as models  # noqa: E402
-import suzumio_runner as runner  # noqa: E402
-from conftest import require, wait_until  # noqa: E402
-from fake_controller import SIGNAL_HEADING, FakeController  # noqa: E402
-from fake_model import FakeModel, RecordingProxy  # noqa: E402
-from runner_fixtures import (  # noqa: E402
-    API_KEY, REPO, TOKEN, builtin_toolpacks, history_row, make_input, provider_config, run_runner,
-    runner_env, start_runner, tool_def,
+from conftest import require, wait_until
+from fake_controller import SIGNAL_HEADING, FakeController
+from fake_model import FakeModel, RecordingProxy
+from runner_fixtures import (
+    API_KEY,
+    REPO,
+    TOKEN,
+    builtin_toolpacks,
+    history_row,
+    make_input,
+    provider_config,
+    run_runner,
+    runner_env,
+    start_runner,
+    tool_def,
 )
+
+import suzumio_models as models
+import suzumio_runner as runner
 
 CHAT = "/v1/chat/completions"
 
@@ -52,20 +63,36 @@ def controllers():
 @pytest.fixture
 def setup(tmp_path, model, controllers):
     """(controller, activation) for worker with the built-in toolpacks and the given history/runner."""
+
     def build(history=None, runner_config=None, toolpacks=None):
         history = history if history is not None else [history_row(1, content="Start")]
         controller = controllers(history=history)
-        activation = make_input(tmp_path, controller.url, model.base_url, toolpacks=toolpacks, history=history,
-                                runner=runner_config)
+        activation = make_input(
+            tmp_path,
+            controller.url,
+            model.base_url,
+            toolpacks=toolpacks,
+            history=history,
+            runner=runner_config,
+        )
         return controller, activation
+
     return build
 
 
 def two_presets(base_url, first="a", second="b", **provider_extra):
-    return {"mode": "ai", "model": "list", "models": {
-        "providers": {"gw": provider_config(base_url, **provider_extra)},
-        "presets": {"list": {"model-list": [first, second]},
-                    first: {"provider": "gw", "model": first}, second: {"provider": "gw", "model": second}}}}
+    return {
+        "mode": "ai",
+        "model": "list",
+        "models": {
+            "providers": {"gw": provider_config(base_url, **provider_extra)},
+            "presets": {
+                "list": {"model-list": [first, second]},
+                first: {"provider": "gw", "model": first},
+                second: {"provider": "gw", "model": second},
+            },
+        },
+    }
 
 
 def tool_messages(request):
@@ -92,10 +119,21 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
     assert (context["selectedModel"], context["model"], context["apiModel"]) == ("main", "main", "m1")
     tokens = {"input": 10, "output": 2, "total": 12}
     [history] = controller.bodies("/runner/history/messages")
-    assert (history["role"], history["kind"], history["content"]) == ("assistant", "assistant_output", "Hello")
-    assert history["metadata"] == {"selectedModel": "main", "model": "main", "apiModel": "m1", "usage": tokens}
-    assert controller.output == {"text": "Hello", "usage": {
-        "selectedModel": "main", "model": "main", "apiModel": "m1", "tokens": tokens}}
+    assert (history["role"], history["kind"], history["content"]) == (
+        "assistant",
+        "assistant_output",
+        "Hello",
+    )
+    assert history["metadata"] == {
+        "selectedModel": "main",
+        "model": "main",
+        "apiModel": "m1",
+        "usage": tokens,
+    }
+    assert controller.output == {
+        "text": "Hello",
+        "usage": {"selectedModel": "main", "model": "main", "apiModel": "m1", "tokens": tokens},
+    }
     [request] = model.requests
     assert request.path == CHAT
     assert request.headers["authorization"] == "Bearer " + API_KEY
@@ -109,12 +147,14 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
 
 
 def test_history_rows_are_replayed_with_roles_prefixes_and_trimming(tmp_path, model, setup):
-    history = [history_row(1, "compaction", "history_compaction", "earlier summary"),
-               history_row(2, "user", "activation_prompt", "Do it"),
-               history_row(3, "assistant", "assistant_output", "ok"),
-               history_row(4, "tool_call", "tool_call", "# Tool Call\nTool: file.read"),
-               history_row(5, "tool_result", "tool_result", "d" * 200000),
-               history_row(6, "user", "tool_boundary_signals", "   ")]
+    history = [
+        history_row(1, "compaction", "history_compaction", "earlier summary"),
+        history_row(2, "user", "activation_prompt", "Do it"),
+        history_row(3, "assistant", "assistant_output", "ok"),
+        history_row(4, "tool_call", "tool_call", "# Tool Call\nTool: file.read"),
+        history_row(5, "tool_result", "tool_result", "d" * 200000),
+        history_row(6, "user", "tool_boundary_signals", "   "),
+    ]
     controller, activation = setup(history=history)
     model.enqueue(content="fine")
     assert run_runner(tmp_path, activation).returncode == 0
@@ -137,11 +177,18 @@ def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, mod
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
     assert Path(activation["workspace"], "notes", "a.md").read_text() == "x"
-    assert controller.paths() == ["/activation-context", "/runner/tool-calls/start", "/runner/tool-calls/finish",
-                                  "/runner/history/messages", "/activation-output"]
+    assert controller.paths() == [
+        "/activation-context",
+        "/runner/tool-calls/start",
+        "/runner/tool-calls/finish",
+        "/runner/history/messages",
+        "/activation-output",
+    ]
     [start] = controller.bodies("/runner/tool-calls/start")
-    assert (start["tool"], start["input"]) == ("file.write", {"path": "notes/a.md", "content": "x",
-                                                              "createDirs": True})
+    assert (start["tool"], start["input"]) == (
+        "file.write",
+        {"path": "notes/a.md", "content": "x", "createDirs": True},
+    )
     [finish] = controller.bodies("/runner/tool-calls/finish")
     assert finish["status"] == "completed" and finish["output"].startswith("Wrote 1 chars to ")
     second = model.requests[1].body["messages"]
@@ -169,14 +216,22 @@ def test_p1_signal_text_reaches_the_model_after_the_tool_output(tmp_path, model,
 def test_ending_tool_stops_the_loop_and_ignores_later_calls(tmp_path, model, setup):
     controller, activation = setup()
     controller.support["coordination.wait_for_signal"] = {
-        "title": "wait", "output": "Waiting; a future signal will start the next activation."}
+        "title": "wait",
+        "output": "Waiting; a future signal will start the next activation.",
+    }
     model.enqueue(tool_calls=[("coordination_wait_for_signal", {}), ("file_read", {"path": "x"})])
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
     assert len(model.requests) == 1
-    assert [b["tool"] for b in controller.bodies("/runner/tool-calls/start")] == ["coordination.wait_for_signal"]
+    assert [b["tool"] for b in controller.bodies("/runner/tool-calls/start")] == [
+        "coordination.wait_for_signal"
+    ]
     [support] = controller.bodies("/toolpacks/core/support")
-    assert (support["tool"], support["input"], support["token"]) == ("coordination.wait_for_signal", {}, TOKEN)
+    assert (support["tool"], support["input"], support["token"]) == (
+        "coordination.wait_for_signal",
+        {},
+        TOKEN,
+    )
     assert controller.output["text"] == "Waiting; a future signal will start the next activation."
 
 
@@ -186,7 +241,8 @@ def test_ended_activation_answers_later_calls_without_posting(tmp_path):
     tool = runner.RegisteredTool("file.read", "file_read", "", {}, lambda args: 1 / 0)
     activation = make_input(tmp_path, "http://127.0.0.1:9")
     content = runner.Runner(activation, {}).execute_tool_call(
-        state, models.ToolCall("c1", "file_read", "{}"), {"file_read": tool})
+        state, models.ToolCall("c1", "file_read", "{}"), {"file_read": tool}
+    )
     assert json.loads(content) == {"title": "activation ended", "output": runner.ENDED_OUTPUT}
     assert state.tool_calls == 0
 
@@ -226,8 +282,17 @@ def test_rejected_tool_start_is_a_tool_error_and_the_handler_does_not_run(tmp_pa
 
 
 def test_max_iterations_bounds_the_number_of_model_requests(tmp_path, model, setup):
-    controller, activation = setup(runner_config={"mode": "ai", "model": "main", "maxIterations": 2, "models": {
-        "providers": {"gw": provider_config(model.base_url)}, "presets": {"main": {"provider": "gw", "model": "m1"}}}})
+    controller, activation = setup(
+        runner_config={
+            "mode": "ai",
+            "model": "main",
+            "maxIterations": 2,
+            "models": {
+                "providers": {"gw": provider_config(model.base_url)},
+                "presets": {"main": {"provider": "gw", "model": "m1"}},
+            },
+        }
+    )
     Path(activation["workspace"], "a.txt").write_text("A")
     for _ in range(3):
         model.enqueue(content="a", tool_calls=[("file_read", {"path": "a.txt"})])
@@ -237,8 +302,17 @@ def test_max_iterations_bounds_the_number_of_model_requests(tmp_path, model, set
 
 
 def test_max_tool_calls_rejects_extra_calls_and_the_loop_continues(tmp_path, model, setup):
-    controller, activation = setup(runner_config={"mode": "ai", "model": "main", "maxToolCalls": 1, "models": {
-        "providers": {"gw": provider_config(model.base_url)}, "presets": {"main": {"provider": "gw", "model": "m1"}}}})
+    controller, activation = setup(
+        runner_config={
+            "mode": "ai",
+            "model": "main",
+            "maxToolCalls": 1,
+            "models": {
+                "providers": {"gw": provider_config(model.base_url)},
+                "presets": {"main": {"provider": "gw", "model": "m1"}},
+            },
+        }
+    )
     Path(activation["workspace"], "a.txt").write_text("A")
     model.enqueue(tool_calls=[("file_read", {"path": "a.txt"}), ("file_read", {"path": "a.txt"})])
     model.enqueue(content="fine")
@@ -295,9 +369,16 @@ def test_model_list_falls_back_to_the_next_preset(tmp_path, model, setup):
 
 
 def test_http_429_and_5xx_are_retried_with_backoff_when_max_retries_is_set(tmp_path, model, setup):
-    controller, activation = setup(runner_config={"mode": "ai", "model": "main", "models": {
-        "providers": {"gw": provider_config(model.base_url, options={"maxRetries": 2})},
-        "presets": {"main": {"provider": "gw", "model": "m1"}}}})
+    controller, activation = setup(
+        runner_config={
+            "mode": "ai",
+            "model": "main",
+            "models": {
+                "providers": {"gw": provider_config(model.base_url, options={"maxRetries": 2})},
+                "presets": {"main": {"provider": "gw", "model": "m1"}},
+            },
+        }
+    )
     model.enqueue_error(429, "rate limited", headers={"Retry-After": "0"})
     model.enqueue_error(502, "bad gateway", headers={"Retry-After": "0"})
     model.enqueue(content="third time")
@@ -315,8 +396,9 @@ def attempt_for(base_url, preset=None, **provider_extra):
 
 def test_backoff_doubles_and_honours_retry_after_without_sleeping(model):
     delays = []
-    provider = models.OpenAICompatibleProvider(attempt_for(model.base_url, options={"maxRetries": 3}), {},
-                                               sleep=delays.append)
+    provider = models.OpenAICompatibleProvider(
+        attempt_for(model.base_url, options={"maxRetries": 3}), {}, sleep=delays.append
+    )
     model.enqueue_error(429, "slow")
     model.enqueue_error(500, "boom")
     model.enqueue_error(429, "slow", headers={"Retry-After": "7"})
@@ -331,8 +413,9 @@ def test_retries_are_off_by_default_and_never_apply_to_4xx(model):
     model.enqueue_error(429, "slow")
     with pytest.raises(models.ModelError, match="HTTP 429"):
         provider.complete([{"role": "user", "content": "x"}], [], None)
-    retrying = models.OpenAICompatibleProvider(attempt_for(model.base_url, options={"maxRetries": 3}), {},
-                                               sleep=delays.append)
+    retrying = models.OpenAICompatibleProvider(
+        attempt_for(model.base_url, options={"maxRetries": 3}), {}, sleep=delays.append
+    )
     model.enqueue_error(400, "bad request")
     with pytest.raises(models.ModelError, match="HTTP 400"):
         retrying.complete([{"role": "user", "content": "x"}], [], None)
@@ -352,16 +435,42 @@ def test_provider_timeout_fails_the_attempt_and_the_next_preset_runs(tmp_path, m
 
 
 def test_request_body_maps_preset_and_provider_options(model):
-    preset = {"provider": "gw", "model": "local", "apiModel": "remote", "maxOutputTokens": 99, "temperature": 0.2,
-              "topP": 0.9, "topK": 5, "reasoningEffort": "high", "headers": {"X-Preset": "p"},
-              "providerOptions": {"openaiCompatible": {"seed": 1, "user": "u"}, "gw": {"parallel_tool_calls": False}}}
+    preset = {
+        "provider": "gw",
+        "model": "local",
+        "apiModel": "remote",
+        "maxOutputTokens": 99,
+        "temperature": 0.2,
+        "topP": 0.9,
+        "topK": 5,
+        "reasoningEffort": "high",
+        "headers": {"X-Preset": "p"},
+        "providerOptions": {
+            "openaiCompatible": {"seed": 1, "user": "u"},
+            "gw": {"parallel_tool_calls": False},
+        },
+    }
     provider = models.OpenAICompatibleProvider(
-        attempt_for(None, preset, baseURL=None, baseURLEnv="GW_URL", headers={"X-Provider": "1", "X-Preset": "no"},
-                    options={"queryParams": {"api-version": "2"}, "headers": {"X-Option": "o"}, "bogus": 1}),
-        {"GW_URL": model.base_url + "/", "GW_KEY": "k"})
-    model.enqueue(content="ok", usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7,
-                                       "completion_tokens_details": {"reasoning_tokens": 2},
-                                       "prompt_tokens_details": {"cached_tokens": 1}})
+        attempt_for(
+            None,
+            preset,
+            baseURL=None,
+            baseURLEnv="GW_URL",
+            headers={"X-Provider": "1", "X-Preset": "no"},
+            options={"queryParams": {"api-version": "2"}, "headers": {"X-Option": "o"}, "bogus": 1},
+        ),
+        {"GW_URL": model.base_url + "/", "GW_KEY": "k"},
+    )
+    model.enqueue(
+        content="ok",
+        usage={
+            "prompt_tokens": 3,
+            "completion_tokens": 4,
+            "total_tokens": 7,
+            "completion_tokens_details": {"reasoning_tokens": 2},
+            "prompt_tokens_details": {"cached_tokens": 1},
+        },
+    )
     tools = [{"name": "file_read", "description": "d", "parameters": {"type": "object"}}]
     turn = provider.complete([{"role": "user", "content": "x"}], tools, "required")
     assert turn.usage == {"input": 3, "output": 4, "total": 7, "reasoning": 2, "cacheRead": 1}
@@ -371,10 +480,18 @@ def test_request_body_maps_preset_and_provider_options(model):
     assert body["top_p"] == 0.9 and "top_k" not in body and "topK" not in body
     assert body["seed"] == 1 and "user" not in body and body["parallel_tool_calls"] is False
     assert body["reasoning_effort"] == "high" and body["tool_choice"] == "required"
-    assert body["tools"] == [{"type": "function", "function": {
-        "name": "file_read", "description": "d", "parameters": {"type": "object"}}}]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "file_read", "description": "d", "parameters": {"type": "object"}},
+        }
+    ]
     assert request.headers["authorization"] == "Bearer k"
-    assert (request.headers["x-provider"], request.headers["x-option"], request.headers["x-preset"]) == ("1", "o", "p")
+    assert (request.headers["x-provider"], request.headers["x-option"], request.headers["x-preset"]) == (
+        "1",
+        "o",
+        "p",
+    )
     assert request.path == CHAT
 
 
@@ -387,8 +504,23 @@ def test_missing_base_url_and_later_provider_types_fail_the_attempt():
 
 
 def test_tool_calls_without_ids_get_generated_ids(model):
-    model.enqueue(body={"choices": [{"message": {"content": None, "tool_calls": [
-        {"type": "function", "function": {"name": "file_read", "arguments": {"path": "a"}}}]}}]})
+    model.enqueue(
+        body={
+            "choices": [
+                {
+                    "message": {
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "type": "function",
+                                "function": {"name": "file_read", "arguments": {"path": "a"}},
+                            }
+                        ],
+                    }
+                }
+            ]
+        }
+    )
     turn = models.OpenAICompatibleProvider(attempt_for(model.base_url), {}).complete([], [], None)
     [call] = turn.tool_calls
     assert call.id.startswith("call_") and json.loads(call.arguments) == {"path": "a"}
@@ -397,16 +529,24 @@ def test_tool_calls_without_ids_get_generated_ids(model):
 
 def test_expand_preset_flattens_lists_and_reports_errors():
     providers = {"gw": {"type": "openai-compatible"}}
-    presets = {"a": {"provider": "gw", "model": "a"}, "b": {"provider": "gw", "model": "b"},
-               "l1": {"model-list": ["a", "l2", "a"]}, "l2": {"modelList": ["b"]},
-               "loop": {"model-list": ["x"]}, "x": {"model-list": ["loop"]},
-               "bare": {"provider": "gw"}, "lost": {"provider": "nope", "model": "m"}}
+    presets = {
+        "a": {"provider": "gw", "model": "a"},
+        "b": {"provider": "gw", "model": "b"},
+        "l1": {"model-list": ["a", "l2", "a"]},
+        "l2": {"modelList": ["b"]},
+        "loop": {"model-list": ["x"]},
+        "x": {"model-list": ["loop"]},
+        "bare": {"provider": "gw"},
+        "lost": {"provider": "nope", "model": "m"},
+    }
     cfg = {"providers": providers, "presets": presets}
     assert [a.preset_id for a in models.expand_preset(cfg, "l1")] == ["a", "b", "a"]
-    for preset, message in (("loop", "Circular model-list preset: loop -> x -> loop"),
-                            ("ghost", "Model preset not found: ghost"),
-                            ("bare", "Model preset needs provider and model: bare"),
-                            ("lost", "Provider not found: nope")):
+    for preset, message in (
+        ("loop", "Circular model-list preset: loop -> x -> loop"),
+        ("ghost", "Model preset not found: ghost"),
+        ("bare", "Model preset needs provider and model: bare"),
+        ("lost", "Provider not found: nope"),
+    ):
         with pytest.raises(models.ModelError) as caught:
             models.expand_preset(cfg, preset)
         assert str(caught.value) == message
@@ -432,7 +572,7 @@ def test_socks_only_proxy_fails_the_attempt_and_fallback_applies(tmp_path, model
     runner_config = two_presets(model.base_url)
     runner_config["models"]["providers"]["direct"] = provider_config(model.base_url)
     runner_config["models"]["presets"]["b"]["provider"] = "direct"
-    controller, activation = setup(runner_config=runner_config)
+    _, activation = setup(runner_config=runner_config)
     model.enqueue(content="never", model="a")
     result = run_runner(tmp_path, activation, env=runner_env(ALL_PROXY="socks5://127.0.0.1:1080"))
     assert result.returncode == 1
@@ -446,8 +586,15 @@ def test_socks_only_proxy_fails_the_attempt_and_fallback_applies(tmp_path, model
 
 def twenty_rows():
     rows = [history_row(1, content="# Agent Identity\nGoal: prove lemma 4 in /workspace/proof/main.lean")]
-    rows += [history_row(i, "assistant" if i % 2 else "user", "assistant_output" if i % 2 else "activation_prompt",
-                         "row %d touched src/mod%d.py" % (i, i)) for i in range(2, 21)]
+    rows += [
+        history_row(
+            i,
+            "assistant" if i % 2 else "user",
+            "assistant_output" if i % 2 else "activation_prompt",
+            f"row {i} touched src/mod{i}.py",
+        )
+        for i in range(2, 21)
+    ]
     return rows
 
 
@@ -458,11 +605,16 @@ def test_context_overflow_compacts_history_and_retries(tmp_path, model, setup):
     model.enqueue(content="final answer")
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
-    assert "context overflow from main; compacting agent history and retrying activation act_1" in result.stderr
+    assert (
+        "context overflow from main; compacting agent history and retrying activation act_1" in result.stderr
+    )
     summary_request = model.requests[1].body
     assert "tools" not in summary_request and summary_request["max_tokens"] <= 4000
     [message] = summary_request["messages"]
-    assert "# Agent History To Compact" in message["content"] and "## 1 user activation_prompt" in message["content"]
+    assert (
+        "# Agent History To Compact" in message["content"]
+        and "## 1 user activation_prompt" in message["content"]
+    )
     [compact] = controller.bodies("/runner/history/compact")
     assert compact["summary"] == "S" and compact["reason"] == "provider_context_overflow"
     assert compact["keepTail"] == 12 and compact["selectedModel"] == "main"
@@ -505,7 +657,9 @@ def test_summary_failure_posts_the_deterministic_fallback_and_retries(tmp_path, 
 
 def test_failed_compaction_route_fails_the_attempt(tmp_path, model, setup):
     controller, activation = setup(history=twenty_rows())
-    controller.fail_route("/runner/history/compact", 409, "Activation act_1 is cancelled; history updates are not accepted")
+    controller.fail_route(
+        "/runner/history/compact", 409, "Activation act_1 is cancelled; history updates are not accepted"
+    )
     model.enqueue_context_overflow()
     model.enqueue(content="S")
     result = run_runner(tmp_path, activation)
@@ -524,8 +678,12 @@ def test_retry_tail_count_keeps_at_most_twelve_rows_within_the_budget():
 
 
 def test_summary_input_respects_per_row_caps_and_the_total_budget():
-    rows = [history_row(1, "tool_result", "tool_result", "t" * 200000),
-            history_row(2, "tool_result", "tool_result", "u" * 200000, activationId="act_0", compactionId="cmp_0")]
+    rows = [
+        history_row(1, "tool_result", "tool_result", "t" * 200000),
+        history_row(
+            2, "tool_result", "tool_result", "u" * 200000, activationId="act_0", compactionId="cmp_0"
+        ),
+    ]
     text = runner.summary_input(rows)
     assert text.count("[truncated") == 2 and len(text) < 7000
     assert "Activation: act_0\nArchived by: cmp_0" in text
@@ -534,12 +692,24 @@ def test_summary_input_respects_per_row_caps_and_the_total_budget():
 
 
 def test_fallback_summary_is_capped_and_recovers_paths():
-    archived = [history_row(i, "tool_result", "tool_result", "see /workspace/out/r%d.txt, and more" % i)
-                for i in range(1, 40)]
+    archived = [
+        history_row(i, "tool_result", "tool_result", f"see /workspace/out/r{i}.txt, and more")
+        for i in range(1, 40)
+    ]
     text = runner.fallback_summary(archived, archived, 3, "worker", "main", "E" * 5000, "no summary")
     assert len(text) <= 20000
-    for heading in ("## Goal", "## Constraints & Preferences", "## Progress", "### Done", "### In Progress",
-                    "### Blocked", "## Key Decisions", "## Next Steps", "## Critical Context", "## Relevant Files"):
+    for heading in (
+        "## Goal",
+        "## Constraints & Preferences",
+        "## Progress",
+        "### Done",
+        "### In Progress",
+        "### Blocked",
+        "## Key Decisions",
+        "## Next Steps",
+        "## Critical Context",
+        "## Relevant Files",
+    ):
         assert heading in text
     files = text.split("## Relevant Files\n", 1)[1].split("\n")
     assert len(files) == 10 and files[0] == "- /workspace/out/r30.txt" and files[-1].endswith("r39.txt")
@@ -562,35 +732,70 @@ def test_overflow_detection_reads_text_not_status():
 # -- scripted provider ------------------------------------------------------------------------
 
 
-SCRIPT = {"agents": {
-    "pm": [{"steps": [{"say": "pm only"}]}],
-    "worker-*": [
-        {"when": "Agent Identity", "steps": [{"say": "never"}]},
-        {"when": "Write the result", "steps": [
-            {"say": "Writing.", "tools": [{"name": "file.write", "input": {
-                "path": "{artifacts}/result.txt", "content": "42 by {agent} in {project} {keep}"}}]},
-            {"tools": [{"name": "messages.send", "input": {
-                "recipient": "pm", "body": "Ready in {artifacts:worker-1}/result.txt; ws {workspace}"}}]},
-            {"say": " Done."}]},
-        {"steps": [{"say": "fallback entry"}]},
-    ]}}
+SCRIPT = {
+    "agents": {
+        "pm": [{"steps": [{"say": "pm only"}]}],
+        "worker-*": [
+            {"when": "Agent Identity", "steps": [{"say": "never"}]},
+            {
+                "when": "Write the result",
+                "steps": [
+                    {
+                        "say": "Writing.",
+                        "tools": [
+                            {
+                                "name": "file.write",
+                                "input": {
+                                    "path": "{artifacts}/result.txt",
+                                    "content": "42 by {agent} in {project} {keep}",
+                                },
+                            }
+                        ],
+                    },
+                    {
+                        "tools": [
+                            {
+                                "name": "messages.send",
+                                "input": {
+                                    "recipient": "pm",
+                                    "body": "Ready in {artifacts:worker-1}/result.txt; ws {workspace}",
+                                },
+                            }
+                        ]
+                    },
+                    {"say": " Done."},
+                ],
+            },
+            {"steps": [{"say": "fallback entry"}]},
+        ],
+    }
+}
 
 
 def scripted_runner():
-    return {"mode": "ai", "model": "offline", "models": {
-        "providers": {"replay": {"type": "scripted", "script": SCRIPT}},
-        "presets": {"offline": {"provider": "replay", "model": "team"}}}}
+    return {
+        "mode": "ai",
+        "model": "offline",
+        "models": {
+            "providers": {"replay": {"type": "scripted", "script": SCRIPT}},
+            "presets": {"offline": {"provider": "replay", "model": "team"}},
+        },
+    }
 
 
 def scripted_prompt(body):
-    return ("# Agent Identity\nYou are worker-1.\n\n# New Signals\n\n## Message from pm\n%s\n\n"
-            "# Tool And Reporting Contract\nUse tools." % body)
+    return (
+        f"# Agent Identity\nYou are worker-1.\n\n# New Signals\n\n## Message from pm\n{body}\n\n"
+        "# Tool And Reporting Contract\nUse tools."
+    )
 
 
 def scripted_setup(tmp_path, controllers, prompt, history=None):
     history = history or [history_row(1, content=prompt)]
     controller = controllers(history=history, agent_id="worker-1")
-    activation = make_input(tmp_path, controller.url, runner=scripted_runner(), prompt=prompt, history=history)
+    activation = make_input(
+        tmp_path, controller.url, runner=scripted_runner(), prompt=prompt, history=history
+    )
     activation["agent"]["id"] = "worker-1"
     Path(activation["artifactsRoot"], "worker-1").mkdir()
     activation["writeRoots"][1] = activation["artifactsRoot"] + "/worker-1"
@@ -605,9 +810,14 @@ def test_scripted_provider_replays_the_matching_entry_with_placeholders(tmp_path
     artifacts = activation["artifactsRoot"]
     assert Path(artifacts, "worker-1", "result.txt").read_text() == "42 by worker-1 in demo {keep}"
     [send] = controller.bodies("/toolpacks/core/support")
-    assert send["input"] == {"recipient": "pm", "body": "Ready in %s/worker-1/result.txt; ws %s" % (
-        artifacts, activation["workspace"])}
-    assert [b["tool"] for b in controller.bodies("/runner/tool-calls/start")] == ["file.write", "messages.send"]
+    assert send["input"] == {
+        "recipient": "pm",
+        "body": "Ready in {}/worker-1/result.txt; ws {}".format(artifacts, activation["workspace"]),
+    }
+    assert [b["tool"] for b in controller.bodies("/runner/tool-calls/start")] == [
+        "file.write",
+        "messages.send",
+    ]
     [history] = controller.bodies("/runner/history/messages")
     assert history["metadata"]["scriptedEntry"] == 1
     assert history["metadata"]["usage"] == {"input": 0, "output": 0, "total": 0}
@@ -618,7 +828,9 @@ def test_scripted_provider_replays_the_matching_entry_with_placeholders(tmp_path
 def test_scripted_provider_skips_played_entries_and_matches_only_the_signals_block(tmp_path, controllers):
     prompt = scripted_prompt("Anything else")
     played = history_row(2, "assistant", "assistant_output", "x", metadata={"scriptedEntry": 1})
-    controller, activation = scripted_setup(tmp_path, controllers, prompt, [history_row(1, content=prompt), played])
+    controller, activation = scripted_setup(
+        tmp_path, controllers, prompt, [history_row(1, content=prompt), played]
+    )
     assert run_runner(tmp_path, activation).returncode == 0
     assert controller.output["text"] == "fallback entry"
     assert controller.bodies("/runner/history/messages")[0]["metadata"]["scriptedEntry"] == 2
@@ -627,17 +839,22 @@ def test_scripted_provider_skips_played_entries_and_matches_only_the_signals_blo
 def test_scripted_provider_without_entry_answers_no_scripted_turn(tmp_path, controllers):
     prompt = scripted_prompt("x")
     played = [history_row(2, "assistant", "assistant_output", "x", metadata={"scriptedEntry": 2})]
-    controller, activation = scripted_setup(tmp_path, controllers, prompt, [history_row(1, content=prompt)] + played)
-    activation["runner"]["models"]["providers"]["replay"]["script"] = {"agents": {"worker-*": [
-        {"when": "never matches", "steps": [{"say": "no"}]}]}}
+    controller, activation = scripted_setup(
+        tmp_path, controllers, prompt, [history_row(1, content=prompt)] + played
+    )
+    activation["runner"]["models"]["providers"]["replay"]["script"] = {
+        "agents": {"worker-*": [{"when": "never matches", "steps": [{"say": "no"}]}]}
+    }
     assert run_runner(tmp_path, activation).returncode == 0
     assert controller.output["text"] == "No scripted turn for worker-1."
     assert "scriptedEntry" not in controller.bodies("/runner/history/messages")[0]["metadata"]
 
 
 def test_new_signals_block_ends_at_the_last_contract_heading():
-    prompt = ("# Agent Identity\nA\n# New Signals\nbody\n# Tool And Reporting Contract\ninside body\n"
-              "# Tool And Reporting Contract\nboilerplate")
+    prompt = (
+        "# Agent Identity\nA\n# New Signals\nbody\n# Tool And Reporting Contract\ninside body\n"
+        "# Tool And Reporting Contract\nboilerplate"
+    )
     block = models.new_signals_block(prompt)
     assert "inside body" in block and "boilerplate" not in block and "Agent Identity" not in block
     assert models.new_signals_block("no heading") == ""
@@ -667,8 +884,13 @@ def review_toolpack(tmp_path, declared=("review.summarize", "review.ask", "revie
     root.mkdir(exist_ok=True)
     (root / "runner.mjs").write_text(RUNNER_MODULE)
     tools = [tool_def("review.summarize"), tool_def("review.ask"), tool_def("review.bad")]
-    return {"id": "review-tools", "tools": tools, "runnerModule": str(root / "runner.mjs"),
-            "declaredTools": list(declared), "supportPath": "/toolpacks/review-tools/support"}
+    return {
+        "id": "review-tools",
+        "tools": tools,
+        "runnerModule": str(root / "runner.mjs"),
+        "declaredTools": list(declared),
+        "supportPath": "/toolpacks/review-tools/support",
+    }
 
 
 @pytest.fixture
@@ -680,27 +902,35 @@ def node():
 def test_local_toolpack_tools_run_in_the_node_host(tmp_path, model, setup, node):
     controller, activation = setup(toolpacks=builtin_toolpacks({"file.read"}) + [review_toolpack(tmp_path)])
     controller.support["review.ask"] = {"output": "controller says hi"}
-    model.enqueue(tool_calls=[("review_summarize", {"text": "PR 7"}), ("review_ask", {"q": 1}), ("review_bad", {})])
+    model.enqueue(
+        tool_calls=[("review_summarize", {"text": "PR 7"}), ("review_ask", {"q": 1}), ("review_bad", {})]
+    )
     model.enqueue(content="reviewed")
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
     names = [tool["function"]["name"] for tool in model.requests[0].body["tools"]]
     assert names == ["file_read", "review_summarize", "review_ask", "review_bad"]
     summarize, ask, bad = tool_messages(model.requests[1])
-    assert json.loads(summarize["content"]) == {"title": "review", "output": "summary of PR 7 in %s" % (
-        activation["workspace"]), "metadata": {"toolpack": "review-tools"}}
+    assert json.loads(summarize["content"]) == {
+        "title": "review",
+        "output": "summary of PR 7 in {}".format(activation["workspace"]),
+        "metadata": {"toolpack": "review-tools"},
+    }
     assert json.loads(ask["content"]) == {"output": "controller says hi"}
     assert bad["content"] == "Runner tool review.bad returned an invalid result"
     [support] = controller.bodies("/toolpacks/review-tools/support")
     assert (support["tool"], support["input"], support["token"]) == ("review.ask", {"q": 1}, TOKEN)
     assert [b["tool"] for b in controller.bodies("/runner/tool-calls/start")] == [
-        "review.summarize", "review.ask", "review.bad"]
+        "review.summarize",
+        "review.ask",
+        "review.bad",
+    ]
 
 
 def test_undeclared_handler_fails_registration_for_every_agent(tmp_path, model, setup, node):
     pack = review_toolpack(tmp_path, declared=("review.summarize", "review.other"))
     pack["tools"] = pack["tools"][:1]
-    controller, activation = setup(toolpacks=[pack])
+    _, activation = setup(toolpacks=[pack])
     result = run_runner(tmp_path, activation)
     assert result.returncode == 1
     assert "main: Runner module for review-tools did not register review.other" in result.stderr
@@ -714,12 +944,17 @@ def test_missing_node_is_a_clear_registration_error(tmp_path):
         instance.register_tools([])
 
 
-@pytest.mark.parametrize("toolpacks,message", [
-    ([{"id": "x", "runnerModule": "builtin:x", "tools": []}], "Unknown built-in runner toolpack: x"),
-    ([{"id": "core", "runnerModule": "builtin:core", "tools": [tool_def("file.reed")]}],
-     "Runner module for core did not register file.reed"),
-    (builtin_toolpacks({"file.read"}) * 2, "Duplicate runner tool: file.read"),
-])
+@pytest.mark.parametrize(
+    "toolpacks,message",
+    [
+        ([{"id": "x", "runnerModule": "builtin:x", "tools": []}], "Unknown built-in runner toolpack: x"),
+        (
+            [{"id": "core", "runnerModule": "builtin:core", "tools": [tool_def("file.reed")]}],
+            "Runner module for core did not register file.reed",
+        ),
+        (builtin_toolpacks({"file.read"}) * 2, "Duplicate runner tool: file.read"),
+    ],
+)
 def test_tool_registration_errors(tmp_path, toolpacks, message):
     activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=toolpacks)
     with pytest.raises(runner.RunnerError) as caught:
@@ -731,10 +966,13 @@ def test_colliding_safe_names_are_rejected(tmp_path, node):
     pack = review_toolpack(tmp_path, declared=("review.summarize",))
     pack["tools"] = [tool_def("review.summarize")]
     clash = {"id": "core", "runnerModule": "builtin:core", "tools": [tool_def("file.read")]}
-    pack_two = dict(pack, id="other", tools=[tool_def("review_summarize")], declaredTools=["review_summarize"])
+    pack_two = dict(
+        pack, id="other", tools=[tool_def("review_summarize")], declaredTools=["review_summarize"]
+    )
     (tmp_path / "review" / "runner.mjs").write_text(
         "export default () => ({'review.summarize': async () => ({output: ''}), "
-        "'review_summarize': async () => ({output: ''})});")
+        "'review_summarize': async () => ({output: ''})});"
+    )
     activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=[clash, pack, pack_two])
     bridges = []
     try:
@@ -743,7 +981,9 @@ def test_colliding_safe_names_are_rejected(tmp_path, node):
     finally:
         for bridge in bridges:
             bridge.close()
-    assert str(caught.value) == "Tool names review.summarize and review_summarize both map to review_summarize"
+    assert (
+        str(caught.value) == "Tool names review.summarize and review_summarize both map to review_summarize"
+    )
 
 
 def test_local_roots_replace_container_paths_in_descriptions(tmp_path):
@@ -751,32 +991,49 @@ def test_local_roots_replace_container_paths_in_descriptions(tmp_path):
     [tool] = runner.Runner(activation, {}).register_tools([])
     assert "/workspace" not in tool.description and activation["workspace"] in tool.description
     assert activation["artifactsRoot"] in tool.description
-    assert tool.schema["properties"]["path"]["description"] == "Path under %s." % activation["workspace"]
+    assert tool.schema["properties"]["path"]["description"] == "Path under {}.".format(
+        activation["workspace"]
+    )
 
 
 # -- exit codes, errors, signals and secrets --------------------------------------------------
 
 
 def test_missing_input_argument_exits_1(tmp_path):
-    import subprocess
-    result = subprocess.run([sys.executable, str(runner.__file__)], capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, str(runner.__file__)], capture_output=True, text=True, timeout=30, check=False
+    )
     assert (result.returncode, result.stderr.strip()) == (1, "--input is required")
-    result = subprocess.run([sys.executable, str(runner.__file__), "--input", str(tmp_path / "none.json")],
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, str(runner.__file__), "--input", str(tmp_path / "none.json")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert result.returncode == 1
     assert result.stderr.startswith("Cannot read input file %s: [Errno 2]" % (tmp_path / "none.json"))
     assert result.stderr.strip().endswith("[2]")
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda a: a["runner"].pop("models"), "runner.models is required in ai mode"),
-    (lambda a: a["runner"].pop("model"),
-     "No model preset selected. Set backend.runner.model or agents.<id>.model explicitly."),
-    (lambda a: a["agent"].update(model="ghost"), "Model preset not found: ghost"),
-    (lambda a: a["runner"]["models"]["providers"]["gw"].update(type="anthropic"),
-     "All model attempts failed:\nmain: Provider type anthropic is not supported by this version "
-     "(use openai-compatible or scripted)"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda a: a["runner"].pop("models"), "runner.models is required in ai mode"),
+        (
+            lambda a: a["runner"].pop("model"),
+            "No model preset selected. Set backend.runner.model or agents.<id>.model explicitly.",
+        ),
+        (lambda a: a["agent"].update(model="ghost"), "Model preset not found: ghost"),
+        (
+            lambda a: a["runner"]["models"]["providers"]["gw"].update(type="anthropic"),
+            (
+                "All model attempts failed:\nmain: Provider type anthropic is not supported by this version "
+                "(use openai-compatible or scripted)"
+            ),
+        ),
+    ],
+)
 def test_configuration_errors_exit_1_with_the_message(tmp_path, model, setup, change, message):
     controller, activation = setup()
     change(activation)
@@ -806,9 +1063,11 @@ def test_unreachable_controller_exits_1_with_a_hint(tmp_path, model):
 
 
 def test_secrets_in_provider_errors_are_redacted(tmp_path, model, setup):
-    controller, activation = setup()
-    activation["runner"]["models"]["providers"]["gw"].update(apiKey="inline-key-123", headers={"X-Api-Key": "hk-77"})
-    model.enqueue_error(401, "bad key inline-key-123 for token %s and hk-77" % TOKEN)
+    _, activation = setup()
+    activation["runner"]["models"]["providers"]["gw"].update(
+        apiKey="inline-key-123", headers={"X-Api-Key": "hk-77"}
+    )
+    model.enqueue_error(401, f"bad key inline-key-123 for token {TOKEN} and hk-77")
     result = run_runner(tmp_path, activation)
     assert result.returncode == 1
     assert "bad key <redacted> for token <redacted> and <redacted>" in result.stderr
@@ -823,7 +1082,9 @@ def test_sigterm_stops_shell_commands_and_exits_143_without_output(tmp_path, mod
     model.enqueue(tool_calls=[("shell_exec", {"command": "echo $$ > pid; exec sleep 300"})])
     process = start_runner(tmp_path, activation, env=runner_env(HOME=str(tmp_path)))
     try:
-        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=20, message="shell started")
+        wait_until(
+            lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=20, message="shell started"
+        )
         pgid = int(pid_file.read_text())
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 143
@@ -866,7 +1127,7 @@ def test_runner_files_parse_as_python_39_and_import_only_the_standard_library(na
 
 
 def test_runner_runs_from_a_copy_outside_the_repository(tmp_path, model, setup):
-    controller, activation = setup()
+    _, activation = setup()
     copy = tmp_path / "opt"
     copy.mkdir()
     shutil.copy(REPO / "suzumio_runner.py", copy)

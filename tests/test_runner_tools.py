@@ -1,6 +1,7 @@
 """Runner-local tools (backend-runner.md §12, tools.md §5-7): argument rules, file.read/write/patch
 with lexical and real-path confinement, shell.exec process groups and limits, web.fetch against local
 HTTP servers and a recording proxy."""
+
 import json
 import os
 import sys
@@ -13,10 +14,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import suzumio_runner as runner  # noqa: E402
-from conftest import wait_until  # noqa: E402
-from fake_model import RecordingProxy  # noqa: E402
-from suzumio_runner import ToolError  # noqa: E402
+from conftest import wait_until
+from fake_model import RecordingProxy
+
+import suzumio_runner as runner
+from suzumio_runner import ToolError
 
 DOCKER_READ = ["/workspace", "/artifacts", "/mnt"]
 DOCKER_WRITE = ["/workspace", "/artifacts/worker"]
@@ -92,11 +94,20 @@ def test_docker_roots_reject_escapes_with_exact_messages():
     def write_docker(path):
         return error_of(runner.confined_path, path, "/workspace", DOCKER_WRITE, "Write")
 
-    assert read_docker("/workspace/../etc/passwd") == \
-        "Read path must be under /workspace, /artifacts, or /mnt: /workspace/../etc/passwd"
-    assert read_docker("/etc/passwd") == "Read path must be under /workspace, /artifacts, or /mnt: /etc/passwd"
-    assert read_docker("a/../../etc") == "Read path must be under /workspace, /artifacts, or /mnt: a/../../etc"
-    assert write_docker("/artifacts/pm/x") == "Write path must be under /workspace or /artifacts/worker: /artifacts/pm/x"
+    assert (
+        read_docker("/workspace/../etc/passwd")
+        == "Read path must be under /workspace, /artifacts, or /mnt: /workspace/../etc/passwd"
+    )
+    assert (
+        read_docker("/etc/passwd") == "Read path must be under /workspace, /artifacts, or /mnt: /etc/passwd"
+    )
+    assert (
+        read_docker("a/../../etc") == "Read path must be under /workspace, /artifacts, or /mnt: a/../../etc"
+    )
+    assert (
+        write_docker("/artifacts/pm/x")
+        == "Write path must be under /workspace or /artifacts/worker: /artifacts/pm/x"
+    )
     assert write_docker("/mnt/ref/x").startswith("Write path must be under")
     assert write_docker("/artifacts/worker-2/x").startswith("Write path must be under")
     assert write_docker("//etc/x").startswith("Write path must be under")
@@ -104,25 +115,35 @@ def test_docker_roots_reject_escapes_with_exact_messages():
 
 def test_single_root_message_names_the_root(roots):
     message = error_of(runner.confined_path, "/etc/hosts", str(roots["W"]), [str(roots["W"])], "Read")
-    assert message == "Read path must be under %s: /etc/hosts" % roots["W"]
+    assert message == "Read path must be under {}: /etc/hosts".format(roots["W"])
 
 
 def test_temp_roots_resolve_relative_paths_and_confine(roots):
-    assert runner.confined_path("notes.txt", str(roots["W"]), roots["write"], "Write") == str(roots["W"] / "notes.txt")
-    assert write({"path": str(roots["A"] / "worker" / "r.md"), "content": "r"}, roots)["output"] == \
-        "Wrote 1 chars to %s" % (roots["A"] / "worker" / "r.md")
-    assert error_of(read, {"path": "/etc/hostname"}, roots) == \
-        "Read path must be under %s, %s, or %s: /etc/hostname" % (roots["W"], roots["A"], roots["M"])
-    assert error_of(write, {"path": str(roots["A"] / "pm" / "x"), "content": ""}, roots) == \
-        "Write path must be under %s or %s: %s" % (roots["W"], roots["A"] / "worker", roots["A"] / "pm" / "x")
-    assert error_of(write, {"path": "../artifacts/pm/x", "content": ""}, roots).startswith("Write path must be under")
+    assert runner.confined_path("notes.txt", str(roots["W"]), roots["write"], "Write") == str(
+        roots["W"] / "notes.txt"
+    )
+    assert write({"path": str(roots["A"] / "worker" / "r.md"), "content": "r"}, roots)[
+        "output"
+    ] == "Wrote 1 chars to %s" % (roots["A"] / "worker" / "r.md")
+    assert error_of(
+        read, {"path": "/etc/hostname"}, roots
+    ) == "Read path must be under {}, {}, or {}: /etc/hostname".format(roots["W"], roots["A"], roots["M"])
+    assert error_of(
+        write, {"path": str(roots["A"] / "pm" / "x"), "content": ""}, roots
+    ) == "Write path must be under {} or {}: {}".format(
+        roots["W"], roots["A"] / "worker", roots["A"] / "pm" / "x"
+    )
+    assert error_of(write, {"path": "../artifacts/pm/x", "content": ""}, roots).startswith(
+        "Write path must be under"
+    )
 
 
 def test_symlink_out_of_the_workspace_cannot_be_read_or_written(roots):
     (roots["W"] / "link").symlink_to("/etc")
     assert error_of(read, {"path": "link/hostname"}, roots).startswith("Read path must be under")
-    assert error_of(write, {"path": str(roots["W"] / "link" / "x"), "content": "x"}, roots) \
-        .startswith("Write path must be under")
+    assert error_of(write, {"path": str(roots["W"] / "link" / "x"), "content": "x"}, roots).startswith(
+        "Write path must be under"
+    )
     assert error_of(patch, [{"op": "add", "path": "link/x", "content": "x"}], roots).startswith("Write path")
 
 
@@ -131,7 +152,9 @@ def test_symlinked_file_pointing_outside_is_rejected(roots, tmp_path):
     secret.write_text("s")
     (roots["W"] / "innocent.txt").symlink_to(secret)
     assert error_of(read, {"path": "innocent.txt"}, roots).startswith("Read path must be under")
-    assert error_of(write, {"path": "innocent.txt", "content": "x"}, roots).startswith("Write path must be under")
+    assert error_of(write, {"path": "innocent.txt", "content": "x"}, roots).startswith(
+        "Write path must be under"
+    )
     assert secret.read_text() == "s"
 
 
@@ -139,7 +162,9 @@ def test_link_into_another_agents_artifacts_is_readable_but_not_writable(roots):
     (roots["A"] / "pm" / "plan.md").write_text("plan\n")
     (roots["W"] / "pm-art").symlink_to(roots["A"] / "pm")
     assert read({"path": "pm-art/plan.md"}, roots)["output"] == "1: plan\n2: "
-    assert error_of(write, {"path": "pm-art/plan.md", "content": "x"}, roots).startswith("Write path must be under")
+    assert error_of(write, {"path": "pm-art/plan.md", "content": "x"}, roots).startswith(
+        "Write path must be under"
+    )
     assert (roots["A"] / "pm" / "plan.md").read_text() == "plan\n"
 
 
@@ -147,7 +172,9 @@ def test_link_into_a_read_only_mount_can_be_read_but_not_written(roots):
     (roots["M"] / "ref" / "doc.txt").write_text("doc")
     (roots["W"] / "ref").symlink_to(roots["M"] / "ref")
     assert read({"path": "ref/doc.txt"}, roots)["output"] == "1: doc"
-    assert error_of(write, {"path": "ref/doc.txt", "content": "x"}, roots).startswith("Write path must be under")
+    assert error_of(write, {"path": "ref/doc.txt", "content": "x"}, roots).startswith(
+        "Write path must be under"
+    )
 
 
 def test_roots_reached_through_a_symlink_still_accept_their_files(tmp_path):
@@ -176,8 +203,14 @@ def test_file_read_numbers_lines_and_reports_metadata(roots):
     result = read({"path": "n.txt", "offset": 2, "limit": 1}, roots)
     assert result["title"] == "file read"
     assert result["output"] == "2: b"
-    assert result["metadata"] == {"path": str(roots["W"] / "n.txt"), "kind": "file", "lines": 4, "offset": 2,
-                                  "limit": 1, "truncated": False}
+    assert result["metadata"] == {
+        "path": str(roots["W"] / "n.txt"),
+        "kind": "file",
+        "lines": 4,
+        "offset": 2,
+        "limit": 1,
+        "truncated": False,
+    }
     assert read({"path": "n.txt", "offset": 10}, roots)["output"] == "(empty file range)"
     assert read({"path": "n.txt", "limit": 5000}, roots)["metadata"]["limit"] == 2000
 
@@ -222,20 +255,29 @@ def test_file_write_needs_parents_unless_create_dirs(roots):
     with pytest.raises(FileNotFoundError):
         write({"path": str(target), "content": ""}, roots)
     result = write({"path": str(target), "content": "", "createDirs": True}, roots)
-    assert result == {"title": "file written", "output": "Wrote 0 chars to %s" % target,
-                      "metadata": {"path": str(target), "chars": 0}}
+    assert result == {
+        "title": "file written",
+        "output": f"Wrote 0 chars to {target}",
+        "metadata": {"path": str(target), "chars": 0},
+    }
     assert target.exists()
 
 
 def test_file_patch_update_rules_and_literal_replacement(roots):
     path = roots["W"] / "p.txt"
     path.write_text("one two two")
-    assert error_of(patch, [{"op": "update", "path": "p.txt", "search": "zzz"}], roots) == \
-        "Patch search text not found in %s" % path
-    assert error_of(patch, [{"op": "update", "path": "p.txt", "search": "two"}], roots) == \
-        "Patch search text matched 2 times in %s; set replaceAll:true or make search text unique" % path
-    result = patch([{"op": "update", "path": "p.txt", "search": "two", "replace": "2", "replaceAll": True}], roots)
-    assert result["output"] == "update %s (2 replacements)" % path
+    assert (
+        error_of(patch, [{"op": "update", "path": "p.txt", "search": "zzz"}], roots)
+        == f"Patch search text not found in {path}"
+    )
+    assert (
+        error_of(patch, [{"op": "update", "path": "p.txt", "search": "two"}], roots)
+        == f"Patch search text matched 2 times in {path}; set replaceAll:true or make search text unique"
+    )
+    result = patch(
+        [{"op": "update", "path": "p.txt", "search": "two", "replace": "2", "replaceAll": True}], roots
+    )
+    assert result["output"] == f"update {path} (2 replacements)"
     patch([{"op": "update", "path": "p.txt", "search": "one", "replace": "$&x"}], roots)
     assert path.read_text() == "$&x 2 2"
     assert error_of(patch, [{"op": "update", "path": "p.txt", "search": "  "}], roots) == "search is required"
@@ -243,16 +285,28 @@ def test_file_patch_update_rules_and_literal_replacement(roots):
 
 def test_file_patch_is_not_atomic_and_rejects_unknown_ops(roots):
     with pytest.raises(FileNotFoundError):
-        patch([{"op": "add", "path": "a.txt", "content": "1"},
-               {"op": "update", "path": "missing.txt", "search": "x"}], roots)
+        patch(
+            [
+                {"op": "add", "path": "a.txt", "content": "1"},
+                {"op": "update", "path": "missing.txt", "search": "x"},
+            ],
+            roots,
+        )
     assert (roots["W"] / "a.txt").read_text() == "1"
     assert error_of(patch, [{"op": "rename", "path": "a.txt"}], roots) == "Unsupported patch op: rename"
     assert error_of(patch, [{"op": "rename", "path": "/etc/x"}], roots).startswith("Write path must be under")
-    assert error_of(runner.file_patch, {"operations": {}}, str(roots["W"]), roots["write"]) == \
-        "operations must be an array"
-    result = patch([{"op": "add", "path": "b.txt", "content": "xy"}, {"op": "delete", "path": "a.txt"}], roots)
-    assert result == {"title": "file patch", "metadata": {"operations": 2}, "output":
-                      "add %s (2 chars)\ndelete %s" % (roots["W"] / "b.txt", roots["W"] / "a.txt")}
+    assert (
+        error_of(runner.file_patch, {"operations": {}}, str(roots["W"]), roots["write"])
+        == "operations must be an array"
+    )
+    result = patch(
+        [{"op": "add", "path": "b.txt", "content": "xy"}, {"op": "delete", "path": "a.txt"}], roots
+    )
+    assert result == {
+        "title": "file patch",
+        "metadata": {"operations": 2},
+        "output": "add {} (2 chars)\ndelete {}".format(roots["W"] / "b.txt", roots["W"] / "a.txt"),
+    }
     assert patch([], roots)["output"] == ""
 
 
@@ -283,8 +337,13 @@ def shell(args, roots, groups=None):
 def test_shell_exec_reports_streams_and_exit_code(roots):
     result = shell({"command": "echo hi; echo err >&2; exit 3"}, roots)
     assert result["output"] == "$ echo hi; echo err >&2; exit 3\n[stdout]\nhi\n[stderr]\nerr"
-    assert result["metadata"] == {"exitCode": 3, "signal": None, "cwd": str(roots["W"]), "timedOut": False,
-                                  "truncated": False}
+    assert result["metadata"] == {
+        "exitCode": 3,
+        "signal": None,
+        "cwd": str(roots["W"]),
+        "timedOut": False,
+        "truncated": False,
+    }
 
 
 def test_shell_exec_cwd_is_resolved_but_not_confined(roots):
@@ -315,7 +374,9 @@ def test_shell_exec_timeout_kills_the_whole_process_group(roots):
 
 def test_shell_exec_timeout_escalates_to_sigkill_for_ignored_sigterm(roots):
     groups = RecordingGroups()
-    result = shell({"command": "trap '' TERM; sleep 30 & trap '' TERM; sleep 30", "timeoutMs": 300}, roots, groups)
+    result = shell(
+        {"command": "trap '' TERM; sleep 30 & trap '' TERM; sleep 30", "timeoutMs": 300}, roots, groups
+    )
     assert result["metadata"]["timedOut"] is True
     wait_until(lambda: not runner.group_alive(groups.seen[0]), timeout=4, message="group killed")
 
@@ -324,7 +385,7 @@ def test_shell_exec_truncates_to_the_combined_budget(roots):
     result = shell({"command": "yes | head -c 100000", "maxOutputBytes": 100}, roots)
     stdout = result["output"].split("\n[stdout]\n", 1)[1]
     assert stdout.endswith("\n[truncated]")
-    assert len(stdout[:-len("\n[truncated]")].encode()) <= 100
+    assert len(stdout[: -len("\n[truncated]")].encode()) <= 100
     assert result["metadata"]["truncated"] is True
     result = shell({"command": "printf 1234567890", "maxOutputBytes": 4}, roots)
     assert result["output"].endswith("[stdout]\n1234\n[truncated]")
@@ -337,8 +398,9 @@ def test_shell_exec_caps_timeout_and_validates_numbers(roots):
 
 
 def test_shell_exec_uses_the_given_environment(roots):
-    result = runner.shell_exec({"command": "echo $ONLY_HERE"}, str(roots["W"]),
-                               quiet_env(roots, ONLY_HERE="v1"))
+    result = runner.shell_exec(
+        {"command": "echo $ONLY_HERE"}, str(roots["W"]), quiet_env(roots, ONLY_HERE="v1")
+    )
     assert result["output"].endswith("[stdout]\nv1")
 
 
@@ -347,9 +409,12 @@ def test_shell_exec_uses_the_given_environment(roots):
 
 class _Site(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    pages = {
-        "/html": (200, "text/html; charset=utf-8",
-                  "<html><script>x()</script><style>p{}</style><p>A&amp;B&nbsp;&lt;c&gt;</p></html>"),
+    pages = {  # noqa: RUF012 - read-only table
+        "/html": (
+            200,
+            "text/html; charset=utf-8",
+            "<html><script>x()</script><style>p{}</style><p>A&amp;B&nbsp;&lt;c&gt;</p></html>",
+        ),
         "/plain": (200, "text/plain", "<p>not html</p>"),
         "/missing": (404, "text/html", "<h1>Not here</h1>"),
         "/thirty": (200, "text/plain", "x" * 30),
@@ -392,7 +457,7 @@ def site():
     server.stop = threading.Event()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield "http://127.0.0.1:%d" % server.server_address[1], server
+    yield f"http://127.0.0.1:{server.server_address[1]}", server
     server.stop.set()
     server.shutdown()
     server.server_close()
@@ -406,8 +471,13 @@ def test_web_fetch_extracts_text_from_html(site):
     url, _ = site
     result = fetch({"url": url + "/html"})
     assert result["output"] == "A&B <c>"
-    assert result["metadata"] == {"url": url + "/html", "status": 200, "contentType": "text/html; charset=utf-8",
-                                  "format": "text", "truncated": False}
+    assert result["metadata"] == {
+        "url": url + "/html",
+        "status": 200,
+        "contentType": "text/html; charset=utf-8",
+        "format": "text",
+        "truncated": False,
+    }
 
 
 def test_web_fetch_raw_and_non_html_bodies_are_unchanged(site):
@@ -447,7 +517,7 @@ def test_web_fetch_slow_server_fails_with_timeout(site):
     url, _ = site
     started = time.monotonic()
     message = error_of(fetch, {"url": url + "/slow", "timeoutMs": 200})
-    assert message.startswith("web.fetch failed for %s/slow: " % url)
+    assert message.startswith(f"web.fetch failed for {url}/slow: ")
     assert "timed out" in message
     assert time.monotonic() - started < 3
 
@@ -470,12 +540,19 @@ def test_web_fetch_refuses_socks_proxies_with_a_hint(site):
     assert "not supported" in message and "HTTP_PROXY" in message and "curl" in message
 
 
-@pytest.mark.parametrize("host,no_proxy,direct", [
-    ("example.com", "*", True), ("api.example.com", ".example.com", True), ("example.com", "example.com:443", True),
-    ("badexample.com", "example.com", False), ("EXAMPLE.com", " Example.COM ", True), ("other.org", "", False),
-])
+@pytest.mark.parametrize(
+    "host,no_proxy,direct",
+    [
+        ("example.com", "*", True),
+        ("api.example.com", ".example.com", True),
+        ("example.com", "example.com:443", True),
+        ("badexample.com", "example.com", False),
+        ("EXAMPLE.com", " Example.COM ", True),
+        ("other.org", "", False),
+    ],
+)
 def test_proxy_for_honours_no_proxy_rules(host, no_proxy, direct):
-    proxy = runner.proxy_for("https://%s/x" % host, {"HTTPS_PROXY": "http://p:1", "NO_PROXY": no_proxy})
+    proxy = runner.proxy_for(f"https://{host}/x", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": no_proxy})
     assert (proxy is None) is direct
 
 
