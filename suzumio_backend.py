@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 SUPPORT_DIR = Path(__file__).resolve().parent
 RUNNER_FILE = "suzumio_runner.py"
 HOST_FILE = "suzumio_toolpack_host.mjs"
+# Everything the runner needs, mounted read-only under /opt/suzumio (README decision 2; the
+# providers live beside the runner in suzumio_models.py, ARCHITECTURE.md).
+RUNNER_FILES = (RUNNER_FILE, "suzumio_models.py", HOST_FILE)
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
 RESERVED_TARGETS = ("/activation", "/workspace", "/artifacts", "/opt/suzumio", "/toolpacks")
 LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
@@ -216,8 +219,8 @@ class Launch:
         return self.activation["id"]
 
     def runner_files(self):
-        """Both runner files, or `Runner file not found: <path>`."""
-        paths = [self.support_dir / RUNNER_FILE, self.support_dir / HOST_FILE]
+        """The runner's files, or `Runner file not found: <path>`."""
+        paths = [self.support_dir / name for name in RUNNER_FILES]
         for path in paths:
             if not path.is_file():
                 raise FileNotFoundError(f"Runner file not found: {path}")
@@ -386,9 +389,8 @@ class DockerBackend:
             rows.append((mount.source, validate_mount(mount), mount.readonly is not False))
         for safe_id, root in launch.toolpack_mounts:
             rows.append((root, f"/toolpacks/{safe_id}", True))
-        runner_path, host_path = launch.runner_files()
-        rows.append((str(runner_path), f"{CONTAINER_SUPPORT_DIR}/{RUNNER_FILE}", True))
-        rows.append((str(host_path), f"{CONTAINER_SUPPORT_DIR}/{HOST_FILE}", True))
+        for path in launch.runner_files():
+            rows.append((str(path), f"{CONTAINER_SUPPORT_DIR}/{path.name}", True))
         return rows
 
     def create(self, launch, agent_ids):

@@ -24,6 +24,7 @@ def make_support_dir(path):
     path.mkdir(parents=True, exist_ok=True)
     shutil.copy(STAND_IN, path / suzumio_backend.RUNNER_FILE)
     (path / suzumio_backend.HOST_FILE).write_text("// stand-in Node host: never started by these tests\n")
+    (path / "suzumio_models.py").write_text("# stand-in providers: never imported by the stand-in runner\n")
     return path
 
 

@@ -89,6 +89,7 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client):
             (str(source), "/mnt/ref", True),
             (str(source), "/mnt/rw", False),
             (str(env.support_dir / "suzumio_runner.py"), "/opt/suzumio/suzumio_runner.py", True),
+            (str(env.support_dir / "suzumio_models.py"), "/opt/suzumio/suzumio_models.py", True),
             (str(env.support_dir / "suzumio_toolpack_host.mjs"), "/opt/suzumio/suzumio_toolpack_host.mjs", True),
         ]
         assert [(m["Source"], m["Target"], m.get("ReadOnly", False)) for m in host["Mounts"]] == expected
