@@ -312,7 +312,7 @@ class LocalBackend:
 
     def launch(self, launch):
         """§3A.1 steps 5-7; returns the Popen, already recorded as `local-<pid>`."""
-        runner_path, _ = launch.runner_files()
+        runner_path = launch.runner_files()[0]
         env = {name: self._environ[name] for name in LOCAL_BASE_ENV if self._environ.get(name)}
         env.update(launch.env)
         log_path = launch.activation_dir / "runner.log"
