@@ -20,8 +20,17 @@ import suzumio_config
 import suzumio_scheduler
 from suzumio_errors import Forbidden, NotFound
 from suzumio_runner_support import (
-    JSON_TYPE, NOSNIFF, ErrorBoundary, encode_json, error_response, json_response, mount_runner_routes,
-    read_body, read_fields, run_tick, text_response,
+    JSON_TYPE,
+    NOSNIFF,
+    ErrorBoundary,
+    encode_json,
+    error_response,
+    json_response,
+    mount_runner_routes,
+    read_body,
+    read_fields,
+    run_tick,
+    text_response,
 )
 from suzumio_toolpacks import optional_string
 
@@ -358,7 +367,7 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks):
 
 def sse_frame(row):
     data = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {row['id']}\nevent: {row['type']}\ndata: {data}\n\n".encode("utf-8")
+    return f"id: {row['id']}\nevent: {row['type']}\ndata: {data}\n\n".encode()
 
 
 def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):

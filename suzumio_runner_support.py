@@ -10,7 +10,7 @@ import urllib.parse
 
 import bottle
 
-from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
+from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,6 @@ controller modules, the support-call authorization steps after the activation ch
 and the built-in WebUI controls, tool status, scheduler hooks and the store facade that Node-host
 callbacks use. The tool registry itself comes from suzumio_config. Imported by suzumio_scheduler,
 suzumio_runner_support, suzumio_api and suzumio.py."""
-import datetime
 import json
 import logging
 import math
@@ -14,7 +13,7 @@ import suzumio_config
 import suzumio_node
 from suzumio_config import is_allowed
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
-from suzumio_store import truncate
+from suzumio_store import format_ts, to_datetime, truncate
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +97,6 @@ def check_priority(value):
     if value not in PRIORITIES:
         raise BadRequest(f"Invalid priority: {describe(value)}")
     return value
-
-
-def iso_text(now):
-    if isinstance(now, str):
-        return now
-    return now.astimezone(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def no_handler(toolpack_id, tool):
@@ -394,7 +387,7 @@ class ToolpackRuntime:
         agents = hook_agents(store)
         for pack in packs:
             context = {"project": store.project_id, "paths": store_paths(store), "toolpackId": pack.id,
-                       "now": iso_text(now), "agents": agents}
+                       "now": format_ts(to_datetime(now)), "agents": agents}
             try:
                 value = self.node.scheduler_tick(pack.controller_module, pack.id, context,
                                                  facade_callbacks(store))

@@ -6,6 +6,7 @@ import contextlib
 import textwrap
 
 import requests
+from conftest import wait_until
 
 import suzumio_api
 import suzumio_backend
@@ -13,7 +14,6 @@ import suzumio_config
 import suzumio_scheduler
 import suzumio_store
 import suzumio_toolpacks
-from conftest import wait_until
 
 DEMO_YAML = """\
 name: {name}
@@ -124,8 +124,11 @@ def wait_for_runners(service, timeout=20.0):
     for name in service.root.list_projects():
         store = service.root.open_project(name)
         started = [a["id"] for a in store.running_activations() if a.get("containerName")]
-        wait_until(lambda: all(store.activation(i)["status"] != "running" for i in started), timeout,
-                   message=f"local runners of {name} to finish")
+        wait_until(all_ended(store, started), timeout, message=f"local runners of {name} to finish")
+
+
+def all_ended(store, activation_ids):
+    return lambda: all(store.activation(i)["status"] != "running" for i in activation_ids)
 
 
 def running_activation(store, agent_id, prompt="Work."):

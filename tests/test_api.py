@@ -2,7 +2,6 @@
 import json
 
 import pytest
-
 from api_fixtures import init_project, project_yaml, running_activation, serving
 from conftest import wait_until
 

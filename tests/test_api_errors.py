@@ -1,8 +1,8 @@
 """The one error shape (README decision 10, http-api.md §2.3) across user and runner routes, strict
 paths, project-segment checks and rejected requests without side effects."""
 import pytest
-
 from api_fixtures import init_project, project_yaml, running_activation, serving
+
 from suzumio_runner_support import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.timeout(120)

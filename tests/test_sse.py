@@ -8,10 +8,10 @@ import threading
 import time
 
 import pytest
-
-import suzumio_api
 from api_fixtures import init_project, project_yaml, serving
 from conftest import wait_until
+
+import suzumio_api
 
 pytestmark = pytest.mark.timeout(120)
 

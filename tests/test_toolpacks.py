@@ -5,10 +5,10 @@ import json
 import shutil
 
 import pytest
-
-import suzumio_toolpacks
 from api_fixtures import init_project, running_activation, serving
 from conftest import require, wait_until
+
+import suzumio_toolpacks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -228,7 +228,7 @@ def test_communication_policy_restricts_non_coordinators(service, tmp_path):
     demo = team(service, tmp_path, POLICY)
     worker = running_activation(demo, "worker")
     pm = running_activation(demo, "pm")
-    send = lambda agent, act, **i: support(service, agent, act, "messages.send", {"body": "x", **i})  # noqa: E731
+    send = lambda agent, act, **i: support(service, agent, act, "messages.send", {"body": "x", **i})
     assert "message only pm" in error_of(send("worker", worker, recipient="reviewer"), 500)
     assert "message only pm" in error_of(send("worker", worker, recipient="user"), 500)
     assert "channels are not allowed" in error_of(send("worker", worker, channel="#project"), 500)

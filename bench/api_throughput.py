@@ -1,0 +1,130 @@
+"""HTTP API throughput: messages/s posted by 8 concurrent HTTP clients through `POST …/messages` (each
+request runs its tick) against the same inserts made directly through the store in one process
+(ratio, target >= 0.3); and the p99 latency of `GET /api/projects` while 40 SSE clients are connected.
+Usage: .venv/bin/python bench/api_throughput.py [--messages 2000] [--clients 8] [--streams 40]"""
+import argparse
+import concurrent.futures
+import http.client
+import multiprocessing
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from api_fixtures import init_project, project_yaml, serving
+
+
+def post_messages(port, count):
+    """One keep-alive client posting `count` messages; returns the number answered 200."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    ok = 0
+    headers = {"Host": f"127.0.0.1:{port}", "Content-Type": "application/json"}
+    for index in range(count):
+        connection.request("POST", "/api/projects/bench/messages",
+                           body=f'{{"recipient": "worker", "body": "bench {index}"}}', headers=headers)
+        response = connection.getresponse()
+        response.read()
+        ok += response.status == 200
+    connection.close()
+    return ok
+
+
+def client_process(port, per_client, clients):
+    """All HTTP clients as threads of one separate process, so they never hold the server's GIL."""
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        started = time.perf_counter()
+        answered = sum(pool.map(lambda _: post_messages(port, per_client), range(clients)))
+        return answered, time.perf_counter() - started
+
+
+def http_rate(port, total, clients):
+    per_client = total // clients
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        answered, elapsed = pool.submit(client_process, port, per_client, clients).result()
+    if answered != per_client * clients:
+        raise SystemExit(f"only {answered} of {per_client * clients} posts answered 200")
+    return answered / elapsed
+
+
+def direct_rate(store, total):
+    started = time.perf_counter()
+    for index in range(total):
+        store.send_message("user", f"direct {index}", recipient="worker")
+    return total / (time.perf_counter() - started)
+
+
+def open_stream(port):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"GET /api/projects/bench/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    first = sock.recv(4096)
+    if not first.startswith(b"HTTP/1.1 200"):
+        raise SystemExit(f"stream refused: {first[:80]!r}")
+    threading.Thread(target=drain, args=(sock,), daemon=True).start()
+    return sock
+
+
+def drain(sock):
+    """Keep reading so the server's writes never block on a full socket buffer; ends when closed."""
+    try:
+        while sock.recv(65536):
+            pass
+    except OSError:
+        return
+
+
+def listing_p99(port, requests):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    samples = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        connection.request("GET", "/api/projects", headers={"Host": f"127.0.0.1:{port}"})
+        response = connection.getresponse()
+        response.read()
+        samples.append(time.perf_counter() - started)
+        if response.status != 200:
+            raise SystemExit(f"GET /api/projects answered {response.status}")
+    connection.close()
+    samples.sort()
+    return samples[int(len(samples) * 0.99) - 1], statistics.median(samples)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--streams", type=int, default=40)
+    parser.add_argument("--requests", type=int, default=300)
+    options = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        with serving(scratch / "root", threads=max(32, options.streams + 16)) as service:
+            store = init_project(service.root, scratch / "bench", project_yaml("bench", service.base_url))
+            direct_store = init_project(service.root, scratch / "direct", project_yaml("direct", service.base_url))
+            over_http = http_rate(service.port, options.messages, options.clients)
+            direct = direct_rate(direct_store, options.messages)
+            ratio = over_http / direct
+            print(f"messages over HTTP ({options.clients} clients): {over_http:8.1f}/s")
+            print(f"messages through the store (1 thread):  {direct:8.1f}/s")
+            print(f"ratio: {ratio:.2f} (target >= 0.3) {'ok' if ratio >= 0.3 else 'BELOW TARGET'}")
+            streams = [open_stream(service.port) for _ in range(options.streams)]
+            try:
+                p99, median = listing_p99(service.port, options.requests)
+                print(f"GET /api/projects with {options.streams} SSE clients: median {median * 1000:.1f} ms, "
+                      f"p99 {p99 * 1000:.1f} ms")
+            finally:
+                for sock in streams:
+                    sock.shutdown(socket.SHUT_RDWR)
+                    sock.close()
+            assert store.project_stats()["messageCount"] == options.messages // options.clients * options.clients
+    return 0 if ratio >= 0.3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
