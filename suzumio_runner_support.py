@@ -107,7 +107,7 @@ class ErrorBoundary:
 
     def apply(self, callback, route):
         def boundary(**args):
-            decoded = {key: urllib.parse.unquote(value, errors="strict") for key, value in args.items()}
+            decoded = {key: urllib.parse.unquote(value, errors="replace") for key, value in args.items()}
             try:
                 return callback(**decoded)
             except bottle.HTTPResponse:

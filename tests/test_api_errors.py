@@ -95,6 +95,7 @@ def test_unknown_project_is_404_and_creates_nothing(service):
 def test_project_segment_is_checked_before_any_file_is_opened(service, identity):
     assert_error(service.get("/api/projects/%2E%2E/events"), 404, "Unknown project: ..")
     assert_error(service.get("/api/projects/a%2Fb"), 404, "Unknown project: a/b")
+    assert_error(service.get("/api/projects/%FF"), 404, "Unknown project: \ufffd")
     signal = service.post("/runner/signals", {**identity, "project": "../demo", "kind": "x"})
     assert_error(signal, 404, "Unknown project: ../demo")
     assert not (service.root.path.parent / "suzumio.sqlite").exists()

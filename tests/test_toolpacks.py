@@ -478,3 +478,21 @@ def test_a_hanging_hook_times_out_and_the_next_call_gets_a_fresh_host(service, d
     response = support(service, "reviewer", reviewer, "review.summarize", {"summary": "ok"}, toolpack="review-tools")
     assert response.status_code == 200
     wait_until(lambda: service.toolpacks.node.pid is not None, 2, message="a fresh host")
+
+
+def test_webui_only_toolpack_needs_no_runner_module_and_still_runs_its_hook(service, tmp_path, node):
+    project_dir = tmp_path / "team"
+    folder = project_dir / "toolpacks" / "review"
+    write_toolpack(folder, manifest={"id": "review-tools", "tools": [],
+                                     "webui": [{"id": "review.stats", "title": "Review statistics"}]})
+    (folder / "runner.mjs").unlink()
+    yaml_text = TEAM_YAML.format(url=service.base_url, communication="").replace(
+        "[messages.send, review.summarize]", "[messages.send]")
+    demo = init_project(service.root, project_dir, yaml_text)
+    demo.start()
+    entries = service.get("/api/projects/demo/tool-ui").json()
+    assert entries[-1] == {"id": "review.stats", "title": "Review statistics", "kind": "panel",
+                           "toolpackId": "review-tools", "toolpackKind": "local"}
+    hook_mode(demo, "ping")
+    service.scheduler.tick("demo")
+    assert len(demo.list_signals(kind="x.ping")) == 1
