@@ -172,8 +172,16 @@ def test_history_rows_are_replayed_with_roles_prefixes_and_trimming(tmp_path, mo
 
 def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, model, setup):
     controller, activation = setup()
-    model.enqueue(tool_calls=[("file_write", {"path": "notes/a.md", "content": "x", "createDirs": True})])
-    model.enqueue(content="Done")
+    model.enqueue(
+        tool_calls=[("file_write", {"path": "notes/a.md", "content": "x", "createDirs": True})],
+        usage={
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "total_tokens": 12,
+            "prompt_tokens_details": {"cached_tokens": 4},
+        },
+    )
+    model.enqueue(content="Done", usage=(5, 1, 6))
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
     assert Path(activation["workspace"], "notes", "a.md").read_text() == "x"
@@ -198,6 +206,7 @@ def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, mod
     assert '"title":"file written"' in second[2]["content"]
     assert json.loads(second[2]["content"])["metadata"]["chars"] == 1
     assert controller.output["text"] == "Done"
+    assert controller.output["usage"]["tokens"] == {"input": 15, "output": 3, "total": 18, "cacheRead": 4}
 
 
 def test_p1_signal_text_reaches_the_model_after_the_tool_output(tmp_path, model, setup):
@@ -624,6 +633,22 @@ def test_context_overflow_compacts_history_and_retries(tmp_path, model, setup):
     assert len(controller.bodies("/activation-context")) == 2
     assert controller.context["messageCount"] == 13
     assert controller.output["text"] == "final answer"
+
+
+def test_overflow_with_nothing_to_archive_posts_the_fallback_without_a_summary_request(
+    tmp_path, model, setup
+):
+    controller, activation = setup()
+    model.enqueue_context_overflow()
+    model.enqueue(content="answer")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert len(model.requests) == 2
+    [compact] = controller.bodies("/runner/history/compact")
+    assert compact["keepTail"] == 1
+    assert "No pre-activation segment was available" in compact["summary"]
+    assert "Archived sequence range: (none)" in compact["summary"]
+    assert model.requests[1].body["messages"] == [{"role": "user", "content": "Start"}]
 
 
 def test_second_overflow_fails_the_attempt(tmp_path, model, setup):
