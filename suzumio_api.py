@@ -1,7 +1,7 @@
 """User-facing HTTP surface (http-api.md): request guards, projects, messages, history, control
 actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the Bottle app with the
-runner routes of suzumio_runner_support mounted beside these; serve() runs it on Waitress. Nothing is
-built at import time. Imported by suzumio.py and tests."""
+runner routes of suzumio_runner_support mounted beside these; Server runs it on Waitress. Nothing is
+built at import time. Imported by suzumio.py, tests and bench."""
 import hmac
 import json
 import logging
@@ -179,8 +179,7 @@ def _named_secret_map(path):
 
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
-             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS,
-             clock=None):
+             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS):
     """The WSGI app: user routes, runner routes, guards and the one error shape.
 
     `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
@@ -206,11 +205,13 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
     def after_request():
         bottle.response.set_header(*NOSNIFF)
 
+    # Bottle calls these for unmatched routes and for exceptions that escape the route boundary
+    # (hooks); they must encode the JSON themselves.
     def error_page(message):
         def handler(error):
             bottle.response.content_type = JSON_TYPE
             bottle.response.set_header(*NOSNIFF)
-            return encode_json({"error": message if message else (str(error.body) or "internal error")})
+            return encode_json({"error": message})
         return handler
 
     not_found = error_page("not found")
