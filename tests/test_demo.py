@@ -1,0 +1,55 @@
+"""`make demo` as a user runs it: scripts/demo.py from a fresh shell, on the `local` backend and on the
+offline runner image with a real Docker engine, ending with a submitted project and its report."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import suzumio_store
+from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_demo(tmp_path, backend):
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8"}
+    root = tmp_path / "demo-root"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "demo.py"), "--exit-when-done", "--backend", backend,
+         "--root", str(root), "--port", "0", "--timeout", "90"],
+        capture_output=True, text=True, env=env, timeout=180, stdin=subprocess.DEVNULL, check=False)
+    return result, root
+
+
+def assert_team_finished(result, root, backend):
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert f"Suzumio demo: {backend} backend" in out
+    for agent in ("pm", "worker-1", "worker-2", "critic"):
+        assert f"▶ {agent} wakes up" in out
+    assert "worker-1 → file.write" in out or "worker-1 → shell.exec" in out
+    assert "✓ pm submitted the final report" in out
+    assert "--- final report" in out and "# Greeting card" in out
+    assert re.search(r"Submitted in \d+\.\d s\.", out)
+    store = suzumio_store.Root(root).open_project("demo")
+    assert store.project()["status"] == "submitted"
+    assert (root / "demo" / "final-report.md").read_text().startswith("# Greeting card")
+    assert all(a["status"] != "failed" for a in store.list_activations())
+
+
+def test_demo_runs_offline_on_the_local_backend(tmp_path):
+    result, root = run_demo(tmp_path, "local")
+    assert_team_finished(result, root, "local")
+
+
+@pytest.mark.docker
+def test_demo_runs_on_the_offline_runner_image(tmp_path):
+    client = docker_client_or_skip()
+    runner_image_or_skip(client)
+    result, root = run_demo(tmp_path, "docker")
+    assert_team_finished(result, root, "docker")
+    containers = client.containers.list(all=True, filters={"label": "suzumio.project=demo"})
+    assert {c.labels.get("suzumio.agent") for c in containers} >= {"pm", "worker-1", "worker-2", "critic"}
