@@ -11,6 +11,7 @@ import urllib.parse
 import bottle
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
+from suzumio_toolpacks import optional_boolean, required_string
 
 log = logging.getLogger(__name__)
 
@@ -74,31 +75,6 @@ def read_fields():
     return body if isinstance(body, dict) else {}
 
 
-def require_string(body, field):
-    value = body.get(field)
-    if not isinstance(value, str) or not value.strip():
-        raise BadRequest(f"{field} is required")
-    return value
-
-
-def describe_value(value):
-    """tools.md §1.1: strings as themselves, everything else as JSON text (2, not 2.0)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return json.dumps(value, ensure_ascii=False)
-
-
-def optional_boolean(body, field):
-    if field not in body:
-        return None
-    value = body[field]
-    if not isinstance(value, bool):
-        raise BadRequest(f"Expected boolean, got {describe_value(value)}")
-    return value
-
-
 class ErrorBoundary:
     """Bottle plugin: percent-decodes path arguments and turns every failure into {"error": …}."""
 
@@ -147,7 +123,7 @@ class RunnerCall:
 def authorize(root, body, fields=(), *, body_checks=None, running=None):
     """Checks A–G of http-api.md §9.1 in their order; `running` is the 409 wording or None."""
     for field in (*IDENTITY_FIELDS, *fields):
-        require_string(body, field)
+        required_string(body, field)
     if body_checks:
         body_checks(body)
     store = root.open_project(body["project"])

@@ -24,7 +24,6 @@ SIGNAL_FILTER_STATUSES = ("pending", "delivered", "closed")
 MESSAGE_PREVIEW_CHARS = 12000
 WAIT_DEFAULT_REASON = "Waiting for future signals."
 HOOK_FAILED_EVENT = "scheduler.hook_failed"
-CORE_SUPPORT_TOOLS = ("messages.send", "coordination.wait_for_signal", "completion.submit")
 
 
 class ToolpackError(suzumio_node.ToolpackError):
@@ -73,21 +72,14 @@ def optional_boolean(data, key):
     return value
 
 
-def bounded(value, default, cap):
+def bounded_input(data, key, default, cap):
     """tools.md §1.1 positive number: absent → default; finite > 0 → min(floor, cap), at least 1."""
-    if value is None and not isinstance(value, bool):
+    if key not in data:
         return default
+    value = data[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise BadRequest("Expected a positive number")
     return max(1, min(math.floor(value), cap))
-
-
-def bounded_input(data, key, default, cap):
-    if key not in data:
-        return default
-    if data[key] is None:
-        raise BadRequest("Expected a positive number")
-    return bounded(data[key], default, cap)
 
 
 def check_priority(value):
