@@ -765,6 +765,7 @@ _BACKEND = _Obj(
         ("model", _Str(), _OMIT),
         ("maxIterations", _INT_GT0, _OMIT),
         ("maxToolCalls", _INT_GT0, _OMIT),
+        ("budget", _Obj(("maxTokens", _INT_GT0, _REQUIRED)), _OMIT),
         ("models", _Obj(
             ("providers", _Record(_PROVIDER), {}),
             ("presets", _Record(_PRESET), {}),
@@ -1539,6 +1540,7 @@ class RunnerConfig:
     model: str
     max_iterations: int
     max_tool_calls: int
+    budget_max_tokens: int  # backend.runner.budget.maxTokens; None means no token budget
     providers: FrozenMapping
     presets: FrozenMapping
     _json: str = field(repr=False)
@@ -1644,6 +1646,7 @@ def _backend_config(data):
                      ProxyConfig(proxy["inheritEnv"], proxy.get("http"), proxy.get("https"), proxy.get("all"),
                                  proxy.get("noProxy"), proxy["rewriteLocalhost"])),
         RunnerConfig(runner["mode"], runner.get("model"), runner.get("maxIterations"), runner.get("maxToolCalls"),
+                     runner.get("budget", {}).get("maxTokens"),
                      FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),
                      FrozenMapping({k: _preset_config(k, v) for k, v in models["presets"].items()}),
                      _frozen_json(runner)))

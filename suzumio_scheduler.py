@@ -1,5 +1,5 @@
-"""The scheduler (scheduler.md): one `tick` of a project (signal selection, P0 restarts, the
-activation timeout, prompt composition, hooks, nudges and monitors), the background thread that ticks
+"""The scheduler (scheduler.md): one `tick` of a project (the token budget, signal selection, P0 restarts,
+the activation timeout, prompt composition, hooks, nudges and monitors), the background thread that ticks
 every project every 2 s or on demand, and stopping/approving projects.
 Imported by the composition root and the HTTP routes; imports config, store and backend."""
 import datetime
@@ -209,6 +209,10 @@ def tick(store, backend, hooks, now):
     if project["status"] != RUNNING:
         return
     config = suzumio_config.ProjectConfig.from_data(store.config())
+    max_tokens = config.backend.runner.budget_max_tokens
+    if max_tokens is not None and store.pause_for_budget(max_tokens, now) is not None:
+        log.warning("project %s paused: token budget of %s used up", store.project_id, max_tokens)
+        return
     agents = store.list_agents()
     for agent in agents:
         _tick_agent(store, backend, config, project["task"], agents, agent, now)

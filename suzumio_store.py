@@ -71,6 +71,7 @@ PROJECT_TRANSITIONS = {
     "approve": (PROJECT_STATUSES, PROJECT_COMPLETED),
     "submit": (PROJECT_STATUSES, PROJECT_SUBMITTED),
     "request_changes": (PROJECT_STATUSES, PROJECT_RUNNING),
+    "budget_exceeded": ((PROJECT_RUNNING,), PROJECT_STOPPED),
 }
 
 # Agent status writes: trigger -> (statuses it may start from, resulting status) (store.md §3.2).
@@ -106,6 +107,8 @@ KIND_ALL_QUIET_NUDGE = "scheduler.all_quiet_nudge"
 KIND_RESUME_AFTER_STOP = "scheduler.resume_after_stop"
 KIND_SUBMITTED = "completion.submitted"
 KIND_WAIT = "coordination.wait_for_signal"
+KIND_BUDGET_EXCEEDED = "project.budget_exceeded"
+BUDGET_SENDER = "scheduler"
 TOOL_WAIT = "coordination.wait_for_signal"
 TOOL_SUBMIT = "completion.submit"
 ENDING_TOOLS = (TOOL_WAIT, TOOL_SUBMIT)
@@ -182,6 +185,29 @@ def _load_json(text, default=None):
         return json.loads(text)
     except ValueError:
         return default
+
+
+def usage_tokens(usage):
+    """Tokens of one activation's stored usage: `tokens.total`, else input + output (backend-runner.md §7.8)."""
+    tokens = usage.get("tokens") if isinstance(usage, dict) else None
+    if not isinstance(tokens, dict):
+        return 0
+
+    def count(value):
+        valid = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return int(value) if valid and value >= 0 else None
+
+    total = count(tokens.get("total"))
+    if total is not None:
+        return total
+    return (count(tokens.get("input")) or 0) + (count(tokens.get("output")) or 0)
+
+
+def budget_message(project, max_tokens, used_tokens):
+    """The P2 message to the user when a project's token budget is used up."""
+    return (f"Token budget reached for project {project}: {used_tokens} tokens used since it was last started "
+            f"(backend.runner.budget.maxTokens: {max_tokens}). The project is paused: running activations "
+            f"finish, no new ones start. Run `suzumio start {project}` to resume with a fresh budget.")
 
 
 def _omit_none(mapping):
@@ -1029,6 +1055,41 @@ class ProjectStore:
                                                  "interruptedSignalIds": interrupted,
                                                  "message": RESUME_AFTER_STOP_MESSAGE})
         return cancelled
+
+    def window_tokens(self, conn=None):
+        """Tokens used by activations that completed or failed since the project was last set running
+        (or since init): the token budget's window. Event rowids order the window exactly."""
+        conn = conn or self._reader()
+        started = conn.execute(
+            "SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ? AND type = 'project.status' "
+            "AND json_extract(data_json, '$.status') = ?", (self.project_id, PROJECT_RUNNING)).fetchone()[0]
+        rows = conn.execute(
+            "SELECT a.usage_json FROM events e JOIN activations a ON a.project = e.project "
+            "AND a.id = json_extract(e.data_json, '$.activationId') "
+            "WHERE e.project = ? AND e.rowid > ? AND e.type IN ('activation.completed', 'activation.failed') "
+            "AND a.usage_json IS NOT NULL", (self.project_id, started)).fetchall()
+        return sum(usage_tokens(_load_json(row["usage_json"], {})) for row in rows)
+
+    def pause_for_budget(self, max_tokens, now=None):
+        """Stop a running project whose window used max_tokens or more: status, `project.budget_exceeded`
+        and the P2 message to the user in one transaction. Running activations are left to finish.
+        Returns the event data, or None when the project was not running or is within budget."""
+        with self._snapshot() as conn:
+            if self._project_row(conn)["status"] != PROJECT_RUNNING or self.window_tokens(conn) < max_tokens:
+                return None
+        with self.write(now) as tx:
+            # re-checked under the write lock: a concurrent tick or `start` may have moved the window
+            if self._project_row(tx.conn)["status"] != PROJECT_RUNNING:
+                return None
+            used = self.window_tokens(tx.conn)
+            if used < max_tokens:
+                return None
+            self._set_project_status(tx, "budget_exceeded")
+            data = {"maxTokens": max_tokens, "usedTokens": used}
+            self._event(tx, KIND_BUDGET_EXCEEDED, data)
+            self._send_message(tx, BUDGET_SENDER, budget_message(self.project_id, max_tokens, used),
+                               recipient="user", priority="P2")
+            return data
 
     def request_changes(self, body, recipient=None, now=None):
         """http-api.md §8.4: validate, set running and send a P2 user message. Returns the message."""
