@@ -1,0 +1,240 @@
+"""Crash safety (reliability, part 1): SIGKILL of the controller (`suzumio serve`) at random points of a
+running team, of one activation's runner (a `local` process group, a `docker-chat` container) and of
+the controller's Node host during a support call and a hook. Real serve subprocesses, real runners with
+the scripted provider, a real Docker engine and real node. `make soak` runs many more controller trials
+(bench/soak_crash.py); SUZUMIO_CRASH_TRIALS sets how many run here."""
+import json
+import os
+import shutil
+import signal
+import threading
+
+import pytest
+import yaml
+from api_fixtures import init_project, running_activation, serving
+from conftest import require, wait_until
+from crash_fixtures import (
+    KICKOFF,
+    PROJECT,
+    TOOLPACK_PROJECT,
+    ChaosTrial,
+    CrashTeam,
+    busy_runner,
+    check_settled,
+    crash_config,
+    crash_script,
+    failure_kinds,
+    runner_alive,
+    write_crash_toolpack,
+)
+from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
+
+import suzumio_backend
+
+pytestmark = pytest.mark.timeout(300)
+
+TRIALS = int(os.environ.get("SUZUMIO_CRASH_TRIALS", "3"))
+WORKERS = ("worker-1", "worker-2")
+FAILED_NUDGE = "scheduler.failed_nudge"
+
+
+# ---------------------------------------------------------------- the controller is killed
+
+@pytest.mark.parametrize("seed", range(1, TRIALS + 1))
+def test_killed_controller_loses_no_acked_message_delivers_no_signal_twice_and_the_team_submits(tmp_path, seed):
+    result = ChaosTrial(tmp_path, seed).run()
+    print(result.line())
+    assert result.kills
+    assert result.acked >= 2  # the kick-off and at least one note went through
+    assert result.ok, result.line()
+
+
+def workers_busy_after_pm_waits(store):
+    """Both workers' runners inside their shell.exec while pm's first activation is over."""
+    if any(a["agentId"] == "pm" for a in store.running_activations()):
+        return None
+    busy = [busy_runner(store, worker) for worker in WORKERS]
+    return busy if all(busy) else None
+
+
+def test_restarted_controller_adopts_live_runners_and_their_activations_complete(tmp_path):
+    with CrashTeam(tmp_path, worker_sleep=3.0) as team:
+        team.kickoff()
+        busy = wait_until(lambda: team.read(workers_busy_after_pm_waits), 30, message="both workers busy")
+        team.controller.kill()
+        assert all(runner_alive(activation) for activation in busy)
+        team.controller.start()
+        team.wait_done(60)
+        with team.store() as store:
+            assert [store.activation(a["id"])["status"] for a in busy] == ["completed", "completed"]
+            assert failure_kinds(store) == {}
+        assert team.check() == []
+
+
+def test_adopted_runner_that_dies_fails_and_the_failed_nudge_retries_it(tmp_path):
+    with CrashTeam(tmp_path, worker_sleep=2.0) as team:
+        team.kickoff()
+        busy = wait_until(lambda: team.read(workers_busy_after_pm_waits), 30, message="both workers busy")
+        victim = busy[0]
+        team.controller.kill()
+        team.controller.start()
+        os.killpg(suzumio_backend.local_pid(victim["containerName"]), signal.SIGKILL)
+        team.wait_done(60)
+        with team.store() as store:
+            failed = store.activation(victim["id"])
+            assert (failed["status"], failed["error"]) == ("failed", suzumio_backend.NO_OUTPUT_ERROR)
+            retry = retry_of(store, failed)
+            assert retry["status"] == "completed"
+        assert team.check() == []
+
+
+def retry_of(store, failed):
+    """The activation that the failed nudge for `failed` woke."""
+    for sig in store.list_signals(target_agent=failed["agentId"], kind=FAILED_NUDGE, limit=100):
+        if sig["payload"]["previousActivationId"] == failed["id"] and sig.get("deliveredActivationId"):
+            return store.activation(sig["deliveredActivationId"])
+    raise AssertionError(f"no failed nudge woke {failed['agentId']} after {failed['id']}")
+
+
+# ---------------------------------------------------------------- a runner is killed
+
+def served_team(service, folder, **config_options):
+    """The crash team on the in-process controller, kicked off."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "crash-script.yaml").write_text(yaml.safe_dump(crash_script(), sort_keys=False), encoding="utf-8")
+    config = crash_config(service.port, **config_options)
+    store = init_project(service.root, folder, yaml.safe_dump(config, sort_keys=False))
+    store.send_message("user", KICKOFF, recipient="pm")
+    assert service.post(f"/api/projects/{PROJECT}/start").status_code == 200
+    return store
+
+
+def submitted(store):
+    return store.project()["status"] == "submitted"
+
+
+def failed_activation(store, activation_id):
+    activation = store.activation(activation_id)
+    return activation if activation["status"] == "failed" else None
+
+
+def test_killed_local_runner_fails_with_its_exit_text_and_the_failed_nudge_recovers(tmp_path):
+    with serving(tmp_path / "root", scheduler_interval=0.2) as service:
+        store = served_team(service, tmp_path / "team")
+        victim = wait_until(lambda: busy_runner(store, "worker-1"), 30, message="worker-1 in shell.exec")
+        os.killpg(suzumio_backend.local_pid(victim["containerName"]), signal.SIGKILL)
+        failed = wait_until(lambda: failed_activation(store, victim["id"]), 15, message="the failure")
+        assert failed["error"].splitlines()[0] == "Runner exited with 137"
+        wait_until(lambda: submitted(store), 60, message="submission")
+        retry = retry_of(store, failed)
+        assert retry["status"] == "completed"
+        assert (store.artifacts_dir("worker-1") / "part.md").read_text() == "part by worker-1\n"
+        wait_until(lambda: not store.running_activations(), 30, message="settled activations")
+        assert check_settled(store, {}) == []
+
+
+def test_killed_local_runner_without_failed_nudge_recovers_on_the_next_signal(tmp_path):
+    with serving(tmp_path / "root", scheduler_interval=0.2) as service:
+        store = served_team(service, tmp_path / "team", failed_nudge=False)
+        victim = wait_until(lambda: busy_runner(store, "worker-1"), 30, message="worker-1 in shell.exec")
+        os.killpg(suzumio_backend.local_pid(victim["containerName"]), signal.SIGKILL)
+        failed = wait_until(lambda: failed_activation(store, victim["id"]), 15, message="the failure")
+        assert failed["error"].splitlines()[0] == "Runner exited with 137"
+        assert store.agent("worker-1")["status"] == "failed"
+        retry = service.post(f"/api/projects/{PROJECT}/messages",
+                             {"recipient": "worker-1", "body": "Please write part A again."}).json()
+        wait_until(lambda: submitted(store), 60, message="submission")
+        signal_row = next(s for s in store.list_signals(target_agent="worker-1", kind="message.created")
+                          if s["payload"]["id"] == retry["id"])
+        woke = store.activation(signal_row["deliveredActivationId"])
+        assert woke["status"] == "completed"
+        assert store.list_signals(kind=FAILED_NUDGE) == []
+        wait_until(lambda: not store.running_activations(), 30, message="settled activations")
+        assert check_settled(store, {retry["id"]: "Please write part A again."}) == []
+
+
+def test_killed_docker_container_fails_with_its_exit_text_and_the_failed_nudge_recovers(tmp_path):
+    client = docker_client_or_skip()
+    runner_image_or_skip(client)
+    with serving(tmp_path / "root", scheduler_interval=0.2) as service:
+        store = served_team(service, tmp_path / "team", kind=suzumio_backend.KIND_DOCKER, image=RUNNER_IMAGE)
+        try:
+            victim = wait_until(lambda: busy_runner(store, "worker-1"), 60, message="worker-1 in shell.exec")
+            client.api.kill(victim["containerName"])
+            failed = wait_until(lambda: failed_activation(store, victim["id"]), 30, message="the failure")
+            assert failed["error"].splitlines()[0] == "Runner exited with 137"
+            wait_until(lambda: submitted(store), 90, message="submission")
+            assert retry_of(store, failed)["status"] == "completed"
+            wait_until(lambda: not store.running_activations(), 60, message="settled activations")
+            assert check_settled(store, {}) == []
+        finally:
+            for activation in store.list_activations(limit=1000):
+                if activation.get("containerName"):
+                    client.api.remove_container(activation["containerName"], force=True)
+
+
+# ---------------------------------------------------------------- the controller's Node host is killed
+
+@pytest.fixture
+def node():
+    if shutil.which("node") is None:
+        require("node")("Node.js is not installed")
+
+
+@pytest.fixture
+def tools_service(tmp_path, node):
+    with serving(tmp_path / "root") as service:
+        folder = tmp_path / "tools"
+        write_crash_toolpack(folder / "toolpacks" / "crash")
+        store = init_project(service.root, folder, TOOLPACK_PROJECT.format(url=service.base_url))
+        store.start()
+        yield service, store
+
+
+def support(service, store, activation, tool):
+    body = {"project": store.project_id, "agentId": "pm", "activationId": activation["id"],
+            "token": service.token(store.project_id, "pm"), "tool": tool, "input": {}}
+    return service.post("/toolpacks/crash-tools/support", body, timeout=90)
+
+
+def kill_host_when_blocked(pid_file):
+    """SIGKILL the Node host once the blocking handler wrote its pid; returns that pid."""
+    pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), 30, message="the blocked host"))
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def test_killed_node_host_fails_the_support_call_in_flight_and_the_next_call_gets_a_fresh_host(tools_service):
+    service, store = tools_service
+    activation = running_activation(store, "pm")
+    answers = []
+    call = threading.Thread(target=lambda: answers.append(support(service, store, activation, "crash.block")))
+    call.start()
+    killed = kill_host_when_blocked(store.dir / "support-host.pid")
+    call.join(timeout=90)
+    assert answers[0].status_code == 500
+    assert answers[0].json()["error"].startswith("Toolpack host failed: host exited with code -9")
+    answer = support(service, store, activation, "crash.ping")
+    assert answer.status_code == 200
+    fresh = service.toolpacks.node.pid
+    assert answer.json() == {"output": f"pong from {fresh}"}
+    assert fresh != killed
+
+
+def test_killed_node_host_fails_the_hook_in_flight_and_the_next_tick_gets_a_fresh_host(tools_service):
+    service, store = tools_service
+    (store.dir / "hook-mode.txt").write_text("block")
+    tick = threading.Thread(target=service.scheduler.tick, args=(store.project_id,))
+    tick.start()
+    killed = kill_host_when_blocked(store.dir / "hook-host.pid")
+    tick.join(timeout=30)
+    failures = [json.loads(e["data_json"]) for e in store.list_events(limit=100)
+                if e["type"] == "scheduler.hook_failed"]
+    assert len(failures) == 1
+    assert failures[0]["toolpackId"] == "crash-tools"
+    assert failures[0]["error"].startswith("Toolpack host failed: host exited with code -9")
+    (store.dir / "hook-mode.txt").write_text("ping")
+    service.scheduler.tick(store.project_id)
+    pings = store.list_signals(kind="x.crash_ping")
+    assert len(pings) == 1
+    assert pings[0]["payload"]["pid"] == service.toolpacks.node.pid != killed
