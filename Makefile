@@ -28,5 +28,9 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# Crash soak: 20 trials that SIGKILL `suzumio serve` during a running team (bench/soak_crash.py).
+soak: $(STAMP)
+	$(PY) bench/soak_crash.py $(SOAK_ARGS)
+
 clean:
 	rm -rf $(VENV) dist build *.egg-info .pytest_cache
