@@ -1,139 +1,166 @@
-"""Activation start overhead: the median time from a pending signal (one scheduler tick) to the runner
-process starting, for the `local` and `docker-chat` backends, each as a ratio to the bare cost measured
-in the same run (`python3 -c pass` spawned as a process; `docker run --rm <image> true`). Target <= 1.5x.
-Usage: .venv/bin/python bench/activation_overhead.py [--runs 7] [--skip-docker]"""
+"""Activation start overhead: the median time from a pending signal (one scheduler tick starts here) to
+the real runner's first request reaching the controller (`POST /activation-context`, the runner's first
+act once its interpreter, imports and input are ready), for the `local` and `docker-chat` backends. The
+bare cost, measured in the same run, is the same first request made by a minimal stdlib Python script
+(`http.client` + `json`) spawned the same way: a subprocess of this interpreter, or `docker run` of the
+runner image. Ratio target <= 1.5x. The tick's own share is printed separately.
+Usage: .venv/bin/python bench/activation_overhead.py [--runs 9] [--skip-docker] [--json]"""
 import argparse
+import http.server
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import yaml
-
+import benchlib
 import suzumio_backend
-import suzumio_config
 import suzumio_scheduler
 import suzumio_store
 
 IMAGE = "suzumio-runner:dev"
-# The bench runner records the moment its first statement runs, then exits.
-BENCH_RUNNER = """import time
-started = time.time()
-import json, sys
-data = json.load(open(sys.argv[sys.argv.index("--input") + 1]))
-open(data["workspace"] + "/started-" + data["activation"]["id"], "w").write(repr(started))
+# The least a Python runner must do to reach the controller: import the HTTP client, post one JSON body.
+BARE_POST = """import http.client, json, sys
+connection = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
+connection.request("POST", "/activation-context", json.dumps({"activationId": sys.argv[2]}),
+                   {"Content-Type": "application/json"})
+connection.getresponse().read()
 """
 
 
-def make_support_dir(path):
-    path.mkdir(parents=True)
-    (path / suzumio_backend.RUNNER_FILE).write_text(BENCH_RUNNER)
-    (path / suzumio_backend.HOST_FILE).write_text("// unused by the bench\n")
-    return path
+class Arrivals(http.server.ThreadingHTTPServer):
+    """A stand-in controller: answers every POST with `{}` and records when each activation's first
+    `/activation-context` arrived (time.time(), comparable across processes and containers)."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), ArrivalHandler)
+        self.first = {}
+        self.changed = threading.Condition()
+
+    def record(self, activation_id, moment):
+        with self.changed:
+            self.first.setdefault(activation_id, moment)
+            self.changed.notify_all()
+
+    def wait_for(self, activation_id, timeout=60.0):
+        with self.changed:
+            if not self.changed.wait_for(lambda: activation_id in self.first, timeout):
+                raise TimeoutError(f"no request from activation {activation_id}")
+            return self.first[activation_id]
 
 
-def make_project(base, kind):
-    config = {"name": "bench", "task": "Measure.", "channels": ["#project"],
-              "agents": {"worker": {"tools": []}},
-              "backend": {"kind": kind, "image": IMAGE, "controllerUrl": "http://127.0.0.1:9",
-                          "docker": {"network": "host"},
-                          "runner": {"mode": "ai", "model": "main", "models": {
-                              "providers": {"replay": {"type": "scripted", "script": {"agents": {
-                                  "worker": [{"steps": [{"say": "ok"}]}]}}}},
-                              "presets": {"main": {"provider": "replay", "model": "m"}}}}}}
-    path = base / "project.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    loaded = suzumio_config.load_project(path, env={})
-    root = suzumio_store.Root(base / "root")
-    store = root.init_project(
-        name="bench", task=loaded.data["task"], config=loaded.data,
-        agents=[suzumio_store.AgentSeed(id=a.id, role=a.role, display_name=a.display_name, prompt=a.prompt,
-                                        model=a.model, tools=list(a.tools)) for a in loaded.agents],
-        source_text=loaded.source_text, resolved_text=loaded.render(), config_path=loaded.path)
-    store.start()
-    return root, store
+class ArrivalHandler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        arrived = time.time()
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/activation-context":
+            self.server.record(json.loads(body).get("activationId"), arrived)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        return
 
 
-def wait_for(path, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not path.exists() or not path.read_text():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"runner never started: {path}")
-        time.sleep(0.002)
-    return float(path.read_text())
-
-
-def activation_latencies(kind, runs):
-    with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp)
-        root, store = make_project(base, kind)
-        backends = suzumio_backend.Backends(support_dir=make_support_dir(base / "support"))
-        samples = []
+def activation_latencies(kind, runs, controller):
+    """(start-to-first-request samples, tick-duration samples) over `runs` activations of one agent."""
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        root = suzumio_store.Root(scratch / "root")
+        url = f"http://127.0.0.1:{controller.server_port}"
+        store = benchlib.init_project(root, scratch / "src",
+                                      benchlib.project_text("bench", ["worker"], kind=kind, image=IMAGE,
+                                                            controller_url=url))
+        backends = suzumio_backend.Backends()
+        hooks = suzumio_scheduler.NoHooks()
+        started, ticks = [], []
         try:
-            for index in range(runs):
+            for index in range(runs + 1):
                 store.send_message("user", f"job {index}", recipient="worker")
                 began = time.time()
-                suzumio_scheduler.tick(store, backends, suzumio_scheduler.NoHooks(), suzumio_scheduler.utc_now())
-                act = store.activation(store.agent("worker")["activeActivationId"])
-                samples.append(wait_for(store.workspace("worker") / f"started-{act['id']}") - began)
-                while store.activation(act["id"])["status"] == "running":
-                    time.sleep(0.01)
+                tick_began = time.perf_counter()
+                suzumio_scheduler.tick(store, backends, hooks, suzumio_scheduler.utc_now())
+                tick_took = time.perf_counter() - tick_began
+                activation_id = store.agent("worker").get("activeActivationId")
+                if activation_id is None:
+                    raise SystemExit(f"no activation started: {store.list_activations(1)}")
+                arrived = controller.wait_for(activation_id)
+                if index:  # the first run warms the page cache and the interpreter's bytecode cache
+                    started.append(arrived - began)
+                    ticks.append(tick_took)
+                wait_until_ended(store, activation_id)
         finally:
             backends.close()
             root.close()
-        return samples
+        return started, ticks
 
 
-def bare_local(runs):
+def wait_until_ended(store, activation_id, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while store.activation(activation_id)["status"] == "running":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"activation {activation_id} never ended")
+        time.sleep(0.01)
+
+
+def bare_local(runs, controller):
     samples = []
-    for _ in range(runs):
+    env = {name: os.environ[name] for name in suzumio_backend.LOCAL_BASE_ENV if os.environ.get(name)}
+    for index in range(runs):
         began = time.time()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        samples.append(time.time() - began)
+        process = subprocess.Popen([sys.executable, "-c", BARE_POST, str(controller.server_port), f"bare-{index}"],
+                                   env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        samples.append(controller.wait_for(f"bare-{index}") - began)
+        process.wait()
     return samples
 
 
-def bare_docker(runs):
+def bare_docker(runs, controller):
     import docker
     client = docker.from_env()
     samples = []
-    for _ in range(runs):
+    for index in range(runs + 1):
         began = time.time()
-        client.containers.run(IMAGE, "true", remove=True, network_mode="host")
-        samples.append(time.time() - began)
+        container = client.containers.run(IMAGE, ["python3", "-c", BARE_POST, str(controller.server_port),
+                                                  f"docker-{index}"], network_mode="host", detach=True)
+        arrived = controller.wait_for(f"docker-{index}")
+        container.wait()
+        container.remove()
+        if index:
+            samples.append(arrived - began)
     return samples
 
 
-def report(name, activation, bare):
-    median_act, median_bare = statistics.median(activation), statistics.median(bare)
-    ratio = median_act / median_bare
-    verdict = "ok" if ratio <= 1.5 else "above target"
-    print(f"{name:12s} activation {median_act * 1000:8.1f} ms   bare {median_bare * 1000:8.1f} ms   "
-          f"ratio {ratio:5.2f}x  ({verdict}, target <= 1.5x)")
-    return {"backend": name, "activationMs": median_act * 1000, "bareMs": median_bare * 1000, "ratio": ratio}
-
-
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--skip-docker", action="store_true")
-    parser.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
-    args = parser.parse_args()
-    results = [report("local", activation_latencies("local", args.runs), bare_local(args.runs))]
-    if not args.skip_docker:
-        results.append(report("docker-chat", activation_latencies("docker-chat", args.runs),
-                              bare_docker(args.runs)))
-    if args.json:
-        print(json.dumps(results))
-    return 0
+    parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
+    options = parser.parse_args(argv)
+    results = benchlib.Results("activation_overhead")
+    controller = Arrivals()
+    threading.Thread(target=controller.serve_forever, name="bench-controller", daemon=True).start()
+    try:
+        kinds = [("local", bare_local)] + ([] if options.skip_docker else [("docker-chat", bare_docker)])
+        for kind, bare in kinds:
+            activation, ticks = activation_latencies(kind, options.runs, controller)
+            baseline = benchlib.median(bare(options.runs, controller))
+            results.add(f"{kind}: signal -> runner's first request", benchlib.median(activation), "s", baseline,
+                        target=1.5)
+            results.add(f"{kind}: of which the tick (start included)", benchlib.median(ticks), "s")
+    finally:
+        controller.shutdown()
+        controller.server_close()
+    return results.emit(options.json)
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(main())

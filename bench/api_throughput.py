@@ -1,7 +1,8 @@
 """HTTP API throughput: messages/s posted by 8 concurrent HTTP clients through `POST …/messages` (each
 request runs its tick) against the same inserts made directly through the store in one process
-(ratio, target >= 0.3); and the p99 latency of `GET /api/projects` while 40 SSE clients are connected.
-Usage: .venv/bin/python bench/api_throughput.py [--messages 2000] [--clients 8] [--streams 40]"""
+(ratio, target >= 0.3; medians of alternating rounds); and the median and p99 latency of
+`GET /api/projects` while 40 SSE clients are connected, against the same with no stream open.
+Usage: .venv/bin/python bench/api_throughput.py [--messages 2000] [--clients 8] [--streams 40] [--json]"""
 import argparse
 import concurrent.futures
 import http.client
@@ -18,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
+import benchlib
 from api_fixtures import init_project, project_yaml, serving
 
 
@@ -101,29 +103,39 @@ def main(argv=None):
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--streams", type=int, default=40)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating HTTP/direct rounds; medians reported")
+    parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     options = parser.parse_args(argv)
+    results = benchlib.Results("api_throughput")
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         with serving(scratch / "root", threads=max(32, options.streams + 16)) as service:
             store = init_project(service.root, scratch / "bench", project_yaml("bench", service.base_url))
             direct_store = init_project(service.root, scratch / "direct", project_yaml("direct", service.base_url))
-            over_http = http_rate(service.port, options.messages, options.clients)
-            direct = direct_rate(direct_store, options.messages)
-            ratio = over_http / direct
-            print(f"messages over HTTP ({options.clients} clients): {over_http:8.1f}/s")
-            print(f"messages through the store (1 thread):  {direct:8.1f}/s")
-            print(f"ratio: {ratio:.2f} (target >= 0.3) {'ok' if ratio >= 0.3 else 'BELOW TARGET'}")
-            streams = [open_stream(service.port) for _ in range(options.streams)]
+            over_http, direct = [], []
+            for _ in range(options.rounds):
+                over_http.append(http_rate(service.port, options.messages, options.clients))
+                direct.append(direct_rate(direct_store, options.messages))
+            results.add(f"POST …/messages, {options.clients} HTTP clients (vs store, 1 thread)",
+                        benchlib.median(over_http), "/s", benchlib.median(direct), target=0.3,
+                        higher_is_better=True)
+            streams = []
             try:
+                quiet_p99, quiet_median = listing_p99(service.port, options.requests)
+                streams = [open_stream(service.port) for _ in range(options.streams)]
                 p99, median = listing_p99(service.port, options.requests)
-                print(f"GET /api/projects with {options.streams} SSE clients: median {median * 1000:.1f} ms, "
-                      f"p99 {p99 * 1000:.1f} ms")
+                results.add(f"GET /api/projects median, {options.streams} SSE clients (vs none)", median, "s",
+                            quiet_median)
+                results.add(f"GET /api/projects p99, {options.streams} SSE clients (vs none)", p99, "s",
+                            quiet_p99)
             finally:
                 for sock in streams:
                     sock.shutdown(socket.SHUT_RDWR)
                     sock.close()
-            assert store.project_stats()["messageCount"] == options.messages // options.clients * options.clients
-    return 0 if ratio >= 0.3 else 1
+            expected = options.rounds * (options.messages // options.clients * options.clients)
+            if store.project_stats()["messageCount"] != expected:
+                raise SystemExit(f"{store.project_stats()['messageCount']} messages stored, {expected} expected")
+    return results.emit(options.json)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,81 @@
+"""Scheduler tick cost: one pass of `Scheduler.tick_all` over 50 running projects of 10 agents each, idle
+(every agent quiet, nothing pending) and busy (every agent running an activation, one P3 signal pending
+for each), against a bare baseline: one plain SQLite read per project of the rows a tick looks at
+(project, agents, pending signals, running activations), on connections kept open.
+Usage: .venv/bin/python bench/scheduler_tick.py [--projects 50] [--agents 10] [--passes 15] [--json]"""
+import argparse
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+import benchlib
+import suzumio_backend
+import suzumio_scheduler
+import suzumio_store
+import suzumio_toolpacks
+
+BARE_QUERIES = (
+    "SELECT * FROM projects WHERE id = ?",
+    "SELECT * FROM agents WHERE project = ? ORDER BY id",
+    "SELECT * FROM signals WHERE project = ? AND status = 'pending' ORDER BY priority, created_at",
+    "SELECT * FROM activations WHERE project = ? AND status = 'running'",
+)
+
+
+def bare_pass(connections):
+    for name, conn in connections:
+        for sql in BARE_QUERIES:
+            conn.execute(sql, (name,)).fetchall()
+
+
+def make_busy(store):
+    for agent_id in store.agent_ids():
+        store.start_activation(agent_id, "Work.", [])
+        store.send_message("user", "Keep going.", recipient=agent_id)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--projects", type=int, default=50)
+    parser.add_argument("--agents", type=int, default=10)
+    parser.add_argument("--passes", type=int, default=15)
+    parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
+    options = parser.parse_args(argv)
+    results = benchlib.Results("scheduler_tick")
+    agent_ids = [f"a{index}" for index in range(options.agents)]
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        root = suzumio_store.Root(scratch / "root")
+        names = [f"p{index:02d}" for index in range(options.projects)]
+        for name in names:
+            benchlib.init_project(root, scratch / "src" / name, benchlib.project_text(name, agent_ids))
+        backends = suzumio_backend.Backends()
+        toolpacks = suzumio_toolpacks.ToolpackRuntime()
+        scheduler = suzumio_scheduler.Scheduler(root, backends, hooks=toolpacks)
+        connections = [(name, sqlite3.connect(root.path / name / suzumio_store.DB_FILE)) for name in names]
+        try:
+            label = f"{options.projects} projects x {options.agents} agents"
+            bare = benchlib.median(benchlib.timed(lambda: bare_pass(connections), options.passes))
+            idle = benchlib.median(benchlib.timed(scheduler.tick_all, options.passes))
+            results.add(f"tick_all, idle ({label})", idle, "s", bare)
+            for name in names:
+                make_busy(root.open_project(name))
+            bare = benchlib.median(benchlib.timed(lambda: bare_pass(connections), options.passes))
+            busy = benchlib.median(benchlib.timed(scheduler.tick_all, options.passes))
+            results.add(f"tick_all, busy ({label})", busy, "s", bare)
+            results.add("one project's tick, busy", busy / options.projects, "s", bare / options.projects)
+            running = sum(len(root.open_project(name).running_activations()) for name in names)
+            if running != options.projects * options.agents:
+                raise SystemExit(f"the busy pass changed state: {running} activations still running")
+        finally:
+            for _name, conn in connections:
+                conn.close()
+            toolpacks.close()
+            backends.close()
+            root.close()
+    return results.emit(options.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

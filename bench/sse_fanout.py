@@ -1,0 +1,109 @@
+"""SSE fan-out: N stream clients (`GET /api/projects/<p>/stream`, the served default poll of 1 s) receiving
+M events appended through the store: per-event delivery latency (append -> frame read by the client,
+median and p99 over every client and event) at a steady append rate, and the delivery rate of a burst of
+M events (events delivered to all clients per second), each against the same run with a single client.
+The clients are threads of a separate process, so they never hold the server's GIL.
+Usage: .venv/bin/python bench/sse_fanout.py [--clients 30] [--events 150] [--burst 2000] [--json]"""
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib
+from api_fixtures import serving
+
+EVENT_TYPE = "bench.sse"
+
+
+def read_stream(port, expected, ready):
+    """One client: the arrival time (time.time()) of every bench event, by sequence number."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(f"GET /api/projects/sse/stream?limit=1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    arrivals, buffer, announced = {}, b"", False
+    try:
+        while len(arrivals) < expected:
+            chunk = sock.recv(262144)
+            if not chunk:
+                raise SystemExit("stream closed early")
+            moment = time.time()
+            if not announced:
+                ready.release()
+                announced = True
+            buffer += chunk
+            frames = buffer.split(b"\n\n")
+            buffer = frames.pop()
+            for frame in frames:
+                if f"event: {EVENT_TYPE}".encode() not in frame:
+                    continue
+                data = frame.split(b"\ndata: ", 1)[1]
+                arrivals[json.loads(json.loads(data)["data_json"])["seq"]] = moment
+    finally:
+        sock.close()
+    return arrivals
+
+
+def client_process(port, clients, expected, ready):
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        return list(pool.map(lambda _: read_stream(port, expected, ready), range(clients)))
+
+
+def run_case(service, store, clients, events, interval, first_seq):
+    """Connect `clients`, append `events` events `interval` s apart; (latencies, burst rate)."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Manager().Semaphore(0)
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        future = pool.submit(client_process, service.port, clients, events, ready)
+        for _ in range(clients):
+            if not ready.acquire(timeout=60):
+                raise SystemExit("stream clients never connected")
+        appended = {}
+        for seq in range(first_seq, first_seq + events):
+            appended[seq] = time.time()
+            store.append_event(EVENT_TYPE, {"seq": seq})
+            if interval:
+                time.sleep(interval)
+        arrivals = future.result(timeout=120)
+    latencies = [client[seq] - appended[seq] for client in arrivals for seq in appended]
+    last = max(max(client.values()) for client in arrivals)
+    return latencies, clients * events / (last - min(appended.values()))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=30)
+    parser.add_argument("--events", type=int, default=150, help="events of the steady phase")
+    parser.add_argument("--rate", type=float, default=50.0, help="appends per second in the steady phase")
+    parser.add_argument("--burst", type=int, default=2000)
+    parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
+    options = parser.parse_args(argv)
+    results = benchlib.Results("sse_fanout")
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        with serving(scratch / "root", threads=max(32, options.clients + 16)) as service:
+            store = benchlib.init_project(service.root, scratch / "src", benchlib.project_text("sse", ["worker"]),
+                                          start=False)
+            figures = {}
+            seq = 0
+            for clients in (1, options.clients):
+                steady, _ = run_case(service, store, clients, options.events, 1 / options.rate, seq)
+                seq += options.events
+                _, burst = run_case(service, store, clients, options.burst, 0, seq)
+                seq += options.burst
+                figures[clients] = (benchlib.median(steady), benchlib.percentile(steady, 0.99), burst)
+            one, many = figures[1], figures[options.clients]
+            results.add(f"delivery latency median, {options.clients} clients", many[0], "s", one[0])
+            results.add(f"delivery latency p99, {options.clients} clients", many[1], "s", one[1])
+            results.add(f"burst of {options.burst}: events/s per client, {options.clients} clients",
+                        many[2] / options.clients, "/s", one[2], higher_is_better=True)
+            results.note("(baselines: the same figures with 1 client; the stream polls every 1 s, so the "
+                         "latency and the burst rate are bounded by the poll)")
+    return results.emit(options.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
