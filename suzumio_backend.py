@@ -484,19 +484,20 @@ class Backends:
 
     # -- start
 
-    def start(self, store, activation_id):
-        """Start one activation created by the scheduler; any failure fails the activation."""
+    def start(self, store, activation_id, config=None):
+        """Start one activation created by the scheduler (`config`: the tick's ProjectConfig, else rebuilt
+        from the store); any failure fails the activation."""
         with self._mark(self._starting, activation_id):
             try:
-                self._start(store, activation_id)
+                self._start(store, activation_id, config)
             except Exception as error:  # the start boundary: every failure fails the activation
                 log.warning("activation %s failed to start: %s", activation_id, error)
                 store.fail_activation(activation_id, str(error) or type(error).__name__)
 
-    def _start(self, store, activation_id):
+    def _start(self, store, activation_id, config):
         activation = store.activation(activation_id)
         agent = store.agent(activation["agentId"], include_token=True)
-        config = suzumio_config.ProjectConfig.from_data(store.config())
+        config = config or suzumio_config.ProjectConfig.from_data(store.config())
         launch = Launch(store, config, activation, agent, self.support_dir, self._environ)
         agent_ids = store.agent_ids()
         make_private_dir(store.activations_root)

@@ -5,13 +5,14 @@ Imported by the composition root and the HTTP routes; imports config, store and 
 import datetime
 import logging
 import math
+import os
 import re
 import threading
 
 import suzumio_backend
 import suzumio_config
 from suzumio_backend import KIND_LOCAL, activation_paths
-from suzumio_errors import Conflict
+from suzumio_errors import ConfigError, Conflict
 from suzumio_store import render_signal
 
 log = logging.getLogger(__name__)
@@ -203,12 +204,13 @@ class NoHooks:
 
 # ---------------------------------------------------------------- one tick (§5)
 
-def tick(store, backend, hooks, now):
-    """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock."""
+def tick(store, backend, hooks, now, configs=None):
+    """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock.
+    `configs` (a ConfigCache) spares rebuilding the ProjectConfig on every tick."""
     project = store.project()
     if project["status"] != RUNNING:
         return
-    config = suzumio_config.ProjectConfig.from_data(store.config())
+    config = configs.get(store) if configs is not None else suzumio_config.ProjectConfig.from_data(store.config())
     max_tokens = config.backend.runner.budget_max_tokens
     if max_tokens is not None and store.pause_for_budget(max_tokens, now) is not None:
         log.warning("project %s paused: token budget of %s used up", store.project_id, max_tokens)
@@ -270,7 +272,7 @@ def _start_activation(store, backend, config, task, agents, agent, signals, now)
     except Conflict as error:
         log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
         return
-    backend.start(store, activation["id"])
+    backend.start(store, activation["id"], config)
 
 
 # ---------------------------------------------------------------- nudges and monitors (§7)
@@ -422,6 +424,42 @@ def approve_project(store, backends, now=None):
 
 # ---------------------------------------------------------------- the background thread
 
+def _manifest_stamps(config):
+    """(path, mtime, size) of every local toolpack manifest, or None when they cannot be read."""
+    stamps = []
+    try:
+        for pack in config.toolpacks:
+            if not pack.builtin:
+                path = os.path.join(pack.path, suzumio_config.MANIFEST_NAME)
+                stat = os.stat(path)
+                stamps.append((path, stat.st_mtime_ns, stat.st_size))
+    except (ConfigError, OSError):
+        return None
+    return tuple(stamps)
+
+
+class ConfigCache:
+    """The ProjectConfig of each project, rebuilt only when its store hands out another config dict or a
+    local toolpack manifest changed on disk. Rebuilding (schema defaults, toolpack resolution) was most
+    of an idle tick's cost."""
+
+    def __init__(self):
+        self._entries = {}
+        self._lock = threading.Lock()
+
+    def get(self, store):
+        data = store.config()
+        with self._lock:
+            cached = self._entries.get(store.project_id)
+        if cached is not None and cached[0] is data and cached[2] is not None \
+                and _manifest_stamps(cached[1]) == cached[2]:
+            return cached[1]
+        config = suzumio_config.ProjectConfig.from_data(data)
+        with self._lock:
+            self._entries[store.project_id] = (data, config, _manifest_stamps(config))
+        return config
+
+
 class Scheduler:
     """Ticks the projects of a root: every 2 s on its own thread, and on demand through tick() /
     trigger(). One lock per project keeps the ticks of a project serial (scheduler.md §2.2)."""
@@ -436,6 +474,7 @@ class Scheduler:
         self.interval = interval
         self._locks = {}
         self._locks_guard = threading.Lock()
+        self._configs = ConfigCache()
         self._stopping = threading.Event()
         self._thread = None
 
@@ -446,7 +485,7 @@ class Scheduler:
     def tick(self, name, now=None):
         """One tick of the named project; waits for a tick of it that is already running."""
         with self._project_lock(name):
-            tick(self.root.open_project(name), self.backends, self.hooks, as_datetime(now))
+            tick(self.root.open_project(name), self.backends, self.hooks, as_datetime(now), self._configs)
 
     def trigger(self, name):
         """The tick HTTP routes ask for: it runs now and returns once it has run (scheduler.md §2.1)."""

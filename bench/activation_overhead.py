@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import benchlib
+
 import suzumio_backend
 import suzumio_scheduler
 import suzumio_store

@@ -14,8 +14,8 @@ for entry in (str(REPO), str(REPO / "tests")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
-import suzumio_config  # noqa: E402
-import suzumio_store  # noqa: E402
+import suzumio_config
+import suzumio_store
 
 JSON_PREFIX = "BENCH-JSON "
 

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import benchlib
+
 import suzumio_store
 
 TS = "2026-01-01T00:00:00.000Z"

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import benchlib
+
 import suzumio_backend
 import suzumio_scheduler
 import suzumio_store
