@@ -435,7 +435,9 @@ class TrialResult:
 class ChaosTrial:
     """One trial: the crash team is kicked off, then serve is SIGKILLed 1..max_kills times after seeded
     random delays (and restarted after a seeded random pause) while a thread posts user notes to the
-    scribe; afterwards the project must submit, every activation settle and check_settled pass."""
+    scribe; afterwards the project must submit, every activation settle and check_settled pass.
+    A report lost with a killed runner (its signal stays delivered to the failed activation, store.md
+    §8.2) is made up for by the all-quiet nudge to pm, as a real team's coordinator would."""
 
     def __init__(self, base_dir, seed, *, max_kills=2, window_s=(0.2, 3.5), down_s=(0.0, 1.0),
                  settle_timeout=150.0):
@@ -468,11 +470,13 @@ class ChaosTrial:
                         raise AssertionError("a killed controller acknowledged a message")
                     self._done.wait(self.rng.uniform(*self.down_s))
                     team.controller.start()
-                wait_until(team.submitted, self.settle_timeout, interval=0.1,
-                           message=f"trial {self.seed}: submission (see {team.controller.log_path})")
             finally:
+                # Notes stop with the chaos: a scribe kept busy forever would block the all-quiet nudge
+                # that wakes pm when a report died with a killed runner.
                 self._done.set()
                 sender.join(timeout=15)
+            wait_until(team.submitted, self.settle_timeout, interval=0.1,
+                       message=f"trial {self.seed}: submission (see {team.controller.log_path})")
             wait_until(team.settled, self.settle_timeout, interval=0.1,
                        message=f"trial {self.seed}: every activation settled (see {team.controller.log_path})")
             problems = team.check()
@@ -564,3 +568,28 @@ def write_crash_toolpack(folder):
     (folder / "suzumio.toolpack.json").write_text(json.dumps(TOOLPACK_MANIFEST), encoding="utf-8")
     (folder / "controller.mjs").write_text(TOOLPACK_CONTROLLER, encoding="utf-8")
     (folder / "runner.mjs").write_text(TOOLPACK_RUNNER, encoding="utf-8")
+
+
+def child_pids(parent_pid, needle):
+    """Live (non-zombie) children of `parent_pid` whose command line contains `needle`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if int(fields[1]) == parent_pid and fields[0] != "Z" and needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def process_gone(pid):
+    """True when the pid no longer exists or is a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"

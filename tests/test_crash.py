@@ -18,12 +18,17 @@ from crash_fixtures import (
     PROJECT,
     TOOLPACK_PROJECT,
     ChaosTrial,
+    Controller,
     CrashTeam,
     busy_runner,
     check_settled,
+    child_pids,
     crash_config,
     crash_script,
     failure_kinds,
+    free_port,
+    init_root,
+    process_gone,
     runner_alive,
     write_crash_toolpack,
 )
@@ -238,3 +243,35 @@ def test_killed_node_host_fails_the_hook_in_flight_and_the_next_tick_gets_a_fres
     pings = store.list_signals(kind="x.crash_ping")
     assert len(pings) == 1
     assert pings[0]["payload"]["pid"] == service.toolpacks.node.pid != killed
+
+
+@pytest.mark.parametrize("hook", [
+    "none",
+    pytest.param("block", marks=pytest.mark.xfail(strict=True, reason=(
+        "the controller-role host reads stdin only between invocations, so a host whose hook never "
+        "settles does not notice that its controller died and stays behind as an orphan"))),
+])
+def test_node_host_exits_when_its_controller_is_killed(tmp_path, node, hook):
+    port = free_port()
+    folder = tmp_path / "tools"
+    write_crash_toolpack(folder / "toolpacks" / "crash")
+    (folder / "project.yaml").write_text(TOOLPACK_PROJECT.format(url=f"http://127.0.0.1:{port}"))
+    init_root(tmp_path / "root", folder / "project.yaml")
+    project_dir = tmp_path / "root" / "crash-tools"
+    controller = Controller(tmp_path / "root", port, tmp_path / "serve.log")
+    controller.start()
+    hosts = []
+    try:
+        controller.post("/api/projects/crash-tools/start").raise_for_status()
+        hosts = wait_until(lambda: child_pids(controller.process.pid, "suzumio_toolpack_host.mjs"), 15,
+                           message="the controller's Node host")
+        if hook == "block":
+            (project_dir / "hook-mode.txt").write_text("block")
+            wait_until((project_dir / "hook-host.pid").exists, 15, message="a blocked hook")
+        controller.kill()
+        wait_until(lambda: all(map(process_gone, hosts)), 3, message="the orphaned Node host to exit")
+    finally:
+        controller.stop()
+        for pid in hosts:
+            if not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)
