@@ -114,8 +114,8 @@ class Team:
 
     def describe(self):
         """Project status, each activation with its error and runner log tail, and the model queue."""
-        lines = [f"project {self.store.project()['status']}; {self.model.pending()} model replies queued; "
-                 f"{len(self.model.requests)} model requests"]
+        status = self.store.project()["status"]
+        lines = [f"project {status}; {self.model.pending()} replies queued; {len(self.model.requests)} requests"]
         for activation in self.activations():
             lines.append(f"- {activation['id']} {activation['agentId']} {activation['status']} "
                          f"{activation.get('error') or ''}")

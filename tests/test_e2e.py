@@ -79,7 +79,7 @@ def test_start_message_runs_delegation_to_a_submitted_report(tmp_path, kind):
         for signal in targeted:
             assert signal["deliveredActivationId"] in activation_ids
             assert prompts_naming(team, signal["id"]) == [signal["deliveredActivationId"]]
-        start_signal = [s for s in targeted if s["payload"].get("id") == start["id"]][0]
+        [start_signal] = [s for s in targeted if s["payload"].get("id") == start["id"]]
         assert start_signal["deliveredActivationId"] == team.activations("pm")[0]["id"]
 
 
