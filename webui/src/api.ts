@@ -328,7 +328,11 @@ function projectPath(project: string): string {
 
 export const listProjects = () => getJson<Project[]>('/api/projects');
 
-export const getTask = (project: string) => getText(`${projectPath(project)}/task`);
+/** The full task; the server ends every text body with one `\n` when missing (http-api.md §2.2); it is not task text. */
+export async function getTask(project: string): Promise<string> {
+  const text = await getText(`${projectPath(project)}/task`);
+  return text.endsWith('\n') ? text.slice(0, -1) : text;
+}
 
 export type LifecycleAction = 'start' | 'stop' | 'approve';
 

@@ -1,0 +1,163 @@
+"""Seed projects for the WebUI acceptance suite (webui.md §10) and its benchmark, written through the
+real store API only: the `demo`/`beta` pair of the harness, an XSS probe project, and a large project.
+Imported by tests/test_webui.py and bench/webui_overview.py; reuses tests/api_fixtures.py for init."""
+import json
+import logging
+from dataclasses import dataclass
+
+from api_fixtures import init_project
+
+import suzumio_store
+
+log = logging.getLogger(__name__)
+
+DEMO_TASK = " ".join(
+    f"Step {index}: survey the coordination literature, note each claim with its source, and report."
+    for index in range(1, 40)
+)[:1500]
+LONG_BODY = "".join(f"Line {index:05d} of the long briefing for pm.\n" for index in range(1, 400))[:15000]
+XSS_BODY = '<img src=x onerror="window.__xss=1"><b>bold</b>'
+XSS_NAME = "<i>Yuki</i>"
+USAGE = {"selectedModel": "offline", "model": "team", "apiModel": "team",
+         "tokens": {"input": 1200, "output": 340, "total": 1540}}
+CONTEXT_MESSAGES = [
+    {"role": "system", "content": "You are Yuki, the project manager of demo."},
+    {"role": "user", "content": "# New signals\n\nPlease plan the survey."},
+]
+
+PROJECT_YAML = """\
+name: {name}
+task: {task}
+scheduler:
+  noEffectNudge:
+    enabled: false
+agents:
+{agents}tools:
+  toolpacks: {toolpacks}
+backend:
+  kind: local
+  controllerUrl: "{controller_url}"
+  runner:
+    model: offline
+    models:
+      providers:
+        replay:
+          type: scripted
+          script: {{agents: {{}}}}
+      presets:
+        offline: {{provider: replay, model: team}}
+"""
+
+DEMO_AGENTS = """\
+  pm:
+    displayName: Yuki
+    role: project-manager
+    tools: [messages.send, coordination.wait_for_signal, completion.submit, "file.*", shell.exec]
+  researcher:
+    displayName: Akari
+    role: researcher
+    tools: [messages.send, coordination.wait_for_signal, "file.*"]
+"""
+
+BETA_AGENTS = """\
+  pm:
+    tools: [messages.send, completion.submit]
+"""
+
+
+def project_text(name, controller_url, *, task, agents, toolpacks):
+    """A project file on the local backend with an empty scripted provider and no no-effect nudge, so
+    nothing a scenario does starts a model turn unless it creates work."""
+    return PROJECT_YAML.format(name=name, task=json.dumps(task), agents=agents, toolpacks=toolpacks,
+                               controller_url=controller_url)
+
+
+@dataclass(frozen=True)
+class DemoSeed:
+    """Ids the scenarios assert on."""
+    newest_message_id: str
+    compaction_id: str
+    activation_with_context: str
+    activation_without_context: str
+
+
+def seed_demo(root, directory, controller_url, name="demo"):
+    """webui.md §10 `demo`: Yuki/pm and Akari/researcher (both quiet), a 1,500-character task, 3 messages
+    (newest user → pm, P1, 15,000 characters), pm history of 100 rows with rows 1–20 archived by one
+    compaction, 2 completed pm activations (one with a 2-message context snapshot and token usage),
+    2 completed `shell.exec` calls, every signal delivered or closed, status `initialized`.
+
+    Deviations forced by the real store: the tool calls are pm's (a call writes history for its
+    caller, and researcher must have none), and the compaction marker is row 22 with row 21 kept
+    active, because a compaction keeps at least one row of the tail and gets its own id (`cmp_…`)."""
+    store = init_project(root, directory / name, project_text(
+        name, controller_url, task=DEMO_TASK, agents=DEMO_AGENTS, toolpacks="[core, shell]"))
+    store.start()
+    store.send_message("user", "Please plan the survey.", recipient="pm", priority="P3")
+    pending = [s["id"] for s in store.pending_signals("pm")]
+    act1 = store.start_activation("pm", "# New signals\n\nPlease plan the survey.", pending)["id"]  # row 1
+    store.record_activation_context(act1, "pm", {
+        "version": 1, "kind": "model-context", "recordedAt": suzumio_store.now_ts(), "selectedModel": "offline",
+        "model": "team", "apiModel": "team", "firstPrompt": True, "messageCount": len(CONTEXT_MESSAGES),
+        "totalChars": sum(len(m["content"]) for m in CONTEXT_MESSAGES),
+        "messages": [{**m, "chars": len(m["content"])} for m in CONTEXT_MESSAGES]})
+    for command in ("ls /workspace", "wc -l notes.md"):  # rows 2–5
+        call = store.start_tool_call("pm", act1, "shell.exec", {"command": command})["toolCallId"]
+        store.finish_tool_call("pm", act1, call, "completed", output=f"$ {command}\nok")
+    store.send_message("pm", "Survey plan drafted; details follow.", recipient="user",
+                       source_agent="pm", source_activation=act1)
+    while store.history_page("pm", limit=1)["messages"][0]["sequence"] < 21:  # rows 6–21
+        store.append_history("pm", act1, "assistant", "assistant_text", "Working through the survey notes.")
+    compaction = store.compact_history("pm", act1, "Summary of the first twenty rows: plan drafted.",
+                                       keep_tail=1, reason="seed")["compaction"]["id"]  # row 22
+    store.complete_activation(act1, "pm", "Plan drafted and shared.", usage=USAGE)
+    newest = store.send_message("user", LONG_BODY, recipient="pm", priority="P1")
+    pending = [s["id"] for s in store.pending_signals("pm")]
+    act2 = store.start_activation("pm", "# New signals\n\nRead the long briefing.", pending)["id"]  # row 23
+    for index in range(24, 101):
+        role = "assistant" if index % 2 else "user"
+        store.append_history("pm", act2, role, f"{role}_text", f"Row {index}: briefing notes, part {index}.")
+    store.complete_activation(act2, "pm", "Briefing read.")
+    store.set_status("initialized")
+    return DemoSeed(newest_message_id=newest["id"], compaction_id=compaction,
+                    activation_with_context=act1, activation_without_context=act2)
+
+
+def seed_beta(root, directory, controller_url, name="beta"):
+    """webui.md §10 `beta`: toolpack core, agent pm, a submitted report, status `submitted`."""
+    store = init_project(root, directory / name, project_text(
+        name, controller_url, task="Write the beta report.", agents=BETA_AGENTS, toolpacks="[core]"))
+    store.submit_report("pm", None, "# Beta report\n\nEverything checked.")
+    return store
+
+
+def seed_harness(root, directory, controller_url):
+    """Both harness projects; returns the ids of `demo`."""
+    seed = seed_demo(root, directory, controller_url)
+    seed_beta(root, directory, controller_url)
+    return seed
+
+
+def seed_xss(root, directory, controller_url, name="xss"):
+    """A project whose agent's display name and one message body are HTML (webui.md §10 scenario 32)."""
+    agents = (f"  pm:\n    displayName: {json.dumps(XSS_NAME)}\n    role: project-manager\n"
+              "    tools: [messages.send]\n")
+    store = init_project(root, directory / name, project_text(
+        name, controller_url, task="Render everything as text.", agents=agents, toolpacks="[core]"))
+    store.send_message("user", XSS_BODY, recipient="pm")
+    return store
+
+
+def seed_large(root, directory, controller_url, *, messages=5000, history=20000, name="large"):
+    """The benchmark project: `messages` messages (bodies of ~2 KB) and one agent with `history`
+    history rows, written through the store. Signals stay pending; the benchmark never ticks."""
+    store = init_project(root, directory / name, project_text(
+        name, controller_url, task="Scale check.", agents=DEMO_AGENTS, toolpacks="[core, shell]"))
+    body = "Message body text for the overview benchmark. " * 44
+    for index in range(messages):
+        store.send_message("user", f"{index}: {body}", recipient="researcher")
+    content = "History row content for the benchmark, long enough to matter. " * 16
+    for index in range(history):
+        store.append_history("pm", None, "assistant", "assistant_text", f"{index}: {content}")
+    log.info("seeded %s: %d messages, %d history rows", name, messages, history)
+    return store
