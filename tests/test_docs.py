@@ -54,8 +54,8 @@ class Block:
         return f"{self.path.relative_to(REPO)}:{self.line}"
 
     def is_project(self):
-        return (self.lang in ("yaml", "yml") and re.search(r"^name:", self.text, re.M) is not None
-                and re.search(r"^agents:", self.text, re.M) is not None)
+        return (self.lang in ("yaml", "yml") and re.search(r"^name:", self.text, re.MULTILINE) is not None
+                and re.search(r"^agents:", self.text, re.MULTILINE) is not None)
 
 
 def fenced_blocks(path):
@@ -154,8 +154,7 @@ def shell_commands(block):
     joined = block.text.replace("\\\n", " ")
     for line in joined.splitlines():
         line = line.strip()
-        if line.startswith("$ "):
-            line = line[2:]
+        line = line.removeprefix("$ ")
         if line:
             yield line
 
@@ -284,7 +283,7 @@ def test_every_route_of_the_app_is_documented_in_the_http_api_page(app_routes):
 
 def test_make_targets_named_in_the_docs_exist():
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
-    targets = set(re.findall(r"^([\w.-]+):", makefile, re.M))
+    targets = set(re.findall(r"^([\w.-]+):", makefile, re.MULTILINE))
     named = {t for path in DOC_FILES for t in re.findall(r"`make ([a-z][\w-]*)", prose(path))}
     named |= {line.split()[1] for block in ALL_BLOCKS if block.lang in SHELL_LANGS
               for line in shell_commands(block) if re.match(r"make [a-z]", line)}
