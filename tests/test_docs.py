@@ -338,3 +338,33 @@ def test_the_example_toolpack_runs_end_to_end(tmp_path, node):
         cleared = service.post("/api/projects/notes-demo/tool-ui/notes/notes.clear")
         assert cleared.json()["output"] == "Removed 1 notes."
         assert service.post("/api/projects/notes-demo/tool-ui/notes/notes.list").json()["output"] == "No notes yet."
+
+
+# -------------------------------------------------------------------------------------- links
+
+def heading_anchors(path):
+    """GitHub's anchors for the headings of a Markdown file."""
+    anchors = set()
+    for line in prose(path).splitlines():
+        heading = re.match(r"^#{1,6}\s+(.*)$", line)
+        if heading:
+            text = heading[1].strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", text).replace(" ", "-"))
+    return anchors
+
+
+def relative_links():
+    for path in DOC_FILES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose(path)):
+            if not re.match(r"^[a-z]+:", target):
+                yield path, target
+
+
+@pytest.mark.parametrize("path,target", list(relative_links()),
+                         ids=[f"{p.name}->{t}" for p, t in relative_links()])
+def test_relative_link_points_at_an_existing_file_and_heading(path, target):
+    file_part, _, anchor = target.partition("#")
+    linked = (path.parent / file_part).resolve() if file_part else path
+    assert linked.exists(), f"{path.name} links to a missing {file_part}"
+    if anchor:
+        assert anchor in heading_anchors(linked), f"{path.name} links to a missing heading #{anchor}"
