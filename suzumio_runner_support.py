@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import urllib.parse
+from json.encoder import encode_basestring as _quote_json
 
 import bottle
 
@@ -31,8 +32,58 @@ ACTIVATION_RUNNING = "running"
 # ---------------------------------------------------------------- HTTP conventions (http-api.md §2)
 
 def encode_json(value):
-    """http-api.md §2.2: 2-space indentation, UTF-8 text, one trailing newline."""
-    return (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    """http-api.md §2.2: 2-space indentation, UTF-8 text, one trailing newline. The same text as
+    json.dumps(value, indent=2, ensure_ascii=False), about twice as fast on a history page: with an
+    indent, json falls back to pure-Python generators."""
+    out = []
+    _write_json(value, out, "\n")
+    out.append("\n")
+    return "".join(out).encode("utf-8")
+
+
+_JSON_LITERALS = {True: "true", False: "false", None: "null"}
+
+
+def _json_key(key):
+    """Dict keys as json.dumps converts them."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, float):
+        return json.dumps(key)
+    if key is True or key is False or key is None:
+        return _JSON_LITERALS[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _write_json(value, out, pad):
+    if isinstance(value, str):
+        out.append(_quote_json(value))
+    elif value is None or value is True or value is False:
+        out.append(_JSON_LITERALS[value])
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(json.dumps(value))
+    elif isinstance(value, (dict, list, tuple)):
+        if not value:
+            out.append("{}" if isinstance(value, dict) else "[]")
+            return
+        inner = pad + "  "
+        is_dict = isinstance(value, dict)
+        separator = ("{" if is_dict else "[") + inner
+        for item in value.items() if is_dict else value:
+            out.append(separator)
+            if is_dict:
+                key, item = item
+                out.append(_quote_json(_json_key(key)))
+                out.append(": ")
+            _write_json(item, out, inner)
+            separator = "," + inner
+        out.append(pad + ("}" if is_dict else "]"))
+    else:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def json_response(value, status=200):
