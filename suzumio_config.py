@@ -27,6 +27,7 @@ MAX_ALIAS_EXPANSION = 200_000
 PACKAGED_TOOLPACKS = ("scheduler", "plan")
 BUILTIN_TOOLPACKS = ("core", "shell", "web")
 RESERVED_AGENT_ID = "user"
+DEFAULT_COORDINATOR = "pm"
 MANIFEST_NAME = "suzumio.toolpack.json"
 RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio")
 UNSUPPORTED_PROVIDER_TYPES = ("openai", "anthropic", "google")
@@ -161,6 +162,10 @@ def parse_yaml(text, source="<string>"):
         raise ConfigError(f"Invalid YAML in {source}: {_yaml_error_text(exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"Invalid YAML in {source}: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(f"Invalid YAML in {source}: nested too deeply") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise ConfigError(f"Invalid YAML in {source}: {exc}") from None
     if _expanded_size(value, {}, MAX_ALIAS_EXPANSION) > MAX_ALIAS_EXPANSION:
         raise ConfigError(f"Invalid YAML in {source}: document expands to more than "
                           f"{MAX_ALIAS_EXPANSION} nodes through aliases")
@@ -190,6 +195,8 @@ def parse_json(text, source="<string>"):
         return json.loads(text, parse_constant=_reject_json_constant)
     except ValueError as exc:
         raise ConfigError(f"Invalid JSON in {source}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"Invalid JSON in {source}: nested too deeply") from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -689,7 +696,7 @@ _SCHEDULER = _SchedulerObj(
     ), _FULL),
     ("allQuietNudge", _Obj(
         ("enabled", _Bool(), False),
-        ("targetAgent", _TEXT, "pm"),
+        ("targetAgent", _TEXT, DEFAULT_COORDINATOR),
         ("priority", _PRIORITY, "P3"),
         ("cooldownMs", _INT_GT0, 300000),
         ("message", _TEXT, ALL_QUIET_MESSAGE),
@@ -699,7 +706,7 @@ _SCHEDULER = _SchedulerObj(
 )
 
 _COMMUNICATION = _Obj(
-    ("coordinatorAgent", _TEXT, "pm"),
+    ("coordinatorAgent", _TEXT, DEFAULT_COORDINATOR),
     ("restrictNonCoordinatorToCoordinator", _Bool(), False),
     ("nonCoordinatorMaxPriority", _PRIORITY, "P2"),
     ("pmRoutineVerifierPriority", _PRIORITY, "P3"),
@@ -1756,10 +1763,12 @@ def _check_references(data, merged, agent_ids):
     def known(value, path, allow_user=False):
         if value is not None and value not in agent_ids and not (allow_user and value == RESERVED_AGENT_ID):
             raise ConfigError(f"{path}: unknown agent {value}")
-    known(_written(merged, "communication", "coordinatorAgent") and data["communication"]["coordinatorAgent"],
-          "communication.coordinatorAgent")
-    known(_written(merged, "scheduler", "allQuietNudge", "targetAgent")
-          and data["scheduler"]["allQuietNudge"]["targetAgent"], "scheduler.allQuietNudge.targetAgent")
+    # A written value equal to the default (`pm`) is not checked, like the default itself: a rendered
+    # resolved.yaml spells every default out and must render again (config.md §2.9).
+    coordinator = _written(merged, "communication", "coordinatorAgent")
+    known(coordinator if coordinator != DEFAULT_COORDINATOR else None, "communication.coordinatorAgent")
+    target = _written(merged, "scheduler", "allQuietNudge", "targetAgent")
+    known(target if target != DEFAULT_COORDINATOR else None, "scheduler.allQuietNudge.targetAgent")
     for monitor in ("quietAgentMonitor", "failedAgentMonitor"):
         for index, rule in enumerate(data["scheduler"][monitor]["rules"]):
             known(rule["agent"], f"scheduler.{monitor}.rules.{index}.agent")

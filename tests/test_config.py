@@ -767,8 +767,6 @@ def test_agent_id_user_is_reserved(tmp_path):
 
 @pytest.mark.parametrize("changes, message", [
     ({"communication": {"coordinatorAgent": "boss"}}, "communication.coordinatorAgent: unknown agent boss"),
-    ({"communication": {"coordinatorAgent": "pm"}, "agents": {"lead": {}}},
-     "communication.coordinatorAgent: unknown agent pm"),
     ({"scheduler": {"allQuietNudge": {"targetAgent": "ghost"}}},
      "scheduler.allQuietNudge.targetAgent: unknown agent ghost"),
     ({"scheduler": {"quietAgentMonitor": {"rules": [{"agent": "ghost"}]}}},
@@ -780,6 +778,16 @@ def test_agent_id_user_is_reserved(tmp_path):
 ])
 def test_cross_references_name_expanded_agents(tmp_path, changes, message):
     assert error(tmp_path, base(**changes)) == message
+
+
+def test_a_team_without_pm_renders_again(tmp_path):
+    """resolved.yaml spells out the default coordinator `pm`; written back, it is still the default."""
+    first = load(tmp_path, base(agents={"lead": {"tools": []}}))
+    again = tmp_path / "again.yaml"
+    again.write_text(first.render(), encoding="utf-8")
+    second = load_project(again, env={})
+    assert second.render() == first.render()
+    assert second.communication.coordinator_agent == "pm"
 
 
 def test_defaulted_references_are_not_checked(tmp_path):
