@@ -18,6 +18,8 @@ DEMO_TASK = " ".join(
 LONG_BODY = "".join(f"Line {index:05d} of the long briefing for pm.\n" for index in range(1, 400))[:15000]
 XSS_BODY = '<img src=x onerror="window.__xss=1"><b>bold</b>'
 XSS_NAME = "<i>Yuki</i>"
+MESSAGE_MARKER = "Message body text for the overview benchmark."
+HISTORY_MARKER = "History row content for the benchmark, long enough to matter."
 USAGE = {"selectedModel": "offline", "model": "team", "apiModel": "team",
          "tokens": {"input": 1200, "output": 340, "total": 1540}}
 CONTEXT_MESSAGES = [
@@ -153,10 +155,10 @@ def seed_large(root, directory, controller_url, *, messages=5000, history=20000,
     history rows, written through the store. Signals stay pending; the benchmark never ticks."""
     store = init_project(root, directory / name, project_text(
         name, controller_url, task="Scale check.", agents=DEMO_AGENTS, toolpacks="[core, shell]"))
-    body = "Message body text for the overview benchmark. " * 44
+    body = f"{MESSAGE_MARKER} " * 44
     for index in range(messages):
         store.send_message("user", f"{index}: {body}", recipient="researcher")
-    content = "History row content for the benchmark, long enough to matter. " * 16
+    content = f"{HISTORY_MARKER} " * 16
     for index in range(history):
         store.append_history("pm", None, "assistant", "assistant_text", f"{index}: {content}")
     log.info("seeded %s: %d messages, %d history rows", name, messages, history)
