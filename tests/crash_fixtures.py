@@ -218,9 +218,16 @@ def all_signals(store):
 
 
 def runner_alive(activation):
-    """The backend's own liveness test for a `local-<pid>` runner (backend-runner.md §3A.5)."""
-    pid = suzumio_backend.local_pid(activation.get("containerName"))
-    return pid is not None and suzumio_backend.local_runner_alive(pid, activation["id"])
+    """The backend's own liveness test for a `local-<pid>` runner (backend-runner.md §3A.5); for a
+    docker-chat container, whether the engine reports it running."""
+    name = activation.get("containerName")
+    if not name:
+        return False
+    pid = suzumio_backend.local_pid(name)
+    if pid is not None:
+        return suzumio_backend.local_runner_alive(pid, activation["id"])
+    state = suzumio_backend.DockerBackend().state(name)
+    return state is not None and state[0] == "running"
 
 
 def unsettled(store):
@@ -302,6 +309,20 @@ def stop_leftover_runners(store):
                 continue
 
 
+def remove_containers(store):
+    """Remove the docker-chat containers of the project's activations (Suzumio never removes them)."""
+    import docker
+
+    client = docker.from_env()
+    for activation in store.list_activations(limit=1_000_000):
+        name = activation.get("containerName")
+        if name and suzumio_backend.local_pid(name) is None:
+            try:
+                client.api.remove_container(name, force=True)
+            except docker.errors.NotFound:
+                continue
+
+
 def failure_kinds(store):
     """Failed activations counted by the first line of their error."""
     counts = {}
@@ -328,16 +349,19 @@ def busy_runner(store, agent_id, tool="shell.exec"):
 class CrashTeam:
     """The crash team in its own root, served by a `suzumio serve` subprocess on a fixed port."""
 
-    def __init__(self, base_dir, *, worker_sleep=WORKER_SLEEP_S, failed_nudge_delay_ms=200):
+    def __init__(self, base_dir, *, worker_sleep=WORKER_SLEEP_S, failed_nudge_delay_ms=200, kind="local",
+                 image=None):
         self.dir = Path(base_dir)
         self.root = self.dir / "root"
         self.port = free_port()
         self.controller = Controller(self.root, self.port, self.dir / "serve.log")
-        config = crash_config(self.port, failed_nudge_delay_ms=failed_nudge_delay_ms)
+        self.kind = kind
+        config = crash_config(self.port, kind=kind, image=image, failed_nudge_delay_ms=failed_nudge_delay_ms)
         init_root(self.root, write_project(self.dir / "project", config, crash_script(worker_sleep=worker_sleep)))
         self.acked = {}
         self.refused = 0
         self._lock = threading.Lock()
+        self._opened = None
 
     def __enter__(self):
         return self
@@ -355,12 +379,11 @@ class CrashTeam:
 
     @contextlib.contextmanager
     def store(self):
-        """A store on a fresh Root, closed afterwards (serve may be writing meanwhile)."""
-        opened = suzumio_store.Root(self.root)
-        try:
-            yield opened.open_project(PROJECT)
-        finally:
-            opened.close()
+        """The project's store, opened once beside the serving controller (WAL: reads never block it)."""
+        with self._lock:
+            if self._opened is None:
+                self._opened = suzumio_store.Root(self.root)
+        yield self._opened.open_project(PROJECT)
 
     def read(self, function):
         with self.store() as store:
@@ -401,7 +424,9 @@ class CrashTeam:
     def close(self):
         self.controller.stop()
         if (self.root / PROJECT).exists():
-            self.read(stop_leftover_runners)
+            self.read(stop_leftover_runners if self.kind == suzumio_backend.KIND_LOCAL else remove_containers)
+        if self._opened is not None:
+            self._opened.close()
 
 
 # ---------------------------------------------------------------- one chaos trial
@@ -428,7 +453,8 @@ class TrialResult:
         kills = ", ".join(f"{k:.2f}s" for k in self.kills)
         return (f"seed {self.seed}: {verdict} in {self.seconds:.1f}s, kills after [{kills}], "
                 f"{self.acked} messages acked ({self.refused} refused), {self.activations} activations, "
-                f"{self.outlived} runners outlived a kill, failures {json.dumps(self.failures)}"
+                f"{self.outlived} runners alive right after a kill, "
+                f"failed activations {json.dumps(self.failures)}"
                 + "".join(f"\n  - {p}" for p in self.problems))
 
 
@@ -440,7 +466,7 @@ class ChaosTrial:
     §8.2) is made up for by the all-quiet nudge to pm, as a real team's coordinator would."""
 
     def __init__(self, base_dir, seed, *, max_kills=2, window_s=(0.2, 3.5), down_s=(0.0, 1.0),
-                 settle_timeout=150.0):
+                 settle_timeout=150.0, kind="local", image=None):
         self.seed = seed
         self.rng = random.Random(seed)
         self.base_dir = Path(base_dir) / f"trial-{seed}"
@@ -448,13 +474,14 @@ class ChaosTrial:
         self.window_s = window_s
         self.down_s = down_s
         self.settle_timeout = settle_timeout
+        self.team_options = {"kind": kind, "image": image}
         self._done = threading.Event()
 
     def run(self):
         """Run the trial; returns its TrialResult (a trial that never settles fails via wait_until)."""
         started = time.monotonic()
         kills, outlived = [], 0
-        with CrashTeam(self.base_dir) as team:
+        with CrashTeam(self.base_dir, **self.team_options) as team:
             team.kickoff()
             sender = threading.Thread(target=self._send_notes, args=(team,), name=f"crash-notes-{self.seed}",
                                       daemon=True)
