@@ -1,6 +1,7 @@
-"""Fixtures for backend and scheduler tests: a real project store under tmp_path, a support directory
-holding the stand-in runner, and a tiny real HTTP controller that accepts /activation-output (the real
-route belongs to suzumio_runner_support; this one only completes the activation through the store)."""
+"""Fixtures for backend and scheduler tests: a real project store under tmp_path; for backend tests a
+support directory holding the stand-in runner and a tiny real HTTP controller that accepts
+/activation-output; for scheduler tests the real controller (runner routes, scheduler, toolpacks on
+Waitress at port 0) with the real runner and the scripted provider (`served_project`)."""
 import contextlib
 import json
 import os
@@ -11,9 +12,12 @@ from pathlib import Path
 
 import yaml
 
+import suzumio_api
 import suzumio_backend
 import suzumio_config
+import suzumio_scheduler
 import suzumio_store
+import suzumio_toolpacks
 
 HERE = Path(__file__).resolve().parent
 STAND_IN = HERE / "stand_in_runner.py"
@@ -99,13 +103,14 @@ def project_config(name="demo", *, kind="local", controller_url="http://127.0.0.
     return config
 
 
-def init_project(root_path, config, config_dir):
-    """Write the YAML, initialise the project under a real root, set it running, return its store."""
+def init_project(root_path, config, config_dir, root=None):
+    """Write the YAML, initialise the project under a real root (or `root`), set it running, return
+    (root, store)."""
     config_dir.mkdir(parents=True, exist_ok=True)
     path = config_dir / "project.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     loaded = suzumio_config.load_project(path, env={})
-    root = suzumio_store.Root(root_path)
+    root = root or suzumio_store.Root(root_path)
     store = root.init_project(
         name=loaded.data["name"], task=loaded.data["task"], config=loaded.data,
         agents=[suzumio_store.AgentSeed(id=a.id, role=a.role, display_name=a.display_name, prompt=a.prompt,
@@ -187,3 +192,62 @@ def process_group_alive(pgid):
         if int(fields[2]) == pgid and fields[0] != b"Z":
             return True
     return False
+
+
+# ---------------------------------------------------------------- the real runner behind the real controller
+
+SCRIPTS = {
+    # one scripted turn that only answers: the activation completes with the text "done"
+    "done": [{"steps": [{"say": "done"}]}],
+    # a turn that runs a five-minute shell command: the activation stays running until it is stopped
+    "sleep": [{"steps": [{"tools": [{"name": "shell.exec",
+                                     "input": {"command": "sleep 300", "timeoutMs": 300000}}]}]}],
+}
+
+
+class ServedEnv:
+    """One running project on the real controller: the WSGI app with its runner routes on Waitress,
+    a Scheduler and ToolpackRuntime, and Backends that start the real suzumio_runner.py."""
+
+    def __init__(self, tmp_path, config):
+        self.tmp_path = tmp_path
+        self.root = suzumio_store.Root(tmp_path / "root")
+        self.backends = suzumio_backend.Backends()
+        self.toolpacks = suzumio_toolpacks.ToolpackRuntime()
+        self.scheduler = suzumio_scheduler.Scheduler(self.root, self.backends, hooks=self.toolpacks)
+        app = suzumio_api.make_app(self.root, self.scheduler, self.backends, self.toolpacks)
+        self.server = suzumio_api.Server(app, "127.0.0.1", 0, threads=16).start()
+        config["backend"]["controllerUrl"] = f"http://127.0.0.1:{self.server.port}"
+        _, self.store = init_project(None, config, tmp_path / "config", root=self.root)
+
+    def close(self):
+        """Cancel what still runs and stop its runner first, so no runner outlives the test."""
+        for activation in self.store.running_activations():
+            self.store.cancel_activation(activation["id"], "test over")
+            self.backends.stop_runner(self.store, self.store.activation(activation["id"]))
+        self.server.close()
+        self.scheduler.stop()
+        self.backends.close()
+        self.toolpacks.close()
+        self.root.close()
+
+
+@contextlib.contextmanager
+def served_project(tmp_path, *, agents, script="done", scheduler=None, **options):
+    """A running project whose activations run the real runner against the real controller; every
+    agent plays SCRIPTS[script] through the scripted provider. The no-effect nudge is off unless
+    `scheduler` turns it on, so completions start nothing a test did not ask for."""
+    agents = json.loads(json.dumps(agents))
+    if script == "sleep":
+        for spec in agents.values():
+            spec["tools"] = [*spec.get("tools", []), "shell.exec"]
+    config = project_config(agents=agents, toolpacks=["core", "shell"],
+                            scheduler={"noEffectNudge": {"enabled": False}, **(scheduler or {})}, **options)
+    keys = [f"{agent_id}-*" if spec.get("count") else agent_id for agent_id, spec in agents.items()]
+    config["backend"]["runner"]["models"]["providers"]["replay"]["script"] = {
+        "agents": {key: SCRIPTS[script] for key in keys}}
+    env = ServedEnv(tmp_path, config)
+    try:
+        yield env
+    finally:
+        env.close()

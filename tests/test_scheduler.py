@@ -1,11 +1,11 @@
-"""Scheduler acceptance scenarios (scheduler.md §11) on a real SQLite file and the real `local` backend
-with the stand-in runner; time is injected through `now`."""
+"""Scheduler acceptance scenarios (scheduler.md §11) on a real SQLite file and the real `local` backend:
+activations run the real runner (scripted provider) against the real controller, whose
+/activation-output completes them and asks for the next tick; time is injected through `now`."""
 import datetime
 import json
 import threading
 
-import pytest
-from backend_fixtures import events_of, local_project, open_activation, process_group_alive
+from backend_fixtures import events_of, open_activation, process_group_alive, served_project
 from conftest import wait_until
 
 import suzumio_backend as backend
@@ -29,8 +29,10 @@ class RecordingHooks:
             self.action(store)
 
 
-def project(tmp_path, agents=None, **options):
-    return local_project(tmp_path, agents=agents or json.loads(json.dumps(THREE)), **options)
+def project(tmp_path, agents=None, script="done", **options):
+    """A running project; each agent's runner plays SCRIPTS[script] ("done" completes, "sleep" keeps
+    the activation running in a shell command until it is stopped)."""
+    return served_project(tmp_path, agents=agents or json.loads(json.dumps(THREE)), script=script, **options)
 
 
 def tick(env, now=None, hooks=None):
@@ -51,7 +53,7 @@ def send(env, recipient, priority="P3", body="Do it", **kw):
 
 
 def signal_of(env, message):
-    return [s for s in env.store.list_signals(limit=1000) if s["payload"].get("id") == message["id"]][0]
+    return next(s for s in env.store.list_signals(limit=1000) if s["payload"].get("id") == message["id"])
 
 
 def wait_settled(env, agent_id):
@@ -150,7 +152,7 @@ def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
 
 
 def test_oldest_p2_overtakes_p3_and_one_routine_signal_per_start(tmp_path):
-    with project(tmp_path) as env:
+    with project(tmp_path, script="sleep") as env:
         p3 = send(env, "worker", "P3")
         p2s = [send(env, "worker", "P2", body=f"p2-{i}") for i in range(3)]
         tick(env)
@@ -160,7 +162,7 @@ def test_oldest_p2_overtakes_p3_and_one_routine_signal_per_start(tmp_path):
 
 
 def test_p1_batch_excludes_routine_work(tmp_path):
-    with project(tmp_path) as env:
+    with project(tmp_path, script="sleep") as env:
         send(env, "worker", "P3")
         p1s = [send(env, "worker", "P1", body=f"p1-{i}") for i in range(2)]
         tick(env)
@@ -180,7 +182,7 @@ def test_running_agent_is_left_alone_without_p0(tmp_path):
 
 
 def test_failed_agent_with_ready_work_is_started(tmp_path):
-    with project(tmp_path) as env:
+    with project(tmp_path, script="sleep") as env:
         act = open_activation(env, "worker")
         env.store.fail_activation(act["id"], "boom")
         send(env, "worker")
@@ -192,7 +194,7 @@ def test_failed_agent_with_ready_work_is_started(tmp_path):
 # ---------------------------------------------------------------- P0, stop, approve, timeout
 
 def test_p0_cancels_running_process_and_restarts_with_p0_then_p1(tmp_path):
-    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+    with project(tmp_path, script="sleep") as env:
         send(env, "worker")
         tick(env)
         [first] = activations_of(env, "worker")
@@ -206,8 +208,8 @@ def test_p0_cancels_running_process_and_restarts_with_p0_then_p1(tmp_path):
         assert cancelled["error"] == f"Interrupted by P0 signal {p0_sig['id']}"
         wait_until(lambda: not process_group_alive(pid), 4, message="runner group terminated")
         second = activations_of(env, "worker")[-1]
-        prompt_row = [h for h in env.store.active_history("worker") if h["activationId"] == second["id"]
-                      and h["kind"] == "activation_prompt"][0]
+        prompt_row = next(h for h in env.store.active_history("worker") if h["activationId"] == second["id"]
+                          and h["kind"] == "activation_prompt")
         assert prompt_row["metadata"]["signalIds"] == [p0_sig["id"], p1_sig["id"]]
         assert prompt_row["metadata"]["priorities"] == ["P0", "P1"]
         kinds = [h["kind"] for h in env.store.active_history("worker")]
@@ -215,7 +217,7 @@ def test_p0_cancels_running_process_and_restarts_with_p0_then_p1(tmp_path):
 
 
 def test_stop_cancels_stops_process_and_leaves_resume_signal(tmp_path):
-    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+    with project(tmp_path, script="sleep") as env:
         send(env, "worker", body="first job")
         tick(env)
         [act] = activations_of(env, "worker")
@@ -238,7 +240,7 @@ def test_stop_cancels_stops_process_and_leaves_resume_signal(tmp_path):
 
 
 def test_approve_cancels_without_resume_signal(tmp_path):
-    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+    with project(tmp_path, script="sleep") as env:
         send(env, "worker")
         tick(env)
         [act] = activations_of(env, "worker")
@@ -333,7 +335,7 @@ def test_guarded_creation_after_concurrent_stop_writes_nothing(tmp_path, monkeyp
 
 
 def test_two_concurrent_ticks_create_exactly_one_activation(tmp_path):
-    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+    with project(tmp_path, script="sleep") as env:
         send(env, "worker")
         sched = scheduler.Scheduler(env.root, env.backends)
         threads = [threading.Thread(target=sched.tick, args=(env.store.project_id,)) for _ in range(2)]
@@ -432,7 +434,7 @@ def test_all_quiet_nudge_and_cooldown(tmp_path):
 
 
 def test_hook_runs_after_delivery_and_its_signal_waits_for_the_next_tick(tmp_path):
-    with project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+    with project(tmp_path, script="sleep") as env:
         send(env, "worker")
         hooks = RecordingHooks(lambda store: store.record_signal("review.ready", target_agent="verifier"))
         tick(env, hooks=hooks)
@@ -474,12 +476,19 @@ def test_background_thread_ticks_and_isolates_project_errors(tmp_path):
         assert broken.store.list_activations() == []
 
 
-@pytest.mark.parametrize("kind", ["scheduler.no_effect_nudge"])
-def test_completion_without_effect_leaves_a_no_effect_nudge(tmp_path, kind):
-    with project(tmp_path) as env:
+def test_completion_without_effect_leaves_a_no_effect_nudge_that_the_completion_tick_delivers(tmp_path):
+    rule = {"noEffectNudge": {"enabled": True, "maxConsecutive": 1}}
+    with project(tmp_path, scheduler=rule) as env:
         send(env, "pm")
         tick(env)
+        wait_until(lambda: len(activations_of(env, "pm")) == 2, 15, message="the nudge started pm again")
         wait_settled(env, "pm")
-        [nudge] = env.store.list_signals(kind=kind)
+        first, second = activations_of(env, "pm")
+        assert (first["status"], first["text"]) == ("completed", "done")
+        [nudge] = env.store.list_signals(kind="scheduler.no_effect_nudge")
         assert nudge["targetAgent"] == "pm" and nudge["priority"] == "P3"
         assert nudge["payload"]["attempt"] == 1 and nudge["payload"]["delayMs"] == 0
+        assert nudge["payload"]["previousActivationId"] == first["id"]
+        assert nudge["deliveredActivationId"] == second["id"]
+        assert f"## {nudge['id']} scheduler.no_effect_nudge" in second["prompt"]
+        assert second["text"] == "No scripted turn for pm."
