@@ -25,6 +25,10 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) scripts/demo.py $(DEMO_ARGS)
 
+# One file to copy to a host: dist/suzumio.pex (Linux x86_64/aarch64, CPython 3.11/3.12).
+pex: $(STAMP)
+	$(PY) scripts/build-pex
+
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
