@@ -56,8 +56,9 @@ def one_run(browser, base_url):
     page.on("response", lambda response: responses.append(response))
     page.goto(f"{base_url}/#/{PROJECT}/overview", wait_until="load")
     page.wait_for_function("() => window.__rendered !== null", timeout=30000)
-    # Let the stream connect and the first requests settle before reading the entries.
+    # Let the stream connect and any follow-up requests finish before reading the entries.
     page.wait_for_selector('[data-testid="stream-state"][data-state="live"]', timeout=10000)
+    page.wait_for_timeout(1500)  # past the UI's 0.4 s event debounce, so follow-up requests are counted
     navigation = page.evaluate("performance.getEntriesByType('navigation')[0].toJSON()")
     resources = page.evaluate(
         "performance.getEntriesByType('resource').map((e) => ({name: e.name, transferSize: e.transferSize,"

@@ -33,8 +33,15 @@ INIT_SCRIPT = """
 (() => {
   const Native = window.EventSource;
   window.__streams = [];
+  window.__streamEvents = [];
   window.EventSource = class extends Native {
-    constructor(url, init) { super(url, init); window.__streams.push(this); }
+    constructor(url, init) {
+      super(url, init);
+      window.__streams.push(this);
+      for (const type of ['project.status', 'message.created']) {
+        this.addEventListener(type, () => window.__streamEvents.push({ type, at: performance.now() }));
+      }
+    }
   };
   window.__historyAtLoad = history.length;
   window.__csp = [];
@@ -237,6 +244,40 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     assert tab.open_streams() == [f"{fresh.base_url}/api/projects/beta/stream?limit=1"]
 
 
+def test_roster_and_activations_follow_a_running_activation_live(tabs, fresh):
+    tab = tabs(fresh)
+    page = tab.open("#/demo/overview")
+    tab.wait_live()
+    store = fresh.store()
+    store.start()
+    activation = store.start_activation("researcher", "Work on the survey.", [])["id"]
+    card = page.get_by_test_id("agent-card").filter(has_text="Akari")
+    expect(card.get_by_test_id("agent-status")).to_have_text("running", timeout=LIVE_UPDATE_MS)
+    expect(card.get_by_test_id("agent-id")).to_have_text(f"researcher - {activation}")
+    expect(page.get_by_test_id("metric-agents")).to_contain_text("1 running now")
+    expect(page.get_by_test_id("metric-activations")).to_contain_text("1 running, 0 failed")
+
+    page.get_by_role("tab", name="Activations + context").click()
+    expect(page.get_by_test_id("activation-item")).to_have_count(3)
+    store.complete_activation(activation, "researcher", "Survey done.", usage={"tokens": {"input": 10, "output": 5}})
+    newest = page.get_by_test_id("activation-item").first
+    expect(newest.get_by_test_id("activation-result")).to_have_text("Survey done.", timeout=LIVE_UPDATE_MS)
+    expect(newest.get_by_test_id("activation-usage")).to_contain_text("15 tokens")
+    expect(page.get_by_test_id("project-hero").get_by_test_id("project-status")).to_have_text("running")
+
+
+def test_stream_connection_does_not_refetch_what_the_page_just_loaded(tab):
+    page = tab.open("#/demo/events")
+    tab.wait_live()
+    # The stream replays the newest event (the seed's last project.status) when it connects.
+    replay = wait_until(lambda: page.evaluate("window.__streamEvents[0]"), 5, message="the replayed event")
+    assert replay["type"] == "project.status"
+    wait_until(lambda: page.evaluate("performance.now()") > replay["at"] + 1000, 5,
+               message="the UI's event debounce (0.4 s) and any refresh it starts to pass")
+    assert len(tab.api("GET", "/api/projects")) == 1
+    assert len(tab.api("GET", "/api/projects/demo/events?limit=120")) == 1
+
+
 def test_unknown_project_in_hash_falls_back_to_first_project_keeping_the_view(tab):
     page = tab.open("#/nope/messages")
     wait_until(lambda: tab.hash() == "#/beta/messages", 5, message="hash #/beta/messages")
@@ -303,6 +344,7 @@ def test_empty_root_shows_init_hint_and_no_tabs(tabs, tmp_path):
         expect(page.get_by_role("tablist")).to_have_count(0)
         expect(page.get_by_test_id("project-count")).to_have_text("0")
         assert tab.hash() == ""
+        tab.screenshot("empty", full_page=False)
 
 
 def test_narrow_viewport_turns_sidebar_into_top_strip_and_stacks_metrics(tabs, shared):
@@ -316,6 +358,7 @@ def test_narrow_viewport_turns_sidebar_into_top_strip_and_stacks_metrics(tabs, s
     assert sidebar["y"] == 0 and workspace["y"] >= sidebar["y"] + sidebar["height"] - 1
     expect(page.locator(".sidebar-label")).to_be_hidden()
     expect(page.get_by_test_id("stream-state")).to_be_hidden()
+    expect(page.get_by_test_id("last-updated")).to_be_hidden()
     boxes = [page.get_by_test_id(f"metric-{label}").bounding_box()
              for label in ("agents", "messages", "activations", "tools")]
     assert len({round(box["x"]) for box in boxes}) == 1
@@ -789,6 +832,7 @@ def test_api_token_prompt_stores_token_for_the_tab_only(tabs, tmp_path):
         page.get_by_label("API token").fill("nope")
         page.get_by_role("button", name="Use token").click()
         expect(prompt.get_by_role("alert")).to_have_text("Invalid API token")
+        tab.screenshot("token-prompt", full_page=False)
 
         page.get_by_label("API token").fill("t0ken")
         mark = len(tab.requests)
@@ -799,9 +843,18 @@ def test_api_token_prompt_stores_token_for_the_tab_only(tabs, tmp_path):
         page.get_by_role("tab", name="Messages").click()
         expect(page.get_by_test_id("messages-panel").locator(".panel-subtitle")).to_have_text(
             "0 recent conversation items")  # beta, the first project, has no messages
-        later = tab.requests[mark:]
-        api = [r for r in later if urllib.parse.urlsplit(r.url).path.startswith("/api/")]
-        assert api
+        assert "t0ken" not in page.url
+        assert "t0ken" not in json.dumps(page.evaluate("Object.entries(localStorage)"))
+        assert page.evaluate("sessionStorage.getItem('suzumio.apiToken')") == "t0ken"
+
+        reloaded = len(tab.requests)
+        page.reload()
+        expect(page.get_by_test_id("project-item")).to_have_count(2)
+        expect(page.get_by_test_id("token-prompt")).to_have_count(0)
+        tab.wait_live()
+        after_token = tab.requests[mark:]
+        api = [r for r in after_token if urllib.parse.urlsplit(r.url).path.startswith("/api/")]
+        assert len([r for r in tab.requests[reloaded:] if r in api]) >= 2
         for request in api:
             url = urllib.parse.urlsplit(request.url)
             if url.path.endswith("/stream"):
@@ -809,16 +862,10 @@ def test_api_token_prompt_stores_token_for_the_tab_only(tabs, tmp_path):
                 assert urllib.parse.parse_qs(url.query)["token"] == ["t0ken"]
             else:
                 assert request.all_headers().get("authorization") == "Bearer t0ken", request.url
-        for request in later:
-            if not urllib.parse.urlsplit(request.url).path.startswith("/api/"):
-                assert "authorization" not in request.all_headers(), request.url
-        assert "t0ken" not in page.url
-        assert "t0ken" not in json.dumps(page.evaluate("Object.entries(localStorage)"))
-        assert page.evaluate("sessionStorage.getItem('suzumio.apiToken')") == "t0ken"
-
-        page.reload()
-        expect(page.get_by_test_id("project-item")).to_have_count(2)
-        expect(page.get_by_test_id("token-prompt")).to_have_count(0)
+        static = [r for r in tab.requests if not urllib.parse.urlsplit(r.url).path.startswith("/api/")]
+        assert any("/assets/" in r.url for r in tab.requests[reloaded:])
+        for request in static:
+            assert "authorization" not in request.all_headers(), request.url
 
         other = tabs(service.base_url).page
         other.goto(service.base_url + "/")

@@ -358,7 +358,15 @@ export function App() {
     }
     let source: EventSource | null = null;
     let retry: number | undefined;
+    // A new stream replays the newest event (`limit=1`), which predates the loads this tab just made;
+    // on the first connection it is skipped, after a failed stream it refreshes what was missed.
+    let firstConnection = true;
+    let skipReplay = false;
     const onEvent = (event: MessageEvent) => {
+      if (skipReplay) {
+        skipReplay = false;
+        return;
+      }
       let row: { type?: unknown; data_json?: unknown } = {};
       try {
         row = JSON.parse(String(event.data));
@@ -377,6 +385,8 @@ export function App() {
     };
     const connect = () => {
       setLive('connecting');
+      skipReplay = firstConnection;
+      firstConnection = false;
       const stream = new EventSource(streamUrl(selected));
       source = stream;
       let opened = false;
