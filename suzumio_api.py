@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 
 WEBUI_DIR = Path(__file__).resolve().parent / "webui_dist"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-RUNNER_PATHS = ("/activation-context", "/activation-output")
-RUNNER_PREFIXES = ("/runner/", "/toolpacks/")
+# The runner routes of §9 exactly: an unmatched path under /runner/ or /toolpacks/ still gets the Host check.
+RUNNER_ROUTE = re.compile(r"^/(?:runner/(?:tool-calls/(?:start|finish)|signals|history/(?:messages|compact))"
+                          r"|toolpacks/[^/]+/support|activation-(?:context|output))$")
 STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
 ASSET_TYPES = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -101,7 +102,7 @@ class Guards:
         self.allowed = {h.lower() for h in (*LOOPBACK_HOSTS, bracketed(bound_host), *allowed_hosts)}
 
     def check(self, environ, path):
-        if path.startswith(RUNNER_PREFIXES) or path in RUNNER_PATHS:
+        if RUNNER_ROUTE.match(path):
             return
         host = environ.get("HTTP_HOST")
         if host is not None and host_part(host).lower() not in self.allowed:
@@ -140,6 +141,9 @@ def raw_path(environ):
     """The request path still percent-encoded, so `a%2Fb` stays one segment (§2.4)."""
     uri = environ.get("REQUEST_URI")
     if uri:
+        # An origin-form target is a path: urlsplit would read `//x/y` as host `x` and path `/y`.
+        if uri.startswith("/"):
+            return uri.split("?", 1)[0].split("#", 1)[0]
         return urllib.parse.urlsplit(uri).path or "/"
     return urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin1"), safe="/:@!$&'()*+,;=")
 
@@ -430,7 +434,11 @@ class EventFeed:
 
 def mount_static(app, webui_dir):
     def send(path, content_type, extra=()):
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError:  # a name the OS refuses (too long, for example) names no asset
+            found = False
+        if not found:
             raise NotFound(ASSET_MISSING)
         headers = {"Content-Type": content_type, NOSNIFF[0]: NOSNIFF[1], **dict(extra)}
         return bottle.HTTPResponse(path.read_bytes(), 200, headers)
@@ -443,6 +451,8 @@ def mount_static(app, webui_dir):
     @app.get("/assets/<asset:path>")
     def asset(asset):
         assets = (webui_dir / "assets").resolve()
+        if "\x00" in asset:
+            raise NotFound("not found")
         target = (assets / asset).resolve()
         if target != assets and assets not in target.parents:
             raise NotFound("not found")

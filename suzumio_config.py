@@ -1228,9 +1228,14 @@ def _blank(value):
 def _module_path(root, value, default):
     relative = default if _blank(value) else value
     resolved = os.path.normpath(os.path.join(root, relative))
-    if resolved != root and not resolved.startswith(root.rstrip(os.sep) + os.sep):
+    # The real path too: a symlinked module (or folder) inside the toolpack must not load code from outside.
+    if not _inside(resolved, root) or not _inside(os.path.realpath(resolved), os.path.realpath(root)):
         raise ConfigError(f"Module path escapes the toolpack directory: {resolved}")
     return resolved
+
+
+def _inside(path, root):
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def load_local_toolpack(root, config_id=None, packaged=None):

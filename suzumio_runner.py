@@ -10,6 +10,7 @@ import os
 import posixpath
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -465,9 +466,9 @@ def roots_text(roots):
     return "{}, or {}".format(", ".join(roots[:-1]), roots[-1])
 
 
-def confined_path(value, workspace, roots, kind):
-    """Resolve value and check it lexically and by real path against roots (§12.2).
-    Hard links are not detected: link(2) cannot cross the container's bind mounts."""
+def confine(value, workspace, roots, kind):
+    """Resolve value and check it lexically and by real path against roots (§12.2); returns the
+    resolved path (what results name) and the real path (what the tools open)."""
     resolved = resolve_path(value, workspace)
     lexical_roots = [resolve_path(root, "/") for root in roots]
     real = os.path.realpath(resolved)
@@ -475,7 +476,39 @@ def confined_path(value, workspace, roots, kind):
         is_under(real, os.path.realpath(root)) for root in lexical_roots
     ):
         raise ToolError(f"{kind} path must be under {roots_text(list(roots))}: {value}")
-    return resolved
+    return resolved, real
+
+
+def confined_path(value, workspace, roots, kind):
+    return confine(value, workspace, roots, kind)[0]
+
+
+def open_confined(path, real, flags):
+    """Open the checked real path as a regular file and return the descriptor.
+
+    O_NOFOLLOW: the real path has no link left in it, so a link found there now was put in after the
+    check (or is a /proc magic link, whose text names no file). O_NONBLOCK: a FIFO must not hang the
+    runner. A regular file with more than one name is refused: any of its other names (hard links
+    carry no trace of which came first) may lie outside the roots, under `local` for certain, and
+    reading or writing it would reach that file. Errors name `path`, as the model wrote it resolved."""
+    try:
+        fd = os.open(real, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, path) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"Not a regular file: {path}")
+        if info.st_nlink > 1:
+            raise ToolError(
+                f"Refusing {path}: the file has {info.st_nlink} hard links, and another of its names may lie "
+                "outside the allowed roots; copy it to a new file first"
+            )
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,12 +525,12 @@ def cap_text(text, max_bytes):
 def file_read(args, workspace, read_roots):
     """file.read: numbered lines of a file, or the entries of a directory."""
     require_object(args)
-    path = confined_path(required_string(args, "path"), workspace, read_roots, "Read")
+    path, real = confine(required_string(args, "path"), workspace, read_roots, "Read")
     offset = bounded(args, "offset", 1, MAX_SAFE_INTEGER)
     limit = bounded(args, "limit", 200, 2000)
     max_bytes = bounded(args, "maxBytes", 50000, 100000)
-    if os.path.isdir(path):
-        with os.scandir(path) as scan:
+    if os.path.isdir(real):
+        with os.scandir(real) as scan:
             entries = sorted(e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in scan)
         raw = "\n".join(entries[offset - 1 : offset - 1 + limit])
         body = cap_text(raw, max_bytes)
@@ -513,7 +546,7 @@ def file_read(args, workspace, read_roots):
                 "truncated": body != raw,
             },
         }
-    with open(path, "rb") as handle:
+    with os.fdopen(open_confined(path, real, os.O_RDONLY), "rb") as handle:
         lines = re.split(r"\r?\n", handle.read().decode("utf-8", "replace"))
     rendered = []
     for index, line in enumerate(lines[offset - 1 : offset - 1 + limit]):
@@ -536,19 +569,21 @@ def file_read(args, workspace, read_roots):
     }
 
 
-def _write_text(path, content, create_dirs):
+def _write_text(path, real, content, create_dirs=None):
     if create_dirs:
-        os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="") as handle:
+        os.makedirs(os.path.dirname(real) or "/", exist_ok=True)
+    fd = open_confined(path, real, os.O_WRONLY | os.O_CREAT)
+    os.ftruncate(fd, 0)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
         handle.write(content)
 
 
 def file_write(args, workspace, write_roots):
     """file.write: create or replace a file with the given text."""
     require_object(args)
-    path = confined_path(required_string(args, "path"), workspace, write_roots, "Write")
+    path, real = confine(required_string(args, "path"), workspace, write_roots, "Write")
     content = text_value(args, "content")
-    _write_text(path, content, optional_bool(args, "createDirs"))
+    _write_text(path, real, content, optional_bool(args, "createDirs"))
     return {
         "title": "file written",
         "output": f"Wrote {len(content)} chars to {path}",
@@ -566,10 +601,10 @@ def file_patch(args, workspace, write_roots):
     for operation in operations:
         require_object(operation)
         op = required_string(operation, "op")
-        path = confined_path(required_string(operation, "path"), workspace, write_roots, "Write")
+        path, real = confine(required_string(operation, "path"), workspace, write_roots, "Write")
         if op == "add":
             content = text_value(operation, "content")
-            _write_text(path, content, optional_bool(operation, "createDirs"))
+            _write_text(path, real, content, optional_bool(operation, "createDirs"))
             lines.append(f"add {path} ({len(content)} chars)")
         elif op == "delete":
             os.remove(path)
@@ -578,7 +613,8 @@ def file_patch(args, workspace, write_roots):
             search = required_string(operation, "search")
             replace = operation.get("replace") if isinstance(operation.get("replace"), str) else ""
             replace_all = optional_bool(operation, "replaceAll")
-            with open(path, "r", encoding="utf-8", errors="replace", newline="") as handle:
+            fd = open_confined(path, real, os.O_RDONLY)
+            with os.fdopen(fd, "r", encoding="utf-8", errors="replace", newline="") as handle:
                 text = handle.read()
             count = text.count(search)
             if count == 0:
@@ -588,8 +624,7 @@ def file_patch(args, workspace, write_roots):
                     f"Patch search text matched {count} times in {path}; set replaceAll:true or make search "
                     "text unique"
                 )
-            with open(path, "w", encoding="utf-8", newline="") as handle:
-                handle.write(text.replace(search, replace))
+            _write_text(path, real, text.replace(search, replace))
             lines.append("update {} ({} replacement{})".format(path, count, "" if count == 1 else "s"))
         else:
             raise ToolError(f"Unsupported patch op: {op}")

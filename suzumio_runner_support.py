@@ -6,6 +6,7 @@ import hmac
 import json
 import logging
 import math
+import re
 import urllib.parse
 from json.encoder import encode_basestring as _quote_json
 
@@ -19,6 +20,8 @@ log = logging.getLogger(__name__)
 JSON_TYPE = "application/json; charset=utf-8"
 TEXT_TYPE = "text/plain; charset=utf-8"
 MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_JSON_DEPTH = 200
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 
 TOOL_CALLS_CLOSED = "no more tool calls are accepted"
@@ -115,9 +118,33 @@ def read_body():
     if not text.strip():
         return {}
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError as exc:
         raise BadRequest(f"Invalid JSON body: {exc}") from None
+    except RecursionError:
+        raise BadRequest(f"Invalid JSON body: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    problem = unusable_json(value)
+    if problem:
+        raise BadRequest(f"Invalid JSON body: {problem}")
+    return value
+
+
+def unusable_json(value):
+    """Why a parsed body cannot be stored or answered: nesting deeper than MAX_JSON_DEPTH (it could
+    exhaust the stack later) or a lone surrogate escape such as \\ud800 (it has no UTF-8 form).
+    Checked without recursion; None when the value is fine."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str):
+            if LONE_SURROGATE.search(item):
+                return "lone surrogate escapes are not valid text"
+        elif isinstance(item, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                return f"nested deeper than {MAX_JSON_DEPTH} levels"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return None
 
 
 def read_fields():

@@ -339,9 +339,17 @@ def _connect(path, must_exist=False):
     return conn
 
 
+def _is_file(path):
+    """Path.is_file, except that a name the OS refuses (too long, for example) is no file either."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def _has_project_row(db_path, name):
     """Whether an existing database file holds the project row; never creates a file."""
-    if not db_path.is_file():
+    if not _is_file(db_path):
         return False
     conn = _connect(db_path, must_exist=True)
     try:
@@ -373,7 +381,7 @@ class Root:
         return self.path / name
 
     def exists(self, name):
-        return valid_project_name(name) and (self.path / name / DB_FILE).is_file()
+        return valid_project_name(name) and _is_file(self.path / name / DB_FILE)
 
     def open_project(self, name):
         """The project's store (shared, owned by this Root); creates nothing when missing."""

@@ -187,12 +187,12 @@ def test_roots_reached_through_a_symlink_still_accept_their_files(tmp_path):
     assert (real / "ws" / "notes.txt").read_text() == "n"
 
 
-def test_hard_links_inside_the_workspace_are_not_detected(roots, tmp_path):
-    """Documented limit: hard links cannot cross a container's bind mounts, so only `local` is exposed."""
+def test_hard_links_to_files_outside_the_roots_are_refused(roots, tmp_path):
+    """A file with more than one name is refused (tests/test_isolation.py covers write and patch too)."""
     outside = tmp_path / "outside.txt"
     outside.write_text("o")
     os.link(outside, roots["W"] / "hard.txt")
-    assert read({"path": "hard.txt"}, roots)["output"] == "1: o"
+    assert error_of(read, {"path": "hard.txt"}, roots).startswith(f"Refusing {roots['W'] / 'hard.txt'}: the file has 2")
 
 
 # -- file.read --------------------------------------------------------------------------------

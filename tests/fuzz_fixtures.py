@@ -1,0 +1,257 @@
+"""Hostile-input fixtures: a served app whose ticks can never start a runner (so every row change comes
+from the request under test), the route table read from the app itself, a raw HTTP client that sends
+paths byte for byte, the database snapshot and integrity checks, and the error-shape oracle of
+http-api.md §2.3. Imported by tests/test_fuzz.py and tests/test_isolation.py."""
+import contextlib
+import http.client
+import json
+import logging
+import os
+import re
+import urllib.parse
+
+from api_fixtures import init_project, project_yaml, running_activation, serving
+
+log = logging.getLogger(__name__)
+
+RUNNER_PREFIXES = ("/runner/", "/toolpacks/", "/activation-")
+PLACEHOLDER = re.compile(r"<(\w+)(?::\w+)?>")
+JSON_TYPE = "application/json; charset=utf-8"
+VALID_STATUSES = {200, 400, 403, 404, 409, 500}
+CONTEXT = {"version": 1, "kind": "model-context", "messages": []}
+
+# Python internals that must never reach a client (a traceback, a repr, an exception class name).
+LEAKS = re.compile(
+    r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+|<[\w.]+ object at 0x[0-9a-f]+>"
+    r"|\b(?:KeyError|TypeError|AttributeError|IndexError|NameError|RecursionError|OverflowError"
+    r"|UnicodeEncodeError|UnicodeDecodeError|sqlite3\.\w+)\b|'(?:NoneType|dict|list|str|int|float|bool)' object"
+    r"|object has no attribute|not subscriptable|unhashable type|positional argument")
+
+# http-api.md §2.3 (and the store/tools texts it names): every 4xx message and the statuses it may carry.
+ERROR_TEXTS = [
+    (r"not found", {404}),
+    (r"Invalid JSON body: .+", {400}),
+    (r"Request body too large \(limit \d+ bytes\)", {400}),
+    (r"\S+ is required", {400}),
+    (r"output(\.text)? is required|context is required|Invalid activation context", {400}),
+    (r"Invalid history role: .*|Invalid tool call status: .*|payload must be an object", {400}),
+    (r"Expected boolean, got .*|Invalid priority: .*", {400}),
+    (r"Message needs recipient or channel|Message cannot have both recipient and channel", {400}),
+    (r"Unknown channel: .*", {400}),
+    (r"Targeted signals cannot be closed; omit the target or omit status|Invalid signal status: .*", {400}),
+    (r"Unknown agent: .*", {400, 404}),
+    (r"Invalid agent token|Activation \S+ does not belong to \S+|Tool not allowed for \S+: .*", {403}),
+    (r"Host not allowed: .*|Cross-origin request rejected|API token required|Invalid API token", {403}),
+    (r"Unknown project: .*|Unknown activation: .*|Unknown tool call for activation: .*", {404}),
+    (r"Unknown toolpack: .*|Tool .+ is not in toolpack .+|Unknown tool: .*|Unknown message: .*", {404}),
+    (r"Unknown history compaction: .*|Unknown WebUI entry .+ in toolpack .+", {404}),
+    (r"webui asset not found\. Run npm run build\.", {404}),
+    (r"Activation \S+ is \w+; (no more tool calls are accepted|history updates are not accepted)", {409}),
+]
+ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
+# Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text (§2.3).
+HANDLER_ROUTES = (re.compile(r"^/api/projects/[^/]+/tool-ui/[^/]+/[^/]+$"), re.compile(r"^/toolpacks/[^/]+/support$"))
+
+
+# ---------------------------------------------------------------- routes
+
+def app_routes(service):
+    """(method, rule) of every route the served app answers, read from the Bottle app itself."""
+    return sorted({(route.method, route.rule) for route in service.server.app.routes})
+
+
+def is_runner_rule(rule):
+    return rule.startswith(RUNNER_PREFIXES)
+
+
+def placeholders(rule):
+    return PLACEHOLDER.findall(rule)
+
+
+def fill(rule, values):
+    """The rule with each placeholder replaced by the already-encoded text in `values`."""
+    return PLACEHOLDER.sub(lambda m: values[m.group(1)], rule)
+
+
+def encode_segment(text):
+    return urllib.parse.quote(text, safe="")
+
+
+# ---------------------------------------------------------------- raw HTTP
+
+class Reply:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self):
+        return json.loads(self.body.decode("utf-8"))
+
+
+def raw_request(port, method, target, body=None, headers=None, host=None):
+    """Send the request target exactly as given (no dot-segment removal, no re-quoting). A streaming
+    200 is answered with its headers only."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        sent = {"Host": host if host is not None else f"127.0.0.1:{port}", **(headers or {})}
+        if body is not None:
+            sent.setdefault("Content-Length", str(len(body)))
+        for name, value in sent.items():
+            if value is not None:
+                connection.putheader(name, value)
+        connection.endheaders(body)
+        response = connection.getresponse()
+        content_type = response.getheader("Content-Type", "")
+        if response.status == 200 and content_type.startswith("text/event-stream"):
+            return Reply(response.status, dict(response.getheaders()), b"")
+        return Reply(response.status, dict(response.getheaders()), response.read())
+    finally:
+        connection.close()
+
+
+# ---------------------------------------------------------------- oracles
+
+class ExceptionLog(logging.Handler):
+    """Collects every record logged with a traceback: an exception no boundary anticipated."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.records = []
+
+    def emit(self, record):
+        if record.exc_info:
+            self.records.append(record)
+
+    def drain(self):
+        records, self.records = self.records, []
+        return [f"{r.getMessage()}: {r.exc_info[0].__name__}: {r.exc_info[1]}" for r in records]
+
+
+@contextlib.contextmanager
+def exception_log():
+    handler = ExceptionLog()
+    logging.getLogger().addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def error_problems(reply, path):
+    """What is wrong with a response under http-api.md §2.3; [] when it is fine."""
+    problems = []
+    if reply.status not in VALID_STATUSES:
+        problems.append(f"status {reply.status} is outside the spec's mapping")
+    handler_route = any(pattern.match(path) for pattern in HANDLER_ROUTES)
+    if reply.status == 500 and not handler_route:
+        problems.append("500 on a route whose errors are all 4xx")
+    if LEAKS.search(reply.text):
+        problems.append("Python internals in the response")
+    if reply.status < 400:
+        return problems
+    if reply.headers.get("Content-Type") != JSON_TYPE:
+        problems.append(f"error content type {reply.headers.get('Content-Type')!r}")
+    try:
+        body = reply.json()
+    except ValueError:
+        return problems + ["error body is not JSON"]
+    if not isinstance(body, dict) or set(body) != {"error"} or not isinstance(body["error"], str) or not body["error"]:
+        return problems + ["error body is not {\"error\": <non-empty string>}"]
+    if reply.status == 500:
+        return problems
+    message = body["error"]
+    allowed = [statuses for pattern, statuses in ERROR_PATTERNS if pattern.fullmatch(message)]
+    if not allowed:
+        problems.append(f"error text {message!r} is not one of http-api.md §2.3")
+    elif not any(reply.status in statuses for statuses in allowed):
+        problems.append(f"error text {message!r} with status {reply.status}")
+    return problems
+
+
+def table_counts(store):
+    names = [row["name"] for row in store.db_all("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    return {name: store.db_get(f'SELECT COUNT(*) AS n FROM "{name}"')["n"] for name in names}
+
+
+def files_under(path):
+    """Every file and folder under `path` except the SQLite files themselves."""
+    found = set()
+    for folder, dirs, files in os.walk(path):
+        for name in dirs + files:
+            if ".sqlite" not in name:
+                found.add(os.path.relpath(os.path.join(folder, name), path))
+    return found
+
+
+class World:
+    """The served app with `demo` (user routes; its agents are stopped, so a tick never starts a runner)
+    and `side` (runner routes; never running, so a tick returns at once). Every row a request writes is
+    therefore written by that request, before it answers."""
+
+    def __init__(self, service, tmp_path):
+        self.service = service
+        self.tmp_path = tmp_path
+        self.port = service.port
+        self.root_path = service.root.path
+        self.demo = service.store("demo")
+        self.side = service.store("side")
+        self.tokens = {(p, a): service.token(p, a) for p in ("demo", "side") for a in ("pm", "worker")}
+        self.demo.start()
+        done = running_activation(self.demo, "pm")
+        self.demo.record_activation_context(done["id"], "pm", CONTEXT)
+        self.demo.complete_activation(done["id"], "pm", "done")
+        self.demo_activation = done["id"]
+        self.demo_message = self.demo.send_message("user", "hello", recipient="pm")["id"]
+        # Agent status `stopped` has no transition out of it: ticks skip these agents for good.
+        self.demo.db_run("UPDATE agents SET status = 'stopped' WHERE project = ?", ["demo"])
+        self.demo.set_status("stopped")
+        finished = self.activation("worker")
+        self.side.complete_activation(finished, "worker", "done")
+        self.side_finished = finished
+
+    def request(self, method, target, body=None, headers=None, host=None):
+        return raw_request(self.port, method, target, body, headers, host)
+
+    def activation(self, agent_id):
+        """A running activation of `side`'s agent, created when the last one ended."""
+        agent = self.side.agent(agent_id)
+        active = agent.get("activeActivationId")
+        if active and self.side.activation(active)["status"] == "running":
+            return active
+        # `side` runs only while the activation is created, so no request's tick can start a runner.
+        self.side.start()
+        try:
+            return running_activation(self.side, agent_id)["id"]
+        finally:
+            self.side.set_status("stopped")
+
+    def identity(self, agent_id="worker"):
+        return {"project": "side", "agentId": agent_id, "activationId": self.activation(agent_id),
+                "token": self.tokens[("side", agent_id)]}
+
+    def snapshot(self):
+        return ({name: table_counts(self.service.store(name)) for name in ("demo", "side")},
+                files_under(self.root_path), sorted(os.listdir(self.root_path.parent)))
+
+    def integrity(self):
+        return {name: self.service.store(name).db_get("PRAGMA integrity_check")["integrity_check"]
+                for name in ("demo", "side")}
+
+    def leaked_token(self, text):
+        return any(token in text for token in self.tokens.values())
+
+
+@contextlib.contextmanager
+def world(tmp_path, **app_options):
+    """A World on a fresh root under tmp_path, served by the real app on Waitress at port 0."""
+    options = {"webui_dir": tmp_path / "no-build", "poll_seconds": 0.05, **app_options}
+    with serving(tmp_path / "root", **options) as service:
+        init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+        init_project(service.root, tmp_path / "side", project_yaml("side", service.base_url))
+        yield World(service, tmp_path)
