@@ -367,7 +367,13 @@ def _type_name(value):
 
 
 def _format_path(path):
-    return ".".join(str(part) for part in path) if path else "(root)"
+    # A key with a line break or other control character is quoted, so each issue stays one line.
+    return ".".join(_path_part(part) for part in path) if path else "(root)"
+
+
+def _path_part(part):
+    text = str(part)
+    return text if text.isprintable() else json.dumps(text)
 
 
 class _Issues:

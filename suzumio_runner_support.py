@@ -13,7 +13,7 @@ from json.encoder import encode_basestring as _quote_json
 import bottle
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
-from suzumio_toolpacks import optional_boolean, required_string
+from suzumio_toolpacks import describe, optional_boolean, required_string
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,9 @@ def mount_runner_routes(app, root, toolpacks, scheduler):
         if "payload" in body and not isinstance(body["payload"], dict):
             raise BadRequest("payload must be an object")
         useful_effect = optional_boolean(body, "usefulEffect")
+        for field, names in (("targetAgent", "agent"), ("targetChannel", "channel")):
+            if body.get(field) is not None and not isinstance(body[field], str):
+                raise BadRequest(f"Unknown {names}: {describe(body[field])}")
         call.store.record_signal(
             body["kind"], source_agent=call.agent_id, source_activation=call.activation_id,
             target_agent=body.get("targetAgent"), target_channel=body.get("targetChannel"),

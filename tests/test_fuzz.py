@@ -472,3 +472,19 @@ def test_config_loader_refuses_pathological_json_with_a_config_error(tmp_path, t
     path = tmp_path / "project.json"
     path.write_text(text, encoding="utf-8")
     assert isinstance(load_outcome(path), ConfigError)
+
+
+def test_runner_signal_targets_of_the_wrong_type_are_unknown_targets(fuzz):
+    identity = fuzz.identity()
+    for field, value, message in (("targetAgent", [], "Unknown agent: []"), ("targetAgent", 7, "Unknown agent: 7"),
+                                  ("targetChannel", {"a": 1}, 'Unknown channel: {"a": 1}')):
+        tried("hostile bodies")
+        reply = exchange(fuzz, "POST", "/runner/signals", json.dumps({**identity, "kind": "x", field: value}).encode())
+        assert (reply.status, reply.json()) == (400, {"error": message})
+
+
+def test_schema_report_quotes_keys_with_line_breaks(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"name": "x", "task": "t", "agents": {"a\nb": 5}}), encoding="utf-8")
+    error = load_outcome(path)
+    assert '  - agents."a\\nb": Expected object, received number' in error.message.split("\n")
