@@ -32,7 +32,8 @@ def run(script, extra):
     rows = [json.loads(line[len(JSON_PREFIX):]) for line in result.stdout.splitlines() if line.startswith(JSON_PREFIX)]
     if not rows:
         sys.stderr.write(f"{script} printed no results (exit {result.returncode}):\n{result.stdout}{result.stderr}\n")
-        return []
+        return [{"bench": script[:-3], "measure": "FAILED (see above)", "value": 0.0, "unit": "s", "baseline": None,
+                 "ratio": None, "target": None, "higherIsBetter": False, "verdict": "MISSED"}]
     print(f"# {script}: {took:.0f} s", flush=True)
     return rows[0]
 

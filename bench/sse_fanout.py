@@ -20,8 +20,9 @@ from api_fixtures import serving
 EVENT_TYPE = "bench.sse"
 
 
-def read_stream(port, expected, ready):
-    """One client: the arrival time (time.time()) of every bench event, by sequence number."""
+def read_stream(port, first_seq, expected, ready):
+    """One client: the arrival time (time.time()) of every bench event of this case, by sequence number
+    (the replayed event of an earlier case is ignored)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     sock.sendall(f"GET /api/projects/sse/stream?limit=1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
     arrivals, buffer, announced = {}, b"", False
@@ -41,15 +42,17 @@ def read_stream(port, expected, ready):
                 if f"event: {EVENT_TYPE}".encode() not in frame:
                     continue
                 data = frame.split(b"\ndata: ", 1)[1]
-                arrivals[json.loads(json.loads(data)["data_json"])["seq"]] = moment
+                seq = json.loads(json.loads(data)["data_json"])["seq"]
+                if seq >= first_seq:
+                    arrivals[seq] = moment
     finally:
         sock.close()
     return arrivals
 
 
-def client_process(port, clients, expected, ready):
+def client_process(port, clients, first_seq, expected, ready):
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-        return list(pool.map(lambda _: read_stream(port, expected, ready), range(clients)))
+        return list(pool.map(lambda _: read_stream(port, first_seq, expected, ready), range(clients)))
 
 
 def run_case(service, store, clients, events, interval, first_seq):
@@ -57,7 +60,7 @@ def run_case(service, store, clients, events, interval, first_seq):
     context = multiprocessing.get_context("spawn")
     ready = context.Manager().Semaphore(0)
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-        future = pool.submit(client_process, service.port, clients, events, ready)
+        future = pool.submit(client_process, service.port, clients, first_seq, events, ready)
         for _ in range(clients):
             if not ready.acquire(timeout=60):
                 raise SystemExit("stream clients never connected")
