@@ -482,6 +482,47 @@ def test_composer_failure_shows_error_text_inline_and_keeps_the_draft(tab, statu
     expect(page.get_by_label("Message")).to_have_value("keep me")
 
 
+def fail_with(message):
+    return lambda route: route.fulfill(status=404, content_type="application/json; charset=utf-8",
+                                       body=json.dumps({"error": message}))
+
+
+def open_failing(page, tab, view, action):
+    tab.open(f"#/demo/{view}")
+    if action == "task":
+        page.get_by_role("button", name="Expand full task").click()
+    elif action == "message":
+        page.get_by_test_id("message-card").first.get_by_role("button", name="Expand full").click()
+    elif action == "context":
+        page.get_by_test_id("activation-item").first.get_by_role("button", name="View context").click()
+
+
+@pytest.mark.parametrize("view, failing, action, box", [
+    ("overview", r"^/api/projects/demo/task$", "task", "task-error"),
+    ("messages", r"^/api/projects/demo/messages/msg_", "message", "messages-error"),
+    ("activations", r"^/api/projects/demo/activations/act_[^/]+/context$", "context", "activations-error"),
+    ("history", r"^/api/projects/demo/agents/pm/history$", None, "history-error"),
+    ("events", r"^/api/projects/demo/events$", None, "error-banner"),
+])
+def test_failed_loads_show_the_error_text_where_the_spec_puts_it(tab, view, failing, action, box):
+    page = tab.page
+    page.route(lambda url: re.search(failing, urllib.parse.urlsplit(url).path) is not None,
+               fail_with("Unknown thing: x"))
+    open_failing(page, tab, view, action)
+    expect(page.get_by_test_id(box)).to_have_text("Unknown thing: x")
+    expect(page.get_by_test_id(box)).to_have_attribute("role", "alert")
+
+
+def test_refresh_reloads_the_list_and_the_current_view(tab):
+    page = tab.open("#/demo/messages")
+    expect(page.get_by_test_id("message-card")).to_have_count(3)
+    with page.expect_response(lambda r: r.url.endswith("/api/projects/demo/messages?limit=100")):
+        page.get_by_role("button", name="Refresh").click()
+    expect(page.get_by_role("button", name="Refresh")).to_be_enabled()
+    assert len(tab.api("GET", "/api/projects")) == 2
+    assert len(tab.api("GET", "/api/projects/demo/messages?limit=100")) == 2
+
+
 # ---------------------------------------------------------------------------------------------
 # Messages (scenarios 11–13).
 
