@@ -27,8 +27,8 @@ STREAM_LIVE_TIMEOUT_MS = 5000
 # One SSE poll (1 s) + the UI's event debounce (0.4 s) + one list request, with room for a busy machine.
 LIVE_UPDATE_MS = 3000
 
-# Wraps EventSource so tests can count the streams a tab opens; records CSP violations and marks the
-# document so a reload would be visible.
+# Wraps EventSource so tests can count the streams a tab opens and see the events it receives; records
+# the session-history length at load (to tell push from replace) and every CSP violation.
 INIT_SCRIPT = """
 (() => {
   const Native = window.EventSource;
