@@ -357,6 +357,22 @@ def exit_status(returncode):
 
 # ---------------------------------------------------------------- the Docker backend
 
+# The SDK is imported on first use only (CLI commands never need it). Two threads importing it for
+# the first time at once (right after a restart: the reconciler inspecting a container while the
+# scheduler creates one) can see a partially initialised `docker.types` and fail with ImportError,
+# so every first import goes through this lock.
+_SDK_IMPORT_LOCK = threading.Lock()
+
+
+def docker_sdk():
+    """The `docker` package with `docker.errors` and `docker.types` (and `requests.exceptions`) loaded."""
+    with _SDK_IMPORT_LOCK:
+        import docker.errors  # binds `docker`, the package
+        import docker.types
+        import requests.exceptions  # noqa: F401 - loaded here for _adopt, under the same lock
+    return docker
+
+
 def _http_status(error):
     response = getattr(error, "response", None)
     return getattr(response, "status_code", None) or getattr(error, "status_code", None)
@@ -375,8 +391,7 @@ class DockerBackend:
     def client(self):
         with self._lock:
             if self._client is None:
-                import docker
-                self._client = docker.from_env()
+                self._client = docker_sdk().from_env()
             return self._client
 
     def mounts(self, launch, agent_ids):
@@ -395,7 +410,7 @@ class DockerBackend:
 
     def create(self, launch, agent_ids):
         """§3.2-3.7: build and create (not start) the container; returns its name."""
-        from docker.types import Mount
+        Mount = docker_sdk().types.Mount
         rows = self.mounts(launch, agent_ids)
         backend = launch.config.backend
         name = container_name_for(launch.project, launch.agent["id"], launch.activation_id)
@@ -429,7 +444,7 @@ class DockerBackend:
 
     def log_tail(self, name):
         """The last 200 log lines; '' when the engine no longer has them (container removed)."""
-        import docker.errors
+        docker = docker_sdk()
         try:
             raw = self.client.api.logs(name, stdout=True, stderr=True, tail=LOG_TAIL_LINES)
         except docker.errors.APIError as error:
@@ -439,7 +454,7 @@ class DockerBackend:
 
     def state(self, name):
         """(`running` | `exited` | ..., exit code), or None when the container does not exist."""
-        import docker.errors
+        docker = docker_sdk()
         try:
             attrs = self.client.api.inspect_container(name)
         except docker.errors.NotFound:
@@ -448,7 +463,7 @@ class DockerBackend:
 
     def stop(self, name, activation_id):
         """§3.10 step 2: stop with 2 s grace; 304/404 are success; otherwise kill; else raise."""
-        import docker.errors
+        docker = docker_sdk()
         try:
             self.client.api.stop(name, timeout=int(STOP_GRACE_SECONDS))
             return
@@ -658,7 +673,7 @@ class Backends:
             else:
                 self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
             return
-        import docker.errors
+        docker = docker_sdk()
         import requests.exceptions
         try:
             state = self.docker.state(name)

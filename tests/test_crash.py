@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -16,6 +18,7 @@ from conftest import require, wait_until
 from crash_fixtures import (
     KICKOFF,
     PROJECT,
+    REPO,
     TOOLPACK_PROJECT,
     ChaosTrial,
     Controller,
@@ -275,3 +278,38 @@ def test_node_host_exits_when_its_controller_is_killed(tmp_path, node, hook):
         for pid in hosts:
             if not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- the Docker SDK is loaded from two threads
+
+# Right after a restart the reconciler inspects containers while the scheduler creates new ones; both
+# may be the process's first use of the Docker SDK. A fresh interpreter replays that moment.
+FIRST_SDK_USE = """
+import sys, threading
+import suzumio_backend
+barrier = threading.Barrier(2)
+failures = []
+def call(function):
+    barrier.wait()
+    try:
+        function()
+    except ImportError as error:
+        failures.append(f"ImportError: {error}")
+    except Exception:  # no engine, no launch: only the import matters here
+        pass
+threads = [threading.Thread(target=call, args=(lambda: suzumio_backend.DockerBackend().create(None, []),)),
+           threading.Thread(target=call, args=(lambda: suzumio_backend.DockerBackend().state("suzumio-none"),))]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print("\\n".join(failures) or "ok")
+"""
+
+
+def test_first_docker_sdk_use_from_two_threads_at_once_imports_cleanly():
+    pytest.importorskip("docker")
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-c", FIRST_SDK_USE], cwd=REPO, capture_output=True, text=True, check=False,
+                                timeout=120)
+        assert result.stdout.strip() == "ok", result.stdout + result.stderr
