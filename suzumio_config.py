@@ -1808,7 +1808,8 @@ def _check_cycles(presets, preset_id, trail):
 
 
 def _unknown_tool_message(entry, registry):
-    return f'unknown tool "{entry}" (registered: {", ".join(registry.tool_names)})'
+    # JSON quoting: the same text for a plain name, and a name with a line break stays on one line.
+    return f'unknown tool {json.dumps(entry, ensure_ascii=False)} (registered: {", ".join(registry.tool_names)})'
 
 
 def _check_allowlists(data, registry):

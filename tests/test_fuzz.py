@@ -488,3 +488,10 @@ def test_schema_report_quotes_keys_with_line_breaks(tmp_path):
     path.write_text(json.dumps({"name": "x", "task": "t", "agents": {"a\nb": 5}}), encoding="utf-8")
     error = load_outcome(path)
     assert '  - agents."a\\nb": Expected object, received number' in error.message.split("\n")
+
+
+def test_unknown_tool_names_with_line_breaks_stay_on_one_line(tmp_path):
+    path = tmp_path / "project.yaml"
+    path.write_text(valid_config_text().replace("tools: [messages.send,", 'tools: ["m\\nessages.send",', 1))
+    error = load_outcome(path)
+    assert error.message.startswith('agents.pm.tools.0: unknown tool "m\\nessages.send" (registered: ')
