@@ -3,6 +3,7 @@ without editing this file) gets random JSON, wrong types, raw bytes, oversized b
 random query strings; the config loader gets random trees and mutated texts. Oracles: no unexpected
 exception, the one error shape with the http-api.md §2.3 mapping, an intact database, and no row or file
 written by a rejected request. SUZUMIO_FUZZ_EXAMPLES raises the example count (make soak)."""
+import contextlib
 import datetime
 import json
 import os
@@ -53,13 +54,11 @@ def tried(kind):
 @pytest.fixture(scope="module", autouse=True)
 def report_inputs(request):
     yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     line = ("fuzz inputs tried: " + ", ".join(f"{kind} {n}" for kind, n in sorted(TRIED.items()))
             + "; HTTP statuses: " + ", ".join(f"{status}×{n}" for status, n in sorted(STATUSES.items())))
-    if reporter is not None:
-        reporter.write_line(line)
-    else:
-        print(line)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        print("\n" + line)
 
 
 @pytest.fixture(scope="module")
