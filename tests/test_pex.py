@@ -70,6 +70,8 @@ def pex_file(tmp_path_factory):
     size = output.stat().st_size
     assert f"suzumio.pex: {size / 1e6:.1f} MB ({size} bytes)" in result.stdout
     cached.parent.mkdir(exist_ok=True)
+    for stale in cached.parent.glob("suzumio-*.pex"):
+        stale.unlink(missing_ok=True)
     partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
     shutil.copy2(output, partial)
     partial.replace(cached)
