@@ -12,6 +12,7 @@ import { pathToFileURL } from "node:url";
 import util from "node:util";
 
 const MIN_NODE_MAJOR = 18;
+const PARENT_CHECK_MS = 500; // how often an invocation in flight checks that its controller lives
 const READ_RETRY_MS = 5;
 const CONTROLLER_REQUEST_TIMEOUT_MS = 300000;
 
@@ -245,8 +246,13 @@ class ControllerHost {
       this.invocationId = request.id;
       this.nextCallId = 1;
       // A module awaiting a promise that never settles leaves Node with nothing to do, and Node
-      // would exit; the timer keeps the process alive until the controller's timeout kills it.
-      const keepAlive = setInterval(() => {}, 1 << 30);
+      // would exit; the timer keeps the process alive until the controller's timeout kills it. It
+      // also watches the parent: a controller killed meanwhile never closes our stdin while nothing
+      // reads it, so an orphaned host (re-parented) exits by itself.
+      const parent = process.ppid;
+      const keepAlive = setInterval(() => {
+        if (process.ppid !== parent) process.exit(1);
+      }, PARENT_CHECK_MS);
       let reply;
       try {
         const value = await this.dispatch(request);

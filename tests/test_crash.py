@@ -32,6 +32,7 @@ from crash_fixtures import (
     free_port,
     init_root,
     process_gone,
+    remove_containers,
     runner_alive,
     write_crash_toolpack,
 )
@@ -53,7 +54,6 @@ def test_killed_controller_loses_no_acked_message_delivers_no_signal_twice_and_t
     result = ChaosTrial(tmp_path, seed).run()
     print(result.line())
     assert result.kills
-    assert result.acked >= 2  # the kick-off and at least one note went through
     assert result.ok, result.line()
 
 
@@ -79,13 +79,14 @@ def test_restarted_controller_adopts_live_runners_and_their_activations_complete
         assert team.check() == []
 
 
-def test_adopted_runner_that_dies_fails_and_the_failed_nudge_retries_it(tmp_path):
-    with CrashTeam(tmp_path, worker_sleep=2.0) as team:
+def test_runner_dying_after_a_controller_restart_fails_and_the_failed_nudge_retries_it(tmp_path):
+    with CrashTeam(tmp_path, worker_sleep=3.0) as team:
         team.kickoff()
         busy = wait_until(lambda: team.read(workers_busy_after_pm_waits), 30, message="both workers busy")
         victim = busy[0]
         team.controller.kill()
         team.controller.start()
+        assert runner_alive(victim)
         os.killpg(suzumio_backend.local_pid(victim["containerName"]), signal.SIGKILL)
         team.wait_done(60)
         with team.store() as store:
@@ -176,9 +177,7 @@ def test_killed_docker_container_fails_with_its_exit_text_and_the_failed_nudge_r
             wait_until(lambda: not store.running_activations(), 60, message="settled activations")
             assert check_settled(store, {}) == []
         finally:
-            for activation in store.list_activations(limit=1000):
-                if activation.get("containerName"):
-                    client.api.remove_container(activation["containerName"], force=True)
+            remove_containers(store)
 
 
 # ---------------------------------------------------------------- the controller's Node host is killed
@@ -248,12 +247,7 @@ def test_killed_node_host_fails_the_hook_in_flight_and_the_next_tick_gets_a_fres
     assert pings[0]["payload"]["pid"] == service.toolpacks.node.pid != killed
 
 
-@pytest.mark.parametrize("hook", [
-    "none",
-    pytest.param("block", marks=pytest.mark.xfail(strict=True, reason=(
-        "the controller-role host reads stdin only between invocations, so a host whose hook never "
-        "settles does not notice that its controller died and stays behind as an orphan"))),
-])
+@pytest.mark.parametrize("hook", ["none", "block"])
 def test_node_host_exits_when_its_controller_is_killed(tmp_path, node, hook):
     port = free_port()
     folder = tmp_path / "tools"
