@@ -462,8 +462,9 @@ class ChaosTrial:
     """One trial: the crash team is kicked off, then serve is SIGKILLed 1..max_kills times after seeded
     random delays (and restarted after a seeded random pause) while a thread posts user notes to the
     scribe; afterwards the project must submit, every activation settle and check_settled pass.
-    A report lost with a killed runner (its signal stays delivered to the failed activation, store.md
-    §8.2) is made up for by the all-quiet nudge to pm, as a real team's coordinator would."""
+    A report delivered to an activation whose runner then died stays delivered (store.md §8.2) and
+    reaches the retry only through history, which the scripted pm does not read; the all-quiet nudge
+    then gives pm its next turn."""
 
     def __init__(self, base_dir, seed, *, max_kills=2, window_s=(0.2, 3.5), down_s=(0.0, 1.0),
                  settle_timeout=150.0, kind="local", image=None):
