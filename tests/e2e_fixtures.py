@@ -1,6 +1,7 @@
 """End-to-end fixtures: the real controller (api_fixtures.serving: Waitress, Backends, Scheduler,
 ToolpackRuntime) with one project whose agents run the real runner on the `local` or `docker-chat`
-backend and talk to the FakeModel (openai-compatible) or a scripted provider.
+backend and talk to the FakeModel, an openai-compatible Chat Completions server; every agent names
+its own preset, so replies queued per model reach the intended agent.
 Imported by test_e2e and test_e2e_toolpacks only."""
 import contextlib
 import json
@@ -17,7 +18,6 @@ import suzumio_backend
 
 log = logging.getLogger(__name__)
 
-KINDS = ("local", "docker-chat")
 PROJECT = "e2e"
 API_KEY = "sk-e2e-key-5150"
 # A real runner in a fresh container needs a few seconds; on the local backend far less.
@@ -177,7 +177,7 @@ def remove_containers(client, store):
 
 
 @contextlib.contextmanager
-def running_team(tmp_path, kind, *, start=True, **options):
+def running_team(tmp_path, kind, **options):
     """Serve the controller, initialize project `e2e` for `kind`, start it, and yield a Team."""
     client = require_engine(kind)
     model = FakeModel()
@@ -185,8 +185,7 @@ def running_team(tmp_path, kind, *, start=True, **options):
         with serving(tmp_path / "root") as service:
             config = project_config(kind, service.base_url, model.base_url, **options)
             store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
-            if start:
-                store.start()
+            store.start()
             team = Team(service, store, model, kind, client)
             try:
                 yield team
