@@ -23,9 +23,15 @@ log = logging.getLogger(__name__)
 SUPPORT_DIR = Path(__file__).resolve().parent
 RUNNER_FILE = "suzumio_runner.py"
 HOST_FILE = "suzumio_toolpack_host.mjs"
-# Everything the runner needs, mounted read-only under /opt/suzumio (README decision 2; the
-# providers live beside the runner in suzumio_models.py, ARCHITECTURE.md).
-RUNNER_FILES = (RUNNER_FILE, "suzumio_models.py", HOST_FILE)
+# Everything the runner needs, mounted read-only under /opt/suzumio (README decision 2). The entry
+# script stays small and imports the rest from modules beside it, which get a bytecode cache where
+# the directory is writable (docs/spec-notes.md entry 6).
+RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_models.py",
+                HOST_FILE)
+# The local runner's interpreter flags. -S (no `site`): the runner is standard library only and imports
+# its own modules from beside the script, so site-packages (an installed or editable suzumio, .pth
+# hooks) stay out of its sys.path, and their start-up cost out of every activation.
+LOCAL_RUNNER_FLAGS = ("-S",)
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
 RESERVED_TARGETS = ("/activation", "/workspace", "/artifacts", "/opt/suzumio", "/toolpacks")
 LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
@@ -319,7 +325,8 @@ class LocalBackend:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             process = subprocess.Popen(
-                [sys.executable, str(runner_path), "--input", str(launch.input_path.resolve())],
+                [sys.executable, *LOCAL_RUNNER_FLAGS, str(runner_path), "--input",
+                 str(launch.input_path.resolve())],
                 cwd=os.path.realpath(launch.workspace), stdin=subprocess.DEVNULL, stdout=fd,
                 stderr=subprocess.STDOUT, env=env, close_fds=True, start_new_session=True)
         finally:

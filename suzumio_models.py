@@ -7,11 +7,11 @@ import base64
 import http.client
 import json
 import logging
+import os
 import re
 import socket
 import ssl
 import time
-import uuid
 from collections import namedtuple
 from urllib.parse import unquote, urlencode, urlsplit
 
@@ -472,7 +472,7 @@ class OpenAICompatibleProvider:
                 arguments = json.dumps(arguments if arguments is not None else {})
             calls.append(
                 ToolCall(
-                    call.get("id") or f"call_{uuid.uuid4().hex[:24]}", function.get("name") or "", arguments
+                    call.get("id") or f"call_{os.urandom(12).hex()}", function.get("name") or "", arguments
                 )
             )
         content = message.get("content")

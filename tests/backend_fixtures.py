@@ -28,7 +28,9 @@ def make_support_dir(path):
     path.mkdir(parents=True, exist_ok=True)
     shutil.copy(STAND_IN, path / suzumio_backend.RUNNER_FILE)
     (path / suzumio_backend.HOST_FILE).write_text("// stand-in Node host: never started by these tests\n")
-    (path / "suzumio_models.py").write_text("# stand-in providers: never imported by the stand-in runner\n")
+    for name in suzumio_backend.RUNNER_FILES:
+        if name.endswith(".py") and name != suzumio_backend.RUNNER_FILE:
+            (path / name).write_text("# stand-in runner module: never imported by the stand-in runner\n")
     return path
 
 

@@ -31,10 +31,14 @@ from runner_fixtures import (
     runner_env,
     start_runner,
     tool_def,
+    write_input,
 )
 
+import suzumio_backend
 import suzumio_models as models
 import suzumio_runner as runner
+import suzumio_runner_loop as loop
+import suzumio_runner_tools as tools
 
 CHAT = "/v1/chat/completions"
 
@@ -245,14 +249,14 @@ def test_ending_tool_stops_the_loop_and_ignores_later_calls(tmp_path, model, set
 
 
 def test_ended_activation_answers_later_calls_without_posting(tmp_path):
-    state = runner.RequestState()
+    state = loop.RequestState()
     state.ended = True
-    tool = runner.RegisteredTool("file.read", "file_read", "", {}, lambda args: 1 / 0)
+    tool = loop.RegisteredTool("file.read", "file_read", "", {}, lambda args: 1 / 0)
     activation = make_input(tmp_path, "http://127.0.0.1:9")
-    content = runner.Runner(activation, {}).execute_tool_call(
+    content = loop.Runner(activation, {}).execute_tool_call(
         state, models.ToolCall("c1", "file_read", "{}"), {"file_read": tool}
     )
-    assert json.loads(content) == {"title": "activation ended", "output": runner.ENDED_OUTPUT}
+    assert json.loads(content) == {"title": "activation ended", "output": loop.ENDED_OUTPUT}
     assert state.tool_calls == 0
 
 
@@ -693,13 +697,13 @@ def test_failed_compaction_route_fails_the_attempt(tmp_path, model, setup):
 
 
 def test_retry_tail_count_keeps_at_most_twelve_rows_within_the_budget():
-    assert runner.retry_tail_count([]) == 0
-    assert runner.retry_tail_count([history_row(1)]) == 1
-    assert runner.retry_tail_count([history_row(i) for i in range(1, 30)]) == 12
+    assert loop.retry_tail_count([]) == 0
+    assert loop.retry_tail_count([history_row(1)]) == 1
+    assert loop.retry_tail_count([history_row(i) for i in range(1, 30)]) == 12
     big = [history_row(i, "assistant", "assistant_output", "x" * 30000) for i in range(1, 10)]
-    assert runner.retry_tail_count(big) == 2
+    assert loop.retry_tail_count(big) == 2
     capped = [history_row(i, "assistant", "assistant_output", "y" * 200000) for i in range(1, 5)]
-    assert runner.retry_tail_count(capped) == 1
+    assert loop.retry_tail_count(capped) == 1
 
 
 def test_summary_input_respects_per_row_caps_and_the_total_budget():
@@ -709,11 +713,11 @@ def test_summary_input_respects_per_row_caps_and_the_total_budget():
             2, "tool_result", "tool_result", "u" * 200000, activationId="act_0", compactionId="cmp_0"
         ),
     ]
-    text = runner.summary_input(rows)
+    text = loop.summary_input(rows)
     assert text.count("[truncated") == 2 and len(text) < 7000
     assert "Activation: act_0\nArchived by: cmp_0" in text
     many = [history_row(i, "assistant", "assistant_output", "z" * 20000) for i in range(1, 20)]
-    assert len(runner.summary_input(many)) <= 80000
+    assert len(loop.summary_input(many)) <= 80000
 
 
 def test_fallback_summary_is_capped_and_recovers_paths():
@@ -721,7 +725,7 @@ def test_fallback_summary_is_capped_and_recovers_paths():
         history_row(i, "tool_result", "tool_result", f"see /workspace/out/r{i}.txt, and more")
         for i in range(1, 40)
     ]
-    text = runner.fallback_summary(archived, archived, 3, "worker", "main", "E" * 5000, "no summary")
+    text = loop.fallback_summary(archived, archived, 3, "worker", "main", "E" * 5000, "no summary")
     assert len(text) <= 20000
     for heading in (
         "## Goal",
@@ -964,8 +968,8 @@ def test_undeclared_handler_fails_registration_for_every_agent(tmp_path, model, 
 
 def test_missing_node_is_a_clear_registration_error(tmp_path):
     activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=[review_toolpack(tmp_path)])
-    instance = runner.Runner(activation, {}, node=str(tmp_path / "no-node-here"))
-    with pytest.raises(runner.RunnerError, match="Node.js is required to run local toolpack runner modules"):
+    instance = loop.Runner(activation, {}, node=str(tmp_path / "no-node-here"))
+    with pytest.raises(loop.RunnerError, match="Node.js is required to run local toolpack runner modules"):
         instance.register_tools([])
 
 
@@ -982,8 +986,8 @@ def test_missing_node_is_a_clear_registration_error(tmp_path):
 )
 def test_tool_registration_errors(tmp_path, toolpacks, message):
     activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=toolpacks)
-    with pytest.raises(runner.RunnerError) as caught:
-        runner.Runner(activation, {}).register_tools([])
+    with pytest.raises(loop.RunnerError) as caught:
+        loop.Runner(activation, {}).register_tools([])
     assert str(caught.value) == message
 
 
@@ -1001,8 +1005,8 @@ def test_colliding_safe_names_are_rejected(tmp_path, node):
     activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=[clash, pack, pack_two])
     bridges = []
     try:
-        with pytest.raises(runner.RunnerError) as caught:
-            runner.Runner(activation, {}).register_tools(bridges)
+        with pytest.raises(loop.RunnerError) as caught:
+            loop.Runner(activation, {}).register_tools(bridges)
     finally:
         for bridge in bridges:
             bridge.close()
@@ -1013,7 +1017,7 @@ def test_colliding_safe_names_are_rejected(tmp_path, node):
 
 def test_local_roots_replace_container_paths_in_descriptions(tmp_path):
     activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=builtin_toolpacks({"file.read"}))
-    [tool] = runner.Runner(activation, {}).register_tools([])
+    [tool] = loop.Runner(activation, {}).register_tools([])
     assert "/workspace" not in tool.description and activation["workspace"] in tool.description
     assert activation["artifactsRoot"] in tool.description
     assert tool.schema["properties"]["path"]["description"] == "Path under {}.".format(
@@ -1114,7 +1118,7 @@ def test_sigterm_stops_shell_commands_and_exits_143_without_output(tmp_path, mod
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 143
         assert "Received SIGTERM" in process.stderr.read()
-        wait_until(lambda: not runner.group_alive(pgid), timeout=4, message="shell group gone")
+        wait_until(lambda: not tools.group_alive(pgid), timeout=4, message="shell group gone")
         assert "/activation-output" not in controller.paths()
     finally:
         if process.poll() is None:
@@ -1124,16 +1128,24 @@ def test_sigterm_stops_shell_commands_and_exits_143_without_output(tmp_path, mod
 
 
 def test_format_error_appends_cause_and_code():
-    error = runner.RunnerError("Cannot read input file x")
+    error = loop.RunnerError("Cannot read input file x")
     error.__cause__ = FileNotFoundError(2, "No such file or directory")
     assert runner.format_error(error) == "Cannot read input file x: [Errno 2] No such file or directory [2]"
-    assert runner.format_error(runner.RunnerError("plain")) == "plain"
+    assert runner.format_error(loop.RunnerError("plain")) == "plain"
 
 
 # -- delivery constraints ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["suzumio_runner.py", "suzumio_models.py"])
+RUNNER_MODULES = (
+    "suzumio_runner.py",
+    "suzumio_runner_loop.py",
+    "suzumio_runner_tools.py",
+    "suzumio_models.py",
+)
+
+
+@pytest.mark.parametrize("name", RUNNER_MODULES)
 def test_runner_files_parse_as_python_39_and_import_only_the_standard_library(name):
     source = (REPO / name).read_text()
     tree = ast.parse(source, feature_version=(3, 9))
@@ -1147,18 +1159,55 @@ def test_runner_files_parse_as_python_39_and_import_only_the_standard_library(na
         assert not isinstance(node, ast.AnnAssign)
         if isinstance(node, ast.FunctionDef):
             assert node.returns is None and all(a.annotation is None for a in node.args.args)
-    assert imported - set(sys.stdlib_module_names) <= {"suzumio_models"}
+    assert imported - set(sys.stdlib_module_names) <= {Path(other).stem for other in RUNNER_MODULES}
     assert "/mnt" not in source and "/opt/suzumio" not in source
+
+
+def test_backend_delivers_every_runner_module():
+    assert set(RUNNER_MODULES) <= set(suzumio_backend.RUNNER_FILES)
+    assert {path.name for path in REPO.glob("suzumio_runner*.py")} - {"suzumio_runner_support.py"} <= set(
+        RUNNER_MODULES
+    )
+
+
+@pytest.mark.parametrize("missing", RUNNER_MODULES[1:])
+def test_runner_names_a_missing_runner_file(tmp_path, setup, missing):
+    _, activation = setup()
+    copy = tmp_path / "opt"
+    copy.mkdir()
+    for name in RUNNER_MODULES:
+        if name != missing:
+            shutil.copy(REPO / name, copy)
+    # Started as the local backend starts it: without `site`, so an installed suzumio cannot stand in.
+    result = subprocess.run(
+        [
+            sys.executable,
+            *suzumio_backend.LOCAL_RUNNER_FLAGS,
+            str(copy / "suzumio_runner.py"),
+            "--input",
+            str(write_input(tmp_path, activation)),
+        ],
+        cwd=activation["workspace"],
+        env=runner_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("Runner file not found: %s" % (copy / missing))
 
 
 def test_runner_runs_from_a_copy_outside_the_repository(tmp_path, model, setup):
     _, activation = setup()
     copy = tmp_path / "opt"
     copy.mkdir()
-    shutil.copy(REPO / "suzumio_runner.py", copy)
+    for name in RUNNER_MODULES:
+        shutil.copy(REPO / name, copy)
     model.enqueue(content="Hi")
     result = run_runner(tmp_path, activation, runner_path=copy / "suzumio_runner.py")
-    assert result.returncode == 1
-    assert result.stderr.startswith("Runner file not found: %s" % (copy / "suzumio_models.py"))
-    shutil.copy(REPO / "suzumio_models.py", copy)
-    assert run_runner(tmp_path, activation, runner_path=copy / "suzumio_runner.py").returncode == 0
+    assert result.returncode == 0, result.stderr
+    assert sorted(path.name for path in (copy / "__pycache__").iterdir()) == sorted(
+        f"{Path(name).stem}.{sys.implementation.cache_tag}.pyc" for name in RUNNER_MODULES[1:]
+    )

@@ -17,8 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from conftest import wait_until
 from fake_model import RecordingProxy
 
-import suzumio_runner as runner
-from suzumio_runner import ToolError
+import suzumio_models as models
+import suzumio_runner_tools as tools
+from suzumio_runner_tools import ToolError
 
 DOCKER_READ = ["/workspace", "/artifacts", "/mnt"]
 DOCKER_WRITE = ["/workspace", "/artifacts/worker"]
@@ -37,15 +38,15 @@ def roots(tmp_path):
 
 
 def read(args, roots):
-    return runner.file_read(args, str(roots["W"]), roots["read"])
+    return tools.file_read(args, str(roots["W"]), roots["read"])
 
 
 def write(args, roots):
-    return runner.file_write(args, str(roots["W"]), roots["write"])
+    return tools.file_write(args, str(roots["W"]), roots["write"])
 
 
 def patch(operations, roots):
-    return runner.file_patch({"operations": operations}, str(roots["W"]), roots["write"])
+    return tools.file_patch({"operations": operations}, str(roots["W"]), roots["write"])
 
 
 def error_of(call, *args):
@@ -59,23 +60,23 @@ def error_of(call, *args):
 
 @pytest.mark.parametrize("value", [0, -1, "5", True, None, float("nan")])
 def test_bounded_rejects_non_positive_and_non_numbers(value):
-    assert error_of(runner.bounded, {"limit": value}, "limit", 200, 2000) == "Expected a positive number"
+    assert error_of(tools.bounded, {"limit": value}, "limit", 200, 2000) == "Expected a positive number"
 
 
 def test_bounded_defaults_floors_caps_and_raises_fractions_to_one():
-    assert runner.bounded({}, "limit", 200, 2000) == 200
-    assert runner.bounded({"limit": 5000}, "limit", 200, 2000) == 2000
-    assert runner.bounded({"limit": 7.9}, "limit", 200, 2000) == 7
-    assert runner.bounded({"limit": 0.5}, "limit", 200, 2000) == 1
+    assert tools.bounded({}, "limit", 200, 2000) == 200
+    assert tools.bounded({"limit": 5000}, "limit", 200, 2000) == 2000
+    assert tools.bounded({"limit": 7.9}, "limit", 200, 2000) == 7
+    assert tools.bounded({"limit": 0.5}, "limit", 200, 2000) == 1
 
 
 def test_optional_boolean_rejects_other_values_with_json_text():
-    assert error_of(runner.optional_bool, {"x": "true"}, "x") == "Expected boolean, got true"
-    assert error_of(runner.optional_bool, {"x": 1}, "x") == "Expected boolean, got 1"
-    assert error_of(runner.optional_bool, {"x": None}, "x") == "Expected boolean, got null"
-    assert error_of(runner.optional_bool, {"x": 2.0}, "x") == "Expected boolean, got 2"
-    assert runner.optional_bool({"x": False}, "x") is False
-    assert runner.optional_bool({}, "x") is None
+    assert error_of(tools.optional_bool, {"x": "true"}, "x") == "Expected boolean, got true"
+    assert error_of(tools.optional_bool, {"x": 1}, "x") == "Expected boolean, got 1"
+    assert error_of(tools.optional_bool, {"x": None}, "x") == "Expected boolean, got null"
+    assert error_of(tools.optional_bool, {"x": 2.0}, "x") == "Expected boolean, got 2"
+    assert tools.optional_bool({"x": False}, "x") is False
+    assert tools.optional_bool({}, "x") is None
 
 
 def test_non_object_input_and_blank_required_strings_are_rejected(roots):
@@ -89,10 +90,10 @@ def test_non_object_input_and_blank_required_strings_are_rejected(roots):
 
 def test_docker_roots_reject_escapes_with_exact_messages():
     def read_docker(path):
-        return error_of(runner.confined_path, path, "/workspace", DOCKER_READ, "Read")
+        return error_of(tools.confined_path, path, "/workspace", DOCKER_READ, "Read")
 
     def write_docker(path):
-        return error_of(runner.confined_path, path, "/workspace", DOCKER_WRITE, "Write")
+        return error_of(tools.confined_path, path, "/workspace", DOCKER_WRITE, "Write")
 
     assert (
         read_docker("/workspace/../etc/passwd")
@@ -114,12 +115,12 @@ def test_docker_roots_reject_escapes_with_exact_messages():
 
 
 def test_single_root_message_names_the_root(roots):
-    message = error_of(runner.confined_path, "/etc/hosts", str(roots["W"]), [str(roots["W"])], "Read")
+    message = error_of(tools.confined_path, "/etc/hosts", str(roots["W"]), [str(roots["W"])], "Read")
     assert message == "Read path must be under {}: /etc/hosts".format(roots["W"])
 
 
 def test_temp_roots_resolve_relative_paths_and_confine(roots):
-    assert runner.confined_path("notes.txt", str(roots["W"]), roots["write"], "Write") == str(
+    assert tools.confined_path("notes.txt", str(roots["W"]), roots["write"], "Write") == str(
         roots["W"] / "notes.txt"
     )
     assert write({"path": str(roots["A"] / "worker" / "r.md"), "content": "r"}, roots)[
@@ -182,8 +183,8 @@ def test_roots_reached_through_a_symlink_still_accept_their_files(tmp_path):
     (real / "ws").mkdir(parents=True)
     (tmp_path / "L").symlink_to(real)
     workspace = str(tmp_path / "L" / "ws")
-    runner.file_write({"path": "notes.txt", "content": "n"}, workspace, [workspace])
-    assert runner.file_read({"path": "notes.txt"}, workspace, [workspace])["output"] == "1: n"
+    tools.file_write({"path": "notes.txt", "content": "n"}, workspace, [workspace])
+    assert tools.file_read({"path": "notes.txt"}, workspace, [workspace])["output"] == "1: n"
     assert (real / "ws" / "notes.txt").read_text() == "n"
 
 
@@ -192,7 +193,9 @@ def test_hard_links_to_files_outside_the_roots_are_refused(roots, tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("o")
     os.link(outside, roots["W"] / "hard.txt")
-    assert error_of(read, {"path": "hard.txt"}, roots).startswith(f"Refusing {roots['W'] / 'hard.txt'}: the file has 2")
+    assert error_of(read, {"path": "hard.txt"}, roots).startswith(
+        f"Refusing {roots['W'] / 'hard.txt'}: the file has 2"
+    )
 
 
 # -- file.read --------------------------------------------------------------------------------
@@ -296,7 +299,7 @@ def test_file_patch_is_not_atomic_and_rejects_unknown_ops(roots):
     assert error_of(patch, [{"op": "rename", "path": "a.txt"}], roots) == "Unsupported patch op: rename"
     assert error_of(patch, [{"op": "rename", "path": "/etc/x"}], roots).startswith("Write path must be under")
     assert (
-        error_of(runner.file_patch, {"operations": {}}, str(roots["W"]), roots["write"])
+        error_of(tools.file_patch, {"operations": {}}, str(roots["W"]), roots["write"])
         == "operations must be an array"
     )
     result = patch(
@@ -313,7 +316,7 @@ def test_file_patch_is_not_atomic_and_rejects_unknown_ops(roots):
 # -- shell.exec -------------------------------------------------------------------------------
 
 
-class RecordingGroups(runner.ProcessGroups):
+class RecordingGroups(tools.ProcessGroups):
     def __init__(self):
         super().__init__()
         self.seen = []
@@ -331,7 +334,7 @@ def quiet_env(roots, **extra):
 
 
 def shell(args, roots, groups=None):
-    return runner.shell_exec(args, str(roots["W"]), quiet_env(roots), groups)
+    return tools.shell_exec(args, str(roots["W"]), quiet_env(roots), groups)
 
 
 def test_shell_exec_reports_streams_and_exit_code(roots):
@@ -368,7 +371,7 @@ def test_shell_exec_timeout_kills_the_whole_process_group(roots):
     assert result["metadata"]["exitCode"] is None
     assert result["metadata"]["signal"] in ("SIGTERM", "SIGKILL")
     [pgid] = groups.seen
-    wait_until(lambda: not runner.group_alive(pgid), timeout=4, message="process group gone")
+    wait_until(lambda: not tools.group_alive(pgid), timeout=4, message="process group gone")
     assert groups.pgids == set()
 
 
@@ -378,7 +381,7 @@ def test_shell_exec_timeout_escalates_to_sigkill_for_ignored_sigterm(roots):
         {"command": "trap '' TERM; sleep 30 & trap '' TERM; sleep 30", "timeoutMs": 300}, roots, groups
     )
     assert result["metadata"]["timedOut"] is True
-    wait_until(lambda: not runner.group_alive(groups.seen[0]), timeout=4, message="group killed")
+    wait_until(lambda: not tools.group_alive(groups.seen[0]), timeout=4, message="group killed")
 
 
 def test_shell_exec_truncates_to_the_combined_budget(roots):
@@ -392,13 +395,13 @@ def test_shell_exec_truncates_to_the_combined_budget(roots):
 
 
 def test_shell_exec_caps_timeout_and_validates_numbers(roots):
-    assert runner.bounded({"timeoutMs": 999999}, "timeoutMs", 60000, 300000) == 300000
+    assert tools.bounded({"timeoutMs": 999999}, "timeoutMs", 60000, 300000) == 300000
     with pytest.raises(ToolError, match="Expected a positive number"):
         shell({"command": "true", "timeoutMs": "5"}, roots)
 
 
 def test_shell_exec_uses_the_given_environment(roots):
-    result = runner.shell_exec(
+    result = tools.shell_exec(
         {"command": "echo $ONLY_HERE"}, str(roots["W"]), quiet_env(roots, ONLY_HERE="v1")
     )
     assert result["output"].endswith("[stdout]\nv1")
@@ -464,7 +467,7 @@ def site():
 
 
 def fetch(args, env=None):
-    return runner.web_fetch(args, env or {})
+    return tools.web_fetch(args, env or {})
 
 
 def test_web_fetch_extracts_text_from_html(site):
@@ -552,19 +555,19 @@ def test_web_fetch_refuses_socks_proxies_with_a_hint(site):
     ],
 )
 def test_proxy_for_honours_no_proxy_rules(host, no_proxy, direct):
-    proxy = runner.proxy_for(f"https://{host}/x", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": no_proxy})
+    proxy = models.proxy_for(f"https://{host}/x", {"HTTPS_PROXY": "http://p:1", "NO_PROXY": no_proxy})
     assert (proxy is None) is direct
 
 
 def test_proxy_for_picks_the_first_variable_per_scheme():
     env = {"http_proxy": "http://lower:1", "ALL_PROXY": "http://all:1", "HTTPS_PROXY": ""}
-    assert runner.proxy_for("http://h/", env) == "http://lower:1"
-    assert runner.proxy_for("https://h/", env) == "http://all:1"
-    assert runner.proxy_for("https://h/", {}) is None
+    assert models.proxy_for("http://h/", env) == "http://lower:1"
+    assert models.proxy_for("https://h/", env) == "http://all:1"
+    assert models.proxy_for("https://h/", {}) is None
 
 
 def test_clean_html_is_case_insensitive_and_spans_lines():
-    assert runner.clean_html("<SCRIPT type=x>\nbad()\n</Script><b>ok</b>\n\n&quot;q&#39;") == "ok \"q'"
+    assert tools.clean_html("<SCRIPT type=x>\nbad()\n</Script><b>ok</b>\n\n&quot;q&#39;") == "ok \"q'"
 
 
 def test_results_serialise_as_json(roots):

@@ -1,0 +1,804 @@
+"""One activation (backend-runner.md §7-§11): the model/tool loop over the expanded presets with
+fallback and overflow compaction, the controller client, history rendering, and local toolpacks through
+the Node host. Standard library only, CPython >= 3.9; imported by suzumio_runner.py, beside which it
+lies (as an imported module it gets a bytecode cache, so an activation does not recompile it)."""
+
+import json
+import logging
+import os
+import re
+import signal
+import time
+from datetime import datetime, timezone
+
+from suzumio_models import (
+    ModelError,
+    TransportError,
+    api_model,
+    create_provider,
+    expand_preset,
+    http_request,
+    is_context_overflow,
+    safe_tool_name,
+)
+from suzumio_runner_tools import (
+    ProcessGroups,
+    ToolError,
+    file_patch,
+    file_read,
+    file_write,
+    shell_exec,
+    signal_group,
+    web_fetch,
+)
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_CONNECT_TIMEOUT_S = 60.0
+CONTROLLER_READ_TIMEOUT_S = 300.0
+ENDING_TOOLS = ("coordination.wait_for_signal", "completion.submit")
+BUILTIN_TOOLS = {
+    "core": (
+        "messages.send",
+        "coordination.wait_for_signal",
+        "completion.submit",
+        "file.read",
+        "file.write",
+        "file.patch",
+    ),
+    "shell": ("shell.exec",),
+    "web": ("web.fetch",),
+}
+SUPPORT_TOOLS = ("messages.send", "coordination.wait_for_signal", "completion.submit")
+ROW_PREFIXES = {
+    "compaction": "# Compacted Agent History",
+    "tool_call": "# Tool Call Record",
+    "tool_result": "# Tool Result Record",
+}
+MODEL_ROW_LIMIT = 40000
+MODEL_TOOL_RESULT_LIMIT = 12000
+TAIL_MAX_ROWS = 12
+TAIL_BUDGET = 80000
+SUMMARY_ROW_LIMIT = 12000
+SUMMARY_TOOL_RESULT_LIMIT = 3000
+SUMMARY_INPUT_BUDGET = 80000
+SUMMARY_MAX_CHARS = 20000
+SUMMARY_MAX_TOKENS = 4000
+CONTINUE_TEXT = "Continue the assigned Suzumio activation."
+NO_SUMMARY_TEXT = "No durable session facts were recovered from the compacted history."
+ENDED_OUTPUT = "This activation has already ended; the tool call was not run."
+
+
+class RunnerError(Exception):
+    """A failure that ends the run (or, inside an attempt, the attempt)."""
+
+
+class ControllerError(RunnerError):
+    """A controller call failed; `status` is the HTTP status when there was an answer."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+def now_iso():
+    """The current UTC time as ISO-8601 with milliseconds and Z."""
+    now = datetime.now(timezone.utc)  # noqa: UP017 (datetime.UTC needs 3.11)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def compact_json(value):
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def trim_chars(text, limit):
+    """Strip; if longer than limit keep the first limit chars plus a `[truncated <n> chars]` note."""
+    stripped = (text or "").strip()
+    if len(stripped) <= limit:
+        return stripped
+    return f"{stripped[:limit].rstrip()}\n\n[truncated {len(stripped) - limit} chars]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Controller client
+
+
+class ControllerClient:
+    """POSTs JSON to the controller's runner routes, never through a proxy (§7.7)."""
+
+    def __init__(self, base_url, identity):
+        self.base_url = base_url.rstrip("/")
+        self.identity = identity
+
+    def post(self, path, fields):
+        body = dict(self.identity)
+        body.update(fields)
+        try:
+            response = http_request(
+                "POST",
+                self.base_url + path,
+                {"Content-Type": "application/json"},
+                json.dumps(body).encode("utf-8"),
+                None,
+                CONTROLLER_CONNECT_TIMEOUT_S,
+                CONTROLLER_READ_TIMEOUT_S,
+            )
+        except TransportError as error:
+            raise ControllerError(
+                f"Suzumio controller request failed: {error}. The Suzumio server must be running and "
+                f"reachable at {self.base_url} (for containers: start it with --host 0.0.0.0 and use a "
+                "container-reachable URL such as "
+                "http://host.docker.internal:<port>)"
+            ) from None
+        text = response.body.decode("utf-8", "replace")
+        if not 200 <= response.status < 300:
+            raise ControllerError(error_message(text, response.status), response.status)
+        if not text.strip():
+            return {}
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise ControllerError(f"Invalid JSON from the controller for {path}: {text[:200]}") from None
+
+
+def error_message(text, status):
+    """The `error` string of a JSON error body, else the raw body, else `Request failed: <status>`."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+        return parsed["error"]
+    return text.strip() or f"Request failed: {status}"
+
+
+# ---------------------------------------------------------------------------------------------
+# History rendering, context snapshot and compaction helpers (§7.5, §7.6, §11)
+
+
+def render_for_model(row):
+    """One history row as model text, prefixed by role and trimmed (§7.5)."""
+    role = row.get("role")
+    content = str(row.get("content") or "")
+    if role in ROW_PREFIXES:
+        content = f"{ROW_PREFIXES[role]}\n\n{content}"
+    return trim_chars(content, MODEL_TOOL_RESULT_LIMIT if role == "tool_result" else MODEL_ROW_LIMIT)
+
+
+def history_to_messages(history):
+    """The initial Chat Completions messages for a history (§7.5)."""
+    messages = []
+    for row in history:
+        text = render_for_model(row)
+        if text:
+            role = "assistant" if row.get("role") in ("assistant", "tool_call") else "user"
+            messages.append({"role": role, "content": text})
+    return messages or [{"role": "user", "content": CONTINUE_TEXT}]
+
+
+def retry_tail_count(history):
+    """How many newest rows a compaction keeps verbatim (§11.1)."""
+    if len(history) <= 1:
+        return len(history)
+    count = total = 0
+    for row in reversed(history):
+        if count >= TAIL_MAX_ROWS:
+            break
+        size = len(render_for_model(row))
+        if count >= 1 and total + size > TAIL_BUDGET:
+            break
+        total += size
+        count += 1
+    return max(1, count)
+
+
+def render_for_summary(row):
+    lines = [
+        "## {} {} {}".format(row.get("sequence"), row.get("role"), row.get("kind")),
+        "Time: {}".format(row.get("createdAt")),
+    ]
+    if row.get("activationId"):
+        lines.append("Activation: {}".format(row["activationId"]))
+    if row.get("compactionId"):
+        lines.append("Archived by: {}".format(row["compactionId"]))
+    lines.append(str(row.get("content") or ""))
+    limit = SUMMARY_TOOL_RESULT_LIMIT if row.get("role") == "tool_result" else SUMMARY_ROW_LIMIT
+    return trim_chars("\n".join(lines), limit)
+
+
+def summary_input(archived):
+    """The archived rows rendered for the summary request, at most SUMMARY_INPUT_BUDGET chars."""
+    parts = []
+    used = 0
+    for row in archived:
+        piece = render_for_summary(row)
+        remaining = SUMMARY_INPUT_BUDGET - used - (2 if parts else 0)
+        if remaining <= 0:
+            break
+        if len(piece) > remaining:
+            piece = trim_chars(piece, max(0, remaining - 40))[:remaining]
+            parts.append(piece)
+            break
+        parts.append(piece)
+        used += len(piece) + (2 if len(parts) > 1 else 0)
+    return "\n\n".join(parts)
+
+
+SUMMARY_INSTRUCTION = (
+    "You are condensing the long session of an autonomous agent so that its work can resume later from "
+    "this summary alone. Preserve every piece of concrete state: the goal, constraints, progress on proofs, "
+    "lemmas and computations, file paths, commands, errors, artifacts, verification results, blockers and "
+    "next steps. Drop chatter, pleasantries and duplicate attempts."
+)
+SUMMARY_TEMPLATE = """Reproduce exactly this Markdown template, with these headings in this order:
+
+## Goal
+## Constraints & Preferences
+## Progress
+### Done
+### In Progress
+### Blocked
+## Key Decisions
+## Next Steps
+## Critical Context
+## Relevant Files
+
+Rules: keep every section and write (none) when a section is empty; use terse bullets; preserve exact
+paths, commands, error strings and identifiers; do not mention that a summary or compaction happened."""
+
+
+def summary_prompt(archived):
+    return "\n\n".join(
+        [SUMMARY_INSTRUCTION, SUMMARY_TEMPLATE, "# Agent History To Compact", summary_input(archived)]
+    )
+
+
+def _collapse(text, limit):
+    text = re.sub(r"\s+", " ", str(text or "")).strip()
+    return text[:limit]
+
+
+def _first_line(text, limit=900):
+    for line in str(text or "").split("\n"):
+        if line.strip():
+            return _collapse(line, limit)
+    return ""
+
+
+PATH_TOKEN = re.compile(r"(?<![\w/:.-])(?:/[\w.@+-]+(?:/[\w.@+-]*)*|[\w.-]+/[\w.@+-]+(?:/[\w.@+-]*)*)")
+
+
+def path_tokens(texts, limit=12):
+    found = []
+    for text in texts:
+        for token in PATH_TOKEN.findall(str(text or "")):
+            token = token.rstrip("),.;:")
+            if token and "//" not in token and len(token) <= 180 and token not in found:
+                found.append(token)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def fallback_summary(history, archived, keep_tail, agent_id, selected_model, overflow_error, summary_error):
+    """The deterministic summary used when the summary request fails or nothing is archived (§11.3)."""
+    prompts = [row for row in history if row.get("kind") == "activation_prompt"]
+    goal_row = prompts[0] if prompts else (history[0] if history else {})
+    goal = _first_line(goal_row.get("content")) or "(none recovered)"
+    recent = archived[-10:]
+    sequences = [row.get("sequence") for row in archived if isinstance(row.get("sequence"), int)]
+    span = f"{min(sequences)}-{max(sequences)} ({len(archived)} messages)" if sequences else "(none)"
+    recent_text = (
+        "; ".join(
+            "{} {}/{}: {}".format(
+                row.get("sequence"), row.get("role"), row.get("kind"), _first_line(row.get("content"))
+            )
+            for row in recent
+        )
+        or "(none)"
+    )
+    files = path_tokens(row.get("content") for row in recent)
+    file_lines = "\n".join(f"- {path}" for path in files) or "(none recovered from the archived messages)"
+    text = "\n".join(
+        [
+            "## Goal",
+            goal,
+            "",
+            "## Constraints & Preferences",
+            "(none recovered; see the retained history)",
+            "",
+            "## Progress",
+            "### Done",
+            f"- {len(archived)} earlier history messages are preserved in the controller's raw archive.",
+            "### In Progress",
+            f"- Work continues from the latest {keep_tail} unarchived history messages.",
+            "### Blocked",
+            f"- Provider context overflow: {_collapse(overflow_error, 700)}",
+            f"- Summary generation failed: {_collapse(summary_error, 700)}",
+            "",
+            "## Key Decisions",
+            "(none recovered)",
+            "",
+            "## Next Steps",
+            "- Re-read the latest activation prompt and continue from the retained history.",
+            "",
+            "## Critical Context",
+            f"- Agent: {agent_id}",
+            f"- Selected model: {selected_model}",
+            f"- Archived sequence range: {span}",
+            f"- Recent archived messages: {recent_text}",
+            "",
+            "## Relevant Files",
+            file_lines,
+        ]
+    )
+    return trim_chars(text, SUMMARY_MAX_CHARS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Node bridge for local toolpack runner modules (§9)
+
+
+class NodeBridge:
+    """One `node suzumio_toolpack_host.mjs --role runner` child speaking newline-delimited JSON."""
+
+    def __init__(self, toolpack_id, host_path, groups, node="node"):
+        import subprocess  # on first use: most activations start no Node host
+
+        self.toolpack_id = toolpack_id
+        self.groups = groups
+        self.last_id = 0
+        try:
+            self.process = subprocess.Popen(
+                [node, host_path, "--role", "runner"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError:
+            raise RunnerError("Node.js is required to run local toolpack runner modules") from None
+        groups.add(self.process.pid)
+
+    def request(self, message):
+        self.last_id += 1
+        message = dict(message, id=self.last_id)
+        try:
+            self.process.stdin.write((json.dumps(message) + "\n").encode("utf-8"))
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise ToolError(self._exited_text()) from None
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                raise ToolError(self._exited_text())
+            try:
+                reply = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:
+                log.warning("Toolpack host for %s wrote a non-JSON line: %s", self.toolpack_id, line[:200])
+                continue
+            if isinstance(reply, dict) and reply.get("id") == self.last_id:
+                break
+        if reply.get("ok") is True:
+            return reply
+        raise ToolError(str(reply.get("error") or "Toolpack host call failed"))
+
+    def _exited_text(self):
+        return f"Toolpack host for {self.toolpack_id} exited (status {self.process.poll()})"
+
+    def init(self, module, context):
+        """Load the runner module; returns the names of the tools it registered."""
+        try:
+            reply = self.request({"op": "init", "module": module, "context": context})
+        except ToolError as error:
+            raise RunnerError(str(error)) from None
+        return [name for name in reply.get("tools") or [] if isinstance(name, str)]
+
+    def call(self, tool, args):
+        result = self.request({"op": "call", "tool": tool, "input": args}).get("result")
+        if not isinstance(result, dict) or not isinstance(result.get("output"), str):
+            raise ToolError(f"Runner tool {tool} returned an invalid result")
+        return result
+
+    def close(self):
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        import subprocess
+
+        try:
+            self.process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process.stdout.close()
+        self.groups.discard(self.process.pid)
+
+
+# ---------------------------------------------------------------------------------------------
+# The activation
+
+
+class RegisteredTool:
+    __slots__ = ("description", "handler", "name", "safe", "schema")
+
+    def __init__(self, name, safe, description, schema, handler):
+        self.name, self.safe, self.description, self.schema, self.handler = (
+            name,
+            safe,
+            description,
+            schema,
+            handler,
+        )
+
+
+class RequestState:
+    """Per run_request counters of the step loop (§7.4)."""
+
+    def __init__(self):
+        self.ended = False
+        self.end_output = None
+        self.tool_calls = 0
+
+
+def localize(value, workspace, artifacts_root):
+    """Tool descriptions name the container roots; show the input's roots instead (the same text
+    under docker-chat, the host paths under `local`)."""
+    if isinstance(value, str):
+        for name, actual in (("workspace", workspace), ("artifacts", artifacts_root)):
+            if actual:
+                value = re.sub(rf"(?<![\w/])/{name}(?![\w-])", lambda m, actual=actual: actual, value)
+        return value
+    if isinstance(value, dict):
+        return {
+            k: localize(v, workspace, artifacts_root) if k == "description" or isinstance(v, dict) else v
+            for k, v in value.items()
+        }
+    return value
+
+
+def sum_usage(total, usage):
+    for field, value in usage.items():
+        total[field] = total.get(field, 0) + value
+    return total
+
+
+class Runner:
+    """One activation: attempts over the expanded presets, then /activation-output (§7.2)."""
+
+    def __init__(self, activation, env, groups=None, sleep=time.sleep, node="node", host_path=None):
+        self.input = activation
+        self.env = env
+        self.groups = groups if groups is not None else ProcessGroups()
+        self.sleep = sleep
+        self.node = node
+        self.host_path = host_path or os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "suzumio_toolpack_host.mjs"
+        )
+        for field in ("project", "token", "controllerUrl", "workspace"):
+            if not isinstance(activation.get(field), str) or not activation[field]:
+                raise RunnerError(f"input.json is missing {field}")
+        self.agent_id = (activation.get("agent") or {}).get("id")
+        self.activation_id = (activation.get("activation") or {}).get("id")
+        if not self.agent_id or not self.activation_id:
+            raise RunnerError("input.json is missing agent.id or activation.id")
+        self.workspace = activation["workspace"]
+        self.artifacts_root = activation.get("artifactsRoot") or ""
+        self.read_roots = activation.get("readRoots") or [self.workspace]
+        self.write_roots = activation.get("writeRoots") or [self.workspace]
+        self.runner_config = activation.get("runner") or {}
+        self.client = ControllerClient(
+            activation["controllerUrl"],
+            {
+                "project": activation["project"],
+                "agentId": self.agent_id,
+                "activationId": self.activation_id,
+                "token": activation["token"],
+            },
+        )
+
+    def run(self):
+        """Try every concrete preset in order, then post the first output. Raises RunnerError."""
+        models = self.runner_config.get("models")
+        if not isinstance(models, dict):
+            raise RunnerError("runner.models is required in ai mode")
+        selected = (self.input.get("agent") or {}).get("model") or self.runner_config.get("model")
+        if not selected:
+            raise RunnerError(
+                "No model preset selected. Set backend.runner.model or agents.<id>.model explicitly."
+            )
+        try:
+            attempts = expand_preset(models, selected)
+        except ModelError as error:
+            raise RunnerError(str(error)) from None
+        failures = []
+        for attempt in attempts:
+            try:
+                output = self.run_attempt(attempt, selected)
+                break
+            except Exception as error:  # noqa: BLE001 - attempt boundary: any failure tries the next preset
+                log.warning("Model attempt %s failed: %s", attempt.preset_id, error)
+                failures.append(f"{attempt.preset_id}: {error}")
+        else:
+            raise RunnerError("All model attempts failed:\n" + "\n".join(failures))
+        self.client.post("/activation-output", {"output": output})
+        return output
+
+    def run_attempt(self, attempt, selected):
+        provider = create_provider(attempt, self.env, self.input, sleep=self.sleep)
+        history = list(self.input.get("history") or [])
+        for overflow_retry in (0, 1):
+            try:
+                return self.run_request(attempt, provider, selected, history)
+            except Exception as error:
+                if overflow_retry == 1 or not is_context_overflow(error):
+                    raise
+                log.warning(
+                    "context overflow from %s; compacting agent history and retrying activation %s",
+                    attempt.preset_id,
+                    self.activation_id,
+                )
+                history = self.compact_for_overflow(attempt, provider, selected, history, error)
+
+    def run_request(self, attempt, provider, selected, history):
+        """Register tools, record the context, then loop model steps and tool calls (§7.4)."""
+        bridges = []
+        try:
+            tools = self.register_tools(bridges)
+            by_safe = {tool.safe: tool for tool in tools}
+            messages = history_to_messages(history)
+            self.submit_context(attempt, selected, messages, history)
+            tool_defs = [
+                {"name": t.safe, "description": t.description, "parameters": t.schema} for t in tools
+            ]
+            tool_choice = attempt.preset.get("toolChoice") or ("auto" if tools else "none")
+            max_iterations = self.runner_config.get("maxIterations") or 1000000
+            state = RequestState()
+            text = ""
+            usage = {}
+            steps = 0
+            while True:
+                turn = provider.complete(messages, tool_defs, tool_choice)
+                steps += 1
+                text += turn.text
+                sum_usage(usage, turn.usage)
+                if not turn.tool_calls:
+                    break
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": turn.text,
+                        "tool_calls": [
+                            {
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": call.arguments},
+                            }
+                            for call in turn.tool_calls
+                        ],
+                    }
+                )
+                for call in turn.tool_calls:
+                    content = self.execute_tool_call(state, call, by_safe)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+                if state.ended or steps >= max_iterations:
+                    break
+        finally:
+            for bridge in bridges:
+                bridge.close()
+        out_text = text.strip() or state.end_output or "(model returned no text)"
+        info = {"selectedModel": selected, "model": attempt.preset_id, "apiModel": api_model(attempt.preset)}
+        output_usage = dict(info)
+        metadata = dict(info)
+        if usage:
+            output_usage["tokens"] = usage
+            metadata["usage"] = usage
+        if hasattr(provider, "history_metadata"):
+            metadata.update(provider.history_metadata())
+        try:
+            self.client.post(
+                "/runner/history/messages",
+                {"role": "assistant", "kind": "assistant_output", "content": out_text, "metadata": metadata},
+            )
+        except ControllerError as error:
+            log.warning("%s (assistant output not recorded in history)", error)
+        return {"text": out_text, "usage": output_usage}
+
+    def submit_context(self, attempt, selected, messages, history):
+        entries = [{"role": m["role"], "content": m["content"], "chars": len(m["content"])} for m in messages]
+        context = {
+            "version": 1,
+            "kind": "model-context",
+            "recordedAt": now_iso(),
+            "selectedModel": selected,
+            "model": attempt.preset_id,
+            "apiModel": api_model(attempt.preset),
+            "firstPrompt": sum(1 for row in history if row.get("kind") == "activation_prompt") <= 1,
+            "messageCount": len(entries),
+            "totalChars": sum(e["chars"] for e in entries),
+            "messages": entries,
+        }
+        try:
+            self.client.post("/activation-context", {"context": context})
+        except ControllerError as error:
+            log.warning("%s (activation context not recorded)", error)
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    def register_tools(self, bridges):
+        """The model-facing tools of every toolpack spec; local ones start a Node host (§8.1)."""
+        tools = []
+        seen = {}
+        by_safe = {}
+        for spec in self.input.get("toolpacks") or []:
+            toolpack_id = spec.get("id", "")
+            module = spec.get("runnerModule") or ""
+            definitions = spec.get("tools") or []
+            names = [d.get("name") for d in definitions]
+            if module.startswith("builtin:"):
+                handlers = self.builtin_handlers(module[len("builtin:") :], spec)
+            else:
+                bridge = NodeBridge(toolpack_id, self.host_path, self.groups, self.node)
+                bridges.append(bridge)
+                registered = bridge.init(
+                    module,
+                    {
+                        "project": self.input["project"],
+                        "agentId": self.agent_id,
+                        "activationId": self.activation_id,
+                        "workspace": self.workspace,
+                        "toolpackId": toolpack_id,
+                        "controllerUrl": self.input["controllerUrl"],
+                        "token": self.input["token"],
+                        "supportPath": spec.get("supportPath"),
+                    },
+                )
+                handlers = {name: self._bridge_handler(bridge, name) for name in registered}
+                names = list(spec.get("declaredTools") or []) + [
+                    n for n in names if n not in (spec.get("declaredTools") or [])
+                ]
+            for name in names:
+                if name not in handlers:
+                    raise RunnerError(f"Runner module for {toolpack_id} did not register {name}")
+                if name in seen:
+                    raise RunnerError(f"Duplicate runner tool: {name}")
+                seen[name] = toolpack_id
+            for definition in definitions:
+                name = definition["name"]
+                safe = safe_tool_name(name)
+                if safe in by_safe:
+                    raise RunnerError(f"Tool names {by_safe[safe]} and {name} both map to {safe}")
+                by_safe[safe] = name
+                description = definition.get("description") or ""
+                schema = definition.get("inputSchema") or {"type": "object", "properties": {}}
+                description = localize(description, self.workspace, self.artifacts_root)
+                schema = localize(schema, self.workspace, self.artifacts_root)
+                tools.append(RegisteredTool(name, safe, description, schema, handlers[name]))
+        return tools
+
+    @staticmethod
+    def _bridge_handler(bridge, name):
+        return lambda args: bridge.call(name, args)
+
+    def builtin_handlers(self, pack, spec):
+        if pack not in BUILTIN_TOOLS:
+            raise RunnerError(f"Unknown built-in runner toolpack: {pack}")
+        support_path = spec.get("supportPath") or f"/toolpacks/{pack}/support"
+        local = {
+            "file.read": lambda args: file_read(args, self.workspace, self.read_roots),
+            "file.write": lambda args: file_write(args, self.workspace, self.write_roots),
+            "file.patch": lambda args: file_patch(args, self.workspace, self.write_roots),
+            "shell.exec": lambda args: shell_exec(args, self.workspace, self.env, self.groups),
+            "web.fetch": lambda args: web_fetch(args, self.env),
+        }
+        handlers = {}
+        for name in BUILTIN_TOOLS[pack]:
+            handlers[name] = (
+                self._support_handler(support_path, name) if name in SUPPORT_TOOLS else local[name]
+            )
+        return handlers
+
+    def _support_handler(self, support_path, tool):
+        def call(args):
+            result = self.client.post(support_path, {"tool": tool, "input": args})
+            if not isinstance(result, dict) or not isinstance(result.get("output"), str):
+                raise ToolError(f"Runner tool {tool} returned an invalid result")
+            return result
+
+        return call
+
+    def execute_tool_call(self, state, call, by_safe):
+        """Run one model tool call with its audit posts; returns the tool message text (§8.2)."""
+        tool = by_safe.get(call.name)
+        if tool is None:
+            return f"Model called unknown tool: {call.name}"
+        try:
+            args = json.loads(call.arguments) if call.arguments and call.arguments.strip() else {}
+        except ValueError as error:
+            return f"Invalid tool input for {call.name} (arguments are not valid JSON): {error}"
+        if args is None:
+            args = {}
+        if state.ended:
+            return compact_json({"title": "activation ended", "output": ENDED_OUTPUT})
+        state.tool_calls += 1
+        max_calls = self.runner_config.get("maxToolCalls")
+        if max_calls and state.tool_calls > max_calls:
+            return f"Exceeded maxToolCalls: {max_calls}"
+        try:
+            started = self.client.post("/runner/tool-calls/start", {"tool": tool.name, "input": args})
+        except ControllerError as error:
+            return str(error)
+        tool_call_id = started.get("toolCallId") if isinstance(started, dict) else None
+        try:
+            result = tool.handler(args)
+        except (ToolError, ControllerError, OSError, ValueError) as error:
+            return self._fail_tool_call(tool_call_id, str(error) or error.__class__.__name__)
+        except Exception as error:  # a handler bug still becomes a tool error, as for a throwing JS tool
+            log.warning("Tool %s failed unexpectedly", tool.name, exc_info=True)
+            return self._fail_tool_call(tool_call_id, str(error) or error.__class__.__name__)
+        try:
+            finished = self.client.post(
+                "/runner/tool-calls/finish",
+                {"toolCallId": tool_call_id, "status": "completed", "output": result["output"]},
+            )
+        except ControllerError as error:
+            return str(error)
+        signal_text = finished.get("signalText") if isinstance(finished, dict) else None
+        if isinstance(signal_text, str) and signal_text:
+            result = dict(result)
+            result["output"] = (
+                "{}\n\n{}".format(result["output"], signal_text) if result["output"] else signal_text
+            )
+        if tool.name in ENDING_TOOLS:
+            state.ended = True
+            state.end_output = result["output"]
+        shown = {key: result[key] for key in ("title", "output", "metadata") if key in result}
+        return compact_json(shown)
+
+    def _fail_tool_call(self, tool_call_id, message):
+        try:
+            self.client.post(
+                "/runner/tool-calls/finish",
+                {"toolCallId": tool_call_id, "status": "failed", "error": message},
+            )
+        except ControllerError as error:
+            log.warning("%s (failed tool call not recorded)", error)
+        return message
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def compact_for_overflow(self, attempt, provider, selected, history, overflow_error):
+        """Summarize the archived head, persist the compaction, return the history to retry with (§11)."""
+        keep_tail = max(1, retry_tail_count(history))
+        archived = history[: len(history) - keep_tail]
+        summary = None
+        if archived:
+            cap = min(attempt.preset.get("maxOutputTokens") or SUMMARY_MAX_TOKENS, SUMMARY_MAX_TOKENS)
+            try:
+                turn = provider.complete(
+                    [{"role": "user", "content": summary_prompt(archived)}], [], None, cap
+                )
+                summary = trim_chars(turn.text, SUMMARY_MAX_CHARS) or NO_SUMMARY_TEXT
+            except Exception as error:  # noqa: BLE001 - any failure: use the deterministic summary
+                log.warning("History summary request to %s failed: %s", attempt.preset_id, error)
+                summary_error = str(error)
+        else:
+            summary_error = (
+                "No pre-activation segment was available to summarize; the active controller "
+                "history is compacted."
+            )
+        if summary is None:
+            summary = fallback_summary(
+                history, archived, keep_tail, self.agent_id, selected, str(overflow_error), summary_error
+            )
+        response = self.client.post(
+            "/runner/history/compact",
+            {
+                "summary": summary,
+                "keepTail": keep_tail,
+                "reason": "provider_context_overflow",
+                "selectedModel": selected,
+            },
+        )
+        new_history = response.get("history") if isinstance(response, dict) else None
+        return new_history if isinstance(new_history, list) and new_history else history
