@@ -486,6 +486,22 @@ def test_hanging_hook_times_out_and_the_tick_and_host_recover(tmp_path):
         assert team.service.toolpacks.node.pid not in (None, old_pid)
 
 
+@pytest.mark.slow
+def test_hanging_support_handler_times_out_after_sixty_seconds(tmp_path):
+    """tools.md §16 54 (support side), through the runner route with a running activation."""
+    agents = json.loads(json.dumps(AGENTS))
+    agents["reviewer"]["tools"].append("review.hang")
+    with toolpack_team(tmp_path, agents=agents) as team:
+        activation = team.store.start_activation("reviewer", "Hang.", [])
+        body = {"project": team.name, "agentId": "reviewer", "activationId": activation["id"],
+                "token": team.service.token(team.name, "reviewer"), "tool": "review.hang", "input": {}}
+        started = time.monotonic()
+        hung = team.service.post("/toolpacks/review-tools/support", body, timeout=120)
+        assert 59 <= time.monotonic() - started < 90
+        assert (hung.status_code, hung.json()) == (500, {"error": "Toolpack host failed: timed out after 60000 ms"})
+        assert ok(ui(team, "review-tools", "review.stats"))["output"] == "Summaries: 0"
+
+
 def _zombie(pid):
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z"

@@ -1,6 +1,7 @@
 // Controller side of review-tools, the local toolpack of the end-to-end tests (tests/test_e2e_toolpacks.py):
 // review.summarize records a review.summarized signal for pm; review.probe makes 1,000 store callbacks;
-// the review.stats panel counts summaries; the scheduler hook does what <project dir>/review-hook.txt says.
+// review.hang never settles; the review.stats panel counts summaries; the scheduler hook does what
+// <project dir>/review-hook.txt says.
 import fs from "node:fs";
 import path from "node:path";
 
@@ -21,6 +22,7 @@ export function createControllerToolpack(context) {
         });
         return { title: "review summarized", output: `Summary recorded for pm: ${signal.id}`, metadata: { signalId: signal.id } };
       },
+      "review.hang": () => new Promise(() => {}),
       "review.probe": () => {
         let agents = 0;
         for (let i = 0; i < 1000; i += 1) agents += context.store.listAgents().length;

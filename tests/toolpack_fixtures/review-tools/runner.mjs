@@ -4,6 +4,7 @@ export function createRunnerToolpack(context) {
     tools: {
       "review.summarize": (input) => context.callSupport("review.summarize", input),
       "review.probe": (input) => context.callSupport("review.probe", input),
+      "review.hang": (input) => context.callSupport("review.hang", input),
     },
   };
 }
