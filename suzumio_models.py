@@ -1,21 +1,19 @@
 """Model side of the runner: proxy-aware HTTP with connect/idle/deadline timeouts (also used by
 web.fetch and the controller client), model-list expansion, the `openai-compatible` Chat Completions
 provider and the offline `scripted` provider. Standard library only, CPython >= 3.9; imported only by
-suzumio_runner.py, beside which it lies (backend-runner.md §10, scripted-provider.md)."""
+the runner's other modules, beside which it lies (backend-runner.md §10, scripted-provider.md)."""
 
 import base64
 import http.client
 import json
-import logging
 import os
 import re
 import socket
 import ssl
+import sys
 import time
 from collections import namedtuple
 from urllib.parse import unquote, urlencode, urlsplit
-
-log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_TIMEOUT_S = 300.0
 READ_CHUNK = 65536
@@ -45,6 +43,13 @@ SKIPPED_PROVIDER_OPTIONS = ("reasoningEffort", "user", "textVerbosity")
 HttpResponse = namedtuple("HttpResponse", "status reason headers body")
 ToolCall = namedtuple("ToolCall", "id name arguments")
 Attempt = namedtuple("Attempt", "preset_id preset provider_id provider")
+
+
+def stderr_warning(message, *args):
+    """Write one %-style warning line to stderr (runner.log, or the container's log). The runner's
+    parts take such a `warn` callable instead of using `logging`: importing `logging` costs about 6 ms
+    of every activation start (BENCHMARKS.md); suzumio_runner.main passes one that redacts secrets."""
+    sys.stderr.write((message % args if args else message) + "\n")
 
 
 class TransportError(Exception):
@@ -284,11 +289,11 @@ def provider_secrets(models, env):
     return [v for v in values if isinstance(v, str) and v.strip()]
 
 
-def create_provider(attempt, env, activation, sleep=time.sleep):
+def create_provider(attempt, env, activation, sleep=time.sleep, warn=stderr_warning):
     """The provider client for one concrete attempt; `activation` is the parsed input.json."""
     kind = attempt.provider.get("type")
     if kind == "openai-compatible":
-        return OpenAICompatibleProvider(attempt, env, sleep=sleep)
+        return OpenAICompatibleProvider(attempt, env, sleep=sleep, warn=warn)
     if kind == "scripted":
         return ScriptedProvider(attempt, activation)
     if kind in LATER_PROVIDER_TYPES:
@@ -332,15 +337,16 @@ class OpenAICompatibleProvider:
     """Chat Completions over HTTP(S) (§10.3). `options.maxRetries` (default 0: no retries, as the
     spec's parity rule) retries 429 and 5xx answers with backoff, honouring `Retry-After`."""
 
-    def __init__(self, attempt, env, sleep=time.sleep):
+    def __init__(self, attempt, env, sleep=time.sleep, warn=stderr_warning):
         self.attempt = attempt
         self.env = env
         self.sleep = sleep
+        self.warn = warn
         provider = attempt.provider
         options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
         for key in options:
             if key not in HONOURED_OPTIONS:
-                log.warning("Provider %s: option %s is ignored", attempt.provider_id, key)
+                warn("Provider %s: option %s is ignored", attempt.provider_id, key)
         self.key = (
             options.get("apiKey")
             or provider.get("apiKey")
@@ -428,7 +434,7 @@ class OpenAICompatibleProvider:
                     response.status,
                 )
             delay = _retry_delay(response, retry)
-            log.warning(
+            self.warn(
                 "Provider %s returned HTTP %s; retrying in %.1f s (%d/%d)",
                 self.attempt.provider_id,
                 response.status,

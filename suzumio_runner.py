@@ -1,11 +1,10 @@
 """The runner's entry script, `python3 suzumio_runner.py --input <input.json>` (backend-runner.md §7.1):
-arguments, input.json, redacted logging, SIGTERM, the exit status. The activation itself lives in the
+arguments, input.json, redacted warnings, SIGTERM, the exit status. The activation itself lives in the
 modules beside it (suzumio_runner_loop, suzumio_runner_tools, suzumio_models): a script run directly is
 compiled on every start, imported modules get a bytecode cache, so this file stays small. Standard
 library only, CPython >= 3.9; nothing imports it but tests."""
 
 import json
-import logging
 import os
 import signal
 import sys
@@ -56,15 +55,6 @@ class Redactor:
         return text
 
 
-class RedactingFormatter(logging.Formatter):
-    def __init__(self, redactor):
-        super().__init__("%(message)s")
-        self.redactor = redactor
-
-    def format(self, record):
-        return self.redactor(super().format(record))
-
-
 # ---------------------------------------------------------------------------------------------
 # Entry point
 
@@ -99,12 +89,10 @@ def load_input(path):
 def main(argv=None):
     """Run one activation; returns the exit status (0 only after the output was accepted)."""
     redactor = Redactor()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(RedactingFormatter(redactor))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
     groups = ProcessGroups()
+
+    def warn(message, *args):
+        sys.stderr.write(redactor(message % args if args else message) + "\n")
 
     def on_sigterm(signum, frame):
         # Acts at once instead of setting a flag: the main thread may sit in a 300 s model read.
@@ -122,7 +110,7 @@ def main(argv=None):
         models = (activation.get("runner") or {}).get("models")
         if isinstance(models, dict):
             redactor.add(provider_secrets(models, env))
-        Runner(activation, env, groups).run()
+        Runner(activation, env, groups, warn=warn).run()
     except Exception as error:  # noqa: BLE001 - the process boundary: one line on stderr, exit 1
         sys.stderr.write(redactor(format_error(error)) + "\n")
         sys.stderr.flush()

@@ -4,7 +4,6 @@ the Node host. Standard library only, CPython >= 3.9; imported by suzumio_runner
 lies (as an imported module it gets a bytecode cache, so an activation does not recompile it)."""
 
 import json
-import logging
 import os
 import re
 import signal
@@ -20,6 +19,7 @@ from suzumio_models import (
     http_request,
     is_context_overflow,
     safe_tool_name,
+    stderr_warning,
 )
 from suzumio_runner_tools import (
     ProcessGroups,
@@ -31,8 +31,6 @@ from suzumio_runner_tools import (
     signal_group,
     web_fetch,
 )
-
-log = logging.getLogger(__name__)
 
 CONTROLLER_CONNECT_TIMEOUT_S = 60.0
 CONTROLLER_READ_TIMEOUT_S = 300.0
@@ -342,11 +340,12 @@ def fallback_summary(history, archived, keep_tail, agent_id, selected_model, ove
 class NodeBridge:
     """One `node suzumio_toolpack_host.mjs --role runner` child speaking newline-delimited JSON."""
 
-    def __init__(self, toolpack_id, host_path, groups, node="node"):
+    def __init__(self, toolpack_id, host_path, groups, node="node", warn=stderr_warning):
         import subprocess  # on first use: most activations start no Node host
 
         self.toolpack_id = toolpack_id
         self.groups = groups
+        self.warn = warn
         self.last_id = 0
         try:
             self.process = subprocess.Popen(
@@ -374,7 +373,7 @@ class NodeBridge:
             try:
                 reply = json.loads(line.decode("utf-8", "replace"))
             except ValueError:
-                log.warning("Toolpack host for %s wrote a non-JSON line: %s", self.toolpack_id, line[:200])
+                self.warn("Toolpack host for %s wrote a non-JSON line: %s", self.toolpack_id, line[:200])
                 continue
             if isinstance(reply, dict) and reply.get("id") == self.last_id:
                 break
@@ -466,11 +465,14 @@ def sum_usage(total, usage):
 class Runner:
     """One activation: attempts over the expanded presets, then /activation-output (§7.2)."""
 
-    def __init__(self, activation, env, groups=None, sleep=time.sleep, node="node", host_path=None):
+    def __init__(
+        self, activation, env, groups=None, sleep=time.sleep, node="node", host_path=None, warn=stderr_warning
+    ):
         self.input = activation
         self.env = env
         self.groups = groups if groups is not None else ProcessGroups()
         self.sleep = sleep
+        self.warn = warn
         self.node = node
         self.host_path = host_path or os.path.join(
             os.path.dirname(os.path.abspath(__file__)), "suzumio_toolpack_host.mjs"
@@ -517,7 +519,7 @@ class Runner:
                 output = self.run_attempt(attempt, selected)
                 break
             except Exception as error:  # noqa: BLE001 - attempt boundary: any failure tries the next preset
-                log.warning("Model attempt %s failed: %s", attempt.preset_id, error)
+                self.warn("Model attempt %s failed: %s", attempt.preset_id, error)
                 failures.append(f"{attempt.preset_id}: {error}")
         else:
             raise RunnerError("All model attempts failed:\n" + "\n".join(failures))
@@ -525,7 +527,7 @@ class Runner:
         return output
 
     def run_attempt(self, attempt, selected):
-        provider = create_provider(attempt, self.env, self.input, sleep=self.sleep)
+        provider = create_provider(attempt, self.env, self.input, sleep=self.sleep, warn=self.warn)
         history = list(self.input.get("history") or [])
         for overflow_retry in (0, 1):
             try:
@@ -533,7 +535,7 @@ class Runner:
             except Exception as error:
                 if overflow_retry == 1 or not is_context_overflow(error):
                     raise
-                log.warning(
+                self.warn(
                     "context overflow from %s; compacting agent history and retrying activation %s",
                     attempt.preset_id,
                     self.activation_id,
@@ -601,7 +603,7 @@ class Runner:
                 {"role": "assistant", "kind": "assistant_output", "content": out_text, "metadata": metadata},
             )
         except ControllerError as error:
-            log.warning("%s (assistant output not recorded in history)", error)
+            self.warn("%s (assistant output not recorded in history)", error)
         return {"text": out_text, "usage": output_usage}
 
     def submit_context(self, attempt, selected, messages, history):
@@ -621,7 +623,7 @@ class Runner:
         try:
             self.client.post("/activation-context", {"context": context})
         except ControllerError as error:
-            log.warning("%s (activation context not recorded)", error)
+            self.warn("%s (activation context not recorded)", error)
 
     # -- tools ---------------------------------------------------------------------------------
 
@@ -638,7 +640,7 @@ class Runner:
             if module.startswith("builtin:"):
                 handlers = self.builtin_handlers(module[len("builtin:") :], spec)
             else:
-                bridge = NodeBridge(toolpack_id, self.host_path, self.groups, self.node)
+                bridge = NodeBridge(toolpack_id, self.host_path, self.groups, self.node, self.warn)
                 bridges.append(bridge)
                 registered = bridge.init(
                     module,
@@ -733,8 +735,10 @@ class Runner:
             result = tool.handler(args)
         except (ToolError, ControllerError, OSError, ValueError) as error:
             return self._fail_tool_call(tool_call_id, str(error) or error.__class__.__name__)
-        except Exception as error:  # a handler bug still becomes a tool error, as for a throwing JS tool
-            log.warning("Tool %s failed unexpectedly", tool.name, exc_info=True)
+        except Exception as error:  # noqa: BLE001 - a handler bug is a tool error (as a throwing JS tool)
+            import traceback  # only on this path: a handler bug
+
+            self.warn("Tool %s failed unexpectedly\n%s", tool.name, traceback.format_exc().rstrip())
             return self._fail_tool_call(tool_call_id, str(error) or error.__class__.__name__)
         try:
             finished = self.client.post(
@@ -762,7 +766,7 @@ class Runner:
                 {"toolCallId": tool_call_id, "status": "failed", "error": message},
             )
         except ControllerError as error:
-            log.warning("%s (failed tool call not recorded)", error)
+            self.warn("%s (failed tool call not recorded)", error)
         return message
 
     # -- compaction ----------------------------------------------------------------------------
@@ -780,7 +784,7 @@ class Runner:
                 )
                 summary = trim_chars(turn.text, SUMMARY_MAX_CHARS) or NO_SUMMARY_TEXT
             except Exception as error:  # noqa: BLE001 - any failure: use the deterministic summary
-                log.warning("History summary request to %s failed: %s", attempt.preset_id, error)
+                self.warn("History summary request to %s failed: %s", attempt.preset_id, error)
                 summary_error = str(error)
         else:
             summary_error = (
