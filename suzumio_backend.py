@@ -308,6 +308,42 @@ def local_pid(container_name):
     return None
 
 
+def command_lines():
+    """(pid, command line) of every process in sight: /proc on Linux, `ps` elsewhere (§3A.5)."""
+    if not Path("/proc/self").exists():
+        result = subprocess.run(["ps", "-A", "-o", "pid=,args="], capture_output=True, text=True, check=False)
+        for line in result.stdout.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            if pid.isdigit():
+                yield int(pid), args.strip()
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        yield int(entry), raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def find_local_runner(input_path, activation_id):
+    """The pid of a live runner launched with `--input <input_path>` (its last arguments) that leads its
+    own session, or None: the runner of an activation whose pid was never recorded."""
+    marker = f" --input {Path(input_path).resolve()}"
+    for pid, text in command_lines():
+        if not text.endswith(marker):
+            continue
+        try:
+            leads_session = os.getsid(pid) == pid
+        except OSError:
+            continue
+        if leads_session and local_runner_alive(pid, activation_id):
+            return pid
+    return None
+
+
 class LocalBackend:
     """Runs the runner as a host subprocess in its own session with a scrubbed environment."""
 
@@ -378,6 +414,13 @@ def docker_sdk():
         import docker.types
         import requests.exceptions  # noqa: F401 - loaded here for _adopt, under the same lock
     return docker
+
+
+def engine_errors():
+    """What the SDK raises when the engine fails or cannot be reached."""
+    docker = docker_sdk()
+    import requests.exceptions
+    return docker.errors.DockerException, requests.exceptions.RequestException
 
 
 def _http_status(error):
@@ -458,6 +501,20 @@ class DockerBackend:
             log.warning("no logs for container %s: %s", name, error)
             return ""
         return tail_lines(raw.decode("utf-8", "replace"))
+
+    def find(self, project, activation_id):
+        """The name of the container labelled with this activation, or None."""
+        labels = ["suzumio.managed=true", f"suzumio.project={project}", f"suzumio.activation={activation_id}"]
+        for container in self.client.api.containers(all=True, filters={"label": labels}):
+            return container["Names"][0].lstrip("/")
+        return None
+
+    def remove(self, name):
+        """Remove a container that never ran; a failure is logged (the container is then only kept)."""
+        try:
+            self.client.api.remove_container(name, force=True)
+        except engine_errors() as error:
+            log.warning("removing container %s failed: %s", name, error)
 
     def state(self, name):
         """(`running` | `exited` | ..., exit code), or None when the container does not exist."""
@@ -544,7 +601,13 @@ class Backends:
 
     def _start_docker(self, store, launch, agent_ids):
         name = self.docker.create(launch, agent_ids)
-        store.set_activation_container(launch.activation_id, name)
+        try:
+            store.set_activation_container(launch.activation_id, name)
+        except Exception:
+            # Unrecorded and never started, nothing would ever settle or start it. (A controller that
+            # dies right here leaves it to the reconciler, which finds it by its labels.)
+            self.docker.remove(name)
+            raise
         if store.activation(launch.activation_id)["status"] != "running":
             log.info("activation %s was cancelled before its container started", launch.activation_id)
             return
@@ -669,10 +732,20 @@ class Backends:
     def _adopt(self, store, config, activation, now):
         activation_id, name = activation["id"], activation.get("containerName")
         if not name:
-            age = now - parse_time(activation["startedAt"])
-            if age > datetime.timedelta(milliseconds=NEVER_STARTED_GRACE_MS):
-                self._fail_if_running(store, activation_id, NEVER_STARTED_ERROR)
-            return
+            try:
+                name = self._find_runner(store, config, activation_id)
+            except engine_errors() as error:
+                log.warning("cannot look for the container of activation %s: %s", activation_id, error)
+                return
+            if name is None:
+                age = now - parse_time(activation["startedAt"])
+                if age > datetime.timedelta(milliseconds=NEVER_STARTED_GRACE_MS):
+                    self._fail_if_running(store, activation_id, NEVER_STARTED_ERROR)
+                return
+            if self.watched(activation_id):
+                return  # this process has just started it
+            log.info("activation %s: adopting its unrecorded runner %s", activation_id, name)
+            store.set_activation_container(activation_id, name)
         pid = local_pid(name)
         if pid is not None:
             if local_runner_alive(pid, activation_id):
@@ -680,15 +753,36 @@ class Backends:
             else:
                 self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
             return
-        docker = docker_sdk()
-        import requests.exceptions
+        self._adopt_container(store, config, activation, name)
+
+    def _find_runner(self, store, config, activation_id):
+        """The runner of an activation whose name was never recorded (the controller died between
+        launching and recording it), looked for where the current backend.kind runs them: a live local
+        runner of the activation's input.json, or a container labelled with the activation; or None."""
+        if config.backend.kind == KIND_LOCAL:
+            pid = find_local_runner(store.activation_dir(activation_id) / "input.json", activation_id)
+            return None if pid is None else f"{LOCAL_PREFIX}{pid}"
+        return self.docker.find(config.name, activation_id)
+
+    def _adopt_container(self, store, config, activation, name):
+        activation_id = activation["id"]
         try:
             state = self.docker.state(name)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            started = state is not None and state[0] == "created"
+            if started:
+                # The controller died between creating the container and starting it.
+                log.info("activation %s: starting its never started container %s", activation_id, name)
+                self.docker.start(name)
+        except engine_errors() as error:
             log.warning("cannot inspect container %s of activation %s: %s", name, activation_id, error)
             return
         if state is None:
             self._fail_if_running(store, activation_id, f"Runner container {name} not found")
+            return
+        current = store.activation(activation_id)
+        if started and current["status"] != "running":
+            # Cancelled meanwhile, and its stop may have come before this start: stop it again.
+            self.stop_runner(store, current)
             return
         agent = store.agent(activation["agentId"], include_token=True)
         secrets = secret_values(config, agent, self._environ)

@@ -171,6 +171,23 @@ def open_activation(env, agent_id, prompt="# New Signals\n\nDo it.", signals=())
     return env.store.start_activation(agent_id, prompt, list(signals), None)
 
 
+class ControllerDied(BaseException):
+    """Raised where the controller is taken to die: no `except Exception` boundary catches it."""
+
+
+@contextlib.contextmanager
+def dies_before_recording(store, error=ControllerDied):
+    """While active, recording a runner's name (`set_activation_container`) raises `error` instead:
+    with ControllerDied, the controller dies between launching a runner and recording it."""
+    def record(activation_id, name, now=None):
+        raise error(f"recording {name} of {activation_id} failed")
+    store.set_activation_container = record
+    try:
+        yield
+    finally:
+        del store.set_activation_container
+
+
 def events_of(store, event_type):
     """Events of one type, oldest first, with `data` decoded."""
     return [dict(e, data=json.loads(e["data_json"])) for e in reversed(store.list_events(limit=10000))

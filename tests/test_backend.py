@@ -9,7 +9,9 @@ import sys
 
 import pytest
 from backend_fixtures import (
+    ControllerDied,
     agent_history_kinds,
+    dies_before_recording,
     events_of,
     local_project,
     open_activation,
@@ -328,3 +330,55 @@ def test_reconcile_fails_activation_that_never_got_a_runner(tmp_path):
         assert env.store.activation(act["id"])["status"] == "running"
         env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=61))
         assert env.store.activation(act["id"])["error"] == backend.NEVER_STARTED_ERROR
+
+
+class NoEngine:
+    """A Docker client that must never be touched: the local backend works without Docker."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the Docker client was used ({name})")
+
+
+def test_restarted_controller_adopts_a_local_runner_whose_pid_was_never_recorded(tmp_path):
+    with local_project(tmp_path, agent_env={"STANDIN_MODE": "delay-output:3"}) as env:
+        act = open_activation(env, "worker")
+        with dies_before_recording(env.store), pytest.raises(ControllerDied):
+            env.backends.start(env.store, act["id"])
+        env.backends.close()  # controller A died between spawning the runner and recording its pid
+        seen_path = env.store.dir / "agents/worker/workspace/standin-seen.json"
+        pid = wait_until(lambda: seen_path.exists() and json.loads(seen_path.read_text())["pid"], 10)
+        assert not env.store.activation(act["id"]).get("containerName")
+        fresh = env.new_backends(docker_client=NoEngine())
+        fresh.reconcile([env.store])
+        assert env.store.activation(act["id"])["containerName"] == f"local-{pid}"
+        assert env.store.agent("worker")["containerName"] == f"local-{pid}"
+        assert fresh.watched(act["id"])
+        wait_until(lambda: env.store.activation(act["id"])["status"] == "completed", 15,
+                   message="adopted runner posted its output")
+
+
+def test_processes_that_only_resemble_the_runner_are_not_adopted_and_the_grace_rule_applies(tmp_path):
+    import datetime
+    with local_project(tmp_path) as env:
+        act = open_activation(env, "worker")
+        input_path = env.store.activation_dir(act["id"]) / "input.json"
+        sleeper = [sys.executable, "-c", "import time; time.sleep(60)", "--input"]
+        decoys = [
+            # the runner's exact arguments, but it does not lead its own session
+            subprocess.Popen([*sleeper, str(input_path.resolve())]),
+            # leads its session and names the activation, but another input file
+            subprocess.Popen([*sleeper, str(tmp_path / act["id"] / "input.json")], start_new_session=True),
+        ]
+        try:
+            assert all(backend.local_runner_alive(d.pid, act["id"]) for d in decoys)
+            fresh = env.new_backends(docker_client=NoEngine())
+            start = backend.parse_time(act["startedAt"])
+            fresh.reconcile([env.store], now=start + datetime.timedelta(seconds=30))
+            current = env.store.activation(act["id"])
+            assert current["status"] == "running" and not current.get("containerName")
+            fresh.reconcile([env.store], now=start + datetime.timedelta(seconds=61))
+            assert env.store.activation(act["id"])["error"] == backend.NEVER_STARTED_ERROR
+        finally:
+            for decoy in decoys:
+                decoy.kill()
+                decoy.wait()
