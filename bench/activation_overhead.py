@@ -2,8 +2,8 @@
 the real runner's first request reaching the controller (`POST /activation-context`, the runner's first
 act once its interpreter, imports and input are ready), for the `local` and `docker-chat` backends. The
 bare cost, measured in the same run, is the same first request made by a minimal stdlib Python script
-(`http.client` + `json`) spawned the same way: a subprocess of this interpreter, or `docker run` of the
-runner image. Ratio target <= 1.5x. The tick's own share is printed separately.
+(`http.client` + `json`) spawned the same way: a subprocess of this interpreter with the local runner's
+flags, or `docker run` of the runner image. Ratio target <= 1.5x. The tick's own share is printed separately.
 Usage: .venv/bin/python bench/activation_overhead.py [--runs 9] [--skip-docker] [--json]"""
 import argparse
 import http.server
@@ -117,7 +117,8 @@ def bare_local(runs, controller):
     env = {name: os.environ[name] for name in suzumio_backend.LOCAL_BASE_ENV if os.environ.get(name)}
     for index in range(runs):
         began = time.time()
-        process = subprocess.Popen([sys.executable, "-c", BARE_POST, str(controller.server_port), f"bare-{index}"],
+        process = subprocess.Popen([sys.executable, *suzumio_backend.LOCAL_RUNNER_FLAGS, "-c", BARE_POST,
+                                    str(controller.server_port), f"bare-{index}"],
                                    env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         samples.append(controller.wait_for(f"bare-{index}") - began)
         process.wait()
