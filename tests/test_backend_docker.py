@@ -3,9 +3,10 @@ containers are read back with the SDK. A client double is used only for generic 
 import datetime
 import json
 import os
+import uuid
 
 import pytest
-from backend_fixtures import events_of, local_project, open_activation
+from backend_fixtures import ControllerDied, dies_before_recording, events_of, local_project, open_activation
 from conftest import require, wait_until
 
 import suzumio_backend as backend
@@ -27,16 +28,22 @@ def engine():
 
 
 @pytest.fixture
-def client():
+def project():
+    """A project name of this test alone, so its containers can be told from every other run's."""
+    return f"demo-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def client(project):
     client = engine()
     yield client
-    for container in client.containers.list(all=True, filters={"label": "suzumio.managed=true"}):
+    for container in client.containers.list(all=True, filters={"label": f"suzumio.project={project}"}):
         container.remove(force=True)
 
 
-def docker_project(tmp_path, **options):
+def docker_project(tmp_path, project, **options):
     docker_cfg = {"network": "host", **options.pop("docker", {})}
-    return local_project(tmp_path, kind="docker-chat", docker=docker_cfg, **options)
+    return local_project(tmp_path, name=project, kind="docker-chat", docker=docker_cfg, **options)
 
 
 def container_of(client, store, activation_id):
@@ -44,7 +51,7 @@ def container_of(client, store, activation_id):
     return client.containers.get(name)
 
 
-def test_container_spec_labels_env_and_mounts(tmp_path, client):
+def test_container_spec_labels_env_and_mounts(tmp_path, client, project):
     source = tmp_path / "ref"
     source.mkdir()
     mounts = [{"source": str(source), "target": "/mnt/ref"},
@@ -52,14 +59,14 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client):
     environ = {"GW_KEY": "k1", "PATH": os.environ["PATH"]}
     providers = {"gw": {"type": "openai-compatible", "apiKeyEnv": "GW_KEY", "baseURLEnv": "GW_URL",
                         "apiKey": "literal-secret"}}
-    with docker_project(tmp_path, docker={"mounts": mounts, "memory": "512m", "cpus": 1.5}, environ=environ,
-                        providers=providers) as env:
+    with docker_project(tmp_path, project, docker={"mounts": mounts, "memory": "512m", "cpus": 1.5},
+                        environ=environ, providers=providers) as env:
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
         wait_until(lambda: env.store.activation(act["id"])["status"] == "completed", 60,
                    message="container posted its output")
         name = env.store.activation(act["id"])["containerName"]
-        assert name == f"suzumio_demo_worker_{act['id']}"
+        assert name == f"suzumio_{project}_worker_{act['id']}"
         assert env.store.agent("worker")["containerName"] == name
         attrs = client.containers.get(name).attrs
         config, host = attrs["Config"], attrs["HostConfig"]
@@ -72,11 +79,11 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client):
         assert host["NetworkMode"] == "host"
         assert host["Memory"] == 536870912 and host["NanoCpus"] == 1500000000
         own_labels = {k: v for k, v in config["Labels"].items() if k.startswith("suzumio.")}
-        assert own_labels == {"suzumio.managed": "true", "suzumio.project": "demo",
+        assert own_labels == {"suzumio.managed": "true", "suzumio.project": project,
                                     "suzumio.agent": "worker", "suzumio.activation": act["id"]}
         container_env = dict(item.split("=", 1) for item in config["Env"])
         token = env.store.agent("worker", include_token=True)["token"]
-        assert container_env["SUZUMIO_PROJECT"] == "demo" and container_env["SUZUMIO_AGENT"] == "worker"
+        assert container_env["SUZUMIO_PROJECT"] == project and container_env["SUZUMIO_AGENT"] == "worker"
         assert container_env["SUZUMIO_ACTIVATION"] == act["id"] and container_env["SUZUMIO_TOKEN"] == token
         assert container_env["GW_KEY"] == "k1" and "GW_URL" not in container_env
         assert "literal-secret" not in config["Env"]
@@ -88,10 +95,7 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client):
             (str(project_dir / "artifacts/worker"), "/artifacts/worker", False),
             (str(source), "/mnt/ref", True),
             (str(source), "/mnt/rw", False),
-            (str(env.support_dir / "suzumio_runner.py"), "/opt/suzumio/suzumio_runner.py", True),
-            (str(env.support_dir / "suzumio_models.py"), "/opt/suzumio/suzumio_models.py", True),
-            (str(env.support_dir / "suzumio_toolpack_host.mjs"), "/opt/suzumio/suzumio_toolpack_host.mjs", True),
-        ]
+        ] + [(str(env.support_dir / name), f"/opt/suzumio/{name}", True) for name in backend.RUNNER_FILES]
         assert [(m["Source"], m["Target"], m.get("ReadOnly", False)) for m in host["Mounts"]] == expected
         assert all(m["Type"] == "bind" for m in host["Mounts"])
         assert (project_dir / "artifacts/pm").is_dir() and (project_dir / "artifacts/worker").is_dir()
@@ -101,8 +105,9 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client):
         assert data["writeRoots"] == ["/workspace", "/artifacts/worker"]
 
 
-def test_default_network_is_dockers_default(tmp_path, client):
-    with local_project(tmp_path, kind="docker-chat", agent_env={"STANDIN_MODE": "exit:0"}) as env:
+def test_default_network_is_dockers_default(tmp_path, client, project):
+    with local_project(tmp_path, name=project, kind="docker-chat",
+                       agent_env={"STANDIN_MODE": "exit:0"}) as env:
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
         wait_until(lambda: env.store.activation(act["id"])["status"] == "failed", 60)
@@ -113,8 +118,8 @@ def test_default_network_is_dockers_default(tmp_path, client):
     ("exit:0", backend.NO_OUTPUT_ERROR),
     ("exit:3", "Runner exited with 3"),
 ])
-def test_container_exit_without_output_fails_with_log_tail(tmp_path, client, mode, expected):
-    with docker_project(tmp_path, agent_env={"STANDIN_MODE": mode}) as env:
+def test_container_exit_without_output_fails_with_log_tail(tmp_path, client, project, mode, expected):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": mode}) as env:
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
         wait_until(lambda: env.store.activation(act["id"])["status"] == "failed", 60)
@@ -127,12 +132,12 @@ def test_container_exit_without_output_fails_with_log_tail(tmp_path, client, mod
         assert container_of(client, env.store, act["id"]).status == "exited", "containers are kept"
 
 
-def test_missing_source_and_missing_image_fail_without_container(tmp_path, client):
+def test_missing_source_and_missing_image_fail_without_container(tmp_path, client, project):
     # A reserved target never gets this far: config loading rejects it (validate_mount is unit-tested).
     cases = [({"mounts": [{"source": str(tmp_path / "missing"), "target": "/mnt/x"}]}, {}, "No such file"),
              ({}, {"image": "suzumio-runner:does-not-exist"}, "does-not-exist")]
     for index, (docker_cfg, options, text) in enumerate(cases):
-        with docker_project(tmp_path / str(index), docker=docker_cfg, **options) as env:
+        with docker_project(tmp_path / str(index), project, docker=docker_cfg, **options) as env:
             act = open_activation(env, "worker")
             env.backends.start(env.store, act["id"])
             final = env.store.activation(act["id"])
@@ -141,8 +146,8 @@ def test_missing_source_and_missing_image_fail_without_container(tmp_path, clien
             assert client.containers.list(all=True, filters={"label": f"suzumio.activation={act['id']}"}) == []
 
 
-def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client):
-    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}) as env:
         env.store.send_message("user", "work", recipient="worker")
         scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.utc_now())
         [first] = env.store.running_activations()
@@ -157,8 +162,8 @@ def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client):
         assert events_of(env.store, "activation.stop_failed") == []
 
 
-def test_removed_container_counts_as_stopped_on_stop(tmp_path, client):
-    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+def test_removed_container_counts_as_stopped_on_stop(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}) as env:
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
         env.store.cancel_activation(act["id"], "Project stopped")
@@ -168,8 +173,8 @@ def test_removed_container_counts_as_stopped_on_stop(tmp_path, client):
         assert events_of(env.store, "activation.stop_failed") == []
 
 
-def test_timeout_fails_the_activation_and_stops_its_container(tmp_path, client):
-    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}, timeout_ms=1000) as env:
+def test_timeout_fails_the_activation_and_stops_its_container(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}, timeout_ms=1000) as env:
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
         wait_until(lambda: container_of(client, env.store, act["id"]).status == "running", 30)
@@ -182,8 +187,8 @@ def test_timeout_fails_the_activation_and_stops_its_container(tmp_path, client):
         assert len(env.store.running_activations()) == 1, "the P3 message started a new activation"
 
 
-def test_restarted_controller_settles_every_activation_it_left(tmp_path, client):
-    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+def test_restarted_controller_settles_every_activation_it_left(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}) as env:
         exited = open_activation(env, "pm")
         env.backends.start(env.store, exited["id"])
         running = open_activation(env, "worker")
@@ -200,12 +205,13 @@ def test_restarted_controller_settles_every_activation_it_left(tmp_path, client)
         wait_until(lambda: env.store.activation(running["id"])["status"] == "failed", 30)
 
 
-def test_reconcile_fails_activation_whose_container_is_gone(tmp_path, client):
-    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "exit:0"}) as env:
+def test_reconcile_fails_activation_whose_container_is_gone(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "exit:0"}) as env:
         act = open_activation(env, "worker")
-        env.store.set_activation_container(act["id"], "suzumio_demo_worker_vanished")
+        vanished = f"suzumio_{project}_worker_vanished"
+        env.store.set_activation_container(act["id"], vanished)
         env.backends.reconcile([env.store])
-        assert env.store.activation(act["id"])["error"] == "Runner container suzumio_demo_worker_vanished not found"
+        assert env.store.activation(act["id"])["error"] == f"Runner container {vanished} not found"
 
 
 class FailingStopClient:
@@ -228,11 +234,12 @@ class FailingStopClient:
         raise docker.errors.APIError("engine exploded on kill")
 
 
-def test_generic_stop_and_kill_errors_become_stop_failed_and_restart_proceeds(tmp_path, client):
-    with docker_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+def test_generic_stop_and_kill_errors_become_stop_failed_and_restart_proceeds(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}) as env:
         env.backends = env.new_backends(docker_client=FailingStopClient(client))
         act = open_activation(env, "worker")
-        env.store.set_activation_container(act["id"], f"suzumio_demo_worker_{act['id']}")
+        name = backend.container_name_for(project, "worker", act["id"])
+        env.store.set_activation_container(act["id"], name)
         env.store.send_message("user", "urgent", recipient="worker", priority="P0")
         scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.utc_now())
         [event] = events_of(env.store, "activation.stop_failed")
@@ -241,3 +248,76 @@ def test_generic_stop_and_kill_errors_become_stop_failed_and_restart_proceeds(tm
         [second] = env.store.running_activations()
         assert second["id"] != act["id"]
         wait_until(lambda: container_of(client, env.store, second["id"]).status == "running", 30)
+
+
+# ---------------------------------------------------------------- the controller died before recording a name
+
+def containers_of(client, activation_id):
+    return client.containers.list(all=True, filters={"label": f"suzumio.activation={activation_id}"})
+
+
+def start_and_die_before_recording(env, client, activation_id):
+    """Controller A creates the container, dies before recording its name; returns the container."""
+    with dies_before_recording(env.store), pytest.raises(ControllerDied):
+        env.backends.start(env.store, activation_id)
+    env.backends.close()
+    [container] = containers_of(client, activation_id)
+    assert container.status == "created" and not env.store.activation(activation_id).get("containerName")
+    return container
+
+
+def test_restarted_controller_starts_a_created_container_it_never_recorded(tmp_path, client, project):
+    with docker_project(tmp_path, project) as env:
+        act = open_activation(env, "worker")
+        container = start_and_die_before_recording(env, client, act["id"])
+        fresh = env.new_backends()
+        fresh.reconcile([env.store])
+        assert env.store.activation(act["id"])["containerName"] == container.name
+        assert env.store.agent("worker")["containerName"] == container.name
+        wait_until(lambda: env.store.activation(act["id"])["status"] == "completed", 60,
+                   message="the started container posted its output")
+
+
+def test_restarted_controller_watches_a_running_container_it_never_recorded(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "delay-output:5"}) as env:
+        act = open_activation(env, "worker")
+        container = start_and_die_before_recording(env, client, act["id"])
+        container.start()  # it was started, only its name is missing
+        wait_until(lambda: (env.store.dir / "agents/worker/workspace/standin-seen.json").exists(), 30)
+        fresh = env.new_backends()
+        fresh.reconcile([env.store])
+        assert env.store.activation(act["id"])["containerName"] == container.name
+        assert fresh.watched(act["id"])
+        wait_until(lambda: env.store.activation(act["id"])["status"] == "completed", 60)
+
+
+def test_restarted_controller_settles_an_exited_container_it_never_recorded(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "exit:3"}) as env:
+        act = open_activation(env, "worker")
+        container = start_and_die_before_recording(env, client, act["id"])
+        container.start()
+        wait_until(lambda: client.containers.get(container.name).status == "exited", 30)
+        env.new_backends().reconcile([env.store])
+        final = env.store.activation(act["id"])
+        assert final["status"] == "failed" and final["containerName"] == container.name
+        assert final["error"].startswith("Runner exited with 3") and "boom" in final["error"]
+
+
+def test_without_a_container_the_never_started_grace_rule_applies(tmp_path, client, project):
+    with docker_project(tmp_path, project) as env:
+        act = open_activation(env, "worker")
+        start = backend.parse_time(act["startedAt"])
+        env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=30))
+        assert env.store.activation(act["id"])["status"] == "running"
+        env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=61))
+        assert env.store.activation(act["id"])["error"] == backend.NEVER_STARTED_ERROR
+
+
+def test_a_container_whose_name_cannot_be_recorded_is_removed(tmp_path, client, project):
+    with docker_project(tmp_path, project) as env:
+        act = open_activation(env, "worker")
+        with dies_before_recording(env.store, error=RuntimeError):
+            env.backends.start(env.store, act["id"])
+        final = env.store.activation(act["id"])
+        assert final["status"] == "failed" and final["error"].startswith("recording suzumio_")
+        assert containers_of(client, act["id"]) == []
