@@ -412,7 +412,7 @@ def docker_sdk():
     with _SDK_IMPORT_LOCK:
         import docker.errors  # binds `docker`, the package
         import docker.types
-        import requests.exceptions  # noqa: F401 - loaded here for _adopt, under the same lock
+        import requests.exceptions  # noqa: F401 - loaded here for engine_errors, under the same lock
     return docker
 
 
