@@ -32,9 +32,16 @@ pex: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
-# Crash soak: 20 trials that SIGKILL `suzumio serve` during a running team (bench/soak_crash.py).
+# Rebuild the committed WebUI bundle (webui_dist/) from webui/; needs Node and npm.
+webui:
+	npm ci --no-audit --no-fund
+	npm run build
+
+# Longer reliability runs: 20 crash trials that SIGKILL `suzumio serve` during a running team
+# (bench/soak_crash.py), then the hostile-input suite with 5,000 examples per property.
 soak: $(STAMP)
 	$(PY) bench/soak_crash.py $(SOAK_ARGS)
+	SUZUMIO_FUZZ_EXAMPLES=$${SUZUMIO_FUZZ_EXAMPLES:-5000} $(PY) -m pytest -q tests/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) dist build *.egg-info .pytest_cache
