@@ -16,6 +16,7 @@ from pathlib import Path
 import suzumio_config
 import suzumio_store
 from suzumio_errors import SuzumioError
+from suzumio_records import PRIORITIES
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,6 @@ Commands:
 """
 
 DEFAULT_LIMIT = 50
-PRIORITIES = ("P0", "P1", "P2", "P3")
 
 # Which flags each command accepts (dest names); --root is accepted everywhere, cli.md §1.1.
 SERVE_FLAGS = {"host", "port", "no_scheduler", "threads", "allow_host", "api_token_env"}
@@ -166,10 +166,7 @@ def cmd_init(rest, options, out, err):
     root = open_root(options)
     try:
         store = root.init_project(
-            name=config.data["name"], task=config.data["task"], config=config.data,
-            agents=[suzumio_store.AgentSeed(
-                id=agent.id, role=agent.role, display_name=agent.display_name, prompt=agent.prompt,
-                model=agent.model, tools=tuple(agent.tools)) for agent in config.agents],
+            name=config.data["name"], task=config.data["task"], config=config.data, agents=config.agents,
             source_text=config.source_text, resolved_text=config.render())
         print(f"Initialized {store.project_id}", file=out)
         print(f"Root: {store.dir}", file=out)

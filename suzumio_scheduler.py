@@ -2,74 +2,44 @@
 the activation timeout, prompt composition, hooks, nudges and monitors), the background thread that ticks
 every project every 2 s or on demand, and stopping/approving projects.
 Imported by the composition root and the HTTP routes; imports config, store and backend."""
-import datetime
 import logging
 import math
 import os
 import re
 import threading
+from datetime import timedelta
 
 import suzumio_backend
 import suzumio_config
 from suzumio_backend import KIND_LOCAL, activation_paths
 from suzumio_errors import ConfigError, Conflict
-from suzumio_store import render_signal
+from suzumio_records import (
+    ACT_RUNNING,
+    AGENT_FAILED,
+    AGENT_QUIET,
+    AGENT_RUNNING,
+    AGENT_STOPPED,
+    EVENT_HOOK_FAILED,
+    KIND_ALL_QUIET_NUDGE,
+    KIND_FAILED_NUDGE,
+    PROJECT_RUNNING,
+    format_ts,
+    parse_ts,
+    render_signal,
+    to_datetime,
+)
 
 log = logging.getLogger(__name__)
 
 TICK_INTERVAL_SECONDS = 2.0
 
-RUNNING, QUIET, FAILED, STOPPED = "running", "quiet", "failed", "stopped"
-
-NO_EFFECT_NUDGE = "scheduler.no_effect_nudge"
-FAILED_NUDGE = "scheduler.failed_nudge"
-ALL_QUIET_NUDGE = "scheduler.all_quiet_nudge"
-RESUME_AFTER_STOP = "scheduler.resume_after_stop"
 QUIET_MONITOR_EVENT = "scheduler.quiet_agent_monitor.message_sent"
 FAILED_MONITOR_EVENT = "scheduler.failed_agent_monitor.message_sent"
-HOOK_FAILED_EVENT = "scheduler.hook_failed"
-
-STOP_REASON = "Project stopped"
-APPROVE_REASON = "Project approved"
-
-FAILED_NUDGE_MESSAGE = (
-    "Your previous activation failed before submitting output.\n\nRetry from the existing history and "
-    "workspace. If the failure repeats or appears persistent, report the exact blocker to the "
-    "coordinator instead of ending silently.")
-ALL_QUIET_MESSAGE = (
-    "All agents are quiet and there are no pending work signals for this running project.\n\nTreat "
-    "this as a coordination stall: ask workers for current progress, tell them to continue, or resend "
-    "any missing work/review messages. Use targeted messages rather than waiting silently.")
-QUIET_MONITOR_MESSAGE = (
-    "Agent `{{agent}}` has been quiet for {{quietMinutes}} minutes.\n\nIf this is unexpected, send it "
-    "a follow-up assignment or ask for status. If it is intentionally waiting, no action is needed.")
-FAILED_MONITOR_MESSAGE = (
-    "Agent `{{agent}}` has been failed for {{failedMinutes}} minutes after activation "
-    "`{{activationId}}`.\n\nLast error: {{error}}\n\nPM: send a concrete retry/follow-up or reassign "
-    "the lane. If failedNudge is enabled, check whether an automatic retry is already pending before "
-    "intervening.")
-# ---------------------------------------------------------------- time
-
-def iso(moment):
-    """The store's timestamp format: UTC, milliseconds, `Z`."""
-    return moment.astimezone(datetime.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def utc_now():
-    return datetime.datetime.now(datetime.UTC)
-
-
-def as_datetime(now):
-    """An injected clock value (None, datetime or ISO text) as an aware UTC datetime."""
-    if now is None:
-        return utc_now()
-    if isinstance(now, str):
-        return suzumio_backend.parse_time(now)
-    return now if now.tzinfo else now.replace(tzinfo=datetime.UTC)
 
 
 def ms_between(earlier_text, now):
-    return int((now - suzumio_backend.parse_time(earlier_text)).total_seconds() * 1000)
+    """Milliseconds from a stored timestamp to `now`."""
+    return int((now - parse_ts(earlier_text)).total_seconds() * 1000)
 
 
 # ---------------------------------------------------------------- prompt composition (§4)
@@ -208,7 +178,7 @@ def tick(store, backend, hooks, now, configs=None):
     """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock.
     `configs` (a ConfigCache) spares rebuilding the ProjectConfig on every tick."""
     project = store.project()
-    if project["status"] != RUNNING:
+    if project["status"] != PROJECT_RUNNING:
         return
     config = configs.get(store) if configs is not None else suzumio_config.ProjectConfig.from_data(store.config())
     max_tokens = config.backend.runner.budget_max_tokens
@@ -222,7 +192,7 @@ def tick(store, backend, hooks, now, configs=None):
         hooks.run_hooks(store, config, now)
     except Exception as error:  # hooks never stop steps 6-9 (scheduler.md §6.1)
         log.warning("scheduler hooks of %s failed: %s", store.project_id, error)
-        store.append_event(HOOK_FAILED_EVENT, {"toolpackId": None, "error": str(error)})
+        store.append_event(EVENT_HOOK_FAILED, {"toolpackId": None, "error": str(error)})
     agents = store.list_agents()
     _failed_nudges(store, config, agents, now)
     _monitor_rules(store, config, agents, now, failed=True)
@@ -232,17 +202,17 @@ def tick(store, backend, hooks, now, configs=None):
 
 def _tick_agent(store, backend, config, task, agents, agent, now):
     status = agent["status"]
-    if status == STOPPED:
+    if status == AGENT_STOPPED:
         return
     limit = config.scheduler.max_signals_per_activation
     candidates = None
-    if status == RUNNING or agent.get("activeActivationId"):
+    if status == AGENT_RUNNING or agent.get("activeActivationId"):
         act = store.activation(agent["activeActivationId"]) if agent.get("activeActivationId") else None
-        if (act and act["status"] == RUNNING
+        if (act and act["status"] == ACT_RUNNING
                 and suzumio_backend.is_timed_out(act, config.backend.activation_timeout_ms, now)):
             backend.expire(store, act)
-            status = FAILED
-        elif act is None or act["status"] != RUNNING:
+            status = AGENT_FAILED
+        elif act is None or act["status"] != ACT_RUNNING:
             status = store.clear_stale_binding(agent["id"]) or store.agent(agent["id"])["status"]
         else:
             pending = store.pending_signals(agent["id"], limit, now)
@@ -251,12 +221,12 @@ def _tick_agent(store, backend, config, task, agents, agent, now):
                 return
             store.cancel_activation(act["id"], f"Interrupted by P0 signal {p0[0]['id']}")
             backend.stop_runner(store, store.activation(act["id"]))
-            status, candidates = QUIET, pending
+            status, candidates = AGENT_QUIET, pending
     if candidates is None:
         candidates = store.pending_signals(agent["id"], limit, now)
     if not candidates:
-        if status not in (QUIET, FAILED):
-            store.set_agent_status(agent["id"], QUIET)
+        if status not in (AGENT_QUIET, AGENT_FAILED):
+            store.set_agent_status(agent["id"], AGENT_QUIET)
         return
     _start_activation(store, backend, config, task, agents, agent, candidates, now)
 
@@ -288,14 +258,14 @@ def _failed_nudges(store, config, agents, now):
     if not rule.enabled:
         return
     for agent in agents:
-        if agent["status"] != FAILED:
+        if agent["status"] != AGENT_FAILED:
             continue
         if store.has_pending_signals_for_agent(agent["id"], include_delayed=True, now=now):
             continue
         latest = store.latest_failed_activation(agent["id"])
         if latest is None:
             continue
-        woke = store.signals_delivered_to(latest["id"], kind=FAILED_NUDGE)
+        woke = store.signals_delivered_to(latest["id"], kind=KIND_FAILED_NUDGE)
         previous = _attempt_of(woke[-1]) if woke else 0
         if rule.max_consecutive and previous >= rule.max_consecutive:
             continue
@@ -306,11 +276,11 @@ def _failed_nudges(store, config, agents, now):
                    "maxConsecutive": rule.max_consecutive, "delayMs": delay}
         not_before = None
         if delay > 0:
-            not_before = iso(now + datetime.timedelta(milliseconds=delay))
+            not_before = format_ts(now + timedelta(milliseconds=delay))
             payload["notBefore"] = not_before
         payload["error"] = latest.get("error") or ""
-        payload["message"] = rule.message or FAILED_NUDGE_MESSAGE
-        store.record_signal(FAILED_NUDGE, target_agent=agent["id"], priority=rule.priority, payload=payload,
+        payload["message"] = rule.message or suzumio_config.FAILED_NUDGE_MESSAGE
+        store.record_signal(KIND_FAILED_NUDGE, target_agent=agent["id"], priority=rule.priority, payload=payload,
                             useful_effect=False, not_before=not_before, now=now)
 
 
@@ -337,7 +307,7 @@ def _monitor_rules(store, config, agents, now, *, failed):
         if rule.enabled is False:
             continue
         agent = by_id.get(rule.agent)
-        if agent is None or agent["status"] != (FAILED if failed else QUIET):
+        if agent is None or agent["status"] != (AGENT_FAILED if failed else AGENT_QUIET):
             continue
         if rule.recipient != "user" and rule.recipient not in by_id:
             continue
@@ -360,7 +330,7 @@ def _monitor_rules(store, config, agents, now, *, failed):
             continue
         attempt = int(last["data"].get("attempt") or 0) + 1 if last else 1
         values = {"project": store.project_id, "agent": agent["id"], "agentId": agent["id"],
-                  "recipient": rule.recipient, "sender": rule.sender, "now": iso(now),
+                  "recipient": rule.recipient, "sender": rule.sender, "now": format_ts(now),
                   "initialDelayMs": rule.initial_delay_ms, "repeatDelayMs": rule.repeat_delay_ms,
                   "attempt": attempt, "ruleId": rule.id or rule.key}
         if failed:
@@ -394,16 +364,16 @@ def _all_quiet_nudge(store, config, now):
     agents = store.list_agents()
     if not agents or rule.target_agent not in {a["id"] for a in agents}:
         return
-    if any(a["status"] != QUIET for a in agents):
+    if any(a["status"] != AGENT_QUIET for a in agents):
         return
     if store.has_pending_signals(now=now):
         return
-    previous = store.latest_signal(ALL_QUIET_NUDGE, target_agent=rule.target_agent)
+    previous = store.latest_signal(KIND_ALL_QUIET_NUDGE, target_agent=rule.target_agent)
     if previous and ms_between(previous["createdAt"], now) < rule.cooldown_ms:
         return
-    store.record_signal(ALL_QUIET_NUDGE, target_agent=rule.target_agent, priority=rule.priority,
+    store.record_signal(KIND_ALL_QUIET_NUDGE, target_agent=rule.target_agent, priority=rule.priority,
                         useful_effect=True, now=now, payload={
-                            "message": rule.message or ALL_QUIET_MESSAGE,
+                            "message": rule.message or suzumio_config.ALL_QUIET_MESSAGE,
                             "reason": "all agents quiet and no pending signals",
                             "agentStatuses": [{"id": a["id"], "status": a["status"]} for a in agents]})
 
@@ -485,7 +455,7 @@ class Scheduler:
     def tick(self, name, now=None):
         """One tick of the named project; waits for a tick of it that is already running."""
         with self._project_lock(name):
-            tick(self.root.open_project(name), self.backends, self.hooks, as_datetime(now), self._configs)
+            tick(self.root.open_project(name), self.backends, self.hooks, to_datetime(now), self._configs)
 
     def trigger(self, name):
         """The tick HTTP routes ask for: it runs now and returns once it has run (scheduler.md §2.1)."""

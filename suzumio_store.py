@@ -1,7 +1,8 @@
 """Durable store: the runtime root layout and one ProjectStore per project SQLite file (store.md).
 The only module that imports sqlite3 or writes SQL; every public operation is one write transaction
 that includes its events and signals. Imported by the CLI, scheduler, backend, toolpacks and the HTTP
-routes; imports only suzumio_errors (the resolved config arrives as a plain dict)."""
+routes; imports suzumio_errors and suzumio_records (status constants, row shapes, timestamps), and takes
+the resolved config as a plain dict and the config's expanded agents at init."""
 import hmac
 import json
 import logging
@@ -13,265 +14,91 @@ import sqlite3
 import threading
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
+from suzumio_records import (
+    ACT_COMPLETED,
+    ACT_FAILED,
+    ACT_RUNNING,
+    ACTIVATION_STATUSES,
+    ACTIVATION_TRANSITIONS,
+    AGENT_FAILED,
+    AGENT_QUIET,
+    AGENT_RUNNING,
+    AGENT_STATUSES,
+    AGENT_TRANSITIONS,
+    APPROVE_REASON,
+    BOUNDARY_LIMIT,
+    BUDGET_SENDER,
+    ENDING_TOOLS,
+    HISTORY_CLOSED,
+    HISTORY_ROLES,
+    KIND_BUDGET_EXCEEDED,
+    KIND_MESSAGE,
+    KIND_NO_EFFECT_NUDGE,
+    KIND_RESUME_AFTER_STOP,
+    KIND_SUBMITTED,
+    KIND_WAIT,
+    NO_EFFECT_DEFAULTS,
+    PRIORITIES,
+    PROJECT_INITIALIZED,
+    PROJECT_RUNNING,
+    PROJECT_STATUSES,
+    PROJECT_TRANSITIONS,
+    RECORDABLE_SIGNAL_STATUSES,
+    RESUME_AFTER_STOP_MESSAGE,
+    SIGNAL_CLOSED,
+    SIGNAL_PENDING,
+    SIGNAL_STATUSES,
+    SIGNAL_TRANSITIONS,
+    STOP_REASON,
+    TOOL_CALL_END_STATUSES,
+    TOOL_CALL_STATUSES,
+    TOOL_CALL_TRANSITIONS,
+    TOOL_CALLS_CLOSED,
+    TOOL_COMPLETED,
+    TOOL_RUNNING,
+    WAIT_PREFIX,
+    activation_json,
+    agent_json,
+    budget_message,
+    channels_of,
+    checked_priority,
+    compaction_json,
+    config_section,
+    coordinator_of,
+    default_useful_effect,
+    dump_json,
+    event_row_json,
+    format_ts,
+    history_json,
+    history_part_type,
+    load_json,
+    max_signals_of,
+    message_json,
+    new_id,
+    no_effect_delay,
+    no_effect_message,
+    omit_none,
+    project_row_json,
+    public_activation_json,
+    public_agent_json,
+    render_boundary_text,
+    shrink,
+    signal_json,
+    to_datetime,
+    tool_call_row_json,
+    truncate,
+    usage_tokens,
+    valid_project_name,
+)
 
 log = logging.getLogger(__name__)
 
 DB_FILE = "suzumio.sqlite"
 BUSY_TIMEOUT_S = 5
-
-# ---------------------------------------------------------------------------------------------
-# Status constants and the transitions the system performs (store.md §3).
-
-PROJECT_INITIALIZED = "initialized"
-PROJECT_RUNNING = "running"
-PROJECT_SUBMITTED = "submitted"
-PROJECT_COMPLETED = "completed"
-PROJECT_STOPPED = "stopped"
-PROJECT_FAILED = "failed"
-PROJECT_STATUSES = (PROJECT_INITIALIZED, PROJECT_RUNNING, PROJECT_SUBMITTED, PROJECT_COMPLETED,
-                    PROJECT_STOPPED, PROJECT_FAILED)
-
-AGENT_QUIET = "quiet"
-AGENT_READY = "ready"
-AGENT_RUNNING = "running"
-AGENT_FAILED = "failed"
-AGENT_STOPPED = "stopped"
-AGENT_STATUSES = (AGENT_QUIET, AGENT_READY, AGENT_RUNNING, AGENT_FAILED, AGENT_STOPPED)
-
-ACT_RUNNING = "running"
-ACT_COMPLETED = "completed"
-ACT_FAILED = "failed"
-ACT_CANCELLED = "cancelled"
-ACTIVATION_STATUSES = (ACT_RUNNING, ACT_COMPLETED, ACT_FAILED, ACT_CANCELLED)
-
-SIGNAL_PENDING = "pending"
-SIGNAL_DELIVERED = "delivered"
-SIGNAL_CLOSED = "closed"
-SIGNAL_STATUSES = (SIGNAL_PENDING, SIGNAL_DELIVERED, SIGNAL_CLOSED)
-
-TOOL_RUNNING = "running"
-TOOL_COMPLETED = "completed"
-TOOL_FAILED = "failed"
-TOOL_CALL_STATUSES = (TOOL_RUNNING, TOOL_COMPLETED, TOOL_FAILED)
-
-PRIORITIES = ("P0", "P1", "P2", "P3")
-DEFAULT_PRIORITY = "P3"
-HISTORY_ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
-
-# Project status writes: operation -> (statuses it may start from, resulting status). Start, stop and
-# approve work from any status (store.md §3.1); the store does not refuse other writes either.
-PROJECT_TRANSITIONS = {
-    "start": (PROJECT_STATUSES, PROJECT_RUNNING),
-    "stop": (PROJECT_STATUSES, PROJECT_STOPPED),
-    "approve": (PROJECT_STATUSES, PROJECT_COMPLETED),
-    "submit": (PROJECT_STATUSES, PROJECT_SUBMITTED),
-    "request_changes": (PROJECT_STATUSES, PROJECT_RUNNING),
-    "budget_exceeded": ((PROJECT_RUNNING,), PROJECT_STOPPED),
-}
-
-# Agent status writes: trigger -> (statuses it may start from, resulting status) (store.md §3.2).
-AGENT_TRANSITIONS = {
-    "activation_created": ((AGENT_QUIET, AGENT_FAILED, AGENT_READY), AGENT_RUNNING),
-    "container_attached": ((AGENT_RUNNING,), AGENT_RUNNING),
-    "activation_completed": ((AGENT_RUNNING,), AGENT_QUIET),
-    "activation_cancelled": ((AGENT_RUNNING,), AGENT_QUIET),
-    "activation_failed": ((AGENT_RUNNING,), AGENT_FAILED),
-    # stale binding resolves to quiet, or failed when the bound activation failed (scheduler.md §5 b)
-    "stale_binding": ((AGENT_QUIET, AGENT_READY, AGENT_RUNNING, AGENT_FAILED), None),
-    "idle_reset": ((AGENT_READY, AGENT_RUNNING), AGENT_QUIET),
-}
-
-# Activation status writes: trigger -> (statuses it may start from, resulting status) (§3.3).
-ACTIVATION_TRANSITIONS = {
-    "complete": ((ACT_RUNNING,), ACT_COMPLETED),
-    "fail": ((ACT_RUNNING,), ACT_FAILED),
-    "cancel": ((ACT_RUNNING,), ACT_CANCELLED),
-}
-
-# Signals only ever move pending -> delivered (§3.4); tool calls may be finished again (tools.md §13).
-SIGNAL_TRANSITIONS = {"deliver": ((SIGNAL_PENDING,), SIGNAL_DELIVERED)}
-TOOL_CALL_TRANSITIONS = {
-    "complete": (TOOL_CALL_STATUSES, TOOL_COMPLETED),
-    "fail": (TOOL_CALL_STATUSES, TOOL_FAILED),
-}
-
-KIND_MESSAGE = "message.created"
-KIND_NO_EFFECT_NUDGE = "scheduler.no_effect_nudge"
-KIND_FAILED_NUDGE = "scheduler.failed_nudge"
-KIND_ALL_QUIET_NUDGE = "scheduler.all_quiet_nudge"
-KIND_RESUME_AFTER_STOP = "scheduler.resume_after_stop"
-KIND_SUBMITTED = "completion.submitted"
-KIND_WAIT = "coordination.wait_for_signal"
-KIND_BUDGET_EXCEEDED = "project.budget_exceeded"
-BUDGET_SENDER = "scheduler"
-TOOL_WAIT = "coordination.wait_for_signal"
-TOOL_SUBMIT = "completion.submit"
-ENDING_TOOLS = (TOOL_WAIT, TOOL_SUBMIT)
-_USEFUL_WHEN_CLOSED = (KIND_MESSAGE, KIND_SUBMITTED, KIND_WAIT)
-_NEVER_USEFUL = (KIND_NO_EFFECT_NUDGE, KIND_FAILED_NUDGE)
-
-BOUNDARY_LIMIT = 20
-WAIT_PREFIX = "Waiting for future signals."
-RESUME_AFTER_STOP_MESSAGE = ("Your previous activation was cancelled because the project was stopped. "
-                             "Resume the interrupted work from your history.")
-BOUNDARY_HEADING = "# New P1 Signals Delivered At Tool Boundary"
-BOUNDARY_INTRO = ("These P1 signals arrived while you were working. They are new instructions that "
-                  "follow the tool result above; take them into account before you continue.")
-_NUDGE_FALLBACKS = {
-    KIND_NO_EFFECT_NUDGE: "Your previous activation ended without an externally visible effect. "
-                          "Report results or a blocker with messages.send before ending.",
-    KIND_FAILED_NUDGE: "Your previous activation failed. Retry from the existing history and workspace.",
-    KIND_ALL_QUIET_NUDGE: "All agents are quiet and there are no pending work signals. "
-                          "Rehydrate the work with targeted messages.",
-    KIND_RESUME_AFTER_STOP: RESUME_AFTER_STOP_MESSAGE,
-}
-NO_EFFECT_DEFAULTS = {"enabled": True, "priority": "P3", "maxConsecutive": 0, "initialDelayMs": 30000,
-                      "backoffFactor": 2, "maxDelayMs": 300000}
-DEFAULT_CHANNELS = ("#project", "#blocked")
-
-
-# ---------------------------------------------------------------------------------------------
-# Ids, timestamps, JSON.
-
-def format_ts(dt):
-    """UTC ISO-8601 with exactly three fractional digits and Z (store.md §1.3)."""
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_ts(text):
-    """Parse a stored timestamp (or any ISO-8601 text) into an aware UTC datetime."""
-    dt = datetime.fromisoformat(str(text))
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
-
-
-def now_ts():
-    """The current time as a stored timestamp."""
-    return format_ts(datetime.now(UTC))
-
-
-def to_datetime(now=None):
-    """An injected clock value (None, datetime or ISO text) as an aware UTC datetime."""
-    if now is None:
-        return datetime.now(UTC)
-    if isinstance(now, datetime):
-        return now if now.tzinfo else now.replace(tzinfo=UTC)
-    return parse_ts(now)
-
-
-def new_id(prefix, now=None):
-    """`<prefix>_<epochMillis>_<hex8>` (store.md §1.4)."""
-    millis = int(to_datetime(now).timestamp() * 1000)
-    return f"{prefix}_{millis}_{uuid.uuid4().hex[:8]}"
-
-
-def dump_json(value):
-    """Compact JSON as stored in *_json columns (cli.md §1.5)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _load_json(text, default=None):
-    if text is None:
-        return default
-    try:
-        return json.loads(text)
-    except ValueError:
-        return default
-
-
-def usage_tokens(usage):
-    """Tokens of one activation's stored usage: `tokens.total`, else input + output (backend-runner.md §7.8)."""
-    tokens = usage.get("tokens") if isinstance(usage, dict) else None
-    if not isinstance(tokens, dict):
-        return 0
-
-    def count(value):
-        valid = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return int(value) if valid and value >= 0 else None
-
-    total = count(tokens.get("total"))
-    if total is not None:
-        return total
-    return (count(tokens.get("input")) or 0) + (count(tokens.get("output")) or 0)
-
-
-def budget_message(project, max_tokens, used_tokens):
-    """The P2 message to the user when a project's token budget is used up."""
-    return (f"Token budget reached for project {project}: {used_tokens} tokens used since it was last started "
-            f"(backend.runner.budget.maxTokens: {max_tokens}). The project is paused: running activations "
-            f"finish, no new ones start. Run `suzumio start {project}` to resume with a fresh budget.")
-
-
-def _omit_none(mapping):
-    return {k: v for k, v in mapping.items() if v is not None}
-
-
-def truncate(text, limit):
-    """http-api.md §2.6: the text, or its first `limit` chars plus a truncation note."""
-    if text is None or len(text) <= limit:
-        return text
-    return text[:limit].rstrip() + f"\n\n[truncated {len(text) - limit} chars]"
-
-
-def shrink(value, limit):
-    """http-api.md §6.4 size reduction of event payloads."""
-    if isinstance(value, str):
-        return truncate(value, limit)
-    if isinstance(value, list):
-        return [shrink(item, limit) for item in value[:20]]
-    if isinstance(value, dict):
-        return {k: shrink(v, 4000 if k in ("output", "body", "error") else 1000)
-                for k, v in list(value.items())[:40]}
-    return value
-
-
-def is_valid_priority(value):
-    return isinstance(value, str) and value in PRIORITIES
-
-
-def _priority(value):
-    if value is None or value == "":
-        return DEFAULT_PRIORITY
-    if not is_valid_priority(value):
-        raise BadRequest(f"Invalid priority: {value}")
-    return value
-
-
-def valid_project_name(name):
-    """The path-segment rule of config.md §2.8 step 0."""
-    return (isinstance(name, str) and name not in ("", ".", "..")
-            and not any(c in name for c in ("/", "\\", "\0")))
-
-
-def _section(config, key):
-    value = (config or {}).get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def coordinator_of(config):
-    """communication.coordinatorAgent, default pm."""
-    return _section(config, "communication").get("coordinatorAgent") or "pm"
-
-
-def channels_of(config):
-    value = (config or {}).get("channels")
-    return list(DEFAULT_CHANNELS) if value is None else list(value)
-
-
-def max_signals_of(config):
-    """scheduler.maxSignalsPerActivation (legacy alias maxPromptMessages), default 20."""
-    scheduler = _section(config, "scheduler")
-    value = scheduler.get("maxSignalsPerActivation", scheduler.get("maxPromptMessages"))
-    return value if isinstance(value, int) and value > 0 else 20
-
 
 # ---------------------------------------------------------------------------------------------
 # Runtime root.
@@ -287,44 +114,6 @@ def resolve_root(explicit=None, env=None):
         value = str(Path.home() / ".suzumio")
     return Path(os.path.abspath(value or os.curdir))
 
-
-@dataclass(frozen=True)
-class AgentSeed:
-    """One expanded agent as created by init (store.md §2.2)."""
-    id: str
-    role: str
-    display_name: str
-    prompt: str = ""
-    model: str | None = None
-    tools: tuple = field(default_factory=tuple)
-
-
-def expand_agents(config):
-    """Counted-agent expansion of config.md §3.4, in config order."""
-    seeds = []
-    for key, entry in ((config or {}).get("agents") or {}).items():
-        entry = entry or {}
-        count = entry.get("count") or 1
-        names = entry.get("names") or []
-        for index in range(1, count + 1):
-            agent_id = key if count == 1 else f"{key}-{index}"
-            if index - 1 < len(names):
-                display = names[index - 1]
-            else:
-                display = entry.get("displayName") or agent_id
-            seeds.append(AgentSeed(id=agent_id, role=entry.get("role") or key, display_name=display,
-                                   prompt=entry.get("prompt") or "", model=entry.get("model"),
-                                   tools=tuple(entry.get("tools") or ())))
-    return seeds
-
-
-def agent_config_entry(config, agent_id):
-    """Per-agent config for an expanded id: agents[id], else agents[id minus a trailing -<digits>]."""
-    agents = (config or {}).get("agents") or {}
-    if agent_id in agents:
-        return agents[agent_id] or {}
-    base, _, suffix = agent_id.rpartition("-")
-    return (agents.get(base) or {}) if base and suffix.isdigit() else {}
 
 
 def _connect(path, must_exist=False):
@@ -398,7 +187,8 @@ class Root:
 
     def init_project(self, name, task, config, agents, source_text, resolved_text, config_path=None,
                      now=None):
-        """Create the layout of cli.md §2 and the database; on failure leave no file behind."""
+        """Create the layout of cli.md §2 and the database; on failure leave no file behind. `agents` are
+        the config's expanded agents (ProjectConfig.agents: id, role, display_name, prompt, model, tools)."""
         if not valid_project_name(name):
             raise BadRequest(f"Invalid project name: {name}")
         directory = self.path / name
@@ -571,183 +361,6 @@ class _Tx:
     def id(self, prefix):
         return new_id(prefix, self.now)
 
-
-# ---------------------------------------------------------------------------------------------
-# Row -> JSON shapes (camelCase, optional fields omitted).
-
-def message_json(row):
-    return _omit_none({"id": row["id"], "project": row["project"], "sender": row["sender"],
-                       "recipient": row["recipient"], "channel": row["channel"],
-                       "priority": row["priority"], "body": row["body"], "createdAt": row["created_at"]})
-
-
-def signal_json(row):
-    data = {"id": row["id"], "project": row["project"], "kind": row["kind"],
-            "sourceAgent": row["source_agent"], "sourceActivation": row["source_activation"],
-            "targetAgent": row["target_agent"], "targetChannel": row["target_channel"],
-            "priority": row["priority"], "payload": _load_json(row["payload_json"], {}),
-            "status": row["status"], "usefulEffect": bool(row["useful_effect"]),
-            "createdAt": row["created_at"],
-            "notBefore": row["not_before"] if row["not_before"] != row["created_at"] else None,
-            "deliveredAt": row["delivered_at"], "deliveredActivationId": row["delivered_activation_id"]}
-    return _omit_none(data)
-
-
-def agent_json(row, include_token=False):
-    data = {"id": row["id"], "project": row["project"], "role": row["role"],
-            "displayName": row["display_name"], "status": row["status"], "prompt": row["prompt"],
-            "model": row["model"], "tools": _load_json(row["tools_json"], []),
-            "workspacePath": row["workspace_path"], "activeActivationId": row["active_activation_id"],
-            "containerName": row["container_name"], "createdAt": row["created_at"],
-            "updatedAt": row["updated_at"], "promptChars": len(row["prompt"] or "")}
-    if include_token:
-        data["token"] = row["token"]
-    return _omit_none(data)
-
-
-def public_agent_json(row):
-    """http-api.md §6.2 public agent: no token, no prompt, plus promptChars."""
-    data = agent_json(row)
-    data.pop("prompt", None)
-    return data
-
-
-def activation_json(row):
-    """The full activation record (prompt, paths, usage) for the controller's own use."""
-    return _omit_none({
-        "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
-        "prompt": row["prompt"], "inputPath": row["input_path"], "outputPath": row["output_path"],
-        "containerName": row["container_name"], "startedAt": row["started_at"],
-        "completedAt": row["completed_at"], "text": row["text"], "error": row["error"],
-        "emittedMessages": row["emitted_messages"], "usage": _load_json(row["usage_json"]),
-        "hasContext": row["context_json"] is not None})
-
-
-def public_activation_json(row):
-    """http-api.md §6.5 public activation."""
-    return _omit_none({
-        "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
-        "containerName": row["container_name"], "startedAt": row["started_at"],
-        "completedAt": row["completed_at"], "text": truncate(row["text"], 8000),
-        "error": truncate(row["error"], 8000), "emittedMessages": row["emitted_messages"],
-        "usageJson": truncate(row["usage_json"], 4000), "hasContext": row["context_json"] is not None})
-
-
-def tool_call_row_json(row):
-    """http-api.md §6.7 raw tool-call row."""
-    data = {"id": row["id"], "project": row["project"], "activation_id": row["activation_id"],
-            "agent_id": row["agent_id"], "tool": row["tool"], "input_json": truncate(row["input_json"], 8000),
-            "status": row["status"], "output": truncate(row["output"], 8000),
-            "error": truncate(row["error"], 8000), "created_at": row["created_at"]}
-    data = _omit_none(data)
-    data["completed_at"] = row["completed_at"]
-    return data
-
-
-def event_row_json(row):
-    return {"id": row["id"], "project": row["project"], "type": row["type"],
-            "data_json": row["data_json"], "created_at": row["created_at"]}
-
-
-def part_json(row, limit=None):
-    cut = (lambda v: truncate(v, limit)) if limit else (lambda v: v)
-    return _omit_none({
-        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
-        "messageId": row["message_id"], "activationId": row["activation_id"],
-        "partIndex": row["part_index"], "type": row["type"], "text": cut(row["text"]),
-        "toolCallId": row["tool_call_id"], "toolName": row["tool_name"], "inputJson": row["input_json"],
-        "output": cut(row["output"]), "error": cut(row["error"]),
-        "metadata": _load_json(row["metadata_json"], {}), "createdAt": row["created_at"]})
-
-
-def history_json(row, parts, content_limit=None, part_limit=None):
-    return _omit_none({
-        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
-        "activationId": row["activation_id"], "role": row["role"], "kind": row["kind"],
-        "content": truncate(row["content"], content_limit) if content_limit else row["content"],
-        "sequence": row["sequence"], "compactionId": row["compaction_id"],
-        "archived": row["compaction_id"] is not None, "metadata": _load_json(row["metadata_json"], {}),
-        "createdAt": row["created_at"], "parts": [part_json(p, part_limit) for p in parts]})
-
-
-def compaction_json(row):
-    return _omit_none({
-        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
-        "activationId": row["activation_id"], "summaryMessageId": row["summary_message_id"],
-        "archivePath": row["archive_path"], "startSequence": row["start_sequence"],
-        "endSequence": row["end_sequence"], "archivedMessageCount": row["archived_message_count"],
-        "rawChars": row["raw_chars"], "summary": row["summary"], "reason": row["reason"],
-        "selectedModel": row["selected_model"], "createdAt": row["created_at"]})
-
-
-def project_row_json(row):
-    """The project row without config_json (store.md §2.1)."""
-    return {"id": row["id"], "name": row["name"], "status": row["status"], "task": row["task"],
-            "submitted_report": row["submitted_report"], "created_at": row["created_at"],
-            "updated_at": row["updated_at"]}
-
-
-# ---------------------------------------------------------------------------------------------
-# Signal rendering (scheduler.md §4.3), shared by activation prompts and tool-boundary delivery.
-
-def render_signal(signal):
-    """Render one Signal JSON as the Markdown block the model sees."""
-    kind = signal.get("kind", "")
-    payload = signal.get("payload") if isinstance(signal.get("payload"), dict) else {}
-    head = f"## {signal.get('id')} {kind}"
-    if kind == KIND_MESSAGE:
-        lines = [head, f"Message: {payload.get('id') or signal.get('id')}",
-                 f"From: {payload.get('sender') or 'unknown'}"]
-        channel = payload.get("channel") or signal.get("targetChannel")
-        if payload.get("recipient"):
-            lines.append(f"To: {payload['recipient']}")
-        elif channel:
-            lines.append(f"Channel: {channel}")
-        lines += [f"Priority: {payload.get('priority') or signal.get('priority')}",
-                  f"Time: {payload.get('createdAt') or signal.get('createdAt')}", "",
-                  str(payload.get("body") or "").strip()]
-        return "\n".join(lines)
-    if kind in _NUDGE_FALLBACKS:
-        message = payload.get("message")
-        text = message if isinstance(message, str) and message.strip() else _NUDGE_FALLBACKS[kind]
-        return "\n".join([head, f"Priority: {signal.get('priority')}", "", text])
-    return "\n".join([head, f"Priority: {signal.get('priority')}", f"Time: {signal.get('createdAt')}", "",
-                      json.dumps(payload, indent=2, ensure_ascii=False)])
-
-
-def render_boundary_text(signals):
-    """scheduler.md §3.2: the text appended to a tool result for P1 signals."""
-    return "\n\n".join([BOUNDARY_HEADING, BOUNDARY_INTRO] + [render_signal(s) for s in signals])
-
-
-def default_useful_effect(kind, status):
-    """store.md §5.1 defaults when usefulEffect is not given."""
-    if kind in _NEVER_USEFUL:
-        return False
-    if status == SIGNAL_PENDING:
-        return True
-    return kind in _USEFUL_WHEN_CLOSED
-
-
-def no_effect_message(agent_id):
-    text = ("Your previous activation ended without any externally visible effect. Before ending an "
-            "activation you must use messages.send to report results, artifact paths or a blocker to "
-            "the requested recipient or the coordinator, or call coordination.wait_for_signal after "
-            "reporting")
-    if agent_id == "pm":
-        text += ", or call completion.submit with the final report"
-    return text + ". Do not merely run shell commands."
-
-
-def _no_effect_delay(attempt, cfg):
-    if attempt <= 1:
-        return 0
-    value = cfg["initialDelayMs"] * (cfg["backoffFactor"] ** (attempt - 2))
-    return int(min(cfg["maxDelayMs"], math.floor(value)))
-
-
-def _history_part_type(role):
-    return role if role in ("tool_call", "tool_result", "compaction") else "text"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -967,7 +580,7 @@ class ProjectStore:
         if row is None:
             return None
         data = event_row_json(row)
-        data["data"] = _load_json(row["data_json"], {})
+        data["data"] = load_json(row["data_json"], {})
         return data
 
     # -- project ---------------------------------------------------------------------------------
@@ -1036,11 +649,11 @@ class ProjectStore:
 
     def stop(self, now=None):
         """store.md §8.1 step 1: stopped, cancel running activations, resume signals. Returns them."""
-        return self._halt("stop", "Project stopped", resume=True, now=now)
+        return self._halt("stop", STOP_REASON, resume=True, now=now)
 
     def approve(self, now=None):
         """Like stop with status completed, reason `Project approved`, and no resume signals."""
-        return self._halt("approve", "Project approved", resume=False, now=now)
+        return self._halt("approve", APPROVE_REASON, resume=False, now=now)
 
     def _halt(self, trigger, reason, resume, now):
         cancelled = []
@@ -1076,7 +689,7 @@ class ProjectStore:
             "AND a.id = json_extract(e.data_json, '$.activationId') "
             "WHERE e.project = ? AND e.rowid > ? AND e.type IN ('activation.completed', 'activation.failed') "
             "AND a.usage_json IS NOT NULL", (self.project_id, started)).fetchall()
-        return sum(usage_tokens(_load_json(row["usage_json"], {})) for row in rows)
+        return sum(usage_tokens(load_json(row["usage_json"], {})) for row in rows)
 
     def pause_for_budget(self, max_tokens, now=None):
         """Stop a running project whose window used max_tokens or more: status, `project.budget_exceeded`
@@ -1245,7 +858,7 @@ class ProjectStore:
         """store.md §4.2: validate, then message row, event and signal(s) in one transaction."""
         if not isinstance(body, str) or not body.strip():
             raise BadRequest("body is required")
-        priority = _priority(priority)
+        priority = checked_priority(priority)
         with self.write(now) as tx:
             return self._send_message(tx, sender, body, recipient=recipient, channel=channel,
                                       priority=priority, source_agent=source_agent,
@@ -1255,7 +868,7 @@ class ProjectStore:
                       source_agent=None, source_activation=None):
         if not isinstance(body, str) or not body.strip():
             raise BadRequest("body is required")
-        priority = _priority(priority)
+        priority = checked_priority(priority)
         if not isinstance(sender, str) or not sender:
             raise BadRequest("sender is required")
         recipient = recipient or None
@@ -1272,9 +885,9 @@ class ProjectStore:
         tx.execute("INSERT INTO messages (id, project, sender, recipient, channel, priority, body, "
                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                    (message_id, self.project_id, sender, recipient, channel, priority, body, tx.ts))
-        message = _omit_none({"id": message_id, "project": self.project_id, "sender": sender,
-                              "recipient": recipient, "channel": channel, "priority": priority,
-                              "body": body, "createdAt": tx.ts})
+        message = omit_none({"id": message_id, "project": self.project_id, "sender": sender,
+                             "recipient": recipient, "channel": channel, "priority": priority,
+                             "body": body, "createdAt": tx.ts})
         self._event(tx, "message.created", message)
         self._record_signal(tx, KIND_MESSAGE, source_agent=source_agent, source_activation=source_activation,
                             target_agent=recipient, target_channel=channel, priority=priority,
@@ -1345,11 +958,11 @@ class ProjectStore:
                                                (self.project_id,)) if r["id"] != source_agent]
         else:
             targets = []
-        if status is not None and status not in (SIGNAL_PENDING, SIGNAL_CLOSED):
+        if status is not None and status not in RECORDABLE_SIGNAL_STATUSES:
             raise BadRequest(f"Invalid signal status: {status}")
         if status == SIGNAL_CLOSED and targets:
             raise BadRequest("Targeted signals cannot be closed; omit the target or omit status")
-        priority = _priority(priority)
+        priority = checked_priority(priority)
         not_before_ts = format_ts(to_datetime(not_before)) if not_before is not None else tx.ts
         rows = [(t, SIGNAL_PENDING) for t in targets] or [(None, SIGNAL_CLOSED)]
         created = []
@@ -1561,7 +1174,7 @@ class ProjectStore:
 
     def _no_effect_nudge(self, tx, agent_id, activation_id):
         """scheduler.md §7.1, evaluated inside completion."""
-        raw = _section(_section(self.config(), "scheduler"), "noEffectNudge")
+        raw = config_section(config_section(self.config(), "scheduler"), "noEffectNudge")
         cfg = {**NO_EFFECT_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
         if not cfg["enabled"]:
             return None
@@ -1570,18 +1183,18 @@ class ProjectStore:
                       "AND kind = ? ORDER BY created_at DESC, rowid DESC LIMIT 1",
                       (self.project_id, activation_id, KIND_NO_EFFECT_NUDGE))
         if woke is not None:
-            attempt = _load_json(woke["payload_json"], {}).get("attempt")
+            attempt = load_json(woke["payload_json"], {}).get("attempt")
             valid = isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0
             previous = attempt if valid else 1
         max_consecutive = cfg["maxConsecutive"]
         if max_consecutive and previous >= max_consecutive:
             return None
         attempt = previous + 1
-        delay = _no_effect_delay(attempt, cfg)
+        delay = no_effect_delay(attempt, cfg)
         not_before = format_ts(tx.now + timedelta(milliseconds=delay)) if delay > 0 else None
-        payload = _omit_none({"previousActivationId": activation_id, "attempt": attempt,
-                              "maxConsecutive": max_consecutive, "delayMs": delay, "notBefore": not_before,
-                              "message": no_effect_message(agent_id)})
+        payload = omit_none({"previousActivationId": activation_id, "attempt": attempt,
+                             "maxConsecutive": max_consecutive, "delayMs": delay, "notBefore": not_before,
+                             "message": no_effect_message(agent_id)})
         return self._record_signal(tx, KIND_NO_EFFECT_NUDGE, target_agent=agent_id, priority=cfg["priority"],
                                    payload=payload, useful_effect=False, not_before=not_before)
 
@@ -1647,7 +1260,7 @@ class ProjectStore:
     def activation_context(self, activation_id):
         """http-api.md §6.6: public activation, prompt, and the snapshot or its fallback."""
         row = self._activation_row(activation_id)
-        context = _load_json(row["context_json"])
+        context = load_json(row["context_json"])
         if context is None:
             prompt = row["prompt"]
             context = {"version": 1, "kind": "model-context", "recordedAt": row["started_at"],
@@ -1709,7 +1322,7 @@ class ProjectStore:
     def finish_tool_call(self, agent_id, activation_id, tool_call_id, status, output=None, error=None,
                          now=None):
         """store.md §5.6 finish plus P1 tool-boundary delivery (scheduler.md §3.2)."""
-        if status not in (TOOL_COMPLETED, TOOL_FAILED):
+        if status not in TOOL_CALL_END_STATUSES:
             raise BadRequest(f"Invalid tool call status: {status}")
         output = None if output is None else str(output)
         error = None if error in (None, "") else str(error)
@@ -1725,7 +1338,7 @@ class ProjectStore:
                 raise NotFound(f"Unknown tool call for activation: {tool_call_id}")
             tool = tx.one("SELECT tool FROM tool_calls WHERE id = ?", (tool_call_id,))["tool"]
             self._event(tx, f"tool.{target}",
-                        _omit_none({"id": tool_call_id, "output": output, "error": error}))
+                        omit_none({"id": tool_call_id, "output": output, "error": error}))
             lines = [f"# Tool Result\nTool: {tool}\nStatus: {target}"]
             if error:
                 lines.append(f"\nError: {error}")
@@ -1734,8 +1347,8 @@ class ProjectStore:
             self._append_history(tx, agent_id, activation_id, "tool_result",
                                  "tool_result" if target == TOOL_COMPLETED else "tool_error", "".join(lines),
                                  {"toolCallId": tool_call_id, "tool": tool, "status": target},
-                                 [_omit_none({"type": "tool_result", "toolCallId": tool_call_id,
-                                              "toolName": tool, "output": output, "error": error})])
+                                 [omit_none({"type": "tool_result", "toolCallId": tool_call_id,
+                                             "toolName": tool, "output": output, "error": error})])
             result = {"status": target}
             act = self._activation_row(activation_id, tx.conn)
             if target != TOOL_COMPLETED or act["status"] != ACT_RUNNING or tool in ENDING_TOOLS:
@@ -1784,9 +1397,9 @@ class ProjectStore:
                 last = conn.execute("SELECT * FROM tool_calls WHERE project = ? AND tool = ? "
                                     "ORDER BY created_at DESC, rowid DESC LIMIT 1",
                                     (self.project_id, tool)).fetchone()
-                entry.update(_omit_none({"lastStatus": last["status"], "lastAgentId": last["agent_id"],
-                                         "lastAt": last["completed_at"] or last["created_at"],
-                                         "lastError": truncate(last["error"], 600) or None}))
+                entry.update(omit_none({"lastStatus": last["status"], "lastAgentId": last["agent_id"],
+                                        "lastAt": last["completed_at"] or last["created_at"],
+                                        "lastError": truncate(last["error"], 600) or None}))
         return stats
 
     # -- core tool effects -----------------------------------------------------------------------
@@ -1829,13 +1442,13 @@ class ProjectStore:
                 message = self._send_message(tx, agent_id, f"{WAIT_PREFIX}\n\nReason: {reason}", recipient=pm,
                                              priority="P3", source_agent=agent_id,
                                              source_activation=activation_id)
-            payload = _omit_none({"reason": reason, "notifiedAgent": pm if message else None,
-                                  "messageId": message["id"] if message else None})
+            payload = omit_none({"reason": reason, "notifiedAgent": pm if message else None,
+                                 "messageId": message["id"] if message else None})
             signal = self._record_signal(tx, KIND_WAIT, source_agent=agent_id,
                                          source_activation=activation_id, payload=payload,
                                          useful_effect=True)[0]
-        return _omit_none({"reason": reason, "notifiedAgent": payload.get("notifiedAgent"),
-                           "message": message, "signal": signal})
+        return omit_none({"reason": reason, "notifiedAgent": payload.get("notifiedAgent"),
+                          "message": message, "signal": signal})
 
     # -- history ---------------------------------------------------------------------------------
 
@@ -1848,17 +1461,17 @@ class ProjectStore:
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
                    (message_id, self.project_id, agent_id, activation_id, role, kind, content, sequence,
                     dump_json(metadata or {}), tx.ts))
-        parts = parts or [{"type": _history_part_type(role), "text": content}]
+        parts = parts or [{"type": history_part_type(role), "text": content}]
         for index, part in enumerate(parts):
             tx.execute("INSERT INTO agent_history_parts (id, project, agent_id, message_id, activation_id, "
                        "part_index, type, text, tool_call_id, tool_name, input_json, output, error, "
                        "metadata_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (tx.id("hpart"), self.project_id, agent_id, message_id, activation_id, index,
-                        part.get("type") or _history_part_type(role), part.get("text"),
+                        part.get("type") or history_part_type(role), part.get("text"),
                         part.get("toolCallId"), part.get("toolName"), part.get("inputJson"),
                         part.get("output"), part.get("error"), dump_json(part.get("metadata") or {}),
                         tx.ts))
-        self._event(tx, "agent_history.message", _omit_none({
+        self._event(tx, "agent_history.message", omit_none({
             "id": message_id, "agentId": agent_id, "activationId": activation_id, "role": role, "kind": kind,
             "chars": len(content)}))
         return self._history_rows(tx.conn, "id = ?", (message_id,))[0]
@@ -1944,9 +1557,9 @@ class ProjectStore:
                 return {"status": "unchanged", "history": active}
             cmp_id = tx.id("cmp")
             path = self.history_archive_path(agent_id, cmp_id)
-            archive = _omit_none({"version": 1, "compactionId": cmp_id, "project": self.project_id,
-                                  "agentId": agent_id, "activationId": activation_id, "reason": reason,
-                                  "selectedModel": selected_model, "createdAt": tx.ts, "messages": head})
+            archive = omit_none({"version": 1, "compactionId": cmp_id, "project": self.project_id,
+                                 "agentId": agent_id, "activationId": activation_id, "reason": reason,
+                                 "selectedModel": selected_model, "createdAt": tx.ts, "messages": head})
             text = json.dumps(archive, indent=2, ensure_ascii=False) + "\n"
             sequences = [m["sequence"] for m in head]
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -1954,10 +1567,10 @@ class ProjectStore:
             try:
                 marker = self._append_history(
                     tx, agent_id, activation_id, "compaction", "history_compaction", summary,
-                    _omit_none({"compactionId": cmp_id, "archivePath": str(path),
-                                "archivedMessageCount": len(head), "startSequence": min(sequences),
-                                "endSequence": max(sequences), "reason": reason,
-                                "selectedModel": selected_model}),
+                    omit_none({"compactionId": cmp_id, "archivePath": str(path),
+                               "archivedMessageCount": len(head), "startSequence": min(sequences),
+                               "endSequence": max(sequences), "reason": reason,
+                               "selectedModel": selected_model}),
                     [{"type": "compaction", "text": summary,
                       "metadata": {"compactionId": cmp_id, "archivePath": str(path)}}])
                 ids = [m["id"] for m in head]
@@ -1973,7 +1586,7 @@ class ProjectStore:
                            (cmp_id, self.project_id, agent_id, activation_id, marker["id"], str(path),
                             min(sequences), max(sequences), len(head), len(text), summary, reason,
                             selected_model, tx.ts))
-                self._event(tx, "agent_history.compacted", _omit_none({
+                self._event(tx, "agent_history.compacted", omit_none({
                     "compactionId": cmp_id, "agentId": agent_id, "activationId": activation_id,
                     "archivedMessageCount": len(head), "rawChars": len(text)}))
                 compaction = compaction_json(tx.one("SELECT * FROM agent_history_compactions WHERE id = ?",
@@ -2014,6 +1627,5 @@ class ProjectStore:
 
 def _require_running(row, purpose):
     if row["status"] != ACT_RUNNING:
-        if purpose == "history":
-            raise Conflict(f"Activation {row['id']} is {row['status']}; history updates are not accepted")
-        raise Conflict(f"Activation {row['id']} is {row['status']}; no more tool calls are accepted")
+        why = HISTORY_CLOSED if purpose == "history" else TOOL_CALLS_CLOSED
+        raise Conflict(f"Activation {row['id']} is {row['status']}; {why}")

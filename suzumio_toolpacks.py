@@ -13,17 +13,26 @@ import suzumio_config
 import suzumio_node
 from suzumio_config import is_allowed
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
-from suzumio_store import format_ts, to_datetime, truncate
+from suzumio_records import (
+    ACT_RUNNING,
+    AGENT_RUNNING,
+    DEFAULT_PRIORITY,
+    EVENT_HOOK_FAILED,
+    PRIORITIES,
+    RECORDABLE_SIGNAL_STATUSES,
+    SIGNAL_CLOSED,
+    SIGNAL_DELIVERED,
+    SIGNAL_PENDING,
+    SIGNAL_STATUSES,
+    WAIT_PREFIX,
+    format_ts,
+    to_datetime,
+    truncate,
+)
 
 log = logging.getLogger(__name__)
 
-PRIORITIES = ("P0", "P1", "P2", "P3")
-DEFAULT_PRIORITY = "P3"
-SIGNAL_STATUSES = ("pending", "closed")
-SIGNAL_FILTER_STATUSES = ("pending", "delivered", "closed")
 MESSAGE_PREVIEW_CHARS = 12000
-WAIT_DEFAULT_REASON = "Waiting for future signals."
-HOOK_FAILED_EVENT = "scheduler.hook_failed"
 
 
 class ToolpackError(suzumio_node.ToolpackError):
@@ -112,10 +121,10 @@ def signal_request(item):
     priority = check_priority(item["priority"]) if item.get("priority") is not None else None
     useful_effect = optional_boolean(item, "usefulEffect")
     status = item.get("status")
-    if status is not None and status not in SIGNAL_STATUSES:
+    if status is not None and status not in RECORDABLE_SIGNAL_STATUSES:
         raise BadRequest(f"Invalid signal status: {describe(status)}")
     targeted = (target_agent is not None and target_agent != "user") or target_channel is not None
-    if targeted and status == "closed":
+    if targeted and status == SIGNAL_CLOSED:
         raise BadRequest("Targeted signals cannot be closed; omit the target or omit status")
     payload = item.get("payload") if isinstance(item.get("payload"), dict) else {}
     return {"kind": kind, "target_agent": target_agent, "target_channel": target_channel, "priority": priority,
@@ -231,7 +240,7 @@ def send_message_tool(store, agent, activation_id, data):
 def wait_for_signal_tool(store, agent, activation_id, data):
     data = object_input(data)
     coordinator = communication(store.config())[0]
-    reason = optional_string(data.get("reason")) or WAIT_DEFAULT_REASON
+    reason = optional_string(data.get("reason")) or WAIT_PREFIX
     pm = optional_string(data.get("pm")) or coordinator
     notify_pm = optional_boolean(data, "notifyPm")
     if notify_pm is None:
@@ -372,7 +381,7 @@ class ToolpackRuntime:
         try:
             packs = [pack for pack in config.toolpacks if pack.has_scheduler_hook]
         except ConfigError as exc:
-            store.append_event(HOOK_FAILED_EVENT, {"toolpackId": "", "error": exc.message})
+            store.append_event(EVENT_HOOK_FAILED, {"toolpackId": "", "error": exc.message})
             return
         if not packs:
             return
@@ -387,7 +396,7 @@ class ToolpackRuntime:
                     store.record_signal(request.pop("kind"), **request)
             except SuzumioError as exc:
                 log.warning("scheduler hook of %s in %s failed: %s", pack.id, store.project_id, exc.message)
-                store.append_event(HOOK_FAILED_EVENT, {"toolpackId": pack.id, "error": exc.message})
+                store.append_event(EVENT_HOOK_FAILED, {"toolpackId": pack.id, "error": exc.message})
 
 
 def handler_result(handler, *args):
@@ -403,8 +412,8 @@ def hook_agents(store):
     agents = []
     for agent in store.list_agents():
         active = agent.get("activeActivationId")
-        alive = (agent["status"] == "running" and active is not None
-                 and store.activation(active)["status"] == "running")
+        alive = (agent["status"] == AGENT_RUNNING and active is not None
+                 and store.activation(active)["status"] == ACT_RUNNING)
         agents.append({"id": agent["id"], "displayName": agent["displayName"], "role": agent["role"],
                        "status": agent["status"], "activeActivationId": active, "modelAlive": alive,
                        "updatedAt": agent["updatedAt"]})
@@ -529,7 +538,7 @@ def signals_panel(store, data):
     status = data.get("status")
     if status is None or status == "":
         status = None
-    elif status not in SIGNAL_FILTER_STATUSES:
+    elif status not in SIGNAL_STATUSES:
         raise BadRequest(f"Invalid signal status: {describe(status)}")
     limit = bounded_input(data, "limit", 25, 100)
     aggregates = store.signal_counts()
@@ -552,9 +561,9 @@ def signals_panel(store, data):
                      f"{goal}: {item['payloadSummary']}")
     if not recent:
         lines.append("- none")
-    totals = {name: sum(a["count"] for a in aggregates if a["status"] == name) for name in SIGNAL_FILTER_STATUSES}
-    metrics = [metric("Pending", totals["pending"]), metric("Delivered", totals["delivered"]),
-               metric("Closed", totals["closed"]),
+    totals = {name: sum(a["count"] for a in aggregates if a["status"] == name) for name in SIGNAL_STATUSES}
+    metrics = [metric("Pending", totals[SIGNAL_PENDING]), metric("Delivered", totals[SIGNAL_DELIVERED]),
+               metric("Closed", totals[SIGNAL_CLOSED]),
                metric("Recent", len(recent), f"target {target}" if target else "all targets")]
     return {"title": "Signal queue", "output": "\n".join(lines),
             "metadata": {"metrics": metrics, "aggregates": aggregates, "recent": recent}}

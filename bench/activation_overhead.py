@@ -21,6 +21,7 @@ import benchlib
 import suzumio_backend
 import suzumio_scheduler
 import suzumio_store
+from suzumio_records import utc_now
 
 IMAGE = "suzumio-runner:dev"
 # The least a Python runner must do to reach the controller: import the HTTP client, post one JSON body.
@@ -88,7 +89,7 @@ def activation_latencies(kind, runs, controller):
                 store.send_message("user", f"job {index}", recipient="worker")
                 began = time.time()
                 tick_began = time.perf_counter()
-                suzumio_scheduler.tick(store, backends, hooks, suzumio_scheduler.utc_now())
+                suzumio_scheduler.tick(store, backends, hooks, utc_now())
                 tick_took = time.perf_counter() - tick_began
                 activation_id = store.agent("worker").get("activeActivationId")
                 if activation_id is None:

@@ -15,7 +15,6 @@ for entry in (str(REPO), str(REPO / "tests")):
         sys.path.insert(0, entry)
 
 import suzumio_config
-import suzumio_store
 
 JSON_PREFIX = "BENCH-JSON "
 
@@ -57,9 +56,7 @@ def init_project(root, directory, text, start=True):
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     loaded = suzumio_config.load_project(path, env={})
     store = root.init_project(
-        name=loaded.data["name"], task=loaded.data["task"], config=loaded.data,
-        agents=[suzumio_store.AgentSeed(id=a.id, role=a.role, display_name=a.display_name, prompt=a.prompt,
-                                        model=a.model, tools=tuple(a.tools)) for a in loaded.agents],
+        name=loaded.data["name"], task=loaded.data["task"], config=loaded.data, agents=loaded.agents,
         source_text=loaded.source_text, resolved_text=loaded.render(), config_path=loaded.path)
     if start:
         store.start()

@@ -55,9 +55,7 @@ def init_project(root, directory, text):
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     config = suzumio_config.load_project(path, env={})
     return root.init_project(
-        name=config.data["name"], task=config.data["task"], config=config.data,
-        agents=[suzumio_store.AgentSeed(id=a.id, role=a.role, display_name=a.display_name, prompt=a.prompt,
-                                        model=a.model, tools=tuple(a.tools)) for a in config.agents],
+        name=config.data["name"], task=config.data["task"], config=config.data, agents=config.agents,
         source_text=config.source_text, resolved_text=config.render(), config_path=config.path)
 
 

@@ -114,9 +114,7 @@ def init_project(root_path, config, config_dir, root=None):
     loaded = suzumio_config.load_project(path, env={})
     root = root or suzumio_store.Root(root_path)
     store = root.init_project(
-        name=loaded.data["name"], task=loaded.data["task"], config=loaded.data,
-        agents=[suzumio_store.AgentSeed(id=a.id, role=a.role, display_name=a.display_name, prompt=a.prompt,
-                                        model=a.model, tools=list(a.tools)) for a in loaded.agents],
+        name=loaded.data["name"], task=loaded.data["task"], config=loaded.data, agents=loaded.agents,
         source_text=loaded.source_text, resolved_text=loaded.render(), config_path=loaded.path)
     store.start()
     return root, store

@@ -1,7 +1,10 @@
 """Fixtures for store tests: a real runtime root with an initialized `demo` project (store.md §9)."""
 import copy
+from datetime import timedelta
 
+import suzumio_config
 import suzumio_store as st
+from suzumio_records import format_ts, parse_ts
 
 T0 = "2026-06-02T09:00:00.000Z"
 
@@ -26,11 +29,16 @@ def make_config(**overrides):
     return config
 
 
+def expanded_agents(config):
+    """The agents `suzumio init` hands the store: the config's counted-agent expansion."""
+    return suzumio_config.ProjectConfig.from_data(config).agents
+
+
 def init_demo(root_path, config=None, start=True, now=T0):
     """Initialize `demo` under root_path and (by default) set it running."""
     config = config or make_config()
     root = st.Root(root_path)
-    store = root.init_project(config["name"], config["task"], config, st.expand_agents(config),
+    store = root.init_project(config["name"], config["task"], config, expanded_agents(config),
                               "name: demo\n", "name: demo\n", now=now)
     if start:
         store.start(now=now)
@@ -39,4 +47,4 @@ def init_demo(root_path, config=None, start=True, now=T0):
 
 def at(seconds, base=T0):
     """A timestamp `seconds` after base."""
-    return st.format_ts(st.parse_ts(base) + st.timedelta(seconds=seconds))
+    return format_ts(parse_ts(base) + timedelta(seconds=seconds))

@@ -11,7 +11,7 @@ from conftest import require, wait_until
 
 import suzumio_backend as backend
 import suzumio_scheduler as scheduler
-from suzumio_store import parse_ts
+from suzumio_records import parse_ts, utc_now
 
 IMAGE = "suzumio-runner:dev"
 
@@ -149,11 +149,11 @@ def test_missing_source_and_missing_image_fail_without_container(tmp_path, clien
 def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client, project):
     with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}) as env:
         env.store.send_message("user", "work", recipient="worker")
-        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.utc_now())
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now())
         [first] = env.store.running_activations()
         wait_until(lambda: container_of(client, env.store, first["id"]).status == "running", 30)
         message = env.store.send_message("user", "stop now", recipient="worker", priority="P0")
-        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.utc_now())
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now())
         p0 = [s for s in env.store.list_signals(limit=100) if s["payload"].get("id") == message["id"]][0]
         assert env.store.activation(first["id"])["error"] == f"Interrupted by P0 signal {p0['id']}"
         assert container_of(client, env.store, first["id"]).status == "exited"
@@ -241,7 +241,7 @@ def test_generic_stop_and_kill_errors_become_stop_failed_and_restart_proceeds(tm
         name = backend.container_name_for(project, "worker", act["id"])
         env.store.set_activation_container(act["id"], name)
         env.store.send_message("user", "urgent", recipient="worker", priority="P0")
-        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.utc_now())
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now())
         [event] = events_of(env.store, "activation.stop_failed")
         assert event["data"]["activationId"] == act["id"] and "engine exploded on kill" in event["data"]["error"]
         assert env.store.activation(act["id"])["status"] == "cancelled"

@@ -25,7 +25,7 @@ import suzumio_backend as backend
 import suzumio_config as config
 import suzumio_scheduler as scheduler
 from suzumio_errors import ConfigError
-from suzumio_store import parse_ts, usage_tokens
+from suzumio_records import parse_ts, to_datetime, usage_tokens
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,7 +124,7 @@ def budget_env(tmp_path, max_tokens, **options):
 
 
 def tick(env, now=None):
-    scheduler.tick(env.store, env.backends, scheduler.NoHooks(), scheduler.as_datetime(now))
+    scheduler.tick(env.store, env.backends, scheduler.NoHooks(), to_datetime(now))
 
 
 def finish(env, agent_id, total, now=None):

@@ -8,7 +8,7 @@ import os
 import pytest
 from e2e_fixtures import API_KEY, PM_TOOLS, call, kind_params, process_alive, running_team
 
-from suzumio_store import parse_ts
+from suzumio_records import parse_ts
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -15,7 +15,7 @@ from e2e_fixtures import PROJECT, call, kind_params, project_config, running_tea
 
 import suzumio_config
 from suzumio_errors import ConfigError
-from suzumio_store import format_ts, parse_ts
+from suzumio_records import format_ts, parse_ts, utc_now
 
 pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")]
@@ -78,10 +78,6 @@ def mounts_of(team, activation):
 
 def hook_failures(team):
     return [e["data"] for e in team.events("scheduler.hook_failed")]
-
-
-def utc_now():
-    return datetime.datetime.now(datetime.UTC)
 
 
 # ---------------------------------------------------------------- review-tools from the runner

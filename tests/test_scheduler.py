@@ -10,7 +10,7 @@ from conftest import wait_until
 
 import suzumio_backend as backend
 import suzumio_scheduler as scheduler
-from suzumio_store import parse_ts
+from suzumio_records import parse_ts, to_datetime
 
 THREE = {"pm": {"tools": ["messages.send"]}, "worker": {"tools": ["messages.send"]},
          "verifier": {"tools": ["messages.send"]}}
@@ -36,7 +36,7 @@ def project(tmp_path, agents=None, script="done", **options):
 
 
 def tick(env, now=None, hooks=None):
-    scheduler.tick(env.store, env.backends, hooks or scheduler.NoHooks(), scheduler.as_datetime(now))
+    scheduler.tick(env.store, env.backends, hooks or scheduler.NoHooks(), to_datetime(now))
 
 
 def later(minutes=0, seconds=0, base=None):

@@ -3,10 +3,12 @@ import json
 import re
 import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
-from store_fixtures import T0, at, init_demo, make_config
+from store_fixtures import T0, at, expanded_agents, init_demo, make_config
 
+import suzumio_records as rec
 import suzumio_store as st
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
 
@@ -44,10 +46,10 @@ def event_types(store):
 def test_resolve_root_precedence(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert st.resolve_root("x", {"SUZUMIO_ROOT": "/env"}) == tmp_path / "x"
-    assert st.resolve_root(None, {"SUZUMIO_ROOT": "/env"}) == st.Path("/env")
+    assert st.resolve_root(None, {"SUZUMIO_ROOT": "/env"}) == Path("/env")
     assert st.resolve_root(None, {"SUZUMIO_ROOT": ""}) == tmp_path
     assert st.resolve_root("", {}) == tmp_path
-    assert st.resolve_root(None, {}) == st.Path.home() / ".suzumio"
+    assert st.resolve_root(None, {}) == Path.home() / ".suzumio"
 
 
 def test_init_creates_layout_rows_tokens_and_event(tmp_path):
@@ -101,7 +103,7 @@ def test_open_project_unknown_creates_nothing(tmp_path):
 def test_list_projects_sorted_and_open_returns_shared_store(tmp_path):
     root = st.Root(tmp_path / "root")
     for name in ("b", "a", "B"):
-        root.init_project(name, "t", make_config(name=name), st.expand_agents(make_config()), "", "")
+        root.init_project(name, "t", make_config(name=name), expanded_agents(make_config()), "", "")
     (tmp_path / "root" / "stray").mkdir()
     assert root.list_projects() == ["B", "a", "b"]
     assert root.open_project("a") is root.open_project("a")
@@ -113,7 +115,7 @@ def test_list_projects_sorted_and_open_returns_shared_store(tmp_path):
 
 
 def test_failed_init_leaves_no_files(tmp_path):
-    seeds = st.expand_agents(make_config())
+    seeds = expanded_agents(make_config())
     broken = seeds + [seeds[0]]  # duplicate agent id fails inside the database transaction
     root = st.Root(tmp_path / "root")
     with pytest.raises(sqlite3.IntegrityError):
@@ -200,9 +202,9 @@ def test_ids_and_timestamps_have_the_documented_format(demo):
     stamps += [r["started_at"] for r in rows(demo, "SELECT started_at FROM activations")]
     assert all(TS_RE.match(s) for s in stamps)
     assert call["toolCallId"].startswith("tool_")
-    assert st.format_ts(st.parse_ts("2026-06-02T09:15:03.042Z")) == "2026-06-02T09:15:03.042Z"
-    assert st.new_id("msg", "2026-01-01T00:00:00.123Z").startswith("msg_1767225600123_")
-    assert TS_RE.match(st.now_ts())
+    assert rec.format_ts(rec.parse_ts("2026-06-02T09:15:03.042Z")) == "2026-06-02T09:15:03.042Z"
+    assert rec.new_id("msg", "2026-01-01T00:00:00.123Z").startswith("msg_1767225600123_")
+    assert TS_RE.match(rec.now_ts())
 
 
 # -- messages -----------------------------------------------------------------------------------
@@ -668,7 +670,7 @@ def test_tool_call_start_and_finish_write_row_and_history(demo):
 def test_p1_delivered_at_tool_boundary_after_tool_result(demo):
     act = demo.start_activation("worker", "p", [])
     message = demo.send_message("pm", "Urgent fix", recipient="worker", priority="P1", source_agent="pm")
-    demo.record_signal("later", target_agent="worker", priority="P1", not_before=at(3600, st.now_ts()))
+    demo.record_signal("later", target_agent="worker", priority="P1", not_before=at(3600, rec.now_ts()))
     demo.record_signal("routine", target_agent="worker", priority="P2")
     failed = demo.start_tool_call("worker", act["id"], "shell.exec")
     assert demo.finish_tool_call("worker", act["id"], failed["toolCallId"], "failed", error="x") == {
@@ -746,7 +748,7 @@ def test_stop_cancels_running_work_and_records_resume_signal(demo):
     assert resume["priority"] == "P2" and resume["status"] == "pending" and resume["usefulEffect"] is False
     assert "sourceAgent" not in resume and "sourceActivation" not in resume
     assert resume["payload"] == {"cancelledActivationId": act["id"], "interruptedSignalIds": [first["id"]],
-                                 "message": st.RESUME_AFTER_STOP_MESSAGE}
+                                 "message": rec.RESUME_AFTER_STOP_MESSAGE}
     with pytest.raises(Conflict):
         demo.start_activation("worker", "p", [])
     demo.start(now=at(4))
@@ -755,7 +757,7 @@ def test_stop_cancels_running_work_and_records_resume_signal(demo):
     act2 = demo.start_activation("worker", "p", chosen, now=at(5))
     assert demo.signal(resume["id"])["deliveredActivationId"] == act2["id"]
     assert demo.pending_signals("worker", now=at(6))[0]["payload"]["body"] == "later work"
-    assert "## " + resume["id"] + " scheduler.resume_after_stop" in st.render_signal(resume)
+    assert "## " + resume["id"] + " scheduler.resume_after_stop" in rec.render_signal(resume)
 
 
 def test_approve_cancels_without_resume_signal(demo):
@@ -978,15 +980,15 @@ def test_render_signal_kinds():
     message = {"id": "sig_1", "kind": "message.created", "priority": "P3", "createdAt": T0,
                "payload": {"id": "msg_1", "sender": "user", "recipient": "pm", "priority": "P3",
                            "createdAt": T0, "body": "  Hello  "}}
-    assert st.render_signal(message) == (f"## sig_1 message.created\nMessage: msg_1\nFrom: user\nTo: pm\n"
+    assert rec.render_signal(message) == (f"## sig_1 message.created\nMessage: msg_1\nFrom: user\nTo: pm\n"
                                          f"Priority: P3\nTime: {T0}\n\nHello")
     channel = {**message, "targetChannel": "#project",
                "payload": {"id": "msg_2", "sender": "worker", "channel": "#project", "body": "x"}}
-    assert "Channel: #project" in st.render_signal(channel)
+    assert "Channel: #project" in rec.render_signal(channel)
     custom = {"id": "sig_3", "kind": "review.ready", "priority": "P2", "createdAt": T0, "payload": {"a": 1}}
-    assert st.render_signal(custom) == f'## sig_3 review.ready\nPriority: P2\nTime: {T0}\n\n{{\n  "a": 1\n}}'
+    assert rec.render_signal(custom) == f'## sig_3 review.ready\nPriority: P2\nTime: {T0}\n\n{{\n  "a": 1\n}}'
     nudge = {"id": "sig_4", "kind": "scheduler.failed_nudge", "priority": "P2", "payload": {}}
-    assert st.render_signal(nudge).startswith("## sig_4 scheduler.failed_nudge\nPriority: P2\n\n")
+    assert rec.render_signal(nudge).startswith("## sig_4 scheduler.failed_nudge\nPriority: P2\n\n")
 
 
 # -- transactions and threads -------------------------------------------------------------------
@@ -1068,20 +1070,10 @@ def test_close_is_idempotent_and_blocks_further_use(tmp_path):
 
 # -- scheduler-facing reads ---------------------------------------------------------------------
 
-def test_expansion_fallbacks_and_per_agent_config_lookup():
-    config = make_config(agents={"worker": {"count": 3, "names": ["A"], "displayName": "Dev",
-                                            "env": {"X": "1"}},
-                                 "worker-2": {"env": {"Y": "2"}}, "solo": {"names": ["Mio"]}})
-    seeds = st.expand_agents(config)
-    assert [(s.id, s.display_name) for s in seeds] == [
-        ("worker-1", "A"), ("worker-2", "Dev"), ("worker-3", "Dev"), ("worker-2", "worker-2"),
-        ("solo", "Mio")]
-    assert st.agent_config_entry(config, "worker-3") == config["agents"]["worker"]
-    assert st.agent_config_entry(config, "worker-2") == {"env": {"Y": "2"}}
-    assert st.agent_config_entry(config, "ghost") == {}
-    assert st.coordinator_of({}) == "pm" and st.channels_of({}) == ["#project", "#blocked"]
-    assert st.max_signals_of({"scheduler": {"maxPromptMessages": 7}}) == 7
-    assert st.max_signals_of({}) == 20
+def test_config_dict_reads_fall_back_to_the_defaults():
+    assert rec.coordinator_of({}) == "pm" and rec.channels_of({}) == ["#project", "#blocked"]
+    assert rec.max_signals_of({"scheduler": {"maxPromptMessages": 7}}) == 7
+    assert rec.max_signals_of({}) == 20
 
 
 def test_reads_used_by_the_scheduler(demo):

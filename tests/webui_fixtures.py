@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from api_fixtures import init_project
 
-import suzumio_store
+import suzumio_records
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def seed_demo(root, directory, controller_url, name="demo"):
     pending = [s["id"] for s in store.pending_signals("pm")]
     act1 = store.start_activation("pm", "# New signals\n\nPlease plan the survey.", pending)["id"]  # row 1
     store.record_activation_context(act1, "pm", {
-        "version": 1, "kind": "model-context", "recordedAt": suzumio_store.now_ts(), "selectedModel": "offline",
+        "version": 1, "kind": "model-context", "recordedAt": suzumio_records.now_ts(), "selectedModel": "offline",
         "model": "team", "apiModel": "team", "firstPrompt": True, "messageCount": len(CONTEXT_MESSAGES),
         "totalChars": sum(len(m["content"]) for m in CONTEXT_MESSAGES),
         "messages": [{**m, "chars": len(m["content"])} for m in CONTEXT_MESSAGES]})

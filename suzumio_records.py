@@ -1,0 +1,460 @@
+"""Pure records of the durable store (store.md): status constants and their allowed transitions, signal
+kinds, timestamps and ids, the JSON shapes of stored rows, signal rendering, useful-effect and nudge
+defaults, token-budget and truncation helpers. No I/O and no sqlite3: any controller module may import it
+(the store, scheduler, backend, toolpacks and HTTP routes do); it imports only suzumio_errors."""
+import json
+import math
+import uuid
+from datetime import UTC, datetime
+
+from suzumio_errors import BadRequest
+
+# ---------------------------------------------------------------------------------------------
+# Status constants and the transitions the system performs (store.md §3).
+
+PROJECT_INITIALIZED = "initialized"
+PROJECT_RUNNING = "running"
+PROJECT_SUBMITTED = "submitted"
+PROJECT_COMPLETED = "completed"
+PROJECT_STOPPED = "stopped"
+PROJECT_FAILED = "failed"
+PROJECT_STATUSES = (PROJECT_INITIALIZED, PROJECT_RUNNING, PROJECT_SUBMITTED, PROJECT_COMPLETED,
+                    PROJECT_STOPPED, PROJECT_FAILED)
+
+AGENT_QUIET = "quiet"
+AGENT_READY = "ready"
+AGENT_RUNNING = "running"
+AGENT_FAILED = "failed"
+AGENT_STOPPED = "stopped"
+AGENT_STATUSES = (AGENT_QUIET, AGENT_READY, AGENT_RUNNING, AGENT_FAILED, AGENT_STOPPED)
+
+ACT_RUNNING = "running"
+ACT_COMPLETED = "completed"
+ACT_FAILED = "failed"
+ACT_CANCELLED = "cancelled"
+ACTIVATION_STATUSES = (ACT_RUNNING, ACT_COMPLETED, ACT_FAILED, ACT_CANCELLED)
+
+SIGNAL_PENDING = "pending"
+SIGNAL_DELIVERED = "delivered"
+SIGNAL_CLOSED = "closed"
+SIGNAL_STATUSES = (SIGNAL_PENDING, SIGNAL_DELIVERED, SIGNAL_CLOSED)
+RECORDABLE_SIGNAL_STATUSES = (SIGNAL_PENDING, SIGNAL_CLOSED)  # the statuses a new signal may be given
+
+TOOL_RUNNING = "running"
+TOOL_COMPLETED = "completed"
+TOOL_FAILED = "failed"
+TOOL_CALL_STATUSES = (TOOL_RUNNING, TOOL_COMPLETED, TOOL_FAILED)
+TOOL_CALL_END_STATUSES = (TOOL_COMPLETED, TOOL_FAILED)
+# why a call on an activation that is no longer running is refused: `Activation <id> is <status>; <why>`
+TOOL_CALLS_CLOSED = "no more tool calls are accepted"
+HISTORY_CLOSED = "history updates are not accepted"
+
+PRIORITIES = ("P0", "P1", "P2", "P3")
+DEFAULT_PRIORITY = "P3"
+HISTORY_ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
+
+# Project status writes: operation -> (statuses it may start from, resulting status). Start, stop and
+# approve work from any status (store.md §3.1); the store does not refuse other writes either.
+PROJECT_TRANSITIONS = {
+    "start": (PROJECT_STATUSES, PROJECT_RUNNING),
+    "stop": (PROJECT_STATUSES, PROJECT_STOPPED),
+    "approve": (PROJECT_STATUSES, PROJECT_COMPLETED),
+    "submit": (PROJECT_STATUSES, PROJECT_SUBMITTED),
+    "request_changes": (PROJECT_STATUSES, PROJECT_RUNNING),
+    "budget_exceeded": ((PROJECT_RUNNING,), PROJECT_STOPPED),
+}
+
+# Agent status writes: trigger -> (statuses it may start from, resulting status) (store.md §3.2).
+AGENT_TRANSITIONS = {
+    "activation_created": ((AGENT_QUIET, AGENT_FAILED, AGENT_READY), AGENT_RUNNING),
+    "container_attached": ((AGENT_RUNNING,), AGENT_RUNNING),
+    "activation_completed": ((AGENT_RUNNING,), AGENT_QUIET),
+    "activation_cancelled": ((AGENT_RUNNING,), AGENT_QUIET),
+    "activation_failed": ((AGENT_RUNNING,), AGENT_FAILED),
+    # stale binding resolves to quiet, or failed when the bound activation failed (scheduler.md §5 b)
+    "stale_binding": ((AGENT_QUIET, AGENT_READY, AGENT_RUNNING, AGENT_FAILED), None),
+    "idle_reset": ((AGENT_READY, AGENT_RUNNING), AGENT_QUIET),
+}
+
+# Activation status writes: trigger -> (statuses it may start from, resulting status) (§3.3).
+ACTIVATION_TRANSITIONS = {
+    "complete": ((ACT_RUNNING,), ACT_COMPLETED),
+    "fail": ((ACT_RUNNING,), ACT_FAILED),
+    "cancel": ((ACT_RUNNING,), ACT_CANCELLED),
+}
+
+# Signals only ever move pending -> delivered (§3.4); tool calls may be finished again (tools.md §13).
+SIGNAL_TRANSITIONS = {"deliver": ((SIGNAL_PENDING,), SIGNAL_DELIVERED)}
+TOOL_CALL_TRANSITIONS = {
+    "complete": (TOOL_CALL_STATUSES, TOOL_COMPLETED),
+    "fail": (TOOL_CALL_STATUSES, TOOL_FAILED),
+}
+
+KIND_MESSAGE = "message.created"
+KIND_NO_EFFECT_NUDGE = "scheduler.no_effect_nudge"
+KIND_FAILED_NUDGE = "scheduler.failed_nudge"
+KIND_ALL_QUIET_NUDGE = "scheduler.all_quiet_nudge"
+KIND_RESUME_AFTER_STOP = "scheduler.resume_after_stop"
+KIND_SUBMITTED = "completion.submitted"
+KIND_WAIT = "coordination.wait_for_signal"
+KIND_BUDGET_EXCEEDED = "project.budget_exceeded"
+EVENT_HOOK_FAILED = "scheduler.hook_failed"
+BUDGET_SENDER = "scheduler"
+TOOL_WAIT = "coordination.wait_for_signal"
+TOOL_SUBMIT = "completion.submit"
+ENDING_TOOLS = (TOOL_WAIT, TOOL_SUBMIT)
+_USEFUL_WHEN_CLOSED = (KIND_MESSAGE, KIND_SUBMITTED, KIND_WAIT)
+_NEVER_USEFUL = (KIND_NO_EFFECT_NUDGE, KIND_FAILED_NUDGE)
+
+STOP_REASON = "Project stopped"
+APPROVE_REASON = "Project approved"
+BOUNDARY_LIMIT = 20
+WAIT_PREFIX = "Waiting for future signals."
+RESUME_AFTER_STOP_MESSAGE = ("Your previous activation was cancelled because the project was stopped. "
+                             "Resume the interrupted work from your history.")
+BOUNDARY_HEADING = "# New P1 Signals Delivered At Tool Boundary"
+BOUNDARY_INTRO = ("These P1 signals arrived while you were working. They are new instructions that "
+                  "follow the tool result above; take them into account before you continue.")
+_NUDGE_FALLBACKS = {
+    KIND_NO_EFFECT_NUDGE: "Your previous activation ended without an externally visible effect. "
+                          "Report results or a blocker with messages.send before ending.",
+    KIND_FAILED_NUDGE: "Your previous activation failed. Retry from the existing history and workspace.",
+    KIND_ALL_QUIET_NUDGE: "All agents are quiet and there are no pending work signals. "
+                          "Rehydrate the work with targeted messages.",
+    KIND_RESUME_AFTER_STOP: RESUME_AFTER_STOP_MESSAGE,
+}
+NO_EFFECT_DEFAULTS = {"enabled": True, "priority": "P3", "maxConsecutive": 0, "initialDelayMs": 30000,
+                      "backoffFactor": 2, "maxDelayMs": 300000}
+DEFAULT_CHANNELS = ("#project", "#blocked")
+
+
+# ---------------------------------------------------------------------------------------------
+# Timestamps and ids: the one set of clock helpers every controller module uses.
+
+def utc_now():
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+def format_ts(dt):
+    """UTC ISO-8601 with exactly three fractional digits and Z (store.md §1.3)."""
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_ts(text):
+    """Parse a stored timestamp (or any ISO-8601 text) into an aware UTC datetime."""
+    dt = datetime.fromisoformat(str(text))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+def now_ts():
+    """The current time as a stored timestamp."""
+    return format_ts(utc_now())
+
+
+def to_datetime(now=None):
+    """An injected clock value (None, datetime or ISO text) as an aware UTC datetime."""
+    if now is None:
+        return utc_now()
+    if isinstance(now, datetime):
+        return now if now.tzinfo else now.replace(tzinfo=UTC)
+    return parse_ts(now)
+
+
+def new_id(prefix, now=None):
+    """`<prefix>_<epochMillis>_<hex8>` (store.md §1.4)."""
+    millis = int(to_datetime(now).timestamp() * 1000)
+    return f"{prefix}_{millis}_{uuid.uuid4().hex[:8]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON columns, truncation, token usage.
+
+def dump_json(value):
+    """Compact JSON as stored in *_json columns (cli.md §1.5)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def load_json(text, default=None):
+    """A *_json column's value; `default` when it is NULL or not JSON."""
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
+def usage_tokens(usage):
+    """Tokens of one activation's stored usage: `tokens.total`, else input + output (backend-runner.md §7.8)."""
+    tokens = usage.get("tokens") if isinstance(usage, dict) else None
+    if not isinstance(tokens, dict):
+        return 0
+
+    def count(value):
+        valid = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return int(value) if valid and value >= 0 else None
+
+    total = count(tokens.get("total"))
+    if total is not None:
+        return total
+    return (count(tokens.get("input")) or 0) + (count(tokens.get("output")) or 0)
+
+
+def budget_message(project, max_tokens, used_tokens):
+    """The P2 message to the user when a project's token budget is used up."""
+    return (f"Token budget reached for project {project}: {used_tokens} tokens used since it was last started "
+            f"(backend.runner.budget.maxTokens: {max_tokens}). The project is paused: running activations "
+            f"finish, no new ones start. Run `suzumio start {project}` to resume with a fresh budget.")
+
+
+def omit_none(mapping):
+    """The mapping without its None values (optional fields are omitted, not null)."""
+    return {k: v for k, v in mapping.items() if v is not None}
+
+
+def truncate(text, limit):
+    """http-api.md §2.6: the text, or its first `limit` chars plus a truncation note."""
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f"\n\n[truncated {len(text) - limit} chars]"
+
+
+def shrink(value, limit):
+    """http-api.md §6.4 size reduction of event payloads."""
+    if isinstance(value, str):
+        return truncate(value, limit)
+    if isinstance(value, list):
+        return [shrink(item, limit) for item in value[:20]]
+    if isinstance(value, dict):
+        return {k: shrink(v, 4000 if k in ("output", "body", "error") else 1000)
+                for k, v in list(value.items())[:40]}
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Priorities, project names and reads of the resolved config dict.
+
+def is_valid_priority(value):
+    return isinstance(value, str) and value in PRIORITIES
+
+
+def checked_priority(value):
+    """The priority, P3 when absent; BadRequest `Invalid priority: <value>` otherwise."""
+    if value is None or value == "":
+        return DEFAULT_PRIORITY
+    if not is_valid_priority(value):
+        raise BadRequest(f"Invalid priority: {value}")
+    return value
+
+
+def valid_project_name(name):
+    """The path-segment rule of config.md §2.8 step 0."""
+    return (isinstance(name, str) and name not in ("", ".", "..")
+            and not any(c in name for c in ("/", "\\", "\0")))
+
+
+def config_section(config, key):
+    """A top-level mapping of the config dict, {} when absent or not a mapping."""
+    value = (config or {}).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def coordinator_of(config):
+    """communication.coordinatorAgent, default pm."""
+    return config_section(config, "communication").get("coordinatorAgent") or "pm"
+
+
+def channels_of(config):
+    """The project's channels (default #project and #blocked)."""
+    value = (config or {}).get("channels")
+    return list(DEFAULT_CHANNELS) if value is None else list(value)
+
+
+def max_signals_of(config):
+    """scheduler.maxSignalsPerActivation (legacy alias maxPromptMessages), default 20."""
+    scheduler = config_section(config, "scheduler")
+    value = scheduler.get("maxSignalsPerActivation", scheduler.get("maxPromptMessages"))
+    return value if isinstance(value, int) and value > 0 else 20
+
+
+# ---------------------------------------------------------------------------------------------
+# Row -> JSON shapes (camelCase, optional fields omitted).
+
+def message_json(row):
+    return omit_none({"id": row["id"], "project": row["project"], "sender": row["sender"],
+                      "recipient": row["recipient"], "channel": row["channel"],
+                      "priority": row["priority"], "body": row["body"], "createdAt": row["created_at"]})
+
+
+def signal_json(row):
+    data = {"id": row["id"], "project": row["project"], "kind": row["kind"],
+            "sourceAgent": row["source_agent"], "sourceActivation": row["source_activation"],
+            "targetAgent": row["target_agent"], "targetChannel": row["target_channel"],
+            "priority": row["priority"], "payload": load_json(row["payload_json"], {}),
+            "status": row["status"], "usefulEffect": bool(row["useful_effect"]),
+            "createdAt": row["created_at"],
+            "notBefore": row["not_before"] if row["not_before"] != row["created_at"] else None,
+            "deliveredAt": row["delivered_at"], "deliveredActivationId": row["delivered_activation_id"]}
+    return omit_none(data)
+
+
+def agent_json(row, include_token=False):
+    data = {"id": row["id"], "project": row["project"], "role": row["role"],
+            "displayName": row["display_name"], "status": row["status"], "prompt": row["prompt"],
+            "model": row["model"], "tools": load_json(row["tools_json"], []),
+            "workspacePath": row["workspace_path"], "activeActivationId": row["active_activation_id"],
+            "containerName": row["container_name"], "createdAt": row["created_at"],
+            "updatedAt": row["updated_at"], "promptChars": len(row["prompt"] or "")}
+    if include_token:
+        data["token"] = row["token"]
+    return omit_none(data)
+
+
+def public_agent_json(row):
+    """http-api.md §6.2 public agent: no token, no prompt, plus promptChars."""
+    data = agent_json(row)
+    data.pop("prompt", None)
+    return data
+
+
+def activation_json(row):
+    """The full activation record (prompt, paths, usage) for the controller's own use."""
+    return omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
+        "prompt": row["prompt"], "inputPath": row["input_path"], "outputPath": row["output_path"],
+        "containerName": row["container_name"], "startedAt": row["started_at"],
+        "completedAt": row["completed_at"], "text": row["text"], "error": row["error"],
+        "emittedMessages": row["emitted_messages"], "usage": load_json(row["usage_json"]),
+        "hasContext": row["context_json"] is not None})
+
+
+def public_activation_json(row):
+    """http-api.md §6.5 public activation."""
+    return omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
+        "containerName": row["container_name"], "startedAt": row["started_at"],
+        "completedAt": row["completed_at"], "text": truncate(row["text"], 8000),
+        "error": truncate(row["error"], 8000), "emittedMessages": row["emitted_messages"],
+        "usageJson": truncate(row["usage_json"], 4000), "hasContext": row["context_json"] is not None})
+
+
+def tool_call_row_json(row):
+    """http-api.md §6.7 raw tool-call row."""
+    data = {"id": row["id"], "project": row["project"], "activation_id": row["activation_id"],
+            "agent_id": row["agent_id"], "tool": row["tool"], "input_json": truncate(row["input_json"], 8000),
+            "status": row["status"], "output": truncate(row["output"], 8000),
+            "error": truncate(row["error"], 8000), "created_at": row["created_at"]}
+    data = omit_none(data)
+    data["completed_at"] = row["completed_at"]
+    return data
+
+
+def event_row_json(row):
+    return {"id": row["id"], "project": row["project"], "type": row["type"],
+            "data_json": row["data_json"], "created_at": row["created_at"]}
+
+
+def part_json(row, limit=None):
+    cut = (lambda v: truncate(v, limit)) if limit else (lambda v: v)
+    return omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
+        "messageId": row["message_id"], "activationId": row["activation_id"],
+        "partIndex": row["part_index"], "type": row["type"], "text": cut(row["text"]),
+        "toolCallId": row["tool_call_id"], "toolName": row["tool_name"], "inputJson": row["input_json"],
+        "output": cut(row["output"]), "error": cut(row["error"]),
+        "metadata": load_json(row["metadata_json"], {}), "createdAt": row["created_at"]})
+
+
+def history_json(row, parts, content_limit=None, part_limit=None):
+    return omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
+        "activationId": row["activation_id"], "role": row["role"], "kind": row["kind"],
+        "content": truncate(row["content"], content_limit) if content_limit else row["content"],
+        "sequence": row["sequence"], "compactionId": row["compaction_id"],
+        "archived": row["compaction_id"] is not None, "metadata": load_json(row["metadata_json"], {}),
+        "createdAt": row["created_at"], "parts": [part_json(p, part_limit) for p in parts]})
+
+
+def compaction_json(row):
+    return omit_none({
+        "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
+        "activationId": row["activation_id"], "summaryMessageId": row["summary_message_id"],
+        "archivePath": row["archive_path"], "startSequence": row["start_sequence"],
+        "endSequence": row["end_sequence"], "archivedMessageCount": row["archived_message_count"],
+        "rawChars": row["raw_chars"], "summary": row["summary"], "reason": row["reason"],
+        "selectedModel": row["selected_model"], "createdAt": row["created_at"]})
+
+
+def project_row_json(row):
+    """The project row without config_json (store.md §2.1)."""
+    return {"id": row["id"], "name": row["name"], "status": row["status"], "task": row["task"],
+            "submitted_report": row["submitted_report"], "created_at": row["created_at"],
+            "updated_at": row["updated_at"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Signal rendering (scheduler.md §4.3), shared by activation prompts and tool-boundary delivery.
+
+def render_signal(signal):
+    """Render one Signal JSON as the Markdown block the model sees."""
+    kind = signal.get("kind", "")
+    payload = signal.get("payload") if isinstance(signal.get("payload"), dict) else {}
+    head = f"## {signal.get('id')} {kind}"
+    if kind == KIND_MESSAGE:
+        lines = [head, f"Message: {payload.get('id') or signal.get('id')}",
+                 f"From: {payload.get('sender') or 'unknown'}"]
+        channel = payload.get("channel") or signal.get("targetChannel")
+        if payload.get("recipient"):
+            lines.append(f"To: {payload['recipient']}")
+        elif channel:
+            lines.append(f"Channel: {channel}")
+        lines += [f"Priority: {payload.get('priority') or signal.get('priority')}",
+                  f"Time: {payload.get('createdAt') or signal.get('createdAt')}", "",
+                  str(payload.get("body") or "").strip()]
+        return "\n".join(lines)
+    if kind in _NUDGE_FALLBACKS:
+        message = payload.get("message")
+        text = message if isinstance(message, str) and message.strip() else _NUDGE_FALLBACKS[kind]
+        return "\n".join([head, f"Priority: {signal.get('priority')}", "", text])
+    return "\n".join([head, f"Priority: {signal.get('priority')}", f"Time: {signal.get('createdAt')}", "",
+                      json.dumps(payload, indent=2, ensure_ascii=False)])
+
+
+def render_boundary_text(signals):
+    """scheduler.md §3.2: the text appended to a tool result for P1 signals."""
+    return "\n\n".join([BOUNDARY_HEADING, BOUNDARY_INTRO] + [render_signal(s) for s in signals])
+
+
+def default_useful_effect(kind, status):
+    """store.md §5.1 defaults when usefulEffect is not given."""
+    if kind in _NEVER_USEFUL:
+        return False
+    if status == SIGNAL_PENDING:
+        return True
+    return kind in _USEFUL_WHEN_CLOSED
+
+
+def no_effect_message(agent_id):
+    text = ("Your previous activation ended without any externally visible effect. Before ending an "
+            "activation you must use messages.send to report results, artifact paths or a blocker to "
+            "the requested recipient or the coordinator, or call coordination.wait_for_signal after "
+            "reporting")
+    if agent_id == "pm":
+        text += ", or call completion.submit with the final report"
+    return text + ". Do not merely run shell commands."
+
+
+def no_effect_delay(attempt, cfg):
+    if attempt <= 1:
+        return 0
+    value = cfg["initialDelayMs"] * (cfg["backoffFactor"] ** (attempt - 2))
+    return int(min(cfg["maxDelayMs"], math.floor(value)))
+
+
+def history_part_type(role):
+    return role if role in ("tool_call", "tool_result", "compaction") else "text"
