@@ -11,9 +11,9 @@ from fuzz_fixtures import CONTEXT, app_routes, fill, is_runner_rule, placeholder
 
 import suzumio_api
 import suzumio_config
-import suzumio_runner as runner
+import suzumio_runner_tools as runner
 from suzumio_errors import ConfigError
-from suzumio_runner import ToolError
+from suzumio_runner_tools import ToolError
 
 pytestmark = pytest.mark.timeout(120)
 
