@@ -2,14 +2,20 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+RUNTIME_STAMP := $(VENV)/.runtime-installed
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: venv test lint demo pex webui soak clean
 
-$(STAMP): pyproject.toml
+# Runtime dependencies only (enough for `make demo`); the test and dev extras come on top.
+$(RUNTIME_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
 	$(PY) -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
@@ -22,7 +28,7 @@ test: $(STAMP)
 	exit $$rc
 
 # The main job: an offline team of agents (scripted provider; Docker when an engine and image exist).
-demo: $(STAMP)
+demo: $(RUNTIME_STAMP)
 	$(PY) scripts/demo.py $(DEMO_ARGS)
 
 # One file to copy to a host: dist/suzumio.pex (Linux x86_64/aarch64, CPython 3.11/3.12).
