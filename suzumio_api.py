@@ -16,8 +16,8 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
-import suzumio_config
 import suzumio_scheduler
+import suzumio_yaml
 from suzumio_errors import Forbidden, NotFound
 from suzumio_runner_support import (
     JSON_TYPE,
@@ -319,8 +319,8 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks):
     @app.get("/api/projects/<project>/config/resolved")
     def config_resolved(project):
         path = root.open_project(project).resolved_yaml_path
-        tree = suzumio_config.parse_yaml(path.read_text(encoding="utf-8"), str(path))
-        return text_response(suzumio_config.dump_yaml(redact_config(tree)))
+        tree = suzumio_yaml.parse_yaml(path.read_text(encoding="utf-8"), str(path))
+        return text_response(suzumio_yaml.dump_yaml(redact_config(tree)))
 
     @app.get("/api/projects/<project>/report")
     def report(project):

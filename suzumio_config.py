@@ -1,7 +1,7 @@
-"""The YAML configuration pipeline (config.md): placeholders, @import, extends, schema and defaults,
-load-time validation, render, and the frozen ProjectConfig. It owns the tool REGISTRY at load time
-(built-in toolpacks, manifest checks, allowlists; tools.md §2, §3, §8) so load-time errors come in spec
-order; suzumio_toolpacks consumes it. Any controller module may import this one (stdlib, yaml, errors)."""
+"""Project configuration (config.md §2.7–§3, §5): the schema with its defaults and issue collection, the
+post-validation steps, the frozen ProjectConfig with its typed blocks, render, and proxy variables for
+activations. Files, YAML and imports come from suzumio_yaml; the tool registry from suzumio_registry.
+Any controller module may import this one; it imports suzumio_yaml, suzumio_registry and suzumio_errors."""
 import copy
 import json
 import logging
@@ -10,335 +10,31 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import quote, urlsplit, urlunsplit
-
-import yaml
-import yaml.composer
-import yaml.constructor
-import yaml.resolver
+from urllib.parse import urlsplit, urlunsplit
 
 from suzumio_errors import ConfigError, NotFound
+from suzumio_registry import (
+    BUILTIN_TOOLPACKS,
+    PACKAGED_TOOLPACKS,
+    ToolRegistry,
+    check_toolpack_directory,
+    frozen_json,
+    is_allowed,  # noqa: F401  (until suzumio_backend imports it from suzumio_registry)
+    packaged_toolpacks_dir,
+    resolve_toolpacks,
+    safe_toolpack_id,  # noqa: F401  (until suzumio_backend imports it from suzumio_registry)
+    unknown_builtin_error,
+)
+from suzumio_yaml import apply_extends, dump_yaml, lexical_abspath, load_file, read_text
 
 log = logging.getLogger(__name__)
 
-MAX_IMPORT_DEPTH = 32
-MAX_ALIAS_EXPANSION = 200_000
-PACKAGED_TOOLPACKS = ("scheduler", "plan")
-BUILTIN_TOOLPACKS = ("core", "shell", "web")
 RESERVED_AGENT_ID = "user"
 DEFAULT_COORDINATOR = "pm"
-MANIFEST_NAME = "suzumio.toolpack.json"
 RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio")
 UNSUPPORTED_PROVIDER_TYPES = ("openai", "anthropic", "google")
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
 LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
-
-
-def packaged_toolpacks_dir():
-    """The directory holding the packaged toolpacks: `toolpacks/` beside the controller modules."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "toolpacks")
-
-
-# ---------------------------------------------------------------------------------------------------
-# YAML 1.2 core dialect on top of PyYAML (config.md §2.4)
-
-class _Yaml12Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 core scalars, no merge keys, no timestamps and no duplicate keys."""
-
-
-_Yaml12Loader.yaml_implicit_resolvers = {}
-_YAML12_RESOLVERS = [
-    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
-    ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
-    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
-    ("tag:yaml.org,2002:float",
-     (r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-      r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), "-+.0123456789"),
-]
-for _tag, _pattern, _first in _YAML12_RESOLVERS:
-    _Yaml12Loader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
-
-
-def _construct_int(loader, node):
-    text = loader.construct_scalar(node)
-    if text.startswith("0o"):
-        return int(text, 8)
-    if text.startswith("0x"):
-        return int(text, 16)
-    return int(text, 10)
-
-
-def _construct_float(loader, node):
-    text = loader.construct_scalar(node).lower()
-    if text.endswith(".inf"):
-        return -math.inf if text.startswith("-") else math.inf
-    if text == ".nan":
-        return math.nan
-    return float(text)
-
-
-def _key_text(key):
-    """Mapping keys that are not strings become strings, as JavaScript's String() would spell them."""
-    if isinstance(key, str):
-        return key
-    if key is None:
-        return ""
-    if isinstance(key, bool):
-        return "true" if key else "false"
-    if isinstance(key, float) and key.is_integer():
-        return str(int(key))
-    return str(key)
-
-
-def _construct_mapping(loader, node, deep=False):
-    if not isinstance(node, yaml.MappingNode):
-        raise yaml.constructor.ConstructorError(None, None, "expected a mapping node", node.start_mark)
-    mapping = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, (list, dict)):
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark)
-        key = _key_text(key)
-        if key in mapping:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f'found duplicate key "{key}"',
-                key_node.start_mark)
-        mapping[key] = loader.construct_object(value_node, deep=deep)
-    return mapping
-
-
-def _construct_yaml_map(loader, node):
-    data = {}
-    yield data
-    data.update(_construct_mapping(loader, node))
-
-
-_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-_Yaml12Loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
-_Yaml12Loader.add_constructor("tag:yaml.org,2002:map", _construct_yaml_map)
-_Yaml12Loader.construct_mapping = _construct_mapping
-
-
-def _expanded_size(value, memo, budget):
-    """Node count of the tree with aliases expanded; memoized so shared sub-trees cost nothing to count."""
-    key = id(value)
-    if key in memo:
-        return memo[key]
-    size = 1
-    if isinstance(value, dict):
-        children = value.values()
-    elif isinstance(value, list):
-        children = value
-    else:
-        children = ()
-    for child in children:
-        size += _expanded_size(child, memo, budget)
-        if size > budget:
-            break
-    if isinstance(value, (dict, list)):
-        memo[key] = size
-    return size
-
-
-def _unshare(value, source):
-    """A copy of the tree in which no container is shared (YAML aliases become independent copies)."""
-    if isinstance(value, dict):
-        return {k: _unshare(v, source) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unshare(v, source) for v in value]
-    if value is not None and not isinstance(value, (str, bool, int, float)):
-        raise ConfigError(f"Invalid YAML in {source}: unsupported value of type {type(value).__name__} "
-                          "(only mappings, lists, strings, numbers, booleans and null)")
-    return value
-
-
-def parse_yaml(text, source="<string>"):
-    """Parse one YAML document with the loader's YAML 1.2 core dialect (config.md §2.4)."""
-    try:
-        value = yaml.load(text, Loader=_Yaml12Loader)
-    except yaml.MarkedYAMLError as exc:
-        raise ConfigError(f"Invalid YAML in {source}: {_yaml_error_text(exc)}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"Invalid YAML in {source}: {' '.join(str(exc).split())}") from None
-    except RecursionError:
-        raise ConfigError(f"Invalid YAML in {source}: nested too deeply") from None
-    except ValueError as exc:  # an integer past Python's digit limit
-        raise ConfigError(f"Invalid YAML in {source}: {exc}") from None
-    if _expanded_size(value, {}, MAX_ALIAS_EXPANSION) > MAX_ALIAS_EXPANSION:
-        raise ConfigError(f"Invalid YAML in {source}: document expands to more than "
-                          f"{MAX_ALIAS_EXPANSION} nodes through aliases")
-    return _unshare(value, source)
-
-
-def _yaml_error_text(exc):
-    parts = []
-    if exc.context:
-        parts.append(exc.context)
-    if exc.problem:
-        parts.append(exc.problem)
-    text = " ".join(" ".join(parts).split()) or "parse error"
-    mark = exc.problem_mark or exc.context_mark
-    if mark is not None:
-        text += f" (line {mark.line + 1}, column {mark.column + 1})"
-    return text
-
-
-def _reject_json_constant(name):
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def parse_json(text, source="<string>"):
-    """Strict RFC 8259 JSON: NaN and Infinity are rejected, duplicate keys keep the last value."""
-    try:
-        return json.loads(text, parse_constant=_reject_json_constant)
-    except ValueError as exc:
-        raise ConfigError(f"Invalid JSON in {source}: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"Invalid JSON in {source}: nested too deeply") from None
-
-
-# ---------------------------------------------------------------------------------------------------
-# File loader, placeholders, bare-marker quoting, imports (config.md §2.1–2.5)
-
-_PLACEHOLDER = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
-_WHOLE_DOCUMENT_MARKER = re.compile(r"^@import\(([^)]+)\)$")
-_MAPPING_VALUE_MARKER = re.compile(r"^(\s*[^#\n][^:\n]*:\s*)@import\(([^)\n]+)\)(\s*(?:#.*)?)$", re.MULTILINE)
-_SEQUENCE_ITEM_MARKER = re.compile(r"^(\s*-\s*)@import\(([^)\n]+)\)(\s*(?:#.*)?)$", re.MULTILINE)
-_FLOW_ITEM_MARKER = re.compile(r"([\[,]\s*|[\[{,][^:\n\[\]{},\"']*:\s+)@import\(([^)\n]+)\)(?=\s*[,\]}])")
-_MARKER = re.compile(r"^@import\(([^)]+)\)$")
-_HTTP = re.compile(r"^https?://", re.IGNORECASE)
-
-
-def substitute_placeholders(text, env):
-    """Replace `${NAME}` and `${env:NAME}` by the variable's value (unset: empty string), one pass."""
-    return _PLACEHOLDER.sub(lambda m: env.get(m.group(1), ""), text)
-
-
-def quote_bare_markers(text):
-    """Wrap bare `@import(...)` markers in double quotes so YAML can parse them (config.md §2.3).
-
-    Beyond the reference, a marker that is a whole item of a flow collection (`extends: [@import(a.yaml)]`,
-    `agents: {pm: @import(pm.yaml)}`) is quoted too, because acceptance scenarios 12, 17, 19 and 20 of
-    config.md write it that way; the reference left it bare, which is a YAML syntax error."""
-    trimmed = text.strip()
-    if _WHOLE_DOCUMENT_MARKER.match(trimmed):
-        return json.dumps(trimmed, ensure_ascii=False)
-    def quoted(match):
-        return f'{match.group(1)}"@import({match.group(2)})"{match.group(3)}'
-    text = _MAPPING_VALUE_MARKER.sub(quoted, text)
-    text = _SEQUENCE_ITEM_MARKER.sub(quoted, text)
-    return "\n".join(_quote_flow_markers(line) for line in text.split("\n"))
-
-
-def _quote_flow_markers(line):
-    if "@import(" not in line:
-        return line
-    out, position = [], 0
-    for match in _FLOW_ITEM_MARKER.finditer(line):
-        before = line[:match.start()]
-        if before.count('"') % 2 or before.count("'") % 2 or "#" in before:
-            continue
-        out.append(line[position:match.start()])
-        out.append(f'{match.group(1)}"@import({match.group(2)})"')
-        position = match.end()
-    out.append(line[position:])
-    return "".join(out)
-
-
-def import_marker_path(value):
-    """The import path of a whole-field marker string, or None when value is not a marker."""
-    if not isinstance(value, str):
-        return None
-    match = _MARKER.match(value.strip())
-    return match.group(1).strip() if match else None
-
-
-def _lexical_abspath(path, base=None):
-    joined = os.path.join(base if base is not None else os.getcwd(), path)
-    return os.path.normpath(joined)
-
-
-def _extension(path):
-    name = os.path.basename(path)
-    dot = name.rfind(".")
-    if dot <= 0:
-        return ""
-    return name[dot:].lower()
-
-
-def _read_text(path):
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        raise ConfigError(f"File not found: {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"{exc.strerror or exc}: {path}") from None
-    return raw.decode("utf-8", errors="replace")
-
-
-def _load_file(path, chain, env):
-    """Load one file of the project (YAML, JSON or text) with its imports resolved (config.md §2.1)."""
-    absolute = _lexical_abspath(path)
-    if absolute in chain:
-        raise ConfigError("Circular @import detected: " + " -> ".join(chain + [absolute]))
-    if len(chain) > MAX_IMPORT_DEPTH:
-        raise ConfigError("Maximum @import depth exceeded")
-    text = _read_text(absolute)
-    extension = _extension(absolute)
-    if extension in (".yaml", ".yml"):
-        value = parse_yaml(quote_bare_markers(substitute_placeholders(text, env)), absolute)
-        if value is None:
-            value = {}
-    elif extension == ".json":
-        value = parse_json(substitute_placeholders(text, env), absolute)
-    else:
-        return text
-    return _resolve_imports(value, os.path.dirname(absolute), chain + [absolute], env)
-
-
-def _resolve_imports(value, base_dir, chain, env):
-    marker = import_marker_path(value)
-    if marker is not None:
-        if _HTTP.match(marker):
-            raise ConfigError("HTTP(S) @import is disabled for reproducibility")
-        return _load_file(_lexical_abspath(marker, base_dir), chain, env)
-    if isinstance(value, list):
-        return [_resolve_imports(item, base_dir, chain, env) for item in value]
-    if isinstance(value, dict):
-        return {key: _resolve_imports(item, base_dir, chain, env) for key, item in value.items()}
-    return value
-
-
-def apply_extends(value):
-    """Merge `extends` profiles into every mapping reachable through mappings (config.md §2.6)."""
-    if not isinstance(value, dict):
-        return value
-    if "extends" not in value:
-        bases = []
-    elif isinstance(value["extends"], list):
-        bases = value["extends"]
-    else:
-        bases = [value["extends"]]
-    merged = {}
-    for base in bases:
-        merged = _merge(merged, apply_extends(base))
-    own = {key: apply_extends(item) for key, item in value.items() if key != "extends"}
-    return _merge(merged, own)
-
-
-def _merge(base, over):
-    if isinstance(base, dict) and isinstance(over, dict):
-        out = dict(base)
-        for key, item in over.items():
-            if key in out and isinstance(out[key], dict) and isinstance(item, dict):
-                out[key] = _merge(out[key], item)
-            else:
-                out[key] = item
-        return out
-    return over
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -828,535 +524,6 @@ def validate_schema(tree):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Tool registry: built-in toolpacks, local manifests, allowlists (tools.md §2–§8)
-#
-# Deliberately here and not in suzumio_toolpacks: load-time validation (config.md §2.8 step 5) must
-# resolve toolpacks and check allowlists and scripts in spec order, and config may import nothing
-# above it. suzumio_toolpacks builds dispatch, runner input, WebUI handlers and the Node host on top of
-# ToolRegistry; resolve_toolpacks() is also the run-time resolution (manifests re-read every call).
-
-def _schema(properties, required=None):
-    schema = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = required
-    schema["additionalProperties"] = False
-    return schema
-
-
-_PRIORITY_PROPERTY = {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "default": "P3"}
-
-_BUILTIN_TOOLS = {
-    "core": [
-        ("messages.send",
-         ("Send a message to one agent (recipient), to the user (recipient: user) or to a project channel. "
-          "Delivery is immediate: the recipient is woken by it, so do not ask for receipt confirmation and do not "
-          "send acknowledgement-only messages. Report results, exact artifact paths, commands and outcomes, the "
-          "next action wanted, or the blocker."),
-         _schema({
-             "recipient": {"type": "string", "description": "Agent id to message directly, or user. Non-coordinator "
-                           "agents normally report to the coordinator."},
-             "channel": {"type": "string", "description": "A configured project channel such as #project. Give "
-                         "either recipient or channel."},
-             "priority": dict(_PRIORITY_PROPERTY, description=(
-                 "P3 for routine queued work; P2 for control-flow or continuation work that should run before "
-                 "routine backlog; P1 only for real blockers or messages that unblock active work; P0 only for "
-                 "emergencies (human stop, destructive conflict, secret or safety issue).")),
-             "body": {"type": "string", "description": "Markdown: results, exact artifact paths, exact commands and "
-                      "outcomes, the next action wanted, or the blocker. Never an acknowledgement-only note."},
-         }, ["body"])),
-        ("coordination.wait_for_signal",
-         ("End this activation and wait for a future signal (a message, a review, an external response). Call it "
-          "after sending the messages you owe, never instead of reporting. Non-coordinator agents notify the "
-          "coordinator by default."),
-         _schema({
-             "reason": {"type": "string", "description": "The future signal or external response being waited for."},
-             "pm": {"type": "string", "description": "Coordinator agent id to notify; defaults to the configured "
-                    "coordinator (pm)."},
-             "notifyPm": {"type": "boolean", "description": "Whether to send the coordinator a direct message (only "
-                          "if that agent exists). Defaults to true for non-coordinator agents and false for the "
-                          "coordinator. Use false after already reporting to the coordinator in this activation."},
-         })),
-        ("completion.submit",
-         ("Submit the final Markdown report of the project for user approval. Use it only after the relevant "
-          "current information is incorporated and no requested substantive reply is outstanding."),
-         _schema({"report": {"type": "string", "description": "Final Markdown report."}}, ["report"])),
-        ("file.read",
-         ("Read a file (numbered lines) or list a directory under /workspace, /artifacts or /mnt. Prefer this tool "
-          "over cat, sed, head or tail, and read large files in focused ranges with offset and limit."),
-         _schema({
-             "path": {"type": "string", "description": "Absolute path under /workspace, /artifacts or /mnt, or a "
-                      "path relative to /workspace."},
-             "offset": {"type": "number", "description": "First line (1-based) to return; default 1."},
-             "limit": {"type": "number", "description": "Maximum lines or directory entries; default 200, capped at "
-                       "2000."},
-             "maxBytes": {"type": "number", "description": "Maximum output size; default 50000, capped at 100000."},
-         }, ["path"])),
-        ("file.write",
-         ("Write a complete file under /workspace or your own /artifacts/<agent-id>, creating or overwriting it. "
-          "Use file.patch for targeted edits."),
-         _schema({
-             "path": {"type": "string", "description": "Absolute path under /workspace or your own "
-                      "/artifacts/<agent-id>, or a path relative to /workspace."},
-             "content": {"type": "string", "description": "Complete new file content."},
-             "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent directories."},
-         }, ["path", "content"])),
-        ("file.patch",
-         ("Apply edits in order under /workspace or your own /artifacts/<agent-id>: add creates or overwrites a "
-          "file, update replaces exact text, delete removes a file. Edits are not transactional."),
-         _schema({
-             "operations": {
-                 "type": "array",
-                 "description": "Edits applied in order: add creates or overwrites a file, update replaces exact "
-                                "text, delete removes a file.",
-                 "items": _schema({
-                     "op": {"type": "string", "enum": ["add", "update", "delete"]},
-                     "path": {"type": "string"},
-                     "content": {"type": "string", "description": "File content for add."},
-                     "search": {"type": "string", "description": "Exact existing text for update."},
-                     "replace": {"type": "string", "description": "Replacement text for update."},
-                     "replaceAll": {"type": "boolean", "default": False, "description": "Replace every occurrence "
-                                    "instead of exactly one."},
-                     "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent "
-                                    "directories for add."},
-                 }, ["op", "path"]),
-             },
-         }, ["operations"])),
-    ],
-    "shell": [
-        ("shell.exec",
-         ("Run a bash command in the runner (working directory /workspace by default). Running a command notifies "
-          "nobody: report important results with messages.send."),
-         _schema({
-             "command": {"type": "string", "description": "Bash command to run inside the runner container."},
-             "cwd": {"type": "string", "description": "Working directory; default /workspace. Relative paths "
-                     "resolve against /workspace."},
-             "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at "
-                           "300000."},
-             "maxOutputBytes": {"type": "number", "description": "Maximum combined stdout and stderr bytes kept; "
-                                "default 40000, capped at 200000."},
-         }, ["command"])),
-    ],
-    "web": [
-        ("web.fetch",
-         ("Fetch an http(s) URL with GET and return its text (HTML is reduced to text unless format is raw). "
-          "HTTP error statuses are returned, not raised."),
-         _schema({
-             "url": {"type": "string"},
-             "maxBytes": {"type": "number", "description": "Maximum characters returned; default 20000, capped at "
-                          "100000."},
-             "timeoutMs": {"type": "number", "description": "Request timeout in milliseconds; default 30000, capped "
-                           "at 120000."},
-             "format": {"type": "string", "enum": ["text", "raw"], "default": "text"},
-         }, ["url"])),
-    ],
-}
-
-_LIMIT_SCHEMA = {"type": "object", "properties": {"limit": {"type": "number", "default": 20}},
-                 "additionalProperties": False}
-
-_BUILTIN_WEBUI = {
-    "core": [
-        {"id": "project.stats", "title": "Project statistics", "kind": "panel",
-         "description": "Live counts of agents, messages, activations, tool calls, history and events."},
-        {"id": "messages.conversation", "title": "Agent conversation", "kind": "panel",
-         "description": "Direct messages between two participants.",
-         "inputSchema": {"type": "object", "properties": {
-             "agentA": {"type": "string", "default": "user", "description": "First participant (user for the human)."},
-             "agentB": {"type": "string", "default": "pm", "description": "Second participant."},
-             "limit": {"type": "number", "default": 40, "description": "Maximum direct messages shown."}},
-             "additionalProperties": False},
-         "submitLabel": "Load conversation"},
-        {"id": "messages.send", "title": "Send agent message", "kind": "action",
-         "description": "Send a message as the user (or on behalf of an agent) to an agent or a channel.",
-         "inputSchema": {"type": "object", "properties": {
-             "sender": {"type": "string", "default": "user", "description": "Sender id; user for the human."},
-             "recipient": {"type": "string", "description": "Agent id or user. Empty means the coordinator, or the "
-                           "first agent."},
-             "channel": {"type": "string", "description": "Optional channel such as #project; leave recipient empty "
-                         "when used."},
-             "priority": {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "default": "P3"},
-             "body": {"type": "string", "description": "Markdown body."}},
-             "required": ["body"], "additionalProperties": False},
-         "submitLabel": "Send message"},
-        {"id": "coordination.signals", "title": "Signal queue", "kind": "panel",
-         "description": "Pending, delivered and closed signals by priority, with the most recent ones.",
-         "inputSchema": {"type": "object", "properties": {
-             "targetAgent": {"type": "string"},
-             "status": {"type": "string", "enum": ["pending", "delivered", "closed"]},
-             "limit": {"type": "number", "default": 25}},
-             "additionalProperties": False},
-         "submitLabel": "Refresh signals"},
-        {"id": "completion.report", "title": "Completion report", "kind": "panel",
-         "description": "The report submitted with completion.submit, if any."},
-        {"id": "file.activity", "title": "File tool activity", "kind": "panel",
-         "description": "Calls of file.read, file.write and file.patch.",
-         "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh file stats"},
-    ],
-    "shell": [
-        {"id": "shell.activity", "title": "Shell activity", "kind": "panel",
-         "description": "Calls of shell.exec.", "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh shell stats"},
-    ],
-    "web": [
-        {"id": "web.activity", "title": "Web fetch activity", "kind": "panel",
-         "description": "Calls of web.fetch.", "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh web stats"},
-    ],
-}
-
-SUPPORT_BACKED_BUILTIN_TOOLS = ("messages.send", "coordination.wait_for_signal", "completion.submit")
-_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-def safe_toolpack_id(toolpack_id):
-    """The id with every run of characters outside [A-Za-z0-9_.-] replaced by `_` (mount directory name)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", toolpack_id)
-
-
-def model_tool_name(name):
-    """The name offered to models: every run outside [A-Za-z0-9_-] becomes `_` (`file.read` → `file_read`)."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "_", name)
-
-
-def is_allowed(tool_name, patterns):
-    """Allowlist match (tools.md §2.3): exact name, `*`, or `x.*` prefix; no other wildcards."""
-    for pattern in patterns:
-        if pattern == tool_name or pattern == "*":
-            return True
-        if pattern.endswith(".*") and tool_name.startswith(pattern[:-1]):
-            return True
-    return False
-
-
-def _frozen_json(value):
-    return json.dumps(value, ensure_ascii=False, sort_keys=False)
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """One model-facing tool: its definition and the toolpack that declares it."""
-
-    name: str
-    description: str
-    toolpack_id: str
-    builtin: bool
-    _input_schema_json: str = field(repr=False)
-
-    @property
-    def input_schema(self):
-        return json.loads(self._input_schema_json)
-
-    @property
-    def model_name(self):
-        return model_tool_name(self.name)
-
-    @property
-    def support_backed(self):
-        """True for built-in tools the runner forwards to the controller; local tools decide for themselves."""
-        return self.builtin and self.name in SUPPORT_BACKED_BUILTIN_TOOLS
-
-    def definition(self):
-        """The runner-input ToolDefinition `{name, description, inputSchema}`."""
-        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
-
-
-@dataclass(frozen=True)
-class WebuiEntry:
-    """A user-facing WebUI control of a toolpack (tools.md §11.1)."""
-
-    id: str
-    title: str
-    kind: str
-    toolpack_id: str
-    builtin: bool
-    description: str = None
-    submit_label: str = None
-    _input_schema_json: str = field(default=None, repr=False)
-
-    @property
-    def input_schema(self):
-        return None if self._input_schema_json is None else json.loads(self._input_schema_json)
-
-    def to_json(self):
-        """The `GET …/tool-ui` shape: absent optional fields omitted, plus toolpackId and toolpackKind."""
-        out = {"id": self.id, "title": self.title}
-        if self.description is not None:
-            out["description"] = self.description
-        out["kind"] = self.kind
-        if self._input_schema_json is not None:
-            out["inputSchema"] = self.input_schema
-        if self.submit_label is not None:
-            out["submitLabel"] = self.submit_label
-        out["toolpackId"] = self.toolpack_id
-        out["toolpackKind"] = "builtin" if self.builtin else "local"
-        return out
-
-
-@dataclass(frozen=True)
-class ToolpackSpec:
-    """One resolved toolpack (tools.md §2.2). Local toolpacks carry their root and module paths."""
-
-    id: str
-    builtin: bool
-    tools: tuple
-    webui: tuple
-    path: str = None
-    runner_module: str = None
-    controller_module: str = None
-    packaged: str = None
-    _manifest_json: str = field(default=None, repr=False)
-
-    @property
-    def kind(self):
-        return "builtin" if self.builtin else "local"
-
-    @property
-    def manifest(self):
-        return None if self._manifest_json is None else json.loads(self._manifest_json)
-
-    @property
-    def safe_id(self):
-        return safe_toolpack_id(self.id)
-
-    @property
-    def support_path(self):
-        return "/toolpacks/" + quote(self.id, safe="") + "/support"
-
-    @property
-    def runner_module_ref(self):
-        """`builtin:<id>` for built-ins, else the absolute host path of the runner module (None if WebUI-only)."""
-        return f"builtin:{self.id}" if self.builtin else self.runner_module
-
-    @property
-    def runner_module_relative(self):
-        """The runner module path relative to the toolpack root, POSIX separators (container addressing)."""
-        if self.builtin or self.runner_module is None:
-            return None
-        return Path(os.path.relpath(self.runner_module, self.path)).as_posix()
-
-    @property
-    def container_runner_module(self):
-        """`/toolpacks/<safe id>/<relative runner path>` for docker-chat; `builtin:<id>` for built-ins."""
-        if self.builtin:
-            return f"builtin:{self.id}"
-        if self.runner_module is None:
-            return None
-        return f"/toolpacks/{self.safe_id}/{self.runner_module_relative}"
-
-    @property
-    def has_scheduler_hook(self):
-        """Local toolpacks (WebUI-only ones included) are asked for a scheduler hook every tick; built-ins never."""
-        return not self.builtin
-
-    @property
-    def tool_names(self):
-        return [tool.name for tool in self.tools]
-
-    def webui_entry(self, entry_id):
-        return next((entry for entry in self.webui if entry.id == entry_id), None)
-
-
-@dataclass(frozen=True)
-class ToolRegistry:
-    """The resolved toolpacks of a project in registration order, with name lookups and allowlist filters."""
-
-    toolpacks: tuple
-
-    def toolpack(self, toolpack_id):
-        return next((pack for pack in self.toolpacks if pack.id == toolpack_id), None)
-
-    def tool(self, name):
-        for pack in self.toolpacks:
-            for tool in pack.tools:
-                if tool.name == name:
-                    return tool
-        return None
-
-    @property
-    def tools(self):
-        return [tool for pack in self.toolpacks for tool in pack.tools]
-
-    @property
-    def tool_names(self):
-        return [tool.name for tool in self.tools]
-
-    def allowed_tools(self, patterns):
-        """Registered tools an allowlist allows, in registration order (unmatched patterns are ignored)."""
-        return [tool for tool in self.tools if is_allowed(tool.name, patterns)]
-
-    def webui_entries(self):
-        """Every WebUI entry of every toolpack: toolpacks in config order, entries in declaration order."""
-        return [entry for pack in self.toolpacks for entry in pack.webui]
-
-    def unknown_allowlist_entry(self, patterns):
-        """(index, entry) of the first allowlist entry naming no registered tool (load-time rule), or None."""
-        names = self.tool_names
-        for index, pattern in enumerate(patterns):
-            if pattern == "*" or pattern in names:
-                continue
-            if pattern.endswith(".*") and any(name.startswith(pattern[:-1]) for name in names):
-                continue
-            return index, pattern
-        return None
-
-
-def _builtin_toolpack(toolpack_id):
-    tools = tuple(ToolSpec(name, description, toolpack_id, True, _frozen_json(schema))
-                  for name, description, schema in _BUILTIN_TOOLS[toolpack_id])
-    webui = tuple(WebuiEntry(entry["id"], entry["title"], entry["kind"], toolpack_id, True,
-                             entry.get("description"), entry.get("submitLabel"),
-                             _frozen_json(entry["inputSchema"]) if "inputSchema" in entry else None)
-                  for entry in _BUILTIN_WEBUI[toolpack_id])
-    return ToolpackSpec(toolpack_id, True, tools, webui)
-
-
-def _unknown_builtin(entry):
-    return ConfigError(f"Unknown built-in toolpack: {entry} (configure local toolpacks as {{ path: ... }})")
-
-
-def check_toolpack_directory(path, base_dir=None):
-    """Entry checks of tools.md §2.1 for a path entry; returns the absolute directory."""
-    if _HTTP.match(path):
-        raise ConfigError(f"Toolpack paths must be local directories, not HTTP(S) URLs: {path}")
-    root = _lexical_abspath(path, base_dir)
-    if not os.path.exists(root):
-        raise ConfigError(f"Local toolpack path not found: {root}")
-    if not os.path.isdir(root):
-        raise ConfigError(f"Local toolpack path is not a directory: {root}")
-    manifest = os.path.join(root, MANIFEST_NAME)
-    if not os.path.isfile(manifest):
-        raise ConfigError(f"Toolpack manifest not found: {manifest}")
-    return root
-
-
-def _blank(value):
-    return not isinstance(value, str) or not value.strip()
-
-
-def _module_path(root, value, default):
-    relative = default if _blank(value) else value
-    resolved = os.path.normpath(os.path.join(root, relative))
-    # The real path too: a symlinked module (or folder) inside the toolpack must not load code from outside.
-    if not _inside(resolved, root) or not _inside(os.path.realpath(resolved), os.path.realpath(root)):
-        raise ConfigError(f"Module path escapes the toolpack directory: {resolved}")
-    return resolved
-
-
-def _inside(path, root):
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def load_local_toolpack(root, config_id=None, packaged=None):
-    """Read and validate `<root>/suzumio.toolpack.json` (tools.md §8.3, first failure wins)."""
-    manifest_path = os.path.join(root, MANIFEST_NAME)
-    try:
-        with open(manifest_path, "rb") as handle:
-            text = handle.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ConfigError(f"Toolpack manifest not found: {manifest_path}") from None
-    except OSError as exc:
-        raise ConfigError(f"{exc.strerror or exc}: {manifest_path}") from None
-    try:
-        manifest = json.loads(text, parse_constant=_reject_json_constant)
-    except ValueError as exc:
-        raise ConfigError(f"Invalid toolpack manifest JSON in {manifest_path}: {exc}") from None
-    if not isinstance(manifest, dict):
-        manifest = {}
-    toolpack_id = manifest.get("id")
-    if _blank(toolpack_id):
-        raise ConfigError("Manifest field id is required")
-    if not _ID_PATTERN.match(toolpack_id):
-        raise ConfigError(f"Invalid toolpack id {toolpack_id}: use only letters, digits, '.', '_' and '-'")
-    if config_id is not None and config_id != toolpack_id:
-        raise ConfigError(f"Toolpack id mismatch: config says {config_id}, manifest says {toolpack_id}")
-    declared = manifest.get("tools")
-    if not isinstance(declared, list):
-        raise ConfigError("Manifest field tools must be an array")
-    tools = []
-    for tool in declared:
-        if not isinstance(tool, dict):
-            raise ConfigError("Each manifest tool must be an object")
-        if not isinstance(tool.get("inputSchema"), dict):
-            raise ConfigError("Manifest tool inputSchema must be an object")
-        if _blank(tool.get("name")):
-            raise ConfigError("Manifest field tool.name is required")
-        if _blank(tool.get("description")):
-            raise ConfigError("Manifest field tool.description is required")
-        tools.append(ToolSpec(tool["name"], tool["description"], toolpack_id, False, _frozen_json(tool["inputSchema"])))
-    entries = manifest.get("webui")
-    if entries is None:
-        entries = []
-    if not isinstance(entries, list):
-        raise ConfigError("Manifest field webui must be an array")
-    webui, seen = [], set()
-    for entry in entries:
-        if not isinstance(entry, dict):
-            raise ConfigError("Each manifest webui entry must be an object")
-        entry_id = entry.get("id")
-        if _blank(entry_id):
-            raise ConfigError("Manifest field webui.id is required")
-        if not _ID_PATTERN.match(entry_id):
-            raise ConfigError(f"Invalid WebUI entry id {entry_id}: use only letters, digits, '.', '_' and '-'")
-        if entry_id in seen:
-            raise ConfigError(f"Duplicate WebUI entry id: {entry_id}")
-        seen.add(entry_id)
-        schema = entry.get("inputSchema")
-        if schema is not None and not isinstance(schema, dict):
-            raise ConfigError("Manifest webui inputSchema must be an object")
-        if _blank(entry.get("title")):
-            raise ConfigError("Manifest field webui.title is required")
-        kind = entry.get("kind")
-        if kind is None:
-            kind = "panel"
-        if kind not in ("panel", "action"):
-            raise ConfigError(f"Invalid WebUI entry kind: {kind}")
-        description = entry.get("description") if isinstance(entry.get("description"), str) else None
-        submit_label = entry.get("submitLabel") if isinstance(entry.get("submitLabel"), str) else None
-        webui.append(WebuiEntry(entry_id, entry["title"], kind, toolpack_id, False, description, submit_label,
-                                None if schema is None else _frozen_json(schema)))
-    if not tools and not webui:
-        raise ConfigError(f"Toolpack {toolpack_id} has neither tools nor WebUI entries")
-    runner = _module_path(root, manifest.get("runner"), "runner.mjs") if tools else None
-    controller = _module_path(root, manifest.get("controller"), "controller.mjs")
-    if runner is not None and not runner.endswith(".mjs"):
-        raise ConfigError(f"The runner module must be a .mjs file: {runner}")
-    if not controller.endswith(".mjs"):
-        raise ConfigError(f"The controller module must be a .mjs file: {controller}")
-    if runner is not None and not os.path.isfile(runner):
-        raise ConfigError(f"Local toolpack runner module not found: {runner}")
-    if not os.path.isfile(controller):
-        raise ConfigError(f"Local toolpack controller module not found: {controller}")
-    return ToolpackSpec(toolpack_id, False, tuple(tools), tuple(webui), root, runner, controller, packaged,
-                        _frozen_json(manifest))
-
-
-def resolve_toolpacks(entries, base_dir=None, packaged_dir=None):
-    """Resolve `tools.toolpacks` afresh from disk into a ToolRegistry (tools.md §2.2); raises ConfigError."""
-    packaged_dir = packaged_dir or packaged_toolpacks_dir()
-    toolpacks, seen = [], set()
-    for entry in entries:
-        if isinstance(entry, str):
-            if entry not in BUILTIN_TOOLPACKS:
-                raise _unknown_builtin(entry)
-            pack = _builtin_toolpack(entry)
-        else:
-            if entry.get("packaged") is not None:
-                root = check_toolpack_directory(os.path.join(packaged_dir, entry["packaged"]))
-            else:
-                root = check_toolpack_directory(entry["path"], base_dir)
-            pack = load_local_toolpack(root, entry.get("id"), entry.get("packaged"))
-        if pack.id in seen:
-            raise ConfigError(f"Duplicate toolpack: {pack.id}")
-        seen.add(pack.id)
-        toolpacks.append(pack)
-    owners = {}
-    for pack in toolpacks:
-        for tool in pack.tools:
-            if tool.name in owners:
-                raise ConfigError(f"Tool {tool.name} is declared by both {owners[tool.name]} and {pack.id}")
-            owners[tool.name] = pack.id
-    return ToolRegistry(tuple(toolpacks))
-
-
-# ---------------------------------------------------------------------------------------------------
 # Typed, read-only views of the normalized config
 
 class FrozenMapping(Mapping):
@@ -1641,7 +808,7 @@ def _provider_config(provider_id, data):
     return ProviderConfig(
         provider_id, data["type"], data.get("apiKey"), data.get("apiKeyEnv"), data.get("baseURL"),
         data.get("baseURLEnv"), _ro(data.get("headers", {})), data.get("timeoutMs"), data.get("chunkTimeoutMs"),
-        _ro(data.get("options", {})), None if script is None else _frozen_json(script))
+        _ro(data.get("options", {})), None if script is None else frozen_json(script))
 
 
 def _preset_config(preset_id, data):
@@ -1667,7 +834,7 @@ def _backend_config(data):
                      runner.get("budget", {}).get("maxTokens"),
                      FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),
                      FrozenMapping({k: _preset_config(k, v) for k, v in models["presets"].items()}),
-                     _frozen_json(runner)))
+                     frozen_json(runner)))
 
 
 def _trailing_index_stripped(agent_id):
@@ -1732,7 +899,7 @@ def _normalize_mount(mount, base_dir):
             raise ConfigError(f"Docker mount target is reserved: {target}")
     out = dict(mount)
     if not os.path.isabs(mount["source"]):
-        out["source"] = _lexical_abspath(mount["source"], base_dir)
+        out["source"] = lexical_abspath(mount["source"], base_dir)
     out["target"] = normalized
     return out
 
@@ -1910,7 +1077,7 @@ def _post_validate(data, merged, base_dir, env, packaged_dir):
     for entry in data["tools"]["toolpacks"]:
         if isinstance(entry, str):
             if entry not in BUILTIN_TOOLPACKS:
-                raise _unknown_builtin(entry)
+                raise unknown_builtin_error(entry)
         elif "path" in entry:
             entry = dict(entry, path=check_toolpack_directory(entry["path"], base_dir))
         entries.append(entry)
@@ -1937,35 +1104,13 @@ def _post_validate(data, merged, base_dir, env, packaged_dir):
             continue
         path = ["backend", "runner", "models", "providers", provider_id, "script"]
         if isinstance(provider["script"], str):
-            provider["script"] = _load_file(_lexical_abspath(provider["script"], base_dir), [], env)
+            provider["script"] = load_file(lexical_abspath(provider["script"], base_dir), env)
         validate_script(provider["script"], path, agent_ids, registry)
     return data, registry
 
 
 # ---------------------------------------------------------------------------------------------------
 # Rendering (config.md §2.9)
-
-class _RenderDumper(yaml.SafeDumper):
-    """Block style with indented sequences; strings the loader would read as another type are quoted."""
-
-    def increase_indent(self, flow=False, indentless=False):
-        return super().increase_indent(flow, False)
-
-
-for _tag, _pattern, _first in _YAML12_RESOLVERS:
-    _RenderDumper.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
-
-
-def _represent_str(dumper, value):
-    if any(ch in value for ch in "\x85\u2028\u2029"):
-        style = '"'  # PyYAML would write these raw, and its reader folds them as line breaks
-    else:
-        style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_RenderDumper.add_representer(str, _represent_str)
-
 
 def externalize(data):
     """The rendered tree: `modelList` spelled `model-list` everywhere, default scheduler keys pruned."""
@@ -1985,12 +1130,6 @@ def externalize(data):
         if not scheduler:
             del out["scheduler"]
     return out
-
-
-def dump_yaml(tree):
-    """Serialize a tree as block YAML that the loader's dialect reads back exactly."""
-    return yaml.dump(tree, Dumper=_RenderDumper, default_flow_style=False, sort_keys=False, allow_unicode=True,
-                     width=120, indent=2)
 
 
 def _warnings(data):
@@ -2077,7 +1216,7 @@ class ProjectConfig:
     def _build(cls, data, path, source_text, registry, registry_error, packaged_dir):
         observability = data["observability"]
         return cls(
-            path, source_text, _frozen_json(data), _warnings(data), tuple(expand_agents(data)), registry,
+            path, source_text, frozen_json(data), _warnings(data), tuple(expand_agents(data)), registry,
             registry_error, packaged_dir, data["name"], data["task"], tuple(data["channels"]),
             _scheduler_config(data["scheduler"]), _communication_config(data["communication"]),
             _backend_config(data["backend"]),
@@ -2198,9 +1337,9 @@ def _communication_config(data):
 def load_project(path, env=None, packaged_dir=None):
     """Run the whole pipeline (config.md §2, steps 1–6) on a project file; raises ConfigError."""
     env = os.environ if env is None else env
-    absolute = _lexical_abspath(os.fspath(path))
-    source_text = _read_text(absolute)
-    merged = apply_extends(_load_file(absolute, [], env))
+    absolute = lexical_abspath(os.fspath(path))
+    source_text = read_text(absolute)
+    merged = apply_extends(load_file(absolute, env))
     data = validate_schema(merged)
     packaged_dir = packaged_dir or packaged_toolpacks_dir()
     data, registry = _post_validate(data, merged, os.path.dirname(absolute), env, packaged_dir)

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import suzumio_backend
 import suzumio_config
+import suzumio_registry
 from suzumio_backend import KIND_LOCAL, activation_paths
 from suzumio_errors import ConfigError, Conflict
 from suzumio_records import (
@@ -400,7 +401,7 @@ def _manifest_stamps(config):
     try:
         for pack in config.toolpacks:
             if not pack.builtin:
-                path = os.path.join(pack.path, suzumio_config.MANIFEST_NAME)
+                path = os.path.join(pack.path, suzumio_registry.MANIFEST_NAME)
                 stat = os.stat(path)
                 stamps.append((path, stat.st_mtime_ns, stat.st_size))
     except (ConfigError, OSError):

@@ -1,7 +1,7 @@
 """Controller side of tools (tools.md §2–4, §10–15): support dispatch for the core tools and local
 controller modules, the support-call authorization steps after the activation checks, WebUI entries
 and the built-in WebUI controls, tool status, scheduler hooks and the store facade that Node-host
-callbacks use. The tool registry itself comes from suzumio_config. Imported by suzumio_scheduler,
+callbacks use. The tool registry itself comes from suzumio_registry. Imported by suzumio_scheduler,
 suzumio_runner_support, suzumio_api and suzumio.py."""
 import json
 import logging
@@ -9,9 +9,8 @@ import math
 import threading
 from pathlib import Path
 
-import suzumio_config
 import suzumio_node
-from suzumio_config import is_allowed
+import suzumio_registry
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
 from suzumio_records import (
     ACT_RUNNING,
@@ -29,6 +28,7 @@ from suzumio_records import (
     to_datetime,
     truncate,
 )
+from suzumio_registry import is_allowed
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +296,7 @@ class ToolpackRuntime:
     def registry(self, config):
         """The project's toolpacks resolved afresh from disk (tools.md §2.2); a failure is a 500."""
         try:
-            return suzumio_config.resolve_toolpacks(config["tools"]["toolpacks"])
+            return suzumio_registry.resolve_toolpacks(config["tools"]["toolpacks"])
         except ConfigError as exc:
             raise ToolpackError(exc.message) from exc
 

@@ -24,6 +24,7 @@ from fake_model import FakeModel
 import suzumio_backend as backend
 import suzumio_config as config
 import suzumio_scheduler as scheduler
+import suzumio_yaml
 from suzumio_errors import ConfigError
 from suzumio_records import parse_ts, to_datetime, usage_tokens
 
@@ -47,7 +48,7 @@ def with_budget(budget):
 
 def load(tmp_path, data):
     path = tmp_path / "p.yaml"
-    path.write_text(config.dump_yaml(data))
+    path.write_text(suzumio_yaml.dump_yaml(data))
     return config.load_project(path, env={})
 
 
@@ -64,20 +65,20 @@ def test_budget_renders_after_the_runner_limits_and_round_trips(tmp_path):
     data["backend"]["runner"]["maxToolCalls"] = 3
     loaded = load(tmp_path, data)
     assert loaded.backend.runner.budget_max_tokens == 5000
-    runner = config.parse_yaml(loaded.render())["backend"]["runner"]
+    runner = suzumio_yaml.parse_yaml(loaded.render())["backend"]["runner"]
     assert list(runner) == ["mode", "model", "maxToolCalls", "budget", "models"]
     assert runner["budget"] == {"maxTokens": 5000}
     (tmp_path / "again").mkdir()
     (tmp_path / "again" / "p.yaml").write_text(loaded.render())
     again = config.load_project(tmp_path / "again" / "p.yaml", env={})
-    assert config.parse_yaml(again.render()) == config.parse_yaml(loaded.render())
+    assert suzumio_yaml.parse_yaml(again.render()) == suzumio_yaml.parse_yaml(loaded.render())
     assert again.backend.runner.budget_max_tokens == 5000
 
 
 def test_absent_budget_means_no_limit_and_is_not_rendered(tmp_path):
     loaded = load(tmp_path, copy.deepcopy(BASE))
     assert loaded.backend.runner.budget_max_tokens is None
-    assert "budget" not in config.parse_yaml(loaded.render())["backend"]["runner"]
+    assert "budget" not in suzumio_yaml.parse_yaml(loaded.render())["backend"]["runner"]
 
 
 @pytest.mark.parametrize("budget, issue", [

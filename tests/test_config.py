@@ -9,7 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import suzumio_config as config
-from suzumio_config import ProjectConfig, load_project, parse_yaml
+import suzumio_registry as registry
+import suzumio_yaml
+from suzumio_config import ProjectConfig, load_project
+from suzumio_yaml import parse_yaml
 from suzumio_errors import ConfigError, NotFound
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,7 +45,7 @@ def write(path, content):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not isinstance(content, str):
-        content = config.dump_yaml(content)
+        content = suzumio_yaml.dump_yaml(content)
     path.write_text(content)
     return path
 
@@ -317,7 +320,7 @@ def test_import_depth_is_capped_at_32(tmp_path):
 
 
 def test_whole_document_redirect_renders_like_the_target(tmp_path):
-    write(tmp_path / "real.yaml", config.dump_yaml(BASE))
+    write(tmp_path / "real.yaml", suzumio_yaml.dump_yaml(BASE))
     write(tmp_path / "redirect.yaml", "\n  @import(real.yaml)\n")
     assert load_project(tmp_path / "redirect.yaml", env={}).render() == (
         load_project(tmp_path / "real.yaml", env={}).render())
@@ -375,14 +378,14 @@ def test_extends_inside_an_agent(tmp_path):
 
 
 def test_extends_key_order_keeps_base_positions():
-    merged = config.apply_extends({"extends": [{"a": 1, "b": {"x": 1}}], "c": 3, "b": {"y": 2}})
+    merged = suzumio_yaml.apply_extends({"extends": [{"a": 1, "b": {"x": 1}}], "c": 3, "b": {"y": 2}})
     assert merged == {"a": 1, "b": {"x": 1, "y": 2}, "c": 3}
     assert list(merged) == ["a", "b", "c"]
 
 
 def test_non_mapping_base_is_replaced_by_a_later_mapping():
-    assert config.apply_extends({"extends": [{"a": 1}, "text", {"b": 2}]}) == {"b": 2}
-    assert config.apply_extends({"extends": [{"a": 1}], "a": None}) == {"a": None}
+    assert suzumio_yaml.apply_extends({"extends": [{"a": 1}, "text", {"b": 2}]}) == {"b": 2}
+    assert suzumio_yaml.apply_extends({"extends": [{"a": 1}], "a": None}) == {"a": None}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -543,7 +546,7 @@ def test_packaged_entries_resolve_beside_the_modules_and_stay_unresolved(tmp_pat
 
 
 def test_packaged_directory_is_the_toolpacks_folder_beside_the_config_module():
-    assert config.packaged_toolpacks_dir() == str(Path(config.__file__).resolve().parent / "toolpacks")
+    assert registry.packaged_toolpacks_dir() == str(Path(registry.__file__).resolve().parent / "toolpacks")
 
 
 def test_missing_packaged_copy_is_reported_with_its_path(tmp_path):
@@ -861,7 +864,7 @@ def scripted(script, **provider):
 
 
 def test_script_file_is_loaded_and_stored_as_a_mapping(tmp_path):
-    write(tmp_path / "s.yaml", config.dump_yaml(SCRIPT))
+    write(tmp_path / "s.yaml", suzumio_yaml.dump_yaml(SCRIPT))
     config_ = load(tmp_path, scripted("s.yaml"))
     assert parse_yaml(config_.render())["backend"]["runner"]["models"]["providers"]["replay"]["script"] == SCRIPT
     assert config_.data["backend"]["runner"]["models"]["providers"]["replay"]["script"] == SCRIPT
@@ -870,7 +873,7 @@ def test_script_file_is_loaded_and_stored_as_a_mapping(tmp_path):
 
 
 def test_script_import_resolves_against_the_declaring_fragment(tmp_path):
-    write(tmp_path / "frag" / "scripts" / "s.yaml", config.dump_yaml(SCRIPT))
+    write(tmp_path / "frag" / "scripts" / "s.yaml", suzumio_yaml.dump_yaml(SCRIPT))
     write(tmp_path / "frag" / "providers.yaml", "replay:\n  type: scripted\n  script: @import(scripts/s.yaml)\n")
     text = ("name: t\ntask: T\nbackend:\n  runner:\n    model: offline\n    models:\n"
             "      providers: @import(frag/providers.yaml)\n"
@@ -1045,7 +1048,7 @@ def test_render_quotes_strings_the_dialect_would_read_as_other_types(tmp_path):
 @given(st.lists(st.text(min_size=0, max_size=30), max_size=5))
 def test_rendered_strings_round_trip_through_the_dialect(values):
     tree = {"channels": values, "nested": {"k": values}}
-    assert parse_yaml(config.dump_yaml(tree)) == tree
+    assert parse_yaml(suzumio_yaml.dump_yaml(tree)) == tree
 
 
 def test_multiline_strings_render_as_literal_blocks(tmp_path):
@@ -1054,7 +1057,7 @@ def test_multiline_strings_render_as_literal_blocks(tmp_path):
 
 
 def test_project_config_exposes_source_text_path_and_immutable_data(tmp_path):
-    path = write(tmp_path / "p.yaml", config.dump_yaml(BASE))
+    path = write(tmp_path / "p.yaml", suzumio_yaml.dump_yaml(BASE))
     config_ = load_project(path, env={})
     assert config_.path == str(path) and config_.source_text == path.read_text()
     config_.data["name"] = "changed"
@@ -1096,7 +1099,7 @@ def test_counted_agents_share_the_entry_env_mounts_and_allowlist(tmp_path):
 
 def test_from_data_round_trip_gives_the_same_agents_toolpacks_and_render(tmp_path, packaged):
     make_toolpack(tmp_path / "tp", REVIEW_MANIFEST)
-    write(tmp_path / "s.yaml", config.dump_yaml(SCRIPT))
+    write(tmp_path / "s.yaml", suzumio_yaml.dump_yaml(SCRIPT))
     data = scripted("s.yaml")
     data["tools"] = {"toolpacks": ["core", "shell", {"path": "tp"}, {"packaged": "plan"}]}
     data["agents"]["pm"]["tools"] = ["*"]
@@ -1227,13 +1230,13 @@ def test_invalid_utf8_is_replaced_not_fatal(tmp_path):
 
 
 def test_marker_quoting_pre_pass():
-    assert config.quote_bare_markers("a: @import(x.md)  # c\n- @import(y.yaml)\n") == (
+    assert suzumio_yaml.quote_bare_markers("a: @import(x.md)  # c\n- @import(y.yaml)\n") == (
         'a: "@import(x.md)"  # c\n- "@import(y.yaml)"\n')
-    assert config.quote_bare_markers("  @import(z.yaml)\n") == '"@import(z.yaml)"'
-    assert config.quote_bare_markers("k: [@import(a), @import(b)]\n") == 'k: ["@import(a)", "@import(b)"]\n'
-    assert config.quote_bare_markers("k: {pm: @import(a)}\n") == 'k: {pm: "@import(a)"}\n'
-    assert config.quote_bare_markers('k: "see [@import(a)]"\n') == 'k: "see [@import(a)]"\n'
-    assert config.quote_bare_markers("k: [@import(a) x]\n") == "k: [@import(a) x]\n"
+    assert suzumio_yaml.quote_bare_markers("  @import(z.yaml)\n") == '"@import(z.yaml)"'
+    assert suzumio_yaml.quote_bare_markers("k: [@import(a), @import(b)]\n") == 'k: ["@import(a)", "@import(b)"]\n'
+    assert suzumio_yaml.quote_bare_markers("k: {pm: @import(a)}\n") == 'k: {pm: "@import(a)"}\n'
+    assert suzumio_yaml.quote_bare_markers('k: "see [@import(a)]"\n') == 'k: "see [@import(a)]"\n'
+    assert suzumio_yaml.quote_bare_markers("k: [@import(a) x]\n") == "k: [@import(a) x]\n"
 
 
 def test_flow_collection_markers_as_the_scenarios_write_them(tmp_path):
@@ -1257,12 +1260,12 @@ def review_project(tmp_path, **agents):
 
 
 def test_allowlist_matching_rules():
-    assert config.is_allowed("file.read", ["file.*"])
-    assert not config.is_allowed("filex.read", ["file.*"]) and not config.is_allowed("file", ["file.*"])
-    assert config.is_allowed("file.x.y", ["file.*"])
-    assert not config.is_allowed("file.read", ["file*"]) and not config.is_allowed("file.read", ["*.read"])
-    assert config.is_allowed("review.summarize", ["*"])
-    assert not config.is_allowed("messages.send", [])
+    assert registry.is_allowed("file.read", ["file.*"])
+    assert not registry.is_allowed("filex.read", ["file.*"]) and not registry.is_allowed("file", ["file.*"])
+    assert registry.is_allowed("file.x.y", ["file.*"])
+    assert not registry.is_allowed("file.read", ["file*"]) and not registry.is_allowed("file.read", ["*.read"])
+    assert registry.is_allowed("review.summarize", ["*"])
+    assert not registry.is_allowed("messages.send", [])
 
 
 def test_allowed_tools_per_agent_in_registration_order(tmp_path):
@@ -1285,7 +1288,7 @@ def test_local_toolpack_addressing_for_runner_input(tmp_path):
     core = review_project(tmp_path).toolpack("core")
     assert (core.runner_module_ref, core.container_runner_module, core.has_scheduler_hook) == (
         "builtin:core", "builtin:core", False)
-    assert config.safe_toolpack_id("a b/c") == "a_b_c"
+    assert registry.safe_toolpack_id("a b/c") == "a_b_c"
 
 
 def test_builtin_tool_definitions_carry_the_spec_schemas(tmp_path):

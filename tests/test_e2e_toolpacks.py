@@ -14,6 +14,7 @@ from conftest import wait_until
 from e2e_fixtures import PROJECT, call, kind_params, project_config, running_team
 
 import suzumio_config
+import suzumio_registry
 from suzumio_errors import ConfigError
 from suzumio_records import format_ts, parse_ts, utc_now
 
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.timeout(240),
 
 HERE = Path(__file__).resolve().parent
 REVIEW_TOOLS = HERE / "toolpack_fixtures" / "review-tools"
-PACKAGED = Path(suzumio_config.packaged_toolpacks_dir())
+PACKAGED = Path(suzumio_registry.packaged_toolpacks_dir())
 REPO = HERE.parent
 
 AGENTS = {

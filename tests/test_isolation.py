@@ -10,7 +10,7 @@ import pytest
 from fuzz_fixtures import CONTEXT, app_routes, fill, is_runner_rule, placeholders, world
 
 import suzumio_api
-import suzumio_config
+import suzumio_registry
 import suzumio_runner_tools as runner
 from suzumio_errors import ConfigError
 from suzumio_runner_tools import ToolError
@@ -356,7 +356,7 @@ def test_manifest_module_paths_outside_the_folder_are_refused(tmp_path, manifest
     (tmp_path / "x.mjs").write_text("export default () => ({});\n")
     root = toolpack(tmp_path, manifest)
     with pytest.raises(ConfigError) as caught:
-        suzumio_config.load_local_toolpack(str(root))
+        suzumio_registry.load_local_toolpack(str(root))
     message = caught.value.message
     if "%2e" in json.dumps(manifest):
         assert message.startswith("Local toolpack runner module not found: ")
@@ -373,7 +373,7 @@ def test_symlinked_module_files_and_folders_pointing_outside_are_refused(tmp_pat
     root = toolpack(tmp_path, {}, files)
     (root / f"{which}.mjs").symlink_to(outside / "evil.mjs")
     with pytest.raises(ConfigError) as caught:
-        suzumio_config.load_local_toolpack(str(root))
+        suzumio_registry.load_local_toolpack(str(root))
     assert caught.value.message == f"Module path escapes the toolpack directory: {root / (which + '.mjs')}"
     (root / f"{which}.mjs").unlink()
     (root / "lib").symlink_to(outside)
@@ -382,7 +382,7 @@ def test_symlinked_module_files_and_folders_pointing_outside_are_refused(tmp_pat
          "tools": [{"name": "review.x", "description": "d", "inputSchema": {}}]}))
     (root / f"{which}.mjs").write_text("export default () => ({});\n")
     with pytest.raises(ConfigError) as caught:
-        suzumio_config.load_local_toolpack(str(root))
+        suzumio_registry.load_local_toolpack(str(root))
     assert caught.value.message == f"Module path escapes the toolpack directory: {root / 'lib' / 'evil.mjs'}"
 
 
@@ -391,8 +391,8 @@ def test_symlinks_inside_the_toolpack_folder_and_a_linked_folder_itself_are_acce
     (root / "src").mkdir()
     (root / "src" / "runner.mjs").write_text("export default () => ({});\n")
     (root / "lib").symlink_to(root / "src")
-    pack = suzumio_config.load_local_toolpack(str(root))
+    pack = suzumio_registry.load_local_toolpack(str(root))
     assert pack.runner_module == str(root / "lib" / "runner.mjs")
     (tmp_path / "linked").symlink_to(root)
-    linked = suzumio_config.load_local_toolpack(str(tmp_path / "linked"))
+    linked = suzumio_registry.load_local_toolpack(str(tmp_path / "linked"))
     assert linked.controller_module == str(tmp_path / "linked" / "controller.mjs")

@@ -1,0 +1,557 @@
+"""The tool registry (tools.md §2–§8): built-in toolpacks and their tool and WebUI definitions, local
+toolpack manifests (loading and validation), allowlist matching, and ToolRegistry/ToolpackSpec/ToolSpec/
+WebuiEntry. Config validation resolves it at load time so errors come in spec order; suzumio_toolpacks
+and the backend build dispatch, runner input and mounts on it. Imports suzumio_yaml and suzumio_errors."""
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from suzumio_errors import ConfigError
+from suzumio_yaml import HTTP_URL, lexical_abspath, strict_json_loads
+
+PACKAGED_TOOLPACKS = ("scheduler", "plan")
+BUILTIN_TOOLPACKS = ("core", "shell", "web")
+MANIFEST_NAME = "suzumio.toolpack.json"
+
+
+def packaged_toolpacks_dir():
+    """The directory holding the packaged toolpacks: `toolpacks/` beside the controller modules."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "toolpacks")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Built-in toolpacks (tools.md §3, §11.2)
+
+def _schema(properties, required=None):
+    schema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    schema["additionalProperties"] = False
+    return schema
+
+
+_PRIORITY_PROPERTY = {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "default": "P3"}
+
+_BUILTIN_TOOLS = {
+    "core": [
+        ("messages.send",
+         ("Send a message to one agent (recipient), to the user (recipient: user) or to a project channel. "
+          "Delivery is immediate: the recipient is woken by it, so do not ask for receipt confirmation and do not "
+          "send acknowledgement-only messages. Report results, exact artifact paths, commands and outcomes, the "
+          "next action wanted, or the blocker."),
+         _schema({
+             "recipient": {"type": "string", "description": "Agent id to message directly, or user. Non-coordinator "
+                           "agents normally report to the coordinator."},
+             "channel": {"type": "string", "description": "A configured project channel such as #project. Give "
+                         "either recipient or channel."},
+             "priority": dict(_PRIORITY_PROPERTY, description=(
+                 "P3 for routine queued work; P2 for control-flow or continuation work that should run before "
+                 "routine backlog; P1 only for real blockers or messages that unblock active work; P0 only for "
+                 "emergencies (human stop, destructive conflict, secret or safety issue).")),
+             "body": {"type": "string", "description": "Markdown: results, exact artifact paths, exact commands and "
+                      "outcomes, the next action wanted, or the blocker. Never an acknowledgement-only note."},
+         }, ["body"])),
+        ("coordination.wait_for_signal",
+         ("End this activation and wait for a future signal (a message, a review, an external response). Call it "
+          "after sending the messages you owe, never instead of reporting. Non-coordinator agents notify the "
+          "coordinator by default."),
+         _schema({
+             "reason": {"type": "string", "description": "The future signal or external response being waited for."},
+             "pm": {"type": "string", "description": "Coordinator agent id to notify; defaults to the configured "
+                    "coordinator (pm)."},
+             "notifyPm": {"type": "boolean", "description": "Whether to send the coordinator a direct message (only "
+                          "if that agent exists). Defaults to true for non-coordinator agents and false for the "
+                          "coordinator. Use false after already reporting to the coordinator in this activation."},
+         })),
+        ("completion.submit",
+         ("Submit the final Markdown report of the project for user approval. Use it only after the relevant "
+          "current information is incorporated and no requested substantive reply is outstanding."),
+         _schema({"report": {"type": "string", "description": "Final Markdown report."}}, ["report"])),
+        ("file.read",
+         ("Read a file (numbered lines) or list a directory under /workspace, /artifacts or /mnt. Prefer this tool "
+          "over cat, sed, head or tail, and read large files in focused ranges with offset and limit."),
+         _schema({
+             "path": {"type": "string", "description": "Absolute path under /workspace, /artifacts or /mnt, or a "
+                      "path relative to /workspace."},
+             "offset": {"type": "number", "description": "First line (1-based) to return; default 1."},
+             "limit": {"type": "number", "description": "Maximum lines or directory entries; default 200, capped at "
+                       "2000."},
+             "maxBytes": {"type": "number", "description": "Maximum output size; default 50000, capped at 100000."},
+         }, ["path"])),
+        ("file.write",
+         ("Write a complete file under /workspace or your own /artifacts/<agent-id>, creating or overwriting it. "
+          "Use file.patch for targeted edits."),
+         _schema({
+             "path": {"type": "string", "description": "Absolute path under /workspace or your own "
+                      "/artifacts/<agent-id>, or a path relative to /workspace."},
+             "content": {"type": "string", "description": "Complete new file content."},
+             "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent directories."},
+         }, ["path", "content"])),
+        ("file.patch",
+         ("Apply edits in order under /workspace or your own /artifacts/<agent-id>: add creates or overwrites a "
+          "file, update replaces exact text, delete removes a file. Edits are not transactional."),
+         _schema({
+             "operations": {
+                 "type": "array",
+                 "description": "Edits applied in order: add creates or overwrites a file, update replaces exact "
+                                "text, delete removes a file.",
+                 "items": _schema({
+                     "op": {"type": "string", "enum": ["add", "update", "delete"]},
+                     "path": {"type": "string"},
+                     "content": {"type": "string", "description": "File content for add."},
+                     "search": {"type": "string", "description": "Exact existing text for update."},
+                     "replace": {"type": "string", "description": "Replacement text for update."},
+                     "replaceAll": {"type": "boolean", "default": False, "description": "Replace every occurrence "
+                                    "instead of exactly one."},
+                     "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent "
+                                    "directories for add."},
+                 }, ["op", "path"]),
+             },
+         }, ["operations"])),
+    ],
+    "shell": [
+        ("shell.exec",
+         ("Run a bash command in the runner (working directory /workspace by default). Running a command notifies "
+          "nobody: report important results with messages.send."),
+         _schema({
+             "command": {"type": "string", "description": "Bash command to run inside the runner container."},
+             "cwd": {"type": "string", "description": "Working directory; default /workspace. Relative paths "
+                     "resolve against /workspace."},
+             "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at "
+                           "300000."},
+             "maxOutputBytes": {"type": "number", "description": "Maximum combined stdout and stderr bytes kept; "
+                                "default 40000, capped at 200000."},
+         }, ["command"])),
+    ],
+    "web": [
+        ("web.fetch",
+         ("Fetch an http(s) URL with GET and return its text (HTML is reduced to text unless format is raw). "
+          "HTTP error statuses are returned, not raised."),
+         _schema({
+             "url": {"type": "string"},
+             "maxBytes": {"type": "number", "description": "Maximum characters returned; default 20000, capped at "
+                          "100000."},
+             "timeoutMs": {"type": "number", "description": "Request timeout in milliseconds; default 30000, capped "
+                           "at 120000."},
+             "format": {"type": "string", "enum": ["text", "raw"], "default": "text"},
+         }, ["url"])),
+    ],
+}
+
+_LIMIT_SCHEMA = {"type": "object", "properties": {"limit": {"type": "number", "default": 20}},
+                 "additionalProperties": False}
+
+_BUILTIN_WEBUI = {
+    "core": [
+        {"id": "project.stats", "title": "Project statistics", "kind": "panel",
+         "description": "Live counts of agents, messages, activations, tool calls, history and events."},
+        {"id": "messages.conversation", "title": "Agent conversation", "kind": "panel",
+         "description": "Direct messages between two participants.",
+         "inputSchema": {"type": "object", "properties": {
+             "agentA": {"type": "string", "default": "user", "description": "First participant (user for the human)."},
+             "agentB": {"type": "string", "default": "pm", "description": "Second participant."},
+             "limit": {"type": "number", "default": 40, "description": "Maximum direct messages shown."}},
+             "additionalProperties": False},
+         "submitLabel": "Load conversation"},
+        {"id": "messages.send", "title": "Send agent message", "kind": "action",
+         "description": "Send a message as the user (or on behalf of an agent) to an agent or a channel.",
+         "inputSchema": {"type": "object", "properties": {
+             "sender": {"type": "string", "default": "user", "description": "Sender id; user for the human."},
+             "recipient": {"type": "string", "description": "Agent id or user. Empty means the coordinator, or the "
+                           "first agent."},
+             "channel": {"type": "string", "description": "Optional channel such as #project; leave recipient empty "
+                         "when used."},
+             "priority": {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "default": "P3"},
+             "body": {"type": "string", "description": "Markdown body."}},
+             "required": ["body"], "additionalProperties": False},
+         "submitLabel": "Send message"},
+        {"id": "coordination.signals", "title": "Signal queue", "kind": "panel",
+         "description": "Pending, delivered and closed signals by priority, with the most recent ones.",
+         "inputSchema": {"type": "object", "properties": {
+             "targetAgent": {"type": "string"},
+             "status": {"type": "string", "enum": ["pending", "delivered", "closed"]},
+             "limit": {"type": "number", "default": 25}},
+             "additionalProperties": False},
+         "submitLabel": "Refresh signals"},
+        {"id": "completion.report", "title": "Completion report", "kind": "panel",
+         "description": "The report submitted with completion.submit, if any."},
+        {"id": "file.activity", "title": "File tool activity", "kind": "panel",
+         "description": "Calls of file.read, file.write and file.patch.",
+         "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh file stats"},
+    ],
+    "shell": [
+        {"id": "shell.activity", "title": "Shell activity", "kind": "panel",
+         "description": "Calls of shell.exec.", "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh shell stats"},
+    ],
+    "web": [
+        {"id": "web.activity", "title": "Web fetch activity", "kind": "panel",
+         "description": "Calls of web.fetch.", "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh web stats"},
+    ],
+}
+
+SUPPORT_BACKED_BUILTIN_TOOLS = ("messages.send", "coordination.wait_for_signal", "completion.submit")
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Names and allowlist matching (tools.md §2.3)
+
+def safe_toolpack_id(toolpack_id):
+    """The id with every run of characters outside [A-Za-z0-9_.-] replaced by `_` (mount directory name)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", toolpack_id)
+
+
+def model_tool_name(name):
+    """The name offered to models: every run outside [A-Za-z0-9_-] becomes `_` (`file.read` → `file_read`)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", name)
+
+
+def is_allowed(tool_name, patterns):
+    """Allowlist match (tools.md §2.3): exact name, `*`, or `x.*` prefix; no other wildcards."""
+    for pattern in patterns:
+        if pattern == tool_name or pattern == "*":
+            return True
+        if pattern.endswith(".*") and tool_name.startswith(pattern[:-1]):
+            return True
+    return False
+
+
+def frozen_json(value):
+    """JSON text of a value, so frozen dataclasses can hold it and hand out fresh copies."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resolved toolpacks and the registry
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One model-facing tool: its definition and the toolpack that declares it."""
+
+    name: str
+    description: str
+    toolpack_id: str
+    builtin: bool
+    _input_schema_json: str = field(repr=False)
+
+    @property
+    def input_schema(self):
+        return json.loads(self._input_schema_json)
+
+    @property
+    def model_name(self):
+        return model_tool_name(self.name)
+
+    @property
+    def support_backed(self):
+        """True for built-in tools the runner forwards to the controller; local tools decide for themselves."""
+        return self.builtin and self.name in SUPPORT_BACKED_BUILTIN_TOOLS
+
+    def definition(self):
+        """The runner-input ToolDefinition `{name, description, inputSchema}`."""
+        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+
+
+@dataclass(frozen=True)
+class WebuiEntry:
+    """A user-facing WebUI control of a toolpack (tools.md §11.1)."""
+
+    id: str
+    title: str
+    kind: str
+    toolpack_id: str
+    builtin: bool
+    description: str = None
+    submit_label: str = None
+    _input_schema_json: str = field(default=None, repr=False)
+
+    @property
+    def input_schema(self):
+        return None if self._input_schema_json is None else json.loads(self._input_schema_json)
+
+    def to_json(self):
+        """The `GET …/tool-ui` shape: absent optional fields omitted, plus toolpackId and toolpackKind."""
+        out = {"id": self.id, "title": self.title}
+        if self.description is not None:
+            out["description"] = self.description
+        out["kind"] = self.kind
+        if self._input_schema_json is not None:
+            out["inputSchema"] = self.input_schema
+        if self.submit_label is not None:
+            out["submitLabel"] = self.submit_label
+        out["toolpackId"] = self.toolpack_id
+        out["toolpackKind"] = "builtin" if self.builtin else "local"
+        return out
+
+
+@dataclass(frozen=True)
+class ToolpackSpec:
+    """One resolved toolpack (tools.md §2.2). Local toolpacks carry their root and module paths."""
+
+    id: str
+    builtin: bool
+    tools: tuple
+    webui: tuple
+    path: str = None
+    runner_module: str = None
+    controller_module: str = None
+    packaged: str = None
+    _manifest_json: str = field(default=None, repr=False)
+
+    @property
+    def kind(self):
+        return "builtin" if self.builtin else "local"
+
+    @property
+    def manifest(self):
+        return None if self._manifest_json is None else json.loads(self._manifest_json)
+
+    @property
+    def safe_id(self):
+        return safe_toolpack_id(self.id)
+
+    @property
+    def support_path(self):
+        return "/toolpacks/" + quote(self.id, safe="") + "/support"
+
+    @property
+    def runner_module_ref(self):
+        """`builtin:<id>` for built-ins, else the absolute host path of the runner module (None if WebUI-only)."""
+        return f"builtin:{self.id}" if self.builtin else self.runner_module
+
+    @property
+    def runner_module_relative(self):
+        """The runner module path relative to the toolpack root, POSIX separators (container addressing)."""
+        if self.builtin or self.runner_module is None:
+            return None
+        return Path(os.path.relpath(self.runner_module, self.path)).as_posix()
+
+    @property
+    def container_runner_module(self):
+        """`/toolpacks/<safe id>/<relative runner path>` for docker-chat; `builtin:<id>` for built-ins."""
+        if self.builtin:
+            return f"builtin:{self.id}"
+        if self.runner_module is None:
+            return None
+        return f"/toolpacks/{self.safe_id}/{self.runner_module_relative}"
+
+    @property
+    def has_scheduler_hook(self):
+        """Local toolpacks (WebUI-only ones included) are asked for a scheduler hook every tick; built-ins never."""
+        return not self.builtin
+
+    @property
+    def tool_names(self):
+        return [tool.name for tool in self.tools]
+
+    def webui_entry(self, entry_id):
+        return next((entry for entry in self.webui if entry.id == entry_id), None)
+
+
+@dataclass(frozen=True)
+class ToolRegistry:
+    """The resolved toolpacks of a project in registration order, with name lookups and allowlist filters."""
+
+    toolpacks: tuple
+
+    def toolpack(self, toolpack_id):
+        return next((pack for pack in self.toolpacks if pack.id == toolpack_id), None)
+
+    def tool(self, name):
+        for pack in self.toolpacks:
+            for tool in pack.tools:
+                if tool.name == name:
+                    return tool
+        return None
+
+    @property
+    def tools(self):
+        return [tool for pack in self.toolpacks for tool in pack.tools]
+
+    @property
+    def tool_names(self):
+        return [tool.name for tool in self.tools]
+
+    def allowed_tools(self, patterns):
+        """Registered tools an allowlist allows, in registration order (unmatched patterns are ignored)."""
+        return [tool for tool in self.tools if is_allowed(tool.name, patterns)]
+
+    def webui_entries(self):
+        """Every WebUI entry of every toolpack: toolpacks in config order, entries in declaration order."""
+        return [entry for pack in self.toolpacks for entry in pack.webui]
+
+    def unknown_allowlist_entry(self, patterns):
+        """(index, entry) of the first allowlist entry naming no registered tool (load-time rule), or None."""
+        names = self.tool_names
+        for index, pattern in enumerate(patterns):
+            if pattern == "*" or pattern in names:
+                continue
+            if pattern.endswith(".*") and any(name.startswith(pattern[:-1]) for name in names):
+                continue
+            return index, pattern
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resolution: built-ins and local manifests (tools.md §2.1, §2.2, §8.3)
+
+def _builtin_toolpack(toolpack_id):
+    tools = tuple(ToolSpec(name, description, toolpack_id, True, frozen_json(schema))
+                  for name, description, schema in _BUILTIN_TOOLS[toolpack_id])
+    webui = tuple(WebuiEntry(entry["id"], entry["title"], entry["kind"], toolpack_id, True,
+                             entry.get("description"), entry.get("submitLabel"),
+                             frozen_json(entry["inputSchema"]) if "inputSchema" in entry else None)
+                  for entry in _BUILTIN_WEBUI[toolpack_id])
+    return ToolpackSpec(toolpack_id, True, tools, webui)
+
+
+def unknown_builtin_error(entry):
+    """The error for a bare toolpack name that is not a built-in."""
+    return ConfigError(f"Unknown built-in toolpack: {entry} (configure local toolpacks as {{ path: ... }})")
+
+
+def check_toolpack_directory(path, base_dir=None):
+    """Entry checks of tools.md §2.1 for a path entry; returns the absolute directory."""
+    if HTTP_URL.match(path):
+        raise ConfigError(f"Toolpack paths must be local directories, not HTTP(S) URLs: {path}")
+    root = lexical_abspath(path, base_dir)
+    if not os.path.exists(root):
+        raise ConfigError(f"Local toolpack path not found: {root}")
+    if not os.path.isdir(root):
+        raise ConfigError(f"Local toolpack path is not a directory: {root}")
+    manifest = os.path.join(root, MANIFEST_NAME)
+    if not os.path.isfile(manifest):
+        raise ConfigError(f"Toolpack manifest not found: {manifest}")
+    return root
+
+
+def _blank(value):
+    return not isinstance(value, str) or not value.strip()
+
+
+def _module_path(root, value, default):
+    relative = default if _blank(value) else value
+    resolved = os.path.normpath(os.path.join(root, relative))
+    # The real path too: a symlinked module (or folder) inside the toolpack must not load code from outside.
+    if not _inside(resolved, root) or not _inside(os.path.realpath(resolved), os.path.realpath(root)):
+        raise ConfigError(f"Module path escapes the toolpack directory: {resolved}")
+    return resolved
+
+
+def _inside(path, root):
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def load_local_toolpack(root, config_id=None, packaged=None):
+    """Read and validate `<root>/suzumio.toolpack.json` (tools.md §8.3, first failure wins)."""
+    manifest_path = os.path.join(root, MANIFEST_NAME)
+    try:
+        with open(manifest_path, "rb") as handle:
+            text = handle.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise ConfigError(f"Toolpack manifest not found: {manifest_path}") from None
+    except OSError as exc:
+        raise ConfigError(f"{exc.strerror or exc}: {manifest_path}") from None
+    try:
+        manifest = strict_json_loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"Invalid toolpack manifest JSON in {manifest_path}: {exc}") from None
+    if not isinstance(manifest, dict):
+        manifest = {}
+    toolpack_id = manifest.get("id")
+    if _blank(toolpack_id):
+        raise ConfigError("Manifest field id is required")
+    if not _ID_PATTERN.match(toolpack_id):
+        raise ConfigError(f"Invalid toolpack id {toolpack_id}: use only letters, digits, '.', '_' and '-'")
+    if config_id is not None and config_id != toolpack_id:
+        raise ConfigError(f"Toolpack id mismatch: config says {config_id}, manifest says {toolpack_id}")
+    declared = manifest.get("tools")
+    if not isinstance(declared, list):
+        raise ConfigError("Manifest field tools must be an array")
+    tools = []
+    for tool in declared:
+        if not isinstance(tool, dict):
+            raise ConfigError("Each manifest tool must be an object")
+        if not isinstance(tool.get("inputSchema"), dict):
+            raise ConfigError("Manifest tool inputSchema must be an object")
+        if _blank(tool.get("name")):
+            raise ConfigError("Manifest field tool.name is required")
+        if _blank(tool.get("description")):
+            raise ConfigError("Manifest field tool.description is required")
+        tools.append(ToolSpec(tool["name"], tool["description"], toolpack_id, False, frozen_json(tool["inputSchema"])))
+    entries = manifest.get("webui")
+    if entries is None:
+        entries = []
+    if not isinstance(entries, list):
+        raise ConfigError("Manifest field webui must be an array")
+    webui, seen = [], set()
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ConfigError("Each manifest webui entry must be an object")
+        entry_id = entry.get("id")
+        if _blank(entry_id):
+            raise ConfigError("Manifest field webui.id is required")
+        if not _ID_PATTERN.match(entry_id):
+            raise ConfigError(f"Invalid WebUI entry id {entry_id}: use only letters, digits, '.', '_' and '-'")
+        if entry_id in seen:
+            raise ConfigError(f"Duplicate WebUI entry id: {entry_id}")
+        seen.add(entry_id)
+        schema = entry.get("inputSchema")
+        if schema is not None and not isinstance(schema, dict):
+            raise ConfigError("Manifest webui inputSchema must be an object")
+        if _blank(entry.get("title")):
+            raise ConfigError("Manifest field webui.title is required")
+        kind = entry.get("kind")
+        if kind is None:
+            kind = "panel"
+        if kind not in ("panel", "action"):
+            raise ConfigError(f"Invalid WebUI entry kind: {kind}")
+        description = entry.get("description") if isinstance(entry.get("description"), str) else None
+        submit_label = entry.get("submitLabel") if isinstance(entry.get("submitLabel"), str) else None
+        webui.append(WebuiEntry(entry_id, entry["title"], kind, toolpack_id, False, description, submit_label,
+                                None if schema is None else frozen_json(schema)))
+    if not tools and not webui:
+        raise ConfigError(f"Toolpack {toolpack_id} has neither tools nor WebUI entries")
+    runner = _module_path(root, manifest.get("runner"), "runner.mjs") if tools else None
+    controller = _module_path(root, manifest.get("controller"), "controller.mjs")
+    if runner is not None and not runner.endswith(".mjs"):
+        raise ConfigError(f"The runner module must be a .mjs file: {runner}")
+    if not controller.endswith(".mjs"):
+        raise ConfigError(f"The controller module must be a .mjs file: {controller}")
+    if runner is not None and not os.path.isfile(runner):
+        raise ConfigError(f"Local toolpack runner module not found: {runner}")
+    if not os.path.isfile(controller):
+        raise ConfigError(f"Local toolpack controller module not found: {controller}")
+    return ToolpackSpec(toolpack_id, False, tuple(tools), tuple(webui), root, runner, controller, packaged,
+                        frozen_json(manifest))
+
+
+def resolve_toolpacks(entries, base_dir=None, packaged_dir=None):
+    """Resolve `tools.toolpacks` afresh from disk into a ToolRegistry (tools.md §2.2); raises ConfigError."""
+    packaged_dir = packaged_dir or packaged_toolpacks_dir()
+    toolpacks, seen = [], set()
+    for entry in entries:
+        if isinstance(entry, str):
+            if entry not in BUILTIN_TOOLPACKS:
+                raise unknown_builtin_error(entry)
+            pack = _builtin_toolpack(entry)
+        else:
+            if entry.get("packaged") is not None:
+                root = check_toolpack_directory(os.path.join(packaged_dir, entry["packaged"]))
+            else:
+                root = check_toolpack_directory(entry["path"], base_dir)
+            pack = load_local_toolpack(root, entry.get("id"), entry.get("packaged"))
+        if pack.id in seen:
+            raise ConfigError(f"Duplicate toolpack: {pack.id}")
+        seen.add(pack.id)
+        toolpacks.append(pack)
+    owners = {}
+    for pack in toolpacks:
+        for tool in pack.tools:
+            if tool.name in owners:
+                raise ConfigError(f"Tool {tool.name} is declared by both {owners[tool.name]} and {pack.id}")
+            owners[tool.name] = pack.id
+    return ToolRegistry(tuple(toolpacks))
