@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from suzumio_errors import ConfigError, NotFound
+from suzumio_records import DEFAULT_CHANNELS, DEFAULT_COORDINATOR, PRIORITIES
 from suzumio_registry import (
     BUILTIN_TOOLPACKS,
     PACKAGED_TOOLPACKS,
@@ -30,7 +31,6 @@ from suzumio_yaml import apply_extends, dump_yaml, lexical_abspath, load_file, r
 log = logging.getLogger(__name__)
 
 RESERVED_AGENT_ID = "user"
-DEFAULT_COORDINATOR = "pm"
 RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio")
 UNSUPPORTED_PROVIDER_TYPES = ("openai", "anthropic", "google")
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
@@ -337,7 +337,7 @@ class _ToolpackEntry:
         return out
 
 
-_PRIORITY = _Enum("P0", "P1", "P2", "P3")
+_PRIORITY = _Enum(*PRIORITIES)
 _INT_GE0 = _Num(integer=True, ge=0)
 _INT_GT0 = _Num(integer=True, gt=0)
 _TEXT = _Str(nonempty=True)
@@ -366,7 +366,7 @@ def _monitor_schema(priority, initial_delay_ms, message):
         ("id", _TEXT, _OMIT),
         ("enabled", _Bool(), True),
         ("agent", _TEXT, _REQUIRED),
-        ("recipient", _TEXT, "pm"),
+        ("recipient", _TEXT, DEFAULT_COORDINATOR),
         ("sender", _TEXT, "monitor"),
         ("priority", _PRIORITY, priority),
         ("initialDelayMs", _INT_GE0, initial_delay_ms),
@@ -501,7 +501,7 @@ _PROJECT = _Obj(
     ("communication", _COMMUNICATION, _FULL),
     ("backend", _BACKEND, _FULL),
     ("agents", _Record(_AGENT), {}),
-    ("channels", _List(_Str()), ["#project", "#blocked"]),
+    ("channels", _List(_Str()), list(DEFAULT_CHANNELS)),
     ("tools", _Obj(("toolpacks", _List(_ToolpackEntry()), ["core", "web"])), _FULL),
     ("platforms", _List(_Any()), []),
     ("observability", _Obj(

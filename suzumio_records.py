@@ -126,6 +126,7 @@ _NUDGE_FALLBACKS = {
 NO_EFFECT_DEFAULTS = {"enabled": True, "priority": "P3", "maxConsecutive": 0, "initialDelayMs": 30000,
                       "backoffFactor": 2, "maxDelayMs": 300000}
 DEFAULT_CHANNELS = ("#project", "#blocked")
+DEFAULT_COORDINATOR = "pm"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +267,7 @@ def config_section(config, key):
 
 def coordinator_of(config):
     """communication.coordinatorAgent, default pm."""
-    return config_section(config, "communication").get("coordinatorAgent") or "pm"
+    return config_section(config, "communication").get("coordinatorAgent") or DEFAULT_COORDINATOR
 
 
 def channels_of(config):
@@ -447,6 +448,12 @@ def no_effect_message(agent_id):
     if agent_id == "pm":
         text += ", or call completion.submit with the final report"
     return text + ". Do not merely run shell commands."
+
+
+def nudge_attempt(payload):
+    """The attempt number a nudge signal's payload carries; 1 when it is missing or not a positive integer."""
+    attempt = (payload or {}).get("attempt")
+    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0 else 1
 
 
 def no_effect_delay(attempt, cfg):

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from suzumio_errors import ConfigError
+from suzumio_records import DEFAULT_PRIORITY, PRIORITIES, SIGNAL_STATUSES
 from suzumio_yaml import HTTP_URL, lexical_abspath, strict_json_loads
 
 PACKAGED_TOOLPACKS = ("scheduler", "plan")
@@ -33,7 +34,7 @@ def _schema(properties, required=None):
     return schema
 
 
-_PRIORITY_PROPERTY = {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "default": "P3"}
+_PRIORITY_PROPERTY = {"type": "string", "enum": list(PRIORITIES), "default": DEFAULT_PRIORITY}
 
 _BUILTIN_TOOLS = {
     "core": [
@@ -164,7 +165,7 @@ _BUILTIN_WEBUI = {
                            "first agent."},
              "channel": {"type": "string", "description": "Optional channel such as #project; leave recipient empty "
                          "when used."},
-             "priority": {"type": "string", "enum": ["P0", "P1", "P2", "P3"], "default": "P3"},
+             "priority": _PRIORITY_PROPERTY,
              "body": {"type": "string", "description": "Markdown body."}},
              "required": ["body"], "additionalProperties": False},
          "submitLabel": "Send message"},
@@ -172,7 +173,7 @@ _BUILTIN_WEBUI = {
          "description": "Pending, delivered and closed signals by priority, with the most recent ones.",
          "inputSchema": {"type": "object", "properties": {
              "targetAgent": {"type": "string"},
-             "status": {"type": "string", "enum": ["pending", "delivered", "closed"]},
+             "status": {"type": "string", "enum": list(SIGNAL_STATUSES)},
              "limit": {"type": "number", "default": 25}},
              "additionalProperties": False},
          "submitLabel": "Refresh signals"},

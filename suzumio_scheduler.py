@@ -25,6 +25,7 @@ from suzumio_records import (
     KIND_FAILED_NUDGE,
     PROJECT_RUNNING,
     format_ts,
+    nudge_attempt,
     parse_ts,
     render_signal,
     to_datetime,
@@ -248,11 +249,6 @@ def _start_activation(store, backend, config, task, agents, agent, signals, now)
 
 # ---------------------------------------------------------------- nudges and monitors (§7)
 
-def _attempt_of(sig):
-    attempt = (sig.get("payload") or {}).get("attempt")
-    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0 else 1
-
-
 def _failed_nudges(store, config, agents, now):
     """scheduler.md §7.2 (step 6)."""
     rule = config.scheduler.failed_nudge
@@ -267,7 +263,7 @@ def _failed_nudges(store, config, agents, now):
         if latest is None:
             continue
         woke = store.signals_delivered_to(latest["id"], kind=KIND_FAILED_NUDGE)
-        previous = _attempt_of(woke[-1]) if woke else 0
+        previous = nudge_attempt(woke[-1].get("payload")) if woke else 0
         if rule.max_consecutive and previous >= rule.max_consecutive:
             continue
         attempt = previous + 1

@@ -81,6 +81,7 @@ from suzumio_records import (
     new_id,
     no_effect_delay,
     no_effect_message,
+    nudge_attempt,
     omit_none,
     project_row_json,
     public_activation_json,
@@ -1183,9 +1184,7 @@ class ProjectStore:
                       "AND kind = ? ORDER BY created_at DESC, rowid DESC LIMIT 1",
                       (self.project_id, activation_id, KIND_NO_EFFECT_NUDGE))
         if woke is not None:
-            attempt = load_json(woke["payload_json"], {}).get("attempt")
-            valid = isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0
-            previous = attempt if valid else 1
+            previous = nudge_attempt(load_json(woke["payload_json"], {}))
         max_consecutive = cfg["maxConsecutive"]
         if max_consecutive and previous >= max_consecutive:
             return None

@@ -24,6 +24,7 @@ from suzumio_records import (
     SIGNAL_PENDING,
     SIGNAL_STATUSES,
     WAIT_PREFIX,
+    coordinator_of,
     format_ts,
     to_datetime,
     truncate,
@@ -205,7 +206,7 @@ def facade_callbacks(store, source_agent=None, source_activation=None):
 
 def communication(config):
     settings = config.get("communication") or {}
-    return (settings.get("coordinatorAgent") or "pm", bool(settings.get("restrictNonCoordinatorToCoordinator")),
+    return (coordinator_of(config), bool(settings.get("restrictNonCoordinatorToCoordinator")),
             settings.get("nonCoordinatorMaxPriority") or "P2")
 
 
