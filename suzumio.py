@@ -25,7 +25,8 @@ USAGE = """Suzumio
 Commands:
   suzumio config render <file>
   suzumio init <file> [--root dir]
-  suzumio serve [--host 127.0.0.1] [--port 39400] [--root dir] [--no-scheduler] [--threads 32] [--allow-host name]... [--api-token-env NAME]
+  suzumio serve [--host 127.0.0.1] [--port 39400] [--root dir] [--no-scheduler] [--threads 32] \
+[--allow-host name]... [--api-token-env NAME]
   suzumio start <project> [--root dir]
   suzumio stop <project> [--root dir]
   suzumio approve <project> [--root dir]

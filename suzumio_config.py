@@ -851,10 +851,7 @@ def expand_agents(data):
         names = entry.get("names", [])
         for index in range(1, count + 1):
             agent_id = key if count == 1 else f"{key}-{index}"
-            if index - 1 < len(names):
-                display_name = names[index - 1]
-            else:
-                display_name = entry.get("displayName", agent_id)
+            display_name = names[index - 1] if index - 1 < len(names) else entry.get("displayName", agent_id)
             own = agents.get(agent_id) or agents.get(_trailing_index_stripped(agent_id)) or entry
             out.append(AgentSpec(
                 agent_id, key, entry.get("role", key), display_name, entry.get("prompt", ""), entry.get("model"),
@@ -1162,10 +1159,9 @@ def _rewrite_loopback(value):
     netloc = parts.netloc
     at = netloc.rfind("@")
     credentials, hostport = (netloc[:at + 1], netloc[at + 1:]) if at >= 0 else ("", netloc)
-    if hostport.startswith("["):
-        port = hostport[hostport.index("]") + 1:]
-    else:
-        port = hostport[len(hostport.split(":")[0]):]
+    # the port part (`:8080` or empty) after a bracketed IPv6 literal or a name
+    port_at = hostport.index("]") + 1 if hostport.startswith("[") else len(hostport.split(":")[0])
+    port = hostport[port_at:]
     return urlunsplit((parts.scheme, credentials + "host.docker.internal" + port, parts.path, parts.query,
                        parts.fragment))
 

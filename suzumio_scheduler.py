@@ -192,7 +192,7 @@ def tick(store, backend, hooks, now, configs=None):
         _tick_agent(store, backend, config, project["task"], agents, agent, now)
     try:
         hooks.run_hooks(store, config, now)
-    except Exception as error:  # hooks never stop steps 6-9 (scheduler.md §6.1)
+    except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (scheduler.md §6.1)
         log.warning("scheduler hooks of %s failed: %s", store.project_id, error)
         store.append_event(EVENT_HOOK_FAILED, {"toolpackId": None, "error": str(error)})
     agents = store.list_agents()

@@ -346,10 +346,9 @@ for _tag, _pattern, _first in _YAML12_RESOLVERS:
 
 
 def _represent_str(dumper, value):
+    style = "|" if "\n" in value else None
     if any(ch in value for ch in "\x85\u2028\u2029"):
         style = '"'  # PyYAML would write these raw, and its reader folds them as line breaks
-    else:
-        style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 

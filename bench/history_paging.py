@@ -90,13 +90,13 @@ def main(argv=None):
                     rows, parts = bare_page(bare_conn, "hist", "worker", **kwargs)
                     if [m["sequence"] for m in page["messages"]] != [r[7] for r in rows] or len(parts) != len(rows):
                         raise SystemExit(f"{label}: the store and the bare query disagree")
-                    bare = benchlib.median(benchlib.timed(lambda kwargs=kwargs: bare_page(bare_conn, "hist", "worker", **kwargs),
-                                                          options.repeat))
+                    bare = benchlib.median(benchlib.timed(
+                        lambda kwargs=kwargs: bare_page(bare_conn, "hist", "worker", **kwargs), options.repeat))
                     through_store = benchlib.median(benchlib.timed(
                         lambda kwargs=kwargs: store.history_page("worker", limit=PAGE, **kwargs), options.repeat))
                     path = f"/api/projects/hist/agents/worker/history?limit={PAGE}{query}"
-                    over_http = benchlib.median(benchlib.timed(lambda path=path: http_page(http_conn, service.port, path),
-                                                               options.repeat))
+                    over_http = benchlib.median(benchlib.timed(
+                        lambda path=path: http_page(http_conn, service.port, path), options.repeat))
                     results.add(f"history_page, {label} ({options.rows:,} rows)", through_store, "s", bare)
                     results.add(f"GET …/history, {label}", over_http, "s", bare)
             finally:

@@ -55,7 +55,8 @@ def table(rows):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-docker", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="smaller sample counts (a rough look, not for BENCHMARKS.md)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller sample counts (a rough look, not for BENCHMARKS.md)")
     options = parser.parse_args(argv)
     rows = []
     for script, full, quick in BENCHES:

@@ -46,7 +46,7 @@ def docker_ready():
         client = docker.from_env(timeout=3)
         client.images.get(RUNNER_IMAGE)
         return True
-    except Exception:  # any failure means: no usable engine, fall back to local
+    except Exception:  # noqa: BLE001  any failure means: no usable engine, fall back to local
         return False
 
 
@@ -148,8 +148,9 @@ def main():
     print(f"Suzumio demo: {backend} backend, root {root}", flush=True)
     subprocess.run(suzumio("init", str(project_file), "--root", str(root)), check=True)
 
-    server = subprocess.Popen(suzumio("serve", "--root", str(root), "--port", str(port)),
-                              stdout=subprocess.DEVNULL, stderr=open(root / "serve.log", "w"))
+    with open(root / "serve.log", "w") as serve_log:  # the server keeps its own copy of the descriptor
+        server = subprocess.Popen(suzumio("serve", "--root", str(root), "--port", str(port)),
+                                  stdout=subprocess.DEVNULL, stderr=serve_log)
     try:
         wait_for_health(url, server)
         post(url + "/api/projects/demo/start", {})

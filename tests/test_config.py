@@ -12,8 +12,8 @@ import suzumio_config as config
 import suzumio_registry as registry
 import suzumio_yaml
 from suzumio_config import ProjectConfig, load_project
-from suzumio_yaml import parse_yaml
 from suzumio_errors import ConfigError, NotFound
+from suzumio_yaml import parse_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 BROKEN = REPO / "tests" / "configs" / "broken"
@@ -656,7 +656,8 @@ def test_count_validation(tmp_path):
 def test_runner_mode_mock_is_rejected(tmp_path):
     data = base()
     data["backend"]["runner"]["mode"] = "mock"
-    assert error(tmp_path, data) == 'Invalid project config:\n  - backend.runner.mode: Invalid literal value, expected "ai"'
+    assert error(tmp_path, data) == (
+        'Invalid project config:\n  - backend.runner.mode: Invalid literal value, expected "ai"')
 
 
 def test_platforms_must_be_empty(tmp_path):
@@ -884,7 +885,8 @@ def test_script_import_resolves_against_the_declaring_fragment(tmp_path):
 def test_script_requirements_per_provider_type(tmp_path):
     data = scripted(SCRIPT)
     del data["backend"]["runner"]["models"]["providers"]["replay"]["script"]
-    assert error(tmp_path, data) == "Invalid project config:\n  - backend.runner.models.providers.replay.script: Required"
+    assert error(tmp_path, data) == (
+        "Invalid project config:\n  - backend.runner.models.providers.replay.script: Required")
     data = base()
     data["backend"]["runner"]["models"]["providers"]["g"]["script"] = "s.yaml"
     assert error(tmp_path, data) == (
@@ -893,9 +895,11 @@ def test_script_requirements_per_provider_type(tmp_path):
 
 def test_script_file_must_hold_a_mapping(tmp_path):
     write(tmp_path / "s.yaml", "- a\n")
-    assert error(tmp_path, scripted("s.yaml")) == "backend.runner.models.providers.replay.script: Expected object, received array"
+    assert error(tmp_path, scripted("s.yaml")) == (
+        "backend.runner.models.providers.replay.script: Expected object, received array")
     write(tmp_path / "s.txt", "agents: {}")
-    assert error(tmp_path, scripted("s.txt")) == "backend.runner.models.providers.replay.script: Expected object, received string"
+    assert error(tmp_path, scripted("s.txt")) == (
+        "backend.runner.models.providers.replay.script: Expected object, received string")
     assert error(tmp_path, scripted("gone.yaml")) == f"File not found: {tmp_path}/gone.yaml"
 
 
@@ -910,7 +914,8 @@ PREFIX = "backend.runner.models.providers.replay.script"
     ({"agents": {"pm": {}}}, "agents.pm", "Expected array, received object"),
     ({"agents": {"pm": []}}, "agents.pm", "Array must contain at least 1 element(s)"),
     ({"agents": {"pm": ["x"]}}, "agents.pm.0", "Expected object, received string"),
-    ({"agents": {"pm": [{"when": 3, "steps": [{"say": "x"}]}]}}, "agents.pm.0.when", "Expected string, received number"),
+    ({"agents": {"pm": [{"when": 3, "steps": [{"say": "x"}]}]}}, "agents.pm.0.when",
+     "Expected string, received number"),
     ({"agents": {"pm": [{"when": "", "steps": [{"say": "x"}]}]}}, "agents.pm.0.when",
      "String must contain at least 1 character(s)"),
     ({"agents": {"pm": [{"when": "x"}]}}, "agents.pm.0.steps", "Required"),
@@ -979,7 +984,8 @@ def test_the_script_example_of_the_spec_loads(tmp_path):
     write(tmp_path / "scripts" / "team.script.yaml", SPEC_SCRIPT_YAML)
     script = load(tmp_path, scripted("scripts/team.script.yaml")).runner.providers["replay"].script
     assert list(script["agents"]) == ["pm", "worker-*"]
-    assert script["agents"]["pm"][1]["steps"][1]["tools"][0]["input"]["report"] == "# Report\n\nworker-1 wrote the result."
+    report = script["agents"]["pm"][1]["steps"][1]["tools"][0]["input"]["report"]
+    assert report == "# Report\n\nworker-1 wrote the result."
 
 
 def test_scripted_provider_ignores_endpoint_fields(tmp_path):
@@ -1189,7 +1195,8 @@ def test_yaml_non_string_keys_become_strings():
 def test_yaml_duplicate_keys_and_multiple_documents_fail_with_the_path():
     with pytest.raises(ConfigError) as caught:
         parse_yaml("a: 1\na: 2\n", "/x/p.yaml")
-    assert caught.value.message.startswith('Invalid YAML in /x/p.yaml: ') and 'duplicate key "a"' in caught.value.message
+    assert caught.value.message.startswith("Invalid YAML in /x/p.yaml: ")
+    assert 'duplicate key "a"' in caught.value.message
     with pytest.raises(ConfigError) as caught:
         parse_yaml("a: 1\n---\nb: 2\n", "/x/p.yaml")
     assert caught.value.message.startswith("Invalid YAML in /x/p.yaml: ") and "\n" not in caught.value.message
@@ -1252,7 +1259,8 @@ def review_project(tmp_path, **agents):
     make_toolpack(tmp_path / "toolpacks" / "review", REVIEW_MANIFEST)
     data = base(channels=["#project"],
                 tools={"toolpacks": ["core", "shell", "web", {"path": "./toolpacks/review", "id": "review-tools"}]},
-                agents={"pm": {"tools": ["messages.send", "coordination.wait_for_signal", "completion.submit", "file.*"]},
+                agents={"pm": {"tools": ["messages.send", "coordination.wait_for_signal", "completion.submit",
+                                         "file.*"]},
                         "worker": {"tools": ["*"]},
                         "reviewer": {"tools": ["messages.send", "review.summarize"]}})
     data["agents"].update(agents)
@@ -1321,9 +1329,12 @@ def local_failure(tmp_path, manifest, runner=True, controller=True, entry=None):
 
 
 @pytest.mark.parametrize("manifest, message", [
-    (dict(REVIEW_MANIFEST, tools=[tool("messages.send")]), "Tool messages.send is declared by both core and review-tools"),
-    (dict(REVIEW_MANIFEST, tools=[tool("a.x"), tool("a.x")]), "Tool a.x is declared by both review-tools and review-tools"),
-    (dict(REVIEW_MANIFEST, id="review tools"), "Invalid toolpack id review tools: use only letters, digits, '.', '_' and '-'"),
+    (dict(REVIEW_MANIFEST, tools=[tool("messages.send")]),
+     "Tool messages.send is declared by both core and review-tools"),
+    (dict(REVIEW_MANIFEST, tools=[tool("a.x"), tool("a.x")]),
+     "Tool a.x is declared by both review-tools and review-tools"),
+    (dict(REVIEW_MANIFEST, id="review tools"),
+     "Invalid toolpack id review tools: use only letters, digits, '.', '_' and '-'"),
     ({"tools": []}, "Manifest field id is required"),
     (dict(REVIEW_MANIFEST, id="  "), "Manifest field id is required"),
     ({"id": "x"}, "Manifest field tools must be an array"),

@@ -304,6 +304,6 @@ print("\\n".join(failures) or "ok")
 def test_first_docker_sdk_use_from_two_threads_at_once_imports_cleanly():
     pytest.importorskip("docker")
     for _ in range(2):
-        result = subprocess.run([sys.executable, "-c", FIRST_SDK_USE], cwd=REPO, capture_output=True, text=True, check=False,
-                                timeout=120)
+        result = subprocess.run([sys.executable, "-c", FIRST_SDK_USE], cwd=REPO, capture_output=True, text=True,
+                                check=False, timeout=120)
         assert result.stdout.strip() == "ok", result.stdout + result.stderr

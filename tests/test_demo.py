@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
 
 import suzumio_store
-from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
 
 REPO = Path(__file__).resolve().parent.parent
 

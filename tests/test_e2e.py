@@ -194,10 +194,7 @@ def test_path_escapes_are_rejected_with_the_spec_messages(tmp_path, kind):
         (workspace_host / "notes.txt").write_text("inside\n")
         os.symlink("/etc", workspace_host / "escape")
         workspace, artifacts = team.workspace_path("worker-1"), team.artifacts()
-        if kind == "docker-chat":
-            read_roots = "/workspace, /artifacts, or /mnt"
-        else:
-            read_roots = f"{workspace} or {artifacts}"
+        read_roots = "/workspace, /artifacts, or /mnt" if kind == "docker-chat" else f"{workspace} or {artifacts}"
         write_roots = f"{workspace} or {artifacts}/worker-1"
         attempts = [
             (call("file.read", path="../../../../etc/passwd"), "Read", read_roots),
@@ -229,7 +226,8 @@ def test_path_escapes_are_rejected_with_the_spec_messages(tmp_path, kind):
 def test_shell_timeout_kills_the_whole_process_group(tmp_path, kind):
     with running_team(tmp_path, kind) as team:
         command = "sleep 300 & echo $! > bg.pid; sleep 300"
-        probe = ("test -s bg.pid || { echo no pid file; exit 1; }; pid=$(cat bg.pid); state=$(awk '{print $3}' /proc/$pid/stat 2>/dev/null); "
+        probe = ("test -s bg.pid || { echo no pid file; exit 1; }; pid=$(cat bg.pid); "
+                 "state=$(awk '{print $3}' /proc/$pid/stat 2>/dev/null); "
                  "if [ -z \"$state\" ] || [ \"$state\" = Z ]; then echo gone; else echo alive $state; fi")
         team.model.enqueue(tool_calls=[call("shell.exec", command=command, timeoutMs=3000)], model="worker-1")
         team.model.enqueue(tool_calls=[call("shell.exec", command=probe)], model="worker-1")

@@ -199,7 +199,8 @@ def query_strings(draw):
 
 
 HEADER_SETS = [{}, {"Content-Type": "application/json"}, {"Content-Type": "text/plain"},
-               {"Content-Type": "multipart/form-data; boundary=x"}, {"Content-Type": "application/x-www-form-urlencoded"},
+               {"Content-Type": "multipart/form-data; boundary=x"},
+               {"Content-Type": "application/x-www-form-urlencoded"},
                {"Last-Event-ID": "evt_nope"}, {"Origin": "http://127.0.0.1"}]
 
 
@@ -346,7 +347,8 @@ def test_oversized_bodies_are_refused_before_they_are_parsed(fuzz, routes):
         target = fill(rule, {"project": "demo", "toolpack_id": "core", "entry_id": "messages.send"})
         tried("oversized bodies")
         reply = exchange(fuzz, "POST", target, huge, {"Content-Type": JSON_TYPE})
-        assert (reply.status, reply.json()) == (400, {"error": f"Request body too large (limit {MAX_BODY_BYTES} bytes)"})
+        too_large = f"Request body too large (limit {MAX_BODY_BYTES} bytes)"
+        assert (reply.status, reply.json()) == (400, {"error": too_large})
 
 
 def test_deeply_nested_and_unencodable_bodies_are_client_errors(fuzz):
@@ -357,7 +359,8 @@ def test_deeply_nested_and_unencodable_bodies_are_client_errors(fuzz):
         ("/api/projects/demo/messages", json.dumps({"recipient": "pm", "body": "x", "sender": "\udfff"}).encode()),
         ("/api/projects/demo/request-changes", json.dumps({"body": "\ud800"}).encode()),
         ("/runner/signals", json.dumps({**identity, "kind": "\ud800"}).encode()),
-        ("/runner/history/messages", json.dumps({**identity, "role": "user", "kind": "k", "content": "\ud800"}).encode()),
+        ("/runner/history/messages",
+         json.dumps({**identity, "role": "user", "kind": "k", "content": "\ud800"}).encode()),
         ("/api/projects/demo/tool-ui/core/messages.send", json.dumps({"body": "\ud800"}).encode()),
     ]
     for path, body in cases:

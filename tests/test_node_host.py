@@ -161,7 +161,7 @@ def test_handler_error_message_is_the_invocation_error(host, callbacks):
         support(host, callbacks, "t.throw")
     assert str(error.value) == "no summary"
     assert not isinstance(error.value, NodeHostError)
-    with pytest.raises(ToolpackError, match="^plain string$"):
+    with pytest.raises(ToolpackError, match=r"^plain string$"):
         support(host, callbacks, "t.throwString")
 
 
@@ -177,7 +177,7 @@ def test_import_failure_is_reported(host, callbacks, tmp_path):
     broken.write_text("export const = ;\n")
     with pytest.raises(ToolpackError):
         host.support(str(broken), "rt", "x", {}, SUPPORT_CONTEXT, callbacks)
-    with pytest.raises(ToolpackError, match="Cannot find module|ERR_MODULE_NOT_FOUND|not find"):
+    with pytest.raises(ToolpackError, match=r"Cannot find module|ERR_MODULE_NOT_FOUND|not find"):
         host.support(str(tmp_path / "missing.mjs"), "rt", "x", {}, SUPPORT_CONTEXT, callbacks)
 
 
@@ -258,16 +258,16 @@ def test_failed_callback_is_thrown_into_module_as_error(host, callbacks):
 
 
 def test_callback_missing_from_mapping_is_unsupported_store_method(host, callbacks):
-    with pytest.raises(ToolpackError, match="^Unsupported store method: store.projectStats$"):
+    with pytest.raises(ToolpackError, match=r"^Unsupported store method: store.projectStats$"):
         support(host, callbacks, "t.unsupported")
 
 
 def test_callback_exceptions_and_non_json_values_become_errors(host, callbacks):
     callbacks["store.projectStats"] = lambda: 1 / 0
-    with pytest.raises(ToolpackError, match="^division by zero$"):
+    with pytest.raises(ToolpackError, match=r"^division by zero$"):
         support(host, callbacks, "t.unsupported")
     callbacks["store.projectStats"] = lambda: {"value": object()}
-    with pytest.raises(ToolpackError, match="^Callback store.projectStats returned a value that is not JSON"):
+    with pytest.raises(ToolpackError, match=r"^Callback store.projectStats returned a value that is not JSON"):
         support(host, callbacks, "t.unsupported")
     callbacks["store.projectStats"] = lambda: {"messageCount": 2}
     assert support(host, callbacks, "t.unsupported") == {"messageCount": 2}
@@ -305,7 +305,7 @@ def test_module_is_cached_and_crashed_host_restarts_fresh(host, callbacks):
     assert support(host, callbacks, "t.count") == {"output": "1"}
     assert support(host, callbacks, "t.count") == {"output": "2"}
     first_pid = host.pid
-    with pytest.raises(NodeHostError, match="^Toolpack host failed: host exited with code 3"):
+    with pytest.raises(NodeHostError, match=r"^Toolpack host failed: host exited with code 3"):
         support(host, callbacks, "t.crash")
     assert not process_exists(first_pid)
     assert support(host, callbacks, "t.count") == {"output": "1"}
@@ -327,7 +327,7 @@ def test_timeout_kills_host_and_next_invocation_gets_a_fresh_one(host, callbacks
     support(host, callbacks, "t.count")
     stuck_pid = host.pid
     started = time.monotonic()
-    with pytest.raises(NodeHostError, match="^Toolpack host failed: timed out after 400 ms$"):
+    with pytest.raises(NodeHostError, match=r"^Toolpack host failed: timed out after 400 ms$"):
         support(host, callbacks, "t.hang", timeout_ms=400)
     assert 0.35 < time.monotonic() - started < 5
     assert not process_exists(stuck_pid)
@@ -337,7 +337,7 @@ def test_timeout_kills_host_and_next_invocation_gets_a_fresh_one(host, callbacks
 
 def test_hook_timeout_error_text(host, callbacks):
     context = {"project": "demo", "now": "2026-06-03T10:00:00.000Z", "agents": []}
-    with pytest.raises(NodeHostError, match="^Toolpack host failed: timed out after 300 ms$"):
+    with pytest.raises(NodeHostError, match=r"^Toolpack host failed: timed out after 300 ms$"):
         host.scheduler_tick(fixture("hook_hang.mjs"), "hooks", context, callbacks, timeout_ms=300)
 
 
@@ -393,7 +393,7 @@ def test_missing_node_is_a_clear_error(callbacks, tmp_path):
 
 def test_missing_host_script_is_a_host_failure(callbacks, tmp_path):
     missing = NodeHost(script_path=tmp_path / "nope.mjs")
-    with pytest.raises(NodeHostError, match="^Toolpack host failed: host script not found"):
+    with pytest.raises(NodeHostError, match=r"^Toolpack host failed: host script not found"):
         missing.support(fixture("controller_named.mjs"), "rt", "t.count", {}, SUPPORT_CONTEXT, callbacks)
 
 

@@ -676,7 +676,7 @@ def test_schedule_cancel(packs, facade):
 
 
 def test_webui_schedule_once_applies_no_form_default(packs, facade):
-    with pytest.raises(ToolpackError, match="^schedule.once needs at or a positive after\\* delay$"):
+    with pytest.raises(ToolpackError, match=r"^schedule.once needs at or a positive after\* delay$"):
         packs.webui("scheduler", "schedule.once", {"body": "x"})
     result = packs.webui("scheduler", "schedule.once", {"afterMinutes": 60, "body": "x"})
     assert result["metadata"]["job"]["recipient"] == "pm"

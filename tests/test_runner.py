@@ -969,7 +969,7 @@ def test_undeclared_handler_fails_registration_for_every_agent(tmp_path, model, 
 def test_missing_node_is_a_clear_registration_error(tmp_path):
     activation = make_input(tmp_path, "http://127.0.0.1:9", toolpacks=[review_toolpack(tmp_path)])
     instance = loop.Runner(activation, {}, node=str(tmp_path / "no-node-here"))
-    with pytest.raises(loop.RunnerError, match="Node.js is required to run local toolpack runner modules"):
+    with pytest.raises(loop.RunnerError, match=r"Node.js is required to run local toolpack runner modules"):
         instance.register_tools([])
 
 

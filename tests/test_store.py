@@ -71,7 +71,7 @@ def test_init_creates_layout_rows_tokens_and_event(tmp_path):
     events = store.list_events()
     assert [e["type"] for e in events] == ["project.initialized"]
     assert json.loads(events[0]["data_json"]) == {"configPath": str(project_dir / "resolved.yaml")}
-    with pytest.raises(Conflict, match="^Project already initialized: demo$"):
+    with pytest.raises(Conflict, match=r"^Project already initialized: demo$"):
         root.init_project("demo", "t", make_config(), [], "a", "b")
     assert (project_dir / "source.yaml").read_text() == "name: demo\n"
     root.close()
@@ -88,7 +88,7 @@ def test_counted_agents_expand_with_names_and_list_by_id(tmp_path):
 
 def test_open_project_unknown_creates_nothing(tmp_path):
     root = st.Root(tmp_path / "root")
-    with pytest.raises(NotFound, match="^Unknown project: ghost$"):
+    with pytest.raises(NotFound, match=r"^Unknown project: ghost$"):
         root.open_project("ghost")
     with pytest.raises(NotFound, match=r"^Unknown project: \.\.$"):
         root.open_project("..")
@@ -236,11 +236,11 @@ def test_invalid_message_routing_writes_nothing(demo, kwargs, error):
 
 def test_message_validation_order_body_priority_then_recipient(demo):
     before = snapshot(demo)
-    with pytest.raises(BadRequest, match="^body is required$"):
+    with pytest.raises(BadRequest, match=r"^body is required$"):
         demo.send_message("user", None, recipient="ghost", priority="P9")
-    with pytest.raises(BadRequest, match="^Invalid priority: P9$"):
+    with pytest.raises(BadRequest, match=r"^Invalid priority: P9$"):
         demo.send_message("user", "x", recipient="ghost", priority="P9")
-    with pytest.raises(BadRequest, match="^Unknown agent: ghost$"):
+    with pytest.raises(BadRequest, match=r"^Unknown agent: ghost$"):
         demo.send_message("user", "x", recipient="ghost", priority="P2")
     assert snapshot(demo) == before
 
@@ -280,7 +280,7 @@ def test_list_messages_newest_window_oldest_first_and_truncated(demo):
     assert [m["body"][:2] for m in listed] == ["m3", "m4", "xx"]
     assert listed[-1]["body"].endswith("[truncated 1000 chars]")
     assert len(demo.list_messages(3, full_body=True)[-1]["body"]) == 13000
-    with pytest.raises(NotFound, match="^Unknown message: msg_x$"):
+    with pytest.raises(NotFound, match=r"^Unknown message: msg_x$"):
         demo.message("msg_x")
 
 
@@ -290,15 +290,15 @@ def test_record_signal_status_rules(demo):
     before = snapshot(demo)
     with pytest.raises(BadRequest, match="Targeted signals cannot be closed"):
         demo.record_signal("x", target_agent="pm", status="closed")
-    with pytest.raises(BadRequest, match="^Invalid signal status: open$"):
+    with pytest.raises(BadRequest, match=r"^Invalid signal status: open$"):
         demo.record_signal("x", status="open")
-    with pytest.raises(BadRequest, match="^Unknown agent: ghost$"):
+    with pytest.raises(BadRequest, match=r"^Unknown agent: ghost$"):
         demo.record_signal("x", target_agent="ghost")
-    with pytest.raises(BadRequest, match="^payload must be an object$"):
+    with pytest.raises(BadRequest, match=r"^payload must be an object$"):
         demo.record_signal("x", target_agent="ghost", payload=[1])
-    with pytest.raises(BadRequest, match="^Expected boolean, got yes$"):
+    with pytest.raises(BadRequest, match=r"^Expected boolean, got yes$"):
         demo.record_signal("x", useful_effect="yes")
-    with pytest.raises(BadRequest, match="^Invalid priority: P7$"):
+    with pytest.raises(BadRequest, match=r"^Invalid priority: P7$"):
         demo.record_signal("x", target_agent="pm", priority="P7")
     assert snapshot(demo) == before
     (closed,) = demo.record_signal("x", status="pending")
@@ -429,7 +429,7 @@ def test_completion_of_non_running_activation_changes_nothing(demo):
     assert snapshot(demo) == before
     with pytest.raises(Forbidden, match=f"^Activation {act['id']} does not belong to pm$"):
         demo.complete_activation(act["id"], "pm", "x")
-    with pytest.raises(NotFound, match="^Unknown activation: act_x$"):
+    with pytest.raises(NotFound, match=r"^Unknown activation: act_x$"):
         demo.complete_activation("act_x", "pm", "x")
 
 
@@ -519,7 +519,7 @@ def test_activation_context_snapshot_and_fallback(demo):
     fallback = demo.activation_context(act["id"])
     assert fallback["activationPrompt"] == "PROMPT"
     assert fallback["context"]["messages"] == [{"role": "user", "content": "PROMPT", "chars": 6}]
-    with pytest.raises(BadRequest, match="^Invalid activation context$"):
+    with pytest.raises(BadRequest, match=r"^Invalid activation context$"):
         demo.record_activation_context(act["id"], "worker", {"version": 2, "kind": "model-context",
                                                              "messages": []})
     context = {"version": 1, "kind": "model-context", "messages": [{"role": "user", "content": "abc"}]}
@@ -628,7 +628,7 @@ def test_tool_call_on_ended_activation_and_foreign_call_are_rejected(demo):
     other = demo.start_activation("pm", "p", [])
     with pytest.raises(NotFound, match=f"^Unknown tool call for activation: {call['toolCallId']}$"):
         demo.finish_tool_call("pm", other["id"], call["toolCallId"], "completed", "x")
-    with pytest.raises(BadRequest, match="^Invalid tool call status: done$"):
+    with pytest.raises(BadRequest, match=r"^Invalid tool call status: done$"):
         demo.finish_tool_call("worker", act["id"], call["toolCallId"], "done")
     with pytest.raises(Forbidden):
         demo.start_tool_call("worker", other["id"], "shell.exec", {})
@@ -775,9 +775,9 @@ def test_approve_cancels_without_resume_signal(demo):
 def test_request_changes_validates_then_sends_p2_to_coordinator(demo):
     demo.stop()
     before = snapshot(demo)
-    with pytest.raises(BadRequest, match="^body is required$"):
+    with pytest.raises(BadRequest, match=r"^body is required$"):
         demo.request_changes("  ")
-    with pytest.raises(BadRequest, match="^Unknown agent: ghost$"):
+    with pytest.raises(BadRequest, match=r"^Unknown agent: ghost$"):
         demo.request_changes("x", recipient="ghost")
     assert snapshot(demo) == before
     message = demo.request_changes("Please fix")
@@ -804,13 +804,13 @@ def test_history_sequences_continue_across_activations_and_compaction(demo):
 def test_append_history_checks_role_and_running_activation(demo):
     act = demo.start_activation("worker", "p", [])
     before = snapshot(demo)
-    with pytest.raises(BadRequest, match="^Invalid history role: system$"):
+    with pytest.raises(BadRequest, match=r"^Invalid history role: system$"):
         demo.append_history("worker", act["id"], "system", "k", "c")
     demo.complete_activation(act["id"], "worker", "done")
     before = snapshot(demo)
     with pytest.raises(Conflict, match="history updates are not accepted"):
         demo.append_history("worker", act["id"], "assistant", "assistant_output", "late")
-    with pytest.raises(NotFound, match="^Unknown agent: ghost$"):
+    with pytest.raises(NotFound, match=r"^Unknown agent: ghost$"):
         demo.append_history("ghost", None, "assistant", "k", "c")
     assert snapshot(demo) == before
     row = demo.append_history("worker", None, "assistant", "note", "text", metadata={"model": "m"})
@@ -857,7 +857,7 @@ def test_compaction_archives_head_and_keeps_tail(demo):
     assert [h["sequence"] for h in history[1:]] == list(range(9, 21))
     assert demo.history_archive("worker", compaction["id"]) == {"compaction": compaction, "archive": archive}
     assert demo.latest_event("agent_history.compacted")["data"]["archivedMessageCount"] == 8
-    with pytest.raises(NotFound, match="^Unknown history compaction: cmp_x$"):
+    with pytest.raises(NotFound, match=r"^Unknown history compaction: cmp_x$"):
         demo.history_archive("worker", "cmp_x")
     # a later compaction archives the earlier marker too
     second = demo.compact_history("worker", act["id"], "Second.", keep_tail=2)
@@ -885,7 +885,7 @@ def test_compaction_keep_tail_is_clamped(demo):
 def test_blank_summary_rejected_before_anything_is_written(demo):
     act = _fill_history(demo, "worker", 20)
     before = snapshot(demo)
-    with pytest.raises(BadRequest, match="^summary is required$"):
+    with pytest.raises(BadRequest, match=r"^summary is required$"):
         demo.compact_history("worker", act["id"], "   ")
     assert snapshot(demo) == before
     assert not (demo.dir / "history").exists()
@@ -909,7 +909,7 @@ def test_history_paging_newest_first_with_next_before(demo):
     top = demo.history_page("worker", limit=1)["messages"][0]
     assert top["id"] == big["id"] and top["content"].endswith("[truncated 10000 chars]")
     assert top["parts"][0]["text"].endswith("[truncated 30000 chars]")
-    with pytest.raises(NotFound, match="^Unknown agent: ghost$"):
+    with pytest.raises(NotFound, match=r"^Unknown agent: ghost$"):
         demo.history_page("ghost")
 
 
@@ -925,9 +925,9 @@ def test_tokens_are_redacted_from_listings(demo):
     public = demo.public_agents()[0]
     assert "prompt" not in public and public["promptChars"] == len("You coordinate.")
     assert demo.check_agent_token("pm", tokens[0])["id"] == "pm"
-    with pytest.raises(Forbidden, match="^Invalid agent token$"):
+    with pytest.raises(Forbidden, match=r"^Invalid agent token$"):
         demo.check_agent_token("pm", tokens[1])
-    with pytest.raises(NotFound, match="^Unknown agent: ghost$"):
+    with pytest.raises(NotFound, match=r"^Unknown agent: ghost$"):
         demo.check_agent_token("ghost", tokens[0])
 
 
@@ -1114,7 +1114,7 @@ def test_runner_checks_for_activation_ownership_and_state(demo):
     assert demo.require_activation("worker", act["id"], running_for="tool")["id"] == act["id"]
     with pytest.raises(Forbidden, match=f"^Activation {act['id']} does not belong to pm$"):
         demo.require_activation("pm", act["id"])
-    with pytest.raises(NotFound, match="^Unknown activation: act_x$"):
+    with pytest.raises(NotFound, match=r"^Unknown activation: act_x$"):
         demo.require_activation("worker", "act_x")
     demo.complete_activation(act["id"], "worker", "done")
     assert demo.require_activation("worker", act["id"])["status"] == "completed"

@@ -214,7 +214,8 @@ def test_messages_send_defaults_to_p3_and_signals_the_recipient(service, demo):
 def test_messages_send_errors_are_handler_errors(service, demo):
     worker = running_activation(demo, "worker")
     before = demo.project_stats()["messageCount"]
-    cases = [({"recipient": "pm", "channel": "#project", "body": "x"}, "Message cannot have both recipient and channel"),
+    cases = [({"recipient": "pm", "channel": "#project", "body": "x"},
+              "Message cannot have both recipient and channel"),
              ({"body": "x"}, "Message needs recipient or channel"),
              ({"recipient": "pm", "priority": "P4", "body": "x"}, "Invalid priority: P4"),
              ({"recipient": "pm"}, "body is required")]
@@ -228,7 +229,10 @@ def test_communication_policy_restricts_non_coordinators(service, tmp_path):
     demo = team(service, tmp_path, POLICY)
     worker = running_activation(demo, "worker")
     pm = running_activation(demo, "pm")
-    send = lambda agent, act, **i: support(service, agent, act, "messages.send", {"body": "x", **i})
+
+    def send(agent, act, **fields):
+        return support(service, agent, act, "messages.send", {"body": "x", **fields})
+
     assert "message only pm" in error_of(send("worker", worker, recipient="reviewer"), 500)
     assert "message only pm" in error_of(send("worker", worker, recipient="user"), 500)
     assert "channels are not allowed" in error_of(send("worker", worker, channel="#project"), 500)
@@ -396,7 +400,8 @@ def test_activity_panels_summarize_recorded_inputs(service, demo):
     demo.start_tool_call("worker", worker["id"], "shell.exec", {"command": "ls   -la", "cwd": "/tmp"})
     files = service.post("/api/projects/demo/tool-ui/core/file.activity", {}).json()
     assert files["title"] == "File tool activity"
-    assert files["output"].splitlines()[:4] == ["File tool activity:", "- file.read: 0 (0 running, 0 completed, 0 failed)",
+    assert files["output"].splitlines()[:4] == ["File tool activity:",
+                                                "- file.read: 0 (0 running, 0 completed, 0 failed)",
                                                 "- file.write: 0 (0 running, 0 completed, 0 failed)",
                                                 "- file.patch: 1 (0 running, 0 completed, 1 failed)"]
     recent = files["metadata"]["recent"][0]

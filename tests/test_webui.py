@@ -390,7 +390,7 @@ def test_roster_shows_agent_cards_with_initials_role_id_and_status(tab):
     cards = page.get_by_test_id("agent-card")
     expect(cards).to_have_count(2)
     for card, (name, avatar, role, agent_id) in zip(cards.all(), [
-            ("Yuki", "Y", "project-manager", "pm"), ("Akari", "A", "researcher", "researcher")]):
+            ("Yuki", "Y", "project-manager", "pm"), ("Akari", "A", "researcher", "researcher")], strict=True):
         expect(card.get_by_test_id("agent-name")).to_have_text(name)
         expect(card.get_by_test_id("agent-avatar")).to_have_text(avatar)
         expect(card.get_by_test_id("agent-role")).to_have_text(role)
