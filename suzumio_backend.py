@@ -1,7 +1,7 @@
 """Activation backends: `docker-chat` (one container per activation, Docker SDK) and `local` (the same
 runner as a host subprocess in its own session). Owns input.json, launching, exit monitors, stopping
 runners (P0 restart, stop, approve, timeout) and the reconciliation pass of `serve`.
-Imported by the scheduler and the composition root; imports config and store (docker only lazily)."""
+Imported by the scheduler and the composition root; imports config, registry and records (docker only lazily)."""
 import datetime
 import json
 import logging
@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import suzumio_config
+import suzumio_registry
+from suzumio_records import parse_ts, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -56,25 +58,16 @@ KIND_LOCAL = "local"
 
 def safe_name(text):
     """Replace every run of characters outside [A-Za-z0-9_.-] with one underscore."""
-    return suzumio_config.safe_toolpack_id(text)
+    return suzumio_registry.safe_toolpack_id(text)
 
 
 def container_name_for(project, agent_id, activation_id):
     return safe_name(f"suzumio_{project}_{agent_id}_{activation_id}")
 
 
-def parse_time(text):
-    """Parse a store timestamp (ISO-8601 with Z) into an aware datetime."""
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def utc_now():
-    return datetime.datetime.now(datetime.UTC)
-
-
 def is_timed_out(activation, timeout_ms, now):
     """True when a running activation has reached started_at + timeout (README decision 6)."""
-    started = parse_time(activation["startedAt"])
+    started = parse_ts(activation["startedAt"])
     return started + datetime.timedelta(milliseconds=timeout_ms) <= now
 
 
@@ -173,7 +166,7 @@ def runner_toolpack_specs(config, agent, kind):
     patterns = agent.get("tools") or []
     specs, mounts = [], []
     for pack in config.resolve_toolpacks().toolpacks:
-        allowed = [tool for tool in pack.tools if suzumio_config.is_allowed(tool.name, patterns)]
+        allowed = [tool for tool in pack.tools if suzumio_registry.is_allowed(tool.name, patterns)]
         if not allowed:
             continue
         spec = {"id": pack.id, "tools": [tool.definition() for tool in allowed]}
@@ -738,7 +731,7 @@ class Backends:
                 log.warning("cannot look for the container of activation %s: %s", activation_id, error)
                 return
             if name is None:
-                age = now - parse_time(activation["startedAt"])
+                age = now - parse_ts(activation["startedAt"])
                 if age > datetime.timedelta(milliseconds=NEVER_STARTED_GRACE_MS):
                     self._fail_if_running(store, activation_id, NEVER_STARTED_ERROR)
                 return

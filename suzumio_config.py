@@ -20,10 +20,8 @@ from suzumio_registry import (
     ToolRegistry,
     check_toolpack_directory,
     frozen_json,
-    is_allowed,  # noqa: F401  (until suzumio_backend imports it from suzumio_registry)
     packaged_toolpacks_dir,
     resolve_toolpacks,
-    safe_toolpack_id,  # noqa: F401  (until suzumio_backend imports it from suzumio_registry)
     unknown_builtin_error,
 )
 from suzumio_yaml import apply_extends, dump_yaml, lexical_abspath, load_file, read_text

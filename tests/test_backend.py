@@ -22,6 +22,7 @@ from conftest import wait_until
 
 import suzumio_backend as backend
 import suzumio_config
+from suzumio_records import parse_ts
 
 GW = {"gw": {"type": "openai-compatible", "apiKeyEnv": "GW_KEY", "baseURL": "http://127.0.0.1:9/v1"}}
 
@@ -132,7 +133,7 @@ def test_mount_source_must_exist_and_target_be_absolute(tmp_path):
 def test_timeout_is_reached_at_exactly_the_limit():
     import datetime
     act = {"startedAt": "2026-01-01T00:00:00.000Z"}
-    start = backend.parse_time(act["startedAt"])
+    start = parse_ts(act["startedAt"])
     assert backend.is_timed_out(act, 1000, start + datetime.timedelta(milliseconds=1000))
     assert not backend.is_timed_out(act, 1000, start + datetime.timedelta(milliseconds=999))
 
@@ -290,7 +291,7 @@ def test_local_timeout_via_reconcile_fails_and_kills(tmp_path):
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
         pid = backend.local_pid(env.store.activation(act["id"])["containerName"])
-        later = backend.parse_time(act["startedAt"]) + __import__("datetime").timedelta(seconds=2)
+        later = parse_ts(act["startedAt"]) + __import__("datetime").timedelta(seconds=2)
         env.backends.reconcile([env.store], now=later)
         final = env.store.activation(act["id"])
         assert final["status"] == "failed" and final["error"] == "activation timed out"
@@ -325,7 +326,7 @@ def test_reconcile_fails_activation_that_never_got_a_runner(tmp_path):
     import datetime
     with local_project(tmp_path) as env:
         act = open_activation(env, "worker")
-        start = backend.parse_time(act["startedAt"])
+        start = parse_ts(act["startedAt"])
         env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=30))
         assert env.store.activation(act["id"])["status"] == "running"
         env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=61))
@@ -372,7 +373,7 @@ def test_processes_that_only_resemble_the_runner_are_not_adopted_and_the_grace_r
         try:
             assert all(backend.local_runner_alive(d.pid, act["id"]) for d in decoys)
             fresh = env.new_backends(docker_client=NoEngine())
-            start = backend.parse_time(act["startedAt"])
+            start = parse_ts(act["startedAt"])
             fresh.reconcile([env.store], now=start + datetime.timedelta(seconds=30))
             current = env.store.activation(act["id"])
             assert current["status"] == "running" and not current.get("containerName")

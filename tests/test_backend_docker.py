@@ -306,7 +306,7 @@ def test_restarted_controller_settles_an_exited_container_it_never_recorded(tmp_
 def test_without_a_container_the_never_started_grace_rule_applies(tmp_path, client, project):
     with docker_project(tmp_path, project) as env:
         act = open_activation(env, "worker")
-        start = backend.parse_time(act["startedAt"])
+        start = parse_ts(act["startedAt"])
         env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=30))
         assert env.store.activation(act["id"])["status"] == "running"
         env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=61))
