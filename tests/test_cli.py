@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import wait_until
 
 import suzumio
 import suzumio_store
-from conftest import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 
