@@ -23,7 +23,7 @@ def engine():
         client.ping()
         client.images.get(IMAGE)
         return client
-    except Exception as error:  # any failure means: no usable engine here
+    except Exception as error:  # noqa: BLE001  any failure means: no usable engine here
         require("docker")(f"no Docker engine with {IMAGE}: {error}")
 
 
@@ -154,7 +154,7 @@ def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client, p
         wait_until(lambda: container_of(client, env.store, first["id"]).status == "running", 30)
         message = env.store.send_message("user", "stop now", recipient="worker", priority="P0")
         scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now())
-        p0 = [s for s in env.store.list_signals(limit=100) if s["payload"].get("id") == message["id"]][0]
+        p0 = next(s for s in env.store.list_signals(limit=100) if s["payload"].get("id") == message["id"])
         assert env.store.activation(first["id"])["error"] == f"Interrupted by P0 signal {p0['id']}"
         assert container_of(client, env.store, first["id"]).status == "exited"
         [second] = env.store.running_activations()
