@@ -458,3 +458,27 @@ def _is_zombie(pid):
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
     except FileNotFoundError:
         return True
+
+
+def test_serve_on_a_non_loopback_host_without_token_warns(demo):
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--host", "0.0.0.0") as (process, url):
+        port = url.rsplit(":", 1)[1]
+        assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    assert "Warning: serving on 0.0.0.0 without --api-token-env" in process.stderr.read()
+
+
+def test_serve_stops_on_sigterm_and_leaves_runners_alone(tmp_path, R):
+    port = free_port()
+    assert run("init", str(sleepy_project(tmp_path, port)), "--root", str(R)).code == 0
+    store = suzumio_store.Root(R).open_project("demo")
+    with serving("--root", str(R), "--port", str(port)) as (process, url):
+        requests.post(url + "/api/projects/demo/start", timeout=10).raise_for_status()
+        requests.post(url + "/api/projects/demo/messages",
+                      json={"recipient": "worker-1", "body": "please sleep"}, timeout=10).raise_for_status()
+        wait_until(lambda: any(c["tool"] == "shell.exec" for c in store.list_tool_calls(10)), timeout=20,
+                   message="worker-1 running shell.exec")
+        activation = store.activation(store.agent("worker-1")["activeActivationId"])
+        pid = int(activation["containerName"].removeprefix("local-"))
+    assert process.returncode == 0
+    assert Path(f"/proc/{pid}").exists() and not _is_zombie(pid), "a runner must outlive the controller"
+    os.killpg(pid, signal.SIGKILL)
