@@ -241,6 +241,7 @@ def shrink(value, limit):
 # Priorities, project names and reads of the resolved config dict.
 
 def is_valid_priority(value):
+    """Whether value is one of P0–P3."""
     return isinstance(value, str) and value in PRIORITIES
 
 
@@ -287,12 +288,14 @@ def max_signals_of(config):
 # Row -> JSON shapes (camelCase, optional fields omitted).
 
 def message_json(row):
+    """Message JSON (store.md §4.1)."""
     return omit_none({"id": row["id"], "project": row["project"], "sender": row["sender"],
                       "recipient": row["recipient"], "channel": row["channel"],
                       "priority": row["priority"], "body": row["body"], "createdAt": row["created_at"]})
 
 
 def signal_json(row):
+    """Signal JSON (store.md §4.4); notBefore only when it differs from createdAt."""
     data = {"id": row["id"], "project": row["project"], "kind": row["kind"],
             "sourceAgent": row["source_agent"], "sourceActivation": row["source_activation"],
             "targetAgent": row["target_agent"], "targetChannel": row["target_channel"],
@@ -305,6 +308,7 @@ def signal_json(row):
 
 
 def agent_json(row, include_token=False):
+    """The full agent record; the token only when asked for."""
     data = {"id": row["id"], "project": row["project"], "role": row["role"],
             "displayName": row["display_name"], "status": row["status"], "prompt": row["prompt"],
             "model": row["model"], "tools": load_json(row["tools_json"], []),
@@ -356,11 +360,13 @@ def tool_call_row_json(row):
 
 
 def event_row_json(row):
+    """An event row as stored (snake_case, data still JSON text)."""
     return {"id": row["id"], "project": row["project"], "type": row["type"],
             "data_json": row["data_json"], "created_at": row["created_at"]}
 
 
 def part_json(row, limit=None):
+    """One history part; its text, output and error truncated to `limit` when given."""
     cut = (lambda v: truncate(v, limit)) if limit else (lambda v: v)
     return omit_none({
         "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
@@ -372,6 +378,7 @@ def part_json(row, limit=None):
 
 
 def history_json(row, parts, content_limit=None, part_limit=None):
+    """One history message with its parts (store.md §7)."""
     return omit_none({
         "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
         "activationId": row["activation_id"], "role": row["role"], "kind": row["kind"],
@@ -382,6 +389,7 @@ def history_json(row, parts, content_limit=None, part_limit=None):
 
 
 def compaction_json(row):
+    """One history compaction record (store.md §7.4)."""
     return omit_none({
         "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
         "activationId": row["activation_id"], "summaryMessageId": row["summary_message_id"],
@@ -441,6 +449,7 @@ def default_useful_effect(kind, status):
 
 
 def no_effect_message(agent_id):
+    """The no-effect nudge text (scheduler.md §7.1); pm is also reminded of completion.submit."""
     text = ("Your previous activation ended without any externally visible effect. Before ending an "
             "activation you must use messages.send to report results, artifact paths or a blocker to "
             "the requested recipient or the coordinator, or call coordination.wait_for_signal after "
@@ -457,6 +466,7 @@ def nudge_attempt(payload):
 
 
 def no_effect_delay(attempt, cfg):
+    """Milliseconds before a no-effect nudge may be delivered: none for the first, then backing off."""
     if attempt <= 1:
         return 0
     value = cfg["initialDelayMs"] * (cfg["backoffFactor"] ** (attempt - 2))
@@ -464,4 +474,5 @@ def no_effect_delay(attempt, cfg):
 
 
 def history_part_type(role):
+    """The part type a history row of this role gets when no parts are given."""
     return role if role in ("tool_call", "tool_result", "compaction") else "text"

@@ -1,7 +1,7 @@
 """The scheduler (scheduler.md): one `tick` of a project (the token budget, signal selection, P0 restarts,
 the activation timeout, prompt composition, hooks, nudges and monitors), the background thread that ticks
-every project every 2 s or on demand, and stopping/approving projects.
-Imported by the composition root and the HTTP routes; imports config, store and backend."""
+every project every 2 s or on demand, and stopping/approving projects. Imported by the composition root and
+the HTTP routes; imports config, registry, records and backend (the store arrives as a ProjectStore)."""
 import logging
 import math
 import os

@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 import suzumio_node
-import suzumio_registry
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
 from suzumio_records import (
     ACT_RUNNING,
@@ -29,7 +28,7 @@ from suzumio_records import (
     to_datetime,
     truncate,
 )
-from suzumio_registry import is_allowed
+from suzumio_registry import is_allowed, resolve_toolpacks
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +296,7 @@ class ToolpackRuntime:
     def registry(self, config):
         """The project's toolpacks resolved afresh from disk (tools.md §2.2); a failure is a 500."""
         try:
-            return suzumio_registry.resolve_toolpacks(config["tools"]["toolpacks"])
+            return resolve_toolpacks(config["tools"]["toolpacks"])
         except ConfigError as exc:
             raise ToolpackError(exc.message) from exc
 
