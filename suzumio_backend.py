@@ -18,7 +18,8 @@ from pathlib import Path
 
 import suzumio_config
 import suzumio_registry
-from suzumio_records import parse_ts, utc_now
+from suzumio_config import RESERVED_MOUNT_TARGETS
+from suzumio_records import ACT_RUNNING, parse_ts, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py"
 # hooks) stay out of its sys.path, and their start-up cost out of every activation.
 LOCAL_RUNNER_FLAGS = ("-S",)
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
-RESERVED_TARGETS = ("/activation", "/workspace", "/artifacts", "/opt/suzumio", "/toolpacks")
+
 LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
 SECRET_NAME = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
 REDACTED = "<redacted>"
@@ -78,7 +79,7 @@ def validate_mount(mount):
         raise ValueError(f"Docker mount target must be absolute: {mount.target}")
     target = suzumio_config.normalize_mount_target(mount.target)
     bare = target.rstrip("/") or "/"
-    for reserved in RESERVED_TARGETS:
+    for reserved in RESERVED_MOUNT_TARGETS:
         if bare == reserved or bare.startswith(reserved + "/"):
             raise ValueError(f"Docker mount target is reserved: {mount.target}")
     return target
@@ -562,7 +563,7 @@ class Backends:
         with self._mark(self._starting, activation_id):
             try:
                 self._start(store, activation_id, config)
-            except Exception as error:  # the start boundary: every failure fails the activation
+            except Exception as error:  # noqa: BLE001 - the start boundary: every failure fails the activation
                 log.warning("activation %s failed to start: %s", activation_id, error)
                 store.fail_activation(activation_id, str(error) or type(error).__name__)
 
@@ -589,7 +590,7 @@ class Backends:
             store.set_activation_container(launch.activation_id, name)
         finally:
             self._watch(self._watch_child, store, launch, process)
-        if store.activation(launch.activation_id)["status"] != "running":
+        if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
             self.local.stop(name, launch.activation_id)
 
     def _start_docker(self, store, launch, agent_ids):
@@ -601,7 +602,7 @@ class Backends:
             # dies right here leaves it to the reconciler, which finds it by its labels.)
             self.docker.remove(name)
             raise
-        if store.activation(launch.activation_id)["status"] != "running":
+        if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
             log.info("activation %s was cancelled before its container started", launch.activation_id)
             return
         self.docker.start(name)
@@ -631,7 +632,7 @@ class Backends:
     def _run_monitor(self, target, store, activation_id, *args):
         try:
             target(store, *args)
-        except Exception as error:  # one boundary per thread: a monitoring exception fails the activation
+        except Exception as error:  # noqa: BLE001 - one boundary per thread: a monitoring exception fails the activation
             if not self._closed.is_set():
                 log.warning("monitor of activation %s failed: %s", activation_id, error)
                 self._fail_if_running(store, activation_id, str(error) or type(error).__name__)
@@ -644,12 +645,12 @@ class Backends:
             return activation_id in self._watched or activation_id in self._starting
 
     def _fail_if_running(self, store, activation_id, error):
-        if store.activation(activation_id)["status"] == "running":
+        if store.activation(activation_id)["status"] == ACT_RUNNING:
             store.fail_activation(activation_id, error)
 
     def _settle(self, store, activation_id, code, logs, secrets):
         """backend-runner.md §3.9 steps 2-4, after the runner exited with `code`."""
-        if self._closed.is_set() or store.activation(activation_id)["status"] != "running":
+        if self._closed.is_set() or store.activation(activation_id)["status"] != ACT_RUNNING:
             return
         if code != 0:
             self._fail_if_running(store, activation_id, redact(exit_failure_text(code, logs()), secrets))
@@ -690,7 +691,7 @@ class Backends:
                 self.local.stop(name, activation["id"])
             else:
                 self.docker.stop(name, activation["id"])
-        except Exception as error:  # any engine or OS error is recorded; the store change stands
+        except Exception as error:  # noqa: BLE001 - any engine or OS error is recorded; the store change stands
             log.warning("stopping runner %s of activation %s failed: %s", name, activation["id"], error)
             store.append_event("activation.stop_failed", {
                 "activationId": activation["id"], "agentId": activation["agentId"],
@@ -708,7 +709,7 @@ class Backends:
         for store in stores:
             try:
                 self._reconcile_project(store, now or utc_now())
-            except Exception as error:  # isolation: one project's error never stops the pass
+            except Exception as error:  # noqa: BLE001 - isolation: one project's error never stops the pass
                 log.warning("reconciling project %s failed: %s", store.project_id, error)
 
     def _reconcile_project(self, store, now):
@@ -773,7 +774,7 @@ class Backends:
             self._fail_if_running(store, activation_id, f"Runner container {name} not found")
             return
         current = store.activation(activation_id)
-        if started and current["status"] != "running":
+        if started and current["status"] != ACT_RUNNING:
             # Cancelled meanwhile, and its stop may have come before this start: stop it again.
             self.stop_runner(store, current)
             return

@@ -75,7 +75,7 @@ def parse_args(argv):
 
 def load_input(path):
     try:
-        with open(path, "r", encoding="utf-8") as handle:
+        with open(path, encoding="utf-8") as handle:
             activation = json.load(handle)
     except OSError as error:
         raise RunnerError(f"Cannot read input file {path}") from error

@@ -13,6 +13,7 @@ from json.encoder import encode_basestring as _quote_json
 import bottle
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
+from suzumio_records import ACT_RUNNING, HISTORY_CLOSED, HISTORY_ROLES, TOOL_CALL_END_STATUSES, TOOL_CALLS_CLOSED
 from suzumio_toolpacks import describe, optional_boolean, required_string
 
 log = logging.getLogger(__name__)
@@ -24,12 +25,7 @@ MAX_JSON_DEPTH = 200
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 
-TOOL_CALLS_CLOSED = "no more tool calls are accepted"
-HISTORY_CLOSED = "history updates are not accepted"
 IDENTITY_FIELDS = ("project", "agentId", "activationId", "token")
-HISTORY_ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
-TOOL_CALL_END_STATUSES = ("completed", "failed")
-ACTIVATION_RUNNING = "running"
 
 
 # ---------------------------------------------------------------- HTTP conventions (http-api.md §2)
@@ -211,7 +207,7 @@ def authorize(root, body, fields=(), *, body_checks=None, running=None):
     activation = store.activation(body["activationId"])
     if activation["agentId"] != agent["id"]:
         raise Forbidden(f"Activation {activation['id']} does not belong to {agent['id']}")
-    if running and activation["status"] != ACTIVATION_RUNNING:
+    if running and activation["status"] != ACT_RUNNING:
         raise Conflict(f"Activation {activation['id']} is {activation['status']}; {running}")
     return RunnerCall(store, agent, activation, body)
 
@@ -326,7 +322,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler):
     @app.post("/activation-output")
     def activation_output():
         call = authorize(root, read_fields(), body_checks=check_output)
-        if call.activation["status"] != ACTIVATION_RUNNING:
+        if call.activation["status"] != ACT_RUNNING:
             return json_response({"status": call.activation["status"], "activationId": call.activation_id})
         output = call.body["output"]
         usage = output.get("usage") if isinstance(output.get("usage"), dict) else None
