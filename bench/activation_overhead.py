@@ -101,8 +101,23 @@ def activation_latencies(kind, runs, controller):
                 wait_until_ended(store, activation_id)
         finally:
             backends.close()
+            if kind == "docker-chat":
+                remove_containers(store)
             root.close()
         return started, ticks
+
+
+def remove_containers(store):
+    """The bench's own containers only (kept by the backend for inspection, backend-runner.md §3.11)."""
+    import docker
+
+    client = docker.from_env()
+    for activation in store.list_activations(1000):
+        if activation.get("containerName"):
+            try:
+                client.containers.get(activation["containerName"]).remove(force=True)
+            except docker.errors.NotFound:
+                pass
 
 
 def wait_until_ended(store, activation_id, timeout=60.0):

@@ -51,5 +51,11 @@ def test_demo_runs_on_the_offline_runner_image(tmp_path):
     runner_image_or_skip(client)
     result, root = run_demo(tmp_path, "docker")
     assert_team_finished(result, root, "docker")
-    containers = client.containers.list(all=True, filters={"label": "suzumio.project=demo"})
-    assert {c.labels.get("suzumio.agent") for c in containers} >= {"pm", "worker-1", "worker-2", "critic"}
+    names = {a["containerName"] for a in suzumio_store.Root(root).open_project("demo").list_activations()}
+    containers = [client.containers.get(name) for name in names]
+    try:
+        assert {c.labels.get("suzumio.agent") for c in containers} == {"pm", "worker-1", "worker-2", "critic"}
+        assert {c.labels.get("suzumio.project") for c in containers} == {"demo"}
+    finally:
+        for container in containers:
+            container.remove(force=True)
