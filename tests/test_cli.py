@@ -482,3 +482,15 @@ def test_serve_stops_on_sigterm_and_leaves_runners_alone(tmp_path, R):
     assert process.returncode == 0
     assert Path(f"/proc/{pid}").exists() and not _is_zombie(pid), "a runner must outlive the controller"
     os.killpg(pid, signal.SIGKILL)
+
+
+def test_every_docker_free_command_works_without_a_docker_daemon(project_file, R, tmp_path):
+    """cli.md §8 scenario 27: the Docker client is created lazily, only to touch a container."""
+    no_docker = {"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
+    for argv in (["init", str(project_file)], ["status"], ["send", "demo", "pm", "P3", "hello"],
+                 ["stop", "demo"], ["approve", "demo"], ["messages", "demo"], ["events", "demo"],
+                 ["artifacts", "demo"], ["tick", "demo"], ["tick"]):
+        result = cli(*argv, "--root", str(R), env=no_docker)
+        assert (result.returncode, result.stderr) == (0, ""), (argv, result.stderr)
+    with serving("--root", str(R), "--port", "0", "--no-scheduler", env=no_docker) as (_, url):
+        assert requests.get(url + "/api/projects/demo", timeout=5).status_code == 200
