@@ -10,7 +10,7 @@ import math
 import os
 import signal
 import sys
-import threading
+import time
 from pathlib import Path
 
 import suzumio_config
@@ -40,6 +40,7 @@ Commands:
 """
 
 DEFAULT_LIMIT = 50
+SIGNAL_POLL_SECONDS = 0.2
 
 # Which flags each command accepts (dest names); --root is accepted everywhere, cli.md §1.1.
 SERVE_FLAGS = {"host", "port", "no_scheduler", "threads", "allow_host", "api_token_env"}
@@ -371,16 +372,20 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
                                api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host)
     server = suzumio_api.Server(app, host, port, threads=threads)
-    shutdown = threading.Event()
-    # Handlers only set the flag; the main thread does the shutdown in order.
-    previous = {sig: signal.signal(sig, lambda *_: shutdown.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # The handlers only record the signal: appending to a list takes no lock, so a signal can never
+    # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.
+    received = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.start()
         print(f"suzumio listening on http://{host}:{server.port}", file=out, flush=True)
         runtime.backends.start_reconciling(lambda: [root.open_project(n) for n in root.list_projects()])
         if scheduler_enabled:
             runtime.scheduler.start()
-        shutdown.wait()
+        while not received:
+            time.sleep(SIGNAL_POLL_SECONDS)
+        log.info("signal %s: shutting down", received[0])
     finally:
         server.close()
         runtime.close()

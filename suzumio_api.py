@@ -51,6 +51,7 @@ SSE_BATCH = 500
 KEEP_ALIVE = b": keep-alive\n\n"
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_KEEP_ALIVE_SECONDS = 15.0
+LOOP_POLL_SECONDS = 0.5  # how long the HTTP loop waits per poll; bounds shutdown latency
 REDACTED = "<redacted>"
 SECRET_NAME = re.compile(r"authorization|api[-_]?key|token|secret|cookie|password", re.IGNORECASE)
 SECRET_KEYS = ("apiKey", "appSecret")
@@ -470,20 +471,34 @@ class Server:
             app, host=host, port=port, threads=threads, send_bytes=1, channel_request_lookahead=1,
             clear_untrusted_proxy_headers=True, ident="suzumio")
         self.port = self.server.effective_port
-        self.thread = threading.Thread(target=self.server.run, name="suzumio-http", daemon=True)
+        self._closing = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name="suzumio-http", daemon=True)
 
     def start(self):
         self.thread.start()
         return self
 
+    def _serve(self):
+        # Waitress's own run(), one poll at a time, so that the loop thread itself notices close()
+        # and closes every socket: the loop never selects on a descriptor another thread closed, and
+        # shutdown does not depend on the trigger pipe being intact.
+        adjustments = self.server.adj
+        while not self._closing.is_set() and self.server._map:
+            waitress.wasyncore.loop(timeout=LOOP_POLL_SECONDS, map=self.server._map,
+                                    use_poll=adjustments.asyncore_use_poll, count=1)
+        self._close_sockets()
+
     def close(self):
         """End open streams and let the worker threads finish (they wake the loop as they finish, so the
-        trigger must still be open), then close every socket from inside the loop thread so the loop
-        never selects on a closed descriptor. Idempotent."""
+        trigger must still be open), then have the loop thread close every socket. Idempotent."""
         self.app.config["suzumio.stopping"].set()
         self.server.task_dispatcher.shutdown()
+        self._closing.set()
         if self.thread.is_alive():
-            self.server.trigger.pull_trigger(self._close_sockets)
+            try:
+                self.server.trigger.pull_trigger()  # wakes the loop now rather than at its next poll
+            except OSError as exc:
+                log.warning("waitress trigger unusable at shutdown (%s); the loop stops at its next poll", exc)
             self.thread.join(timeout=10)
         else:
             self._close_sockets()

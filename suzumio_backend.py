@@ -45,6 +45,7 @@ STOP_GRACE_SECONDS = 2.0
 ADOPT_POLL_SECONDS = 2.0
 NEVER_STARTED_GRACE_MS = 60_000
 RECONCILE_INTERVAL_SECONDS = 60.0
+CLOSE_GRACE_SECONDS = 5.0
 
 NO_OUTPUT_ERROR = "Runner exited without submitting activation output"
 TIMEOUT_ERROR = "activation timed out"
@@ -799,8 +800,12 @@ class Backends:
     def close(self):
         """Stop the watchers and the reconciler; runners keep going and the next serve adopts them."""
         self._closed.set()
-        if self._reconciler is not None:
-            self._reconciler.join(timeout=5)
-        for thread in list(self._threads):
-            if thread is not threading.current_thread():
-                thread.join(timeout=1)
+        # One deadline for all: Docker watchers block in wait() by design and end with the process.
+        deadline = time.monotonic() + CLOSE_GRACE_SECONDS
+        threads = [self._reconciler] if self._reconciler is not None else []
+        threads += [t for t in list(self._threads) if t is not threading.current_thread()]
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        still = sum(thread.is_alive() for thread in threads)
+        if still:
+            log.info("%d watcher thread(s) still waiting at close; their runners keep going", still)

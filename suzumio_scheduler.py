@@ -34,6 +34,7 @@ from suzumio_records import (
 log = logging.getLogger(__name__)
 
 TICK_INTERVAL_SECONDS = 2.0
+STOP_GRACE_SECONDS = 15.0
 
 QUIET_MONITOR_EVENT = "scheduler.quiet_agent_monitor.message_sent"
 FAILED_MONITOR_EVENT = "scheduler.failed_agent_monitor.message_sent"
@@ -480,9 +481,13 @@ class Scheduler:
             # passes never overlap: the next interval starts when this pass has ended
             self._stopping.wait(self.interval)
 
-    def stop(self):
-        """Stop the thread and join it; running activations keep going."""
+    def stop(self, timeout=STOP_GRACE_SECONDS):
+        """Stop the thread and join it; running activations keep going. A tick stuck in a slow
+        engine call is left to finish on its own (the thread is a daemon) rather than hold up
+        shutdown."""
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("scheduler tick still running after %.0f s at shutdown", timeout)
             self._thread = None
