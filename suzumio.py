@@ -136,9 +136,10 @@ class Runtime:
         import suzumio_toolpacks
 
         self.root = root
-        self.toolpacks = suzumio_toolpacks.ToolpackRuntime()
+        configs = suzumio_config.ConfigCache()  # one parsed config per project, for ticks and routes
+        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs)
         self.backends = suzumio_backend.Backends()
-        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks)
+        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs)
 
     def close(self):
         """Shutdown order of STYLE.md after HTTP: scheduler, backend watchers, Node host, stores."""

@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
@@ -16,6 +17,7 @@ from suzumio_errors import ConfigError, NotFound
 from suzumio_records import DEFAULT_CHANNELS, DEFAULT_COORDINATOR, PRIORITIES
 from suzumio_registry import (
     BUILTIN_TOOLPACKS,
+    MANIFEST_NAME,
     PACKAGED_TOOLPACKS,
     ToolRegistry,
     check_toolpack_directory,
@@ -1346,3 +1348,39 @@ def render_file(path, env=None):
     """Convenience for `suzumio config render`: (rendered YAML, warning lines)."""
     config = load_project(path, env)
     return config.render(), config.warnings
+
+
+def manifest_stamps(config):
+    """(path, mtime, size) of every local toolpack manifest, or None when they cannot be read."""
+    stamps = []
+    try:
+        for pack in config.toolpacks:
+            if not pack.builtin:
+                path = os.path.join(pack.path, MANIFEST_NAME)
+                stat = os.stat(path)
+                stamps.append((path, stat.st_mtime_ns, stat.st_size))
+    except (ConfigError, OSError):
+        return None
+    return tuple(stamps)
+
+
+class ConfigCache:
+    """The ProjectConfig of each project, rebuilt only when its store hands out another config dict or a
+    local toolpack manifest changed on disk. Rebuilding (schema defaults, toolpack resolution) was most
+    of an idle tick's cost; the scheduler and the toolpack runtime share one."""
+
+    def __init__(self):
+        self._entries = {}
+        self._lock = threading.Lock()
+
+    def get(self, store):
+        data = store.config()
+        with self._lock:
+            cached = self._entries.get(store.project_id)
+        if cached is not None and cached[0] is data and cached[2] is not None \
+                and manifest_stamps(cached[1]) == cached[2]:
+            return cached[1]
+        config = ProjectConfig.from_data(data)
+        with self._lock:
+            self._entries[store.project_id] = (data, config, manifest_stamps(config))
+        return config

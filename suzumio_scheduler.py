@@ -4,16 +4,14 @@ every project every 2 s or on demand, and stopping/approving projects. Imported 
 the HTTP routes; imports config, registry, records and backend (the store arrives as a ProjectStore)."""
 import logging
 import math
-import os
 import re
 import threading
 from datetime import timedelta
 
 import suzumio_backend
 import suzumio_config
-import suzumio_registry
 from suzumio_backend import KIND_LOCAL, activation_paths
-from suzumio_errors import ConfigError, Conflict
+from suzumio_errors import Conflict
 from suzumio_records import (
     ACT_RUNNING,
     AGENT_FAILED,
@@ -179,7 +177,7 @@ class NoHooks:
 
 def tick(store, backend, hooks, now, configs=None):
     """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock.
-    `configs` (a ConfigCache) spares rebuilding the ProjectConfig on every tick."""
+    `configs` (a suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every tick."""
     project = store.project()
     if project["status"] != PROJECT_RUNNING:
         return
@@ -392,42 +390,6 @@ def approve_project(store, backends, now=None):
 
 # ---------------------------------------------------------------- the background thread
 
-def _manifest_stamps(config):
-    """(path, mtime, size) of every local toolpack manifest, or None when they cannot be read."""
-    stamps = []
-    try:
-        for pack in config.toolpacks:
-            if not pack.builtin:
-                path = os.path.join(pack.path, suzumio_registry.MANIFEST_NAME)
-                stat = os.stat(path)
-                stamps.append((path, stat.st_mtime_ns, stat.st_size))
-    except (ConfigError, OSError):
-        return None
-    return tuple(stamps)
-
-
-class ConfigCache:
-    """The ProjectConfig of each project, rebuilt only when its store hands out another config dict or a
-    local toolpack manifest changed on disk. Rebuilding (schema defaults, toolpack resolution) was most
-    of an idle tick's cost."""
-
-    def __init__(self):
-        self._entries = {}
-        self._lock = threading.Lock()
-
-    def get(self, store):
-        data = store.config()
-        with self._lock:
-            cached = self._entries.get(store.project_id)
-        if cached is not None and cached[0] is data and cached[2] is not None \
-                and _manifest_stamps(cached[1]) == cached[2]:
-            return cached[1]
-        config = suzumio_config.ProjectConfig.from_data(data)
-        with self._lock:
-            self._entries[store.project_id] = (data, config, _manifest_stamps(config))
-        return config
-
-
 class Scheduler:
     """Ticks the projects of a root: every 2 s on its own thread, and on demand through tick() /
     trigger(). One lock per project keeps the ticks of a project serial (scheduler.md §2.2)."""
@@ -435,14 +397,14 @@ class Scheduler:
     stop_project = staticmethod(stop_project)
     approve_project = staticmethod(approve_project)
 
-    def __init__(self, root, backends, hooks=None, interval=TICK_INTERVAL_SECONDS):
+    def __init__(self, root, backends, hooks=None, interval=TICK_INTERVAL_SECONDS, configs=None):
         self.root = root
         self.backends = backends
         self.hooks = hooks or NoHooks()
         self.interval = interval
         self._locks = {}
         self._locks_guard = threading.Lock()
-        self._configs = ConfigCache()
+        self._configs = configs or suzumio_config.ConfigCache()
         self._stopping = threading.Event()
         self._thread = None
 

@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import suzumio_node
+from suzumio_config import ConfigCache
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
 from suzumio_records import (
     ACT_RUNNING,
@@ -28,7 +29,7 @@ from suzumio_records import (
     to_datetime,
     truncate,
 )
-from suzumio_registry import is_allowed, resolve_toolpacks
+from suzumio_registry import is_allowed
 
 log = logging.getLogger(__name__)
 
@@ -274,8 +275,9 @@ CORE_HANDLERS = {
 class ToolpackRuntime:
     """Controller-side tool operations for every project; owns the (lazy) Node host."""
 
-    def __init__(self, node_host=None):
+    def __init__(self, node_host=None, configs=None):
         self._node_host = node_host
+        self.configs = configs or ConfigCache()
         self._node_lock = threading.Lock()
 
     @property
@@ -293,22 +295,23 @@ class ToolpackRuntime:
 
     # -- registry
 
-    def registry(self, config):
-        """The project's toolpacks resolved afresh from disk (tools.md §2.2); a failure is a 500."""
+    def registry(self, store):
+        """The project's toolpacks (tools.md §2.2), re-resolved whenever a local manifest changes on disk;
+        a failure is a 500."""
         try:
-            return resolve_toolpacks(config["tools"]["toolpacks"])
+            return self.configs.get(store).registry
         except ConfigError as exc:
             raise ToolpackError(exc.message) from exc
 
     def check_tool_call(self, store, agent, tool):
         """The registry checks of `/runner/tool-calls/start` (tools.md §12)."""
-        if self.registry(store.config()).tool(tool) is None:
+        if self.registry(store).tool(tool) is None:
             raise NotFound(f"Unknown tool: {tool}")
         if not is_allowed(tool, agent["tools"]):
             raise Forbidden(f"Tool not allowed for {agent['id']}: {tool}")
 
     def _toolpack(self, store, toolpack_id):
-        pack = self.registry(store.config()).toolpack(toolpack_id)
+        pack = self.registry(store).toolpack(toolpack_id)
         if pack is None:
             raise NotFound(f"Unknown toolpack: {toolpack_id}")
         return pack
@@ -335,7 +338,7 @@ class ToolpackRuntime:
     # -- WebUI (tools.md §11)
 
     def webui_entries(self, store):
-        return [entry.to_json() for entry in self.registry(store.config()).webui_entries()]
+        return [entry.to_json() for entry in self.registry(store).webui_entries()]
 
     def invoke_webui(self, store, toolpack_id, entry_id, data):
         pack = self._toolpack(store, toolpack_id)
@@ -352,7 +355,7 @@ class ToolpackRuntime:
     # -- tool status (http-api.md §6.8)
 
     def tool_status(self, store):
-        registry = self.registry(store.config())
+        registry = self.registry(store)
         agents = store.list_agents()
         entries = {}
         for tool in registry.tools:
