@@ -6,7 +6,9 @@ until end-to-end tests run the real controller."""
 import json
 import threading
 from collections import namedtuple
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from http_fixtures import LocalHTTPServer
 
 IDENTITY = ("project", "agentId", "activationId", "token")
 ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
@@ -54,17 +56,11 @@ class FakeController:
         self.output = None
         self.context = None
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.controller = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="fake-controller", daemon=True
-        )
-        self._thread.start()
+        self._http = LocalHTTPServer(_Handler, "fake-controller", controller=self)
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._http.url
 
     def paths(self):
         return [call.path for call in self.calls]
@@ -81,9 +77,7 @@ class FakeController:
         self.fail[path] = (status, message)
 
     def close(self):
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        self._http.close()
 
     def handle(self, path, body):
         with self._lock:

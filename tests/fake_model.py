@@ -7,8 +7,10 @@ import json
 import threading
 import time
 from collections import namedtuple
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from http_fixtures import LocalHTTPServer
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 OVERFLOW_MESSAGE = (
@@ -109,15 +111,11 @@ class FakeModel:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._count = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ModelHandler)
-        self._server.daemon_threads = True
-        self._server.fake = self
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-model", daemon=True)
-        self._thread.start()
+        self._http = LocalHTTPServer(_ModelHandler, "fake-model", fake=self)
 
     @property
     def port(self):
-        return self._server.server_address[1]
+        return self._http.port
 
     @property
     def base_url(self):
@@ -194,9 +192,7 @@ class FakeModel:
 
     def close(self):
         self._closing.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        self._http.close()
 
 
 class _ProxyHandler(BaseHTTPRequestHandler):
@@ -247,19 +243,11 @@ class RecordingProxy:
     def __init__(self):
         self.seen = []
         self.lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _ProxyHandler)
-        self._server.daemon_threads = True
-        self._server.proxy = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="recording-proxy", daemon=True
-        )
-        self._thread.start()
+        self._http = LocalHTTPServer(_ProxyHandler, "recording-proxy", proxy=self)
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._http.url
 
     def close(self):
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        self._http.close()

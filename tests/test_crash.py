@@ -282,15 +282,15 @@ FIRST_SDK_USE = """
 import sys, threading
 import suzumio_backend
 barrier = threading.Barrier(2)
-failures = []
+failures, others = [], []
 def call(function):
     barrier.wait()
     try:
         function()
     except ImportError as error:
         failures.append(f"ImportError: {error}")
-    except Exception:  # no engine, no launch: only the import matters here
-        pass
+    except Exception as error:  # no engine, no launch: only the import matters; other errors are expected
+        others.append(type(error).__name__)
 threads = [threading.Thread(target=call, args=(lambda: suzumio_backend.DockerBackend().create(None, []),)),
            threading.Thread(target=call, args=(lambda: suzumio_backend.DockerBackend().state("suzumio-none"),))]
 for thread in threads:
