@@ -8,9 +8,10 @@ import argparse
 import logging
 import math
 import os
+import resource
 import signal
 import sys
-import time
+import threading
 from pathlib import Path
 
 import suzumio_config
@@ -41,6 +42,7 @@ Commands:
 
 DEFAULT_LIMIT = 50
 SIGNAL_POLL_SECONDS = 0.2
+LOW_DESCRIPTOR_LIMIT = 4096
 
 # Which flags each command accepts (dest names); --root is accepted everywhere, cli.md §1.1.
 SERVE_FLAGS = {"host", "port", "no_scheduler", "threads", "allow_host", "api_token_env"}
@@ -130,7 +132,7 @@ class Runtime:
     """The collaborators of one process, built from the root: backends, toolpack runtime, scheduler.
     Imported lazily so that `config render`, `status` and friends never load Docker or Bottle."""
 
-    def __init__(self, root):
+    def __init__(self, root, on_fatal=None):
         import suzumio_backend
         import suzumio_scheduler
         import suzumio_toolpacks
@@ -139,7 +141,8 @@ class Runtime:
         configs = suzumio_config.ConfigCache()  # one parsed config per project, for ticks and routes
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs)
         self.backends = suzumio_backend.Backends()
-        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs)
+        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs,
+                                                     on_fatal=on_fatal)
 
     def close(self):
         """Shutdown order of STYLE.md after HTTP: scheduler, backend watchers, Node host, stores."""
@@ -362,17 +365,67 @@ def cmd_serve(rest, options, out, err):
                  api_token=api_token, out=out, err=err)
 
 
+class Liveness:
+    """The long-lived loops of `serve` (HTTP, scheduler, reconciler). A loop that dies reports here;
+    the first death ends the process with exit code 1, so a supervisor restarts it and the restarted
+    controller adopts the runners. /health names the state of each loop meanwhile."""
+
+    def __init__(self, components):
+        self._states = dict.fromkeys(components, "up")
+        self.dead = threading.Event()
+
+    def died(self, component, error):
+        self._states[component] = f"down: {type(error).__name__}: {error}"
+        self.dead.set()
+
+    def states(self):
+        return dict(self._states)
+
+
+def raise_descriptor_limit(err):
+    """Raise the soft RLIMIT_NOFILE to the hard limit; warn when it stays low. Returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as error:
+            log.warning("cannot raise the descriptor limit from %s to %s: %s", soft, wanted, error)
+    if soft < LOW_DESCRIPTOR_LIMIT:
+        print(f"Warning: the open-file limit is {soft} (hard {hard}); with many projects and runners "
+              f"serve may run out of descriptors (raise it with ulimit -n)", file=err)
+    return soft
+
+
+def open_stores(root):
+    """The stores of every project in the root, skipping one removed between listing and opening."""
+    stores = []
+    for name in root.list_projects():
+        try:
+            stores.append(root.open_project(name))
+        except SuzumioError as error:
+            log.warning("project %s skipped: %s", name, error)
+    return stores
+
+
 def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err):
-    """Run the controller until SIGINT/SIGTERM: HTTP, scheduler, reconciliation (cli.md §3.3, §4)."""
+    """Run the controller until SIGINT/SIGTERM: HTTP, scheduler, reconciliation (cli.md §3.3, §4).
+    Returns 1 when one of its loops died (Liveness), else 0."""
     import suzumio_api
 
     if host not in ("127.0.0.1", "localhost", "::1") and not api_token:
         print(f"Warning: serving on {host} without --api-token-env: anyone who can reach it controls "
               "every project", file=err)
-    runtime = Runtime(root)
+    descriptors = raise_descriptor_limit(err)
+    liveness = Liveness(["http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
+    runtime = Runtime(root, on_fatal=liveness.died)
     app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
-                               api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host)
-    server = suzumio_api.Server(app, host, port, threads=threads)
+                               api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
+                               liveness=liveness.states)
+    # Half the descriptors for connections, the rest for databases, runner logs, pipes and engine calls.
+    limit = min(suzumio_api.CONNECTION_LIMIT, descriptors // 2)
+    server = suzumio_api.Server(app, host, port, threads=threads, connection_limit=limit, on_fatal=liveness.died)
     # The handlers only record the signal: appending to a list takes no lock, so a signal can never
     # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.
     received = []
@@ -381,17 +434,22 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     try:
         server.start()
         print(f"suzumio listening on http://{host}:{server.port}", file=out, flush=True)
-        runtime.backends.start_reconciling(lambda: [root.open_project(n) for n in root.list_projects()])
+        runtime.backends.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
         if scheduler_enabled:
             runtime.scheduler.start()
-        while not received:
-            time.sleep(SIGNAL_POLL_SECONDS)
-        log.info("signal %s: shutting down", received[0])
+        while not received and not liveness.dead.wait(SIGNAL_POLL_SECONDS):
+            pass
+        if received:
+            log.info("signal %s: shutting down", received[0])
     finally:
         server.close()
         runtime.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if liveness.dead.is_set():
+        down = ", ".join(f"{name} {state}" for name, state in liveness.states().items() if state != "up")
+        print(f"Error: serve stopped because a loop died: {down}", file=err)
+        return 1
     return 0
 
 

@@ -52,6 +52,8 @@ KEEP_ALIVE = b": keep-alive\n\n"
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_KEEP_ALIVE_SECONDS = 15.0
 LOOP_POLL_SECONDS = 0.5  # how long the HTTP loop waits per poll; bounds shutdown latency
+# Open connections Waitress accepts before it pauses accepting: runners, stream clients and browsers.
+CONNECTION_LIMIT = 1000
 REDACTED = "<redacted>"
 SECRET_NAME = re.compile(r"authorization|api[-_]?key|token|secret|cookie|password", re.IGNORECASE)
 SECRET_KEYS = ("apiKey", "appSecret")
@@ -184,11 +186,12 @@ def _named_secret_map(path):
 
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
-             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS):
+             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
     """The WSGI app: user routes, runner routes, guards and the one error shape.
 
     `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
-    and approve; `stopping` (a threading.Event) ends open SSE streams when set."""
+    and approve; `stopping` (a threading.Event) ends open SSE streams when set; `liveness()` names the
+    state of each long-lived loop of the process for /health (`up`, or why it is down)."""
     app = bottle.Bottle(catchall=True)
     app.uninstall(bottle.JSONPlugin)
     app.install(ErrorBoundary())
@@ -232,13 +235,13 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
     app.error_handler[500] = error_page("internal error")
 
     mount_runner_routes(app, root, toolpacks, scheduler)
-    mount_user_routes(app, root, scheduler, backend, toolpacks)
+    mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
     mount_static(app, Path(webui_dir))
     return app
 
 
-def mount_user_routes(app, root, scheduler, backend, toolpacks):
+def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     """Routes of §4.1 and §5–§8."""
 
     def tick(store):
@@ -249,7 +252,11 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks):
 
     @app.get("/health")
     def health():
-        return json_response({"healthy": True})
+        components = liveness() if liveness is not None else {}
+        down = {name: state for name, state in components.items() if state != "up"}
+        if not down:
+            return json_response({"healthy": True})
+        return json_response({"healthy": False, "components": components}, status=503)
 
     @app.get("/api/projects")
     def projects():
@@ -465,12 +472,16 @@ def mount_static(app, webui_dir):
 class Server:
     """The app on Waitress in a named thread; close() ends streams, then stops Waitress."""
 
-    def __init__(self, app, host="127.0.0.1", port=0, threads=32):
+    def __init__(self, app, host="127.0.0.1", port=0, threads=32, connection_limit=CONNECTION_LIMIT,
+                 on_fatal=None):
         self.app = app
+        # poll(), never select(): select() fails outright once any descriptor number passes 1024.
         self.server = waitress.server.create_server(
             app, host=host, port=port, threads=threads, send_bytes=1, channel_request_lookahead=1,
-            clear_untrusted_proxy_headers=True, ident="suzumio")
+            clear_untrusted_proxy_headers=True, ident="suzumio", asyncore_use_poll=True,
+            connection_limit=connection_limit)
         self.port = self.server.effective_port
+        self.on_fatal = on_fatal  # called with the error if the loop itself dies
         self._closing = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="suzumio-http", daemon=True)
 
@@ -480,13 +491,18 @@ class Server:
 
     def _serve(self):
         # Waitress's own run(), one poll at a time, so that the loop thread itself notices close()
-        # and closes every socket: the loop never selects on a descriptor another thread closed, and
+        # and closes every socket: the loop never polls a descriptor another thread closed, and
         # shutdown does not depend on the trigger pipe being intact.
-        adjustments = self.server.adj
-        while not self._closing.is_set() and self.server._map:
-            waitress.wasyncore.loop(timeout=LOOP_POLL_SECONDS, map=self.server._map,
-                                    use_poll=adjustments.asyncore_use_poll, count=1)
-        self._close_sockets()
+        try:
+            while not self._closing.is_set() and self.server._map:
+                waitress.wasyncore.loop(timeout=LOOP_POLL_SECONDS, map=self.server._map, use_poll=True, count=1)
+        except BaseException as error:  # the loop's one boundary: a deaf server must end the process
+            log.critical("HTTP loop died", exc_info=True)
+            if self.on_fatal is None:
+                raise
+            self.on_fatal("http", error)
+        finally:
+            self._close_sockets()
 
     def close(self):
         """End open streams and let the worker threads finish (they wake the loop as they finish, so the

@@ -787,13 +787,20 @@ class Backends:
         else:
             self._settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
 
-    def start_reconciling(self, list_stores, interval=RECONCILE_INTERVAL_SECONDS):
-        """Run `reconcile` now and then every `interval` seconds on a named thread until close()."""
+    def start_reconciling(self, list_stores, interval=RECONCILE_INTERVAL_SECONDS, on_fatal=None):
+        """Run `reconcile` now and then every `interval` seconds on a named thread until close();
+        `on_fatal(component, error)` hears of an error that ends the loop."""
         def loop():
-            while True:
-                self.reconcile(list_stores())
-                if self._closed.wait(interval):
-                    return
+            try:
+                while True:
+                    self.reconcile(list_stores())
+                    if self._closed.wait(interval):
+                        return
+            except BaseException as error:  # the thread's one boundary: a dead reconciler must be noticed
+                log.critical("reconciler thread died", exc_info=True)
+                if on_fatal is None:
+                    raise
+                on_fatal("reconciler", error)
         self._reconciler = threading.Thread(target=loop, name="suzumio-reconciler", daemon=True)
         self._reconciler.start()
 
