@@ -9,6 +9,7 @@ import math
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
@@ -1364,23 +1365,32 @@ def manifest_stamps(config):
     return tuple(stamps)
 
 
+CONFIG_CACHE_SIZE = 64
+
+
 class ConfigCache:
     """The ProjectConfig of each project, rebuilt only when its store hands out another config dict or a
     local toolpack manifest changed on disk. Rebuilding (schema defaults, toolpack resolution) was most
     of an idle tick's cost; the scheduler and the toolpack runtime share one."""
 
-    def __init__(self):
-        self._entries = {}
+    def __init__(self, size=CONFIG_CACHE_SIZE):
+        self._entries = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
+        self.size = size
 
     def get(self, store):
         data = store.config()
         with self._lock:
             cached = self._entries.get(store.project_id)
+            if cached is not None:
+                self._entries.move_to_end(store.project_id)
         if cached is not None and cached[0] is data and cached[2] is not None \
                 and manifest_stamps(cached[1]) == cached[2]:
             return cached[1]
         config = ProjectConfig.from_data(data)
         with self._lock:
             self._entries[store.project_id] = (data, config, manifest_stamps(config))
+            self._entries.move_to_end(store.project_id)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)  # a root of many projects keeps only the busy ones
         return config

@@ -457,6 +457,7 @@ class ProjectStore:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+        self._config = None  # parsed again on next use: an idle project keeps no copy in memory
         return released
 
     def open_connections(self):
