@@ -37,7 +37,7 @@ UNSUPPORTED_PROVIDER_TYPES = ("openai", "anthropic", "google")
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
 LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
 # Limits every activation container gets unless backend.docker or agents.<id>.docker say otherwise;
-# `false` turns one off (docs/configuration.md, docs/spec-notes.md).
+# `false` turns one off (docs/configuration.md; docs/spec-notes.md 4e).
 DEFAULT_MEMORY = "4g"
 DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024

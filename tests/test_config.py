@@ -726,7 +726,7 @@ def test_docker_limits_render_in_order_and_are_validated(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Least privilege: container settings, network per agent, warnings (docs/spec-notes.md entries 11-13)
+# Least privilege: container settings, network per agent, warnings (docs/spec-notes.md entries 4d-4g)
 
 def docker_base(docker=None, **agents):
     data = base()
