@@ -37,6 +37,7 @@ RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py"
 # hooks) stay out of its sys.path, and their start-up cost out of every activation.
 LOCAL_RUNNER_FLAGS = ("-S",)
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
+CONTAINER_HOME = "/tmp"
 
 LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
 SECRET_NAME = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
@@ -559,13 +560,17 @@ class DockerBackend:
         options = self.sandbox_options(launch, launch.config.sandbox(launch.agent["id"]))
         if self._host_ids[0] == 0:
             own_writable_folders(launch, options["user"])
+        environment = dict(launch.env)
+        if not suzumio_config.is_root_user(options["user"]):
+            # A uid without a passwd entry gets HOME=/, where it cannot write (caches, tool settings).
+            environment.setdefault("HOME", CONTAINER_HOME)
         self.client.containers.create(
             backend.image,
             name=name,
             entrypoint=["python3", f"{CONTAINER_SUPPORT_DIR}/{RUNNER_FILE}"],
             command=["--input", "/activation/input.json"],
             working_dir="/workspace",
-            environment=launch.env,
+            environment=environment,
             labels={"suzumio.managed": "true", "suzumio.project": launch.project,
                     "suzumio.agent": launch.agent["id"], "suzumio.activation": launch.activation_id},
             mounts=[Mount(target, source, type="bind", read_only=ro) for source, target, ro in rows],

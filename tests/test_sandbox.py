@@ -104,7 +104,7 @@ def status_fields(text):
 def test_activation_runs_unprivileged_with_limits_and_owns_what_it_writes(tmp_path):
     command = ("id -u; id -g; grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; "
                f"{PIDS_MAX}; {MEMORY_MAX}; "
-               "echo w > /workspace/written.txt && echo a > /artifacts/worker/made.txt && "
+               "echo w > /workspace/written.txt && echo a > /artifacts/worker/made.txt && touch ~/.home-writable && "
                "{ echo x 2>/dev/null > /artifacts/pm/forged.txt && echo forged || echo refused; }")
     with sandbox_team(tmp_path, {"pm": agent(), "worker": agent()}, docker={"network": "host"}) as team:
         lines = run_shell(team, "worker", command).splitlines()
