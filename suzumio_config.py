@@ -1,6 +1,6 @@
 """Project configuration (config.md §2.7–§3, §5): the schema with its defaults and issue collection, the
-post-validation steps, the frozen ProjectConfig with its typed blocks, render, and proxy variables for
-activations. Files, YAML and imports come from suzumio_yaml; the tool registry from suzumio_registry.
+post-validation steps, the frozen ProjectConfig with its typed blocks, render, each agent's container
+settings and network with the warnings about weakened ones, and proxy variables for activations. Files, YAML and imports come from suzumio_yaml; the tool registry from suzumio_registry.
 Any controller module may import this one; it imports suzumio_yaml, suzumio_registry and suzumio_errors."""
 import copy
 import json
@@ -1197,7 +1197,7 @@ def externalize(data):
 # ---------------------------------------------------------------------------------------------------
 # The boundary of each agent's containers, and what config render says about it
 
-def agent_sandbox(docker, toolpack_entries, agent):
+def agent_sandbox(docker, builtin_toolpacks, agent):
     """The SandboxSettings of one expanded agent. Network: agents.<id>.network when written, else
     backend.docker.grantNetwork, else whether its allowlist holds web.fetch (with the web toolpack)."""
     over = agent.docker or {}
@@ -1207,7 +1207,7 @@ def agent_sandbox(docker, toolpack_entries, agent):
         reason = f"agents.{agent.key}.network: {'true' if agent.network else 'false'}"
     elif docker.grant_network:
         has_network, reason = True, "backend.docker.grantNetwork: true"
-    elif "web" in toolpack_entries and is_allowed(NETWORK_TOOL, agent.tools):
+    elif "web" in builtin_toolpacks and is_allowed(NETWORK_TOOL, agent.tools):
         has_network, reason = True, f"its tools allow {NETWORK_TOOL}"
     else:
         has_network, reason = False, f"its tools do not allow {NETWORK_TOOL} and nothing grants it network"
@@ -1395,12 +1395,8 @@ class ProjectConfig:
 
     def sandbox(self, agent_id):
         """The container settings of one agent's activations (docker-chat)."""
-        return agent_sandbox(self.backend.docker, self.toolpack_entries_names, self.agent(agent_id))
-
-    @property
-    def toolpack_entries_names(self):
-        """The built-in toolpacks registered by name (`core`, `web`, ...)."""
-        return [entry for entry in self.toolpack_entries if isinstance(entry, str)]
+        builtin = [entry for entry in self.toolpack_entries if isinstance(entry, str)]
+        return agent_sandbox(self.backend.docker, builtin, self.agent(agent_id))
 
     def rendered_tree(self):
         return externalize(self.data)
