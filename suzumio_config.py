@@ -1,8 +1,7 @@
-"""Project configuration (config.md §2.7–§3, §5): the schema with its defaults and issue collection, the
-post-validation steps, the frozen ProjectConfig with its typed blocks, render, each agent's container
-settings and network with the warnings about weakened ones, and proxy variables for activations. Files,
-YAML and imports come from suzumio_yaml; the tool registry from suzumio_registry. Any controller module
-may import this one; it imports suzumio_yaml, suzumio_registry and suzumio_errors."""
+"""Project configuration (config.md §2.7–§3, §5): schema, defaults and issue collection, post-validation,
+the frozen ProjectConfig with its typed blocks, render, each agent's container settings and network with
+warnings about weakened ones, and proxy variables. Files, YAML and imports come from suzumio_yaml, tools
+from suzumio_registry. Any controller module may import it; it imports suzumio_yaml, _registry, _errors."""
 import copy
 import json
 import logging
