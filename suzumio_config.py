@@ -1,7 +1,7 @@
-"""Project configuration (config.md §2.7–§3, §5): schema, defaults and issue collection, post-validation,
-the frozen ProjectConfig with its typed blocks, render, each agent's container settings and network with
-warnings about weakened ones, and proxy variables. Files, YAML and imports come from suzumio_yaml, tools
-from suzumio_registry. Any controller module may import it; it imports suzumio_yaml, _registry, _errors."""
+"""Project configuration (config.md §2.7–§3, §5): schema, defaults, issues, post-validation, the frozen
+ProjectConfig with its typed blocks, render, each agent's container settings and network (with warnings
+about weakened ones), and proxy variables. Any controller module may import it; it imports only
+suzumio_yaml (files, YAML, imports), suzumio_registry (tools), suzumio_records and suzumio_errors."""
 import copy
 import json
 import logging
