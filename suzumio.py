@@ -159,7 +159,7 @@ class Runtime:
 
 def cmd_config_render(rest, options, out, err):
     config = suzumio_config.load_project(rest[0])
-    for line in config.warnings:
+    for line in config.network_report() + config.warnings:
         print(line, file=err)
     out.write(config.render())
     return 0
