@@ -103,7 +103,7 @@ DB_FILE = "suzumio.sqlite"
 BUSY_TIMEOUT_S = 5
 # Descriptor bounds (each connection holds the database and its WAL; a project adds its -shm once).
 IDLE_READERS = 2  # pooled reader connections kept per project; a burst beyond it closes its extras
-MAX_OPEN_PROJECTS = 48  # projects whose connections stay open; the least recently used are released
+MAX_OPEN_PROJECTS = 64  # projects whose connections stay open; the least recently used are released
 
 # ---------------------------------------------------------------------------------------------
 # Runtime root.
@@ -826,21 +826,18 @@ class ProjectStore:
 
     def project_stats(self):
         """http-api.md §6.2 stats object."""
-        p = (self.project_id,)
-        queries = {
-            "messageCount": ("SELECT COUNT(*) FROM messages WHERE project = ?", p),
-            "activationCount": ("SELECT COUNT(*) FROM activations WHERE project = ?", p),
-            "failedActivationCount": ("SELECT COUNT(*) FROM activations WHERE project = ? AND status = ?",
-                                      p + (ACT_FAILED,)),
-            "runningActivationCount": ("SELECT COUNT(*) FROM activations WHERE project = ? AND status = ?",
-                                       p + (ACT_RUNNING,)),
-            "toolCallCount": ("SELECT COUNT(*) FROM tool_calls WHERE project = ?", p),
-            "historyMessageCount": ("SELECT COUNT(*) FROM agent_history_messages WHERE project = ?", p),
-            "historyCompactionCount": ("SELECT COUNT(*) FROM agent_history_compactions WHERE project = ?", p),
-            "eventCount": ("SELECT COUNT(*) FROM events WHERE project = ?", p),
-        }
-        with self._snapshot() as conn:
-            return {key: conn.execute(sql, params).fetchone()[0] for key, (sql, params) in queries.items()}
+        # One statement for all eight counts: the project list asks this of every project.
+        row = self._query_one(
+            "SELECT (SELECT COUNT(*) FROM messages WHERE project = :p) AS messageCount, "
+            "(SELECT COUNT(*) FROM activations WHERE project = :p) AS activationCount, "
+            "(SELECT COUNT(*) FROM activations WHERE project = :p AND status = :failed) AS failedActivationCount, "
+            "(SELECT COUNT(*) FROM activations WHERE project = :p AND status = :running) AS runningActivationCount, "
+            "(SELECT COUNT(*) FROM tool_calls WHERE project = :p) AS toolCallCount, "
+            "(SELECT COUNT(*) FROM agent_history_messages WHERE project = :p) AS historyMessageCount, "
+            "(SELECT COUNT(*) FROM agent_history_compactions WHERE project = :p) AS historyCompactionCount, "
+            "(SELECT COUNT(*) FROM events WHERE project = :p) AS eventCount",
+            {"p": self.project_id, "failed": ACT_FAILED, "running": ACT_RUNNING})
+        return dict(row)
 
     def project_summary(self, full=True):
         """http-api.md §5.1 (full=False) / §5.2 (full=True) project summary."""
