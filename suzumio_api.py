@@ -2,6 +2,7 @@
 actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the Bottle app with the
 runner routes of suzumio_runner_support mounted beside these; Server runs it on Waitress. Nothing is
 built at import time. Imported by suzumio.py, tests and bench."""
+import collections
 import hmac
 import json
 import logging
@@ -48,6 +49,8 @@ ASSET_TYPES = {
 }
 ASSET_MISSING = "webui asset not found. Run npm run build."
 SSE_BATCH = 500
+FEED_BUFFER = 2000  # encoded frames each project's feed keeps for its stream clients
+STREAM_WAKE_SECONDS = 0.5  # longest a stream sleeps between checks of disconnect and shutdown
 KEEP_ALIVE = b": keep-alive\n\n"
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_KEEP_ALIVE_SECONDS = 15.0
@@ -384,6 +387,8 @@ def sse_frame(row):
 
 
 def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
+    feeds = ProjectFeeds(root)
+
     @app.get("/api/projects/<project>/stream")
     def stream(project):
         store = root.open_project(project)
@@ -398,15 +403,80 @@ def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
         # No `Connection: keep-alive`: WSGI forbids hop-by-hop headers; HTTP/1.1 keeps the connection open.
         bottle.response.set_header("Cache-Control", "no-cache")
         bottle.response.set_header(*NOSNIFF)
-        events = EventFeed(store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds)
-        return events.frames(replay)
+        client = StreamClient(feeds.get(store), root.changes, cursor, stopping, disconnected, poll_seconds,
+                              keep_alive_seconds)
+        return client.frames(replay)
 
 
-class EventFeed:
-    """One SSE client: polls the events table by rowid and ends on disconnect or shutdown."""
+class ProjectFeeds:
+    """One ProjectFeed per project, made on first use."""
 
-    def __init__(self, store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds):
-        self.store = store
+    def __init__(self, root):
+        self.root = root
+        self._feeds = {}
+        self._lock = threading.Lock()
+
+    def get(self, store):
+        with self._lock:
+            feed = self._feeds.get(store.project_id)
+            if feed is None:
+                feed = self._feeds[store.project_id] = ProjectFeed(store.project_id, self.root)
+            return feed
+
+
+class ProjectFeed:
+    """The events of one project read once and encoded once for every stream client: a bounded buffer
+    of (rowid, frame) after `base`, refreshed by whichever client first finds it stale."""
+
+    def __init__(self, project_id, root, size=FEED_BUFFER):
+        self.project_id = project_id
+        self.root = root
+        self.size = size
+        self._lock = threading.Lock()
+        self._frames = collections.deque()
+        self.base = None  # every event after this rowid up to `cursor` is in the buffer
+        self.cursor = None
+        self._read_version = None
+        self._read_at = 0.0
+
+    def after(self, cursor, version, poll_seconds):
+        """(frames after `cursor` joined, the new cursor). Reads the store when the project committed since
+        the last read or `poll_seconds` passed (writes by other processes are only seen by that poll)."""
+        with self._lock:
+            stale = (self._read_version is None or version > self._read_version
+                     or time.monotonic() - self._read_at >= poll_seconds)
+            if stale:
+                self._refresh(version)
+            if cursor < self.base:
+                return None, cursor  # behind the buffer: the client reads the store itself
+            frames = [frame for rowid, frame in self._frames if rowid > cursor]
+            return b"".join(frames), max(cursor, self.cursor)
+
+    def _refresh(self, version):
+        store = self.root.open_project(self.project_id)
+        if self.cursor is None:
+            self.base = self.cursor = store.latest_event_rowid()
+        while True:
+            rows = store.events_after(self.cursor, SSE_BATCH)
+            for rowid, row in rows:
+                self._frames.append((rowid, sse_frame(row)))
+            if rows:
+                self.cursor = rows[-1][0]
+            if len(rows) < SSE_BATCH:
+                break
+        while len(self._frames) > self.size:
+            self.base = self._frames.popleft()[0]
+        self._read_version = version
+        self._read_at = time.monotonic()
+
+
+class StreamClient:
+    """One SSE client: frames from its project's feed after its own cursor; woken by the project's
+    commits, with keep-alives, until it disconnects or the server shuts down."""
+
+    def __init__(self, feed, changes, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds):
+        self.feed = feed
+        self.changes = changes
         self.cursor = cursor
         self.stopping = stopping
         self.disconnected = disconnected
@@ -417,25 +487,30 @@ class EventFeed:
         # Bottle sends headers with the first non-empty chunk, so an empty replay sends a comment.
         yield b"".join(sse_frame(row) for _rowid, row in replay) or KEEP_ALIVE
         last_write = time.monotonic()
-        while not self.stopping.wait(self.poll_seconds) and not self.disconnected():
-            batch = self.poll()
+        version = self.changes.version(self.feed.project_id)
+        while not self.stopping.is_set() and not self.disconnected():
+            batch = self.next_batch(version)
             if batch:
                 yield batch
                 last_write = time.monotonic()
             elif time.monotonic() - last_write >= self.keep_alive_seconds:
                 yield KEEP_ALIVE
                 last_write = time.monotonic()
+            else:
+                # Woken at once by a commit of this project; the timeout bounds how late a write by
+                # another process, a disconnect or the shutdown is noticed.
+                version = self.changes.wait(self.feed.project_id, version, min(self.poll_seconds, STREAM_WAKE_SECONDS))
 
-    def poll(self):
-        """Every event after the cursor, oldest first, however many arrived since the last poll."""
-        chunks = []
-        while True:
-            rows = self.store.events_after(self.cursor, SSE_BATCH)
-            chunks.extend(sse_frame(row) for _rowid, row in rows)
-            if rows:
-                self.cursor = rows[-1][0]
-            if len(rows) < SSE_BATCH:
-                return b"".join(chunks)
+    def next_batch(self, version):
+        """Every frame after the cursor, oldest first, however many arrived since the last batch."""
+        batch, self.cursor = self.feed.after(self.cursor, version, self.poll_seconds)
+        if batch is not None:
+            return batch
+        store = self.feed.root.open_project(self.feed.project_id)
+        rows = store.events_after(self.cursor, SSE_BATCH)  # a client behind the shared buffer
+        if rows:
+            self.cursor = rows[-1][0]
+        return b"".join(sse_frame(row) for _rowid, row in rows)
 
 
 # ---------------------------------------------------------------- static WebUI (webui.md §1.5)

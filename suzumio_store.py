@@ -154,6 +154,31 @@ def _has_project_row(db_path, name):
         conn.close()
 
 
+class Changes:
+    """Which projects committed writes in this process: a version per project that each commit bumps,
+    so SSE streams and other readers can wait for a change instead of polling the database. Writes by
+    other processes (a CLI command beside `serve`) are not seen here; readers keep a slow safety poll."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._versions = {}
+
+    def committed(self, project_id):
+        with self._cond:
+            self._versions[project_id] = self._versions.get(project_id, 0) + 1
+            self._cond.notify_all()
+
+    def version(self, project_id):
+        with self._cond:
+            return self._versions.get(project_id, 0)
+
+    def wait(self, project_id, seen, timeout):
+        """Wait until the project's version differs from `seen` or `timeout` seconds pass; the version."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._versions.get(project_id, 0) != seen, timeout)
+            return self._versions.get(project_id, 0)
+
+
 class Root:
     """A Suzumio runtime root: lists, opens and initializes projects; owns the open stores. At most
     `max_open` projects hold connections at once: using one more releases the least recently used."""
@@ -165,6 +190,7 @@ class Root:
         self.max_open = max_open
         self._recent = OrderedDict()  # project name -> store, least recently used first
         self._recent_lock = threading.Lock()
+        self.changes = Changes()
 
     def _used(self, store):
         with self._recent_lock:
@@ -210,7 +236,7 @@ class Root:
                 return store
             if not _has_project_row(directory / DB_FILE, name):
                 raise NotFound(f"Unknown project: {name}")
-            store = ProjectStore(name, directory, on_use=self._used)
+            store = ProjectStore(name, directory, on_use=self._used, on_commit=self.changes.committed)
             self._stores[name] = store
             return store
 
@@ -236,7 +262,7 @@ class Root:
             undo.write(directory / "source.yaml", source_text)
             undo.write(directory / "resolved.yaml", resolved_text)
             undo.new_file(db_path)
-            store = ProjectStore(name, directory, on_use=self._used)
+            store = ProjectStore(name, directory, on_use=self._used, on_commit=self.changes.committed)
             try:
                 store._create(task, config, agents, config_path or str(directory / "resolved.yaml"), now)
             except BaseException:
@@ -404,7 +430,7 @@ class ProjectStore:
     number of threads. Both are opened on demand; release_idle() closes what nobody is using, and the
     Root calls it for the projects used least recently."""
 
-    def __init__(self, project_id, directory, on_use=None):
+    def __init__(self, project_id, directory, on_use=None, on_commit=None):
         self.project_id = project_id
         self.dir = Path(os.path.abspath(directory))
         self.db_path = self.dir / DB_FILE
@@ -414,6 +440,7 @@ class ProjectStore:
         self._idle = []  # pooled reader connections nobody is using
         self._pool_lock = threading.Lock()
         self._on_use = on_use
+        self._on_commit = on_commit  # told the project id after every committed write transaction
         self._config = None
         self._writer = _connect(self.db_path)
         try:
@@ -548,6 +575,8 @@ class ProjectStore:
             try:
                 yield tx
                 conn.execute("COMMIT")
+                if self._on_commit is not None:
+                    self._on_commit(self.project_id)
             except BaseException:
                 # SQLite may already have rolled back (e.g. disk full); only roll back what is open
                 if conn.in_transaction:
@@ -663,6 +692,11 @@ class ProjectStore:
             cursor = conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ?",
                                   (self.project_id,)).fetchone()[0]
         return [(r["rid"], event_row_json(r)) for r in reversed(rows)], cursor
+
+    def latest_event_rowid(self):
+        """The rowid of the project's newest event, 0 when there is none."""
+        return self._query_one("SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ?",
+                               (self.project_id,))[0]
 
     def event_rowid(self, event_id):
         """The rowid of an event of this project (Last-Event-ID), or None."""
