@@ -3,6 +3,7 @@
 // lane, messages are arrows from the sender's lane to the recipient's, and the signals that woke an
 // activation link to its bar. Data comes in time-range pages (GET …/timeline), newest first, and the
 // live stream triggers small catch-up pages; only what lies in the visible window is drawn.
+import { Component } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import {
   errorText,
@@ -20,16 +21,19 @@ import {
   type TimelineSignal,
 } from './api';
 import { Chip, ErrorBox, Panel, StatusPill } from './components';
-import { clockTime, count, readUsage } from './format';
+import { readUsage } from './format';
 
 const LANE_H = 58;
 const AXIS_H = 30;
 const LABEL_W = 196;
 const BAR_H = 24;
-const MIN_SPAN_MS = 2000;
+const MIN_SPAN_MS = 200;
+const MIN_FIT_MS = 300;
 const MAX_SPAN_MS = 14 * 86400_000;
 const DEFAULT_SPAN_MS = 15 * 60_000;
 const CATCH_UP_MS = 400;
+/** Room right of the newest item (or now), as a share of the window, for labels and growing bars. */
+const EDGE_PAD = 0.08;
 /** Catch-up pages start this far before the newest timestamp seen, so a late commit is not missed. */
 const CATCH_UP_OVERLAP_MS = 5000;
 const BODY_PREVIEW = 320;
@@ -75,6 +79,19 @@ function outcomeOf(act: TimelineActivation): Outcome {
   return 'cancelled';
 }
 
+// format.ts's clockTime/count build a new formatter per call; thousands of labels per frame need one.
+const CLOCK = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+const NUMBER = new Intl.NumberFormat();
+
+function clockTime(value: string | number | undefined): string {
+  const t = typeof value === 'number' ? value : ms(value);
+  return Number.isFinite(t) ? CLOCK.format(t) : '';
+}
+
+function count(value: number | undefined | null): string {
+  return NUMBER.format(typeof value === 'number' && Number.isFinite(value) ? value : 0);
+}
+
 function ms(iso: string | undefined): number {
   const value = iso ? Date.parse(iso) : NaN;
   return Number.isNaN(value) ? 0 : value;
@@ -106,7 +123,7 @@ function lowerBound(values: number[], target: number): number {
   return lo;
 }
 
-const TICK_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400].map(
+const TICK_STEPS = [0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400].map(
   (s) => s * 1000,
 );
 
@@ -116,6 +133,13 @@ function ticks(start: number, end: number, width: number): number[] {
   const result: number[] = [];
   for (let t = Math.ceil(start / step) * step; t <= end; t += step) result.push(t);
   return result;
+}
+
+/** Clock time, with milliseconds when the window is only a few seconds wide. */
+function tickLabel(t: number, span: number): string {
+  const clock = clockTime(t);
+  if (span > 8000) return clock;
+  return `${clock.replace(/ ?[AP]M$/, '')}.${String(new Date(t).getMilliseconds()).padStart(3, '0')}`;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,6 +261,8 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
   const [selection, setSelection] = useState<Selection>(null);
   const [streamText, setStreamText] = useState<Record<string, string>>({});
   const chartRef = useRef<HTMLDivElement>(null);
+  const baseRef = useRef<{ start: number; span: number; width: number } | null>(null);
+  const handlers = useRef<LayerHandlers | null>(null);
   const drag = useRef<{ x: number; start: number; end: number; captured: boolean } | null>(null);
   const catchUp = useRef<number | undefined>(undefined);
   const alive = useRef(true);
@@ -325,25 +351,24 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
     return () => window.clearInterval(timer);
   }, [follow]);
 
+  // The whole run when it is shorter than the default span, else its newest part; padded both sides.
   const fitWindow = () => {
     const last = Math.max(derived.last, running ? Date.now() : 0);
-    const span = Math.min(DEFAULT_SPAN_MS, Math.max(MIN_SPAN_MS, last - derived.first));
-    const pad = span * 0.04;
-    return { start: last - span - pad, end: last + pad };
+    const span = Math.min(DEFAULT_SPAN_MS, Math.max(MIN_FIT_MS, (last - derived.first) * 1.16));
+    return { start: last + span * EDGE_PAD - span, end: last + span * EDGE_PAD };
   };
 
   let shown = view ?? fitWindow();
   if (follow) {
     const span = shown.end - shown.start;
     const edge = Math.max(running ? now : 0, derived.last);
-    shown = { start: edge + span * 0.04 - span, end: edge + span * 0.04 };
+    shown = { start: edge + span * EDGE_PAD - span, end: edge + span * EDGE_PAD };
   }
   const { start, end } = shown;
   const span = end - start;
   const xOf = (t: number) => ((t - start) / span) * width;
   const tOf = (x: number) => start + (x / width) * span;
   const laneIndex = new Map(derived.lanes.map((id, index) => [id, index]));
-  const laneMid = (id: string) => AXIS_H + (laneIndex.get(id) ?? 0) * LANE_H + LANE_H / 2;
   const height = AXIS_H + derived.lanes.length * LANE_H + 8;
   const nowMs = running ? now : Math.max(now, derived.last);
 
@@ -370,9 +395,12 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
 
   function onWheel(event: WheelEvent) {
     event.preventDefault();
+    if (event.shiftKey || Math.abs(event.deltaX) > Math.abs(event.deltaY)) {
+      pan(event.deltaX || event.deltaY);
+      return;
+    }
     const rect = (event.currentTarget as SVGElement).getBoundingClientRect();
-    if (event.shiftKey || Math.abs(event.deltaX) > Math.abs(event.deltaY)) pan(event.deltaX || event.deltaY);
-    else zoom(Math.exp(event.deltaY * 0.0015), event.clientX - rect.left);
+    zoom(Math.exp(event.deltaY * 0.0015), event.clientX - rect.left);
   }
 
   function onPointerDown(event: PointerEvent) {
@@ -388,7 +416,11 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
     // Capture only once it is a drag, so a plain click still reaches the bar or arrow under it.
     if (!held.captured) {
       held.captured = true;
-      (event.currentTarget as Element).setPointerCapture?.(event.pointerId);
+      try {
+        (event.currentTarget as Element).setPointerCapture(event.pointerId);
+      } catch {
+        // A synthetic or already-released pointer cannot be captured; the drag still works.
+      }
     }
     const shift = (-dx / width) * (held.end - held.start);
     setFollow(false);
@@ -400,19 +432,36 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
     drag.current = null;
   }
 
-  // Visible items only: bars overlapping the window, arrows inside it.
-  const visibleBars = derived.bars.filter((bar) => bar.start <= end && (bar.end ?? nowMs) >= start);
-  const firstArrow = lowerBound(derived.arrowTimes, start);
-  const lastArrow = lowerBound(derived.arrowTimes, end + 1);
-  const visibleArrows = derived.arrows.slice(firstArrow, lastArrow);
-  const visibleWaits = derived.waits.filter((w) => w.start <= end && (w.end ?? nowMs) >= start);
-  const visibleApprovals = derived.approvals.filter((a) => a.at >= start && a.at <= end);
+  // Drawing happens in a base frame: items are placed for `base` and the layer is shifted while
+  // panning, so a pan frame changes one transform; the layer is redrawn (three windows wide) on zoom,
+  // new data, or once the pan leaves the drawn range.
+  let base = baseRef.current;
+  if (!base || base.span !== span || base.width !== width || Math.abs(start - base.start) > span * 0.9) {
+    base = { start, span, width };
+    baseRef.current = base;
+  }
+  const shift = ((base.start - start) / span) * width;
   const selectedId = selection?.id ?? null;
-  const wokeSelected = new Set(
-    selection?.kind === 'activation'
-      ? (data.current.acts.get(selection.id)?.signals ?? []).map((s) => s.messageId).filter(Boolean)
-      : [],
-  );
+  const woke = selection?.kind === 'activation'
+    ? (data.current.acts.get(selection.id)?.signals ?? []).map((signal) => signal.messageId ?? '').join(' ')
+    : '';
+  handlers.current = {
+    hover: (event, kind, id) => {
+      if (kind === 'activation') {
+        const bar = derived.bars.find((candidate) => candidate.act.id === id);
+        if (bar) showHover(event, barText(bar));
+      } else {
+        const arrow = derived.arrows.find((candidate) => candidate.msg.id === id);
+        if (arrow) showHover(event, arrowText(arrow));
+      }
+    },
+    leave: () => setHover(null),
+    select: (kind, id) => setSelection({ kind, id }),
+    key: (event, id) => {
+      const bar = derived.bars.find((candidate) => candidate.act.id === id);
+      if (bar) onBarKey(event, bar);
+    },
+  };
 
   function showHover(event: MouseEvent | FocusEvent, text: string[]) {
     const host = chartRef.current?.getBoundingClientRect();
@@ -631,174 +680,21 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
                 height={LANE_H}
               />
             ))}
-            <g class="team-axis" aria-hidden="true">
-              {ticks(start, end, width).map((t) => (
-                <g key={t}>
-                  <line class="team-grid" x1={xOf(t)} x2={xOf(t)} y1={AXIS_H - 6} y2={height} />
-                  <text class="team-tick" x={xOf(t) + 4} y={AXIS_H - 11}>
-                    {clockTime(t)}
-                  </text>
-                </g>
-              ))}
-              {nowMs >= start && nowMs <= end && running && (
-                <line class="team-now" x1={xOf(now)} x2={xOf(now)} y1={AXIS_H - 6} y2={height} />
-              )}
-            </g>
-            <g class="team-waits">
-              {visibleWaits.map(({ wait, start: s, end: e }) => {
-                const lane = wait.sourceAgent ?? '';
-                const x1 = Math.max(-4, xOf(s));
-                const x2 = Math.min(width + 4, xOf(e ?? nowMs));
-                const y = laneMid(lane);
-                return (
-                  <g key={wait.id} class="team-wait" data-agent={lane} data-wait-id={wait.id}>
-                    <title>{`${lane} waiting for a signal from ${clockTime(s)}${wait.reason ? `: ${wait.reason}` : ''}`}</title>
-                    <line x1={x1} x2={x2} y1={y} y2={y} />
-                    {x2 - x1 > 70 && (
-                      <text x={x1 + 6} y={y - 6} class="team-wait-label">
-                        waiting
-                      </text>
-                    )}
-                  </g>
-                );
-              })}
-              {visibleApprovals.map(({ approval, at }) => {
-                const lane = approval.sourceAgent ?? '';
-                const x = xOf(at);
-                const y = laneMid(lane);
-                const pending = props.project.status === 'submitted';
-                return (
-                  <g key={approval.id} class="team-approval" data-agent={lane}>
-                    <title>{`${lane} submitted the report at ${clockTime(at)}${pending ? '; awaiting approval' : ''}`}</title>
-                    {pending && <rect class="team-approval-span" x={x} y={y - 9} width={Math.max(0, xOf(nowMs) - x)} height={18} />}
-                    <path class="team-approval-mark" d={`M ${x} ${y - 8} L ${x + 8} ${y} L ${x} ${y + 8} L ${x - 8} ${y} z`} />
-                    {pending && (
-                      <text class="team-wait-label" x={x + 12} y={y - 12}>
-                        awaiting approval
-                      </text>
-                    )}
-                  </g>
-                );
-              })}
-            </g>
-            <g class="team-bars">
-              {visibleBars.map((bar) => {
-                const lane = bar.act.agentId;
-                const x1 = xOf(bar.start);
-                const x2 = xOf(bar.end ?? nowMs);
-                const drawnX = Math.max(-2, x1);
-                const drawnW = Math.max(3, Math.min(width + 2, x2) - drawnX);
-                const y = laneMid(lane) - BAR_H / 2;
-                const usage = readUsage(bar.act);
-                const label = `${agentById.get(lane)?.displayName ?? lane}: activation ${OUTCOME_LABEL[bar.outcome]}, ${clockTime(
-                  bar.start,
-                )} for ${duration((bar.end ?? nowMs) - bar.start)}${usage ? `, ${count(usage.total)} tokens` : ''}`;
-                const inner = bar.end === null ? streamText[lane] ?? 'running' : usage ? `${count(usage.total)} tok` : '';
-                return (
-                  <g
-                    key={bar.act.id}
-                    class={`team-bar outcome-${bar.outcome}${selectedId === bar.act.id ? ' is-selected' : ''}`}
-                    data-testid="team-bar"
-                    data-agent={lane}
-                    data-activation-id={bar.act.id}
-                    data-status={bar.act.status}
-                    data-outcome={bar.outcome}
-                    tabIndex={0}
-                    role="button"
-                    aria-label={label}
-                    onMouseEnter={(event) => showHover(event, barText(bar))}
-                    onMouseMove={(event) => showHover(event, barText(bar))}
-                    onMouseLeave={() => setHover(null)}
-                    onFocus={(event) => showHover(event, barText(bar))}
-                    onBlur={() => setHover(null)}
-                    onClick={() => setSelection({ kind: 'activation', id: bar.act.id })}
-                    onKeyDown={(event) => onBarKey(event, bar)}
-                  >
-                    <title>{label}</title>
-                    <rect class="team-bar-rect" x={drawnX} y={y} width={drawnW} height={BAR_H} rx={5} />
-                    {bar.end === null && (
-                      <rect class="team-bar-stripes" x={drawnX} y={y} width={drawnW} height={BAR_H} rx={5} fill="url(#team-stripes)" />
-                    )}
-                    {drawnW > 56 && inner && (
-                      <text class="team-bar-text" x={drawnX + 7} y={y + BAR_H / 2 + 4}>
-                        {inner.length > drawnW / 6.5 ? `${inner.slice(0, Math.max(1, Math.floor(drawnW / 6.5) - 1))}…` : inner}
-                      </text>
-                    )}
-                  </g>
-                );
-              })}
-            </g>
-            <g class="team-links" aria-hidden="true">
-              {visibleBars.flatMap((bar) =>
-                (bar.act.signals ?? [])
-                  .filter((signal) => signal.messageId && derived.msgById.has(signal.messageId))
-                  .map((signal) => {
-                    const msg = derived.msgById.get(signal.messageId!)!;
-                    const x1 = xOf(ms(msg.createdAt));
-                    const x2 = xOf(bar.start);
-                    const y = laneMid(bar.act.agentId) + BAR_H / 2 + 5;
-                    return (
-                      <path
-                        key={`${bar.act.id}-${signal.id}`}
-                        class={`team-link${selectedId === bar.act.id || selectedId === msg.id ? ' is-active' : ''}`}
-                        data-activation-id={bar.act.id}
-                        data-message-id={msg.id}
-                        d={`M ${x1} ${y - 3} L ${x1} ${y} L ${Math.max(x1, x2)} ${y} L ${Math.max(x1, x2)} ${y - 3}`}
-                      />
-                    );
-                  }),
-              )}
-            </g>
-            <g class="team-arrows">
-              {visibleArrows.map((arrow) => {
-                const { msg } = arrow;
-                const target = msg.recipient;
-                const x = xOf(arrow.at);
-                const y1 = laneMid(msg.sender);
-                const prio = ['P0', 'P1', 'P2', 'P3'].includes(msg.priority) ? msg.priority : 'P3';
-                const label = `Message ${msg.priority} from ${msg.sender} to ${target ?? msg.channel ?? 'broadcast'} at ${clockTime(
-                  arrow.at,
-                )}: ${firstLine(msg.body, 140)}`;
-                const common = {
-                  'data-testid': 'team-arrow',
-                  'data-message-id': msg.id,
-                  'data-agent': msg.sender,
-                  'data-recipient': target ?? '',
-                  'data-priority': msg.priority,
-                  tabIndex: -1,
-                  'aria-label': label,
-                  onMouseEnter: (event: MouseEvent) => showHover(event, arrowText(arrow)),
-                  onMouseMove: (event: MouseEvent) => showHover(event, arrowText(arrow)),
-                  onMouseLeave: () => setHover(null),
-                  onClick: () => setSelection({ kind: 'message', id: msg.id }),
-                };
-                const cls = `team-arrow prio-${prio}${selectedId === msg.id || wokeSelected.has(msg.id) ? ' is-active' : ''}`;
-                if (!target) {
-                  return (
-                    <g key={msg.id} class={cls} {...common}>
-                      <title>{label}</title>
-                      <circle cx={x} cy={y1} r={5} />
-                    </g>
-                  );
-                }
-                const y2 = laneMid(target);
-                const toward = y2 >= y1 ? 1 : -1;
-                const from = y1 + toward * 8;
-                const to = y2 - toward * 9;
-                const bend = Math.min(26, Math.abs(to - from) / 4);
-                const d =
-                  target === msg.sender
-                    ? `M ${x} ${y1 - 8} c 18 -18 18 18 0 16`
-                    : `M ${x} ${from} C ${x + bend} ${from + (to - from) / 3} ${x + bend} ${from + (2 * (to - from)) / 3} ${x} ${to}`;
-                return (
-                  <g key={msg.id} class={cls} {...common}>
-                    <title>{label}</title>
-                    <path class="team-arrow-hit" d={d} />
-                    <path class="team-arrow-line" d={d} marker-end={`url(#team-head-${prio})`} />
-                    <circle class="team-arrow-dot" cx={x} cy={from} r={2.5} />
-                  </g>
-                );
-              })}
+            <g class="team-layer" transform={`translate(${shift.toFixed(2)} 0)`}>
+              <TeamLayer
+                derived={derived}
+                baseStart={base.start}
+                span={span}
+                width={width}
+                height={height}
+                nowMs={running ? now : Number.POSITIVE_INFINITY}
+                submitted={props.project.status === 'submitted'}
+                selectedId={selectedId}
+                woke={woke}
+                streamText={streamText}
+                names={agents.map((agent) => `${agent.id}\u0000${agent.displayName ?? ''}`).join('\u0001')}
+                handlers={handlers}
+              />
             </g>
           </svg>
           {hover && (
@@ -839,6 +735,244 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
       )}
     </div>
   );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The drawn items, placed in the base frame and three windows wide. A class so that a pan frame,
+// a hover or a tooltip move (new props equal to the old ones) skips the whole subtree.
+
+type LayerHandlers = {
+  hover: (event: MouseEvent | FocusEvent, kind: 'activation' | 'message', id: string) => void;
+  leave: () => void;
+  select: (kind: 'activation' | 'message', id: string) => void;
+  key: (event: KeyboardEvent, id: string) => void;
+};
+
+interface LayerProps {
+  derived: Derived;
+  baseStart: number;
+  span: number;
+  width: number;
+  height: number;
+  /** The clock for running bars; +Infinity when nothing runs (open waits then reach the edge). */
+  nowMs: number;
+  submitted: boolean;
+  selectedId: string | null;
+  woke: string;
+  streamText: Record<string, string>;
+  names: string;
+  handlers: { current: LayerHandlers | null };
+}
+
+class TeamLayer extends Component<LayerProps> {
+  shouldComponentUpdate(next: LayerProps): boolean {
+    const old = this.props as unknown as Record<string, unknown>;
+    const fresh = next as unknown as Record<string, unknown>;
+    return Object.keys(fresh).some((key) => old[key] !== fresh[key]);
+  }
+
+  render() {
+    const props = this.props;
+    const { derived, span, width, height, nowMs, selectedId, streamText } = props;
+    const h = () => props.handlers.current!;
+    const start = props.baseStart - span;
+    const end = props.baseStart + 2 * span;
+    const xOf = (t: number) => ((t - props.baseStart) / span) * width;
+    const laneIndex = new Map(derived.lanes.map((id, index) => [id, index]));
+    const laneMid = (id: string) => AXIS_H + (laneIndex.get(id) ?? 0) * LANE_H + LANE_H / 2;
+    const agentById = new Map(
+      props.names.split('\u0001').filter(Boolean).map((entry) => {
+        const [id, displayName] = entry.split('\u0000');
+        return [id, { displayName: displayName || id }];
+      }),
+    );
+    const woke = new Set(props.woke.split(' ').filter(Boolean));
+    const visibleBars = derived.bars.filter((bar) => bar.start <= end && (bar.end ?? nowMs) >= start);
+    const visibleArrows = derived.arrows.slice(
+      lowerBound(derived.arrowTimes, start),
+      lowerBound(derived.arrowTimes, end + 1),
+    );
+    const visibleWaits = derived.waits.filter((w) => w.start <= end && (w.end ?? nowMs) >= start);
+    const visibleApprovals = derived.approvals.filter((a) => a.at >= start && a.at <= end);
+    return (
+      <g>
+      <g class="team-axis" aria-hidden="true">
+        {ticks(start, end, width * 3).map((t) => (
+          <g key={t}>
+            <line class="team-grid" x1={xOf(t)} x2={xOf(t)} y1={AXIS_H - 6} y2={height} />
+            <text class="team-tick" x={xOf(t) + 4} y={AXIS_H - 11}>
+              {tickLabel(t, span)}
+            </text>
+          </g>
+        ))}
+        {Number.isFinite(nowMs) && nowMs >= start && nowMs <= end && (
+          <line class="team-now" x1={xOf(nowMs)} x2={xOf(nowMs)} y1={AXIS_H - 6} y2={height} />
+        )}
+      </g>
+      <g class="team-waits">
+        {visibleWaits.map(({ wait, start: s, end: e }) => {
+          const lane = wait.sourceAgent ?? '';
+          const x1 = Math.max(-width - 4, xOf(s));
+          const x2 = Math.min(2 * width + 4, xOf(e ?? nowMs));
+          const y = laneMid(lane);
+          return (
+            <g key={wait.id} class="team-wait" data-agent={lane} data-wait-id={wait.id}>
+              <title>{`${lane} waiting for a signal from ${clockTime(s)}${wait.reason ? `: ${wait.reason}` : ''}`}</title>
+              <line x1={x1} x2={x2} y1={y} y2={y} />
+              {x2 - x1 > 70 && (
+                <text x={x1 + 6} y={y - 6} class="team-wait-label">
+                  waiting
+                </text>
+              )}
+            </g>
+          );
+        })}
+        {visibleApprovals.map(({ approval, at }) => {
+          const lane = approval.sourceAgent ?? '';
+          const x = xOf(at);
+          const y = laneMid(lane);
+          const pending = props.submitted;
+          return (
+            <g key={approval.id} class="team-approval" data-agent={lane}>
+              <title>{`${lane} submitted the report at ${clockTime(at)}${pending ? '; awaiting approval' : ''}`}</title>
+              {pending && <rect class="team-approval-span" x={x} y={y - 9} width={Math.max(0, Math.min(2 * width, xOf(nowMs)) - x)} height={18} />}
+              <path class="team-approval-mark" d={`M ${x} ${y - 8} L ${x + 8} ${y} L ${x} ${y + 8} L ${x - 8} ${y} z`} />
+              {pending && (
+                <text
+                  class="team-wait-label"
+                  x={x > width - 120 ? x - 12 : x + 12}
+                  y={y + 22}
+                  text-anchor={x > width - 120 ? 'end' : 'start'}
+                >
+                  awaiting approval
+                </text>
+              )}
+            </g>
+          );
+        })}
+      </g>
+      <g class="team-bars">
+        {visibleBars.map((bar) => {
+          const lane = bar.act.agentId;
+          const x1 = xOf(bar.start);
+          const x2 = xOf(bar.end ?? nowMs);
+          const drawnX = Math.max(-width - 2, x1);
+          const drawnW = Math.max(3, Math.min(2 * width + 2, x2) - drawnX);
+          const y = laneMid(lane) - BAR_H / 2;
+          const usage = readUsage(bar.act);
+          const label = `${agentById.get(lane)?.displayName ?? lane}: activation ${OUTCOME_LABEL[bar.outcome]}, ${clockTime(
+            bar.start,
+          )} for ${duration((bar.end ?? nowMs) - bar.start)}${usage?.total ? `, ${count(usage.total)} tokens` : ''}`;
+          const inner = bar.end === null ? streamText[lane] ?? 'running' : usage?.total ? `${count(usage.total)} tok` : '';
+          return (
+            <g
+              key={bar.act.id}
+              class={`team-bar outcome-${bar.outcome}${selectedId === bar.act.id ? ' is-selected' : ''}`}
+              data-testid="team-bar"
+              data-agent={lane}
+              data-activation-id={bar.act.id}
+              data-status={bar.act.status}
+              data-outcome={bar.outcome}
+              tabIndex={0}
+              role="button"
+              aria-label={label}
+              onMouseEnter={(event) => h().hover(event, 'activation', bar.act.id)}
+              onMouseMove={(event) => h().hover(event, 'activation', bar.act.id)}
+              onMouseLeave={() => h().leave()}
+              onFocus={(event) => h().hover(event, 'activation', bar.act.id)}
+              onBlur={() => h().leave()}
+              onClick={() => h().select('activation', bar.act.id)}
+              onKeyDown={(event) => h().key(event, bar.act.id)}
+            >
+              <title>{label}</title>
+              <rect class="team-bar-rect" x={drawnX} y={y} width={drawnW} height={BAR_H} rx={5} />
+              {bar.end === null && (
+                <rect class="team-bar-stripes" x={drawnX} y={y} width={drawnW} height={BAR_H} rx={5} fill="url(#team-stripes)" />
+              )}
+              {drawnW > 56 && inner && (
+                <text class="team-bar-text" x={drawnX + 7} y={y + BAR_H / 2 + 4}>
+                  {inner.length > drawnW / 6.5 ? `${inner.slice(0, Math.max(1, Math.floor(drawnW / 6.5) - 1))}…` : inner}
+                </text>
+              )}
+            </g>
+          );
+        })}
+      </g>
+      <g class="team-links" aria-hidden="true">
+        {visibleBars.flatMap((bar) =>
+          (bar.act.signals ?? [])
+            .filter((signal) => signal.messageId && derived.msgById.has(signal.messageId))
+            .map((signal) => {
+              const msg = derived.msgById.get(signal.messageId!)!;
+              const x1 = xOf(ms(msg.createdAt));
+              const x2 = xOf(bar.start);
+              const y = laneMid(bar.act.agentId) + BAR_H / 2 + 5;
+              return (
+                <path
+                  key={`${bar.act.id}-${signal.id}`}
+                  class={`team-link${selectedId === bar.act.id || selectedId === msg.id ? ' is-active' : ''}`}
+                  data-activation-id={bar.act.id}
+                  data-message-id={msg.id}
+                  d={`M ${x1} ${y - 3} L ${x1} ${y} L ${Math.max(x1, x2)} ${y} L ${Math.max(x1, x2)} ${y - 3}`}
+                />
+              );
+            }),
+        )}
+      </g>
+      <g class="team-arrows">
+        {visibleArrows.map((arrow) => {
+          const { msg } = arrow;
+          const target = msg.recipient;
+          const x = xOf(arrow.at);
+          const y1 = laneMid(msg.sender);
+          const prio = ['P0', 'P1', 'P2', 'P3'].includes(msg.priority) ? msg.priority : 'P3';
+          const label = `Message ${msg.priority} from ${msg.sender} to ${target ?? msg.channel ?? 'broadcast'} at ${clockTime(
+            arrow.at,
+          )}: ${firstLine(msg.body, 140)}`;
+          const common = {
+            'data-testid': 'team-arrow',
+            'data-message-id': msg.id,
+            'data-agent': msg.sender,
+            'data-recipient': target ?? '',
+            'data-priority': msg.priority,
+            tabIndex: -1,
+            'aria-label': label,
+            onMouseEnter: (event: MouseEvent) => h().hover(event, 'message', msg.id),
+            onMouseMove: (event: MouseEvent) => h().hover(event, 'message', msg.id),
+            onMouseLeave: () => h().leave(),
+            onClick: () => h().select('message', msg.id),
+          };
+          const cls = `team-arrow prio-${prio}${selectedId === msg.id || woke.has(msg.id) ? ' is-active' : ''}`;
+          if (!target) {
+            return (
+              <g key={msg.id} class={cls} {...common}>
+                <title>{label}</title>
+                <circle cx={x} cy={y1} r={5} />
+              </g>
+            );
+          }
+          const y2 = laneMid(target);
+          const toward = y2 >= y1 ? 1 : -1;
+          const from = y1 + toward * 8;
+          const to = y2 - toward * 9;
+          const bend = Math.min(26, Math.abs(to - from) / 4);
+          const d =
+            target === msg.sender
+              ? `M ${x} ${y1 - 8} c 18 -18 18 18 0 16`
+              : `M ${x} ${from} C ${x + bend} ${from + (to - from) / 3} ${x + bend} ${from + (2 * (to - from)) / 3} ${x} ${to}`;
+          return (
+            <g key={msg.id} class={cls} {...common}>
+              <title>{label}</title>
+              <path class="team-arrow-hit" d={d} />
+              <path class="team-arrow-line" d={d} marker-end={`url(#team-head-${prio})`} />
+              <circle class="team-arrow-dot" cx={x} cy={from} r={2.5} />
+            </g>
+          );
+        })}
+      </g>
+      </g>
+    );
+  }
 }
 
 function Legend() {
