@@ -37,6 +37,11 @@ const EDGE_PAD = 0.08;
 /** Catch-up pages start this far before the newest timestamp seen, so a late commit is not missed. */
 const CATCH_UP_OVERLAP_MS = 5000;
 const BODY_PREVIEW = 320;
+const FIRST_PAGE = 400;
+/** Beyond these many drawn items the layer switches to summary paths (DenseLayer). */
+const DENSE_BARS = 900;
+const DENSE_ARROWS = 3000;
+const LATER_PAGE = 2000;
 
 /** A stream event the view reacts to (app.tsx forwards every one it receives). */
 export interface TeamStreamEvent {
@@ -278,7 +283,8 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
     const load = async () => {
       try {
         for (;;) {
-          const page = await getTimeline(project, { until });
+          // A small first page draws the newest work quickly; larger ones fill in the past.
+          const page = await getTimeline(project, { until, limit: until === undefined ? FIRST_PAGE : LATER_PAGE });
           if (!alive.current) return;
           data.current.merge(page);
           setVersion((v) => v + 1);
@@ -715,6 +721,14 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
             </div>
           )}
         </div>
+        {(derived.bars.filter((bar) => bar.start <= base.start + 2 * span && (bar.end ?? nowMs) >= base.start - span)
+          .length > DENSE_BARS ||
+          lowerBound(derived.arrowTimes, base.start + 2 * span + 1) - lowerBound(derived.arrowTimes, base.start - span) >
+            DENSE_ARROWS) && (
+          <p class="team-hint team-dense-hint" data-testid="team-dense-hint">
+            Zoomed out: activations and messages are summarised. Zoom in to inspect them one by one.
+          </p>
+        )}
         <p class="team-hint">
           Scroll to zoom, drag or Shift+scroll to pan. Tab to a bar, then use the arrow keys to move between bars and
           Enter to open it.
@@ -794,6 +808,26 @@ class TeamLayer extends Component<LayerProps> {
     );
     const visibleWaits = derived.waits.filter((w) => w.start <= end && (w.end ?? nowMs) >= start);
     const visibleApprovals = derived.approvals.filter((a) => a.at >= start && a.at <= end);
+    if (visibleBars.length > DENSE_BARS || visibleArrows.length > DENSE_ARROWS) {
+      return (
+        <DenseLayer
+          bars={visibleBars}
+          arrows={visibleArrows}
+          xOf={xOf}
+          laneMid={laneMid}
+          width={width}
+          nowMs={nowMs}
+          ticks={ticks(start, end, width * 3).map((t) => (
+            <g key={t}>
+              <line class="team-grid" x1={xOf(t)} x2={xOf(t)} y1={AXIS_H - 6} y2={height} />
+              <text class="team-tick" x={xOf(t) + 4} y={AXIS_H - 11}>
+                {tickLabel(t, span)}
+              </text>
+            </g>
+          ))}
+        />
+      );
+    }
     return (
       <g>
       <g class="team-axis" aria-hidden="true">
@@ -973,6 +1007,59 @@ class TeamLayer extends Component<LayerProps> {
       </g>
     );
   }
+}
+
+/**
+ * Zoomed far out, one element per item would cost seconds per redraw and raster: bars become one
+ * path per outcome, messages a per-lane arrival histogram, and the chart says so (zoom in to
+ * inspect items one by one).
+ */
+function DenseLayer(props: {
+  bars: Bar[];
+  arrows: Arrow[];
+  xOf: (t: number) => number;
+  laneMid: (id: string) => number;
+  width: number;
+  nowMs: number;
+  ticks: preact.JSX.Element[];
+}) {
+  const { xOf, laneMid, width } = props;
+  const bars: Record<string, string[]> = {};
+  for (const bar of props.bars) {
+    const x1 = Math.max(-width - 2, xOf(bar.start));
+    const w = Math.max(1.5, Math.min(2 * width + 2, xOf(bar.end ?? props.nowMs)) - x1);
+    const y = laneMid(bar.act.agentId) - BAR_H / 2;
+    (bars[bar.outcome] ??= []).push(`M${x1.toFixed(1)} ${y}h${w.toFixed(1)}v${BAR_H}h${(-w).toFixed(1)}z`);
+  }
+  // Messages become an arrival histogram at the bottom of each recipient's lane (3 px buckets).
+  const buckets = new Map<string, number>();
+  for (const { msg, at } of props.arrows) {
+    const lane = msg.recipient ?? msg.sender;
+    const key = `${lane}\u0000${Math.floor(xOf(at) / 3)}`;
+    buckets.set(key, (buckets.get(key) ?? 0) + 1);
+  }
+  const peak = Math.max(1, ...buckets.values());
+  const histogram: string[] = [];
+  for (const [key, n] of buckets) {
+    const [lane, column] = key.split('\u0000');
+    const h = Math.max(1.5, (n / peak) * (LANE_H / 2 - BAR_H / 2 - 3));
+    const bottom = laneMid(lane) + LANE_H / 2 - 1;
+    histogram.push(`M${Number(column) * 3} ${(bottom - h).toFixed(1)}h2.4v${h.toFixed(1)}h-2.4z`);
+  }
+  return (
+    <g data-testid="team-dense" data-bars={props.bars.length} data-arrows={props.arrows.length}>
+      <g class="team-axis" aria-hidden="true">
+        {props.ticks}
+      </g>
+      <title>{`${props.bars.length} activations and ${props.arrows.length} messages in view; zoom in to inspect them one by one.`}</title>
+      {Object.entries(bars).map(([outcome, parts]) => (
+        <g class={`team-bar outcome-${outcome}`} key={outcome}>
+          <path class="team-bar-rect" d={parts.join('')} />
+        </g>
+      ))}
+      <path class="team-dense-histogram" d={histogram.join('')} />
+    </g>
+  );
 }
 
 function Legend() {
