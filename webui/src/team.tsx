@@ -486,7 +486,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
       `${act.agentId} · ${OUTCOME_LABEL[bar.outcome]} · ${act.id}`,
       `${clockTime(bar.start)} → ${bar.end === null ? 'now' : clockTime(bar.end)} (${duration(endAt - bar.start)})`,
     ];
-    if (usage) lines.push(`${count(usage.total)} tokens (in ${count(usage.input)}, out ${count(usage.output)})`);
+    if (usage?.total) lines.push(`${count(usage.total)} tokens (in ${count(usage.input)}, out ${count(usage.output)})`);
     const woke = act.signals ?? [];
     if (woke.length) lines.push(`woken by ${woke.map((s) => `${s.priority} ${s.sourceAgent ?? 'user'}`).join(', ')}`);
     const summary = bar.end === null ? streamText[act.agentId] ?? act.text : act.error ?? act.text;
@@ -1172,7 +1172,7 @@ function TeamDetail(props: {
     >
       <div class="chip-row">
         <StatusPill status={activation.status} />
-        {usage && <Chip tone="blue">{`${count(usage.total)} tokens`}</Chip>}
+        {usage?.total ? <Chip tone="blue">{`${count(usage.total)} tokens`}</Chip> : null}
         {usage?.model && <Chip>{usage.apiModel ?? usage.model}</Chip>}
         <Chip>{`${activation.emittedMessages ?? 0} emitted messages`}</Chip>
       </div>
