@@ -33,10 +33,10 @@ RENDER_PROBE = """
 })();
 """
 
-# Pans with one Shift+wheel event per animation frame (earlier, then back) and records every frame's duration; `idle`
+# Pans with one Shift+wheel event per animation frame and records every frame's duration; `idle`
 # records the same number of frames with no input, the page's own frame rate.
 PAN = """
-async ([frames, idle]) => {
+async ([frames, mode]) => {
   const svg = document.querySelector('.team-svg');
   const times = [];
   // Ten frames settle whatever the previous step left pending; they are not counted.
@@ -46,9 +46,11 @@ async ([frames, idle]) => {
     const step = (t) => {
       if (last !== null) times.push(t - last);
       last = t;
-      // Back and forth by 8 px, so the window stays over the data for the whole sample.
-      const wheel = { deltaX: times.length % 20 < 10 ? -8 : 8, shiftKey: true, bubbles: true, cancelable: true };
-      if (!idle) svg.dispatchEvent(new WheelEvent('wheel', wheel));
+      // wiggle: back and forth by 8 px, over the same data; sweep: 40 px a frame towards the past,
+      // about three windows in 90 frames, so the layer is redrawn as the pan leaves the drawn range.
+      const deltaX = mode === 'sweep' ? -40 : times.length % 20 < 10 ? -8 : 8;
+      const wheel = { deltaX, shiftKey: true, bubbles: true, cancelable: true };
+      if (mode !== 'idle') svg.dispatchEvent(new WheelEvent('wheel', wheel));
       if (times.length < frames) requestAnimationFrame(step);
       else resolve();
     };
@@ -101,12 +103,13 @@ def pan_frames(browser, base_url):
     page = context.new_page()
     page.goto(f"{base_url}/#/{PROJECT}/team", wait_until="load")
     page.wait_for_selector('[data-testid="team-chart"][data-complete="true"]', timeout=120000)
-    idle = page.evaluate(PAN, [FRAMES, True])
-    window = page.evaluate(PAN, [FRAMES, False])
+    idle = page.evaluate(PAN, [FRAMES, "idle"])
+    window = page.evaluate(PAN, [FRAMES, "wiggle"])
+    sweep = page.evaluate(PAN, [FRAMES, "sweep"])
     redraw = page.evaluate(FIT_ALL)
-    everything = page.evaluate(PAN, [FRAMES, False])
+    everything = page.evaluate(PAN, [FRAMES, "wiggle"])
     context.close()
-    return idle, window, redraw, everything
+    return idle, window, sweep, redraw, everything
 
 
 def main(argv=None):
@@ -127,7 +130,7 @@ def main(argv=None):
         with chromium_browser() as browser:
             one_run(browser, service.base_url)  # warm-up: Chromium start, server caches
             runs = [one_run(browser, service.base_url) for _ in range(options.runs)]
-            idle, window, redraw, everything = pan_frames(browser, service.base_url)
+            idle, window, sweep, redraw, everything = pan_frames(browser, service.base_url)
 
     def med(key):
         return benchlib.median([run[key] for run in runs]) / 1000
@@ -142,6 +145,7 @@ def main(argv=None):
     whole = f"{everything['bars']:,} bars, {everything['arrows']:,} messages"
     results.add(f"redraw on 'Fit all' ({whole})", redraw / 1000, "s", idle_median)
     for label, sample in ((f"pan, default window ({window['bars']} bars, {window['arrows']} arrows drawn)", window),
+                          ("sweep 3 windows into the past (redraws on the way)", sweep),
                           (f"pan, whole project ({whole})", everything)):
         results.add(f"frame median, {label}", benchlib.median(sample["times"]) / 1000, "s", idle_median)
         results.add(f"frame p95, {label}", benchlib.percentile(sample["times"], 0.95) / 1000, "s", idle_median)

@@ -169,9 +169,9 @@ def test_p0_restart_is_drawn_as_a_cancelled_bar_followed_by_a_new_one(page, team
     p0 = team.post("/api/projects/demo/messages", {"recipient": "worker-1", "priority": "P0", "body": "Stop: redo."})
     assert p0.status_code == 200
     wait_until(lambda: store.activation(running)["status"] == "cancelled", 10, message="the P0 cancellation")
-    restarted = wait_until(lambda: [a for a in store.list_activations(500)
-                                    if a["agentId"] == "worker-1" and a["startedAt"] >= store.activation(running)["startedAt"]
-                                    and a["id"] != running], 10, message="the restart")[0]
+    began = store.activation(running)["startedAt"]
+    restarted = wait_until(lambda: [a for a in store.list_activations(500) if a["agentId"] == "worker-1"
+                                    and a["startedAt"] >= began and a["id"] != running], 10, message="the restart")[0]
     expect(running_bar).to_have_attribute("data-outcome", "cancelled-p0", timeout=3000)
     new_bar = page.locator(f'[data-testid="team-bar"][data-activation-id="{restarted["id"]}"]')
     expect(new_bar).to_have_count(1, timeout=3000)
