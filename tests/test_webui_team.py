@@ -157,6 +157,24 @@ def test_raw_event_list_filters_by_type_and_agent(page, team):
     assert all("agentId: critic" in text for text in items.get_by_test_id("event-summary").all_inner_texts())
 
 
+def test_running_bar_grows_shows_the_latest_text_and_turns_completed(page, team):
+    store = team.store("demo")
+    store.start()
+    running = store.start_activation("critic", "Look again.", [])["id"]  # no process behind it
+    open_team(page, team)
+    bar = page.locator(f'[data-testid="team-bar"][data-activation-id="{running}"]')
+    expect(bar).to_have_attribute("data-outcome", "running")
+    width = bar.locator(".team-bar-rect").evaluate("(rect) => rect.getBBox().width")
+    page.wait_for_function(
+        "([id, w]) => document.querySelector(`[data-activation-id='${id}'] .team-bar-rect`).getBBox().width > w",
+        arg=[running, width], timeout=5000)
+    store.append_history("critic", running, "assistant", "assistant_text", "Reading part B again.\nThen part A.")
+    expect(bar).to_contain_text("Reading part B again.", timeout=3000)
+    store.complete_activation(running, "critic", "Still approved.")
+    expect(bar).to_have_attribute("data-outcome", "completed", timeout=3000)
+    store.set_status("submitted")
+
+
 def test_p0_restart_is_drawn_as_a_cancelled_bar_followed_by_a_new_one(page, team):
     store = team.store("demo")
     store.start()

@@ -435,3 +435,7 @@ export function getTimeline(
   query.set('limit', String(range.limit ?? 2000));
   return getJson<TimelinePage>(`${projectPath(project)}/timeline?${query.toString()}`);
 }
+
+/** The newest history row of one agent (the running bar's latest text). */
+export const getLatestHistory = (project: string, agent: string) =>
+  getJson<HistoryPage>(`${projectPath(project)}/agents/${enc(agent)}/history?limit=1`);

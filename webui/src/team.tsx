@@ -9,6 +9,7 @@ import {
   errorText,
   getActivationContext,
   getHistory,
+  getLatestHistory,
   getMessage,
   getTimeline,
   isTokenError,
@@ -270,6 +271,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
   const handlers = useRef<LayerHandlers | null>(null);
   const drag = useRef<{ x: number; start: number; end: number; captured: boolean } | null>(null);
   const catchUp = useRef<number | undefined>(undefined);
+  const latestTimers = useRef(new Map<string, number>());
   const alive = useRef(true);
 
   const derived = useMemo(() => derive(data.current, agents), [version, agents.map((a) => a.id).join(' ')]);
@@ -303,6 +305,8 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
     return () => {
       alive.current = false;
       window.clearTimeout(catchUp.current);
+      for (const timer of latestTimers.current.values()) window.clearTimeout(timer);
+      latestTimers.current.clear();
     };
   }, [project]);
 
@@ -322,10 +326,28 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
       }
     };
     return props.subscribe((event) => {
-      if (event.type === 'agent_history.message') {
+      // A running agent's newest history row becomes its bar's text (events carry no content).
+      if (event.type === 'agent_history.message' && event.data.role === 'assistant') {
         const agentId = typeof event.data.agentId === 'string' ? event.data.agentId : null;
-        const content = typeof event.data.content === 'string' ? event.data.content : null;
-        if (agentId && content) setStreamText((old) => ({ ...old, [agentId]: firstLine(content, 120) }));
+        if (agentId && !latestTimers.current.has(agentId)) {
+          latestTimers.current.set(
+            agentId,
+            window.setTimeout(() => {
+              latestTimers.current.delete(agentId);
+              getLatestHistory(project, agentId)
+                .then((page) => {
+                  const row = page.messages[0];
+                  const activationId = row?.activationId;
+                  if (alive.current && activationId && row.content) {
+                    setStreamText((old) => ({ ...old, [activationId]: firstLine(row.content, 120) }));
+                  }
+                })
+                .catch((caught) => {
+                  if (alive.current && !isTokenError(caught)) setError(errorText(caught));
+                });
+            }, CATCH_UP_MS),
+          );
+        }
       }
       const relevant =
         event.type.startsWith('activation.') ||
@@ -351,11 +373,12 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
   }, [loading]);
 
   // "Follow now": the window's right edge tracks the clock while something runs.
+  // Running bars grow with the clock, followed or not.
   useEffect(() => {
-    if (!follow) return;
+    if (!follow && !running) return;
     const timer = window.setInterval(() => setNow(Date.now()), 1000);
     return () => window.clearInterval(timer);
-  }, [follow]);
+  }, [follow, running]);
 
   // The whole run when it is shorter than the default span, else its newest part; padded both sides.
   const fitWindow = () => {
@@ -489,7 +512,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
     if (usage?.total) lines.push(`${count(usage.total)} tokens (in ${count(usage.input)}, out ${count(usage.output)})`);
     const woke = act.signals ?? [];
     if (woke.length) lines.push(`woken by ${woke.map((s) => `${s.priority} ${s.sourceAgent ?? 'user'}`).join(', ')}`);
-    const summary = bar.end === null ? streamText[act.agentId] ?? act.text : act.error ?? act.text;
+    const summary = bar.end === null ? streamText[act.id] ?? act.text : act.error ?? act.text;
     if (summary) lines.push(firstLine(summary, 160));
     return lines;
   }
@@ -897,7 +920,7 @@ class TeamLayer extends Component<LayerProps> {
           const label = `${agentById.get(lane)?.displayName ?? lane}: activation ${OUTCOME_LABEL[bar.outcome]}, ${clockTime(
             bar.start,
           )} for ${duration((bar.end ?? nowMs) - bar.start)}${usage?.total ? `, ${count(usage.total)} tokens` : ''}`;
-          const inner = bar.end === null ? streamText[lane] ?? 'running' : usage?.total ? `${count(usage.total)} tok` : '';
+          const inner = bar.end === null ? streamText[bar.act.id] ?? 'running' : usage?.total ? `${count(usage.total)} tok` : '';
           return (
             <g
               key={bar.act.id}
