@@ -1627,25 +1627,27 @@ class ProjectStore:
     # -- timeline pages (WebUI team view; http-api.md §6.11) -----------------------------------
 
     def timeline_page(self, since=None, until=None, limit=500):
-        """One time-range page of the team view: activations and direct messages in [since, until),
+        """One time-range page of the team view: activations and messages in [since, until),
         newest first by start/creation until `limit` items, widened to keep equal timestamps together.
         The page's lower bound comes back as `since`; `more` says older items exist (next: until=since).
         Activations that ended inside the window, and (on the newest page) all running ones, are
         included too, so a bar that began on an older page is current; clients merge by id."""
-        bounds, params = "", [self.project_id]
-        if since is not None:
-            bounds += " AND ts >= ?"
-            params.append(since)
-        if until is not None:
-            bounds += " AND ts < ?"
-            params.append(until)
+        def newest_times(conn, table, col):
+            sql, params = f"SELECT {col} AS ts FROM {table} WHERE project = ?", [self.project_id]
+            if since is not None:
+                sql += f" AND {col} >= ?"
+                params.append(since)
+            if until is not None:
+                sql += f" AND {col} < ?"
+                params.append(until)
+            return [r["ts"] for r in conn.execute(sql + f" ORDER BY {col} DESC LIMIT ?", params + [int(limit) + 1])]
+
         with self._snapshot() as conn:
-            newest = conn.execute(
-                "SELECT ts FROM (SELECT started_at AS ts, project FROM activations UNION ALL "
-                "SELECT created_at AS ts, project FROM messages) WHERE project = ?" + bounds
-                + " ORDER BY ts DESC LIMIT ?", params + [int(limit) + 1]).fetchall()
+            # Each side walks its (project, time) index; the page's bound is the limit-th newest of both.
+            newest = sorted(newest_times(conn, "activations", "started_at")
+                            + newest_times(conn, "messages", "created_at"), reverse=True)[:int(limit) + 1]
             more = len(newest) > limit
-            low = newest[limit - 1]["ts"] if more else since
+            low = newest[limit - 1] if more else since
             window, window_params = "", []
             if low is not None:
                 window += " AND {col} >= ?"
@@ -1655,7 +1657,8 @@ class ProjectStore:
                 window_params.append(until)
 
             def rows(sql, col, extra=()):
-                return conn.execute(sql + window.format(col=col), [self.project_id, *extra, *window_params])
+                return conn.execute(sql + window.format(col=col) + f" ORDER BY {col}, rowid",
+                                    [self.project_id, *extra, *window_params])
 
             messages = [message_json(r) for r in rows("SELECT * FROM messages WHERE project = ?", "created_at")]
             acts = {r["id"]: r for r in rows("SELECT * FROM activations WHERE project = ?", "started_at")}

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.timeout(240)
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 LIVE_ARROW_MS = 2000
 DEMO_AGENTS = {"pm", "worker-1", "worker-2", "critic"}
+LATE_NOTE = 'Late note: <b>lovely</b> card. <img src=x onerror="window.__xss=1">'
+
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +127,7 @@ def test_hover_focus_keys_and_click_show_details_in_place(page, team):
     expect(detail).to_contain_text("Activation of pm")
     expect(detail.get_by_test_id("team-detail-context")).to_be_visible()
     expect(detail.get_by_test_id("team-detail-history")).to_be_visible()
-    arrow = page.locator(f'[data-testid="team-arrow"][data-message-id="{messages[1]["id"]}"] .team-arrow-hit')
+    arrow = page.locator(f'[data-testid="team-arrow"][data-message-id="{messages[1]["id"]}"] .team-arrow-dot')
     arrow.hover()
     expect(page.get_by_test_id("team-tooltip")).to_contain_text(messages[1]["body"].strip()[:40])
     arrow.click()
@@ -137,7 +139,7 @@ def test_message_posted_while_the_page_is_open_appears_as_an_arrow_within_2_s(pa
     open_team(page, team)
     started = time.monotonic()
     sent = team.post("/api/projects/demo/messages",
-                     {"sender": "critic", "recipient": "worker-2", "priority": "P1", "body": "Late note: lovely card."})
+                     {"sender": "critic", "recipient": "worker-2", "priority": "P1", "body": LATE_NOTE})
     assert sent.status_code == 200
     arrow = page.locator(f'[data-testid="team-arrow"][data-message-id="{sent.json()["id"]}"]')
     expect(arrow).to_have_count(1, timeout=LIVE_ARROW_MS)
@@ -145,6 +147,11 @@ def test_message_posted_while_the_page_is_open_appears_as_an_arrow_within_2_s(pa
     expect(arrow).to_have_attribute("data-agent", "critic")
     expect(arrow).to_have_attribute("data-recipient", "worker-2")
     expect(arrow).to_have_attribute("data-priority", "P1")
+    # Server strings are text: the HTML in the body shows literally and creates no element.
+    arrow.locator(".team-arrow-dot").click()
+    expect(page.get_by_test_id("team-detail-body")).to_have_text(LATE_NOTE)
+    assert page.locator("[data-testid=team-panel] b, [data-testid=team-detail] b").count() == 0
+    assert page.evaluate("window.__xss") is None
 
 
 def test_raw_event_list_filters_by_type_and_agent(page, team):

@@ -539,7 +539,7 @@ export function App() {
               {view === 'overview' && (
                 <Overview key={project.id} project={project} onSent={() => void loadProjects()} />
               )}
-              {view === 'team' && <TeamView key={project.id} project={project} subscribe={subscribeTeam} />}
+              {view === 'team' && <TeamView key={project.id} project={project} subscribe={subscribeTeam} refresh={viewNonce} />}
               {view === 'messages' && (
                 <MessagesView
                   key={project.id}

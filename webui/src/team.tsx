@@ -251,7 +251,8 @@ function derive(data: TeamData, agents: Agent[]): Derived {
 
 type Selection = { kind: 'activation'; id: string } | { kind: 'message'; id: string } | null;
 
-export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) {
+/** `refresh` changes when the user asks for fresh data (Refresh, lifecycle actions): pages reload and merge. */
+export function TeamView(props: { project: Project; subscribe: TeamSubscribe; refresh: number }) {
   const project = props.project.id;
   const agents = props.project.agents ?? [];
   const data = useRef(new TeamData());
@@ -265,6 +266,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
   const [width, setWidth] = useState(900);
   const [hover, setHover] = useState<{ text: string[]; x: number; y: number } | null>(null);
   const [selection, setSelection] = useState<Selection>(null);
+  const [focusId, setFocusId] = useState<string | null>(null);
   const [streamText, setStreamText] = useState<Record<string, string>>({});
   const chartRef = useRef<HTMLDivElement>(null);
   const baseRef = useRef<{ start: number; span: number; width: number } | null>(null);
@@ -280,7 +282,6 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
   // First page (the newest), then older pages in the background until the beginning.
   useEffect(() => {
     alive.current = true;
-    data.current = new TeamData();
     let until: string | undefined;
     const load = async () => {
       try {
@@ -308,7 +309,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
       for (const timer of latestTimers.current.values()) window.clearTimeout(timer);
       latestTimers.current.clear();
     };
-  }, [project]);
+  }, [project, props.refresh]);
 
   // Live: every stream event schedules one catch-up page from just before the newest item seen.
   useEffect(() => {
@@ -413,8 +414,9 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
     const anchor = tOf(anchorX);
     const s = Math.min(MAX_SPAN_MS, Math.max(MIN_SPAN_MS, span * factor));
     const ratio = anchorX / width;
-    setView({ start: anchor - s * ratio, end: anchor + s * (1 - ratio) });
-    if (follow) setFollow(anchorX >= width * 0.9);
+    // While following, the right edge stays on the present and only the span changes.
+    if (follow) setView({ start: end - s, end });
+    else setView({ start: anchor - s * ratio, end: anchor + s * (1 - ratio) });
   }
 
   function pan(deltaX: number) {
@@ -479,6 +481,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
       if (kind === 'activation') {
         const bar = derived.bars.find((candidate) => candidate.act.id === id);
         if (bar) showHover(event, barText(bar));
+        if (event.type === 'focus') setFocusId(id);
       } else {
         const arrow = derived.arrows.find((candidate) => candidate.msg.id === id);
         if (arrow) showHover(event, arrowText(arrow));
@@ -719,6 +722,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe }) 
                 nowMs={running ? now : Number.POSITIVE_INFINITY}
                 submitted={props.project.status === 'submitted'}
                 selectedId={selectedId}
+                focusId={focusId}
                 woke={woke}
                 streamText={streamText}
                 names={agents.map((agent) => `${agent.id}\u0000${agent.displayName ?? ''}`).join('\u0001')}
@@ -795,6 +799,7 @@ interface LayerProps {
   nowMs: number;
   submitted: boolean;
   selectedId: string | null;
+  focusId: string | null;
   woke: string;
   streamText: Record<string, string>;
   names: string;
@@ -831,6 +836,12 @@ class TeamLayer extends Component<LayerProps> {
     );
     const visibleWaits = derived.waits.filter((w) => w.start <= end && (w.end ?? nowMs) >= start);
     const visibleApprovals = derived.approvals.filter((a) => a.at >= start && a.at <= end);
+    // One bar is in the Tab order (roving tabindex): the last focused one, else the newest one
+    // that starts before the base window's right edge; arrow keys move between the others.
+    const tabId = visibleBars.some((bar) => bar.act.id === props.focusId)
+      ? props.focusId
+      : [...visibleBars].reverse().find((bar) => bar.start <= props.baseStart + span)?.act.id ??
+        visibleBars[0]?.act.id;
     if (visibleBars.length > DENSE_BARS || visibleArrows.length > DENSE_ARROWS) {
       return (
         <DenseLayer
@@ -930,7 +941,7 @@ class TeamLayer extends Component<LayerProps> {
               data-activation-id={bar.act.id}
               data-status={bar.act.status}
               data-outcome={bar.outcome}
-              tabIndex={0}
+              tabIndex={bar.act.id === tabId ? 0 : -1}
               role="button"
               aria-label={label}
               onMouseEnter={(event) => h().hover(event, 'activation', bar.act.id)}
