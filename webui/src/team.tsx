@@ -32,7 +32,7 @@ const MIN_SPAN_MS = 200;
 const MIN_FIT_MS = 300;
 const MAX_SPAN_MS = 14 * 86400_000;
 const DEFAULT_SPAN_MS = 15 * 60_000;
-const CATCH_UP_MS = 400;
+const CATCH_UP_MS = 150;
 /** Room right of the newest item (or now), as a share of the window, for labels and growing bars. */
 const EDGE_PAD = 0.08;
 /** Catch-up pages start this far before the newest timestamp seen, so a late commit is not missed. */
@@ -737,7 +737,8 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
               data-testid="team-tooltip"
               style={{
                 left: `${Math.min(hover.x + 14, (chartRef.current?.clientWidth ?? 900) - 340)}px`,
-                top: `${hover.y + 16}px`,
+                // Below the pointer in the upper half, above it in the lower half: the chart clips.
+                ...(hover.y < height / 2 ? { top: `${hover.y + 16}px` } : { bottom: `${height - hover.y + 12}px` }),
               }}
             >
               {hover.text.map((line, index) => (
