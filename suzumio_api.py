@@ -17,9 +17,10 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
+import suzumio_records
 import suzumio_scheduler
 import suzumio_yaml
-from suzumio_errors import Forbidden, NotFound
+from suzumio_errors import BadRequest, Forbidden, NotFound
 from suzumio_runner_support import (
     JSON_TYPE,
     NOSNIFF,
@@ -84,6 +85,29 @@ def number_param(raw):
     except (TypeError, ValueError):
         return None
     return math.floor(value) if math.isfinite(value) else None
+
+
+# Time-range paging of the team view (http-api.md §6.11): its own, larger page cap.
+TIMELINE_LIMIT_DEFAULT = 500
+TIMELINE_LIMIT_MAX = 2000
+
+
+def timeline_limit(raw):
+    """Like limit() but capped at 2000."""
+    value = number_param(raw)
+    if value is None or value <= 0:
+        return TIMELINE_LIMIT_DEFAULT
+    return min(TIMELINE_LIMIT_MAX, value)
+
+
+def timestamp_param(raw, name):
+    """An ISO-8601 query value as a stored timestamp (UTC, milliseconds, Z); absent → None."""
+    if raw is None or raw == "":
+        return None
+    try:
+        return suzumio_records.format_ts(suzumio_records.parse_ts(raw))
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO-8601 timestamp") from None
 
 
 # ---------------------------------------------------------------- request guards (http-api.md §1.1)
@@ -305,6 +329,14 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     @app.get("/api/projects/<project>/activations")
     def activations(project):
         return json_response(root.open_project(project).list_activations(limit_query(100)))
+
+    @app.get("/api/projects/<project>/timeline")
+    def timeline(project):
+        query = bottle.request.query
+        limit = timeline_limit(query.get("limit"))
+        return json_response(root.open_project(project).timeline_page(
+            since=timestamp_param(query.get("since"), "since"),
+            until=timestamp_param(query.get("until"), "until"), limit=limit))
 
     @app.get("/api/projects/<project>/activations/<activation>/context")
     def context(project, activation):
