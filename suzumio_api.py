@@ -431,7 +431,7 @@ class Server:
         self.server = waitress.server.create_server(
             app, threads=threads, send_bytes=1, channel_request_lookahead=1,
             clear_untrusted_proxy_headers=True, ident="suzumio", **where)
-        self.port = None if unix_socket is not None else self.server.effective_port
+        self.port = None if unix_socket is not None else int(self.server.effective_port)
         # The socket this server bound, so that close() removes it only while it is still this one
         # (a newer serve may already have replaced it).
         self._socket_inode = os.stat(self.unix_socket).st_ino if unix_socket is not None else None

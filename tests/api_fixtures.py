@@ -6,7 +6,6 @@ test_api*, test_sse, test_runner_support and test_toolpacks modules and by bench
 import contextlib
 import http.client
 import json as jsonlib
-import secrets
 import textwrap
 
 import requests
@@ -160,7 +159,8 @@ class Service:
 def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
             **app_options):
     """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
-    at 127.0.0.1:0 guarded by `api_token` (a fresh token unless given; None: no token), the runner app
+    at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
+    None: no token), the runner app
     on the root's runner socket (or, with runner_listen=("127.0.0.1", 0), on TCP, reached through
     backend.controllerUrl). The scheduler thread runs only with `scheduler_interval`; otherwise ticks
     run synchronously from the routes that ask for them."""
@@ -169,7 +169,8 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     if runner_listen is None:
         socket_path = suzumio.runner_socket_path(root.path)
         suzumio.prepare_runner_socket_dir(socket_path)
-    token = secrets.token_urlsafe(16) if api_token is GENERATED else api_token
+    # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
+    token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
     backend = suzumio_backend.Backends(runner_socket=socket_path)
     toolpacks = suzumio_toolpacks.ToolpackRuntime()
     scheduler = suzumio_scheduler.Scheduler(root, backend, hooks=toolpacks,
