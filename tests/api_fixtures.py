@@ -4,7 +4,6 @@ ephemeral port (send_bytes=1, ≥ 16 threads) with an API token, and the runner 
 socket (or TCP at port 0), shut down with server.close() + task_dispatcher.shutdown(). Imported by the
 test_api*, test_sse, test_runner_support and test_toolpacks modules and by bench/api_throughput.py."""
 import contextlib
-import http.client
 import json as jsonlib
 import textwrap
 

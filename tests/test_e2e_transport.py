@@ -99,8 +99,8 @@ def test_docker_activation_with_host_network_gets_401_from_every_user_route_and_
         (workspace / "probe.py").write_text(PROBE, encoding="utf-8")
         (workspace / "probe-spec.json").write_text(json.dumps(
             {"port": service.port, "routes": routes, "mounts": MOUNTS, "out": team.artifacts("worker-1")}))
-        team.model.enqueue(tool_calls=[call("shell.exec", command="python3 /workspace/probe.py /workspace/probe-spec.json",
-                                            timeoutMs=120000)], model="worker-1")
+        probe_command = "python3 /workspace/probe.py /workspace/probe-spec.json"
+        team.model.enqueue(tool_calls=[call("shell.exec", command=probe_command, timeoutMs=120000)], model="worker-1")
         team.model.enqueue(tool_calls=[call("coordination.wait_for_signal", reason="Probed.", notifyPm=False)],
                            model="worker-1")
         team.send("worker-1", "Probe the controller.")
