@@ -87,8 +87,9 @@ def crash_config(port, *, kind="local", image=None, failed_nudge=True, failed_nu
             "presets": {"offline": {"provider": "replay", "model": "crash-team"}}}},
     }
     if kind == suzumio_backend.KIND_DOCKER:
+        # Scripted and reaching the controller over the mounted runner socket: no network at all.
         backend["image"] = image
-        backend["docker"] = {"network": "host"}
+        backend["docker"] = {"network": "none"}
     return {
         "name": PROJECT,
         "task": "Make a two-part card while the controller is being killed.",
