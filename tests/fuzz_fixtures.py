@@ -225,14 +225,14 @@ class World:
         self.side.complete_activation(finished, "worker", "done")
         self.side_finished = finished
 
-    def request(self, method, target, body=None, headers=None, host=None, listener=None):
+    def request(self, method, target, body=None, headers=None, host=None, listener=None, auth=True):
         """A raw request as its caller sends it: a runner path to the runner socket, anything else to
-        the user port with the API token (unless `headers` names an Authorization); `listener`
-        ("user" or "runner") overrides the choice."""
+        the user port with the API token (unless `auth` is False or `headers` names an
+        Authorization); `listener` ("user" or "runner") overrides the choice."""
         listener = listener or ("runner" if target.startswith(RUNNER_PREFIXES) else "user")
         if listener == "runner":
             return raw_request(self.service.runner_socket, method, target, body, headers, host)
-        sent = {**self.service.auth_headers, **(headers or {})}
+        sent = {**(self.service.auth_headers if auth else {}), **(headers or {})}
         return raw_request(self.port, method, target, body, sent, host)
 
     def activation(self, agent_id):
