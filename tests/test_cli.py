@@ -604,3 +604,31 @@ def test_every_docker_free_command_works_without_a_docker_daemon(project_file, R
         assert (result.returncode, result.stderr) == (0, ""), (argv, result.stderr)
     with serving("--root", str(R), "--port", "0", "--no-scheduler", env=no_docker) as served:
         assert served.get("/api/projects/demo").status_code == 200
+
+
+def test_runner_socket_path_falls_back_to_tmp_when_the_root_path_is_too_long(tmp_path):
+    short = tmp_path.parent / "r"
+    assert suzumio.runner_socket_path(short) == short / "run" / "runner.sock"
+    deep = Path("/srv/" + "x" * 120)
+    fallback = suzumio.runner_socket_path(deep)
+    assert fallback.parent.parent == Path("/tmp") and fallback.name == "runner.sock"
+    assert re.fullmatch(r"suzumio-run-[0-9a-f]{16}", fallback.parent.name)
+    assert suzumio.runner_socket_path(deep) == fallback != suzumio.runner_socket_path(Path("/srv/" + "y" * 120))
+
+
+def test_the_runner_socket_folder_must_hold_nothing_else(tmp_path):
+    socket_path = tmp_path / "run" / "runner.sock"
+    suzumio.prepare_runner_socket_dir(socket_path)
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755
+    (tmp_path / "run" / "suzumio.sqlite").write_text("")
+    with pytest.raises(suzumio.SuzumioError, match="holds other files"):
+        suzumio.prepare_runner_socket_dir(socket_path)
+
+
+def test_run_and_api_token_are_not_project_names(tmp_path, R):
+    for name in ("run", "api-token"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(BASE.replace("name: demo", f"name: {name}"))
+        result = cli("init", str(path), "--root", str(R))
+        assert result.returncode == 1
+        assert result.stderr.strip() == f"Error: Invalid project name: {name} (reserved in the runtime root)"
