@@ -489,6 +489,11 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     if runner_listen is None:
         socket_path = runner_socket_path(root.path)
         prepare_runner_socket_dir(socket_path)
+    else:
+        # A socket left by a killed serve would send the activations CLI commands start to nobody.
+        stale = live_runner_socket(root.path)
+        if stale is not None:
+            stale.unlink()
     runtime = Runtime(root, socket_path)
     servers = []
     received = []

@@ -438,6 +438,10 @@ def test_serve_serves_runner_routes_on_the_root_socket_only(demo):
 
 
 def test_serve_runner_listen_serves_runner_routes_on_tcp(demo):
+    stale = suzumio.runner_socket_path(demo)  # as a killed serve leaves it
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX) as left_behind:
+        left_behind.bind(str(stale))
     with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--runner-listen", "127.0.0.1:0") as served:
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+", served.runner) and served.runner != served.url
         body = {"project": "demo", "agentId": "pm", "activationId": "act_x", "token": "nope", "kind": "x"}
