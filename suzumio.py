@@ -9,11 +9,12 @@ import hashlib
 import logging
 import math
 import os
+import resource
 import secrets
 import signal
 import stat
 import sys
-import time
+import threading
 from pathlib import Path
 
 import suzumio_config
@@ -44,6 +45,7 @@ Commands:
 
 DEFAULT_LIMIT = 50
 SIGNAL_POLL_SECONDS = 0.2
+LOW_DESCRIPTOR_LIMIT = 4096
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RUNNER_SOCKET = "runner.sock"
 # sun_path holds 108 bytes on Linux and 104 on macOS, both with the terminating NUL.
@@ -219,7 +221,7 @@ class Runtime:
     Imported lazily so that `config render`, `status` and friends never load Docker or Bottle.
     `runner_socket`: where runners reach the controller (None: backend.controllerUrl)."""
 
-    def __init__(self, root, runner_socket=None):
+    def __init__(self, root, runner_socket=None, on_fatal=None):
         import suzumio_backend
         import suzumio_scheduler
         import suzumio_toolpacks
@@ -228,7 +230,8 @@ class Runtime:
         configs = suzumio_config.ConfigCache()  # one parsed config per project, for ticks and routes
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs)
         self.backends = suzumio_backend.Backends(runner_socket=runner_socket)
-        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs)
+        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs,
+                                                     on_fatal=on_fatal)
 
     def close(self):
         """Shutdown order of STYLE.md after HTTP: scheduler, backend watchers, Node host, stores."""
@@ -245,7 +248,7 @@ class Runtime:
 
 def cmd_config_render(rest, options, out, err):
     config = suzumio_config.load_project(rest[0])
-    for line in config.warnings:
+    for line in config.network_report() + config.warnings:
         print(line, file=err)
     out.write(config.render())
     return 0
@@ -458,6 +461,50 @@ def cmd_serve(rest, options, out, err):
                  api_token=api_token, runner_listen=runner_listen, out=out, err=err)
 
 
+class Liveness:
+    """The long-lived loops of `serve` (HTTP, scheduler, reconciler). A loop that dies reports here;
+    the first death ends the process with exit code 1, so a supervisor restarts it and the restarted
+    controller adopts the runners. /health names the state of each loop meanwhile."""
+
+    def __init__(self, components):
+        self._states = dict.fromkeys(components, "up")
+        self.dead = threading.Event()
+
+    def died(self, component, error):
+        self._states[component] = f"down: {type(error).__name__}: {error}"
+        self.dead.set()
+
+    def states(self):
+        return dict(self._states)
+
+
+def raise_descriptor_limit(err):
+    """Raise the soft RLIMIT_NOFILE to the hard limit; warn when it stays low. Returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as error:
+            log.warning("cannot raise the descriptor limit from %s to %s: %s", soft, wanted, error)
+    if soft < LOW_DESCRIPTOR_LIMIT:
+        print(f"Warning: the open-file limit is {soft} (hard {hard}); with many projects and runners "
+              f"serve may run out of descriptors (raise it with ulimit -n)", file=err)
+    return soft
+
+
+def open_stores(root):
+    """The stores of every project in the root, skipping one removed between listing and opening."""
+    stores = []
+    for name in root.list_projects():
+        try:
+            stores.append(root.open_project(name))
+        except SuzumioError as error:
+            log.warning("project %s skipped: %s", name, error)
+    return stores
+
+
 def url_host(host):
     return f"[{host}]" if ":" in host else host
 
@@ -477,7 +524,8 @@ def warn_unused_controller_urls(root, err):
 def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err,
           runner_listen=None):
     """Run the controller until SIGINT/SIGTERM: the user listener (host:port), the runner listener (the
-    root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (cli.md §3.3, §4)."""
+    root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (cli.md §3.3, §4).
+    Returns 1 when one of its loops died (Liveness), else 0."""
     import suzumio_api
     import suzumio_runner_support
 
@@ -494,7 +542,9 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         stale = live_runner_socket(root.path)
         if stale is not None:
             stale.unlink()
-    runtime = Runtime(root, socket_path)
+    descriptors = raise_descriptor_limit(err)
+    liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
+    runtime = Runtime(root, socket_path, on_fatal=liveness.died)
     servers = []
     received = []
     previous = {}
@@ -502,16 +552,27 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         if runner_listen is None:
             warn_unused_controller_urls(root, err)
         app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
-                                   api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host)
+                                   api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
+                                   liveness=liveness.states)
         runner_app = suzumio_runner_support.make_runner_app(root, runtime.toolpacks, runtime.scheduler)
-        server = suzumio_api.Server(app, host, port, threads=threads)
+        # Half the descriptors for connections (of both listeners), the rest for databases, runner logs,
+        # pipes and engine calls.
+        limit = min(suzumio_api.CONNECTION_LIMIT, descriptors // 4)
+        server = suzumio_api.Server(app, host, port, threads=threads, connection_limit=limit,
+                                    on_fatal=liveness.died)
         servers.append(server)
+
+        def runner_died(_component, error):
+            liveness.died("runner-http", error)
+
         if runner_listen is None:
-            runner_server = suzumio_api.Server(runner_app, threads=threads, unix_socket=socket_path,
+            runner_server = suzumio_api.Server(runner_app, threads=threads, connection_limit=limit,
+                                               on_fatal=runner_died, unix_socket=socket_path,
                                                name="suzumio-runner-http")
             runner_url = f"unix://{socket_path}"
         else:
             runner_server = suzumio_api.Server(runner_app, runner_listen[0], runner_listen[1], threads=threads,
+                                               connection_limit=limit, on_fatal=runner_died,
                                                name="suzumio-runner-http")
             runner_url = f"http://{url_host(runner_listen[0])}:{runner_server.port}"
         servers.append(runner_server)
@@ -525,18 +586,23 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         print(f"suzumio listening on {base}", file=out)
         print(f"Control room: {base}/" + (f"?token={api_token}" if api_token else ""), file=out)
         print(f"Runner listener: {runner_url}", file=out, flush=True)
-        runtime.backends.start_reconciling(lambda: [root.open_project(n) for n in root.list_projects()])
+        runtime.backends.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
         if scheduler_enabled:
             runtime.scheduler.start()
-        while not received:
-            time.sleep(SIGNAL_POLL_SECONDS)
-        log.info("signal %s: shutting down", received[0])
+        while not received and not liveness.dead.wait(SIGNAL_POLL_SECONDS):
+            pass
+        if received:
+            log.info("signal %s: shutting down", received[0])
     finally:
         for server in servers:
             server.close()
         runtime.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if liveness.dead.is_set():
+        down = ", ".join(f"{name} {state}" for name, state in liveness.states().items() if state != "up")
+        print(f"Error: serve stopped because a loop died: {down}", file=err)
+        return 1
     return 0
 
 

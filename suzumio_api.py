@@ -49,6 +49,8 @@ KEEP_ALIVE = b": keep-alive\n\n"
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_KEEP_ALIVE_SECONDS = 15.0
 LOOP_POLL_SECONDS = 0.5  # how long the HTTP loop waits per poll; bounds shutdown latency
+# Open connections Waitress accepts before it pauses accepting: runners, stream clients and browsers.
+CONNECTION_LIMIT = 1000
 REDACTED = "<redacted>"
 SECRET_NAME = re.compile(r"authorization|api[-_]?key|token|secret|cookie|password", re.IGNORECASE)
 SECRET_KEYS = ("apiKey", "appSecret")
@@ -169,13 +171,14 @@ def _named_secret_map(path):
 
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
-             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS):
+             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
     """The user listener's WSGI app: user routes, SSE, static WebUI, guards and the one error shape.
     Runner routes are not here (a 404): suzumio_runner_support.make_runner_app serves them.
 
     `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
     and approve; `api_token` None turns the token check off (`serve --no-auth`); `stopping` (a
-    threading.Event) ends open SSE streams when set."""
+    threading.Event) ends open SSE streams when set; `liveness()` names the state of each long-lived
+    loop of the process for /health (`up`, or why it is down)."""
     stopping = stopping or threading.Event()
     app = base_app(stopping)
     guards = Guards(api_token, allowed_hosts, bound_host)
@@ -188,13 +191,13 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
         except SuzumioError as exc:
             raise error_response(exc.status, exc.message) from None
 
-    mount_user_routes(app, root, scheduler, backend, toolpacks)
+    mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
     mount_static(app, Path(webui_dir))
     return app
 
 
-def mount_user_routes(app, root, scheduler, backend, toolpacks):
+def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     """Routes of §4.1 and §5–§8."""
 
     def tick(store):
@@ -205,7 +208,11 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks):
 
     @app.get("/health")
     def health():
-        return json_response({"healthy": True})
+        components = liveness() if liveness is not None else {}
+        down = {name: state for name, state in components.items() if state != "up"}
+        if not down:
+            return json_response({"healthy": True})
+        return json_response({"healthy": False, "components": components}, status=503)
 
     @app.get("/api/projects")
     def projects():
@@ -423,18 +430,22 @@ class Server:
     (mode 0666: the socket's directory and the agent token decide who gets in); close() ends streams,
     then stops Waitress."""
 
-    def __init__(self, app, host="127.0.0.1", port=0, threads=32, unix_socket=None, name="suzumio-http"):
+    def __init__(self, app, host="127.0.0.1", port=0, threads=32, connection_limit=CONNECTION_LIMIT,
+                 on_fatal=None, unix_socket=None, name="suzumio-http"):
         self.app = app
         self.unix_socket = None if unix_socket is None else str(unix_socket)
         where = ({"unix_socket": self.unix_socket, "unix_socket_perms": "666"} if unix_socket is not None
                  else {"host": host, "port": port})
+        # poll(), never select(): select() fails outright once any descriptor number passes 1024.
         self.server = waitress.server.create_server(
             app, threads=threads, send_bytes=1, channel_request_lookahead=1,
-            clear_untrusted_proxy_headers=True, ident="suzumio", **where)
+            clear_untrusted_proxy_headers=True, ident="suzumio", asyncore_use_poll=True,
+            connection_limit=connection_limit, **where)
         self.port = None if unix_socket is not None else int(self.server.effective_port)
         # The socket this server bound, so that close() removes it only while it is still this one
         # (a newer serve may already have replaced it).
         self._socket_inode = os.stat(self.unix_socket).st_ino if unix_socket is not None else None
+        self.on_fatal = on_fatal  # called with the error if the loop itself dies
         self._closing = threading.Event()
         self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
@@ -444,13 +455,18 @@ class Server:
 
     def _serve(self):
         # Waitress's own run(), one poll at a time, so that the loop thread itself notices close()
-        # and closes every socket: the loop never selects on a descriptor another thread closed, and
+        # and closes every socket: the loop never polls a descriptor another thread closed, and
         # shutdown does not depend on the trigger pipe being intact.
-        adjustments = self.server.adj
-        while not self._closing.is_set() and self.server._map:
-            waitress.wasyncore.loop(timeout=LOOP_POLL_SECONDS, map=self.server._map,
-                                    use_poll=adjustments.asyncore_use_poll, count=1)
-        self._close_sockets()
+        try:
+            while not self._closing.is_set() and self.server._map:
+                waitress.wasyncore.loop(timeout=LOOP_POLL_SECONDS, map=self.server._map, use_poll=True, count=1)
+        except BaseException as error:  # the loop's one boundary: a deaf server must end the process
+            log.critical("HTTP loop died", exc_info=True)
+            if self.on_fatal is None:
+                raise
+            self.on_fatal("http", error)
+        finally:
+            self._close_sockets()
 
     def close(self):
         """End open streams and let the worker threads finish (they wake the loop as they finish, so the

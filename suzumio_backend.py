@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -39,6 +40,7 @@ CONTAINER_SUPPORT_DIR = "/opt/suzumio"
 # docker-chat mounts the runner socket's directory (not the socket: a restarted controller's new
 # socket must be seen by the containers it adopts) here, read-only.
 CONTAINER_RUN_DIR = "/run/suzumio"
+CONTAINER_HOME = "/tmp"
 
 LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
 SECRET_NAME = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
@@ -214,7 +216,11 @@ class Launch:
 
     def __init__(self, store, config, activation, agent, support_dir, environ, runner_socket=None):
         self.store = store
+        # The runner reaches the controller over the bind-mounted runner socket, so agents without
+        # network (no web.fetch, no grant) get `none` (DockerBackend.network_mode). Without a socket
+        # (serve --runner-listen) it needs TCP: every container then gets its agent's configured network.
         self.runner_socket = runner_socket
+        self.controller_over_network = runner_socket is None
         self.config = config
         self.activation = activation
         self.agent = agent
@@ -434,14 +440,76 @@ def _http_status(error):
     return getattr(response, "status_code", None) or getattr(error, "status_code", None)
 
 
+UNPRIVILEGED_IDS = (65532, 65532)
+
+
+def container_user(configured, host_uid, host_gid):
+    """The `user` of an activation container: the configured one, else the controller's uid:gid, else
+    (the controller is root) a fixed unprivileged uid:gid that then owns the agent's writable folders."""
+    if configured:
+        return configured
+    if host_uid != 0:
+        return f"{host_uid}:{host_gid}"
+    return "{}:{}".format(*UNPRIVILEGED_IDS)
+
+
+def numeric_ids(user):
+    """(uid, gid) of a `uid` or `uid:gid` user, gid defaulting to uid; None for names (not resolvable
+    on the host, so their folders cannot be handed over)."""
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        return None
+    return int(uid), int(gid or uid)
+
+
+def network_mode(sandbox, controller_over_network):
+    """The container's network mode: the agent's network when it has network (or while the runner
+    still needs one to reach the controller), else `none`. None means Docker's default."""
+    if sandbox.has_network or controller_over_network:
+        return sandbox.network
+    return "none"
+
+
+def _chown_tree(path, uid, gid):
+    """Hand a folder and everything under it to uid:gid without following symbolic links; a file with
+    several hard links is skipped, since its other name may lie outside this folder."""
+    os.chown(path, uid, gid, follow_symlinks=False)
+    for parent, dirs, files in os.walk(path):
+        for entry in dirs + files:
+            full = os.path.join(parent, entry)
+            info = os.lstat(full)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                continue
+            if (info.st_uid, info.st_gid) != (uid, gid):
+                os.chown(full, uid, gid, follow_symlinks=False)
+
+
+def own_writable_folders(launch, user):
+    """With a root controller, give the container's uid its workspace, its own artifacts folder and its
+    input.json (still mode 0600). A folder already owned by it is not walked again, so a big workspace
+    costs one stat per start; root-owned files from before (older root containers) are handed over once."""
+    ids = numeric_ids(user)
+    if ids is None or ids[0] == 0:
+        return
+    uid, gid = ids
+    os.chown(launch.input_path, uid, gid, follow_symlinks=False)
+    for folder in (launch.workspace, launch.artifacts / launch.agent["id"]):
+        info = os.lstat(folder)
+        if (info.st_uid, info.st_gid) != (uid, gid):
+            _chown_tree(folder, uid, gid)
+
+
 class DockerBackend:
     """One container per activation through the Docker SDK; the client is created lazily."""
 
     kind = KIND_DOCKER
 
-    def __init__(self, client=None):
+    def __init__(self, client=None, host_ids=None):
         self._client = client
         self._lock = threading.Lock()
+        self._engine_cpus = None
+        # The controller's own uid and gid: containers run as them, or as UNPRIVILEGED_IDS under root.
+        self._host_ids = host_ids or (os.getuid(), os.getgid())
 
     @property
     def client(self):
@@ -466,26 +534,54 @@ class DockerBackend:
             rows.append((str(Path(launch.runner_socket).parent), CONTAINER_RUN_DIR, True))
         return rows
 
+    def engine_cpus(self):
+        """The engine's CPU count, asked once: Docker refuses a CPU limit above it."""
+        with self._lock:
+            cached = self._engine_cpus
+        if cached is None:
+            cached = int(self.client.info()["NCPU"])
+            with self._lock:
+                self._engine_cpus = cached
+        return cached
+
+    def sandbox_options(self, launch, sandbox):
+        """User, capabilities, limits and network of one activation's container (docs/operations.md)."""
+        options = {"user": container_user(sandbox.user, self._host_ids[0], self._host_ids[1]),
+                   "cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"]}
+        if sandbox.cap_add:
+            options["cap_add"] = list(sandbox.cap_add)
+        if sandbox.memory:
+            options["mem_limit"] = sandbox.memory
+        if sandbox.cpus:
+            # More CPUs than the engine has means all of them (Docker would refuse the container).
+            options["nano_cpus"] = int(min(float(sandbox.cpus), self.engine_cpus()) * 1e9)
+        if sandbox.pids_limit:
+            options["pids_limit"] = sandbox.pids_limit
+        network = network_mode(sandbox, launch.controller_over_network)
+        if network:
+            options["network_mode"] = network
+        return options
+
     def create(self, launch, agent_ids):
         """§3.2-3.7: build and create (not start) the container; returns its name."""
         Mount = docker_sdk().types.Mount
         rows = self.mounts(launch, agent_ids)
         backend = launch.config.backend
         name = container_name_for(launch.project, launch.agent["id"], launch.activation_id)
-        options = {}
-        if backend.docker.network:
-            options["network_mode"] = backend.docker.network
-        if backend.docker.memory:
-            options["mem_limit"] = backend.docker.memory
-        if backend.docker.cpus:
-            options["nano_cpus"] = int(float(backend.docker.cpus) * 1e9)
+        options = self.sandbox_options(launch, launch.config.sandbox(launch.agent["id"]))
+        if self._host_ids[0] == 0:
+            own_writable_folders(launch, options["user"])
+        environment = dict(launch.env)
+        if not suzumio_config.is_root_user(options["user"]):
+            # A uid without a passwd entry gets HOME=/, where it cannot write (caches, tool settings).
+            environment.setdefault("HOME", CONTAINER_HOME)
         self.client.containers.create(
             backend.image,
             name=name,
             entrypoint=["python3", f"{CONTAINER_SUPPORT_DIR}/{RUNNER_FILE}"],
             command=["--input", "/activation/input.json"],
             working_dir="/workspace",
-            environment=launch.env,
+            environment=environment,
             labels={"suzumio.managed": "true", "suzumio.project": launch.project,
                     "suzumio.agent": launch.agent["id"], "suzumio.activation": launch.activation_id},
             mounts=[Mount(target, source, type="bind", read_only=ro) for source, target, ro in rows],
@@ -804,13 +900,20 @@ class Backends:
         else:
             self._settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
 
-    def start_reconciling(self, list_stores, interval=RECONCILE_INTERVAL_SECONDS):
-        """Run `reconcile` now and then every `interval` seconds on a named thread until close()."""
+    def start_reconciling(self, list_stores, interval=RECONCILE_INTERVAL_SECONDS, on_fatal=None):
+        """Run `reconcile` now and then every `interval` seconds on a named thread until close();
+        `on_fatal(component, error)` hears of an error that ends the loop."""
         def loop():
-            while True:
-                self.reconcile(list_stores())
-                if self._closed.wait(interval):
-                    return
+            try:
+                while True:
+                    self.reconcile(list_stores())
+                    if self._closed.wait(interval):
+                        return
+            except BaseException as error:  # the thread's one boundary: a dead reconciler must be noticed
+                log.critical("reconciler thread died", exc_info=True)
+                if on_fatal is None:
+                    raise
+                on_fatal("reconciler", error)
         self._reconciler = threading.Thread(target=loop, name="suzumio-reconciler", daemon=True)
         self._reconciler.start()
 

@@ -1,7 +1,7 @@
-"""Project configuration (config.md §2.7–§3, §5): the schema with its defaults and issue collection, the
-post-validation steps, the frozen ProjectConfig with its typed blocks, render, and proxy variables for
-activations. Files, YAML and imports come from suzumio_yaml; the tool registry from suzumio_registry.
-Any controller module may import this one; it imports suzumio_yaml, suzumio_registry and suzumio_errors."""
+"""Project configuration (config.md §2.7–§3, §5): schema, defaults, issues, post-validation, the frozen
+ProjectConfig with its typed blocks, render, each agent's container settings and network (with warnings
+about weakened ones), and proxy variables. Any controller module may import it; it imports only
+suzumio_yaml (files, YAML, imports), suzumio_registry (tools), suzumio_records and suzumio_errors."""
 import copy
 import json
 import logging
@@ -9,6 +9,7 @@ import math
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
@@ -22,6 +23,7 @@ from suzumio_registry import (
     ToolRegistry,
     check_toolpack_directory,
     frozen_json,
+    is_allowed,
     packaged_toolpacks_dir,
     resolve_toolpacks,
     unknown_builtin_error,
@@ -37,6 +39,12 @@ RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks
 UNSUPPORTED_PROVIDER_TYPES = ("openai", "anthropic", "google")
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
 LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
+# Limits every activation container gets unless backend.docker or agents.<id>.docker say otherwise;
+# `false` turns one off (docs/configuration.md; docs/spec-notes.md 4e).
+DEFAULT_MEMORY = "4g"
+DEFAULT_CPUS = 2
+DEFAULT_PIDS_LIMIT = 1024
+NETWORK_TOOL = "web.fetch"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -288,6 +296,18 @@ class _ProviderObj(_Obj):
         return True
 
 
+class _OrFalse:
+    """`false` (the limit is off), or a value that `node` accepts."""
+
+    def __init__(self, node):
+        self.node = node
+
+    def check(self, value, path, issues):
+        if value is False:
+            return False
+        return self.node.check(value, path, issues)
+
+
 class _TimeoutMs:
     """A positive integer, or false."""
 
@@ -452,15 +472,27 @@ _PRESET = _PresetObj(
     ("headers", _Record(_Str()), {}),
 )
 
+def _container_fields(network, memory, cpus, pids_limit, cap_add):
+    """The container settings of backend.docker and of agents.<id>.docker (which inherits what it omits)."""
+    return (
+        ("network", _Str(), network),
+        ("memory", _OrFalse(_TEXT), memory),
+        ("cpus", _OrFalse(_Num(gt=0)), cpus),
+        ("pidsLimit", _OrFalse(_INT_GT0), pids_limit),
+        ("user", _TEXT, _OMIT),
+        ("capAdd", _List(_TEXT), cap_add),
+    )
+
+
 _BACKEND = _Obj(
     ("kind", _Enum("docker-chat", "local"), "docker-chat"),
     ("image", _Str(), "suzumio-runner:dev"),
     ("controllerUrl", _Str(), DEFAULT_CONTROLLER_URL),
     ("activationTimeoutMs", _INT_GT0, 3600000),
     ("docker", _Obj(
-        ("network", _Str(), _OMIT),
-        ("memory", _TEXT, _OMIT),
-        ("cpus", _Num(gt=0), _OMIT),
+        *_container_fields(network=_OMIT, memory=DEFAULT_MEMORY, cpus=DEFAULT_CPUS, pids_limit=DEFAULT_PIDS_LIMIT,
+                           cap_add=[]),
+        ("grantNetwork", _Bool(), False),
         ("mounts", _List(_MOUNT), []),
         ("proxy", _Obj(
             ("inheritEnv", _Bool(), True),
@@ -494,6 +526,8 @@ _AGENT = _Obj(
     ("tools", _List(_Str()), []),
     ("mounts", _List(_MOUNT), []),
     ("env", _Record(_Str()), {}),
+    ("network", _Bool(), _OMIT),
+    ("docker", _Obj(*_container_fields(_OMIT, _OMIT, _OMIT, _OMIT, _OMIT)), _OMIT),
 )
 
 _PROJECT = _Obj(
@@ -585,6 +619,8 @@ class AgentSpec:
     env: FrozenMapping
     index: int = 1
     count: int = 1
+    network: bool = None  # agents.<id>.network as written; None: decided by backend.docker and the allowlist
+    docker: FrozenMapping = None  # agents.<id>.docker: the container settings that replace backend.docker's
 
     def env_dict(self):
         return dict(self.env)
@@ -669,11 +705,39 @@ class ProxyConfig:
 
 @dataclass(frozen=True)
 class DockerConfig:
+    """`backend.docker`. memory, cpus and pids_limit are False when the limit is turned off."""
+
     network: str
-    memory: str
-    cpus: float
+    memory: object
+    cpus: object
     mounts: tuple
     proxy: ProxyConfig
+    pids_limit: object = DEFAULT_PIDS_LIMIT
+    user: str = None
+    cap_add: tuple = ()
+    grant_network: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """What one agent's activation containers get: backend.docker with agents.<id>.docker on top.
+    `network` is the network it gets when it has network (None: Docker's default); `user` None means
+    the controller's uid:gid, or 65532:65532 when the controller is root (suzumio_backend)."""
+
+    has_network: bool
+    network_reason: str
+    network: str
+    memory: object
+    cpus: object
+    pids_limit: object
+    user: str
+    cap_add: tuple
+
+    @property
+    def network_label(self):
+        if not self.has_network:
+            return "none"
+        return self.network or "Docker's default network"
 
 
 @dataclass(frozen=True)
@@ -828,10 +892,11 @@ def _backend_config(data):
     models = runner.get("models", {"providers": {}, "presets": {}})
     return BackendConfig(
         data["kind"], data["image"], data["controllerUrl"], data["activationTimeoutMs"],
-        DockerConfig(docker.get("network"), docker.get("memory"), docker.get("cpus"),
+        DockerConfig(docker.get("network"), docker["memory"], docker["cpus"],
                      tuple(Mount.from_data(m) for m in docker["mounts"]),
                      ProxyConfig(proxy["inheritEnv"], proxy.get("http"), proxy.get("https"), proxy.get("all"),
-                                 proxy.get("noProxy"), proxy["rewriteLocalhost"])),
+                                 proxy.get("noProxy"), proxy["rewriteLocalhost"]),
+                     docker["pidsLimit"], docker.get("user"), tuple(docker["capAdd"]), docker["grantNetwork"]),
         RunnerConfig(runner["mode"], runner.get("model"), runner.get("maxIterations"), runner.get("maxToolCalls"),
                      runner.get("budget", {}).get("maxTokens"),
                      FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),
@@ -858,7 +923,8 @@ def expand_agents(data):
             out.append(AgentSpec(
                 agent_id, key, entry.get("role", key), display_name, entry.get("prompt", ""), entry.get("model"),
                 entry.get("model", default_model), tuple(entry.get("tools", [])),
-                tuple(Mount.from_data(m) for m in own.get("mounts", [])), _ro(own.get("env", {})), index, count))
+                tuple(Mount.from_data(m) for m in own.get("mounts", [])), _ro(own.get("env", {})), index, count,
+                network=own.get("network"), docker=_ro(own.get("docker", {}))))
     return out
 
 
@@ -1131,13 +1197,81 @@ def externalize(data):
     return out
 
 
-def _warnings(data):
-    if data["backend"]["kind"] != "local":
-        return ()
-    lines = [LOCAL_WARNING]
-    if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
-        lines.append(LOCAL_MOUNTS_WARNING)
-    return tuple(lines)
+# ---------------------------------------------------------------------------------------------------
+# The boundary of each agent's containers, and what config render says about it
+
+def agent_sandbox(docker, builtin_toolpacks, agent):
+    """The SandboxSettings of one expanded agent. Network: agents.<id>.network when written, else
+    backend.docker.grantNetwork, else whether its allowlist holds web.fetch (with the web toolpack)."""
+    over = agent.docker or {}
+
+    if agent.network is not None:
+        has_network = agent.network
+        reason = f"agents.{agent.key}.network: {'true' if agent.network else 'false'}"
+    elif docker.grant_network:
+        has_network, reason = True, "backend.docker.grantNetwork: true"
+    elif "web" in builtin_toolpacks and is_allowed(NETWORK_TOOL, agent.tools):
+        has_network, reason = True, f"its tools allow {NETWORK_TOOL}"
+    else:
+        has_network, reason = False, f"its tools do not allow {NETWORK_TOOL} and nothing grants it network"
+    return SandboxSettings(has_network, reason, over.get("network", docker.network),
+                           over.get("memory", docker.memory), over.get("cpus", docker.cpus),
+                           over.get("pidsLimit", docker.pids_limit), over.get("user", docker.user),
+                           tuple(over.get("capAdd", docker.cap_add)))
+
+
+def is_root_user(user):
+    """True for a Docker `user` value that means uid 0 (`root`, `0`, `0:<gid>`, `root:<group>`)."""
+    return user is not None and user.split(":", 1)[0] in ("0", "root")
+
+
+_LIMIT_NAMES = (("memory", "memory"), ("cpus", "CPU"), ("pidsLimit", "process"))
+
+
+def _container_warnings(settings, path, networked):
+    """The warnings for one backend.docker or agents.<key>.docker block (as written, defaults applied)."""
+    lines = []
+    user = settings.get("user")
+    if is_root_user(user):
+        lines.append(f"Warning: {path}.user {user} runs activation containers as root")
+    if settings.get("capAdd"):
+        lines.append(f"Warning: {path}.capAdd gives activation containers capabilities: "
+                     + ", ".join(settings["capAdd"]))
+    for key, what in _LIMIT_NAMES:
+        if settings.get(key) is False:
+            lines.append(f"Warning: {path}.{key} false: activation containers have no {what} limit")
+    if settings.get("network") == "host":
+        if networked:
+            lines.append(f"Warning: {path}.network host gives {', '.join(networked)} the host's network, "
+                         "its 127.0.0.1 services included")
+        else:
+            lines.append(f"Warning: {path}.network host is only given to agents with network, and no agent "
+                         "it applies to has network")
+    return lines
+
+
+def boundary_warnings(config):
+    """The stderr lines of config render and init (config.md §2.9): the local backend, then each setting
+    that weakens an activation container's boundary, backend-wide first, then per agent."""
+    data = config.data
+    if config.backend.kind == "local":
+        lines = [LOCAL_WARNING]
+        if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
+            lines.append(LOCAL_MOUNTS_WARNING)
+        return lines
+    sandboxes = {agent.id: config.sandbox(agent.id) for agent in config.agents}
+    lines = []
+    if config.backend.docker.grant_network:
+        lines.append("Warning: backend.docker.grantNetwork true gives every agent network")
+    host = [agent.id for agent in config.agents
+            if sandboxes[agent.id].has_network and "network" not in (agent.docker or {})]
+    lines += _container_warnings(data["backend"]["docker"], "backend.docker", host)
+    for key, entry in data["agents"].items():
+        if "docker" not in entry:
+            continue
+        mine = [agent.id for agent in config.agents if agent.key == key and sandboxes[agent.id].has_network]
+        lines += _container_warnings(entry["docker"], f"agents.{key}.docker", mine)
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1197,7 +1331,6 @@ class ProjectConfig:
     path: str
     source_text: str
     _data_json: str = field(repr=False)
-    _warnings: tuple = field(repr=False)
     _agents: tuple = field(repr=False)
     _registry: ToolRegistry = field(repr=False, compare=False)
     _registry_error: str = field(repr=False, compare=False)
@@ -1214,7 +1347,7 @@ class ProjectConfig:
     def _build(cls, data, path, source_text, registry, registry_error, packaged_dir):
         observability = data["observability"]
         return cls(
-            path, source_text, frozen_json(data), _warnings(data), tuple(expand_agents(data)), registry,
+            path, source_text, frozen_json(data), tuple(expand_agents(data)), registry,
             registry_error, packaged_dir, data["name"], data["task"], tuple(data["channels"]),
             _scheduler_config(data["scheduler"]), _communication_config(data["communication"]),
             _backend_config(data["backend"]),
@@ -1249,8 +1382,24 @@ class ProjectConfig:
 
     @property
     def warnings(self):
-        """The stderr lines `config render` and `init` print after a successful load (config.md §2.9)."""
-        return list(self._warnings)
+        """The stderr lines `config render` and `init` print after a successful load (config.md §2.9):
+        the local backend and every setting that weakens the container boundary."""
+        return boundary_warnings(self)
+
+    def network_report(self):
+        """What `config render` prints about network on docker-chat: one line per agent, with the reason."""
+        if self.backend.kind == "local":
+            return []
+        lines = []
+        for agent in self._agents:
+            sandbox = self.sandbox(agent.id)
+            lines.append(f"Network: {agent.id} gets {sandbox.network_label} ({sandbox.network_reason})")
+        return lines
+
+    def sandbox(self, agent_id):
+        """The container settings of one agent's activations (docker-chat)."""
+        builtin = [entry for entry in self.toolpack_entries if isinstance(entry, str)]
+        return agent_sandbox(self.backend.docker, builtin, self.agent(agent_id))
 
     def rendered_tree(self):
         return externalize(self.data)
@@ -1366,23 +1515,32 @@ def manifest_stamps(config):
     return tuple(stamps)
 
 
+CONFIG_CACHE_SIZE = 64
+
+
 class ConfigCache:
     """The ProjectConfig of each project, rebuilt only when its store hands out another config dict or a
     local toolpack manifest changed on disk. Rebuilding (schema defaults, toolpack resolution) was most
     of an idle tick's cost; the scheduler and the toolpack runtime share one."""
 
-    def __init__(self):
-        self._entries = {}
+    def __init__(self, size=CONFIG_CACHE_SIZE):
+        self._entries = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
+        self.size = size
 
     def get(self, store):
         data = store.config()
         with self._lock:
             cached = self._entries.get(store.project_id)
+            if cached is not None:
+                self._entries.move_to_end(store.project_id)
         if cached is not None and cached[0] is data and cached[2] is not None \
                 and manifest_stamps(cached[1]) == cached[2]:
             return cached[1]
         config = ProjectConfig.from_data(data)
         with self._lock:
             self._entries[store.project_id] = (data, config, manifest_stamps(config))
+            self._entries.move_to_end(store.project_id)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)  # a root of many projects keeps only the busy ones
         return config

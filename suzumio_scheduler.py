@@ -397,8 +397,9 @@ class Scheduler:
     stop_project = staticmethod(stop_project)
     approve_project = staticmethod(approve_project)
 
-    def __init__(self, root, backends, hooks=None, interval=TICK_INTERVAL_SECONDS, configs=None):
+    def __init__(self, root, backends, hooks=None, interval=TICK_INTERVAL_SECONDS, configs=None, on_fatal=None):
         self.root = root
+        self.on_fatal = on_fatal  # called with the error if the thread's loop itself dies
         self.backends = backends
         self.hooks = hooks or NoHooks()
         self.interval = interval
@@ -438,10 +439,16 @@ class Scheduler:
         self._thread.start()
 
     def _run(self):
-        while not self._stopping.is_set():
-            self.tick_all()
-            # passes never overlap: the next interval starts when this pass has ended
-            self._stopping.wait(self.interval)
+        try:
+            while not self._stopping.is_set():
+                self.tick_all()
+                # passes never overlap: the next interval starts when this pass has ended
+                self._stopping.wait(self.interval)
+        except BaseException as error:  # the thread's one boundary: a dead scheduler must not go unnoticed
+            log.critical("scheduler thread died", exc_info=True)
+            if self.on_fatal is None:
+                raise
+            self.on_fatal("scheduler", error)
 
     def stop(self, timeout=STOP_GRACE_SECONDS):
         """Stop the thread and join it; running activations keep going. A tick stuck in a slow

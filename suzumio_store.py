@@ -13,6 +13,7 @@ import shutil
 import sqlite3
 import threading
 import uuid
+from collections import OrderedDict
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -104,6 +105,9 @@ DB_FILE = "suzumio.sqlite"
 RUN_DIR = "run"
 API_TOKEN_FILE = "api-token"
 BUSY_TIMEOUT_S = 5
+# Descriptor bounds (each connection holds the database and its WAL; a project adds its -shm once).
+IDLE_READERS = 2  # pooled reader connections kept per project; a burst beyond it closes its extras
+MAX_OPEN_PROJECTS = 48  # projects whose connections stay open; the least recently used are released
 
 # ---------------------------------------------------------------------------------------------
 # Runtime root.
@@ -155,12 +159,36 @@ def _has_project_row(db_path, name):
 
 
 class Root:
-    """A Suzumio runtime root: lists, opens and initializes projects; owns the open stores."""
+    """A Suzumio runtime root: lists, opens and initializes projects; owns the open stores. At most
+    `max_open` projects hold connections at once: using one more releases the least recently used."""
 
-    def __init__(self, path):
+    def __init__(self, path, max_open=MAX_OPEN_PROJECTS):
         self.path = Path(os.path.abspath(path))
         self._stores = {}
         self._lock = threading.Lock()
+        self.max_open = max_open
+        self._recent = OrderedDict()  # project name -> store, least recently used first
+        self._recent_lock = threading.Lock()
+
+    def _used(self, store):
+        with self._recent_lock:
+            self._recent[store.project_id] = store
+            self._recent.move_to_end(store.project_id)
+            excess = len(self._recent) - self.max_open
+            victims = []
+            for name in list(self._recent)[:max(0, excess)]:
+                victims.append(self._recent.pop(name))
+        # Released outside the lock: release_idle takes store locks, never blocking on them.
+        for victim in victims:
+            if not victim.release_idle():
+                with self._recent_lock:  # busy writing: it stays counted, and goes at a later turn
+                    self._recent.setdefault(victim.project_id, victim)
+
+    def open_connections(self):
+        """Connections held open by this root's stores (writers and pooled readers)."""
+        with self._lock:
+            stores = list(self._stores.values())
+        return sum(store.open_connections() for store in stores)
 
     def list_projects(self):
         """Names of directories directly under the root holding suzumio.sqlite, sorted."""
@@ -186,7 +214,7 @@ class Root:
                 return store
             if not _has_project_row(directory / DB_FILE, name):
                 raise NotFound(f"Unknown project: {name}")
-            store = ProjectStore(name, directory)
+            store = ProjectStore(name, directory, on_use=self._used)
             self._stores[name] = store
             return store
 
@@ -214,7 +242,7 @@ class Root:
             undo.write(directory / "source.yaml", source_text)
             undo.write(directory / "resolved.yaml", resolved_text)
             undo.new_file(db_path)
-            store = ProjectStore(name, directory)
+            store = ProjectStore(name, directory, on_use=self._used)
             try:
                 store._create(task, config, agents, config_path or str(directory / "resolved.yaml"), now)
             except BaseException:
@@ -231,6 +259,8 @@ class Root:
         """Close every store this Root opened (idempotent)."""
         with self._lock:
             stores, self._stores = list(self._stores.values()), {}
+        with self._recent_lock:
+            self._recent.clear()
         for store in stores:
             store.close()
 
@@ -373,21 +403,27 @@ class _Tx:
 # ---------------------------------------------------------------------------------------------
 
 class ProjectStore:
-    """One project's SQLite database and directory; safe to share between threads."""
+    """One project's SQLite database and directory; safe to share between threads.
 
-    def __init__(self, project_id, directory):
+    Connections are bounded by design: one writer (behind the write lock) and a small pool of read-only
+    readers that a read borrows for one statement or one snapshot, so descriptors never grow with the
+    number of threads. Both are opened on demand; release_idle() closes what nobody is using, and the
+    Root calls it for the projects used least recently."""
+
+    def __init__(self, project_id, directory, on_use=None):
         self.project_id = project_id
         self.dir = Path(os.path.abspath(directory))
         self.db_path = self.dir / DB_FILE
         self.closed = False
-        self._lock = threading.RLock()
-        self._local = threading.local()
-        self._readers = []
-        self._readers_lock = threading.Lock()
+        self._lock = threading.RLock()  # the write lock; also guards the writer connection
+        self._local = threading.local()  # .tx: this thread's open write; .snap: its open snapshot
+        self._idle = []  # pooled reader connections nobody is using
+        self._pool_lock = threading.Lock()
+        self._on_use = on_use
         self._config = None
         self._writer = _connect(self.db_path)
         try:
-            self._writer.execute("PRAGMA journal_mode = WAL")
+            self._writer.execute("PRAGMA journal_mode = WAL")  # persistent: stored in the file
             self._migrate()
         except BaseException:
             self._writer.close()
@@ -396,47 +432,106 @@ class ProjectStore:
     # -- connections and transactions ----------------------------------------------------------
 
     def close(self):
-        """Close every connection (idempotent)."""
+        """Close every connection (idempotent); borrowed readers close when they come back."""
         with self._lock:
             if self.closed:
                 return
             self.closed = True
-            self._writer.close()
-        with self._readers_lock:
-            readers, self._readers = self._readers, []
-        for _thread, conn in readers:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
             conn.close()
 
-    def _reader(self):
-        tx = getattr(self._local, "tx", None)
-        if tx is not None:
-            return tx.conn
+    def release_idle(self):
+        """Close the connections nobody is using now; the next operation reopens what it needs.
+        Returns False when the writer was busy (it is then left open)."""
+        released = False
+        # Never blocks: a write in progress (on another thread, or on this one further up the stack)
+        # keeps the writer, and the Root simply tries again later.
+        if self._lock.acquire(blocking=False):
+            try:
+                if getattr(self._local, "tx", None) is None and self._writer is not None:
+                    self._writer.close()
+                    self._writer = None
+                released = self._writer is None
+            finally:
+                self._lock.release()
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+        self._config = None  # parsed again on next use: an idle project keeps no copy in memory
+        return released
+
+    def open_connections(self):
+        """How many connections this store holds open now (writer and pooled readers)."""
+        with self._pool_lock:
+            return len(self._idle) + (self._writer is not None)
+
+    def _used(self):
+        if self._on_use is not None:
+            self._on_use(self)
+
+    def _borrow(self):
         if self.closed:
             raise RuntimeError(f"store for {self.project_id} is closed")
-        conn = getattr(self._local, "conn", None)
+        self._used()
+        with self._pool_lock:
+            conn = self._idle.pop() if self._idle else None
         if conn is None:
             conn = _connect(self.db_path)
-            self._local.conn = conn
-            with self._readers_lock:
-                alive = [(t, c) for t, c in self._readers if t.is_alive()]
-                for thread, stale in self._readers:
-                    if not thread.is_alive():
-                        stale.close()
-                self._readers = alive + [(threading.current_thread(), conn)]
+            conn.execute("PRAGMA query_only = ON")  # a read path can never change a row
         return conn
+
+    def _give_back(self, conn):
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        with self._pool_lock:
+            pooled = not self.closed and len(self._idle) < IDLE_READERS
+            if pooled:
+                self._idle.append(conn)
+        if pooled:
+            self._used()  # counted again, in case the Root released this store while it was out
+        else:
+            conn.close()
+
+    def _current(self):
+        """The connection this thread is already inside: its write transaction's or its snapshot's."""
+        tx = getattr(self._local, "tx", None)
+        return tx.conn if tx is not None else getattr(self._local, "snap", None)
+
+    @contextmanager
+    def _reading(self, conn=None):
+        """The connection for a read: `conn` when given, else the thread's open write or snapshot,
+        else a pooled reader borrowed for the block."""
+        conn = conn or self._current()
+        if conn is not None:
+            yield conn
+            return
+        conn = self._borrow()
+        try:
+            yield conn
+        finally:
+            self._give_back(conn)
 
     @contextmanager
     def _snapshot(self):
         """A read transaction so several SELECTs see one consistent state."""
-        conn = self._reader()
-        if conn.in_transaction:
-            yield conn
+        current = self._current()
+        if current is not None:
+            yield current
             return
-        conn.execute("BEGIN")
+        conn = self._borrow()
+        self._local.snap = conn
         try:
+            conn.execute("BEGIN")
             yield conn
         finally:
-            conn.execute("COMMIT")
+            self._local.snap = None
+            self._give_back(conn)  # ends the read transaction
 
     @contextmanager
     def write(self, now=None):
@@ -445,9 +540,12 @@ class ProjectStore:
         if outer is not None:
             yield outer if now is None else _Tx(outer.conn, to_datetime(now))
             return
+        self._used()
         with self._lock:
             if self.closed:
                 raise RuntimeError(f"store for {self.project_id} is closed")
+            if self._writer is None:
+                self._writer = _connect(self.db_path)
             conn = self._writer
             conn.execute("BEGIN IMMEDIATE")
             # the clock is read only after the write lock is held, so created_at follows rowid order
@@ -480,10 +578,12 @@ class ProjectStore:
                     log.info("store %s: applied migration %s (%s)", self.project_id, number, name)
 
     def _query(self, sql, params=()):
-        return self._reader().execute(sql, params).fetchall()
+        with self._reading() as conn:
+            return conn.execute(sql, params).fetchall()
 
     def _query_one(self, sql, params=()):
-        return self._reader().execute(sql, params).fetchone()
+        with self._reading() as conn:
+            return conn.execute(sql, params).fetchone()
 
     # -- paths -----------------------------------------------------------------------------------
 
@@ -611,8 +711,8 @@ class ProjectStore:
             self._event(tx, "project.initialized", {"configPath": str(config_path)})
 
     def _project_row(self, conn=None):
-        row = (conn or self._reader()).execute("SELECT * FROM projects WHERE id = ?",
-                                               (self.project_id,)).fetchone()
+        with self._reading(conn) as reader:
+            row = reader.execute("SELECT * FROM projects WHERE id = ?", (self.project_id,)).fetchone()
         if row is None:
             raise NotFound(f"Unknown project: {self.project_id}")
         return row
@@ -687,15 +787,15 @@ class ProjectStore:
     def window_tokens(self, conn=None):
         """Tokens used by activations that completed or failed since the project was last set running
         (or since init): the token budget's window. Event rowids order the window exactly."""
-        conn = conn or self._reader()
-        started = conn.execute(
-            "SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ? AND type = 'project.status' "
-            "AND json_extract(data_json, '$.status') = ?", (self.project_id, PROJECT_RUNNING)).fetchone()[0]
-        rows = conn.execute(
-            "SELECT a.usage_json FROM events e JOIN activations a ON a.project = e.project "
-            "AND a.id = json_extract(e.data_json, '$.activationId') "
-            "WHERE e.project = ? AND e.rowid > ? AND e.type IN ('activation.completed', 'activation.failed') "
-            "AND a.usage_json IS NOT NULL", (self.project_id, started)).fetchall()
+        with self._reading(conn) as conn:
+            started = conn.execute(
+                "SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ? AND type = 'project.status' "
+                "AND json_extract(data_json, '$.status') = ?", (self.project_id, PROJECT_RUNNING)).fetchone()[0]
+            rows = conn.execute(
+                "SELECT a.usage_json FROM events e JOIN activations a ON a.project = e.project "
+                "AND a.id = json_extract(e.data_json, '$.activationId') "
+                "WHERE e.project = ? AND e.rowid > ? AND e.type IN ('activation.completed', 'activation.failed') "
+                "AND a.usage_json IS NOT NULL", (self.project_id, started)).fetchall()
         return sum(usage_tokens(load_json(row["usage_json"], {})) for row in rows)
 
     def pause_for_budget(self, max_tokens, now=None):
@@ -763,8 +863,9 @@ class ProjectStore:
     # -- agents ----------------------------------------------------------------------------------
 
     def _agent_row(self, agent_id, conn=None):
-        return (conn or self._reader()).execute("SELECT * FROM agents WHERE project = ? AND id = ?",
-                                                (self.project_id, agent_id)).fetchone()
+        with self._reading(conn) as reader:
+            return reader.execute("SELECT * FROM agents WHERE project = ? AND id = ?",
+                                  (self.project_id, agent_id)).fetchone()
 
     def _require_agent(self, agent_id, conn=None):
         row = self._agent_row(agent_id, conn)
@@ -1081,8 +1182,9 @@ class ProjectStore:
     # -- activations -----------------------------------------------------------------------------
 
     def _activation_row(self, activation_id, conn=None):
-        row = (conn or self._reader()).execute("SELECT * FROM activations WHERE project = ? AND id = ?",
-                                               (self.project_id, activation_id)).fetchone()
+        with self._reading(conn) as reader:
+            row = reader.execute("SELECT * FROM activations WHERE project = ? AND id = ?",
+                                 (self.project_id, activation_id)).fetchone()
         if row is None:
             raise NotFound(f"Unknown activation: {activation_id}")
         return row
@@ -1095,7 +1197,8 @@ class ProjectStore:
 
     def require_activation(self, agent_id, activation_id, running_for=None):
         """Checks E–F of http-api.md §9.1, plus G when running_for is "tool" or "history"."""
-        row = self._owned_activation(self._reader(), agent_id, activation_id)
+        with self._reading() as conn:
+            row = self._owned_activation(conn, agent_id, activation_id)
         if running_for is not None:
             _require_running(row, running_for)
         return activation_json(row)
@@ -1615,11 +1718,11 @@ class ProjectStore:
 
     def db_all(self, sql, params=()):
         """All rows of a query as dicts keyed by column name."""
-        return [dict(r) for r in self._reader().execute(sql, list(params or ())).fetchall()]
+        return [dict(r) for r in self._query(sql, list(params or ()))]
 
     def db_get(self, sql, params=()):
         """The first row of a query as a dict, or None."""
-        row = self._reader().execute(sql, list(params or ())).fetchone()
+        row = self._query_one(sql, list(params or ()))
         return dict(row) if row is not None else None
 
     def db_run(self, sql, params=()):

@@ -56,8 +56,9 @@ def project_config(kind, controller_url, model_url, *, agents=None, presets=None
         backend["controllerUrl"] = controller_url
     if kind == "docker-chat":
         backend["image"] = RUNNER_IMAGE
-        # The runner still calls the FakeModel on the host's loopback; the controller needs no network.
-        backend["docker"] = {"network": "host"}
+        # The runner still calls the FakeModel on the host's loopback itself, so every agent gets the host
+        # network; the controller needs none (its runner socket is mounted).
+        backend["docker"] = {"network": "host", "grantNetwork": True}
     config = {"name": PROJECT, "task": "Compute the answer and report it.", "channels": ["#project"],
               "agents": agents, "tools": {"toolpacks": list(toolpacks)}, "backend": backend,
               "scheduler": scheduler or {"noEffectNudge": {"enabled": False}}}

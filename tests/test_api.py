@@ -53,6 +53,19 @@ def test_health_answers_exact_json_body(service):
     assert response.content == b'{\n  "healthy": true\n}\n'
 
 
+def test_health_names_the_loop_that_is_down(tmp_path):
+    import suzumio
+
+    liveness = suzumio.Liveness(["http", "scheduler", "reconciler"])
+    with serving(tmp_path / "root", liveness=liveness.states) as down_service:
+        assert down_service.get("/health").json() == {"healthy": True}
+        liveness.died("scheduler", OSError(24, "Too many open files"))
+        response = down_service.get("/health")
+    assert response.status_code == 503
+    assert response.json() == {"healthy": False, "components": {
+        "http": "up", "scheduler": "down: OSError: [Errno 24] Too many open files", "reconciler": "up"}}
+
+
 def test_project_list_gives_light_summaries_without_secrets(service):
     response = service.get("/api/projects")
     assert response.status_code == 200

@@ -77,7 +77,12 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client, project):
         assert host["AutoRemove"] is False
         assert host["ExtraHosts"] == ["host.docker.internal:host-gateway"]
         assert host["NetworkMode"] == "host"
-        assert host["Memory"] == 536870912 and host["NanoCpus"] == 1500000000
+        assert host["Memory"] == 536870912
+        assert host["NanoCpus"] == int(min(1.5, client.info()["NCPU"]) * 1e9)
+        assert config["User"] == (f"{os.getuid()}:{os.getgid()}" if os.getuid() else "65532:65532")
+        assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+        assert host["SecurityOpt"] == ["no-new-privileges:true"]
+        assert host["PidsLimit"] == 1024
         own_labels = {k: v for k, v in config["Labels"].items() if k.startswith("suzumio.")}
         assert own_labels == {"suzumio.managed": "true", "suzumio.project": project,
                                     "suzumio.agent": "worker", "suzumio.activation": act["id"]}
@@ -105,13 +110,105 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client, project):
         assert data["writeRoots"] == ["/workspace", "/artifacts/worker"]
 
 
-def test_default_network_is_dockers_default(tmp_path, client, project):
+def test_default_network_is_dockers_default_while_the_runner_needs_it(tmp_path, client, project):
+    assert backend.Launch.controller_over_network, "flip this test when the runner socket lands"
     with local_project(tmp_path, name=project, kind="docker-chat",
                        agent_env={"STANDIN_MODE": "exit:0"}) as env:
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
         wait_until(lambda: env.store.activation(act["id"])["status"] == "failed", 60)
         assert container_of(client, env.store, act["id"]).attrs["HostConfig"]["NetworkMode"] in ("default", "bridge")
+
+
+def started_container(env, client, agent_id="worker"):
+    """Start an activation of `agent_id` (stand-in runner), wait for it to end; the container's attrs."""
+    act = open_activation(env, agent_id)
+    env.backends.start(env.store, act["id"])
+    wait_until(lambda: env.store.activation(act["id"])["status"] != "running", 60)
+    return container_of(client, env.store, act["id"]).attrs
+
+
+@pytest.fixture
+def runner_socket(monkeypatch):
+    """As once the runner reaches the controller over the runner socket: no container needs a network
+    for it, so agents without network get `none`."""
+    monkeypatch.setattr(backend.Launch, "controller_over_network", False)
+
+
+@pytest.mark.parametrize("agent, docker_cfg, expected", [
+    ({"tools": ["messages.send"]}, {"network": "host"}, "none"),
+    ({"tools": ["web.fetch"]}, {"network": "host"}, "host"),
+    ({"tools": ["web.fetch"], "network": False}, {"network": "host"}, "none"),
+    ({"tools": [], "network": True}, {"network": "host"}, "host"),
+    ({"tools": []}, {"network": "host", "grantNetwork": True}, "host"),
+    ({"tools": [], "network": True, "docker": {"network": "none"}}, {"network": "host"}, "none"),
+])
+def test_network_is_none_unless_the_agent_has_network(tmp_path, client, project, runner_socket, agent, docker_cfg,
+                                                      expected):
+    agents = {"pm": {"tools": ["messages.send"]}, "worker": {**agent, "env": {"STANDIN_MODE": "exit:0"}}}
+    with local_project(tmp_path, name=project, kind="docker-chat", agents=agents, docker=docker_cfg) as env:
+        assert started_container(env, client)["HostConfig"]["NetworkMode"] == expected
+
+
+def test_default_limits_and_overrides_per_agent(tmp_path, client, project):
+    agents = {"pm": {"tools": ["messages.send"]},
+              "worker": {"tools": [], "docker": {"memory": "256m", "pidsLimit": 64, "cpus": 0.5,
+                                                 "capAdd": ["CHOWN"], "user": "1234:1234"}}}
+    with docker_project(tmp_path, project, agents=agents, agent_env={"STANDIN_MODE": "exit:0"}) as env:
+        pm = started_container(env, client, "pm")
+        worker = started_container(env, client, "worker")
+    host = pm["HostConfig"]
+    assert (host["Memory"], host["PidsLimit"]) == (4 * 1024 ** 3, 1024)
+    assert host["NanoCpus"] == int(min(2, client.info()["NCPU"]) * 1e9)
+    host = worker["HostConfig"]
+    assert (host["Memory"], host["PidsLimit"], host["NanoCpus"]) == (256 * 1024 ** 2, 64, 500000000)
+    assert host["CapAdd"] == ["CHOWN"] and host["CapDrop"] == ["ALL"] and worker["Config"]["User"] == "1234:1234"
+
+
+def test_false_turns_limits_off_and_a_cpu_limit_is_capped_at_the_engines(tmp_path, client, project):
+    with docker_project(tmp_path, project, docker={"memory": False, "pidsLimit": False, "cpus": 512},
+                        agent_env={"STANDIN_MODE": "exit:0"}) as env:
+        host = started_container(env, client)["HostConfig"]
+    assert host["Memory"] == 0 and host["PidsLimit"] in (None, 0, -1)
+    assert host["NanoCpus"] == client.info()["NCPU"] * 10 ** 9
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only a root controller hands folders to another uid")
+def test_a_root_controller_hands_the_writable_folders_to_the_container_uid(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "exit:0"}) as env:
+        workspace = env.store.dir / "agents/worker/workspace"
+        (workspace / "old").mkdir()
+        (workspace / "old/notes.txt").write_text("from a root container")
+        outside = tmp_path / "outside.txt"
+        outside.write_text("host file")
+        (workspace / "link").symlink_to(outside)
+        os.link(outside, workspace / "hardlink")
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        wait_until(lambda: env.store.activation(act["id"])["status"] != "running", 60)
+        uid, gid = backend.UNPRIVILEGED_IDS
+        input_json = env.store.activation_dir(act["id"]) / "input.json"
+        for path in (workspace, workspace / "old", workspace / "old/notes.txt", workspace / "standin-seen.json",
+                     env.store.artifacts_dir("worker"), input_json):
+            assert (path.lstat().st_uid, path.lstat().st_gid) == (uid, gid), path
+        assert input_json.stat().st_mode & 0o777 == 0o600
+        assert (workspace / "link").lstat().st_uid == uid
+        assert outside.stat().st_uid == 0, "neither a symbolic nor a hard link is followed out of the folder"
+        assert env.store.artifacts_dir("pm").stat().st_uid == 0, "other agents' folders stay as they are"
+
+
+@pytest.mark.parametrize("configured, ids, expected", [
+    (None, (1000, 1000), "1000:1000"), (None, (0, 0), "65532:65532"), ("4242", (0, 0), "4242"),
+    ("root", (1000, 1000), "root"),
+])
+def test_container_user(configured, ids, expected):
+    assert backend.container_user(configured, *ids) == expected
+
+
+@pytest.mark.parametrize("user, ids", [("1000", (1000, 1000)), ("1000:50", (1000, 50)), ("nobody", None),
+                                       ("1000:staff", None)])
+def test_numeric_ids(user, ids):
+    assert backend.numeric_ids(user) == ids
 
 
 @pytest.mark.parametrize("mode, expected", [

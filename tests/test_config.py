@@ -717,11 +717,143 @@ def test_docker_limits_render_in_order_and_are_validated(tmp_path):
         data["backend"]["docker"] = docker
         return data
     config_ = load(tmp_path, with_docker({"cpus": 1.5, "network": "host", "memory": "512m"}))
-    assert list(parse_yaml(config_.render())["backend"]["docker"]) == ["network", "memory", "cpus", "mounts", "proxy"]
+    assert list(parse_yaml(config_.render())["backend"]["docker"]) == [
+        "network", "memory", "cpus", "pidsLimit", "capAdd", "grantNetwork", "mounts", "proxy"]
     assert (config_.backend.docker.cpus, config_.backend.docker.memory) == (1.5, "512m")
     assert error(tmp_path, with_docker({"cpus": 0})).endswith("backend.docker.cpus: Number must be greater than 0")
     assert error(tmp_path, with_docker({"memory": 512})).endswith(
         "backend.docker.memory: Expected string, received number")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Least privilege: container settings, network per agent, warnings (docs/spec-notes.md entries 4d-4g)
+
+def docker_base(docker=None, **agents):
+    data = base()
+    data["agents"].update(agents)
+    if docker is not None:
+        data["backend"]["docker"] = docker
+    return data
+
+
+def test_limits_have_defaults_that_render_and_survive_a_stored_config_without_them(tmp_path):
+    config_ = load(tmp_path, BASE)
+    docker = parse_yaml(config_.render())["backend"]["docker"]
+    assert (docker["memory"], docker["cpus"], docker["pidsLimit"]) == ("4g", 2, 1024)
+    assert docker["capAdd"] == [] and docker["grantNetwork"] is False and "user" not in docker
+    stored = config_.data
+    for key in ("memory", "cpus", "pidsLimit", "capAdd", "grantNetwork"):
+        del stored["backend"]["docker"][key]
+    again = ProjectConfig.from_data(stored).sandbox("pm")
+    assert (again.memory, again.cpus, again.pids_limit, again.user, again.cap_add) == ("4g", 2, 1024, None, ())
+
+
+def test_false_turns_a_limit_off_and_other_values_are_checked(tmp_path):
+    sandbox = load(tmp_path, docker_base({"memory": False, "cpus": False, "pidsLimit": False})).sandbox("pm")
+    assert (sandbox.memory, sandbox.cpus, sandbox.pids_limit) == (False, False, False)
+    message = error(tmp_path, docker_base({"pidsLimit": 0, "cpus": True, "user": "", "capAdd": "NET_ADMIN",
+                                           "grantNetwork": "yes"}))
+    assert message == ("Invalid project config:\n"
+                       "  - backend.docker.cpus: Expected number, received boolean\n"
+                       "  - backend.docker.pidsLimit: Number must be greater than 0\n"
+                       "  - backend.docker.user: String must contain at least 1 character(s)\n"
+                       "  - backend.docker.capAdd: Expected array, received string\n"
+                       "  - backend.docker.grantNetwork: Expected boolean, received string")
+    message = error(tmp_path, docker_base(worker={"tools": [], "network": "on", "docker": {"memory": 1}}))
+    assert message == ("Invalid project config:\n"
+                       "  - agents.worker.network: Expected boolean, received string\n"
+                       "  - agents.worker.docker.memory: Expected string, received number")
+
+
+def test_agent_docker_settings_replace_the_backend_ones_key_by_key(tmp_path):
+    data = docker_base({"network": "host", "memory": "1g", "user": "1000:1000", "capAdd": ["CHOWN"]},
+                       worker={"tools": ["web.fetch"], "docker": {"memory": "256m", "capAdd": [], "network": "bridge",
+                                                                 "pidsLimit": 64}})
+    config_ = load(tmp_path, data)
+    pm, worker = config_.sandbox("pm"), config_.sandbox("worker")
+    assert (pm.network, pm.memory, pm.cpus, pm.pids_limit, pm.user, pm.cap_add) == (
+        "host", "1g", 2, 1024, "1000:1000", ("CHOWN",))
+    assert (worker.network, worker.memory, worker.cpus, worker.pids_limit, worker.user, worker.cap_add) == (
+        "bridge", "256m", 2, 64, "1000:1000", ())
+    assert list(parse_yaml(config_.render())["agents"]["worker"]) == ["prompt", "tools", "mounts", "env", "docker"]
+
+
+@pytest.mark.parametrize("agent, backend_docker, toolpacks, expected", [
+    ({"tools": ["messages.send"]}, {}, None, (False, "its tools do not allow web.fetch and nothing grants it network")),
+    ({"tools": ["web.fetch"]}, {}, None, (True, "its tools allow web.fetch")),
+    ({"tools": ["web.*"]}, {}, None, (True, "its tools allow web.fetch")),
+    ({"tools": ["*"]}, {}, None, (True, "its tools allow web.fetch")),
+    ({"tools": ["*"]}, {}, ["core"], (False, "its tools do not allow web.fetch and nothing grants it network")),
+    ({"tools": [], "network": True}, {}, None, (True, "agents.pm.network: true")),
+    ({"tools": ["web.fetch"], "network": False}, {"grantNetwork": True}, None, (False, "agents.pm.network: false")),
+    ({"tools": []}, {"grantNetwork": True}, None, (True, "backend.docker.grantNetwork: true")),
+])
+def test_network_goes_to_agents_allowed_web_fetch_or_granted_it(tmp_path, agent, backend_docker, toolpacks, expected):
+    data = docker_base(backend_docker)
+    data["agents"]["pm"] = agent
+    if toolpacks is not None:
+        data["tools"] = {"toolpacks": toolpacks}
+    sandbox = load(tmp_path, data).sandbox("pm")
+    assert (sandbox.has_network, sandbox.network_reason) == expected
+
+
+def test_render_lists_each_agents_network_with_its_reason(tmp_path):
+    data = docker_base({"network": "host"}, fetcher={"tools": ["web.fetch"]},
+                       worker={"count": 2, "tools": [], "network": True, "docker": {"network": "bridge"}},
+                       plain={"tools": ["web.fetch"], "docker": {"network": "none"}})
+    data["agents"]["critic"] = {"tools": ["web.fetch"], "docker": {}}
+    config_ = load(tmp_path, data)
+    assert config_.network_report() == [
+        "Network: pm gets none (its tools do not allow web.fetch and nothing grants it network)",
+        "Network: fetcher gets host (its tools allow web.fetch)",
+        "Network: worker-1 gets bridge (agents.worker.network: true)",
+        "Network: worker-2 gets bridge (agents.worker.network: true)",
+        "Network: plain gets none (its tools allow web.fetch)",
+        "Network: critic gets host (its tools allow web.fetch)",
+    ]
+    data["backend"]["docker"] = {}
+    assert load(tmp_path, data).network_report()[1] == (
+        "Network: fetcher gets Docker's default network (its tools allow web.fetch)")
+    data["backend"]["kind"] = "local"
+    assert load(tmp_path, data).network_report() == []
+
+
+def test_render_warns_about_every_setting_that_weakens_the_boundary(tmp_path):
+    data = docker_base({"network": "host", "user": "root", "capAdd": ["NET_ADMIN", "SYS_PTRACE"], "memory": False,
+                        "cpus": False, "pidsLimit": False, "grantNetwork": True},
+                       worker={"tools": [], "docker": {"user": "0:0", "pidsLimit": False, "network": "host"}})
+    assert load(tmp_path, data).warnings == [
+        "Warning: backend.docker.grantNetwork true gives every agent network",
+        "Warning: backend.docker.user root runs activation containers as root",
+        "Warning: backend.docker.capAdd gives activation containers capabilities: NET_ADMIN, SYS_PTRACE",
+        "Warning: backend.docker.memory false: activation containers have no memory limit",
+        "Warning: backend.docker.cpus false: activation containers have no CPU limit",
+        "Warning: backend.docker.pidsLimit false: activation containers have no process limit",
+        "Warning: backend.docker.network host gives pm the host's network, its 127.0.0.1 services included",
+        "Warning: agents.worker.docker.user 0:0 runs activation containers as root",
+        "Warning: agents.worker.docker.pidsLimit false: activation containers have no process limit",
+        "Warning: agents.worker.docker.network host gives worker the host's network, its 127.0.0.1 services "
+        "included",
+    ]
+
+
+def test_a_host_network_no_agent_gets_is_reported_as_unused(tmp_path):
+    config_ = load(tmp_path, docker_base({"network": "host"}))
+    assert config_.warnings == ["Warning: backend.docker.network host is only given to agents with network, and "
+                                "no agent it applies to has network"]
+    assert load(tmp_path, docker_base({"network": "bridge", "user": "1000"})).warnings == []
+
+
+def test_the_local_backend_warns_only_that_it_is_no_sandbox(tmp_path):
+    data = docker_base({"network": "host", "user": "root", "memory": False})
+    data["backend"]["kind"] = "local"
+    assert load(tmp_path, data).warnings == [config.LOCAL_WARNING]
+
+
+@pytest.mark.parametrize("user, root", [("root", True), ("0", True), ("0:1000", True), ("root:wheel", True),
+                                        ("1000", False), ("1000:0", False), ("rootless", False), (None, False)])
+def test_is_root_user(user, root):
+    assert config.is_root_user(user) is root
 
 
 def test_schema_issues_are_collected_across_the_tree(tmp_path):
@@ -1451,6 +1583,9 @@ def test_examples_render_and_render_again_identically(name, tmp_path):
     write(tmp_path / "again.yaml", config_.render())
     assert parse_yaml(load_project(tmp_path / "again.yaml", env={}).render()) == parse_yaml(config_.render())
     expected_warnings = [config.LOCAL_WARNING] if config_.backend.kind == "local" else []
+    if name == "imports/project.yaml":  # its local-debug profile asks for the host network; no agent has network
+        expected_warnings = ["Warning: backend.docker.network host is only given to agents with network, and no "
+                             "agent it applies to has network"]
     assert config_.warnings == expected_warnings
 
 

@@ -1133,3 +1133,53 @@ def test_core_tools_refused_after_activation_ended(demo):
     assert snapshot(demo) == before
     assert not (demo.dir / "final-report.md").exists()
     assert [p.name for p in demo.dir.iterdir() if p.name.startswith(".final-report")] == []
+
+
+# ---------------------------------------------------------------- bounded connections (issue 20)
+
+def test_readers_are_pooled_so_connections_never_grow_with_threads(tmp_path):
+    root, _store = init_demo(tmp_path / "root")
+    stores = [root.open_project("demo")]
+    for index in range(5):
+        config = make_config(name=f"p{index}")
+        stores.append(root.init_project(config["name"], config["task"], config, expanded_agents(config),
+                                        "x\n", "x\n", now=T0))
+    root.max_open = 3
+    errors = []
+
+    def reader():
+        try:
+            for _ in range(20):
+                for store in stores:
+                    store.project_summary(full=False)
+        except (sqlite3.Error, SuzumioError, RuntimeError) as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    # 16 threads x 6 projects kept 96+ connections open before; now the open-project cap bounds them.
+    assert root.open_connections() <= root.max_open * (1 + st.IDLE_READERS)
+    assert sum(store.open_connections() > 0 for store in stores) <= root.max_open
+    root.close()
+
+
+def test_a_released_store_reopens_its_connections_on_demand(demo):
+    demo.send_message("user", "before", recipient="pm")
+    assert demo.release_idle() is True
+    assert demo.open_connections() == 0
+    demo.send_message("user", "after", recipient="pm")
+    assert sorted(m["body"] for m in demo.list_messages(10)) == ["after", "before"]
+
+
+def test_read_connections_refuse_writes_so_a_read_path_changes_nothing(demo):
+    before = count(demo, "events")
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        demo.db_all("DELETE FROM events")
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        demo.db_get("UPDATE projects SET status = 'failed'")
+    assert count(demo, "events") == before
+    assert demo.project()["status"] == "running"

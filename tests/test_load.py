@@ -1,0 +1,126 @@
+"""The controller stays up (issue 20): descriptors bounded by design under many projects and clients,
+back to their idle level after a team has run, and a loop that dies ends `serve` loudly (exit 1)
+instead of leaving a deaf process. Each test runs `suzumio serve` as a real subprocess."""
+import json
+
+import pytest
+from conftest import wait_until
+from load_fixtures import REPO, Sampler, ServeProcess, browse, init_demo_teams, init_idle_projects, kick_off
+
+import suzumio_store
+
+# What one project may hold open at most: its -shm once, and the database and WAL descriptors of the
+# writer and each pooled reader.
+PER_PROJECT = 1 + 2 * (1 + suzumio_store.IDLE_READERS)
+
+
+@pytest.fixture
+def serve_root(tmp_path):
+    servers = []
+
+    def start(*args, **kwargs):
+        server = ServeProcess(tmp_path / "root", tmp_path / f"serve-{len(servers)}.log", *args, **kwargs)
+        servers.append(server)
+        return server
+
+    (tmp_path / "root").mkdir()
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.mark.timeout(180)
+def test_sixty_project_root_browsed_by_sixteen_clients_keeps_answering_with_bounded_descriptors(serve_root,
+                                                                                              tmp_path):
+    init_idle_projects(tmp_path / "root", 60)
+    serve = serve_root().start()
+    idle = serve.descriptors()
+    sampler = Sampler(serve)
+
+    statuses, _latencies = browse(serve, clients=16, requests_each=40, sampler=sampler)
+
+    assert statuses == [200] * 640
+    status, body = serve.request("GET", "/api/projects")
+    assert status == 200 and len(json.loads(body)) == 60
+    assert serve.healthy()
+    # Bounded by the open-project cap, not by projects x threads (which was 60 x 16 x 3 before).
+    bound = idle + suzumio_store.MAX_OPEN_PROJECTS * PER_PROJECT + 16 * 2
+    assert sampler.peak_descriptors <= bound, (sampler.peak_descriptors, idle, bound)
+    assert sampler.peak_descriptors < 60 * 16  # far below one connection per thread per project
+    assert "select()" not in serve.log()
+
+
+@pytest.mark.timeout(180)
+def test_descriptors_return_to_idle_level_after_a_team_finishes(serve_root, tmp_path):
+    serve = serve_root()
+    init_demo_teams(tmp_path / "root", ["demo"], serve.port)
+    serve.start()
+    # Idle level: the project read by a few clients at once, as a browsing control room does.
+    browse(serve, clients=4, requests_each=10)
+    idle = settled_descriptors(serve)
+
+    kick_off(serve, "demo")
+
+    def submitted():
+        _status, body = serve.request("GET", "/api/projects/demo")
+        return json.loads(body)["status"] == "submitted"
+
+    wait_until(submitted, 120, interval=0.2, message="the demo team submits")
+    _status, body = serve.request("GET", "/api/projects/demo")
+    assert json.loads(body)["stats"]["activationCount"] >= 4  # the whole team ran
+    wait_until(lambda: serve.descriptors() <= idle, 30, interval=0.2,
+               message=f"descriptors back to the idle level {idle}")
+
+
+def settled_descriptors(serve):
+    """The descriptor count once five readings 0.1 s apart agree (closed client sockets are gone)."""
+    readings = []
+
+    def stable():
+        readings.append(serve.descriptors())
+        return len(readings) >= 5 and len(set(readings[-5:])) == 1
+
+    wait_until(stable, 15, interval=0.1, message="a settled descriptor count")
+    return readings[-1]
+
+
+# Each wrapper runs `suzumio serve` with one loop made to fail the way a real fault would.
+FAULTS = {
+    "http": ("import waitress.wasyncore\n"
+             "def loop(*args, **kwargs):\n"
+             "    raise ValueError('filedescriptor out of range in select()')\n"
+             "waitress.wasyncore.loop = loop\n", "HTTP loop died"),
+    "scheduler": ("import suzumio_scheduler\n"
+                  "def tick_all(self, now=None):\n"
+                  "    raise OSError(24, 'Too many open files')\n"
+                  "suzumio_scheduler.Scheduler.tick_all = tick_all\n", "scheduler thread died"),
+    "reconciler": ("import suzumio_backend\n"
+                   "def reconcile(self, stores, now=None):\n"
+                   "    raise RuntimeError('injected reconciler fault')\n"
+                   "suzumio_backend.Backends.reconcile = reconcile\n", "reconciler thread died"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("component", sorted(FAULTS))
+def test_a_dead_loop_ends_serve_with_exit_code_1(serve_root, component):
+    patch, logged = FAULTS[component]
+    code = (f"import sys\nsys.path.insert(0, {str(REPO)!r})\n{patch}"
+            "import suzumio\nsys.exit(suzumio.main(sys.argv[1:]))\n")
+    serve = serve_root(python_code=code).start(wait_healthy=False)
+
+    returncode = serve.process.wait(timeout=30)
+
+    assert returncode == 1
+    text = serve.log()
+    assert logged in text
+    assert f"Error: serve stopped because a loop died: {component} down:" in text
+    assert "Traceback" in text  # logged with its traceback, not swallowed
+
+
+@pytest.mark.timeout(60)
+def test_serve_without_faults_keeps_running_and_exits_0_on_sigterm(serve_root):
+    serve = serve_root().start()
+    assert serve.process.poll() is None
+    serve.stop()
+    assert serve.process.returncode == 0
