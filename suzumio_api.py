@@ -3,6 +3,7 @@ actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the use
 app, which never serves a runner route (those are suzumio_runner_support.make_runner_app, on the
 runner listener); Server runs an app on Waitress, on TCP or a Unix socket. Nothing is built at import
 time. Imported by suzumio.py, tests and bench."""
+import collections
 import hmac
 import json
 import logging
@@ -18,9 +19,10 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
+import suzumio_records
 import suzumio_scheduler
 import suzumio_yaml
-from suzumio_errors import Forbidden, NotFound, SuzumioError, Unauthorized
+from suzumio_errors import BadRequest, Forbidden, NotFound, SuzumioError, Unauthorized
 from suzumio_runner_support import (
     JSON_TYPE,
     NOSNIFF,
@@ -45,6 +47,8 @@ ASSET_TYPES = {
 }
 ASSET_MISSING = "webui asset not found. Run npm run build."
 SSE_BATCH = 500
+FEED_BUFFER = 2000  # encoded frames each project's feed keeps for its stream clients
+STREAM_WAKE_SECONDS = 0.5  # longest a stream sleeps between checks of disconnect and shutdown
 KEEP_ALIVE = b": keep-alive\n\n"
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_KEEP_ALIVE_SECONDS = 15.0
@@ -78,6 +82,29 @@ def number_param(raw):
     except (TypeError, ValueError):
         return None
     return math.floor(value) if math.isfinite(value) else None
+
+
+# Time-range paging of the team view (http-api.md §6.11): its own, larger page cap.
+TIMELINE_LIMIT_DEFAULT = 500
+TIMELINE_LIMIT_MAX = 2000
+
+
+def timeline_limit(raw):
+    """Like limit() but capped at 2000."""
+    value = number_param(raw)
+    if value is None or value <= 0:
+        return TIMELINE_LIMIT_DEFAULT
+    return min(TIMELINE_LIMIT_MAX, value)
+
+
+def timestamp_param(raw, name):
+    """An ISO-8601 query value as a stored timestamp (UTC, milliseconds, Z); absent → None."""
+    if raw is None or raw == "":
+        return None
+    try:
+        return suzumio_records.format_ts(suzumio_records.parse_ts(raw))
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO-8601 timestamp") from None
 
 
 # ---------------------------------------------------------------- request guards (http-api.md §1.1)
@@ -259,6 +286,14 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     def activations(project):
         return json_response(root.open_project(project).list_activations(limit_query(100)))
 
+    @app.get("/api/projects/<project>/timeline")
+    def timeline(project):
+        query = bottle.request.query
+        limit = timeline_limit(query.get("limit"))
+        return json_response(root.open_project(project).timeline_page(
+            since=timestamp_param(query.get("since"), "since"),
+            until=timestamp_param(query.get("until"), "until"), limit=limit))
+
     @app.get("/api/projects/<project>/activations/<activation>/context")
     def context(project, activation):
         return json_response(root.open_project(project).activation_context(activation))
@@ -340,6 +375,8 @@ def sse_frame(row):
 
 
 def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
+    feeds = ProjectFeeds(root)
+
     @app.get("/api/projects/<project>/stream")
     def stream(project):
         store = root.open_project(project)
@@ -354,15 +391,80 @@ def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
         # No `Connection: keep-alive`: WSGI forbids hop-by-hop headers; HTTP/1.1 keeps the connection open.
         bottle.response.set_header("Cache-Control", "no-cache")
         bottle.response.set_header(*NOSNIFF)
-        events = EventFeed(store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds)
-        return events.frames(replay)
+        client = StreamClient(feeds.get(store), root.changes, cursor, stopping, disconnected, poll_seconds,
+                              keep_alive_seconds)
+        return client.frames(replay)
 
 
-class EventFeed:
-    """One SSE client: polls the events table by rowid and ends on disconnect or shutdown."""
+class ProjectFeeds:
+    """One ProjectFeed per project, made on first use."""
 
-    def __init__(self, store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds):
-        self.store = store
+    def __init__(self, root):
+        self.root = root
+        self._feeds = {}
+        self._lock = threading.Lock()
+
+    def get(self, store):
+        with self._lock:
+            feed = self._feeds.get(store.project_id)
+            if feed is None:
+                feed = self._feeds[store.project_id] = ProjectFeed(store.project_id, self.root)
+            return feed
+
+
+class ProjectFeed:
+    """The events of one project read once and encoded once for every stream client: a bounded buffer
+    of (rowid, frame) after `base`, refreshed by whichever client first finds it stale."""
+
+    def __init__(self, project_id, root, size=FEED_BUFFER):
+        self.project_id = project_id
+        self.root = root
+        self.size = size
+        self._lock = threading.Lock()
+        self._frames = collections.deque()
+        self.base = None  # every event after this rowid up to `cursor` is in the buffer
+        self.cursor = None
+        self._read_version = None
+        self._read_at = 0.0
+
+    def after(self, cursor, version, poll_seconds):
+        """(frames after `cursor` joined, the new cursor). Reads the store when the project committed since
+        the last read or `poll_seconds` passed (writes by other processes are only seen by that poll)."""
+        with self._lock:
+            stale = (self._read_version is None or version > self._read_version
+                     or time.monotonic() - self._read_at >= poll_seconds)
+            if stale:
+                self._refresh(version)
+            if cursor < self.base:
+                return None, cursor  # behind the buffer: the client reads the store itself
+            frames = [frame for rowid, frame in self._frames if rowid > cursor]
+            return b"".join(frames), max(cursor, self.cursor)
+
+    def _refresh(self, version):
+        store = self.root.open_project(self.project_id)
+        if self.cursor is None:
+            self.base = self.cursor = store.latest_event_rowid()
+        while True:
+            rows = store.events_after(self.cursor, SSE_BATCH)
+            for rowid, row in rows:
+                self._frames.append((rowid, sse_frame(row)))
+            if rows:
+                self.cursor = rows[-1][0]
+            if len(rows) < SSE_BATCH:
+                break
+        while len(self._frames) > self.size:
+            self.base = self._frames.popleft()[0]
+        self._read_version = version
+        self._read_at = time.monotonic()
+
+
+class StreamClient:
+    """One SSE client: frames from its project's feed after its own cursor; woken by the project's
+    commits, with keep-alives, until it disconnects or the server shuts down."""
+
+    def __init__(self, feed, changes, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds):
+        self.feed = feed
+        self.changes = changes
         self.cursor = cursor
         self.stopping = stopping
         self.disconnected = disconnected
@@ -373,25 +475,30 @@ class EventFeed:
         # Bottle sends headers with the first non-empty chunk, so an empty replay sends a comment.
         yield b"".join(sse_frame(row) for _rowid, row in replay) or KEEP_ALIVE
         last_write = time.monotonic()
-        while not self.stopping.wait(self.poll_seconds) and not self.disconnected():
-            batch = self.poll()
+        version = self.changes.version(self.feed.project_id)
+        while not self.stopping.is_set() and not self.disconnected():
+            batch = self.next_batch(version)
             if batch:
                 yield batch
                 last_write = time.monotonic()
             elif time.monotonic() - last_write >= self.keep_alive_seconds:
                 yield KEEP_ALIVE
                 last_write = time.monotonic()
+            else:
+                # Woken at once by a commit of this project; the timeout bounds how late a write by
+                # another process, a disconnect or the shutdown is noticed.
+                version = self.changes.wait(self.feed.project_id, version, min(self.poll_seconds, STREAM_WAKE_SECONDS))
 
-    def poll(self):
-        """Every event after the cursor, oldest first, however many arrived since the last poll."""
-        chunks = []
-        while True:
-            rows = self.store.events_after(self.cursor, SSE_BATCH)
-            chunks.extend(sse_frame(row) for _rowid, row in rows)
-            if rows:
-                self.cursor = rows[-1][0]
-            if len(rows) < SSE_BATCH:
-                return b"".join(chunks)
+    def next_batch(self, version):
+        """Every frame after the cursor, oldest first, however many arrived since the last batch."""
+        batch, self.cursor = self.feed.after(self.cursor, version, self.poll_seconds)
+        if batch is not None:
+            return batch
+        store = self.feed.root.open_project(self.feed.project_id)
+        rows = store.events_after(self.cursor, SSE_BATCH)  # a client behind the shared buffer
+        if rows:
+            self.cursor = rows[-1][0]
+        return b"".join(sse_frame(row) for _rowid, row in rows)
 
 
 # ---------------------------------------------------------------- static WebUI (webui.md §1.5)

@@ -408,3 +408,51 @@ export function streamUrl(project: string): string {
   const tokenQuery = token ? `&token=${enc(token)}` : '';
   return `${projectPath(project)}/stream?limit=1${tokenQuery}`;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Team view (http-api.md §6.11): time-range pages of activations, messages, waits and submissions.
+
+export interface TimelineSignal {
+  id: string;
+  kind: string;
+  priority: Priority | string;
+  sourceAgent?: string;
+  sourceActivation?: string;
+  targetAgent?: string;
+  messageId?: string;
+  reason?: string;
+  createdAt: string;
+  deliveredActivationId?: string;
+}
+
+export interface TimelineActivation extends Activation {
+  /** The signals delivered to this activation when it started (what woke it). */
+  signals?: TimelineSignal[];
+}
+
+export interface TimelinePage {
+  /** Lower bound of this page (inclusive); absent when the page reaches the project's beginning. */
+  since?: string;
+  until?: string;
+  /** Older items exist: ask again with `until` = this page's `since`. */
+  more: boolean;
+  activations: TimelineActivation[];
+  messages: Message[];
+  waits: TimelineSignal[];
+  approvals: TimelineSignal[];
+}
+
+export function getTimeline(
+  project: string,
+  range: { since?: string; until?: string; limit?: number } = {},
+): Promise<TimelinePage> {
+  const query = new URLSearchParams();
+  if (range.since) query.set('since', range.since);
+  if (range.until) query.set('until', range.until);
+  query.set('limit', String(range.limit ?? 2000));
+  return getJson<TimelinePage>(`${projectPath(project)}/timeline?${query.toString()}`);
+}
+
+/** The newest history row of one agent (the running bar's latest text). */
+export const getLatestHistory = (project: string, agent: string) =>
+  getJson<HistoryPage>(`${projectPath(project)}/agents/${enc(agent)}/history?limit=1`);
