@@ -1,12 +1,14 @@
 """User-facing HTTP surface (http-api.md): request guards, projects, messages, history, control
-actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the Bottle app with the
-runner routes of suzumio_runner_support mounted beside these; Server runs it on Waitress. Nothing is
-built at import time. Imported by suzumio.py, tests and bench."""
+actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the user listener's Bottle
+app, which never serves a runner route (those are suzumio_runner_support.make_runner_app, on the
+runner listener); Server runs an app on Waitress, on TCP or a Unix socket. Nothing is built at import
+time. Imported by suzumio.py, tests and bench."""
 import collections
 import hmac
 import json
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -20,15 +22,13 @@ import waitress.wasyncore
 import suzumio_records
 import suzumio_scheduler
 import suzumio_yaml
-from suzumio_errors import BadRequest, Forbidden, NotFound
+from suzumio_errors import BadRequest, Forbidden, NotFound, SuzumioError, Unauthorized
 from suzumio_runner_support import (
     JSON_TYPE,
     NOSNIFF,
-    ErrorBoundary,
-    encode_json,
+    base_app,
     error_response,
     json_response,
-    mount_runner_routes,
     read_body,
     read_fields,
     run_tick,
@@ -40,9 +40,6 @@ log = logging.getLogger(__name__)
 
 WEBUI_DIR = Path(__file__).resolve().parent / "webui_dist"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-# The runner routes of §9 exactly: an unmatched path under /runner/ or /toolpacks/ still gets the Host check.
-RUNNER_ROUTE = re.compile(r"^/(?:runner/(?:tool-calls/(?:start|finish)|signals|history/(?:messages|compact))"
-                          r"|toolpacks/[^/]+/support|activation-(?:context|output))$")
 STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
 ASSET_TYPES = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -125,15 +122,14 @@ def bracketed(host):
 
 
 class Guards:
-    """The three checks of §1.1, run before route matching; each failure is a 403."""
+    """The three checks of §1.1, run before route matching on every path of the user listener: the
+    Host and cross-origin checks answer 403, the API token 401."""
 
     def __init__(self, api_token, allowed_hosts, bound_host):
         self.api_token = api_token
         self.allowed = {h.lower() for h in (*LOOPBACK_HOSTS, bracketed(bound_host), *allowed_hosts)}
 
     def check(self, environ, path):
-        if RUNNER_ROUTE.match(path):
-            return
         host = environ.get("HTTP_HOST")
         if host is not None and host_part(host).lower() not in self.allowed:
             raise Forbidden(f"Host not allowed: {host_part(host)}")
@@ -162,20 +158,9 @@ class Guards:
         elif STREAM_PATH.match(path):
             given = urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).get("token", [None])[0]
         if given is None:
-            raise Forbidden("API token required")
+            raise Unauthorized("API token required")
         if not hmac.compare_digest(given.encode("utf-8"), self.api_token.encode("utf-8")):
-            raise Forbidden("Invalid API token")
-
-
-def raw_path(environ):
-    """The request path still percent-encoded, so `a%2Fb` stays one segment (§2.4)."""
-    uri = environ.get("REQUEST_URI")
-    if uri:
-        # An origin-form target is a path: urlsplit would read `//x/y` as host `x` and path `/y`.
-        if uri.startswith("/"):
-            return uri.split("?", 1)[0].split("#", 1)[0]
-        return urllib.parse.urlsplit(uri).path or "/"
-    return urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin1"), safe="/:@!$&'()*+,;=")
+            raise Unauthorized("Invalid API token")
 
 
 # ---------------------------------------------------------------- config redaction (§6.10)
@@ -214,54 +199,25 @@ def _named_secret_map(path):
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
              poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
-    """The WSGI app: user routes, runner routes, guards and the one error shape.
+    """The user listener's WSGI app: user routes, SSE, static WebUI, guards and the one error shape.
+    Runner routes are not here (a 404): suzumio_runner_support.make_runner_app serves them.
 
     `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
-    and approve; `stopping` (a threading.Event) ends open SSE streams when set; `liveness()` names the
-    state of each long-lived loop of the process for /health (`up`, or why it is down)."""
-    app = bottle.Bottle(catchall=True)
-    app.uninstall(bottle.JSONPlugin)
-    app.install(ErrorBoundary())
-    guards = Guards(api_token, allowed_hosts, bound_host)
+    and approve; `api_token` None turns the token check off (`serve --no-auth`); `stopping` (a
+    threading.Event) ends open SSE streams when set; `liveness()` names the state of each long-lived
+    loop of the process for /health (`up`, or why it is down)."""
     stopping = stopping or threading.Event()
-    app.config["suzumio.stopping"] = stopping
+    app = base_app(stopping)
+    guards = Guards(api_token, allowed_hosts, bound_host)
 
     @app.hook("before_request")
     def before_request():
         environ = bottle.request.environ
-        path = raw_path(environ)
-        environ["PATH_INFO"] = path
         try:
-            guards.check(environ, path)
-        except Forbidden as exc:
+            guards.check(environ, environ["PATH_INFO"])
+        except SuzumioError as exc:
             raise error_response(exc.status, exc.message) from None
 
-    @app.hook("after_request")
-    def after_request():
-        bottle.response.set_header(*NOSNIFF)
-
-    # Bottle calls these for unmatched routes and for exceptions that escape the route boundary
-    # (hooks); they must encode the JSON themselves.
-    def error_page(message):
-        def handler(error):
-            bottle.response.content_type = JSON_TYPE
-            bottle.response.set_header(*NOSNIFF)
-            return encode_json({"error": message})
-        return handler
-
-    not_found = error_page("not found")
-
-    def wrong_method(error):
-        # A wrong method on an existing path is a plain 404 (§2.3), never a 405.
-        bottle.response.status = 404
-        del bottle.response.headers["Allow"]
-        return not_found(error)
-
-    app.error_handler[404] = not_found
-    app.error_handler[405] = wrong_method
-    app.error_handler[500] = error_page("internal error")
-
-    mount_runner_routes(app, root, toolpacks, scheduler)
     mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
     mount_static(app, Path(webui_dir))
@@ -577,20 +533,28 @@ def mount_static(app, webui_dir):
 # ---------------------------------------------------------------- Waitress
 
 class Server:
-    """The app on Waitress in a named thread; close() ends streams, then stops Waitress."""
+    """An app on Waitress in a named thread, on host:port or, with `unix_socket`, on that socket path
+    (mode 0666: the socket's directory and the agent token decide who gets in); close() ends streams,
+    then stops Waitress."""
 
     def __init__(self, app, host="127.0.0.1", port=0, threads=32, connection_limit=CONNECTION_LIMIT,
-                 on_fatal=None):
+                 on_fatal=None, unix_socket=None, name="suzumio-http"):
         self.app = app
+        self.unix_socket = None if unix_socket is None else str(unix_socket)
+        where = ({"unix_socket": self.unix_socket, "unix_socket_perms": "666"} if unix_socket is not None
+                 else {"host": host, "port": port})
         # poll(), never select(): select() fails outright once any descriptor number passes 1024.
         self.server = waitress.server.create_server(
-            app, host=host, port=port, threads=threads, send_bytes=1, channel_request_lookahead=1,
+            app, threads=threads, send_bytes=1, channel_request_lookahead=1,
             clear_untrusted_proxy_headers=True, ident="suzumio", asyncore_use_poll=True,
-            connection_limit=connection_limit)
-        self.port = self.server.effective_port
+            connection_limit=connection_limit, **where)
+        self.port = None if unix_socket is not None else int(self.server.effective_port)
+        # The socket this server bound, so that close() removes it only while it is still this one
+        # (a newer serve may already have replaced it).
+        self._socket_inode = os.stat(self.unix_socket).st_ino if unix_socket is not None else None
         self.on_fatal = on_fatal  # called with the error if the loop itself dies
         self._closing = threading.Event()
-        self.thread = threading.Thread(target=self._serve, name="suzumio-http", daemon=True)
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     def start(self):
         self.thread.start()
@@ -629,3 +593,10 @@ class Server:
     def _close_sockets(self):
         self.server.close()
         waitress.wasyncore.close_all(self.server._map)
+        if self._socket_inode is not None:
+            try:
+                if os.stat(self.unix_socket).st_ino == self._socket_inode:
+                    os.unlink(self.unix_socket)
+            except FileNotFoundError:
+                pass
+            self._socket_inode = None

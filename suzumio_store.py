@@ -100,6 +100,10 @@ from suzumio_records import (
 log = logging.getLogger(__name__)
 
 DB_FILE = "suzumio.sqlite"
+# Beside the projects in the root: the runner socket's directory (mounted into every container, so it
+# holds nothing else) and the user API token (mode 0600, never mounted). No project may take these names.
+RUN_DIR = "run"
+API_TOKEN_FILE = "api-token"
 BUSY_TIMEOUT_S = 5
 # Descriptor bounds (each connection holds the database and its WAL; a project adds its -shm once).
 IDLE_READERS = 2  # pooled reader connections kept per project; a burst beyond it closes its extras
@@ -246,6 +250,8 @@ class Root:
         the config's expanded agents (ProjectConfig.agents: id, role, display_name, prompt, model, tools)."""
         if not valid_project_name(name):
             raise BadRequest(f"Invalid project name: {name}")
+        if name in (RUN_DIR, API_TOKEN_FILE):
+            raise BadRequest(f"Invalid project name: {name} (reserved in the runtime root)")
         directory = self.path / name
         db_path = directory / DB_FILE
         if _has_project_row(db_path, name):

@@ -120,7 +120,8 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     options = parser.parse_args(argv)
     results = benchlib.Results("webui_team")
-    with tempfile.TemporaryDirectory(prefix="suzumio-team-bench-") as tmp, serving(Path(tmp) / "root") as service:
+    with (tempfile.TemporaryDirectory(prefix="suzumio-team-bench-") as tmp,
+          serving(Path(tmp) / "root", api_token=None) as service):
         started = time.perf_counter()
         store = seed_team_scale(service.root, Path(tmp) / "configs", service.base_url,
                                 activations=options.activations, messages=options.messages)

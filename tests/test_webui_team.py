@@ -49,7 +49,7 @@ def page(browser, team):
 
 
 def open_team(page, service, hash_="#/demo/team"):
-    page.goto(service.base_url + "/" + hash_)
+    page.goto(service.control_room(hash_))  # /?token=…, as serve prints it
     expect(page.get_by_test_id("stream-state")).to_have_attribute("data-state", "live", timeout=5000)
     if hash_.endswith("/team"):
         expect(page.get_by_test_id("team-chart")).to_have_attribute("data-complete", "true")
@@ -187,7 +187,7 @@ def test_p0_restart_is_drawn_as_a_cancelled_bar_followed_by_a_new_one(page, team
     store.start()
     # A running activation with no process behind it, then a P0: the scheduler cancels and restarts.
     running = store.start_activation("worker-1", "Polish part A.", [])["id"]
-    page.goto(team.base_url + "/")
+    page.goto(team.control_room())
     wait_until(lambda: page.evaluate("location.hash") == "#/demo/team", 10, message="Team as the default view")
     running_bar = page.locator(f'[data-testid="team-bar"][data-activation-id="{running}"]')
     expect(running_bar).to_have_attribute("data-outcome", "running")

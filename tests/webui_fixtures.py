@@ -44,7 +44,6 @@ agents:
   toolpacks: {toolpacks}
 backend:
   kind: local
-  controllerUrl: "{controller_url}"
   runner:
     model: offline
     models:
@@ -180,10 +179,10 @@ KICKOFF = "Start. Make the greeting card with your team."
 
 def init_demo_team(service, directory):
     """examples/demo.yaml (pm Mio, workers Akari and Ren, critic Kei) on the `local` backend with the
-    scripted provider, pointed at this server; initialised like `suzumio init`, not started."""
+    scripted provider, whose runners reach this server over its runner socket; initialised like
+    `suzumio init`, not started."""
     directory.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load((EXAMPLES / "demo.yaml").read_text(encoding="utf-8"))
-    config["backend"]["controllerUrl"] = service.base_url
     shutil.copy(EXAMPLES / "demo-script.yaml", directory / "demo-script.yaml")
     return init_project(service.root, directory, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
 

@@ -189,7 +189,8 @@ export interface ToolUiResult {
 }
 
 // ---------------------------------------------------------------------------------------------
-// API token (webui.md §2.6): sessionStorage only, never the URL, localStorage or cookies.
+// API token (webui.md §2.6): sessionStorage only, never localStorage or cookies. `serve` prints the
+// Control room URL `/?token=…`; adoptUrlToken() keeps that token and removes it from the address bar.
 
 const TOKEN_KEY = 'suzumio.apiToken';
 export const TOKEN_REQUIRED = 'API token required';
@@ -223,6 +224,22 @@ export function forgetToken(): void {
 
 let memoryToken: string | null = null;
 
+/**
+ * Reads `?token=` once at start-up: stores it for this tab's session and replaces the address
+ * (history.replaceState, so no history entry is added) with the same path and hash without the
+ * token, so it is neither bookmarked, shared nor kept in the history.
+ */
+export function adoptUrlToken(): void {
+  const params = new URLSearchParams(window.location.search);
+  const token = params.get('token');
+  if (token === null) return;
+  if (token !== '') storeToken(token);
+  params.delete('token');
+  const query = params.toString();
+  const address = `${window.location.pathname}${query ? `?${query}` : ''}${window.location.hash}`;
+  window.history.replaceState(window.history.state, '', address);
+}
+
 function currentToken(): string | null {
   return readToken() ?? memoryToken;
 }
@@ -230,7 +247,7 @@ function currentToken(): string | null {
 type TokenListener = (message: string) => void;
 let tokenListener: TokenListener | null = null;
 
-/** Registers the one callback told when the server refuses the API token (403, §2.6). */
+/** Registers the one callback told when the server refuses the API token (401, §2.6). */
 export function onTokenRefused(listener: TokenListener | null): void {
   tokenListener = listener;
 }
@@ -251,7 +268,7 @@ export class ApiError extends Error {
 export function isTokenError(error: unknown): boolean {
   return (
     error instanceof ApiError &&
-    error.status === 403 &&
+    error.status === 401 &&
     (error.message === TOKEN_REQUIRED || error.message === TOKEN_INVALID)
   );
 }
