@@ -132,6 +132,7 @@ class Runtime:
 
     def __init__(self, root):
         import suzumio_backend
+        import suzumio_model_proxy
         import suzumio_scheduler
         import suzumio_toolpacks
 
@@ -139,6 +140,7 @@ class Runtime:
         configs = suzumio_config.ConfigCache()  # one parsed config per project, for ticks and routes
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs)
         self.backends = suzumio_backend.Backends()
+        self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs)
 
     def close(self):
@@ -371,7 +373,8 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
               "every project", file=err)
     runtime = Runtime(root)
     app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
-                               api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host)
+                               api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
+                               model_proxy=runtime.model_proxy)
     server = suzumio_api.Server(app, host, port, threads=threads)
     # The handlers only record the signal: appending to a list takes no lock, so a signal can never
     # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.

@@ -184,11 +184,13 @@ def _named_secret_map(path):
 
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
-             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS):
+             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS,
+             model_proxy=None):
     """The WSGI app: user routes, runner routes, guards and the one error shape.
 
     `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
-    and approve; `stopping` (a threading.Event) ends open SSE streams when set."""
+    and approve; `stopping` (a threading.Event) ends open SSE streams when set; `model_proxy` forwards
+    the runners' model requests (suzumio_model_proxy.ModelProxy; by default over os.environ)."""
     app = bottle.Bottle(catchall=True)
     app.uninstall(bottle.JSONPlugin)
     app.install(ErrorBoundary())
@@ -231,7 +233,7 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
     app.error_handler[405] = wrong_method
     app.error_handler[500] = error_page("internal error")
 
-    mount_runner_routes(app, root, toolpacks, scheduler)
+    mount_runner_routes(app, root, toolpacks, scheduler, model_proxy)
     mount_user_routes(app, root, scheduler, backend, toolpacks)
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
     mount_static(app, Path(webui_dir))
