@@ -48,6 +48,8 @@ class ModelProxy:
         preset = config.runner.presets.get(preset_id)
         if preset is None:
             raise NotFound(f"Model preset not found: {preset_id}")
+        if preset.is_list:
+            raise BadRequest(f"Model preset {preset_id} is a model list; name one of its concrete presets")
         if preset_id not in [p.id for p in config.model_attempts(agent_id)]:
             raise Forbidden(f"Model preset {preset_id} is not selected for {agent_id}")
         if provider_id != preset.provider:

@@ -85,8 +85,10 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client, project):
         token = env.store.agent("worker", include_token=True)["token"]
         assert container_env["SUZUMIO_PROJECT"] == project and container_env["SUZUMIO_AGENT"] == "worker"
         assert container_env["SUZUMIO_ACTIVATION"] == act["id"] and container_env["SUZUMIO_TOKEN"] == token
-        assert container_env["GW_KEY"] == "k1" and "GW_URL" not in container_env
-        assert "literal-secret" not in config["Env"]
+        assert "GW_KEY" not in container_env and "GW_URL" not in container_env
+        assert not [item for item in config["Env"] if "literal-secret" in item or "k1" in item.split("=", 1)[1]]
+        input_text = (env.store.activation_dir(act["id"]) / "input.json").read_text()
+        assert "literal-secret" not in input_text and "GW_KEY" not in input_text
         project_dir = env.store.dir
         expected = [
             (str(project_dir / "activations" / act["id"] / "input.json"), "/activation/input.json", True),
