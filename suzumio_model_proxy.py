@@ -8,10 +8,12 @@ import json
 import logging
 import os
 import re
+import socket
+import threading
 import time
 from collections import namedtuple
 from collections.abc import Mapping
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from suzumio_errors import BadGateway, BadRequest, Forbidden, NotFound
 from suzumio_models import TransportError, chat_completions_usage, http_request, model_timeouts, proxy_for
@@ -19,6 +21,7 @@ from suzumio_models import TransportError, chat_completions_usage, http_request,
 log = logging.getLogger(__name__)
 
 REDACTED = "<redacted>"
+HOST_GATEWAY = "host.docker.internal"
 # Provider options the proxy applies; `maxRetries` is the runner's (it retries through the proxy).
 FORWARD_OPTIONS = ("apiKey", "baseURL", "headers", "queryParams")
 RUNNER_OPTIONS = ("maxRetries",)
@@ -39,9 +42,29 @@ class ModelProxy:
     """Forwards runner model requests to their provider; `environ` is the controller's environment
     (read at each call, as the backends read it at each activation start)."""
 
-    def __init__(self, environ=None, clock=time.monotonic):
+    def __init__(self, environ=None, clock=time.monotonic, resolve=socket.getaddrinfo):
         self._environ = os.environ if environ is None else environ
         self._clock = clock
+        self._resolve = resolve
+        self._gateway_lock = threading.Lock()
+        self._gateway_resolves = None
+
+    def controller_base_url(self, base_url):
+        """Base URLs written for runners in containers name `host.docker.internal`; the controller on the
+        Docker host reaches that host at 127.0.0.1 unless the name resolves where it runs."""
+        parts = urlsplit(base_url)
+        if parts.hostname != HOST_GATEWAY:
+            return base_url
+        with self._gateway_lock:
+            if self._gateway_resolves is None:
+                try:
+                    self._resolve(HOST_GATEWAY, None)
+                    self._gateway_resolves = True
+                except OSError:
+                    self._gateway_resolves = False
+            if self._gateway_resolves:
+                return base_url
+        return urlunsplit(parts._replace(netloc=parts.netloc.replace(HOST_GATEWAY, "127.0.0.1")))
 
     def upstream(self, config, agent_id, provider_id, preset_id):
         """Where and how to send a request of `agent_id` for one concrete preset; raises SuzumioError."""
@@ -71,7 +94,7 @@ class ModelProxy:
                     or (environ.get(provider.base_url_env) if provider.base_url_env else None) or None)
         if not base_url:
             raise BadGateway(f"Provider {provider_id} has no baseURL")
-        url = base_url.rstrip("/") + "/chat/completions"
+        url = self.controller_base_url(base_url).rstrip("/") + "/chat/completions"
         query = options.get("queryParams")
         if isinstance(query, dict) and query:
             url += "?" + urlencode({str(k): str(v) for k, v in query.items()})

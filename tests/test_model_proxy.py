@@ -127,6 +127,26 @@ def test_an_echoed_key_or_secret_header_is_redacted_from_the_answer(model):
     assert KEY not in answer.body and HEADER_SECRET not in answer.body
 
 
+def test_a_base_url_on_host_docker_internal_is_reached_at_loopback_unless_the_name_resolves(model):
+    config = models_config(model.base_url.replace("127.0.0.1", "host.docker.internal"))
+    looked_up = []
+
+    def unknown(host, port):
+        looked_up.append(host)
+        raise socket.gaierror("Name or service not known")
+
+    proxy = ModelProxy({}, resolve=unknown)
+    for _ in range(2):
+        model.enqueue(content="via loopback")
+        assert proxy.forward(config, "pm", "gw", "main", BODY).status == 200
+    assert looked_up == ["host.docker.internal"], "looked up once per proxy"
+    assert len(model.requests) == 2
+    resolving = ModelProxy({}, resolve=lambda host, port: [])
+    assert resolving.controller_base_url("http://host.docker.internal:8000/v1") == "http://host.docker.internal:8000/v1"
+    assert proxy.controller_base_url("http://u:p@host.docker.internal:8000/v1") == "http://u:p@127.0.0.1:8000/v1"
+    assert proxy.controller_base_url("https://api.example/v1") == "https://api.example/v1"
+
+
 def test_transport_failures_are_a_clear_502():
     config = models_config(f"http://127.0.0.1:{closed_port()}/v1")
     with pytest.raises(BadGateway) as caught:
