@@ -349,7 +349,7 @@ class OpenAICompatibleProvider:
     """Chat Completions (§10.3): the runner builds the request body and the controller's model proxy
     adds the key and headers and forwards it (`transport`), answering the provider's status and body.
     `options.maxRetries` (default 0: no retries, as the spec's parity rule) retries 429 and 5xx answers
-    with backoff, honouring `Retry-After`."""
+    with backoff, honouring `Retry-After-Ms` or `Retry-After`."""
 
     def __init__(self, attempt, transport, sleep=time.sleep, warn=stderr_warning):
         self.attempt = attempt
