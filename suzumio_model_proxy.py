@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 REDACTED = "<redacted>"
 HOST_GATEWAY = "host.docker.internal"
+# Placeholder keys of local servers ("EMPTY", "none") are no secret, and replacing them would rewrite
+# the model's text; real keys are far longer.
+MIN_REDACTED_LENGTH = 8
 # Provider options the proxy applies; `maxRetries` is the runner's (it retries through the proxy).
 FORWARD_OPTIONS = ("apiKey", "baseURL", "headers", "queryParams")
 RUNNER_OPTIONS = ("maxRetries",)
@@ -46,8 +49,9 @@ class ModelProxy:
         self._environ = os.environ if environ is None else environ
         self._clock = clock
         self._resolve = resolve
-        self._gateway_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._gateway_resolves = None
+        self._warned = set()
 
     def controller_base_url(self, base_url):
         """Base URLs written for runners in containers name `host.docker.internal`; the controller on the
@@ -55,7 +59,7 @@ class ModelProxy:
         parts = urlsplit(base_url)
         if parts.hostname != HOST_GATEWAY:
             return base_url
-        with self._gateway_lock:
+        with self._lock:
             if self._gateway_resolves is None:
                 try:
                     self._resolve(HOST_GATEWAY, None)
@@ -84,9 +88,7 @@ class ModelProxy:
             raise BadRequest(f"Provider type {provider.type} is not supported by this version "
                              "(use openai-compatible or scripted)")
         options = dict(provider.options or {})
-        for name in options:
-            if name not in FORWARD_OPTIONS + RUNNER_OPTIONS:
-                log.warning("project %s provider %s: option %s is ignored", config.name, provider_id, name)
+        self._warn_ignored(config.name, provider_id, options)
         environ = self._environ
         key = (options.get("apiKey") or provider.api_key
                or (environ.get(provider.api_key_env) if provider.api_key_env else None) or None)
@@ -112,8 +114,20 @@ class ModelProxy:
         except TransportError as error:
             raise BadGateway(f"Request to provider {provider_id} failed: {error}") from None
         timeouts = model_timeouts({"timeoutMs": provider.timeout_ms, "chunkTimeoutMs": provider.chunk_timeout_ms})
-        secrets = sorted({s for s in secrets if isinstance(s, str) and s}, key=len, reverse=True)
+        secrets = sorted({s for s in secrets if isinstance(s, str) and len(s) >= MIN_REDACTED_LENGTH},
+                         key=len, reverse=True)
         return Upstream(url, headers, proxy, timeouts, preset.api_model or preset.model, secrets)
+
+    def _warn_ignored(self, project, provider_id, options):
+        """Once per project, provider and option: an option the proxy does not apply."""
+        for name in options:
+            if name in FORWARD_OPTIONS + RUNNER_OPTIONS:
+                continue
+            with self._lock:
+                if (project, provider_id, name) in self._warned:
+                    continue
+                self._warned.add((project, provider_id, name))
+            log.warning("project %s provider %s: option %s is ignored", project, provider_id, name)
 
     def forward(self, config, agent_id, provider_id, preset_id, body):
         """Send one Chat Completions request; any upstream status is an answer, a transport failure a 502."""

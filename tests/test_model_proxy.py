@@ -147,6 +147,18 @@ def test_a_base_url_on_host_docker_internal_is_reached_at_loopback_unless_the_na
     assert proxy.controller_base_url("https://api.example/v1") == "https://api.example/v1"
 
 
+def test_placeholder_keys_are_not_redacted_and_ignored_options_are_logged_once(model, caplog):
+    config = models_config(model.base_url, provider={"apiKey": "EMPTY", "options": {"bogus": 1}})
+    proxy = ModelProxy({})
+    with caplog.at_level("WARNING", logger="suzumio_model_proxy"):
+        for _ in range(2):
+            model.enqueue(content="The list is EMPTY.")
+            answer = proxy.forward(config, "pm", "gw", "main", BODY)
+            assert "The list is EMPTY." in answer.body
+    assert model.requests[0].headers["authorization"] == "Bearer EMPTY"
+    assert [r.getMessage() for r in caplog.records] == ["project demo provider gw: option bogus is ignored"]
+
+
 def test_transport_failures_are_a_clear_502():
     config = models_config(f"http://127.0.0.1:{closed_port()}/v1")
     with pytest.raises(BadGateway) as caught:
