@@ -1133,19 +1133,19 @@ def test_secrets_in_provider_errors_are_redacted(tmp_path, model, setup):
         "model": "main",
         "models": {
             "providers": {
-                "gw": provider_config(model.base_url, apiKey="inline-key-123", headers={"X-Api-Key": "hk-77"})
+                "gw": provider_config(model.base_url, apiKey="inline-key-123", headers={"X-Api-Key": "hk-77-header-secret"})
             },
             "presets": {"main": {"provider": "gw", "model": "m1"}},
         },
     }
     _, activation = setup(runner_config=runner_config)
-    assert "inline-key-123" not in json.dumps(activation) and "hk-77" not in json.dumps(activation)
+    assert "inline-key-123" not in json.dumps(activation) and "hk-77-header-secret" not in json.dumps(activation)
     # the controller redacts the key and the secret header from the answer, the runner its own token
-    model.enqueue_error(401, f"bad key inline-key-123 for token {TOKEN} and hk-77")
+    model.enqueue_error(401, f"bad key inline-key-123 for token {TOKEN} and hk-77-header-secret")
     result = run_runner(tmp_path, activation)
     assert result.returncode == 1
     assert "bad key <redacted> for token <redacted> and <redacted>" in result.stderr
-    for secret in ("inline-key-123", TOKEN, "hk-77"):
+    for secret in ("inline-key-123", TOKEN, "hk-77-header-secret"):
         assert secret not in result.stderr
     assert model.requests[0].headers["authorization"] == "Bearer inline-key-123"
 
