@@ -1133,7 +1133,9 @@ def test_secrets_in_provider_errors_are_redacted(tmp_path, model, setup):
         "model": "main",
         "models": {
             "providers": {
-                "gw": provider_config(model.base_url, apiKey="inline-key-123", headers={"X-Api-Key": "hk-77-header-secret"})
+                "gw": provider_config(
+                    model.base_url, apiKey="inline-key-123", headers={"X-Api-Key": "hk-77-header-secret"}
+                )
             },
             "presets": {"main": {"provider": "gw", "model": "m1"}},
         },
