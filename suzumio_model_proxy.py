@@ -2,8 +2,9 @@
 this module resolves the provider and preset from the project's ProjectConfig, adds the key and the
 secret headers from the controller's own environment, forwards through the controller's proxies with the
 provider's timeouts, and reads the token usage from the provider's answer. Imported by
-suzumio_runner_support and the composition root; imports config, errors and the runner's standard-library
-HTTP client (suzumio_models, itself importing nothing of the controller)."""
+suzumio_runner_support and the composition root; takes the ProjectConfig it is given and imports only
+errors and the runner's standard-library HTTP client (suzumio_models, importing nothing of the
+controller)."""
 import json
 import logging
 import os
