@@ -223,6 +223,7 @@ class Runtime:
 
     def __init__(self, root, runner_socket=None, on_fatal=None):
         import suzumio_backend
+        import suzumio_model_proxy
         import suzumio_scheduler
         import suzumio_toolpacks
 
@@ -230,6 +231,7 @@ class Runtime:
         configs = suzumio_config.ConfigCache()  # one parsed config per project, for ticks and routes
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs)
         self.backends = suzumio_backend.Backends(runner_socket=runner_socket)
+        self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs,
                                                      on_fatal=on_fatal)
 
@@ -554,7 +556,8 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
                                    api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
                                    liveness=liveness.states)
-        runner_app = suzumio_runner_support.make_runner_app(root, runtime.toolpacks, runtime.scheduler)
+        runner_app = suzumio_runner_support.make_runner_app(root, runtime.toolpacks, runtime.scheduler,
+                                                              runtime.model_proxy)
         # Half the descriptors for connections (of both listeners), the rest for databases, runner logs,
         # pipes and engine calls.
         limit = min(suzumio_api.CONNECTION_LIMIT, descriptors // 4)

@@ -112,25 +112,24 @@ def local_controller_url(url):
 
 
 def activation_env(config, agent, activation_id, environ, rewrite_proxy):
-    """backend-runner.md §3.5 items 1-8, in order; a later name replaces an earlier one."""
+    """backend-runner.md §3.5 items 1-8, in order; a later name replaces an earlier one. Item 5 (the
+    provider variables) is gone: model requests go through the controller, which reads the keys from
+    its own environment, so no provider key reaches a runner (docs/spec-notes.md)."""
     env = {
         "SUZUMIO_PROJECT": config.name,
         "SUZUMIO_AGENT": agent["id"],
         "SUZUMIO_ACTIVATION": activation_id,
         "SUZUMIO_TOKEN": agent["token"],
     }
-    for provider in config.runner.providers.values():
-        for name in (provider.api_key_env, provider.base_url_env):
-            if name and environ.get(name):
-                env[name] = environ[name]
     env.update(config.proxy_environment(environ, rewrite_hosts=rewrite_proxy))
     env["PYTHONUNBUFFERED"] = "1"
     env.update({str(k): str(v) for k, v in config.agent(agent["id"]).env.items()})
     return env
 
 
-def secret_values(config, agent, env):
-    """Values replaced by <redacted> in stored failure text (backend-runner.md §3.9), longest first."""
+def secret_values(config, agent, environ):
+    """Values replaced by <redacted> in stored failure text (backend-runner.md §3.9), longest first.
+    `environ` is the controller's environment, where the `apiKeyEnv` keys live."""
     found = [agent.get("token")]
 
     def secret_headers(headers, options):
@@ -141,12 +140,40 @@ def secret_values(config, agent, env):
     for provider in config.runner.providers.values():
         found += [provider.api_key, (provider.options or {}).get("apiKey")]
         if provider.api_key_env:
-            found.append(env.get(provider.api_key_env))
+            found.append(environ.get(provider.api_key_env))
         found += secret_headers(provider.headers, provider.options)
     for preset in config.runner.presets.values():
         found += secret_headers(preset.headers, preset.provider_options)
     found += [v for k, v in config.agent(agent["id"]).env.items() if SECRET_NAME.search(k)]
     return sorted({v for v in found if isinstance(v, str) and v}, key=len, reverse=True)
+
+
+# What input.json keeps of a provider: the runner builds request bodies, replays scripts and retries,
+# but the controller resolves base URLs, keys, headers and query parameters when it forwards.
+RUNNER_PROVIDER_FIELDS = ("type", "timeoutMs", "chunkTimeoutMs", "script")
+RUNNER_PROVIDER_OPTIONS = ("maxRetries",)
+
+
+def runner_section(config):
+    """`backend.runner` as input.json carries it (backend-runner.md §5.1) without any credential: no
+    `apiKey`, `apiKeyEnv`, `baseURL`, `baseURLEnv` or headers, and of the provider options only those
+    the runner applies itself."""
+    runner = config.runner.as_json()
+    models = runner.get("models")
+    if not isinstance(models, dict):
+        return runner
+    providers = {}
+    for provider_id, provider in (models.get("providers") or {}).items():
+        kept = {key: provider[key] for key in RUNNER_PROVIDER_FIELDS if key in provider}
+        options = {key: value for key, value in (provider.get("options") or {}).items()
+                   if key in RUNNER_PROVIDER_OPTIONS}
+        if options:
+            kept["options"] = options
+        providers[provider_id] = kept
+    models["providers"] = providers
+    models["presets"] = {preset_id: {key: value for key, value in preset.items() if key != "headers"}
+                         for preset_id, preset in (models.get("presets") or {}).items()}
+    return runner
 
 
 def redact(text, secrets):
@@ -233,7 +260,7 @@ class Launch:
         self.workspace = Path(agent["workspacePath"])
         self.artifacts = store.artifacts_root
         self.env = activation_env(config, agent, activation["id"], environ, rewrite_proxy=self.kind == KIND_DOCKER)
-        self.secrets = secret_values(config, agent, self.env)
+        self.secrets = secret_values(config, agent, environ)
         self.toolpack_mounts = []
 
     @property
@@ -269,7 +296,7 @@ class Launch:
             "writeRoots": [workspace, f"{artifacts_root}/{agent['id']}"],
             "controllerUrl": controller_url,
             "token": agent["token"],
-            "runner": self.config.runner.as_json(),
+            "runner": runner_section(self.config),
             "tools": [tool for spec in specs for tool in spec["tools"]],
             "toolpacks": specs,
             "history": self.store.active_history(agent["id"]),

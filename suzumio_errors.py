@@ -40,3 +40,9 @@ class NotFound(SuzumioError):
 
 class Conflict(SuzumioError):
     status = 409
+
+
+class BadGateway(SuzumioError):
+    """The controller could not get an answer from an upstream service (a model provider)."""
+
+    status = 502

@@ -1,7 +1,9 @@
 """Model side of the runner: proxy-aware HTTP with connect/idle/deadline timeouts (also used by
-web.fetch and the controller client), model-list expansion, the `openai-compatible` Chat Completions
-provider and the offline `scripted` provider. Standard library only, CPython >= 3.9; imported only by
-the runner's other modules, beside which it lies (backend-runner.md §10, scripted-provider.md)."""
+web.fetch, the controller client and the controller's model proxy), model-list expansion, the
+`openai-compatible` Chat Completions provider (its requests go through the controller, which holds the
+keys) and the offline `scripted` provider. Standard library only, CPython >= 3.9, importing nothing of
+the controller; imported by the runner's other modules, beside which it lies, and by
+suzumio_model_proxy (backend-runner.md §10, scripted-provider.md)."""
 
 import base64
 import http.client
@@ -13,12 +15,13 @@ import ssl
 import sys
 import time
 from collections import namedtuple
-from urllib.parse import unquote, urlencode, urlsplit
+from urllib.parse import unquote, urlsplit
 
 DEFAULT_MODEL_TIMEOUT_S = 300.0
 READ_CHUNK = 65536
 MAX_ERROR_BODY = 4000
 MAX_RETRY_DELAY_S = 60.0
+MODEL_CALL_MARGIN_S = 30.0
 PROXY_NAMES = {
     "https": ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"),
     "http": ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"),
@@ -37,7 +40,6 @@ OVERFLOW_NEEDLES = (
     "request too large",
 )
 LATER_PROVIDER_TYPES = ("openai", "anthropic", "google")
-HONOURED_OPTIONS = ("apiKey", "baseURL", "headers", "queryParams", "maxRetries")
 SKIPPED_PROVIDER_OPTIONS = ("reasoningEffort", "user", "textVerbosity")
 
 HttpResponse = namedtuple("HttpResponse", "status reason headers body")
@@ -289,11 +291,12 @@ def provider_secrets(models, env):
     return [v for v in values if isinstance(v, str) and v.strip()]
 
 
-def create_provider(attempt, env, activation, sleep=time.sleep, warn=stderr_warning):
-    """The provider client for one concrete attempt; `activation` is the parsed input.json."""
+def create_provider(attempt, activation, transport, sleep=time.sleep, warn=stderr_warning):
+    """The provider client for one concrete attempt; `activation` is the parsed input.json and
+    `transport(provider_id, preset_id, body, timeout)` sends a request body through the controller."""
     kind = attempt.provider.get("type")
     if kind == "openai-compatible":
-        return OpenAICompatibleProvider(attempt, env, sleep=sleep, warn=warn)
+        return OpenAICompatibleProvider(attempt, transport, sleep=sleep, warn=warn)
     if kind == "scripted":
         return ScriptedProvider(attempt, activation)
     if kind in LATER_PROVIDER_TYPES:
@@ -325,58 +328,39 @@ def _error_text(body):
 
 
 def _retry_delay(response, retry):
-    value = (response.headers.get("retry-after") or "").strip()
     try:
-        seconds = float(value)
+        seconds = float((response.headers.get("retry-after-ms") or "").strip()) / 1000.0
     except ValueError:
-        seconds = min(MAX_RETRY_DELAY_S, 1.0 * (2**retry))
+        try:
+            seconds = float((response.headers.get("retry-after") or "").strip())
+        except ValueError:
+            seconds = min(MAX_RETRY_DELAY_S, 1.0 * (2**retry))
     return max(0.0, min(seconds, MAX_RETRY_DELAY_S))
 
 
-class OpenAICompatibleProvider:
-    """Chat Completions over HTTP(S) (§10.3). `options.maxRetries` (default 0: no retries, as the
-    spec's parity rule) retries 429 and 5xx answers with backoff, honouring `Retry-After`."""
+def model_call_timeout(provider):
+    """How long the runner waits for the controller's answer to one model request: the provider's
+    overall deadline plus a margin, or no limit when only the controller's idle timeouts bound it."""
+    overall = model_timeouts(provider)[2]
+    return None if overall is None else overall + MODEL_CALL_MARGIN_S
 
-    def __init__(self, attempt, env, sleep=time.sleep, warn=stderr_warning):
+
+class OpenAICompatibleProvider:
+    """Chat Completions (§10.3): the runner builds the request body and the controller's model proxy
+    adds the key and headers and forwards it (`transport`), answering the provider's status and body.
+    `options.maxRetries` (default 0: no retries, as the spec's parity rule) retries 429 and 5xx answers
+    with backoff, honouring `Retry-After-Ms` or `Retry-After`."""
+
+    def __init__(self, attempt, transport, sleep=time.sleep, warn=stderr_warning):
         self.attempt = attempt
-        self.env = env
+        self.transport = transport
         self.sleep = sleep
         self.warn = warn
         provider = attempt.provider
         options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
-        for key in options:
-            if key not in HONOURED_OPTIONS:
-                warn("Provider %s: option %s is ignored", attempt.provider_id, key)
-        self.key = (
-            options.get("apiKey")
-            or provider.get("apiKey")
-            or (env.get(provider["apiKeyEnv"]) if provider.get("apiKeyEnv") else None)
-            or None
-        )
-        self.base_url = (
-            options.get("baseURL")
-            or provider.get("baseURL")
-            or (env.get(provider["baseURLEnv"]) if provider.get("baseURLEnv") else None)
-            or None
-        )
-        self.headers = {"Content-Type": "application/json"}
-        if self.key:
-            self.headers["Authorization"] = f"Bearer {self.key}"
-        for extra in (provider.get("headers"), options.get("headers"), attempt.preset.get("headers")):
-            if isinstance(extra, dict):
-                self.headers.update((str(k), str(v)) for k, v in extra.items())
-        self.query = options.get("queryParams") if isinstance(options.get("queryParams"), dict) else None
         retries = options.get("maxRetries", 0)
         self.max_retries = int(retries) if _positive_number(retries) else 0
-        self.timeouts = model_timeouts(provider)
-
-    def url(self):
-        if not self.base_url:
-            raise ModelError(f"Provider {self.attempt.provider_id} has no baseURL")
-        url = self.base_url.rstrip("/") + "/chat/completions"
-        if self.query:
-            url += "?" + urlencode({str(k): str(v) for k, v in self.query.items()})
-        return url
+        self.timeout = model_call_timeout(provider)
 
     def request_body(self, messages, tools, tool_choice, max_output_tokens=None):
         preset = self.attempt.preset
@@ -419,11 +403,10 @@ class OpenAICompatibleProvider:
 
     def complete(self, messages, tools, tool_choice, max_output_tokens=None):
         """One non-streaming request; raises ModelError on any failure."""
-        url = self.url()
-        body = json.dumps(self.request_body(messages, tools, tool_choice, max_output_tokens)).encode("utf-8")
+        body = self.request_body(messages, tools, tool_choice, max_output_tokens)
         retry = 0
         while True:
-            response = self._send(url, body)
+            response = self.transport(self.attempt.provider_id, self.attempt.preset_id, body, self.timeout)
             if 200 <= response.status < 300:
                 return self._parse(response)
             retriable = response.status == 429 or response.status >= 500
@@ -444,15 +427,6 @@ class OpenAICompatibleProvider:
             )
             self.sleep(delay)
             retry += 1
-
-    def _send(self, url, body):
-        connect, idle, overall = self.timeouts
-        deadline = time.monotonic() + overall if overall is not None else None
-        try:
-            proxy = proxy_for(url, self.env)
-            return http_request("POST", url, self.headers, body, proxy, connect, idle, deadline)
-        except TransportError as error:
-            raise ModelError(f"Request to provider {self.attempt.provider_id} failed: {error}") from None
 
     def _parse(self, response):
         try:
@@ -482,10 +456,11 @@ class OpenAICompatibleProvider:
                 )
             )
         content = message.get("content")
-        return ModelTurn(content if isinstance(content, str) else "", calls, _usage(data.get("usage")))
+        return ModelTurn(content if isinstance(content, str) else "", calls, chat_completions_usage(data.get("usage")))
 
 
-def _usage(raw):
+def chat_completions_usage(raw):
+    """Token usage of a Chat Completions answer's `usage` object in Suzumio's field names (§10.3)."""
     if not isinstance(raw, dict):
         return {}
     usage = {}

@@ -13,6 +13,7 @@ import time
 from datetime import datetime, timezone
 
 from suzumio_models import (
+    HttpResponse,
     ModelError,
     TransportError,
     api_model,
@@ -151,7 +152,8 @@ class ControllerClient:
         self.identity = identity
 
     def post(self, path, fields, read_timeout=CONTROLLER_READ_TIMEOUT_S):
-        """The JSON answer of POST <path> with the identity fields added; raises ControllerError."""
+        """The JSON answer of POST <path> with the identity fields added; raises ControllerError.
+        `read_timeout`: seconds, None for none (a model request the controller bounds)."""
         body = dict(self.identity)
         body.update(fields)
         payload = json.dumps(body).encode("utf-8")
@@ -572,8 +574,25 @@ class Runner:
         self.client.post("/activation-output", {"output": output})
         return output
 
+    def model_request(self, provider_id, preset_id, body, timeout):
+        """One Chat Completions request through the controller's model proxy (`/runner/model`), which
+        holds the key: the provider's status, retry headers and body, as if the runner had sent it."""
+        try:
+            answer = self.client.post(
+                "/runner/model", {"providerId": provider_id, "presetId": preset_id, "body": body}, read_timeout=timeout
+            )
+        except ControllerError as error:
+            raise ModelError(str(error), error.status) from None
+        answer = answer if isinstance(answer, dict) else {}
+        status, text = answer.get("status"), answer.get("body")
+        headers = answer.get("headers") if isinstance(answer.get("headers"), dict) else {}
+        if not isinstance(status, int) or isinstance(status, bool) or not isinstance(text, str):
+            raise ModelError(f"Invalid model answer from the controller for provider {provider_id}")
+        headers = {str(k).lower(): str(v) for k, v in headers.items()}
+        return HttpResponse(status, "", headers, text.encode("utf-8"))
+
     def run_attempt(self, attempt, selected):
-        provider = create_provider(attempt, self.env, self.input, sleep=self.sleep, warn=self.warn)
+        provider = create_provider(attempt, self.input, self.model_request, sleep=self.sleep, warn=self.warn)
         history = list(self.input.get("history") or [])
         for overflow_retry in (0, 1):
             try:

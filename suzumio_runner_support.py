@@ -1,8 +1,8 @@
 """Runner-facing HTTP routes (backend-runner.md §6, http-api.md §9): tool-call audit, support calls,
-signals, history, activation context and output, all authenticated by the per-agent token, served by
-their own app on the runner listener (make_runner_app). Also holds the HTTP conventions both apps
-share (base_app, JSON bodies and responses, the one error shape). Imported by suzumio_api, suzumio.py
-and tests."""
+signals, history, model calls (forwarded by suzumio_model_proxy), activation context and output, all
+authenticated by the per-agent token, served by their own app on the runner listener (make_runner_app).
+Also holds the HTTP conventions both apps share (base_app, JSON bodies and responses, the one error
+shape). Imported by suzumio_api, suzumio.py and tests."""
 import hmac
 import json
 import logging
@@ -15,6 +15,7 @@ from json.encoder import encode_basestring as _quote_json
 import bottle
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
+from suzumio_model_proxy import ModelProxy
 from suzumio_records import ACT_RUNNING, HISTORY_CLOSED, HISTORY_ROLES, TOOL_CALL_END_STATUSES, TOOL_CALLS_CLOSED
 from suzumio_toolpacks import describe, optional_boolean, required_string
 
@@ -28,6 +29,7 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 
 IDENTITY_FIELDS = ("project", "agentId", "activationId", "token")
+MODEL_CALLS_CLOSED = "no more model calls are accepted"
 
 
 # ---------------------------------------------------------------- HTTP conventions (http-api.md §2)
@@ -288,6 +290,11 @@ def check_context(body):
         raise BadRequest("Invalid activation context")
 
 
+def check_model_request(body):
+    if not isinstance(body.get("body"), dict):
+        raise BadRequest("body is required")
+
+
 def check_output(body):
     output = body.get("output")
     if not isinstance(output, dict):
@@ -299,16 +306,31 @@ def check_output(body):
 
 # ---------------------------------------------------------------- routes
 
-def make_runner_app(root, toolpacks, scheduler):
+def make_runner_app(root, toolpacks, scheduler, model_proxy=None):
     """The runner listener's WSGI app: the runner routes only, no user route and no user guard (the
     agent token authenticates every call). Served on the runner socket or `serve --runner-listen`."""
     app = base_app()
-    mount_runner_routes(app, root, toolpacks, scheduler)
+    mount_runner_routes(app, root, toolpacks, scheduler, model_proxy)
     return app
 
 
-def mount_runner_routes(app, root, toolpacks, scheduler):
-    """Adds the routes of http-api.md §9 to `app`; a completed activation asks `scheduler` for a tick."""
+def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None):
+    """Adds the routes of http-api.md §9 to `app`; a completed activation asks `scheduler` for a tick.
+    `model_proxy` (a suzumio_model_proxy.ModelProxy, by default one over the controller's environment)
+    forwards `/runner/model`."""
+    model_proxy = model_proxy or ModelProxy()
+
+    @app.post("/runner/model")
+    def runner_model():
+        call = authorize(root, read_fields(), ("providerId", "presetId"), body_checks=check_model_request,
+                         running=MODEL_CALLS_CLOSED)
+        provider_id, preset_id = call.body["providerId"], call.body["presetId"]
+        config = toolpacks.configs.get(call.store)
+        answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"])
+        # Recorded whatever the activation's status by now: the provider counted these tokens.
+        call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
+                                     answer.status, answer.usage)
+        return json_response({"status": answer.status, "headers": answer.headers, "body": answer.body})
 
     @app.post("/runner/tool-calls/start")
     def tool_call_start():

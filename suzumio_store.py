@@ -401,7 +401,17 @@ _MIGRATION_1 = [
      "ON agent_history_compactions (project, agent_id, created_at)"),
 ]
 
-MIGRATIONS = [(1, "initial schema", _MIGRATION_1)]
+# Every model request the controller forwarded (suzumio_model_proxy) with the provider's status and the
+# usage read from its answer; `tokens` is that usage as the budget counts it (usage_tokens).
+_MIGRATION_2 = [
+    """CREATE TABLE model_calls (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
+        provider_id TEXT NOT NULL, preset_id TEXT NOT NULL, status INTEGER NOT NULL,
+        tokens INTEGER NOT NULL, usage_json TEXT NOT NULL, created_at TEXT NOT NULL)""",
+    "CREATE INDEX idx_model_calls_project_activation ON model_calls (project, activation_id)",
+]
+
+MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2)]
 
 
 class _Tx:
@@ -819,18 +829,40 @@ class ProjectStore:
         return cancelled
 
     def window_tokens(self, conn=None):
-        """Tokens used by activations that completed or failed since the project was last set running
-        (or since init): the token budget's window. Event rowids order the window exactly."""
+        """Tokens the controller saw providers report for activations that completed, failed or were
+        cancelled since the project was last set running (or since init): the token budget's window.
+        Event rowids order the window exactly; what a runner reports about itself is not counted."""
         with self._reading(conn) as conn:
             started = conn.execute(
                 "SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ? AND type = 'project.status' "
                 "AND json_extract(data_json, '$.status') = ?", (self.project_id, PROJECT_RUNNING)).fetchone()[0]
-            rows = conn.execute(
-                "SELECT a.usage_json FROM events e JOIN activations a ON a.project = e.project "
-                "AND a.id = json_extract(e.data_json, '$.activationId') "
-                "WHERE e.project = ? AND e.rowid > ? AND e.type IN ('activation.completed', 'activation.failed') "
-                "AND a.usage_json IS NOT NULL", (self.project_id, started)).fetchall()
-        return sum(usage_tokens(load_json(row["usage_json"], {})) for row in rows)
+            return conn.execute(
+                "SELECT COALESCE(SUM(m.tokens), 0) FROM events e JOIN model_calls m ON m.project = e.project "
+                "AND m.activation_id = json_extract(e.data_json, '$.activationId') "
+                "WHERE e.project = ? AND e.rowid > ? "
+                "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
+                (self.project_id, started)).fetchone()[0]
+
+    def record_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage, now=None):
+        """One forwarded model request and the usage the provider reported in its answer."""
+        usage = usage if isinstance(usage, dict) else {}
+        with self.write(now) as tx:
+            self._owned_activation(tx.conn, agent_id, activation_id)
+            tx.execute("INSERT INTO model_calls (id, project, activation_id, agent_id, provider_id, preset_id, "
+                       "status, tokens, usage_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (tx.id("mcall"), self.project_id, activation_id, agent_id, provider_id, preset_id,
+                        int(status), usage_tokens({"tokens": usage}), dump_json(usage), tx.ts))
+
+    def model_usage(self, activation_id):
+        """The controller-observed usage of one activation: its model calls and their summed tokens."""
+        rows = self._query("SELECT usage_json FROM model_calls WHERE project = ? AND activation_id = ? "
+                           "ORDER BY rowid", (self.project_id, activation_id))
+        tokens = {}
+        for row in rows:
+            for field, value in load_json(row["usage_json"], {}).items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    tokens[field] = tokens.get(field, 0) + value
+        return {"calls": len(rows), "tokens": tokens}
 
     def pause_for_budget(self, max_tokens, now=None):
         """Stop a running project whose window used max_tokens or more: status, `project.budget_exceeded`

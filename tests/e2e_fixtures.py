@@ -40,25 +40,28 @@ def call(tool, **arguments):
 
 
 def project_config(kind, controller_url, model_url, *, agents=None, presets=None, model="pm",
-                   toolpacks=("core", "shell", "web"), scheduler=None, providers=None, extra=None):
+                   toolpacks=("core", "shell", "web"), scheduler=None, providers=None, extra=None,
+                   fake_provider=None):
     """A project file as a user would write it; every agent names its own preset, so the FakeModel's
-    per-model queues route replies to agents."""
+    per-model queues route replies to agents. `fake_provider` updates the FakeModel's provider entry
+    (a None value removes the field, e.g. the inline `apiKey`)."""
     agents = agents or {"pm": {"model": "pm", "tools": PM_TOOLS},
                         "worker-1": {"model": "worker", "tools": WORKER_TOOLS}}
     presets = presets or {"pm": {"provider": "fake", "model": "pm"},
                           "worker": {"provider": "fake", "model": "worker-1"}}
+    fake = {"type": "openai-compatible", "baseURL": model_url, "apiKey": API_KEY, **(fake_provider or {})}
+    fake = {key: value for key, value in fake.items() if value is not None}
     backend = {"kind": kind, "runner": {
         "model": model,
-        "models": {"providers": {"fake": {"type": "openai-compatible", "baseURL": model_url, "apiKey": API_KEY},
-                                 **(providers or {})},
+        "models": {"providers": {"fake": fake, **(providers or {})},
                    "presets": presets}}}
     if controller_url:
         backend["controllerUrl"] = controller_url
     if kind == "docker-chat":
         backend["image"] = RUNNER_IMAGE
-        # The runner still calls the FakeModel on the host's loopback itself, so every agent gets the host
-        # network; the controller needs none (its runner socket is mounted).
-        backend["docker"] = {"network": "host", "grantNetwork": True}
+        # Agents allowed web.fetch get the host network (to reach test servers on its loopback); the
+        # others get none: the runner socket is mounted and the controller makes the model calls.
+        backend["docker"] = {"network": "host"}
     config = {"name": PROJECT, "task": "Compute the answer and report it.", "channels": ["#project"],
               "agents": agents, "tools": {"toolpacks": list(toolpacks)}, "backend": backend,
               "scheduler": scheduler or {"noEffectNudge": {"enabled": False}}}

@@ -1,7 +1,8 @@
 """Test stand-in for the controller's runner routes (backend-runner.md §6, http-api.md §9): a real HTTP
 server for one project/agent/activation that records every call and answers with the spec's shapes,
-including P1 `signalText` on tool-call finish and `{"error": ...}` failures. Imported by tests only,
-until end-to-end tests run the real controller."""
+including P1 `signalText` on tool-call finish and `{"error": ...}` failures. `/runner/model` is forwarded
+by the real suzumio_model_proxy with the controller-side models config and environment the test gives
+(`use_runner`). Imported by tests only."""
 
 import json
 import threading
@@ -9,6 +10,11 @@ from collections import namedtuple
 from http.server import BaseHTTPRequestHandler
 
 from http_fixtures import LocalHTTPServer
+
+import suzumio_backend
+import suzumio_config
+from suzumio_errors import SuzumioError
+from suzumio_model_proxy import ModelProxy
 
 IDENTITY = ("project", "agentId", "activationId", "token")
 ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
@@ -55,6 +61,9 @@ class FakeController:
         self.tool_calls = {}
         self.output = None
         self.context = None
+        self.config = None
+        self.environ = {}
+        self.model_calls = []
         self._lock = threading.Lock()
         self._http = LocalHTTPServer(_Handler, "fake-controller", controller=self)
 
@@ -71,6 +80,16 @@ class FakeController:
     def queue_p1(self, body):
         """A pending P1 signal, delivered with the next completed non-ending tool call."""
         self.pending_p1.append(body)
+
+    def use_runner(self, runner, environ=None):
+        """Hold `runner` (backend.runner, with keys and URLs) on the controller side, with `environ` as
+        the controller's environment; returns the section input.json carries (keys stripped)."""
+        self.config = suzumio_config.ProjectConfig.from_data(
+            {"name": self.project, "task": "Runner test.", "agents": {self.agent_id: {}}, "backend": {"runner": runner}}
+        )
+        if environ is not None:
+            self.environ = environ
+        return suzumio_backend.runner_section(self.config)
 
     def fail_route(self, path, status, message):
         """Answer `path` with `status` and `{"error": message}` from now on."""
@@ -98,6 +117,12 @@ class FakeController:
                 self._require_running("no more tool calls are accepted")
             if path in HISTORY_ROUTES:
                 self._require_running("history updates are not accepted")
+            if path == "/runner/model":
+                self._require_running("no more model calls are accepted")
+        if path == "/runner/model":
+            # forwarded outside the lock: a slow provider must not hold up the runner's other calls
+            return self._model(body)
+        with self._lock:
             if path == "/runner/tool-calls/start":
                 if blank(body.get("tool")):
                     raise RouteError(400, "tool is required")
@@ -134,6 +159,24 @@ class FakeController:
                     "output": "Controller handled {}.".format(body.get("tool")),
                 }
             raise RouteError(404, "not found")
+
+    def _model(self, body):
+        for field in ("providerId", "presetId"):
+            if blank(body.get(field)):
+                raise RouteError(400, f"{field} is required")
+        if not isinstance(body.get("body"), dict):
+            raise RouteError(400, "body is required")
+        if self.config is None:
+            raise RouteError(500, "FakeController.use_runner was not called")
+        try:
+            answer = ModelProxy(self.environ).forward(
+                self.config, self.agent_id, body["providerId"], body["presetId"], body["body"]
+            )
+        except SuzumioError as error:
+            raise RouteError(error.status, error.message) from None
+        with self._lock:
+            self.model_calls.append(answer)
+        return {"status": answer.status, "headers": answer.headers, "body": answer.body}
 
     def _authorize(self, body):
         if body["project"] != self.project:

@@ -49,7 +49,12 @@ ERROR_TEXTS = [
     (r"Unknown toolpack: .*|Tool .+ is not in toolpack .+|Unknown tool: .*|Unknown message: .*", {404}),
     (r"Unknown history compaction: .*|Unknown WebUI entry .+ in toolpack .+", {404}),
     (r"webui asset not found\. Run npm run build\.", {404}),
-    (r"Activation \S+ is \w+; (no more tool calls are accepted|history updates are not accepted)", {409}),
+    (r"Activation \S+ is \w+; (no more (tool|model) calls are accepted|history updates are not accepted)", {409}),
+    # /runner/model (suzumio_model_proxy; docs/spec-notes.md 8f)
+    (r"Model preset not found: .*", {404}),
+    (r"Model preset \S+ is not selected for \S+", {403}),
+    (r"Model preset \S+ is a model list; .*|Model preset \S+ uses provider \S+, not .*", {400}),
+    (r"Provider \S+ is scripted: .*|Provider type \S+ is not supported by this version .*", {400}),
 ]
 ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
 # Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text (§2.3).

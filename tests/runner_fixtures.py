@@ -144,11 +144,11 @@ def write_input(tmp_path, activation):
 
 
 def runner_env(**extra):
+    """The runner's environment as a backend builds it: no provider key (the controller holds it)."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": os.environ.get("HOME", "/tmp"),
         "LANG": "C.UTF-8",
-        "GW_KEY": API_KEY,
         "SUZUMIO_TOKEN": TOKEN,
     }
     env.update(extra)

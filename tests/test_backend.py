@@ -45,7 +45,7 @@ def test_safe_name_collapses_runs_of_other_characters():
     assert backend.safe_name("a!!b") == "a_b"
 
 
-def test_env_order_provider_variables_and_agent_override():
+def test_env_order_no_provider_variables_and_agent_override():
     data = with_provider(project_config(kind="docker-chat"), apiKeyEnv="GW_KEY", baseURLEnv="GW_URL",
                          apiKey="literal-key", baseURL="http://x")
     data["agents"]["worker"]["env"] = {"SUZUMIO_AGENT": "x"}
@@ -54,8 +54,9 @@ def test_env_order_provider_variables_and_agent_override():
     assert list(env)[:4] == ["SUZUMIO_PROJECT", "SUZUMIO_AGENT", "SUZUMIO_ACTIVATION", "SUZUMIO_TOKEN"]
     assert env["SUZUMIO_PROJECT"] == "demo" and env["SUZUMIO_TOKEN"] == "T"
     assert env["SUZUMIO_AGENT"] == "x"
-    assert env["GW_KEY"] == "k1" and "GW_URL" not in env
-    assert "literal-key" not in env.values()
+    # model requests go through the controller: no provider key or URL variable reaches the runner
+    assert "GW_KEY" not in env and "GW_URL" not in env
+    assert "literal-key" not in env.values() and "k1" not in env.values()
     assert env["PYTHONUNBUFFERED"] == "1"
 
 
@@ -109,6 +110,28 @@ def test_secret_values_cover_token_keys_headers_and_agent_env():
     secrets = backend.secret_values(config, {"id": "worker", "token": "TOKEN"}, {"GW_KEY": "envkey"})
     assert set(secrets) == {"TOKEN", "inline", "envkey", "Bearer h", "opt-key", "preset-key", "agent-secret"}
     assert backend.redact("TOKEN envkey visible blue", secrets) == "<redacted> <redacted> visible blue"
+
+
+def test_input_runner_section_keeps_what_the_runner_needs_and_no_credential():
+    data = with_provider(project_config(), apiKey="inline", apiKeyEnv="GW_KEY", baseURL="http://user:pw@x/v1",
+                         baseURLEnv="GW_URL", headers={"Authorization": "Bearer h", "X-Plain": "visible"},
+                         timeoutMs=5000, chunkTimeoutMs=100,
+                         options={"apiKey": "opt-key", "maxRetries": 2, "queryParams": {"k": "q"},
+                                  "headers": {"X-Opt": "o"}})
+    data["backend"]["runner"]["models"]["presets"]["main"] = {
+        "provider": "gw", "model": "m", "headers": {"x-api-key": "preset-key"}, "temperature": 0.5,
+        "providerOptions": {"gw": {"seed": 1}}}
+    section = backend.runner_section(suzumio_config.ProjectConfig.from_data(data))
+    assert section["models"]["providers"]["gw"] == {"type": "openai-compatible", "timeoutMs": 5000,
+                                                    "chunkTimeoutMs": 100, "options": {"maxRetries": 2}}
+    scripted = section["models"]["providers"]["replay"]
+    assert scripted["type"] == "scripted" and scripted["script"]["agents"]
+    main = section["models"]["presets"]["main"]
+    assert "headers" not in main and main["temperature"] == 0.5 and main["providerOptions"] == {"gw": {"seed": 1}}
+    assert (section["mode"], section["model"]) == ("ai", "main")
+    text = json.dumps(section)
+    for value in ("inline", "GW_KEY", "GW_URL", "user:pw", "Bearer h", "visible", "opt-key", "preset-key", "q"):
+        assert value not in text, value
 
 
 def test_controller_url_for_local_runner():
@@ -198,7 +221,7 @@ def test_local_environment_is_scrubbed(tmp_path, monkeypatch):
         assert child_env["SUZUMIO_PROJECT"] == env.store.project_id
         assert child_env["SUZUMIO_AGENT"] == "worker"
         assert child_env["SUZUMIO_TOKEN"]
-        assert child_env["GW_KEY"] == "k1"
+        assert "GW_KEY" not in child_env and "k1" not in child_env.values()
         assert child_env["HTTPS_PROXY"] == "http://127.0.0.1:7890"
         assert child_env["PYTHONUNBUFFERED"] == "1"
         assert child_env["PATH"] == environ["PATH"] and child_env["HOME"] == "/home/x"
@@ -237,8 +260,10 @@ def test_local_runner_killed_by_sigkill_reports_137(tmp_path):
 
 def test_secrets_are_redacted_from_stored_failure_text(tmp_path):
     environ = {"PATH": os.environ["PATH"], "GW_KEY": "provider-key-123"}
+    # the key is no longer in a runner's environment; the agent's env smuggles it in under another name
     with local_project(tmp_path, environ=environ, providers=GW,
-                       agent_env={"STANDIN_MODE": "print-secrets", "STANDIN_KEY_ENV": "GW_KEY"}) as env:
+                       agent_env={"STANDIN_MODE": "print-secrets", "STANDIN_KEY_ENV": "STANDIN_ECHO",
+                                  "STANDIN_ECHO": "provider-key-123"}) as env:
         act = open_activation(env, "worker")
         token = env.store.agent("worker", include_token=True)["token"]
         env.backends.start(env.store, act["id"])

@@ -56,7 +56,7 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client, project):
     source.mkdir()
     mounts = [{"source": str(source), "target": "/mnt/ref"},
               {"source": str(source), "target": "/mnt/rw", "readonly": False}]
-    environ = {"GW_KEY": "k1", "PATH": os.environ["PATH"]}
+    environ = {"GW_KEY": "gw-env-key-77", "PATH": os.environ["PATH"]}
     providers = {"gw": {"type": "openai-compatible", "apiKeyEnv": "GW_KEY", "baseURLEnv": "GW_URL",
                         "apiKey": "literal-secret"}}
     with docker_project(tmp_path, project, docker={"mounts": mounts, "memory": "512m", "cpus": 1.5},
@@ -90,8 +90,11 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client, project):
         token = env.store.agent("worker", include_token=True)["token"]
         assert container_env["SUZUMIO_PROJECT"] == project and container_env["SUZUMIO_AGENT"] == "worker"
         assert container_env["SUZUMIO_ACTIVATION"] == act["id"] and container_env["SUZUMIO_TOKEN"] == token
-        assert container_env["GW_KEY"] == "k1" and "GW_URL" not in container_env
-        assert "literal-secret" not in config["Env"]
+        assert "GW_KEY" not in container_env and "GW_URL" not in container_env
+        assert not [item for item in config["Env"] if "literal-secret" in item or "gw-env-key-77" in item]
+        input_text = (env.store.activation_dir(act["id"]) / "input.json").read_text()
+        assert "literal-secret" not in input_text and "GW_KEY" not in input_text
+        assert "gw-env-key-77" not in input_text
         project_dir = env.store.dir
         expected = [
             (str(project_dir / "activations" / act["id"] / "input.json"), "/activation/input.json", True),

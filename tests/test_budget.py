@@ -128,9 +128,17 @@ def tick(env, now=None):
     scheduler.tick(env.store, env.backends, scheduler.NoHooks(), to_datetime(now))
 
 
+def provider_used(env, act, total):
+    """What the controller's model proxy records when a provider answers with `total` tokens."""
+    env.store.record_model_call(act["id"], act["agentId"], "g", "main", 200,
+                                {"input": total - 1, "output": 1, "total": total})
+
+
 def finish(env, agent_id, total, now=None):
-    """Run one activation of the agent to completion with the given token usage, as the runner would."""
+    """Run one activation of the agent to completion: the provider reported `total` tokens to the
+    controller, and the runner reports the same (the budget counts only the former)."""
     act = open_activation(env, agent_id)
+    provider_used(env, act, total)
     usage = {"selectedModel": "main", "model": "main", "apiModel": "team",
              "tokens": {"input": total - 1, "output": 1, "total": total}}
     env.store.complete_activation(act["id"], agent_id, "done", usage=usage, now=now)
@@ -159,6 +167,7 @@ def test_budget_reached_stops_the_project_once_and_lets_the_running_activation_f
         assert env.store.activation(running["id"])["status"] == "running", "no cancellation"
         assert env.store.list_signals(kind="scheduler.resume_after_stop") == []
 
+        provider_used(env, running, 50)
         env.store.complete_activation(running["id"], "worker", "finished", usage={"tokens": {"total": 50}})
         tick(env)
         assert env.store.activation(running["id"])["status"] == "completed"
@@ -200,6 +209,39 @@ def test_usage_adds_up_across_agents_and_activations(tmp_path):
         env.close()
 
 
+def test_the_runners_own_report_is_not_counted_and_every_forwarded_call_is(tmp_path):
+    env = budget_env(tmp_path, 1000)
+    try:
+        act = open_activation(env, "pm")
+        env.store.complete_activation(act["id"], "pm", "done", usage={"tokens": {"total": 1_000_000}})
+        tick(env)
+        assert env.store.project()["status"] == "running", "a runner's report proves nothing"
+        assert env.store.window_tokens() == 0
+
+        act = open_activation(env, "worker")
+        for total in (300, 400):
+            provider_used(env, act, total)
+        env.store.record_model_call(act["id"], "worker", "g", "main", 429, {})
+        assert env.store.window_tokens() == 0, "a running activation counts once it ends"
+        env.store.complete_activation(act["id"], "worker", "done", usage={"tokens": {"total": 0}})
+        assert env.store.window_tokens() == 700
+        assert env.store.model_usage(act["id"]) == {
+            "calls": 3, "tokens": {"input": 698, "output": 2, "total": 700}}
+
+        # cancelled and failed activations spent their tokens too
+        cancelled = open_activation(env, "pm")
+        provider_used(env, cancelled, 200)
+        env.store.cancel_activation(cancelled["id"], "restarted")
+        failed = open_activation(env, "pm")
+        provider_used(env, failed, 100)
+        env.store.fail_activation(failed["id"], "Runner exited with 1")
+        assert env.store.window_tokens() == 1000
+        tick(env)
+        assert env.store.project()["status"] == "stopped"
+    finally:
+        env.close()
+
+
 def test_absent_budget_never_pauses(tmp_path):
     env = budget_env(tmp_path, None)
     try:
@@ -230,6 +272,8 @@ def test_start_grants_a_fresh_window_and_a_later_overrun_pauses_again(tmp_path):
         assert resumed["agentId"] == "pm", "the pending message started pm in the new window"
 
         # an activation that was running across the restart counts in the new window
+        provider_used(env, running, 600)
+        provider_used(env, resumed, 300)
         env.store.complete_activation(running["id"], "worker", "done", usage={"tokens": {"total": 600}})
         env.store.complete_activation(resumed["id"], "pm", "done", usage={"tokens": {"total": 300}})
         tick(env)

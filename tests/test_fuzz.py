@@ -121,6 +121,8 @@ ROUTE_FIELDS = {
     "/runner/history/messages": {"role": ["assistant", "user", "system"], "kind": ["assistant_output"],
                                  "content": ["hi"], "metadata": [{"a": 1}, [1]]},
     "/runner/history/compact": {"summary": ["s"], "keepTail": [1, "2", "x", -5, 1e300], "reason": ["r"]},
+    "/runner/model": {"providerId": ["replay", "ghost"], "presetId": ["offline", "ghost"],
+                      "body": [{"messages": []}, [], "x"]},
     "/toolpacks/<toolpack_id>/support": {"tool": ["messages.send", "coordination.wait_for_signal", "shell.exec"],
                                          "input": [{"recipient": "pm", "body": "x"}, {"body": "x"}, [], {}]},
     "/activation-context": {"context": [CONTEXT, {**CONTEXT, "messages": {}}, []]},
@@ -254,10 +256,10 @@ def requests_for(draw, fuzz, route):
 
 def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     rules = {rule for _method, rule in routes}
-    assert len(routes) == 35, routes  # http-api.md routes plus the Team view's timeline (spec-notes 9a)
+    assert len(routes) == 36, routes  # http-api.md, the Team view's timeline (9a), /runner/model (8f)
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
-    assert len(runner_rules) == 8
+    assert len(runner_rules) == 9
     for _method, rule in routes:
         for name in placeholders(rule):
             segments(name, fuzz)  # raises for a placeholder the fuzzer cannot fill
@@ -331,7 +333,7 @@ def test_path_like_project_fields_of_runner_routes_are_unknown_projects(fuzz, ro
         for project in ("..", "../demo", "a/b", "demo\u0000", "\\", "." * 3, "x" * 5000, "side/..", "/"):
             body = {**fuzz.identity(), "project": project, "tool": "shell.exec", "toolCallId": "t", "status": "failed",
                     "kind": "x.note", "role": "user", "content": "c", "summary": "s", "context": CONTEXT,
-                    "output": {"text": "done"}}
+                    "output": {"text": "done"}, "providerId": "replay", "presetId": "offline", "body": {}}
             tried("hostile project fields")
             reply = exchange(fuzz, "POST", fill(path, {"toolpack_id": "core"}), json.dumps(body).encode())
             assert (reply.status, reply.json()) == (404, {"error": f"Unknown project: {project}"}), path

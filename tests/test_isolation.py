@@ -23,6 +23,7 @@ RUNNING_REQUIRED = {
     "/toolpacks/<toolpack_id>/support": "no more tool calls are accepted",
     "/runner/history/messages": "history updates are not accepted",
     "/runner/history/compact": "history updates are not accepted",
+    "/runner/model": "no more model calls are accepted",
 }
 ROUTE_FIELDS = {
     "/runner/tool-calls/start": {"tool": "shell.exec", "input": {"command": "ls"}},
@@ -31,6 +32,7 @@ ROUTE_FIELDS = {
     "/toolpacks/<toolpack_id>/support": {"tool": "messages.send", "input": {"recipient": "pm", "body": "x"}},
     "/runner/history/messages": {"role": "assistant", "kind": "assistant_output", "content": "hi"},
     "/runner/history/compact": {"summary": "s"},
+    "/runner/model": {"providerId": "replay", "presetId": "offline", "body": {"messages": []}},
     "/activation-context": {"context": CONTEXT},
     "/activation-output": {"output": {"text": "done"}},
 }

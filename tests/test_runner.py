@@ -68,7 +68,9 @@ def controllers():
 def setup(tmp_path, model, controllers):
     """(controller, activation) for worker with the built-in toolpacks and the given history/runner."""
 
-    def build(history=None, runner_config=None, toolpacks=None):
+    def build(history=None, runner_config=None, toolpacks=None, environ=None):
+        """The controller holds the models config and the key (`environ`, by default GW_KEY); the
+        activation's input.json carries the runner section the backend writes, without them."""
         history = history if history is not None else [history_row(1, content="Start")]
         controller = controllers(history=history)
         activation = make_input(
@@ -78,6 +80,9 @@ def setup(tmp_path, model, controllers):
             toolpacks=toolpacks,
             history=history,
             runner=runner_config,
+        )
+        activation["runner"] = controller.use_runner(
+            activation["runner"], {"GW_KEY": API_KEY} if environ is None else environ
         )
         return controller, activation
 
@@ -116,7 +121,12 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
     model.enqueue(content="Hello", usage=(10, 2, 12))
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
-    assert controller.paths() == ["/activation-context", "/runner/history/messages", "/activation-output"]
+    assert controller.paths() == [
+        "/activation-context",
+        "/runner/model",
+        "/runner/history/messages",
+        "/activation-output",
+    ]
     context = controller.context
     assert (context["messageCount"], context["totalChars"], context["firstPrompt"]) == (1, 5, True)
     assert context["messages"] == [{"role": "user", "content": "Start", "chars": 5}]
@@ -140,7 +150,12 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
     }
     [request] = model.requests
     assert request.path == CHAT
+    # the controller added the key the runner never had, and read the usage from the answer
     assert request.headers["authorization"] == "Bearer " + API_KEY
+    assert "GW_KEY" not in runner_env() and API_KEY not in json.dumps(activation)
+    assert [(c.status, c.usage) for c in controller.model_calls] == [(200, tokens)]
+    [forwarded] = controller.bodies("/runner/model")
+    assert (forwarded["providerId"], forwarded["presetId"]) == ("gw", "main")
     body = request.body
     assert (body["model"], body["tool_choice"], body["stream"]) == ("m1", "auto", False)
     names = [tool["function"]["name"] for tool in body["tools"]]
@@ -191,8 +206,10 @@ def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, mod
     assert Path(activation["workspace"], "notes", "a.md").read_text() == "x"
     assert controller.paths() == [
         "/activation-context",
+        "/runner/model",
         "/runner/tool-calls/start",
         "/runner/tool-calls/finish",
+        "/runner/model",
         "/runner/history/messages",
         "/activation-output",
     ]
@@ -407,27 +424,48 @@ def attempt_for(base_url, preset=None, **provider_extra):
     return models.Attempt("main", preset or {"provider": "gw", "model": "m1"}, "gw", provider)
 
 
+def straight_to(model, sent=None):
+    """A provider transport without the controller hop, for the provider's own logic (body, retries,
+    parsing); `sent` collects (provider id, preset id, timeout). test_model_proxy covers the hop."""
+
+    def transport(provider_id, preset_id, body, timeout):
+        if sent is not None:
+            sent.append((provider_id, preset_id, timeout))
+        return models.http_request(
+            "POST",
+            model.base_url + "/chat/completions",
+            {"Content-Type": "application/json"},
+            json.dumps(body).encode("utf-8"),
+            None,
+            10.0,
+            10.0,
+        )
+
+    return transport
+
+
 def test_backoff_doubles_and_honours_retry_after_without_sleeping(model):
     delays = []
     provider = models.OpenAICompatibleProvider(
-        attempt_for(model.base_url, options={"maxRetries": 3}), {}, sleep=delays.append
+        attempt_for(model.base_url, options={"maxRetries": 4}), straight_to(model), sleep=delays.append
     )
     model.enqueue_error(429, "slow")
     model.enqueue_error(500, "boom")
     model.enqueue_error(429, "slow", headers={"Retry-After": "7"})
+    model.enqueue_error(503, "busy", headers={"Retry-After": "9", "Retry-After-Ms": "250"})
     model.enqueue(content="done")
     assert provider.complete([{"role": "user", "content": "x"}], [], None).text == "done"
-    assert delays == [1.0, 2.0, 7.0]
+    assert delays == [1.0, 2.0, 7.0, 0.25], "Retry-After-Ms wins over Retry-After"
 
 
 def test_retries_are_off_by_default_and_never_apply_to_4xx(model):
     delays = []
-    provider = models.OpenAICompatibleProvider(attempt_for(model.base_url), {}, sleep=delays.append)
+    provider = models.OpenAICompatibleProvider(attempt_for(model.base_url), straight_to(model), sleep=delays.append)
     model.enqueue_error(429, "slow")
     with pytest.raises(models.ModelError, match="HTTP 429"):
         provider.complete([{"role": "user", "content": "x"}], [], None)
     retrying = models.OpenAICompatibleProvider(
-        attempt_for(model.base_url, options={"maxRetries": 3}), {}, sleep=delays.append
+        attempt_for(model.base_url, options={"maxRetries": 3}), straight_to(model), sleep=delays.append
     )
     model.enqueue_error(400, "bad request")
     with pytest.raises(models.ModelError, match="HTTP 400"):
@@ -463,16 +501,9 @@ def test_request_body_maps_preset_and_provider_options(model):
             "gw": {"parallel_tool_calls": False},
         },
     }
+    sent = []
     provider = models.OpenAICompatibleProvider(
-        attempt_for(
-            None,
-            preset,
-            baseURL=None,
-            baseURLEnv="GW_URL",
-            headers={"X-Provider": "1", "X-Preset": "no"},
-            options={"queryParams": {"api-version": "2"}, "headers": {"X-Option": "o"}, "bogus": 1},
-        ),
-        {"GW_URL": model.base_url + "/", "GW_KEY": "k"},
+        attempt_for(None, preset, baseURL=None, timeoutMs=2000), straight_to(model, sent)
     )
     model.enqueue(
         content="ok",
@@ -499,21 +530,20 @@ def test_request_body_maps_preset_and_provider_options(model):
             "function": {"name": "file_read", "description": "d", "parameters": {"type": "object"}},
         }
     ]
-    assert request.headers["authorization"] == "Bearer k"
-    assert (request.headers["x-provider"], request.headers["x-option"], request.headers["x-preset"]) == (
-        "1",
-        "o",
-        "p",
-    )
-    assert request.path == CHAT
+    # the runner names provider and preset; it waits for the controller past the provider's deadline
+    assert sent == [("gw", "main", 2.0 + models.MODEL_CALL_MARGIN_S)]
 
 
-def test_missing_base_url_and_later_provider_types_fail_the_attempt():
-    with pytest.raises(models.ModelError, match="Provider gw has no baseURL"):
-        models.OpenAICompatibleProvider(attempt_for(None, baseURL=None), {}).complete([], [], None)
+def test_the_runner_waits_without_limit_when_the_controller_bounds_the_call_by_idle_timeouts():
+    assert models.model_call_timeout({}) is None
+    assert models.model_call_timeout({"timeoutMs": False, "chunkTimeoutMs": 100}) is None
+    assert models.model_call_timeout({"timeoutMs": 500}) == 0.5 + models.MODEL_CALL_MARGIN_S
+
+
+def test_later_provider_types_fail_the_attempt():
     attempt = models.Attempt("main", {}, "an", {"type": "anthropic"})
     with pytest.raises(models.ModelError, match="Provider type anthropic is not supported by this version"):
-        models.create_provider(attempt, {}, {})
+        models.create_provider(attempt, {}, None)
 
 
 def test_tool_calls_without_ids_get_generated_ids(model):
@@ -534,7 +564,7 @@ def test_tool_calls_without_ids_get_generated_ids(model):
             ]
         }
     )
-    turn = models.OpenAICompatibleProvider(attempt_for(model.base_url), {}).complete([], [], None)
+    turn = models.OpenAICompatibleProvider(attempt_for(model.base_url), straight_to(model)).complete([], [], None)
     [call] = turn.tool_calls
     assert call.id.startswith("call_") and json.loads(call.arguments) == {"path": "a"}
     assert turn.text == "" and turn.usage == {}
@@ -568,29 +598,35 @@ def test_expand_preset_flattens_lists_and_reports_errors():
 # -- proxies ----------------------------------------------------------------------------------
 
 
-def test_controller_calls_bypass_the_proxy_while_model_calls_use_it(tmp_path, model, setup):
-    controller, activation = setup()
+def test_controller_calls_bypass_the_proxy_while_the_controller_sends_model_calls_through_its_own(
+    tmp_path, model, setup
+):
     proxy = RecordingProxy()
     try:
+        controller, activation = setup(environ={"GW_KEY": API_KEY, "HTTP_PROXY": proxy.url})
         model.enqueue(content="via proxy")
         result = run_runner(tmp_path, activation, env=runner_env(HTTP_PROXY=proxy.url, http_proxy=proxy.url))
         assert result.returncode == 0, result.stderr
+        # one model request, sent by the controller through its HTTP_PROXY; no runner call went there
         assert proxy.seen == [("POST", model.base_url + "/chat/completions")]
+        assert model.requests[0].headers["authorization"] == "Bearer " + API_KEY
         assert controller.output["text"] == "via proxy"
     finally:
         proxy.close()
 
 
-def test_socks_only_proxy_fails_the_attempt_and_fallback_applies(tmp_path, model, setup):
+def test_socks_only_proxy_of_the_controller_fails_the_attempt_and_fallback_applies(tmp_path, model, setup):
     runner_config = two_presets(model.base_url)
     runner_config["models"]["providers"]["direct"] = provider_config(model.base_url)
     runner_config["models"]["presets"]["b"]["provider"] = "direct"
-    _, activation = setup(runner_config=runner_config)
+    _, activation = setup(runner_config=runner_config, environ={"ALL_PROXY": "socks5://127.0.0.1:1080"})
     model.enqueue(content="never", model="a")
-    result = run_runner(tmp_path, activation, env=runner_env(ALL_PROXY="socks5://127.0.0.1:1080"))
+    result = run_runner(tmp_path, activation)
     assert result.returncode == 1
-    assert "Proxy protocol socks5: (from ALL_PROXY) is not supported" in result.stderr
-    assert "a: " in result.stderr and "b: " in result.stderr
+    assert "a: Request to provider gw failed: Proxy protocol socks5: (from ALL_PROXY) is not supported" in (
+        result.stderr
+    )
+    assert "b: Request to provider direct failed: Proxy protocol socks5" in result.stderr
     assert model.requests == []
 
 
@@ -1128,15 +1164,26 @@ def test_controller_client_speaks_http_over_the_runner_socket(tmp_path):
 
 
 def test_secrets_in_provider_errors_are_redacted(tmp_path, model, setup):
-    _, activation = setup()
-    activation["runner"]["models"]["providers"]["gw"].update(
-        apiKey="inline-key-123", headers={"X-Api-Key": "hk-77"}
-    )
-    model.enqueue_error(401, f"bad key inline-key-123 for token {TOKEN} and hk-77")
+    runner_config = {
+        "mode": "ai",
+        "model": "main",
+        "models": {
+            "providers": {
+                "gw": provider_config(
+                    model.base_url, apiKey="inline-key-123", headers={"X-Api-Key": "hk-77-header-secret"}
+                )
+            },
+            "presets": {"main": {"provider": "gw", "model": "m1"}},
+        },
+    }
+    _, activation = setup(runner_config=runner_config)
+    assert "inline-key-123" not in json.dumps(activation) and "hk-77-header-secret" not in json.dumps(activation)
+    # the controller redacts the key and the secret header from the answer, the runner its own token
+    model.enqueue_error(401, f"bad key inline-key-123 for token {TOKEN} and hk-77-header-secret")
     result = run_runner(tmp_path, activation)
     assert result.returncode == 1
     assert "bad key <redacted> for token <redacted> and <redacted>" in result.stderr
-    for secret in ("inline-key-123", TOKEN, "hk-77"):
+    for secret in ("inline-key-123", TOKEN, "hk-77-header-secret"):
         assert secret not in result.stderr
     assert model.requests[0].headers["authorization"] == "Bearer inline-key-123"
 

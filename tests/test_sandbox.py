@@ -5,14 +5,11 @@ lets through; `config render` names each agent's network and every weakening set
 import contextlib
 import json
 import os
-import shutil
 import socket
-import tempfile
 import threading
 from pathlib import Path
 
 import pytest
-import relay_runner
 import yaml
 from api_fixtures import init_project, serving
 from e2e_fixtures import Team, call, project_config, remove_containers, require_engine
@@ -47,20 +44,16 @@ def agent(*tools, **settings):
 
 
 @contextlib.contextmanager
-def sandbox_team(tmp_path, agents, docker=None, relay=False):
+def sandbox_team(tmp_path, agents, docker=None):
     """A served project on docker-chat with `agents` (each plays the FakeModel's `worker` queue in turn)
-    and `backend.docker` set to `docker`; its containers are removed afterwards. `relay`: runners reach
-    the controller and the model through relayed_support_dir, whatever their network."""
+    and `backend.docker` set to `docker`; its containers are removed afterwards. Runners reach the
+    controller over the mounted runner socket and the model through the controller, so an agent without
+    network needs none."""
     client = require_engine("docker-chat")
     model = FakeModel()
     try:
-        with serving(tmp_path / "root") as service, contextlib.ExitStack() as stack:
+        with serving(tmp_path / "root") as service:
             docker = dict(docker or {})
-            if relay:
-                ports = [int(service.base_url.rsplit(":", 1)[1]), model.port]
-                support, mounts = stack.enter_context(relayed_support_dir(tmp_path, ports))
-                service.backend.support_dir = support
-                docker["mounts"] = docker.get("mounts", []) + mounts
             config = project_config("docker-chat", service.base_url, model.base_url, agents=agents,
                                     presets={"worker": {"provider": "fake", "model": "worker"}}, model="worker")
             config["backend"]["docker"] = docker
@@ -106,9 +99,7 @@ def test_activation_runs_unprivileged_with_limits_and_owns_what_it_writes(tmp_pa
                f"{PIDS_MAX}; {MEMORY_MAX}; "
                "echo w > /workspace/written.txt && echo a > /artifacts/worker/made.txt && touch ~/.home-writable && "
                "{ echo x 2>/dev/null > /artifacts/pm/forged.txt && echo forged || echo refused; }")
-    # The FakeModel is reached over TCP (until model calls go through the controller): grant the network.
-    with sandbox_team(tmp_path, {"pm": agent(), "worker": agent()},
-                      docker={"network": "host", "grantNetwork": True}) as team:
+    with sandbox_team(tmp_path, {"pm": agent(), "worker": agent()}, docker={"network": "host"}) as team:
         lines = run_shell(team, "worker", command).splitlines()
         host = container_attrs(team, "worker")["HostConfig"]
     uid, gid = EXPECTED_IDS
@@ -127,7 +118,7 @@ def test_activation_runs_unprivileged_with_limits_and_owns_what_it_writes(tmp_pa
 
 
 def test_settings_per_agent_and_backend_wide_reach_the_container(tmp_path):
-    docker = {"network": "host", "grantNetwork": True, "pidsLimit": 300, "memory": "768m"}
+    docker = {"network": "host", "pidsLimit": 300, "memory": "768m"}
     agents = {"pm": agent(), "worker": agent(docker={"user": "4242:4343", "pidsLimit": 77, "capAdd": ["CHOWN"]})}
     command = f"id -u; id -g; grep -E '^CapBnd:' /proc/self/status; {PIDS_MAX}; echo w > /workspace/mine.txt"
     with sandbox_team(tmp_path, agents, docker=docker) as team:
@@ -164,39 +155,14 @@ class Listener:
         self.socket.close()
 
 
-@contextlib.contextmanager
-def relayed_support_dir(tmp_path, ports):
-    """A support directory whose runner first relays `ports` of the container's 127.0.0.1 to this
-    host's over Unix sockets (relay_runner.py), then runs the real runner; plus the two mounts it needs.
-    It stands in for the runner socket, so an activation in a `none` network still reaches its
-    controller and model."""
-    support = tmp_path / "support"
-    support.mkdir()
-    for name in backend.RUNNER_FILES:
-        shutil.copy(backend.SUPPORT_DIR / name, support / name)
-    shutil.copy(HERE / "relay_runner.py", support / backend.RUNNER_FILE)
-    relay_dir = tempfile.mkdtemp(prefix="sz-relay-")  # AF_UNIX paths are short; tmp_path may not be
-    os.chmod(relay_dir, 0o755)
-    listeners = [relay_runner.serve_port(relay_dir, port) for port in ports]
-    mounts = [{"source": relay_dir, "target": "/mnt/relay", "readonly": False},
-              {"source": str(backend.SUPPORT_DIR / backend.RUNNER_FILE),
-               "target": "/mnt/real-runner/suzumio_runner.py"}]
-    try:
-        yield support, mounts
-    finally:
-        for listener in listeners:
-            listener.close()
-        shutil.rmtree(relay_dir, ignore_errors=True)
-
-
 def test_without_network_no_outside_address_answers_while_the_activation_completes(tmp_path):
-    # The runner reaches the controller over the mounted runner socket; the relay carries the model.
+    # The runner reaches the controller over the mounted runner socket, and the model through it.
     listener = Listener()
     agents = {"pm": agent(), "worker": agent(), "fetcher": agent("web.fetch")}
     # 192.0.2.1 (TEST-NET-1) stands for any address off the container's own loopback.
     probe = f"python3 -c '{PROBE}' 127.0.0.1 {listener.port} 192.0.2.1 80"
     try:
-        with sandbox_team(tmp_path, agents, docker={"network": "host"}, relay=True) as team:
+        with sandbox_team(tmp_path, agents, docker={"network": "host"}) as team:
             isolated = run_shell(team, "worker", probe)
             networked = run_shell(team, "fetcher", probe)
             worker_mode = container_attrs(team, "worker")["HostConfig"]["NetworkMode"]
