@@ -9,7 +9,7 @@ import stat
 import textwrap
 
 import pytest
-from e2e_fixtures import call, kind_params, running_team
+from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, call, kind_params, running_team
 from fuzz_fixtures import app_routes, fill, is_runner_rule
 
 import suzumio
@@ -89,7 +89,11 @@ def user_api_routes(service):
 
 
 def test_docker_activation_with_host_network_gets_401_from_every_user_route_and_never_sees_the_token(tmp_path):
-    with running_team(tmp_path, "docker-chat") as team:
+    # worker-1 is granted the host network, as a user might (`network: host` in the README before the
+    # runner socket), so the user port on 127.0.0.1 is in reach: it must still answer 401.
+    agents = {"pm": {"model": "pm", "tools": PM_TOOLS},
+              "worker-1": {"model": "worker", "tools": WORKER_TOOLS, "network": True}}
+    with running_team(tmp_path, "docker-chat", agents=agents) as team:
         service = team.service
         token = service.api_token
         assert token and token == (service.root.path / "api-token").read_text().strip()
