@@ -19,6 +19,7 @@ import waitress.wasyncore
 import suzumio_scheduler
 import suzumio_yaml
 from suzumio_errors import Forbidden, NotFound
+from suzumio_resources import resource_path
 from suzumio_runner_support import (
     JSON_TYPE,
     NOSNIFF,
@@ -36,7 +37,7 @@ from suzumio_toolpacks import optional_string
 
 log = logging.getLogger(__name__)
 
-WEBUI_DIR = Path(__file__).resolve().parent / "webui_dist"
+WEBUI_DIR = resource_path("webui_dist")  # beside the modules, or under <prefix>/share/suzumio
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # The runner routes of §9 exactly: an unmatched path under /runner/ or /toolpacks/ still gets the Host check.
 RUNNER_ROUTE = re.compile(r"^/(?:runner/(?:tool-calls/(?:start|finish)|signals|history/(?:messages|compact))"
