@@ -219,8 +219,8 @@ def parse_limit(value):
     return math.floor(number)
 
 
-def open_root(options):
-    return suzumio_store.Root(suzumio_store.resolve_root(options.root, os.environ))
+def open_root(options, observer=None):
+    return suzumio_store.Root(suzumio_store.resolve_root(options.root, os.environ), observer=observer)
 
 
 class Runtime:
@@ -525,9 +525,15 @@ def cmd_serve(rest, options, out, err, now):
         if not api_token:
             raise SuzumioError(f"API token variable {options.api_token_env} is not set")
     host = options.host or "127.0.0.1"
-    return serve(open_root(options), host=host, port=int(port_text), threads=int(options.threads or 32),
-                 scheduler_enabled=not options.no_scheduler, allowed_hosts=tuple(options.allow_host or ()),
-                 api_token=api_token, out=out, err=err)
+    import suzumio_telemetry
+
+    # The only place the OTEL_* variables are read: once, here (docs/spec-notes.md 17c).
+    endpoint = suzumio_telemetry.endpoint_from(options.otlp_endpoint, os.environ)
+    tracer = suzumio_telemetry.Tracer(endpoint, headers=suzumio_telemetry.headers_from(os.environ))
+    return serve(open_root(options, observer=tracer), host=host, port=int(port_text),
+                 threads=int(options.threads or 32), scheduler_enabled=not options.no_scheduler,
+                 allowed_hosts=tuple(options.allow_host or ()), api_token=api_token, out=out, err=err,
+                 tracer=tracer)
 
 
 class Liveness:
@@ -574,7 +580,7 @@ def open_stores(root):
     return stores
 
 
-def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err):
+def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err, tracer=None):
     """Run the controller until SIGINT/SIGTERM: HTTP, scheduler, reconciliation (cli.md §3.3, §4).
     Returns 1 when one of its loops died (Liveness), else 0."""
     import suzumio_api
@@ -587,7 +593,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     runtime = Runtime(root, on_fatal=liveness.died)
     app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
                                api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
-                               liveness=liveness.states)
+                               liveness=liveness.states, tracer=tracer)
     # Half the descriptors for connections, the rest for databases, runner logs, pipes and engine calls.
     limit = min(suzumio_api.CONNECTION_LIMIT, descriptors // 2)
     server = suzumio_api.Server(app, host, port, threads=threads, connection_limit=limit, on_fatal=liveness.died)
@@ -597,6 +603,9 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if tracer is not None and tracer.enabled:
+            tracer.start()
+            print(f"suzumio exporting traces to {tracer.endpoint}", file=err, flush=True)
         server.start()
         print(f"suzumio listening on http://{host}:{server.port}", file=out, flush=True)
         runtime.backends.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
@@ -609,6 +618,8 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     finally:
         server.close()
         runtime.close()
+        if tracer is not None:
+            tracer.close()  # after the runtime: the last activation spans are exported
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if liveness.dead.is_set():

@@ -13,13 +13,14 @@ import urllib.parse
 from pathlib import Path
 
 import bottle
+import suzumio_openapi
 import waitress.server
 import waitress.wasyncore
 
 import suzumio_scheduler
 import suzumio_yaml
 from suzumio_errors import Forbidden, NotFound
-from suzumio_resources import resource_path
+from suzumio_resources import VERSION, resource_path
 from suzumio_runner_support import (
     JSON_TYPE,
     NOSNIFF,
@@ -37,6 +38,7 @@ from suzumio_toolpacks import optional_string
 
 log = logging.getLogger(__name__)
 
+VERSION_HEADER = "Suzumio-Version"  # on every answer: the one version string (suzumio_resources)
 WEBUI_DIR = resource_path("webui_dist")  # beside the modules, or under <prefix>/share/suzumio
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # The runner routes of §9 exactly: an unmatched path under /runner/ or /toolpacks/ still gets the Host check.
@@ -187,12 +189,14 @@ def _named_secret_map(path):
 
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
-             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
+             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None,
+             tracer=None):
     """The WSGI app: user routes, runner routes, guards and the one error shape.
 
     `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
     and approve; `stopping` (a threading.Event) ends open SSE streams when set; `liveness()` names the
-    state of each long-lived loop of the process for /health (`up`, or why it is down)."""
+    state of each long-lived loop of the process for /health (`up`, or why it is down); `tracer`
+    (suzumio_telemetry.Tracer) gets the tool-call spans."""
     app = bottle.Bottle(catchall=True)
     app.uninstall(bottle.JSONPlugin)
     app.install(ErrorBoundary())
@@ -213,6 +217,7 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
     @app.hook("after_request")
     def after_request():
         bottle.response.set_header(*NOSNIFF)
+        bottle.response.set_header(VERSION_HEADER, VERSION)
 
     # Bottle calls these for unmatched routes and for exceptions that escape the route boundary
     # (hooks); they must encode the JSON themselves.
@@ -220,6 +225,7 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
         def handler(error):
             bottle.response.content_type = JSON_TYPE
             bottle.response.set_header(*NOSNIFF)
+            bottle.response.set_header(VERSION_HEADER, VERSION)
             return encode_json({"error": message})
         return handler
 
@@ -235,7 +241,7 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
     app.error_handler[405] = wrong_method
     app.error_handler[500] = error_page("internal error")
 
-    mount_runner_routes(app, root, toolpacks, scheduler)
+    mount_runner_routes(app, root, toolpacks, scheduler, tracer=tracer)
     mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
     mount_static(app, Path(webui_dir))
@@ -258,6 +264,14 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
         if not down:
             return json_response({"healthy": True})
         return json_response({"healthy": False, "components": components}, status=503)
+
+    @app.get("/api/version")
+    def version():
+        return json_response({"version": VERSION})
+
+    @app.get("/api/openapi.json")
+    def openapi():
+        return json_response(suzumio_openapi.document())
 
     @app.get("/api/projects")
     def projects():

@@ -246,8 +246,9 @@ def check_output(body):
 
 # ---------------------------------------------------------------- routes
 
-def mount_runner_routes(app, root, toolpacks, scheduler):
-    """Adds the routes of http-api.md §9 to `app`; a completed activation asks `scheduler` for a tick."""
+def mount_runner_routes(app, root, toolpacks, scheduler, tracer=None):
+    """Adds the routes of http-api.md §9 to `app`; a completed activation asks `scheduler` for a tick.
+    `tracer` (suzumio_telemetry) gets a span for every finished tool call."""
 
     @app.post("/runner/tool-calls/start")
     def tool_call_start():
@@ -266,6 +267,8 @@ def mount_runner_routes(app, root, toolpacks, scheduler):
         result = call.store.finish_tool_call(
             call.agent_id, call.activation_id, call.body["toolCallId"], status,
             output=optional_text(call.body, "output"), error=optional_text(call.body, "error"))
+        if tracer is not None and tracer.enabled:
+            tracer.tool_call(call.store.tool_call(call.body["toolCallId"]), call.store.project_id)
         return json_response(result)
 
     @app.post("/runner/signals")
