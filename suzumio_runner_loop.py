@@ -342,7 +342,7 @@ HOST_SCRIPT = "suzumio_toolpack_host.mjs"
 
 
 def default_host_path():
-    """The Node host beside this file (checkout, pex, /opt/suzumio in a container), else where a wheel
+    """The Node host beside this file (checkout, pex, the mounted support folder in a container), else where a wheel
     installs it: <prefix>/share/suzumio (suzumio_resources.py; the runner imports no controller module)."""
     beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), HOST_SCRIPT)
     installed = os.path.join(sys.prefix, "share", "suzumio", HOST_SCRIPT)
