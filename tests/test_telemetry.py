@@ -237,3 +237,16 @@ def requests_json_after(root):
         return store_root.open_project("traced").list_activations(10)
     finally:
         store_root.close()
+
+
+def test_serve_otlp_endpoint_flag_wins_over_the_environment(tmp_path, receiver):
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    with subprocess.Popen([sys.executable, str(REPO / "suzumio.py"), "serve", "--root", str(tmp_path / "root"),
+                           "--port", "0", "--otlp-endpoint", receiver.url], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as serve:
+        try:
+            assert serve.stdout.readline().startswith("suzumio listening on http://127.0.0.1:")
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(timeout=60)
+        assert f"suzumio exporting traces to {receiver.url}/v1/traces\n" in serve.stderr.read()
