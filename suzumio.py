@@ -6,6 +6,7 @@ only module that may import every other Suzumio module.
 """
 import argparse
 import hashlib
+import json
 import logging
 import math
 import os
@@ -18,30 +19,12 @@ import threading
 from pathlib import Path
 
 import suzumio_config
+import suzumio_resources
 import suzumio_store
 from suzumio_errors import SuzumioError
-from suzumio_records import PRIORITIES
+from suzumio_records import PRIORITIES, parse_ts, to_datetime, utc_now
 
 log = logging.getLogger(__name__)
-
-USAGE = """Suzumio
-
-Commands:
-  suzumio config render <file>
-  suzumio init <file> [--root dir]
-  suzumio serve [--host 127.0.0.1] [--port 39400] [--root dir] [--no-scheduler] [--threads 32] \
-[--allow-host name]... [--api-token-env NAME | --no-auth] [--runner-listen HOST:PORT]
-  suzumio start <project> [--root dir]
-  suzumio stop <project> [--root dir]
-  suzumio approve <project> [--root dir]
-  suzumio send <project> <recipient> <P0|P1|P2|P3> <message...> [--root dir]
-  suzumio status [project] [--root dir]
-  suzumio messages <project> [--limit n] [--root dir]
-  suzumio activations|turns <project> [--limit n] [--root dir]
-  suzumio artifacts <project> [--root dir]
-  suzumio events <project> [--limit n] [--root dir]
-  suzumio tick [project] [--root dir]
-"""
 
 DEFAULT_LIMIT = 50
 SIGNAL_POLL_SECONDS = 0.2
@@ -51,14 +34,94 @@ RUNNER_SOCKET = "runner.sock"
 # sun_path holds 108 bytes on Linux and 104 on macOS, both with the terminating NUL.
 UNIX_PATH_LIMIT = 103
 
-# Which flags each command accepts (dest names); --root is accepted everywhere, cli.md §1.1.
-SERVE_FLAGS = {"host", "port", "no_scheduler", "threads", "allow_host", "api_token_env", "no_auth", "runner_listen"}
-COMMAND_FLAGS = {
-    "config": set(), "init": set(), "serve": SERVE_FLAGS, "start": set(), "stop": set(),
-    "approve": set(), "send": set(), "status": set(), "messages": {"limit"},
-    "activations": {"limit"}, "turns": {"limit"}, "artifacts": set(), "events": {"limit"},
-    "tick": set(),
-}
+
+class Option:
+    """One command-line flag: `--name VALUE`, or a switch when metavar is None. `shown` is the value the
+    usage line writes (`[--host 127.0.0.1]`); `repeat` collects every value in order."""
+
+    def __init__(self, flag, metavar, help, shown=None, repeat=False):
+        self.flag, self.metavar, self.help, self.repeat = flag, metavar, help, repeat
+        self.shown = shown or metavar
+        self.dest = flag.lstrip("-").replace("-", "_")
+
+    def usage(self):
+        text = f"[{self.flag} {self.shown}]" if self.metavar else f"[{self.flag}]"
+        return text + ("..." if self.repeat else "")
+
+    def label(self):
+        return f"{self.flag} {self.metavar}" if self.metavar else self.flag
+
+
+class Command:
+    def __init__(self, name, arguments, summary, options, aliases=()):
+        self.name, self.arguments, self.summary, self.options, self.aliases = (
+            name, arguments, summary, options, aliases)
+
+    def usage_line(self):
+        words = ["suzumio", "|".join((self.name, *self.aliases))]
+        if self.arguments:
+            words.append(self.arguments)
+        words += [option.usage() for option in self.options]
+        return " ".join(words)
+
+    def help_text(self):
+        """`suzumio <command> --help`: the usage line, what it does, one line per option."""
+        rows = [(option.label(), option.help) for option in self.options]
+        rows.append(("-h, --help", "show this help and exit"))
+        width = max(len(label) for label, _ in rows) + 2
+        lines = [f"Usage: {self.usage_line()}", "", self.summary, "", "Options:"]
+        lines += [f"  {label.ljust(width)}{text}" for label, text in rows]
+        return "\n".join(lines) + "\n"
+
+
+ROOT = Option("--root", "dir", "runtime root (default: $SUZUMIO_ROOT if set, else ~/.suzumio)")
+LIMIT = Option("--limit", "n", f"show at most n entries (default {DEFAULT_LIMIT})")
+JSON = Option("--json", None, "print one JSON document instead of columns")
+
+# The one table of commands and their options: the parser, the usage text and each command's --help are
+# built from it. A new flag is one Option line in its command's list.
+COMMAND_TABLE = (
+    Command("config", "render <file>", "Validate a project file and print its resolved configuration.",
+            [Option("--strict", None, "unknown keys in the file are errors, not warnings")]),
+    Command("init", "<file>", "Create a project under the runtime root from a project file.", [ROOT]),
+    Command("serve", "", "Run the controller: HTTP API, control room, scheduler and runner supervision.", [
+        Option("--host", "HOST", "address to listen on (default 127.0.0.1)", shown="127.0.0.1"),
+        Option("--port", "PORT", "port to listen on, 0 for any free one (default 39400)", shown="39400"),
+        ROOT,
+        Option("--no-scheduler", None, "serve the API without running the scheduler"),
+        Option("--threads", "N", "HTTP worker threads, at least 16 (default 32)", shown="32"),
+        Option("--allow-host", "name", "also accept this Host header (repeatable)", repeat=True),
+        Option("--api-token-env", "NAME", "take the user API token from this environment variable "
+               "(default: <root>/api-token, made on first start)"),
+        Option("--no-auth", None, "serve the user API without a token (warns; not with --api-token-env)"),
+        Option("--runner-listen", "HOST:PORT", "serve the runner routes on TCP HOST:PORT instead of the "
+               "root's runner socket (remote engines)"),
+        Option("--otlp-endpoint", "URL", "export traces over OTLP/HTTP to URL "
+               "(default: $OTEL_EXPORTER_OTLP_ENDPOINT; off when neither is set)"),
+    ]),
+    Command("start", "<project>", "Start (or resume) a project and run one scheduler pass.", [ROOT]),
+    Command("stop", "<project>", "Stop a project: cancel its running activations and their runners.", [ROOT]),
+    Command("approve", "<project>", "Approve a project's result: complete it and stop its runners.", [ROOT]),
+    Command("send", "<project> <recipient> <P0|P1|P2|P3> <message...>",
+            "Send a message from the user to an agent or #channel, then run one scheduler pass.", [ROOT]),
+    Command("status", "[project]", "Show every project (or one) with its agents.", [ROOT, JSON]),
+    Command("messages", "<project>", "Show a project's newest messages, oldest first.", [LIMIT, ROOT, JSON]),
+    Command("activations", "<project>", "Show a project's newest activations, oldest first.",
+            [LIMIT, ROOT, JSON], aliases=("turns",)),
+    Command("artifacts", "<project>", "List the files agents wrote to their artifact directories.",
+            [ROOT, JSON]),
+    Command("events", "<project>", "Show a project's newest events, oldest first.", [LIMIT, ROOT, JSON]),
+    Command("tick", "[project]", "Run one scheduler pass over one project or all of them.", [ROOT]),
+)
+COMMANDS_BY_NAME = {name: command for command in COMMAND_TABLE for name in (command.name, *command.aliases)}
+ALL_OPTIONS = {option.dest: option for command in COMMAND_TABLE for option in command.options}
+ALL_OPTIONS.setdefault("root", ROOT)
+
+USAGE = ("Suzumio\n\nCommands:\n"
+         + "".join(f"  {command.usage_line()}\n" for command in COMMAND_TABLE)
+         + "  suzumio help [command]\n  suzumio --version\n"
+         + "\nRun `suzumio <command> --help` for the options of one command.\n")
+
 # (minimum, maximum) positionals after the command word; None = unbounded.
 COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
@@ -68,7 +131,23 @@ COMMAND_ARITY = {
 
 
 class UsageError(Exception):
-    """The command line does not fit the usage text: print it and exit 1."""
+    """The command line does not fit the usage text: print the error and the usage, exit 1. `command`
+    names the command whose usage applies (None: the global usage)."""
+
+    exit_code = 1
+
+    def __init__(self, message, command=None):
+        super().__init__(message)
+        self.command = command
+
+    def usage(self):
+        return COMMANDS_BY_NAME[self.command].help_text() if self.command else USAGE
+
+
+class HelpRequested(UsageError):
+    """`--help`, `-h` or `help [command]`: print that usage and exit 0."""
+
+    exit_code = 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,46 +158,64 @@ class _Parser(argparse.ArgumentParser):
 def build_parser():
     parser = _Parser(prog="suzumio", add_help=False)
     parser.add_argument("words", nargs="*")
-    parser.add_argument("--root")
-    parser.add_argument("--limit")
-    parser.add_argument("--host")
-    parser.add_argument("--port")
-    parser.add_argument("--no-scheduler", action="store_true", default=None)
-    parser.add_argument("--threads")
-    parser.add_argument("--allow-host", action="append")
-    parser.add_argument("--api-token-env")
-    parser.add_argument("--no-auth", action="store_true", default=None)
-    parser.add_argument("--runner-listen")
+    for option in ALL_OPTIONS.values():
+        if option.metavar is None:
+            parser.add_argument(option.flag, action="store_true", default=None)
+        else:
+            parser.add_argument(option.flag, action="append" if option.repeat else "store")
     parser.add_argument("-h", "--help", action="store_true", default=None)
+    parser.add_argument("--version", action="store_true", default=None)
     return parser
 
 
+def _command_word(argv):
+    """The first word that names a command, for the usage of an error argparse raised."""
+    return next((word for word in argv if word in COMMANDS_BY_NAME), None)
+
+
 def parse_args(argv):
-    """Parse argv into (command, positionals, options); raises UsageError."""
-    args = build_parser().parse_intermixed_args(argv)
-    if args.help or not args.words:
-        raise UsageError("help")
+    """Parse argv into (command, positionals, options); raises UsageError (HelpRequested for help)."""
+    try:
+        args = build_parser().parse_intermixed_args(argv)
+    except UsageError as error:
+        raise UsageError(str(error), _command_word(argv)) from None
+    if args.version and not args.words:
+        return "--version", [], args
+    if not args.words:
+        if args.help:
+            raise HelpRequested("help")
+        raise UsageError("a command is required")
     command, *rest = args.words
-    if command not in COMMAND_FLAGS:
-        raise UsageError(f"unknown command {command}")
-    given = {name for name in ("limit", *SERVE_FLAGS) if getattr(args, name) is not None}
-    if given - COMMAND_FLAGS[command]:
-        raise UsageError("flag not accepted by this command")
+    if command == "help":
+        if not rest:
+            raise HelpRequested("help")
+        if len(rest) == 1 and rest[0] in COMMANDS_BY_NAME:
+            raise HelpRequested("help", rest[0])
+        raise UsageError(f"unknown command: {' '.join(rest)}")
+    if command not in COMMANDS_BY_NAME:
+        raise UsageError(f"unknown command: {command}")
+    if args.help:
+        raise HelpRequested("help", command)
+    accepted = {option.dest for option in COMMANDS_BY_NAME[command].options} | {"root"}
+    given = sorted(dest for dest in ALL_OPTIONS if getattr(args, dest) is not None and dest not in accepted)
+    if given or args.version:
+        flag = ALL_OPTIONS[given[0]].flag if given else "--version"
+        raise UsageError(f"{command} does not take {flag}", command)
     if command == "config":
         if len(rest) != 2 or rest[0] != "render" or not rest[1]:
-            raise UsageError("config render <file>")
+            raise UsageError("expected: config render <file>", command)
         rest = rest[1:]
     else:
         low, high = COMMAND_ARITY[command]
         if len(rest) < low or (high is not None and len(rest) > high):
-            raise UsageError("wrong number of arguments")
+            raise UsageError("wrong number of arguments", command)
     if command == "send" and not " ".join(rest[3:]).strip():
-        raise UsageError("message body is required")
+        raise UsageError("message body is required", command)
     if args.no_auth and args.api_token_env is not None:
-        raise UsageError("--no-auth and --api-token-env exclude each other")
+        raise UsageError("--no-auth and --api-token-env exclude each other", command)
     threads = args.threads
     if command == "serve" and threads is not None and (not threads.isdigit() or int(threads) < 16):
-        raise UsageError("--threads must be an integer >= 16")
+        raise UsageError("--threads must be an integer >= 16", command)
     return command, rest, args
 
 
@@ -135,8 +232,8 @@ def parse_limit(value):
     return math.floor(number)
 
 
-def open_root(options):
-    return suzumio_store.Root(suzumio_store.resolve_root(options.root, os.environ))
+def open_root(options, observer=None):
+    return suzumio_store.Root(suzumio_store.resolve_root(options.root, os.environ), observer=observer)
 
 
 def runner_socket_path(root_path):
@@ -248,16 +345,46 @@ class Runtime:
 # Root, which owns and closes them.
 
 
-def cmd_config_render(rest, options, out, err):
-    config = suzumio_config.load_project(rest[0])
+def print_json(value, out):
+    """`--json`: one stable document (sorted keys, two-space indent, UTF-8 as is), then a newline."""
+    out.write(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def relative_time(timestamp, now):
+    """`12s ago`, `5m ago`, `3h ago`, `2d ago` (a timestamp in the future reads `just now`)."""
+    if not timestamp:
+        return "-"
+    seconds = int((to_datetime(now) - parse_ts(timestamp)).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago" if seconds > 0 else "just now"
+
+
+def columns(rows, indent=""):
+    """Rows of cells as aligned text columns (the last cell is never padded)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["".join([indent] + [cell.ljust(width + 2) for cell, width in zip(row, widths, strict=False)]
+                    + [row[-1]]).rstrip() for row in rows]
+
+
+def report_unknown_keys(lines, err):
+    for line in lines:
+        print(line, file=err)
+
+
+def cmd_config_render(rest, options, out, err, now):
+    config = suzumio_config.load_project(rest[0], strict=bool(options.strict))
+    report_unknown_keys(config.unknown_keys, err)
     for line in config.network_report() + config.warnings:
         print(line, file=err)
     out.write(config.render())
     return 0
 
 
-def cmd_init(rest, options, out, err):
+def cmd_init(rest, options, out, err, now):
     config = suzumio_config.load_project(rest[0])
+    report_unknown_keys(config.unknown_keys, err)
     for line in config.warnings:
         print(line, file=err)
     root = open_root(options)
@@ -272,62 +399,89 @@ def cmd_init(rest, options, out, err):
     return 0
 
 
-def cmd_status(rest, options, out, err):
+def cmd_status(rest, options, out, err, now):
     root = open_root(options)
     try:
+        projects = []
         for name in rest or root.list_projects():
             store = root.open_project(name)
-            project = store.project()
-            print(f"{project['id']}  {project['status']}", file=out)
-            for agent in store.list_agents():
-                line = f"  {agent['id'].ljust(16)} {agent['status']}"
-                if agent.get("activeActivationId"):
-                    line += f" {agent['activeActivationId']}"
-                print(line, file=out)
+            projects.append((store.project(), store.list_agents()))
     finally:
         root.close()
+    if options.json:
+        print_json([{"id": project["id"], "status": project["status"], "updatedAt": project["updated_at"],
+                     "agents": [{key: agent.get(key) for key in STATUS_AGENT_FIELDS} for agent in agents]}
+                    for project, agents in projects], out)
+        return 0
+    for project, agents in projects:
+        print(f"{project['id']}  {project['status']}", file=out)
+        if agents:
+            rows = [(agent["id"], agent["status"], agent.get("activeActivationId") or "-",
+                     relative_time(agent.get("updatedAt"), now)) for agent in agents]
+            for line in columns(rows, indent="  "):
+                print(line, file=out)
     return 0
 
 
-def cmd_messages(rest, options, out, err):
+STATUS_AGENT_FIELDS = ("id", "status", "role", "activeActivationId", "updatedAt")
+
+
+def cmd_messages(rest, options, out, err, now):
     with project_store(options, rest[0]) as store:
-        for message in store.list_messages(parse_limit(options.limit), full_body=True):
-            target = message.get("recipient") or message.get("channel")
-            print(file=out)
-            print(f"{message['id']} {message['createdAt']} {message['sender']} -> {target} "
-                  f"[{message['priority']}]", file=out)
-            print(message["body"], file=out)
+        messages = store.list_messages(parse_limit(options.limit), full_body=True)
+    if options.json:
+        print_json(messages, out)
+        return 0
+    for message in messages:
+        target = message.get("recipient") or message.get("channel")
+        print(file=out)
+        print(f"{message['id']} {message['createdAt']} ({relative_time(message['createdAt'], now)}) "
+              f"{message['sender']} -> {target} [{message['priority']}]", file=out)
+        print(message["body"], file=out)
     return 0
 
 
-def cmd_activations(rest, options, out, err):
+def cmd_activations(rest, options, out, err, now):
     with project_store(options, rest[0]) as store:
-        for activation in store.list_activations(parse_limit(options.limit)):
-            print(file=out)
-            print(f"{activation['id']} {activation['agentId']} {activation['status']} "
-                  f"{activation['startedAt']}", file=out)
-            if activation.get("text"):
-                print(activation["text"], file=out)
-            if activation.get("error"):
-                print(activation["error"], file=out)
+        activations = store.list_activations(parse_limit(options.limit))
+    if options.json:
+        print_json(activations, out)
+        return 0
+    for activation in activations:
+        print(file=out)
+        print(f"{activation['id']} {activation['agentId']} {activation['status']} "
+              f"{activation['startedAt']} ({relative_time(activation['startedAt'], now)})", file=out)
+        if activation.get("text"):
+            print(activation["text"], file=out)
+        if activation.get("error"):
+            print(activation["error"], file=out)
     return 0
 
 
-def cmd_events(rest, options, out, err):
+def cmd_events(rest, options, out, err, now):
     with project_store(options, rest[0]) as store:
-        for event in reversed(store.list_events(parse_limit(options.limit))):
-            print(f"{event['created_at']} {event['type']} {event['data_json']}", file=out)
+        events = list(reversed(store.list_events(parse_limit(options.limit))))
+    if options.json:
+        print_json([{"id": event["id"], "type": event["type"], "createdAt": event["created_at"],
+                     "data": json.loads(event["data_json"])} for event in events], out)
+        return 0
+    for event in events:
+        print(f"{event['created_at']} {event['type']} {event['data_json']}", file=out)
     return 0
 
 
-def cmd_artifacts(rest, options, out, err):
+def cmd_artifacts(rest, options, out, err, now):
     with project_store(options, rest[0]) as store:
         lines = []
         for agent in store.list_agents():
             for path, size in walk_files(store.artifacts_dir(agent["id"])):
                 lines.append((agent["id"], path, size))
-        for agent_id, path, size in sorted(lines):
-            print(f"{agent_id}/{path} {size}", file=out)
+    lines.sort()
+    if options.json:
+        print_json([{"agent": agent_id, "path": path, "size": size} for agent_id, path, size in lines], out)
+        return 0
+    for agent_id, path, size in lines:
+        print(f"{agent_id}/{path} {size}", file=out)
     return 0
 
 
@@ -368,7 +522,7 @@ class project_store:
         self.root.close()
 
 
-def cmd_send(rest, options, out, err):
+def cmd_send(rest, options, out, err, now):
     project, recipient, priority = rest[0], rest[1], rest[2]
     root = open_root(options)
     try:
@@ -382,10 +536,11 @@ def cmd_send(rest, options, out, err):
     return tick_projects(options, [project], err)
 
 
-def cmd_start(rest, options, out, err):
+def cmd_start(rest, options, out, err, now):
     root = open_root(options)
     try:
         store = root.open_project(rest[0])
+        report_unknown_keys(stored_unknown_keys(store), err)
         store.start()
         print(f"{store.project_id}: running", file=out)
     finally:
@@ -393,7 +548,19 @@ def cmd_start(rest, options, out, err):
     return tick_projects(options, rest, err)
 
 
-def cmd_stop(rest, options, out, err, *, approve=False):
+def stored_unknown_keys(store):
+    """The unknown keys of the project file as read at init (`source.yaml`; imports are not followed)."""
+    import suzumio_yaml
+
+    try:
+        tree = suzumio_yaml.apply_extends(suzumio_yaml.parse_yaml(
+            (store.dir / "source.yaml").read_text(encoding="utf-8"), "source.yaml"))
+    except (OSError, SuzumioError):
+        return []
+    return suzumio_config.unknown_keys(tree)
+
+
+def cmd_stop(rest, options, out, err, now, *, approve=False):
     import suzumio_scheduler
 
     root = open_root(options)
@@ -411,11 +578,11 @@ def cmd_stop(rest, options, out, err, *, approve=False):
     return 0
 
 
-def cmd_approve(rest, options, out, err):
-    return cmd_stop(rest, options, out, err, approve=True)
+def cmd_approve(rest, options, out, err, now):
+    return cmd_stop(rest, options, out, err, now, approve=True)
 
 
-def cmd_tick(rest, options, out, err):
+def cmd_tick(rest, options, out, err, now):
     return tick_projects(options, rest, err, every=not rest)
 
 
@@ -443,12 +610,17 @@ def tick_projects(options, names, err, every=False):
     return 1 if failed else 0
 
 
-def cmd_serve(rest, options, out, err):
+def cmd_serve(rest, options, out, err, now):
     port_text = options.port if options.port is not None else "39400"
     if not port_text.isdigit() or int(port_text) > 65535:
         raise SuzumioError(f"Invalid port: {port_text}")
     runner_listen = parse_listen(options.runner_listen) if options.runner_listen is not None else None
-    root = open_root(options)
+    import suzumio_telemetry
+
+    # The only place the OTEL_* variables are read: once, here (docs/spec-notes.md 17c).
+    endpoint = suzumio_telemetry.endpoint_from(options.otlp_endpoint, os.environ)
+    tracer = suzumio_telemetry.Tracer(endpoint, headers=suzumio_telemetry.headers_from(os.environ))
+    root = open_root(options, observer=tracer)
     if options.no_auth:
         api_token = None
     elif options.api_token_env is not None:
@@ -460,7 +632,7 @@ def cmd_serve(rest, options, out, err):
     host = options.host or "127.0.0.1"
     return serve(root, host=host, port=int(port_text), threads=int(options.threads or 32),
                  scheduler_enabled=not options.no_scheduler, allowed_hosts=tuple(options.allow_host or ()),
-                 api_token=api_token, runner_listen=runner_listen, out=out, err=err)
+                 api_token=api_token, runner_listen=runner_listen, out=out, err=err, tracer=tracer)
 
 
 class Liveness:
@@ -524,7 +696,7 @@ def warn_unused_controller_urls(root, err):
 
 
 def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err,
-          runner_listen=None):
+          runner_listen=None, tracer=None):
     """Run the controller until SIGINT/SIGTERM: the user listener (host:port), the runner listener (the
     root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (cli.md §3.3, §4).
     Returns 1 when one of its loops died (Liveness), else 0."""
@@ -557,7 +729,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
                                    api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
                                    liveness=liveness.states)
         runner_app = suzumio_runner_support.make_runner_app(root, runtime.toolpacks, runtime.scheduler,
-                                                              runtime.model_proxy)
+                                                              runtime.model_proxy, tracer)
         # Half the descriptors for connections (of both listeners), the rest for databases, runner logs,
         # pipes and engine calls.
         limit = min(suzumio_api.CONNECTION_LIMIT, descriptors // 4)
@@ -584,6 +756,9 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
         runner_server.start()
+        if tracer is not None and tracer.enabled:
+            tracer.start()
+            print(f"suzumio exporting traces to {tracer.endpoint}", file=err, flush=True)
         server.start()
         base = f"http://{host}:{server.port}"
         print(f"suzumio listening on {base}", file=out)
@@ -600,6 +775,8 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         for server in servers:
             server.close()
         runtime.close()
+        if tracer is not None:
+            tracer.close()  # after the runtime: the last activation spans are exported
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if liveness.dead.is_set():
@@ -617,8 +794,8 @@ COMMANDS = {
 }
 
 
-def main(argv=None, out=None, err=None):
-    """Run one CLI command; returns the exit code (0 or 1)."""
+def main(argv=None, out=None, err=None, now=None):
+    """Run one CLI command; returns the exit code (0 or 1). `now` is the clock of relative times."""
     out = out or sys.stdout
     err = err or sys.stderr
     argv = sys.argv[1:] if argv is None else argv
@@ -626,11 +803,16 @@ def main(argv=None, out=None, err=None):
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=err)
     try:
         command, rest, options = parse_args(argv)
-    except UsageError:
-        out.write(USAGE)
-        return 1
+    except UsageError as error:
+        if error.exit_code:
+            print(f"Error: {error}", file=err)
+        out.write(error.usage())
+        return error.exit_code
+    if command == "--version":
+        print(f"suzumio {suzumio_resources.VERSION}", file=out)
+        return 0
     try:
-        return COMMANDS[command](rest, options, out, err)
+        return COMMANDS[command](rest, options, out, err, now or utc_now())
     except SuzumioError as error:
         print(f"Error: {error}", file=err)
         return 1

@@ -19,10 +19,12 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
+import suzumio_openapi
 import suzumio_records
 import suzumio_scheduler
 import suzumio_yaml
 from suzumio_errors import BadRequest, Forbidden, NotFound, SuzumioError, Unauthorized
+from suzumio_resources import VERSION, resource_path
 from suzumio_runner_support import (
     JSON_TYPE,
     NOSNIFF,
@@ -38,7 +40,7 @@ from suzumio_toolpacks import optional_string
 
 log = logging.getLogger(__name__)
 
-WEBUI_DIR = Path(__file__).resolve().parent / "webui_dist"
+WEBUI_DIR = resource_path("webui_dist")  # beside the modules, or under <prefix>/share/suzumio
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
 ASSET_TYPES = {
@@ -240,6 +242,14 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
         if not down:
             return json_response({"healthy": True})
         return json_response({"healthy": False, "components": components}, status=503)
+
+    @app.get("/api/version")
+    def version():
+        return json_response({"version": VERSION})
+
+    @app.get("/api/openapi.json")
+    def openapi():
+        return json_response(suzumio_openapi.document())
 
     @app.get("/api/projects")
     def projects():

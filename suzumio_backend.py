@@ -21,6 +21,7 @@ import suzumio_config
 import suzumio_registry
 from suzumio_config import RESERVED_MOUNT_TARGETS
 from suzumio_records import ACT_RUNNING, parse_ts, utc_now
+from suzumio_resources import resource_path
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +271,8 @@ class Launch:
     def runner_files(self):
         """The runner's files, or `Runner file not found: <path>`."""
         paths = [self.support_dir / name for name in RUNNER_FILES]
+        if self.support_dir == SUPPORT_DIR:  # a wheel installs the Node host under <prefix>/share/suzumio
+            paths = [path if path.is_file() else resource_path(path.name) for path in paths]
         for path in paths:
             if not path.is_file():
                 raise FileNotFoundError(f"Runner file not found: {path}")

@@ -3,6 +3,8 @@ ProjectConfig with its typed blocks, render, each agent's container settings and
 about weakened ones), and proxy variables. Any controller module may import it; it imports only
 suzumio_yaml (files, YAML, imports), suzumio_registry (tools), suzumio_records and suzumio_errors."""
 import copy
+import dataclasses
+import difflib
 import json
 import logging
 import math
@@ -85,6 +87,12 @@ def _path_part(part):
 class _Issues:
     def __init__(self):
         self.items = []
+        self.unknown = []  # "<path>: unknown key (did you mean <key>?)" lines, in document order
+
+    def unknown_key(self, path, key, known):
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        self.unknown.append(f"{_format_path(list(path) + [key])}: unknown key{hint}")
 
     def add(self, path, message):
         self.items.append((tuple(path), message))
@@ -227,6 +235,10 @@ class _Obj:
             issues.add(path, f"Expected object, received {_type_name(value)}")
             return _INVALID
         value, spelled = self.preprocess(value)
+        known = [key for key, _node, _default in self.fields]
+        for key in value:
+            if key not in known and key not in spelled.values():
+                issues.unknown_key(path, key, known)
         out, ok = {}, True
         for key, node, default in self.fields:
             present = key in value
@@ -531,6 +543,7 @@ _AGENT = _Obj(
 )
 
 _PROJECT = _Obj(
+    ("strict", _Bool(), _OMIT),
     ("name", _TEXT, _REQUIRED),
     ("task", _TEXT, _REQUIRED),
     ("scheduler", _SCHEDULER, _FULL),
@@ -551,12 +564,25 @@ _PROJECT = _Obj(
 )
 
 
-def validate_schema(tree):
-    """Validate a merged tree and materialize defaults; all issues are reported together (§2.7)."""
+def validate_schema(tree, unknown=None):
+    """Validate a merged tree and materialize defaults; all issues are reported together (§2.7). Keys the
+    schema does not know are dropped; their lines are appended to `unknown` when it is a list. Free-form
+    maps (agent env, headers, options, scripts, toolpack config, platforms) are not checked."""
     issues = _Issues()
     result = _PROJECT.check(tree, [], issues)
     issues.raise_if_any()
+    if unknown is not None:
+        unknown.extend(issues.unknown)
     return result
+
+
+def unknown_keys(tree):
+    """The unknown-key lines of a project tree (as read, `extends` applied), whatever else is wrong in it."""
+    issues = _Issues()
+    if isinstance(tree, dict):
+        tree = {key: value for key, value in tree.items() if key != "extends"}
+    _PROJECT.check(tree, [], issues)
+    return list(issues.unknown)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1342,6 +1368,7 @@ class ProjectConfig:
     communication: CommunicationConfig = None
     backend: BackendConfig = None
     observability: ObservabilityConfig = None
+    unknown_keys: tuple = ()  # "<path>: unknown key (did you mean …?)" lines of load_project
 
     @classmethod
     def _build(cls, data, path, source_text, registry, registry_error, packaged_dir):
@@ -1481,16 +1508,22 @@ def _communication_config(data):
                                data["nonCoordinatorMaxPriority"], data["pmRoutineVerifierPriority"])
 
 
-def load_project(path, env=None, packaged_dir=None):
-    """Run the whole pipeline (config.md §2, steps 1–6) on a project file; raises ConfigError."""
+def load_project(path, env=None, packaged_dir=None, strict=False):
+    """Run the whole pipeline (config.md §2, steps 1–6) on a project file; raises ConfigError. Unknown
+    keys land in `config.unknown_keys`; with `strict` (or `strict: true` in the file) they are errors."""
     env = os.environ if env is None else env
     absolute = lexical_abspath(os.fspath(path))
     source_text = read_text(absolute)
     merged = apply_extends(load_file(absolute, env))
-    data = validate_schema(merged)
+    unknown = []
+    data = validate_schema(merged, unknown)
+    if unknown and (strict or data.get("strict")):
+        raise ConfigError("Unknown keys in project config (strict):\n"
+                          + "\n".join(f"  - {line}" for line in unknown))
     packaged_dir = packaged_dir or packaged_toolpacks_dir()
     data, registry = _post_validate(data, merged, os.path.dirname(absolute), env, packaged_dir)
     config = ProjectConfig._build(data, absolute, source_text, registry, None, packaged_dir)
+    config = dataclasses.replace(config, unknown_keys=tuple(unknown))
     log.debug("loaded project %s from %s", config.name, absolute)
     return config
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from suzumio_errors import SuzumioError
+from suzumio_resources import resource_path
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class NodeHostError(ToolpackError):
 
 def default_script_path():
     """The host script shipped beside this module (also inside the unpacked pex)."""
-    return Path(__file__).resolve().parent / HOST_SCRIPT_NAME
+    return resource_path(HOST_SCRIPT_NAME)
 
 
 def _host_failed(detail):

@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from suzumio_errors import ConfigError
 from suzumio_records import DEFAULT_PRIORITY, PRIORITIES, SIGNAL_STATUSES
+from suzumio_resources import resource_path
 from suzumio_yaml import HTTP_URL, lexical_abspath, strict_json_loads
 
 PACKAGED_TOOLPACKS = ("scheduler", "plan")
@@ -19,8 +20,9 @@ MANIFEST_NAME = "suzumio.toolpack.json"
 
 
 def packaged_toolpacks_dir():
-    """The directory holding the packaged toolpacks: `toolpacks/` beside the controller modules."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "toolpacks")
+    """The directory holding the packaged toolpacks: `toolpacks/` beside the controller modules, else
+    the one a wheel installed under <prefix>/share/suzumio (suzumio_resources)."""
+    return str(resource_path("toolpacks"))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 from datetime import datetime, timezone
 
@@ -385,6 +386,17 @@ def fallback_summary(history, archived, keep_tail, agent_id, selected_model, ove
 # Node bridge for local toolpack runner modules (§9)
 
 
+HOST_SCRIPT = "suzumio_toolpack_host.mjs"
+
+
+def default_host_path():
+    """The Node host beside this file (checkout, pex, the mounted support folder in a container), else where a wheel
+    installs it: <prefix>/share/suzumio (suzumio_resources.py; the runner imports no controller module)."""
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), HOST_SCRIPT)
+    installed = os.path.join(sys.prefix, "share", "suzumio", HOST_SCRIPT)
+    return beside if os.path.isfile(beside) or not os.path.isfile(installed) else installed
+
+
 class NodeBridge:
     """One `node suzumio_toolpack_host.mjs --role runner` child speaking newline-delimited JSON."""
 
@@ -522,9 +534,7 @@ class Runner:
         self.sleep = sleep
         self.warn = warn
         self.node = node
-        self.host_path = host_path or os.path.join(
-            os.path.dirname(os.path.abspath(__file__)), "suzumio_toolpack_host.mjs"
-        )
+        self.host_path = host_path or default_host_path()
         for field in ("project", "token", "controllerUrl", "workspace"):
             if not isinstance(activation.get(field), str) or not activation[field]:
                 raise RunnerError(f"input.json is missing {field}")

@@ -16,10 +16,19 @@ import bottle
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_model_proxy import ModelProxy
-from suzumio_records import ACT_RUNNING, HISTORY_CLOSED, HISTORY_ROLES, TOOL_CALL_END_STATUSES, TOOL_CALLS_CLOSED
+from suzumio_records import (
+    ACT_RUNNING,
+    HISTORY_CLOSED,
+    HISTORY_ROLES,
+    TOOL_CALL_END_STATUSES,
+    TOOL_CALLS_CLOSED,
+    utc_now,
+)
+from suzumio_resources import VERSION
 from suzumio_toolpacks import describe, optional_boolean, required_string
 
 log = logging.getLogger(__name__)
+VERSION_HEADER = "Suzumio-Version"  # on every answer: the one version string (suzumio_resources)
 
 JSON_TYPE = "application/json; charset=utf-8"
 TEXT_TYPE = "text/plain; charset=utf-8"
@@ -181,6 +190,7 @@ def base_app(stopping=None):
     @app.hook("after_request")
     def after_request():
         bottle.response.set_header(*NOSNIFF)
+        bottle.response.set_header(VERSION_HEADER, VERSION)
 
     # Bottle calls these for unmatched routes and for exceptions that escape the route boundary
     # (hooks); they must encode the JSON themselves.
@@ -188,6 +198,7 @@ def base_app(stopping=None):
         def handler(error):
             bottle.response.content_type = JSON_TYPE
             bottle.response.set_header(*NOSNIFF)
+            bottle.response.set_header(VERSION_HEADER, VERSION)
             return encode_json({"error": message})
         return handler
 
@@ -306,18 +317,44 @@ def check_output(body):
 
 # ---------------------------------------------------------------- routes
 
-def make_runner_app(root, toolpacks, scheduler, model_proxy=None):
+def trace_model_call(tracer, call, config, provider_id, preset_id, started, answer, error):
+    """The GenAI span of one forwarded model call (suzumio_telemetry), when tracing is on."""
+    if tracer is None or not tracer.enabled:
+        return
+    preset = config.runner.presets.get(preset_id)
+    provider = config.runner.providers.get(provider_id)
+    response = {}
+    if answer is not None:
+        try:
+            response = json.loads(answer.body)
+        except ValueError:
+            response = {}
+    response = response if isinstance(response, dict) else {}
+    choices = response.get("choices") if isinstance(response.get("choices"), list) else []
+    usage = answer.usage if answer is not None else {}
+    tracer.model_call(
+        project=call.store.project_id, agent_id=call.agent_id, activation_id=call.activation_id,
+        provider=provider.type if provider is not None else provider_id,
+        model=(preset.api_model or preset.model) if preset is not None else preset_id,
+        response_model=response.get("model"), start=started, end=utc_now(),
+        input_tokens=usage.get("input"), output_tokens=usage.get("output"), total_tokens=usage.get("total"),
+        cache_read_tokens=usage.get("cacheRead"),
+        finish_reasons=[c["finish_reason"] for c in choices if isinstance(c, dict) and c.get("finish_reason")],
+        error=error)
+
+
+def make_runner_app(root, toolpacks, scheduler, model_proxy=None, tracer=None):
     """The runner listener's WSGI app: the runner routes only, no user route and no user guard (the
     agent token authenticates every call). Served on the runner socket or `serve --runner-listen`."""
     app = base_app()
-    mount_runner_routes(app, root, toolpacks, scheduler, model_proxy)
+    mount_runner_routes(app, root, toolpacks, scheduler, model_proxy, tracer)
     return app
 
 
-def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None):
+def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, tracer=None):
     """Adds the routes of http-api.md §9 to `app`; a completed activation asks `scheduler` for a tick.
     `model_proxy` (a suzumio_model_proxy.ModelProxy, by default one over the controller's environment)
-    forwards `/runner/model`."""
+    forwards `/runner/model`; `tracer` (suzumio_telemetry) gets a span for every model and tool call."""
     model_proxy = model_proxy or ModelProxy()
 
     @app.post("/runner/model")
@@ -326,10 +363,17 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None):
                          running=MODEL_CALLS_CLOSED)
         provider_id, preset_id = call.body["providerId"], call.body["presetId"]
         config = toolpacks.configs.get(call.store)
-        answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"])
+        started = utc_now()
+        try:
+            answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"])
+        except SuzumioError as error:
+            trace_model_call(tracer, call, config, provider_id, preset_id, started, None, error.message)
+            raise
         # Recorded whatever the activation's status by now: the provider counted these tokens.
         call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
                                      answer.status, answer.usage)
+        trace_model_call(tracer, call, config, provider_id, preset_id, started, answer,
+                         None if 200 <= answer.status < 300 else f"HTTP {answer.status}")
         return json_response({"status": answer.status, "headers": answer.headers, "body": answer.body})
 
     @app.post("/runner/tool-calls/start")
@@ -349,6 +393,8 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None):
         result = call.store.finish_tool_call(
             call.agent_id, call.activation_id, call.body["toolCallId"], status,
             output=optional_text(call.body, "output"), error=optional_text(call.body, "error"))
+        if tracer is not None and tracer.enabled:
+            tracer.tool_call(call.store.tool_call(call.body["toolCallId"]), call.store.project_id)
         return json_response(result)
 
     @app.post("/runner/signals")

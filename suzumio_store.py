@@ -187,8 +187,11 @@ class Root:
     """A Suzumio runtime root: lists, opens and initializes projects; owns the open stores. At most
     `max_open` projects hold connections at once: using one more releases the least recently used."""
 
-    def __init__(self, path, max_open=MAX_OPEN_PROJECTS):
+    def __init__(self, path, max_open=MAX_OPEN_PROJECTS, observer=None):
         self.path = Path(os.path.abspath(path))
+        # Told of every activation that ends (observer.activation_ended(activation), after the commit):
+        # the tracer of suzumio_telemetry in `serve`; None elsewhere.
+        self.observer = observer
         self._stores = {}
         self._lock = threading.Lock()
         self.max_open = max_open
@@ -240,7 +243,8 @@ class Root:
                 return store
             if not _has_project_row(directory / DB_FILE, name):
                 raise NotFound(f"Unknown project: {name}")
-            store = ProjectStore(name, directory, on_use=self._used, on_commit=self.changes.committed)
+            store = ProjectStore(name, directory, on_use=self._used, on_commit=self.changes.committed,
+                                 observer=self.observer)
             self._stores[name] = store
             return store
 
@@ -268,7 +272,8 @@ class Root:
             undo.write(directory / "source.yaml", source_text)
             undo.write(directory / "resolved.yaml", resolved_text)
             undo.new_file(db_path)
-            store = ProjectStore(name, directory, on_use=self._used, on_commit=self.changes.committed)
+            store = ProjectStore(name, directory, on_use=self._used, on_commit=self.changes.committed,
+                                 observer=self.observer)
             try:
                 store._create(task, config, agents, config_path or str(directory / "resolved.yaml"), now)
             except BaseException:
@@ -417,10 +422,11 @@ MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION
 class _Tx:
     """One open write transaction: its connection and the operation's clock."""
 
-    def __init__(self, conn, now):
+    def __init__(self, conn, now, after_commit=None):
         self.conn = conn
         self.now = now
         self.ts = format_ts(now)
+        self.after_commit = [] if after_commit is None else after_commit  # callables run after COMMIT
 
     def execute(self, sql, params=()):
         return self.conn.execute(sql, params)
@@ -446,8 +452,9 @@ class ProjectStore:
     number of threads. Both are opened on demand; release_idle() closes what nobody is using, and the
     Root calls it for the projects used least recently."""
 
-    def __init__(self, project_id, directory, on_use=None, on_commit=None):
+    def __init__(self, project_id, directory, on_use=None, on_commit=None, observer=None):
         self.project_id = project_id
+        self._observer = observer
         self.dir = Path(os.path.abspath(directory))
         self.db_path = self.dir / DB_FILE
         self.closed = False
@@ -575,7 +582,7 @@ class ProjectStore:
         """The one write path: lock, BEGIN IMMEDIATE, commit or roll back. Nested calls join."""
         outer = getattr(self._local, "tx", None)
         if outer is not None:
-            yield outer if now is None else _Tx(outer.conn, to_datetime(now))
+            yield outer if now is None else _Tx(outer.conn, to_datetime(now), outer.after_commit)
             return
         self._used()
         with self._lock:
@@ -600,6 +607,8 @@ class ProjectStore:
                 raise
             finally:
                 self._local.tx = None
+            for callback in tx.after_commit:  # observers only queue work; they never fail the write
+                callback()
 
     def _migrate(self):
         with self._lock:
@@ -1318,6 +1327,9 @@ class ProjectStore:
         cursor = tx.execute(f"UPDATE activations SET status = ?, completed_at = ?{extra_sets} "
                             f"WHERE project = ? AND id = ? AND status IN ({','.join('?' * len(sources))})",
                             (target, tx.ts, *extra_params, self.project_id, activation_id, *sources))
+        if cursor.rowcount and self._observer is not None:
+            ended = activation_json(self._activation_row(activation_id, tx.conn))
+            tx.after_commit.append(lambda: self._observer.activation_ended(ended))
         return cursor.rowcount
 
     def complete_activation(self, activation_id, agent_id, text, usage=None, now=None):

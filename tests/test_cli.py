@@ -2,6 +2,7 @@
 in-process for speed; the ones about processes (serve, stop of a running runner) run the CLI as a
 subprocess from a fresh shell environment, as a person would."""
 import contextlib
+import datetime
 import io
 import json
 import os
@@ -20,6 +21,7 @@ import requests
 from conftest import wait_until
 
 import suzumio
+import suzumio_records
 import suzumio_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,8 +83,61 @@ def test_no_arguments_prints_usage_and_exits_1():
     result = run()
     assert result.code == 1 and result.out.startswith("Suzumio\n\nCommands:\n")
     assert result.out == suzumio.USAGE
-    for words in (["help"], ["--help"], ["-h"], ["bogus"]):
-        assert run(*words).out == suzumio.USAGE
+    assert result.err == "Error: a command is required\n"
+    bogus = run("bogus")
+    assert (bogus.code, bogus.out, bogus.err) == (1, suzumio.USAGE, "Error: unknown command: bogus\n")
+
+
+@pytest.mark.parametrize("words", [["help"], ["--help"], ["-h"]])
+def test_global_help_prints_usage_and_exits_0(words):
+    result = run(*words)
+    assert (result.code, result.out, result.err) == (0, suzumio.USAGE, "")
+
+
+@pytest.mark.parametrize("command", sorted(suzumio.COMMANDS_BY_NAME))
+def test_every_command_has_its_own_help(command):
+    entry = suzumio.COMMANDS_BY_NAME[command]
+    for words in ([command, "--help"], [command, "-h"], ["help", command], ["--help", command]):
+        result = run(*words)
+        assert (result.code, result.err) == (0, ""), words
+        lines = result.out.splitlines()
+        assert lines[0] == f"Usage: {entry.usage_line()}"
+        options = lines[lines.index("Options:") + 1:]
+        assert len(options) == len(entry.options) + 1  # one line per option, and -h/--help
+        for option, line in zip(entry.options, options, strict=False):
+            assert line.split()[0] == option.flag and option.help in line
+
+
+def test_serve_help_lists_the_serve_options():
+    out = run("serve", "--help").out
+    assert out.startswith("Usage: suzumio serve [--host 127.0.0.1] [--port 39400] [--root dir]")
+    for flag in ("--host", "--port", "--no-scheduler", "--threads", "--allow-host", "--api-token-env",
+                 "--otlp-endpoint", "--root", "-h, --help"):
+        assert re.search(rf"^  {re.escape(flag)}\b", out, re.M), flag
+
+
+def test_version_is_the_one_version_string():
+    import suzumio_resources
+
+    result = run("--version")
+    assert (result.code, result.out) == (0, f"suzumio {suzumio_resources.VERSION}\n")
+    assert cli("--version").stdout == result.out
+
+
+def test_usage_error_prints_one_error_line_and_the_commands_usage(demo):
+    result = run("status", "demo", "--bogus", "--root", str(demo))
+    assert result.code == 1
+    assert result.err == "Error: unrecognized arguments: --bogus\n"
+    assert result.out == suzumio.COMMANDS_BY_NAME["status"].help_text()
+    result = run("status", "--limit", "3", "--root", str(demo))
+    assert (result.code, result.err) == (1, "Error: status does not take --limit\n")
+    assert run("help", "nope").code == 1
+
+
+def test_help_exits_0_from_a_fresh_shell():
+    assert cli("--help").returncode == 0
+    result = cli("serve", "--help")
+    assert result.returncode == 0 and result.stdout.startswith("Usage: suzumio serve ")
 
 
 def test_turns_is_an_alias_of_activations(demo):
@@ -103,8 +158,8 @@ def test_config_render_writes_yaml_and_touches_no_root(project_file, R):
 
 def test_config_usage_errors():
     assert run("config", "render").code == 1
-    assert run("config", "render").out == suzumio.USAGE
-    assert run("config", "show", "p.yaml").out == suzumio.USAGE
+    assert run("config", "render").out == suzumio.COMMANDS_BY_NAME["config"].help_text()
+    assert run("config", "show", "p.yaml").out == suzumio.COMMANDS_BY_NAME["config"].help_text()
 
 
 def test_init_creates_layout_and_prints_two_lines(project_file, R):
@@ -140,8 +195,88 @@ def test_status_of_empty_or_missing_root_prints_nothing(tmp_path):
 
 def test_status_after_init(demo):
     result = run("status", "demo", "--root", str(demo))
-    assert result.out == ("demo  initialized\n  pm               quiet\n  worker-1         quiet\n"
-                          "  worker-2         quiet\n")
+    lines = result.out.splitlines()
+    assert lines[0] == "demo  initialized"
+    for line, agent in zip(lines[1:], ("pm", "worker-1", "worker-2"), strict=True):
+        assert re.fullmatch(rf"  {agent} +quiet  -  (just now|\d+s ago)", line), line
+
+
+def test_status_columns_align_and_times_are_relative(demo):
+    store = suzumio_store.Root(demo).open_project("demo")
+    store.start()
+    store.send_message("user", "go", recipient="pm")
+    activation = store.start_activation("pm", "prompt", store.pending_signals("pm"))
+    later = suzumio_records.parse_ts(store.agent("pm")["updatedAt"]) + datetime.timedelta(minutes=5, seconds=3)
+    out = suzumio.main(["status", "demo", "--root", str(demo)], out=(buffer := io.StringIO()), now=later)
+    assert out == 0
+    lines = buffer.getvalue().splitlines()
+    assert lines[1] == f"  pm        running  {activation['id']}  5m ago"
+    assert lines[2].startswith("  worker-1  quiet    -  ")
+    assert all(line[10:12] == "  " and line[12] != " " for line in lines[1:])  # one status column
+
+
+def test_read_commands_print_stable_json(demo):
+    store = suzumio_store.Root(demo).open_project("demo")
+    store.start()
+    store.send_message("user", "go", recipient="pm")
+    store.start_activation("pm", "prompt", store.pending_signals("pm"))
+    (demo / "demo" / "artifacts" / "pm" / "a.md").write_text("hello")
+    status = json.loads(run("status", "--json", "--root", str(demo)).out)
+    assert [(p["id"], p["status"]) for p in status] == [("demo", "running")]
+    assert [a["id"] for a in status[0]["agents"]] == ["pm", "worker-1", "worker-2"]
+    assert status[0]["agents"][0]["status"] == "running"
+    messages = json.loads(run("messages", "demo", "--json", "--root", str(demo)).out)
+    assert [(m["sender"], m["recipient"], m["body"]) for m in messages] == [("user", "pm", "go")]
+    activations = json.loads(run("turns", "demo", "--json", "--root", str(demo)).out)
+    assert [(a["agentId"], a["status"]) for a in activations] == [("pm", "running")]
+    events = json.loads(run("events", "demo", "--json", "--limit", "2", "--root", str(demo)).out)
+    assert len(events) == 2 and all(isinstance(e["data"], dict) for e in events)
+    assert json.loads(run("artifacts", "demo", "--json", "--root", str(demo)).out) == [
+        {"agent": "pm", "path": "a.md", "size": 5}]
+    first = run("messages", "demo", "--json", "--root", str(demo)).out
+    assert first == run("messages", "demo", "--json", "--root", str(demo)).out
+    assert first.startswith("[\n  {\n")  # indented, keys sorted
+
+
+def test_json_is_not_a_flag_of_write_commands(demo):
+    result = run("start", "demo", "--json", "--root", str(demo))
+    assert (result.code, result.err) == (1, "Error: start does not take --json\n")
+
+
+TYPO = BASE.replace("  pm: {tools: [messages.send]}", "  pm: {tolls: [messages.send], env: {ANY_NAME: x}}")
+
+
+def test_unknown_keys_are_reported_one_line_each(tmp_path, R):
+    path = tmp_path / "typo.yaml"
+    path.write_text(TYPO.replace("task: T\n", "task: T\nchanels: [a]\n"))
+    path.write_text(path.read_text().replace("presets: {main: {provider: g, model: m}}",
+                                             "presets: {main: {provider: g, model: m, temprature: 1}}"))
+    expected = ["chanels: unknown key (did you mean channels?)",
+                "backend.runner.models.presets.main.temprature: unknown key (did you mean temperature?)",
+                "agents.pm.tolls: unknown key (did you mean tools?)"]
+    render = run("config", "render", str(path))
+    assert render.code == 0
+    assert sorted(line for line in render.err.splitlines() if "unknown key" in line) == sorted(expected)
+    init = run("init", str(path), "--root", str(R))
+    assert init.code == 0 and sorted(init.err.splitlines()) == sorted(expected)
+    start = run("start", "demo", "--root", str(R))
+    assert start.code == 0 and sorted(start.err.splitlines()) == sorted(expected)
+    assert "ANY_NAME" not in render.err  # agent env is a free-form map
+
+
+def test_strict_mode_makes_unknown_keys_errors(tmp_path, R):
+    path = tmp_path / "typo.yaml"
+    path.write_text(TYPO)
+    result = run("config", "render", "--strict", str(path))
+    assert result.code == 1 and result.out == ""
+    assert result.err.splitlines()[:2] == ["Error: Unknown keys in project config (strict):",
+                                           "  - agents.pm.tolls: unknown key (did you mean tools?)"]
+    path.write_text("strict: true\n" + TYPO)
+    assert run("config", "render", str(path)).code == 1
+    assert run("init", str(path), "--root", str(R)).code == 1 and not R.exists()
+    path.write_text("strict: true\n" + BASE)
+    clean = run("config", "render", str(path))
+    assert clean.code == 0 and "unknown key" not in clean.err
 
 
 def test_unknown_project_creates_nothing(R, demo):
@@ -158,7 +293,7 @@ def test_send_stores_message_without_activation(demo):
     assert result.code == 0 and re.fullmatch(r"Sent msg_[0-9]+_[0-9a-f]{8}\n", result.out)
     message_id = result.out.split()[1]
     lines = run("messages", "demo", "--root", str(demo)).out.splitlines()
-    assert lines[0] == "" and re.fullmatch(rf"{message_id} \S+Z user -> pm \[P1\]", lines[1])
+    assert lines[0] == "" and re.fullmatch(rf"{message_id} \S+Z \((just now|\d+s ago)\) user -> pm \[P1\]", lines[1])
     assert lines[2] == "hello world"
     assert run("activations", "demo", "--root", str(demo)).out == ""
 
@@ -177,7 +312,7 @@ def test_send_validation_order(demo, argv, message):
 
 def test_send_without_body_is_usage(demo):
     result = run("send", "demo", "pm", "P2", "--root", str(demo))
-    assert (result.code, result.out) == (1, suzumio.USAGE)
+    assert (result.code, result.out) == (1, suzumio.COMMANDS_BY_NAME["send"].help_text())
 
 
 def test_send_to_user_records_closed_untargeted_signal(demo):
@@ -274,16 +409,16 @@ def test_flags_anywhere(project_file, R):
     run("send", "demo", "pm", "P3", "c", "--root", str(R))
     assert (run("messages", "demo", "--limit=2", f"--root={R}").out
             == run("messages", "demo", "--limit", "2", "--root", str(R)).out)
-    assert run("status", "demo", "--bogus", "--root", str(R)).out == suzumio.USAGE
-    assert run("serve", "--no-platforms").out == suzumio.USAGE
-    assert run("status", "--limit", "3", "--root", str(R)).out == suzumio.USAGE
+    assert run("status", "demo", "--bogus", "--root", str(R)).out == suzumio.COMMANDS_BY_NAME["status"].help_text()
+    assert run("serve", "--no-platforms").out == suzumio.COMMANDS_BY_NAME["serve"].help_text()
+    assert run("status", "--limit", "3", "--root", str(R)).out == suzumio.COMMANDS_BY_NAME["status"].help_text()
 
 
 def test_double_dash_protects_a_body_word(demo):
     assert run("send", "demo", "pm", "P3", "--root", str(demo), "--", "--force", "now").code == 0
     assert run("messages", "demo", "--root", str(demo)).out.splitlines()[-1] == "--force now"
     result = run("send", "demo", "pm", "P3", "use", "--force", "now", "--root", str(demo))
-    assert (result.code, result.out) == (1, suzumio.USAGE)
+    assert (result.code, result.out) == (1, suzumio.COMMANDS_BY_NAME["send"].help_text())
     assert run("messages", "demo", "--root", str(demo)).out.count("user -> pm") == 1
 
 
@@ -310,7 +445,7 @@ def test_config_render_local_backend_warns_on_stderr(tmp_path):
 
 def test_threads_below_16_is_usage():
     result = run("serve", "--threads", "8")
-    assert (result.code, result.out) == (1, suzumio.USAGE)
+    assert (result.code, result.out) == (1, suzumio.COMMANDS_BY_NAME["serve"].help_text())
 
 
 def test_api_token_variable_must_be_set():

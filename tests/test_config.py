@@ -1629,3 +1629,46 @@ def test_render_file_returns_the_yaml_and_the_warning_lines(tmp_path):
     text, warnings = config.render_file(write(tmp_path / "p.yaml", data), env={})
     assert parse_yaml(text)["backend"]["kind"] == "local"
     assert warnings == [config.LOCAL_WARNING]
+
+
+# ---------------------------------------------------------------- unknown keys (docs/spec-notes.md 17c)
+
+def test_unknown_keys_at_any_depth_are_listed_with_the_closest_known_key(tmp_path):
+    data = base(agents={"pm": {"tolls": ["messages.send"], "promt": "x"}}, schedular={})
+    data["backend"]["docker"] = {"proxy": {"inheritEnvv": True}, "zzz": 1}
+    data["backend"]["runner"]["models"]["presets"]["main"]["temprature"] = 0.5
+    loaded = load(tmp_path, data)
+    assert sorted(loaded.unknown_keys) == sorted([
+        "schedular: unknown key (did you mean scheduler?)",
+        "backend.docker.zzz: unknown key",
+        "backend.docker.proxy.inheritEnvv: unknown key (did you mean inheritEnv?)",
+        "backend.runner.models.presets.main.temprature: unknown key (did you mean temperature?)",
+        "agents.pm.tolls: unknown key (did you mean tools?)",
+        "agents.pm.promt: unknown key (did you mean prompt?)"])
+    assert "tolls" not in loaded.render() and loaded.agent("pm").tools == ()
+
+
+def test_free_form_maps_and_legacy_spellings_are_not_unknown_keys(tmp_path):
+    data = base(agents={"pm": {"tools": ["messages.send"], "env": {"ANYTHING": "x"}}})
+    provider = data["backend"]["runner"]["models"]["providers"]["g"]
+    provider.update(headers={"X-Custom": "v"}, options={"whatever": {"deep": 1}})
+    data["backend"]["runner"]["models"]["presets"]["main"]["providerOptions"] = {"free": True}
+    data["backend"]["runner"]["models"]["presets"]["list"] = {"model-list": ["main"]}
+    data["scheduler"] = {"maxPromptMessages": 5}
+    data["extends"] = []
+    assert load(tmp_path, data).unknown_keys == ()
+    assert config.unknown_keys({**data, "platforms": [{"any": 1}]}) == []
+
+
+def test_strict_makes_unknown_keys_one_error_and_clean_files_pass(tmp_path):
+    typo = base(agents={"pm": {"tolls": ["messages.send"]}})
+    with pytest.raises(ConfigError) as caught:
+        load(tmp_path, typo, strict=True)
+    assert caught.value.message == ("Unknown keys in project config (strict):\n"
+                                    "  - agents.pm.tolls: unknown key (did you mean tools?)")
+    with pytest.raises(ConfigError):
+        load(tmp_path, {"strict": True, **typo})
+    assert load(tmp_path, {"strict": True, **BASE}).data["strict"] is True
+    assert "strict" not in load(tmp_path, BASE).data
+    assert config.unknown_keys({"name": "x", "nmae": "y", "agents": {"pm": {"tolls": 1}}}) == [
+        "nmae: unknown key (did you mean name?)", "agents.pm.tolls: unknown key (did you mean tools?)"]

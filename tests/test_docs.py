@@ -222,9 +222,11 @@ def test_documented_command_line_parses_with_the_real_cli_parser(where, marker, 
     if marker == "usage-errors":
         with pytest.raises(suzumio.UsageError):
             suzumio.parse_args(argv)
-    elif argv in (["--help"], ["-h"], ["help"]):
-        with pytest.raises(suzumio.UsageError):  # help prints the usage and exits 1
+    elif argv in (["--help"], ["-h"], ["help"]) or "--help" in argv or argv[:1] == ["help"]:
+        with pytest.raises(suzumio.HelpRequested):  # help prints a usage and exits 0
             suzumio.parse_args(argv)
+    elif argv == ["--version"]:
+        assert suzumio.parse_args(argv)[0] == "--version"
     else:
         command, _, _ = suzumio.parse_args(argv)
         assert command in suzumio.COMMANDS

@@ -1,0 +1,214 @@
+"""The OpenAPI 3.1 description of the user routes of the HTTP API (docs/http-api.md), served at
+`GET /api/openapi.json`. The runner routes (§9) are not part of it: only runners call them, with an
+agent token. tests/test_openapi.py runs Schemathesis against the live server to keep it true.
+Imports only suzumio_resources (the version)."""
+import copy
+
+from suzumio_resources import VERSION
+
+
+def _ref(name):
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema, description):
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _text(description):
+    return {"description": description, "content": {"text/plain; charset=utf-8": {"schema": {"type": "string"}}}}
+
+
+def _array(name):
+    return {"type": "array", "items": _ref(name)}
+
+
+def _path_param(name, description):
+    return {"name": name, "in": "path", "required": True, "description": description,
+            "schema": {"type": "string"}}
+
+
+LIMIT = {"name": "limit", "in": "query", "required": False, "schema": {"type": "string"},
+         "description": "How many entries (a positive decimal is floored; anything else means the default)."}
+STRING = {"type": "string"}
+NULLABLE_STRING = {"type": ["string", "null"]}
+INTEGER = {"type": "integer"}
+
+SCHEMAS = {
+    "Error": {"type": "object", "required": ["error"], "properties": {"error": STRING},
+              "description": "The one error shape of every route (http-api.md §2.3)."},
+    "Health": {"type": "object", "required": ["healthy"],
+               "properties": {"healthy": {"type": "boolean"},
+                              "components": {"type": "object", "additionalProperties": STRING}}},
+    "Version": {"type": "object", "required": ["version"], "properties": {"version": STRING}},
+    "Stats": {"type": "object", "additionalProperties": INTEGER,
+              "required": ["messageCount", "activationCount", "failedActivationCount", "runningActivationCount",
+                           "toolCallCount", "historyMessageCount", "historyCompactionCount", "eventCount"]},
+    "Agent": {"type": "object", "required": ["id", "project", "status"],
+              "properties": {"id": STRING, "project": STRING, "role": STRING, "displayName": STRING,
+                             "status": STRING, "model": STRING, "tools": {"type": "array", "items": STRING},
+                             "activeActivationId": STRING, "containerName": STRING, "createdAt": STRING,
+                             "updatedAt": STRING, "promptChars": INTEGER}},
+    "Message": {"type": "object", "required": ["id", "project", "sender", "priority", "body", "createdAt"],
+                "properties": {"id": STRING, "project": STRING, "sender": STRING, "recipient": STRING,
+                               "channel": STRING, "priority": {"enum": ["P0", "P1", "P2", "P3"]},
+                               "body": STRING, "createdAt": STRING}},
+    "Activation": {"type": "object", "required": ["id", "project", "agentId", "status", "startedAt"],
+                   "properties": {"id": STRING, "project": STRING, "agentId": STRING, "status": STRING,
+                                  "containerName": STRING, "startedAt": STRING, "completedAt": STRING,
+                                  "text": STRING, "error": STRING, "emittedMessages": INTEGER,
+                                  "usageJson": STRING, "hasContext": {"type": "boolean"}}},
+    "Event": {"type": "object", "required": ["id", "project", "type", "data_json", "created_at"],
+              "properties": {"id": STRING, "project": STRING, "type": STRING, "data_json": STRING,
+                             "created_at": STRING}},
+    "ToolCall": {"type": "object", "required": ["id", "project", "activation_id", "agent_id", "tool", "status",
+                                                "created_at", "completed_at"],
+                 "properties": {"id": STRING, "project": STRING, "activation_id": STRING, "agent_id": STRING,
+                                "tool": STRING, "input_json": STRING, "status": STRING, "output": STRING,
+                                "error": STRING, "created_at": STRING, "completed_at": NULLABLE_STRING}},
+    "ToolStatus": {"type": "object", "required": ["tool", "enabledForAgents", "callCount"],
+                   "properties": {"tool": STRING, "enabledForAgents": {"type": "array", "items": STRING},
+                                  "callCount": INTEGER, "runningCount": INTEGER, "completedCount": INTEGER,
+                                  "failedCount": INTEGER}},
+    "Project": {"type": "object",
+                "required": ["id", "name", "status", "task", "created_at", "updated_at", "stats", "agents",
+                             "recentActivations", "recentMessages"],
+                "properties": {"id": STRING, "name": STRING, "status": STRING, "task": STRING,
+                               "submitted_report": NULLABLE_STRING, "created_at": STRING, "updated_at": STRING,
+                               "stats": _ref("Stats"), "agents": _array("Agent"),
+                               "recentActivations": _array("Activation"), "recentMessages": _array("Message")}},
+    "HistoryPage": {"type": "object", "required": ["agentId", "messages"],
+                    "properties": {"agentId": STRING, "nextBefore": INTEGER,
+                                   "messages": {"type": "array", "items": {"type": "object"}}}},
+    "ActivationContext": {"type": "object", "required": ["activation", "activationPrompt"],
+                          "properties": {"activation": _ref("Activation"), "activationPrompt": STRING,
+                                         "context": {"type": "object"}}},
+    "SendMessage": {"type": "object", "required": ["body"],
+                    "properties": {"body": {"type": "string", "minLength": 1}, "recipient": STRING,
+                                   "channel": STRING, "sender": STRING,
+                                   "priority": {"enum": ["P0", "P1", "P2", "P3"]}},
+                    "description": "Exactly one of recipient (an agent id) and channel (a #channel)."},
+    "RequestChanges": {"type": "object", "required": ["body"],
+                       "properties": {"body": {"type": "string", "minLength": 1}, "recipient": STRING}},
+}
+
+ERRORS = {
+    "400": {"$ref": "#/components/responses/BadRequest"},
+    "401": {"$ref": "#/components/responses/Unauthorized"},
+    "403": {"$ref": "#/components/responses/Forbidden"},
+    "404": {"$ref": "#/components/responses/NotFound"},
+}
+CONFLICT = {"409": {"$ref": "#/components/responses/Conflict"}}
+PROJECT = _path_param("project", "Project name")
+
+
+def _get(summary, answer, parameters=(), errors=ERRORS):
+    return {"get": {"summary": summary, "parameters": list(parameters), "responses": {"200": answer, **errors}}}
+
+
+def _post(summary, answer, body=None, parameters=(PROJECT,), conflict=True):
+    operation = {"summary": summary, "parameters": list(parameters),
+                 "responses": {"200": answer, **ERRORS, **(CONFLICT if conflict else {})}}
+    if body is not None:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    return {"post": operation}
+
+
+PROJECT_ANSWER = _json(_ref("Project"), "The project summary after the change")
+
+PATHS = {
+    "/health": {"get": {"summary": "Liveness of the controller's loops; never needs a token",
+                        "security": [], "responses": {
+                            "200": _json(_ref("Health"), "Every loop is up: exactly {\"healthy\": true}"),
+                            "503": _json(_ref("Health"), "A loop is down; components names each loop's state")}}},
+    "/api/version": _get("The Suzumio version (also in the Suzumio-Version header of every answer)",
+                         _json(_ref("Version"), "The version")),
+    "/api/openapi.json": _get("This document", _json({"type": "object"}, "OpenAPI 3.1")),
+    "/api/projects": _get("Every project, summarized", _json(_array("Project"), "Projects by name")),
+    "/api/projects/{project}": _get("One project", _json(_ref("Project"), "The project"), [PROJECT]),
+    "/api/projects/{project}/task": _get("The task text", _text("The task"), [PROJECT]),
+    "/api/projects/{project}/agents": _get("The agents", _json(_array("Agent"), "Agents by id"), [PROJECT]),
+    "/api/projects/{project}/agents/{agent}/history": _get(
+        "A page of an agent's history, newest first", _json(_ref("HistoryPage"), "The page"),
+        [PROJECT, _path_param("agent", "Agent id"), LIMIT,
+         {"name": "before", "in": "query", "required": False, "schema": {"type": "string"}},
+         {"name": "includeArchived", "in": "query", "required": False, "schema": {"type": "string"}}]),
+    "/api/projects/{project}/agents/{agent}/history-archive/{compaction}": _get(
+        "The archived messages of one compaction", _json({"type": "object"}, "The archive"),
+        [PROJECT, _path_param("agent", "Agent id"), _path_param("compaction", "Compaction id")]),
+    "/api/projects/{project}/messages": {
+        **_get("The newest messages", _json(_array("Message"), "Messages, oldest first"), [PROJECT, LIMIT]),
+        **_post("Send a message and run a scheduler pass", _json(_ref("Message"), "The stored message"),
+                _ref("SendMessage"))},
+    "/api/projects/{project}/messages/{message}": _get(
+        "One message", _json(_ref("Message"), "The message"), [PROJECT, _path_param("message", "Message id")]),
+    "/api/projects/{project}/events": _get("The newest events", _json(_array("Event"), "Events, newest first"),
+                                           [PROJECT, LIMIT]),
+    "/api/projects/{project}/activations": _get(
+        "The newest activations", _json(_array("Activation"), "Activations, oldest first"), [PROJECT, LIMIT]),
+    "/api/projects/{project}/activations/{activation}/context": _get(
+        "The model context of one activation", _json(_ref("ActivationContext"), "The context"),
+        [PROJECT, _path_param("activation", "Activation id")]),
+    "/api/projects/{project}/tool-calls": _get(
+        "The newest tool calls", _json(_array("ToolCall"), "Tool calls, newest first"), [PROJECT, LIMIT]),
+    "/api/projects/{project}/tool-status": _get(
+        "Every tool with its call counts", _json(_array("ToolStatus"), "Tools by name"), [PROJECT]),
+    "/api/projects/{project}/tool-ui": _get(
+        "The WebUI entries of the project's toolpacks",
+        _json({"type": "array", "items": {"type": "object"}}, "Entries"), [PROJECT]),
+    "/api/projects/{project}/tool-ui/{toolpackId}/{entryId}": _post(
+        "Invoke a toolpack's WebUI entry", _json({}, "What the entry's handler answered"),
+        {"type": "object"}, [PROJECT, _path_param("toolpackId", "Toolpack id"), _path_param("entryId", "Entry id")]),
+    "/api/projects/{project}/config/resolved": _get(
+        "The resolved configuration as YAML, secrets redacted", _text("resolved.yaml, redacted"), [PROJECT]),
+    "/api/projects/{project}/report": _get("The submitted final report", _text("The report"), [PROJECT]),
+    "/api/projects/{project}/start": _post("Start or resume the project", PROJECT_ANSWER),
+    "/api/projects/{project}/stop": _post("Stop the project", PROJECT_ANSWER),
+    "/api/projects/{project}/approve": _post("Approve the result and complete the project", PROJECT_ANSWER),
+    "/api/projects/{project}/request-changes": _post(
+        "Send the coordinator a change request", PROJECT_ANSWER, _ref("RequestChanges")),
+    "/api/projects/{project}/stream": {"get": {
+        "summary": "Server-sent events: the newest events replayed, then each new one as it is stored",
+        "description": "Each frame is `id: <rowid>`, `event: <type>`, `data: <event JSON>`; a comment "
+                       "line keeps the connection alive. Send Last-Event-ID to resume. Browsers that cannot "
+                       "set a header may pass the API token as the `token` query parameter.",
+        "parameters": [PROJECT, LIMIT,
+                       {"name": "Last-Event-ID", "in": "header", "required": False, "schema": STRING},
+                       {"name": "token", "in": "query", "required": False, "schema": STRING}],
+        "responses": {"200": {"description": "The event stream",
+                              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                      **ERRORS}}},
+}
+
+
+def _error_answer(description):
+    return _json(_ref("Error"), description)
+
+
+DOCUMENT = {
+    "openapi": "3.1.0",
+    "info": {"title": "Suzumio HTTP API (user routes)", "version": VERSION,
+             "description": "The controller's user routes (docs/http-api.md). Every error is "
+                            "{\"error\": \"<message>\"}. The runner routes are not described here."},
+    "servers": [{"url": "/"}],
+    "security": [{"bearerToken": []}],
+    "paths": PATHS,
+    "components": {
+        "schemas": SCHEMAS,
+        "securitySchemes": {"bearerToken": {
+            "type": "http", "scheme": "bearer",
+            "description": "The API token (`Authorization: Bearer <token>`) when the controller requires one."}},
+        "responses": {
+            "BadRequest": _error_answer("The request is malformed"),
+            "Unauthorized": _error_answer("No API token, or a wrong one"),
+            "Forbidden": _error_answer("Refused by the Host, Origin or token checks"),
+            "NotFound": _error_answer("No such project, agent, message, activation, route or entry"),
+            "Conflict": _error_answer("The project or agent is not in a state that allows this"),
+        },
+    },
+}
+
+
+def document():
+    """A fresh copy of the document (callers may change it)."""
+    return copy.deepcopy(DOCUMENT)
