@@ -146,6 +146,16 @@ PATHS = {
                                            [PROJECT, LIMIT]),
     "/api/projects/{project}/activations": _get(
         "The newest activations", _json(_array("Activation"), "Activations, oldest first"), [PROJECT, LIMIT]),
+    "/api/projects/{project}/timeline": _get(
+        "A time-range page of the Team view, newest first (docs/http-api.md)",
+        _json({"type": "object", "required": ["activations", "messages", "waits", "approvals"], "properties": {
+            "since": {"type": "string"}, "until": {"type": "string"}, "more": {"type": "boolean"},
+            **{name: {"type": "array", "items": {"type": "object"}}
+               for name in ("activations", "messages", "waits", "approvals")}}}, "The page"),
+        [PROJECT, *({"name": name, "in": "query", "required": False, "schema": {"type": "string"},
+                     "description": "ISO-8601 time; a page holds [since, until)"} for name in ("since", "until")),
+         {"name": "limit", "in": "query", "required": False, "schema": {"type": "string"},
+          "description": "items per page (default 500, at most 2000)"}]),
     "/api/projects/{project}/activations/{activation}/context": _get(
         "The model context of one activation", _json(_ref("ActivationContext"), "The context"),
         [PROJECT, _path_param("activation", "Activation id")]),

@@ -177,8 +177,9 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     if scheduler_interval is not None:
         scheduler.start()
     model_proxy = app_options.pop("model_proxy", None)
+    tracer = app_options.pop("tracer", None)
     app = suzumio_api.make_app(root, scheduler, backend, toolpacks, api_token=token, **app_options)
-    runner_app = suzumio_runner_support.make_runner_app(root, toolpacks, scheduler, model_proxy)
+    runner_app = suzumio_runner_support.make_runner_app(root, toolpacks, scheduler, model_proxy, tracer)
     if runner_listen is None:
         runner_server = suzumio_api.Server(runner_app, threads=threads, unix_socket=socket_path).start()
     else:

@@ -614,7 +614,8 @@ def test_serve_no_auth_warns_and_takes_no_token(demo):
 
 def test_no_auth_and_api_token_env_exclude_each_other():
     result = run("serve", "--no-auth", "--api-token-env", "SZ_TOKEN")
-    assert (result.code, result.out) == (1, suzumio.USAGE)
+    assert (result.code, result.out) == (1, suzumio.COMMANDS_BY_NAME["serve"].help_text())
+    assert result.err == "Error: --no-auth and --api-token-env exclude each other\n"
 
 
 def test_serve_with_api_token(demo):

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 import requests
+from api_fixtures import init_project, running_activation, serving
 from conftest import wait_until
 from crash_fixtures import free_port
+from fake_model import FakeModel
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -23,6 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 import suzumio_resources
 import suzumio_telemetry
+from suzumio_model_proxy import ModelProxy
 from suzumio_telemetry import Tracer, endpoint_from, span_id_of, trace_id_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -211,8 +214,9 @@ def test_serve_exports_one_trace_per_activation_from_the_environment(tmp_path, r
         try:
             assert serve.stdout.readline() == f"suzumio listening on http://127.0.0.1:{port}\n"
             url = f"http://127.0.0.1:{port}"
-            assert requests.post(f"{url}/api/projects/traced/start", timeout=10).status_code == 200
-            sent = requests.post(f"{url}/api/projects/traced/messages",
+            auth = {"Authorization": f"Bearer {(root / 'api-token').read_text().strip()}"}
+            assert requests.post(f"{url}/api/projects/traced/start", headers=auth, timeout=10).status_code == 200
+            sent = requests.post(f"{url}/api/projects/traced/messages", headers=auth,
                                  json={"recipient": "pm", "body": "Go.", "priority": "P3"}, timeout=10)
             assert sent.status_code == 200
             activation = wait_until(lambda: receiver.named("invoke_agent pm"), timeout=60,
@@ -250,3 +254,46 @@ def test_serve_otlp_endpoint_flag_wins_over_the_environment(tmp_path, receiver):
             serve.send_signal(signal.SIGTERM)
             serve.wait(timeout=60)
         assert f"suzumio exporting traces to {receiver.url}/v1/traces\n" in serve.stderr.read()
+
+
+MODEL_PROJECT = """\
+name: demo
+task: T
+agents:
+  pm: {{tools: [messages.send]}}
+backend:
+  kind: local
+  runner:
+    model: main
+    models:
+      providers:
+        gw: {{type: openai-compatible, baseURL: "{model_url}", apiKeyEnv: KEY_VAR}}
+      presets:
+        main: {{provider: gw, model: fake-model}}
+"""
+
+
+def test_a_forwarded_model_call_is_a_genai_span_of_its_activation(tmp_path, receiver):
+    model = FakeModel()
+    tracer = Tracer(endpoint_from(receiver.url, {})).start()
+    try:
+        with serving(tmp_path / "root", model_proxy=ModelProxy({"KEY_VAR": "sk-telemetry"}),
+                     tracer=tracer) as service:
+            store = init_project(service.root, tmp_path / "demo", MODEL_PROJECT.format(model_url=model.base_url))
+            store.start()
+            act = running_activation(store, "pm")
+            model.enqueue(content="Hello", usage=(40, 2, 42))
+            answer = service.post("/runner/model", {
+                "project": "demo", "agentId": "pm", "activationId": act["id"], "token": service.token("demo", "pm"),
+                "providerId": "gw", "presetId": "main", "body": {"messages": [{"role": "user", "content": "Hi"}]}})
+            assert answer.status_code == 200, answer.text
+            span = wait_until(lambda: receiver.named("chat fake-model"), timeout=10, message="the model span")[0]
+    finally:
+        tracer.close()
+        model.close()
+    assert span.trace_id == trace_id_of(act["id"]) and span.parent_span_id == span_id_of(act["id"])
+    fields = attributes(span)
+    assert fields["gen_ai.request.model"] == "fake-model" and fields["gen_ai.system"] == "openai-compatible"
+    assert (fields["gen_ai.usage.input_tokens"], fields["gen_ai.usage.output_tokens"]) == (40, 2)
+    assert fields["gen_ai.response.finish_reasons"] == ["stop"]
+    assert fields["suzumio.activation.id"] == act["id"] and fields["suzumio.agent"] == "pm"
