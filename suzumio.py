@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 USAGE = """Suzumio
 
 Commands:
-  suzumio config render <file>
+  suzumio config render <file> [--check]
   suzumio init <file> [--root dir]
   suzumio serve [--host 127.0.0.1] [--port 39400] [--root dir] [--no-scheduler] [--threads 32] \
 [--allow-host name]... [--api-token-env NAME]
@@ -38,6 +38,8 @@ Commands:
   suzumio artifacts <project> [--root dir]
   suzumio events <project> [--limit n] [--root dir]
   suzumio tick [project] [--root dir]
+  suzumio toolpacks <project> [--root dir]
+  suzumio mcp [--root dir]
 """
 
 DEFAULT_LIMIT = 50
@@ -47,16 +49,16 @@ LOW_DESCRIPTOR_LIMIT = 4096
 # Which flags each command accepts (dest names); --root is accepted everywhere, cli.md §1.1.
 SERVE_FLAGS = {"host", "port", "no_scheduler", "threads", "allow_host", "api_token_env"}
 COMMAND_FLAGS = {
-    "config": set(), "init": set(), "serve": SERVE_FLAGS, "start": set(), "stop": set(),
+    "config": {"check"}, "init": set(), "serve": SERVE_FLAGS, "start": set(), "stop": set(),
     "approve": set(), "send": set(), "status": set(), "messages": {"limit"},
     "activations": {"limit"}, "turns": {"limit"}, "artifacts": set(), "events": {"limit"},
-    "tick": set(),
+    "tick": set(), "toolpacks": set(), "mcp": set(),
 }
 # (minimum, maximum) positionals after the command word; None = unbounded.
 COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
-    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1),
+    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0),
 }
 
 
@@ -80,6 +82,7 @@ def build_parser():
     parser.add_argument("--threads")
     parser.add_argument("--allow-host", action="append")
     parser.add_argument("--api-token-env")
+    parser.add_argument("--check", action="store_true", default=None)
     parser.add_argument("-h", "--help", action="store_true", default=None)
     return parser
 
@@ -92,7 +95,7 @@ def parse_args(argv):
     command, *rest = args.words
     if command not in COMMAND_FLAGS:
         raise UsageError(f"unknown command {command}")
-    given = {name for name in ("limit", *SERVE_FLAGS) if getattr(args, name) is not None}
+    given = {name for name in ("limit", "check", *SERVE_FLAGS) if getattr(args, name) is not None}
     if given - COMMAND_FLAGS[command]:
         raise UsageError("flag not accepted by this command")
     if command == "config":
@@ -138,8 +141,12 @@ class Runtime:
         import suzumio_toolpacks
 
         self.root = root
-        configs = suzumio_config.ConfigCache()  # one parsed config per project, for ticks and routes
-        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs)
+        import suzumio_mcp
+
+        self.mcp = suzumio_mcp.McpHub()  # MCP sessions (issue 15): none start until a project needs one
+        # one parsed config per project, for ticks and routes
+        configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
+        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs, mcp=self.mcp)
         self.backends = suzumio_backend.Backends()
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs,
                                                      on_fatal=on_fatal)
@@ -158,7 +165,17 @@ class Runtime:
 
 
 def cmd_config_render(rest, options, out, err):
-    config = suzumio_config.load_project(rest[0])
+    if options.check:
+        import suzumio_mcp
+
+        hub = suzumio_mcp.McpHub()
+        try:
+            config = suzumio_config.load_project(
+                rest[0], mcp_tools=lambda toolpack_id, mcp: suzumio_mcp.checking(toolpack_id, mcp, hub))
+        finally:
+            hub.close()
+    else:
+        config = suzumio_config.load_project(rest[0])
     for line in config.network_report() + config.warnings:
         print(line, file=err)
     out.write(config.render())
@@ -291,10 +308,29 @@ def cmd_send(rest, options, out, err):
     return tick_projects(options, [project], err)
 
 
+def check_mcp_servers(store):
+    """Start a project's controller-side MCP servers once and list their tools; raises one line per failure."""
+    import suzumio_mcp
+
+    entries = [entry for entry in store.config()["tools"]["toolpacks"] if isinstance(entry, dict)
+               and "mcp" in entry and entry["mcp"].get("where", "controller") == "controller"]
+    if not entries:
+        return
+    hub = suzumio_mcp.McpHub()
+    try:
+        failures = [hub.check(entry["id"], entry["mcp"]) for entry in entries]
+    finally:
+        hub.close()
+    failures = [line for line in failures if line]
+    if failures:
+        raise SuzumioError("; ".join(failures))
+
+
 def cmd_start(rest, options, out, err):
     root = open_root(options)
     try:
         store = root.open_project(rest[0])
+        check_mcp_servers(store)
         store.start()
         print(f"{store.project_id}: running", file=out)
     finally:
@@ -453,11 +489,33 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     return 0
 
 
+def cmd_toolpacks(rest, options, out, err):
+    """Every toolpack of a project with its kind, state and tools (MCP servers are started to list)."""
+    runtime = Runtime(open_root(options))
+    try:
+        store = runtime.root.open_project(rest[0])
+        for row in runtime.toolpacks.toolpack_listing(store):
+            print(f"{row['id']}  {row['kind']}  {row['state']}", file=out)
+            for name in row["tools"]:
+                print(f"  {name}", file=out)
+    finally:
+        runtime.close()
+    return 0
+
+
+def cmd_mcp(rest, options, out, err):
+    """Serve Suzumio's MCP tools over stdio (for desktop MCP clients)."""
+    import suzumio_mcp_server
+
+    return suzumio_mcp_server.serve_stdio(open_root(options), sys.stdin, out)
+
+
 COMMANDS = {
     "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
     "messages": cmd_messages, "activations": cmd_activations, "turns": cmd_activations,
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
+    "toolpacks": cmd_toolpacks, "mcp": cmd_mcp,
 }
 
 

@@ -164,6 +164,8 @@ def make_private_dir(path):
 
 # ---------------------------------------------------------------- runner toolpack specs
 
+MCP_SUPPORT_MODULE = "support:"  # runner-input marker: every tool of the spec is a support-route call
+
 def runner_toolpack_specs(config, agent, kind):
     """Toolpacks with >=1 tool allowed for the agent, only the allowed tools (backend-runner.md §5.2).
     Returns (specs, [(safe id, host root)] of the local toolpacks to mount on docker-chat)."""
@@ -174,6 +176,12 @@ def runner_toolpack_specs(config, agent, kind):
         if not allowed:
             continue
         spec = {"id": pack.id, "tools": [tool.definition() for tool in allowed]}
+        if pack.kind == "mcp":
+            # The controller owns the session: every call goes to the support route (issue 15).
+            spec["runnerModule"] = MCP_SUPPORT_MODULE
+            spec["supportPath"] = pack.support_path
+            specs.append(spec)
+            continue
         if pack.builtin:
             spec["runnerModule"] = pack.runner_module_ref
         elif kind == KIND_DOCKER:

@@ -639,6 +639,10 @@ class Runner:
             names = [d.get("name") for d in definitions]
             if module.startswith("builtin:"):
                 handlers = self.builtin_handlers(module[len("builtin:") :], spec)
+            elif module == "support:":
+                # An MCP toolpack whose session the controller owns (issue 15).
+                support_path = spec.get("supportPath") or f"/toolpacks/{toolpack_id}/support"
+                handlers = {name: self._mcp_support_handler(support_path, name) for name in names}
             else:
                 bridge = NodeBridge(toolpack_id, self.host_path, self.groups, self.node, self.warn)
                 bridges.append(bridge)
@@ -705,6 +709,17 @@ class Runner:
             result = self.client.post(support_path, {"tool": tool, "input": args})
             if not isinstance(result, dict) or not isinstance(result.get("output"), str):
                 raise ToolError(f"Runner tool {tool} returned an invalid result")
+            return result
+
+        return call
+
+    def _mcp_support_handler(self, support_path, tool):
+        forward = self._support_handler(support_path, tool)
+
+        def call(args):
+            result = forward(args)
+            if result.get("isError"):
+                raise ToolError(result["output"] or f"{tool} failed")
             return result
 
         return call

@@ -91,14 +91,16 @@ class Service:
 
 
 @contextlib.contextmanager
-def serving(root_path, *, threads=16, scheduler_interval=None, **app_options):
+def serving(root_path, *, threads=16, scheduler_interval=None, mcp=None, **app_options):
     """The real app on Waitress at 127.0.0.1:0 with a real root, local backend and scheduler. The
     scheduler thread runs only with `scheduler_interval`; otherwise ticks run synchronously from the
     routes that ask for them."""
     root = suzumio_store.Root(root_path)
     backend = suzumio_backend.Backends()
-    toolpacks = suzumio_toolpacks.ToolpackRuntime()
-    scheduler = suzumio_scheduler.Scheduler(root, backend, hooks=toolpacks,
+    # With an McpHub (test_mcp), scheduler and routes share one config cache that lists MCP tools.
+    configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing) if mcp is not None else None
+    toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs, mcp=mcp)
+    scheduler = suzumio_scheduler.Scheduler(root, backend, hooks=toolpacks, configs=toolpacks.configs,
                                             interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS)
     if scheduler_interval is not None:
         scheduler.start()

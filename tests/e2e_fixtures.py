@@ -177,12 +177,13 @@ def remove_containers(client, store):
 
 
 @contextlib.contextmanager
-def running_team(tmp_path, kind, **options):
-    """Serve the controller, initialize project `e2e` for `kind`, start it, and yield a Team."""
+def running_team(tmp_path, kind, mcp=None, **options):
+    """Serve the controller, initialize project `e2e` for `kind`, start it, and yield a Team. `mcp`: an
+    McpHub for MCP toolpacks (test_mcp)."""
     client = require_engine(kind)
     model = FakeModel()
     try:
-        with serving(tmp_path / "root") as service:
+        with serving(tmp_path / "root", mcp=mcp) as service:
             config = project_config(kind, service.base_url, model.base_url, **options)
             store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
             store.start()

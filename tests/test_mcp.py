@@ -1,0 +1,209 @@
+"""MCP toolpacks end to end (issue 15): the reference servers from the npm registry
+(@modelcontextprotocol/server-everything and server-filesystem, installed into tests/.mcp-servers by
+mcp_servers below), the real controller with its McpHub, the real runner on local and docker-chat and the
+FakeModel; plus `config render --check`, `start` and `suzumio toolpacks` on a server that cannot start."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e_fixtures import call, kind_params, running_team
+
+import suzumio
+import suzumio_mcp
+from suzumio_errors import Forbidden
+
+pytestmark = [pytest.mark.timeout(300),
+              pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")]
+
+HERE = Path(__file__).resolve().parent
+SERVERS_DIR = HERE / ".mcp-servers"
+# Pinned so that every machine runs the same servers; npm reads its registry from the machine's config.
+SERVER_PACKAGES = ("@modelcontextprotocol/server-everything@2026.8.31",
+                   "@modelcontextprotocol/server-filesystem@2026.8.31")
+EVERYTHING = SERVERS_DIR / "node_modules" / ".bin" / "mcp-server-everything"
+FILESYSTEM = SERVERS_DIR / "node_modules" / ".bin" / "mcp-server-filesystem"
+
+
+@pytest.fixture(scope="session")
+def mcp_servers():
+    """Install the reference servers once into tests/.mcp-servers (gitignored)."""
+    if not (EVERYTHING.exists() and FILESYSTEM.exists()):
+        SERVERS_DIR.mkdir(exist_ok=True)
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(SERVERS_DIR),
+                        *SERVER_PACKAGES], check=True, timeout=600, stdout=subprocess.DEVNULL)
+    return {"everything": str(EVERYTHING), "filesystem": str(FILESYSTEM)}
+
+
+@pytest.fixture
+def hub():
+    hub = suzumio_mcp.McpHub(call_timeout=60)
+    try:
+        yield hub
+    finally:
+        hub.close()
+
+
+def mcp_toolpacks(servers, data_dir, marker):
+    """`ev` (server-everything, tagged with `marker` in its environment) and `files` (on data_dir)."""
+    return ["core",
+            {"id": "ev", "mcp": {"command": [servers["everything"]], "env": {"SUZUMIO_TEST_MARKER": marker}}},
+            {"id": "files", "mcp": {"command": [servers["filesystem"], str(data_dir)]}}]
+
+
+def server_pids(marker):
+    """Processes whose environment holds SUZUMIO_TEST_MARKER=<marker> (the ev server, never another test's)."""
+    wanted = f"SUZUMIO_TEST_MARKER={marker}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if wanted in handle.read().split(b"\0"):
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def team_for(tmp_path, kind, hub, servers, tools):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text("the answer is 42\n", encoding="utf-8")
+    marker = f"{tmp_path.name}-{os.getpid()}"
+    agents = {"pm": {"model": "pm", "tools": tools}}
+    presets = {"pm": {"provider": "fake", "model": "pm"}}
+    team = running_team(tmp_path, kind, mcp=hub, agents=agents, presets=presets,
+                        toolpacks=mcp_toolpacks(servers, data, marker))
+    return team, data, marker
+
+
+@pytest.mark.parametrize("kind", kind_params())
+def test_agent_calls_mcp_server_tools_and_the_results_reach_the_model(tmp_path, kind, hub, mcp_servers):
+    context, data, _ = team_for(tmp_path, kind, hub, mcp_servers, ["messages.send", "ev.*", "files.read_text_file"])
+    with context as team:
+        team.model.enqueue(tool_calls=[call("ev.echo", message="hello from suzumio")], model="pm")
+        team.model.enqueue(tool_calls=[call("files.read_text_file", path=str(data / "notes.txt"))], model="pm")
+        team.model.enqueue(tool_calls=[call("ev.get-sum", a=2, b=40)], model="pm")
+        team.model.enqueue(tool_calls=[call("ev.get-tiny-image")], model="pm")
+        team.model.enqueue(content="Done.", model="pm")
+        team.send("pm", "Use the MCP tools.")
+        [activation] = team.wait_activations("pm", 1)
+
+        assert activation["status"] == "completed", team.describe()
+        echoed, read, summed, image = (json.loads(text)["output"] for text in team.tool_messages("pm"))
+        assert echoed == "Echo: hello from suzumio"
+        assert read == "the answer is 42\n"
+        assert "42" in summed
+        assert "[image image/png" in image
+        rows = sorted((row["tool"], row["status"]) for row in team.store.list_tool_calls(10))
+        assert rows == [("ev.echo", "completed"), ("ev.get-sum", "completed"), ("ev.get-tiny-image", "completed"),
+                        ("files.read_text_file", "completed")]
+        # The model saw only the allowed tools, with the server's descriptions and schemas.
+        offered = {tool["function"]["name"]: tool["function"] for tool in team.model_requests("pm")[0].body["tools"]}
+        assert "files_read_text_file" in offered and "files_write_file" not in offered
+        assert offered["ev_echo"]["parameters"]["properties"]["message"]["type"] == "string"
+
+
+def test_allowlist_refuses_mcp_tools_the_agent_was_not_given(tmp_path, hub, mcp_servers):
+    context, _, _ = team_for(tmp_path, "local", hub, mcp_servers, ["messages.send", "ev.echo"])
+    with context as team:
+        team.model.enqueue(tool_calls=[call("ev.get-sum", a=1, b=2)], model="pm")
+        team.model.enqueue(content="Done.", model="pm")
+        team.send("pm", "Add.")
+        [activation] = team.wait_activations("pm", 1)
+        assert team.tool_messages("pm") == ["Model called unknown tool: ev_get-sum"]
+        agent = team.store.agent("pm")
+        with pytest.raises(Forbidden, match="Tool not allowed for pm: ev.get-sum"):
+            team.service.toolpacks.support(team.store, agent, activation["id"], "ev", "ev.get-sum", {"a": 1, "b": 2})
+        assert team.service.toolpacks.support(team.store, agent, activation["id"], "ev", "ev.echo",
+                                              {"message": "x"}) == {"output": "Echo: x"}
+
+
+def test_server_killed_mid_call_gives_a_tool_error_and_the_next_call_works(tmp_path, hub, mcp_servers):
+    context, _, marker = team_for(tmp_path, "local", hub, mcp_servers, ["messages.send", "ev.*"])
+    with context as team:
+        team.model.enqueue(tool_calls=[call("ev.trigger-long-running-operation", duration=60, steps=6)], model="pm")
+        team.model.enqueue(tool_calls=[call("ev.echo", message="again")], model="pm")
+        team.model.enqueue(content="Done.", model="pm")
+        team.send("pm", "Run long.")
+        team.wait_for(lambda: [r for r in team.store.list_tool_calls(10) if r["status"] == "running"],
+                      message="the long call to be running")
+        pids = team.wait_for(lambda: server_pids(marker), message="the ev server process")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        [activation] = team.wait_activations("pm", 1)
+
+        failed, echoed = team.tool_messages("pm")
+        assert "MCP server ev failed during tools/call trigger-long-running-operation" in failed
+        assert "\n" not in failed
+        assert json.loads(echoed)["output"] == "Echo: again"
+        statuses = {row["tool"]: row["status"] for row in team.store.list_tool_calls(10)}
+        assert statuses == {"ev.trigger-long-running-operation": "failed", "ev.echo": "completed"}
+
+
+def write_project(tmp_path, toolpacks, tools):
+    config = {"name": "broken", "task": "t", "agents": {"pm": {"tools": tools}},
+              "tools": {"toolpacks": toolpacks},
+              "backend": {"kind": "local", "runner": {"model": "m", "models": {
+                  "providers": {"p": {"type": "scripted", "script": {"agents": {"pm": [{"steps": [{"say": "ok"}]}]}}}},
+                  "presets": {"m": {"provider": "p", "model": "x"}}}}}}
+    path = tmp_path / "project.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_cli(*argv, root=None):
+    command = [sys.executable, "-m", "suzumio", *argv] + (["--root", str(root)] if root else [])
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=HERE.parent)
+
+
+def test_a_server_that_cannot_start_gives_one_line_at_render_check_start_and_listing(tmp_path, mcp_servers):
+    broken = {"id": "gone", "mcp": {"command": ["node", "-e", "console.error('no such database'); process.exit(2)"]}}
+    path = write_project(tmp_path, ["core", broken], ["messages.send", "gone.*"])
+
+    plain = run_cli("config", "render", str(path))
+    assert plain.returncode == 0, plain.stderr
+    assert "gone.*" in plain.stdout
+
+    checked = run_cli("config", "render", str(path), "--check")
+    assert checked.returncode == 1
+    assert checked.stderr.strip().splitlines() == [
+        "Error: tools.toolpacks: MCP server gone (node -e console.error('no such database'); process.exit(2)) "
+        "failed: Connection closed (stderr: no such database)"]
+
+    root = tmp_path / "root"
+    assert run_cli("init", str(path), root=root).returncode == 0
+    started = run_cli("start", "broken", root=root)
+    assert started.returncode == 1
+    [line] = started.stderr.strip().splitlines()
+    assert line.startswith("Error: MCP server gone (") and "no such database" in line
+
+    listed = run_cli("toolpacks", "broken", root=root)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0] == "core  builtin  ok"
+    assert any(row.startswith("gone  mcp  down: MCP server gone (") for row in lines)
+
+
+def test_render_check_validates_allowlists_against_the_listed_tools(tmp_path, mcp_servers):
+    packs = ["core", {"id": "ev", "mcp": {"command": [mcp_servers["everything"]]}}]
+    good = write_project(tmp_path, packs, ["ev.echo", "ev.*"])
+    assert suzumio.main(["config", "render", str(good), "--check"], out=open(os.devnull, "w")) == 0
+    bad = write_project(tmp_path, packs, ["ev.no-such-tool"])
+    checked = run_cli("config", "render", str(bad), "--check")
+    assert checked.returncode == 1
+    assert checked.stderr.startswith('Error: agents.pm.tools.0: unknown tool "ev.no-such-tool" (registered: ')
+    assert run_cli("config", "render", str(bad)).returncode == 0  # plain render: <id>.<name> is syntactic
+
+    root = tmp_path / "root"
+    assert run_cli("init", str(good), root=root).returncode == 0
+    listed = run_cli("toolpacks", "broken", root=root)
+    assert listed.returncode == 0, listed.stderr
+    assert "ev  mcp  up" in listed.stdout and "  ev.echo" in listed.stdout
