@@ -16,6 +16,7 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
+import suzumio_mcp_server
 import suzumio_scheduler
 import suzumio_yaml
 from suzumio_errors import Forbidden, NotFound
@@ -41,6 +42,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # The runner routes of §9 exactly: an unmatched path under /runner/ or /toolpacks/ still gets the Host check.
 RUNNER_ROUTE = re.compile(r"^/(?:runner/(?:tool-calls/(?:start|finish)|signals|history/(?:messages|compact))"
                           r"|toolpacks/[^/]+/support|activation-(?:context|output))$")
+MCP_PATH = "/mcp"
 STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
 ASSET_TYPES = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -110,7 +112,7 @@ class Guards:
         host = environ.get("HTTP_HOST")
         if host is not None and host_part(host).lower() not in self.allowed:
             raise Forbidden(f"Host not allowed: {host_part(host)}")
-        if not path.startswith("/api/"):
+        if not path.startswith("/api/") and path != MCP_PATH:
             return
         if environ.get("REQUEST_METHOD") == "POST" and self.cross_origin(environ, host):
             raise Forbidden("Cross-origin request rejected")
@@ -237,6 +239,9 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
     mount_runner_routes(app, root, toolpacks, scheduler)
     mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
+    # Suzumio as an MCP server (issue 15), behind the same guards and token as /api/.
+    suzumio_mcp_server.mount_mcp(app, suzumio_mcp_server.SuzumioMcp(
+        root, lambda project: run_tick(scheduler.tick, project), backend))
     mount_static(app, Path(webui_dir))
     return app
 
