@@ -147,34 +147,33 @@ class _Session:
         return headers
 
     async def run(self):
+        # The server's stderr goes to a scratch file, so a failure can quote its last line.
+        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as errlog:
+            try:
+                await self._serve(errlog)
+            except (Exception, asyncio.CancelledError) as error:  # noqa: BLE001 - any transport failure ends the session
+                if not isinstance(error, asyncio.CancelledError):
+                    self.error = self._failure_line(error, errlog)
+                    log.info("MCP toolpack %s: %s", self.toolpack_id, self.error)
+            finally:
+                self.session = None
+                self.ready.set()
+
+    async def _serve(self, errlog):
         from mcp.client.session import ClientSession
 
-        errlog = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
-        try:
-            async with self._transport(errlog) as streams:
-                read, write = streams[0], streams[1]
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    listed = []
-                    cursor = None
-                    while True:
-                        page = await self._list_page(session, cursor)
-                        listed.extend(tool_definition(tool.model_dump(by_alias=True, exclude_none=True))
-                                      for tool in page.tools)
-                        cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
-                        if not cursor:
-                            break
-                    self.tools, self.session = listed, session
-                    self.ready.set()
-                    await self.stop.wait()
-        except (Exception, asyncio.CancelledError) as error:  # noqa: BLE001 - any transport failure ends the session
-            if not isinstance(error, asyncio.CancelledError):
-                self.error = self._failure_line(error, errlog)
-                log.info("MCP toolpack %s: %s", self.toolpack_id, self.error)
-        finally:
-            self.session = None
+        async with self._transport(errlog) as streams, ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            listed, cursor = [], None
+            while True:
+                page = await self._list_page(session, cursor)
+                listed.extend(tool_definition(tool.model_dump(by_alias=True, exclude_none=True)) for tool in page.tools)
+                cursor = getattr(page, "next_cursor", None) or getattr(page, "nextCursor", None)
+                if not cursor:
+                    break
+            self.tools, self.session = listed, session
             self.ready.set()
-            errlog.close()
+            await self.stop.wait()
 
     @staticmethod
     async def _list_page(session, cursor):

@@ -201,7 +201,7 @@ class SuzumioMcp:
             return None if is_notification else _error(request_id, exc.code, str(exc))
         except SuzumioError as exc:
             return None if is_notification else _error(request_id, INVALID_PARAMS, exc.message)
-        except Exception:  # noqa: BLE001 - the one boundary of an MCP request
+        except Exception:  # the one boundary of an MCP request: logged, answered -32603
             log.exception("MCP request %s failed", message.get("method"))
             return None if is_notification else _error(request_id, INTERNAL_ERROR, "internal error")
         if is_notification:
