@@ -289,9 +289,10 @@ def mount_mcp(app, server):
             return bottle.HTTPResponse(b"", 202)
         return bottle.HTTPResponse(answer.encode("utf-8"), 200, {"Content-Type": "application/json"})
 
-    @app.route("/mcp", method=["GET", "DELETE"])
-    def mcp_other():
-        # No server-initiated stream and no sessions: 405 tells MCP clients so (streamable HTTP).
+    @app.get("/mcp")
+    def mcp_stream():
+        # No server-initiated stream: 405 tells MCP clients so (streamable HTTP). Without a session id
+        # clients never send DELETE.
         return bottle.HTTPResponse(b"", 405, {"Allow": "POST"})
 
 
