@@ -1208,7 +1208,8 @@ def _post_validate(data, merged, base_dir, env, packaged_dir, mcp_tools=None):
             if entry not in BUILTIN_TOOLPACKS:
                 raise unknown_builtin_error(entry)
         elif "mcp" in entry:
-            if "cwd" in entry["mcp"]:
+            # A sandbox-side server's cwd is a path inside the sandbox, kept as written.
+            if "cwd" in entry["mcp"] and entry["mcp"].get("where") != "runner":
                 entry = dict(entry, mcp=dict(entry["mcp"], cwd=lexical_abspath(entry["mcp"]["cwd"], base_dir)))
         elif "path" in entry:
             entry = dict(entry, path=check_toolpack_directory(entry["path"], base_dir))

@@ -309,7 +309,8 @@ class ToolpackRuntime:
 
     def check_tool_call(self, store, agent, tool):
         """The registry checks of `/runner/tool-calls/start` (tools.md §12)."""
-        if self.registry(store).tool(tool) is None:
+        registry = self.registry(store)
+        if registry.tool(tool) is None and not sandbox_mcp_tool(registry, tool):
             raise NotFound(f"Unknown tool: {tool}")
         if not is_allowed(tool, agent["tools"]):
             raise Forbidden(f"Tool not allowed for {agent['id']}: {tool}")
@@ -429,6 +430,12 @@ class ToolpackRuntime:
             except SuzumioError as exc:
                 log.warning("scheduler hook of %s in %s failed: %s", pack.id, store.project_id, exc.message)
                 store.append_event(EVENT_HOOK_FAILED, {"toolpackId": pack.id, "error": exc.message})
+
+
+def sandbox_mcp_tool(registry, tool):
+    """True for `<id>.<name>` of a `where: runner` MCP toolpack: only the runner knows those names."""
+    return any(pack.kind == "mcp" and pack.mcp_where == "runner" and tool.startswith(pack.id + ".")
+               and len(tool) > len(pack.id) + 1 for pack in registry.toolpacks)
 
 
 def handler_result(handler, *args):

@@ -208,3 +208,40 @@ def test_render_check_validates_allowlists_against_the_listed_tools(tmp_path, mc
     listed = run_cli("toolpacks", "broken", root=root)
     assert listed.returncode == 0, listed.stderr
     assert "ev  mcp  up" in listed.stdout and "  ev.echo" in listed.stdout
+
+
+FILESYSTEM_JS = Path("node_modules") / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"
+
+
+@pytest.mark.parametrize("kind", kind_params())
+def test_sandbox_side_server_runs_next_to_the_agents_workspace(tmp_path, kind, mcp_servers):
+    """`where: runner`: the runner starts server-filesystem on its own workspace (in the container on
+    docker-chat, from the read-only mounted install) and the model reads a file written there."""
+    if kind == "docker-chat":
+        script, mounts = f"/mnt/mcp-servers/{FILESYSTEM_JS.as_posix()}", [
+            {"source": str(SERVERS_DIR), "target": "/mnt/mcp-servers", "readonly": True}]
+    else:
+        script, mounts = str(SERVERS_DIR / FILESYSTEM_JS), []
+    toolpacks = ["core", {"id": "ws", "mcp": {"where": "runner", "command": ["node", script, "{workspace}"]}}]
+    agents = {"pm": {"model": "pm", "tools": ["messages.send", "file.write", "ws.read_text_file",
+                                              "ws.list_directory"], "mounts": mounts}}
+    with running_team(tmp_path, kind, agents=agents, presets={"pm": {"provider": "fake", "model": "pm"}},
+                      toolpacks=toolpacks) as team:
+        workspace = team.workspace_path("pm")
+        team.model.enqueue(tool_calls=[call("file.write", path=f"{workspace}/plan.md", content="step one\n")],
+                           model="pm")
+        team.model.enqueue(tool_calls=[call("ws.read_text_file", path=f"{workspace}/plan.md")], model="pm")
+        team.model.enqueue(tool_calls=[call("ws.write_file", path=f"{workspace}/x", content="no")], model="pm")
+        team.model.enqueue(content="Done.", model="pm")
+        team.send("pm", "Read your plan.")
+        [activation] = team.wait_activations("pm", 1)
+
+        assert activation["status"] == "completed", team.describe()
+        _, read, refused = team.tool_messages("pm")
+        assert read.startswith("{"), team.describe()
+        assert json.loads(read)["output"] == "step one\n"
+        assert refused == "Model called unknown tool: ws_write_file"
+        offered = {tool["function"]["name"] for tool in team.model_requests("pm")[0].body["tools"]}
+        assert {"ws_read_text_file", "ws_list_directory"} <= offered and "ws_write_file" not in offered
+        statuses = [(row["tool"], row["status"]) for row in reversed(team.store.list_tool_calls(10))]
+        assert statuses == [("file.write", "completed"), ("ws.read_text_file", "completed")]
