@@ -724,8 +724,10 @@ class Runner:
 
         mcp = spec.get("mcp") or {}
         command = [arg.replace("{workspace}", self.workspace) for arg in mcp.get("command") or []]
-        client = runner_mcp.StdioMcpClient(toolpack_id, command, runner_mcp.server_environment(self.env, mcp.get("env")),
-                                           mcp.get("cwd") or self.workspace, self.groups, self.workspace)
+        env = runner_mcp.server_environment(self.env, mcp.get("env"))
+        client = runner_mcp.StdioMcpClient(
+            toolpack_id, command, env, mcp.get("cwd") or self.workspace, self.groups, self.workspace
+        )
         bridges.append(client)
         try:
             listed = client.start()

@@ -42,7 +42,7 @@ def content_text(block):
         if isinstance(resource.get("text"), str):
             return "[resource {}]\n{}".format(resource.get("uri"), resource["text"])
         return "[resource {} {}]".format(resource.get("uri"), resource.get("mimeType", "application/octet-stream"))
-    return "[{} content]".format(kind)
+    return f"[{kind} content]"
 
 
 def tool_result(result):

@@ -1,6 +1,6 @@
 """MCP toolpacks end to end (issue 15): the reference servers from the npm registry
 (@modelcontextprotocol/server-everything and server-filesystem, installed into tests/.mcp-servers by
-mcp_servers below), the real controller with its McpHub, the real runner on local and docker-chat and the
+tests/mcp_fixtures.py), the real controller with its McpHub, the real runner on local and docker-chat and the
 FakeModel; plus `config render --check`, `start` and `suzumio toolpacks` on a server that cannot start."""
 import json
 import os
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from e2e_fixtures import call, kind_params, running_team
+from mcp_fixtures import SERVERS_DIR, install_mcp_servers
 
 import suzumio
 import suzumio_mcp
@@ -22,22 +23,11 @@ pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("npm") is None, reason="npm is not installed")]
 
 HERE = Path(__file__).resolve().parent
-SERVERS_DIR = HERE / ".mcp-servers"
-# Pinned so that every machine runs the same servers; npm reads its registry from the machine's config.
-SERVER_PACKAGES = ("@modelcontextprotocol/server-everything@2026.8.31",
-                   "@modelcontextprotocol/server-filesystem@2026.8.31")
-EVERYTHING = SERVERS_DIR / "node_modules" / ".bin" / "mcp-server-everything"
-FILESYSTEM = SERVERS_DIR / "node_modules" / ".bin" / "mcp-server-filesystem"
 
 
 @pytest.fixture(scope="session")
 def mcp_servers():
-    """Install the reference servers once into tests/.mcp-servers (gitignored)."""
-    if not (EVERYTHING.exists() and FILESYSTEM.exists()):
-        SERVERS_DIR.mkdir(exist_ok=True)
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(SERVERS_DIR),
-                        *SERVER_PACKAGES], check=True, timeout=600, stdout=subprocess.DEVNULL)
-    return {"everything": str(EVERYTHING), "filesystem": str(FILESYSTEM)}
+    return install_mcp_servers()
 
 
 @pytest.fixture
