@@ -391,7 +391,7 @@ class ToolpackRuntime:
         for tool in registry.tools:
             entries[tool.name] = {
                 "tool": tool.name, "toolpackId": tool.toolpack_id,
-                "toolpackKind": "builtin" if tool.builtin else "local", "description": tool.description,
+                "toolpackKind": registry.toolpack(tool.toolpack_id).kind, "description": tool.description,
                 "enabledForAgents": [a["id"] for a in agents if is_allowed(tool.name, a["tools"])]}
         stats = store.tool_call_stats()
         for name, counts in stats.items():
