@@ -103,3 +103,24 @@ def test_official_client_drives_a_team_over_stdio(tmp_path):
             wait_until(lambda: not store.running_activations(), 30, message="pm to finish")
     finally:
         model.close()
+
+
+def test_streamable_http_toolpack_reads_its_header_from_the_controller_environment(tmp_path):
+    """An `mcp: {url, headersEnv}` toolpack session (suzumio_mcp over the SDK's HTTP client) against
+    Suzumio's own /mcp: the token comes from the hub's environment; without it the one line says why."""
+    import suzumio_mcp
+
+    with serving(tmp_path / "root", api_token=TOKEN) as service:
+        url = service.base_url + "/mcp"
+        hub = suzumio_mcp.McpHub(environ={"SUZ_AUTH": f"Bearer {TOKEN}"}, start_timeout=20)
+        try:
+            mcp = {"url": url, "headersEnv": {"Authorization": "SUZ_AUTH"}}
+            assert {tool["name"] for tool in hub.tools("suz", mcp)} == EXPECTED_TOOLS
+            assert json.loads(hub.call("suz", mcp, "list_projects", {})["output"]) == {"projects": []}
+            missing = hub.check("nokey", {"url": url, "headersEnv": {"Authorization": "UNSET_VARIABLE"}})
+            assert missing == (f"MCP server nokey ({url}) failed: environment variable UNSET_VARIABLE is not set "
+                               "(headersEnv.Authorization)")
+            refused = hub.check("anon", {"url": url})
+            assert refused.startswith(f"MCP server anon ({url}) failed: ") and "\n" not in refused
+        finally:
+            hub.close()
