@@ -1580,10 +1580,11 @@ def manifest_stamps(config):
     try:
         for pack in config.toolpacks:
             if pack.kind == "mcp":
-                # Listed once the server answers; a config built while it was down is rebuilt then.
-                if config._mcp_tools is not None and pack.mcp_where == "controller":
-                    stamps.append(("mcp", pack.id, getattr(config._mcp_tools, "generation", lambda *_: 0)(
-                        pack.id, pack.mcp)))
+                # A listed server's config is rebuilt when the server was started again (its tools may
+                # have changed); one built while the server was down is rebuilt to retry it.
+                stamp = getattr(config._mcp_tools, "stamp", None)
+                if stamp is not None and pack.mcp_where == "controller":
+                    stamps.append(("mcp", pack.id, stamp(pack.id, pack.mcp, pack.mcp_listed)))
                 continue
             if not pack.builtin:
                 path = os.path.join(pack.path, MANIFEST_NAME)

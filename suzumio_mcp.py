@@ -232,8 +232,10 @@ class McpHub:
     """Every MCP session of one controller process, on one event-loop thread started on first use.
     A dead session (crash, closed connection) is started again by the next `tools` or `call`."""
 
-    def __init__(self, environ=None, start_timeout=START_TIMEOUT_SECONDS, call_timeout=CALL_TIMEOUT_SECONDS):
+    def __init__(self, environ=None, start_timeout=START_TIMEOUT_SECONDS, call_timeout=CALL_TIMEOUT_SECONDS,
+                 retry_seconds=RETRY_SECONDS):
         self.environ = dict(os.environ if environ is None else environ)
+        self.retry_seconds = retry_seconds
         self.start_timeout = start_timeout
         self.call_timeout = call_timeout
         self._sessions = {}  # session_key → _Session; touched only on the loop thread
@@ -341,9 +343,9 @@ class McpHub:
         return self._generations.get(session_key(toolpack_id, mcp), 0)
 
     def recent_failure(self, toolpack_id, mcp):
-        """The error line of a start that failed less than RETRY_SECONDS ago, else None."""
+        """The error line of a start that failed less than retry_seconds ago, else None."""
         failure = self._failures.get(session_key(toolpack_id, mcp))
-        if failure is not None and time.monotonic() - failure[0] < RETRY_SECONDS:
+        if failure is not None and time.monotonic() - failure[0] < self.retry_seconds:
             return failure[1]
         return None
 
@@ -397,8 +399,11 @@ class _Listing:
         except McpError as error:
             return None, str(error)
 
-    def generation(self, toolpack_id, mcp):
-        return self.hub.generation(toolpack_id, mcp)
+    def stamp(self, toolpack_id, mcp, listed):
+        """ConfigCache's stamp: the start count of a listed server; a retry period for one that was not."""
+        if listed:
+            return self.hub.generation(toolpack_id, mcp)
+        return ("retry", int(time.monotonic() // self.hub.retry_seconds))
 
 
 def checking(toolpack_id, mcp, hub):

@@ -12,11 +12,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from api_fixtures import init_project
+from conftest import wait_until
 from e2e_fixtures import call, kind_params, running_team
 from mcp_fixtures import SERVERS_DIR, install_mcp_servers
 
 import suzumio
+import suzumio_config
 import suzumio_mcp
+import suzumio_store
 from suzumio_errors import Forbidden
 
 pytestmark = [pytest.mark.timeout(300),
@@ -235,3 +239,23 @@ def test_sandbox_side_server_runs_next_to_the_agents_workspace(tmp_path, kind, m
         assert {"ws_read_text_file", "ws_list_directory"} <= offered and "ws_write_file" not in offered
         statuses = [(row["tool"], row["status"]) for row in reversed(team.store.list_tool_calls(10))]
         assert statuses == [("file.write", "completed"), ("ws.read_text_file", "completed")]
+
+
+def test_a_server_down_at_first_resolution_is_retried_and_its_tools_appear(tmp_path, mcp_servers):
+    script = tmp_path / "late-server.sh"
+    path = write_project(tmp_path, ["core", {"id": "late", "mcp": {"command": ["sh", str(script)]}}],
+                         ["messages.send", "late.*"])
+    root = suzumio_store.Root(tmp_path / "root")
+    hub = suzumio_mcp.McpHub(retry_seconds=0.2, start_timeout=20)
+    try:
+        store = init_project(root, tmp_path / "config", path.read_text())
+        cache = suzumio_config.ConfigCache(mcp_tools=hub.listing)
+        down = cache.get(store).registry.toolpack("late")
+        assert not down.mcp_listed and down.tools == ()
+        assert down.mcp_error.startswith(f"MCP server late (sh {script}) failed: ")
+        script.write_text(f'exec "{mcp_servers["everything"]}"\n')
+        wait_until(lambda: cache.get(store).registry.toolpack("late").mcp_listed, 30, message="late tools")
+        assert "late.echo" in cache.get(store).registry.tool_names
+    finally:
+        hub.close()
+        root.close()
