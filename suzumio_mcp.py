@@ -23,6 +23,57 @@ STATE_UP = "up"
 STATE_NOT_STARTED = "not started"
 
 
+# The pex leaves out cryptography (~4.5 MB per platform; scripts/build-pex). `import mcp` imports the SDK's
+# server package, whose request-state encryption imports four cryptography names at import time; Suzumio
+# only uses the client transports, which never touch them. When cryptography is absent those names are
+# stand-ins that refuse to be used, so the import succeeds and nothing can silently run without it.
+_CRYPTOGRAPHY_NAMES = {
+    "cryptography.exceptions": ("InvalidTag",),
+    "cryptography.hazmat.primitives.ciphers.aead": ("AESGCM",),
+    "cryptography.hazmat.primitives.hashes": ("SHA256",),
+    "cryptography.hazmat.primitives.kdf.hkdf": ("HKDF",),
+}
+
+
+class _NotBundled(Exception):
+    """A cryptography name used where the pex does not bundle cryptography."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__("cryptography is not bundled with this Suzumio (MCP server-side request state)")
+
+
+def _standin_cryptography():
+    """Register stand-ins for the names above when cryptography is not installed (the pex); else nothing."""
+    import sys
+    import types
+
+    try:
+        import cryptography  # noqa: F401 - only whether it is there
+        return
+    except ImportError:
+        pass
+    for module_name, names in _CRYPTOGRAPHY_NAMES.items():
+        parts = module_name.split(".")
+        for depth in range(1, len(parts) + 1):
+            name = ".".join(parts[:depth])
+            if name not in sys.modules:
+                module = types.ModuleType(name, "stand-in: cryptography is not bundled (suzumio_mcp)")
+                module.__path__ = []
+                sys.modules[name] = module
+                if depth > 1:
+                    setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], module)
+        for attribute in names:
+            setattr(sys.modules[module_name], attribute, type(attribute, (_NotBundled,), {}))
+
+
+def _import_sdk():
+    """Import the SDK (once per process; the first import costs about a second)."""
+    _standin_cryptography()
+    import mcp.client.session
+
+    return mcp
+
+
 class McpError(Exception):
     """An MCP server could not be started, listed or called; the message is one line."""
 
@@ -124,6 +175,7 @@ class _Session:
         return self.task is not None and not self.task.done() and self.session is not None
 
     def _stdio_parameters(self):
+        _import_sdk()
         from mcp.client.stdio import StdioServerParameters, get_default_environment
 
         command = list(self.mcp["command"])
@@ -160,6 +212,7 @@ class _Session:
                 self.ready.set()
 
     async def _serve(self, errlog):
+        _import_sdk()
         from mcp.client.session import ClientSession
 
         async with self._transport(errlog) as streams, ClientSession(streams[0], streams[1]) as session:
