@@ -19,3 +19,7 @@ def install_mcp_servers():
         subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(SERVERS_DIR),
                         *SERVER_PACKAGES], check=True, timeout=600, stdout=subprocess.DEVNULL)
     return {"everything": str(EVERYTHING), "filesystem": str(FILESYSTEM)}
+
+
+if __name__ == "__main__":  # .ci/run installs them before the suite
+    print(install_mcp_servers())
