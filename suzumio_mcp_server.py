@@ -1,8 +1,8 @@
 """Suzumio as an MCP server (issue 15): tools to list projects, read status, agents, messages and the
 report, send a message, start, stop, approve and request changes, and resources for reports and
 artifacts. One JSON-RPC dispatcher serves `POST /mcp` on `serve` (streamable HTTP, JSON responses,
-behind the user API token) and `suzumio mcp` over stdio. Standard library only; imported by
-suzumio_api (the route) and suzumio.py (`suzumio mcp`)."""
+behind the user API token) and `suzumio mcp` over stdio, without the MCP SDK. Imports the store
+rules (suzumio_scheduler, suzumio_toolpacks); imported by suzumio_api (the route) and suzumio.py."""
 import base64
 import json
 import logging
@@ -14,6 +14,7 @@ from urllib.parse import quote, unquote
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
 from suzumio_records import PRIORITIES
+from suzumio_toolpacks import optional_string
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,10 @@ class SuzumioMcp:
         return self.root.open_project(project)
 
     def call_tool(self, name, args):
-        handler = getattr(self, "tool_" + name, None)
-        if handler is None or name not in {tool[0] for tool in TOOLS}:
+        if not isinstance(name, str) or name not in {tool[0] for tool in TOOLS}:
             raise McpRequestError(INVALID_PARAMS, f"Unknown tool: {name}")
         try:
-            value = handler(args)
+            value = getattr(self, "tool_" + name)(args)
         except SuzumioError as exc:
             return {"content": [{"type": "text", "text": exc.message}], "isError": True}
         result = {"content": [{"type": "text", "text": _text(value)}]}
@@ -123,8 +123,9 @@ class SuzumioMcp:
         priority = args.get("priority")
         if priority is not None and priority not in PRIORITIES:
             raise BadRequest(f"Invalid priority: {priority}")
-        message = store.send_message(sender="user", body=args.get("body"), recipient=args.get("recipient"),
-                                     channel=args.get("channel"), priority=priority)
+        message = store.send_message(sender="user", body=args.get("body"),
+                                     recipient=optional_string(args.get("recipient")),
+                                     channel=optional_string(args.get("channel")), priority=priority)
         self.tick(store.project_id)
         return message
 
@@ -146,7 +147,7 @@ class SuzumioMcp:
 
     def tool_request_changes(self, args):
         store = self._store(args)
-        store.request_changes(args.get("body"), recipient=args.get("recipient"))
+        store.request_changes(args.get("body"), recipient=optional_string(args.get("recipient")))
         self.tick(store.project_id)
         return store.project_summary(full=True)
 
@@ -195,8 +196,14 @@ class SuzumioMcp:
             return None  # a response to a request we never send
         request_id = message.get("id")
         is_notification = "id" not in message
+        method, params = message["method"], message.get("params")
+        if params is None:
+            params = {}
+        if not isinstance(method, str) or not isinstance(params, dict):
+            return None if is_notification else _error(request_id, INVALID_REQUEST, "method must be a string "
+                                                       "and params an object")
         try:
-            result = self._dispatch(message["method"], message.get("params") or {})
+            result = self._dispatch(method, params)
         except McpRequestError as exc:
             return None if is_notification else _error(request_id, exc.code, str(exc))
         except SuzumioError as exc:
@@ -277,7 +284,7 @@ def mount_mcp(app, server):
     """`/mcp` on the user listener (streamable HTTP without SSE: every POST is answered with JSON)."""
     import bottle
 
-    from suzumio_runner_support import MAX_BODY_BYTES
+    from suzumio_runner_support import JSON_TYPE, MAX_BODY_BYTES
 
     @app.post("/mcp")
     def mcp_post():
@@ -287,13 +294,14 @@ def mount_mcp(app, server):
         answer = server.handle_text(raw.decode("utf-8", errors="replace"))
         if answer is None:
             return bottle.HTTPResponse(b"", 202)
-        return bottle.HTTPResponse(answer.encode("utf-8"), 200, {"Content-Type": "application/json"})
+        return bottle.HTTPResponse(answer.encode("utf-8"), 200, {"Content-Type": JSON_TYPE})
 
     @app.get("/mcp")
     def mcp_stream():
         # No server-initiated stream: 405 tells MCP clients so (streamable HTTP). Without a session id
         # clients never send DELETE.
-        return bottle.HTTPResponse(b"", 405, {"Allow": "POST"})
+        body = json.dumps({"error": "Method not allowed: POST JSON-RPC messages to /mcp"}).encode("utf-8")
+        return bottle.HTTPResponse(body, 405, {"Allow": "POST", "Content-Type": JSON_TYPE})
 
 
 def serve_stdio(root, stdin, stdout):
