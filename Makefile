@@ -44,9 +44,12 @@ webui:
 	npm run build
 
 # Longer reliability runs: 20 crash trials that SIGKILL `suzumio serve` during a running team
-# (bench/soak_crash.py), then the hostile-input suite with 5,000 examples per property.
+# (bench/soak_crash.py), 20 minutes of demo teams on one controller with its descriptors, threads and
+# memory checked for growth (bench/soak_teams.py), then the hostile-input suite with 5,000 examples
+# per property.
 soak: $(STAMP)
 	$(PY) bench/soak_crash.py $(SOAK_ARGS)
+	$(PY) bench/soak_teams.py --minutes $${SOAK_MINUTES:-20}
 	SUZUMIO_FUZZ_EXAMPLES=$${SUZUMIO_FUZZ_EXAMPLES:-5000} $(PY) -m pytest -q tests/test_fuzz.py
 
 clean:

@@ -5,11 +5,14 @@ runtime and the WSGI app — and runs Waitress for `serve`. Nothing is built at 
 only module that may import every other Suzumio module.
 """
 import argparse
+import hashlib
 import logging
 import math
 import os
 import resource
+import secrets
 import signal
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -27,7 +30,7 @@ Commands:
   suzumio config render <file> [--check]
   suzumio init <file> [--root dir]
   suzumio serve [--host 127.0.0.1] [--port 39400] [--root dir] [--no-scheduler] [--threads 32] \
-[--allow-host name]... [--api-token-env NAME]
+[--allow-host name]... [--api-token-env NAME | --no-auth] [--runner-listen HOST:PORT]
   suzumio start <project> [--root dir]
   suzumio stop <project> [--root dir]
   suzumio approve <project> [--root dir]
@@ -45,9 +48,13 @@ Commands:
 DEFAULT_LIMIT = 50
 SIGNAL_POLL_SECONDS = 0.2
 LOW_DESCRIPTOR_LIMIT = 4096
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+RUNNER_SOCKET = "runner.sock"
+# sun_path holds 108 bytes on Linux and 104 on macOS, both with the terminating NUL.
+UNIX_PATH_LIMIT = 103
 
 # Which flags each command accepts (dest names); --root is accepted everywhere, cli.md §1.1.
-SERVE_FLAGS = {"host", "port", "no_scheduler", "threads", "allow_host", "api_token_env"}
+SERVE_FLAGS = {"host", "port", "no_scheduler", "threads", "allow_host", "api_token_env", "no_auth", "runner_listen"}
 COMMAND_FLAGS = {
     "config": {"check"}, "init": set(), "serve": SERVE_FLAGS, "start": set(), "stop": set(),
     "approve": set(), "send": set(), "status": set(), "messages": {"limit"},
@@ -83,6 +90,8 @@ def build_parser():
     parser.add_argument("--allow-host", action="append")
     parser.add_argument("--api-token-env")
     parser.add_argument("--check", action="store_true", default=None)
+    parser.add_argument("--no-auth", action="store_true", default=None)
+    parser.add_argument("--runner-listen")
     parser.add_argument("-h", "--help", action="store_true", default=None)
     return parser
 
@@ -108,6 +117,8 @@ def parse_args(argv):
             raise UsageError("wrong number of arguments")
     if command == "send" and not " ".join(rest[3:]).strip():
         raise UsageError("message body is required")
+    if args.no_auth and args.api_token_env is not None:
+        raise UsageError("--no-auth and --api-token-env exclude each other")
     threads = args.threads
     if command == "serve" and threads is not None and (not threads.isdigit() or int(threads) < 16):
         raise UsageError("--threads must be an integer >= 16")
@@ -131,23 +142,101 @@ def open_root(options):
     return suzumio_store.Root(suzumio_store.resolve_root(options.root, os.environ))
 
 
+def runner_socket_path(root_path):
+    """Where `serve` listens for runners: <root>/run/runner.sock, or, when that path is too long for
+    AF_UNIX, /tmp/suzumio-run-<sha256(root)[:16]>/runner.sock."""
+    root_path = Path(os.path.abspath(root_path))
+    path = root_path / suzumio_store.RUN_DIR / RUNNER_SOCKET
+    if len(os.fsencode(path)) <= UNIX_PATH_LIMIT:
+        return path
+    digest = hashlib.sha256(os.fsencode(root_path)).hexdigest()[:16]
+    return Path("/tmp") / f"suzumio-run-{digest}" / RUNNER_SOCKET
+
+
+def prepare_runner_socket_dir(socket_path):
+    """Create the socket's directory (mode 0755) and check it: it is bind-mounted into every container,
+    so it must be ours, a real directory, and hold nothing but the socket."""
+    directory = socket_path.parent
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise SuzumioError(f"Runner socket directory {directory} is not a directory")
+    if info.st_uid != os.getuid():
+        raise SuzumioError(f"Runner socket directory {directory} belongs to another user")
+    os.chmod(directory, 0o755)
+    others = sorted(name for name in os.listdir(directory) if name != socket_path.name)
+    if others:
+        raise SuzumioError(f"Runner socket directory {directory} holds other files ({', '.join(others[:3])}); "
+                           "it is mounted into every container, so it may hold only the socket")
+    if socket_path.exists() and not stat.S_ISSOCK(os.lstat(socket_path).st_mode):
+        raise SuzumioError(f"Runner socket path {socket_path} exists and is not a socket")
+
+
+def live_runner_socket(root_path):
+    """The root's runner socket when one exists (a `serve` listens there), else None: activations that
+    a CLI command starts then reach the controller through backend.controllerUrl."""
+    path = runner_socket_path(root_path)
+    try:
+        return path if stat.S_ISSOCK(os.lstat(path).st_mode) else None
+    except OSError:
+        return None
+
+
+def api_token_path(root_path):
+    return Path(root_path) / suzumio_store.API_TOKEN_FILE
+
+
+def read_api_token(root_path):
+    """The token `serve` keeps in <root>/api-token (for HTTP clients on this machine), or None."""
+    try:
+        return api_token_path(root_path).read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def root_api_token(root_path):
+    """The token in <root>/api-token (kept mode 0600), or a new one written there."""
+    path = api_token_path(root_path)
+    token = read_api_token(root_path)
+    if token:
+        os.chmod(path, 0o600)
+        return token
+    token = secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(token + "\n")
+    return token
+
+
+def parse_listen(value):
+    """`HOST:PORT` (an IPv6 host in brackets) → (host, port); raises SuzumioError."""
+    host, sep, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise SuzumioError(f"Invalid --runner-listen: {value} (expected HOST:PORT)")
+    return host, int(port)
+
+
 class Runtime:
     """The collaborators of one process, built from the root: backends, toolpack runtime, scheduler.
-    Imported lazily so that `config render`, `status` and friends never load Docker or Bottle."""
+    Imported lazily so that `config render`, `status` and friends never load Docker or Bottle.
+    `runner_socket`: where runners reach the controller (None: backend.controllerUrl)."""
 
-    def __init__(self, root, on_fatal=None):
+    def __init__(self, root, runner_socket=None, on_fatal=None):
         import suzumio_backend
         import suzumio_scheduler
         import suzumio_toolpacks
 
-        self.root = root
         import suzumio_mcp
 
+        self.root = root
         self.mcp = suzumio_mcp.McpHub()  # MCP sessions (issue 15): none start until a project needs one
         # one parsed config per project, for ticks and routes
         configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs, mcp=self.mcp)
-        self.backends = suzumio_backend.Backends()
+        self.backends = suzumio_backend.Backends(runner_socket=runner_socket)
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs,
                                                      on_fatal=on_fatal)
 
@@ -341,7 +430,8 @@ def cmd_start(rest, options, out, err):
 def cmd_stop(rest, options, out, err, *, approve=False):
     import suzumio_scheduler
 
-    runtime = Runtime(open_root(options))
+    root = open_root(options)
+    runtime = Runtime(root, live_runner_socket(root.path))
     try:
         store = runtime.root.open_project(rest[0])
         if approve:
@@ -366,7 +456,8 @@ def cmd_tick(rest, options, out, err):
 def tick_projects(options, names, err, every=False):
     """One scheduler pass per project (cli.md §3.12). Over every project an error is reported per
     project and the rest go on; for a named project it is the command's error."""
-    runtime = Runtime(open_root(options))
+    root = open_root(options)
+    runtime = Runtime(root, live_runner_socket(root.path))
     failed = False
     try:
         if every:
@@ -390,15 +481,20 @@ def cmd_serve(rest, options, out, err):
     port_text = options.port if options.port is not None else "39400"
     if not port_text.isdigit() or int(port_text) > 65535:
         raise SuzumioError(f"Invalid port: {port_text}")
-    api_token = None
-    if options.api_token_env is not None:
+    runner_listen = parse_listen(options.runner_listen) if options.runner_listen is not None else None
+    root = open_root(options)
+    if options.no_auth:
+        api_token = None
+    elif options.api_token_env is not None:
         api_token = os.environ.get(options.api_token_env)
         if not api_token:
             raise SuzumioError(f"API token variable {options.api_token_env} is not set")
+    else:
+        api_token = root_api_token(root.path)
     host = options.host or "127.0.0.1"
-    return serve(open_root(options), host=host, port=int(port_text), threads=int(options.threads or 32),
+    return serve(root, host=host, port=int(port_text), threads=int(options.threads or 32),
                  scheduler_enabled=not options.no_scheduler, allowed_hosts=tuple(options.allow_host or ()),
-                 api_token=api_token, out=out, err=err)
+                 api_token=api_token, runner_listen=runner_listen, out=out, err=err)
 
 
 class Liveness:
@@ -445,31 +541,87 @@ def open_stores(root):
     return stores
 
 
-def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err):
-    """Run the controller until SIGINT/SIGTERM: HTTP, scheduler, reconciliation (cli.md §3.3, §4).
+def url_host(host):
+    return f"[{host}]" if ":" in host else host
+
+
+def warn_unused_controller_urls(root, err):
+    """backend.controllerUrl is read only with --runner-listen: say so for every project that sets one."""
+    for name in root.list_projects():
+        try:
+            url = suzumio_config.ProjectConfig.from_data(root.open_project(name).config()).backend.controller_url
+        except SuzumioError:
+            continue
+        if url != suzumio_config.DEFAULT_CONTROLLER_URL:
+            print(f"Warning: {name}: backend.controllerUrl ({url}) is not used: runners reach this controller "
+                  "over its runner socket (it applies only with serve --runner-listen)", file=err)
+
+
+def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err,
+          runner_listen=None):
+    """Run the controller until SIGINT/SIGTERM: the user listener (host:port), the runner listener (the
+    root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (cli.md §3.3, §4).
     Returns 1 when one of its loops died (Liveness), else 0."""
     import suzumio_api
+    import suzumio_runner_support
 
-    if host not in ("127.0.0.1", "localhost", "::1") and not api_token:
-        print(f"Warning: serving on {host} without --api-token-env: anyone who can reach it controls "
-              "every project", file=err)
+    if api_token is None:
+        who = ("any local process, agent tools on the local backend included," if host in LOOPBACK
+               else f"anyone who can reach {host}")
+        print(f"Warning: --no-auth: the user API takes no token; {who} controls every project", file=err)
+    socket_path = None
+    if runner_listen is None:
+        socket_path = runner_socket_path(root.path)
+        prepare_runner_socket_dir(socket_path)
+    else:
+        # A socket left by a killed serve would send the activations CLI commands start to nobody.
+        stale = live_runner_socket(root.path)
+        if stale is not None:
+            stale.unlink()
     descriptors = raise_descriptor_limit(err)
-    liveness = Liveness(["http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
-    runtime = Runtime(root, on_fatal=liveness.died)
-    app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
-                               api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
-                               liveness=liveness.states)
-    # Half the descriptors for connections, the rest for databases, runner logs, pipes and engine calls.
-    limit = min(suzumio_api.CONNECTION_LIMIT, descriptors // 2)
-    server = suzumio_api.Server(app, host, port, threads=threads, connection_limit=limit, on_fatal=liveness.died)
-    # The handlers only record the signal: appending to a list takes no lock, so a signal can never
-    # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.
+    liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
+    runtime = Runtime(root, socket_path, on_fatal=liveness.died)
+    servers = []
     received = []
-    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {}
     try:
+        if runner_listen is None:
+            warn_unused_controller_urls(root, err)
+        app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
+                                   api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
+                                   liveness=liveness.states)
+        runner_app = suzumio_runner_support.make_runner_app(root, runtime.toolpacks, runtime.scheduler)
+        # Half the descriptors for connections (of both listeners), the rest for databases, runner logs,
+        # pipes and engine calls.
+        limit = min(suzumio_api.CONNECTION_LIMIT, descriptors // 4)
+        server = suzumio_api.Server(app, host, port, threads=threads, connection_limit=limit,
+                                    on_fatal=liveness.died)
+        servers.append(server)
+
+        def runner_died(_component, error):
+            liveness.died("runner-http", error)
+
+        if runner_listen is None:
+            runner_server = suzumio_api.Server(runner_app, threads=threads, connection_limit=limit,
+                                               on_fatal=runner_died, unix_socket=socket_path,
+                                               name="suzumio-runner-http")
+            runner_url = f"unix://{socket_path}"
+        else:
+            runner_server = suzumio_api.Server(runner_app, runner_listen[0], runner_listen[1], threads=threads,
+                                               connection_limit=limit, on_fatal=runner_died,
+                                               name="suzumio-runner-http")
+            runner_url = f"http://{url_host(runner_listen[0])}:{runner_server.port}"
+        servers.append(runner_server)
+        # The handlers only record the signal: appending to a list takes no lock, so a signal can never
+        # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.
+        previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        runner_server.start()
         server.start()
-        print(f"suzumio listening on http://{host}:{server.port}", file=out, flush=True)
+        base = f"http://{host}:{server.port}"
+        print(f"suzumio listening on {base}", file=out)
+        print(f"Control room: {base}/" + (f"?token={api_token}" if api_token else ""), file=out)
+        print(f"Runner listener: {runner_url}", file=out, flush=True)
         runtime.backends.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
         if scheduler_enabled:
             runtime.scheduler.start()
@@ -478,7 +630,8 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         if received:
             log.info("signal %s: shutting down", received[0])
     finally:
-        server.close()
+        for server in servers:
+            server.close()
         runtime.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -491,7 +644,8 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
 
 def cmd_toolpacks(rest, options, out, err):
     """Every toolpack of a project with its kind, state and tools (MCP servers are started to list)."""
-    runtime = Runtime(open_root(options))
+    root = open_root(options)
+    runtime = Runtime(root, live_runner_socket(root.path))
     try:
         store = runtime.root.open_project(rest[0])
         for row in runtime.toolpacks.toolpack_listing(store):

@@ -1,11 +1,14 @@
 """User-facing HTTP surface (http-api.md): request guards, projects, messages, history, control
-actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the Bottle app with the
-runner routes of suzumio_runner_support mounted beside these; Server runs it on Waitress. Nothing is
-built at import time. Imported by suzumio.py, tests and bench."""
+actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the user listener's Bottle
+app, which never serves a runner route (those are suzumio_runner_support.make_runner_app, on the
+runner listener); Server runs an app on Waitress, on TCP or a Unix socket. Nothing is built at import
+time. Imported by suzumio.py, tests and bench."""
+import collections
 import hmac
 import json
 import logging
 import math
+import os
 import re
 import threading
 import time
@@ -17,17 +20,16 @@ import waitress.server
 import waitress.wasyncore
 
 import suzumio_mcp_server
+import suzumio_records
 import suzumio_scheduler
 import suzumio_yaml
-from suzumio_errors import Forbidden, NotFound
+from suzumio_errors import BadRequest, Forbidden, NotFound, SuzumioError, Unauthorized
 from suzumio_runner_support import (
     JSON_TYPE,
     NOSNIFF,
-    ErrorBoundary,
-    encode_json,
+    base_app,
     error_response,
     json_response,
-    mount_runner_routes,
     read_body,
     read_fields,
     run_tick,
@@ -39,10 +41,7 @@ log = logging.getLogger(__name__)
 
 WEBUI_DIR = Path(__file__).resolve().parent / "webui_dist"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-# The runner routes of §9 exactly: an unmatched path under /runner/ or /toolpacks/ still gets the Host check.
-RUNNER_ROUTE = re.compile(r"^/(?:runner/(?:tool-calls/(?:start|finish)|signals|history/(?:messages|compact))"
-                          r"|toolpacks/[^/]+/support|activation-(?:context|output))$")
-MCP_PATH = "/mcp"
+MCP_PATH = "/mcp"  # Suzumio as an MCP server (issue 15)
 STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
 ASSET_TYPES = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -50,6 +49,8 @@ ASSET_TYPES = {
 }
 ASSET_MISSING = "webui asset not found. Run npm run build."
 SSE_BATCH = 500
+FEED_BUFFER = 2000  # encoded frames each project's feed keeps for its stream clients
+STREAM_WAKE_SECONDS = 0.5  # longest a stream sleeps between checks of disconnect and shutdown
 KEEP_ALIVE = b": keep-alive\n\n"
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_KEEP_ALIVE_SECONDS = 15.0
@@ -85,6 +86,29 @@ def number_param(raw):
     return math.floor(value) if math.isfinite(value) else None
 
 
+# Time-range paging of the team view (http-api.md §6.11): its own, larger page cap.
+TIMELINE_LIMIT_DEFAULT = 500
+TIMELINE_LIMIT_MAX = 2000
+
+
+def timeline_limit(raw):
+    """Like limit() but capped at 2000."""
+    value = number_param(raw)
+    if value is None or value <= 0:
+        return TIMELINE_LIMIT_DEFAULT
+    return min(TIMELINE_LIMIT_MAX, value)
+
+
+def timestamp_param(raw, name):
+    """An ISO-8601 query value as a stored timestamp (UTC, milliseconds, Z); absent → None."""
+    if raw is None or raw == "":
+        return None
+    try:
+        return suzumio_records.format_ts(suzumio_records.parse_ts(raw))
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO-8601 timestamp") from None
+
+
 # ---------------------------------------------------------------- request guards (http-api.md §1.1)
 
 def host_part(host_header):
@@ -100,15 +124,14 @@ def bracketed(host):
 
 
 class Guards:
-    """The three checks of §1.1, run before route matching; each failure is a 403."""
+    """The three checks of §1.1, run before route matching on every path of the user listener: the
+    Host and cross-origin checks answer 403, the API token 401."""
 
     def __init__(self, api_token, allowed_hosts, bound_host):
         self.api_token = api_token
         self.allowed = {h.lower() for h in (*LOOPBACK_HOSTS, bracketed(bound_host), *allowed_hosts)}
 
     def check(self, environ, path):
-        if RUNNER_ROUTE.match(path):
-            return
         host = environ.get("HTTP_HOST")
         if host is not None and host_part(host).lower() not in self.allowed:
             raise Forbidden(f"Host not allowed: {host_part(host)}")
@@ -137,20 +160,9 @@ class Guards:
         elif STREAM_PATH.match(path):
             given = urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).get("token", [None])[0]
         if given is None:
-            raise Forbidden("API token required")
+            raise Unauthorized("API token required")
         if not hmac.compare_digest(given.encode("utf-8"), self.api_token.encode("utf-8")):
-            raise Forbidden("Invalid API token")
-
-
-def raw_path(environ):
-    """The request path still percent-encoded, so `a%2Fb` stays one segment (§2.4)."""
-    uri = environ.get("REQUEST_URI")
-    if uri:
-        # An origin-form target is a path: urlsplit would read `//x/y` as host `x` and path `/y`.
-        if uri.startswith("/"):
-            return uri.split("?", 1)[0].split("#", 1)[0]
-        return urllib.parse.urlsplit(uri).path or "/"
-    return urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin1"), safe="/:@!$&'()*+,;=")
+            raise Unauthorized("Invalid API token")
 
 
 # ---------------------------------------------------------------- config redaction (§6.10)
@@ -189,54 +201,25 @@ def _named_secret_map(path):
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
              poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
-    """The WSGI app: user routes, runner routes, guards and the one error shape.
+    """The user listener's WSGI app: user routes, SSE, static WebUI, guards and the one error shape.
+    Runner routes are not here (a 404): suzumio_runner_support.make_runner_app serves them.
 
     `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
-    and approve; `stopping` (a threading.Event) ends open SSE streams when set; `liveness()` names the
-    state of each long-lived loop of the process for /health (`up`, or why it is down)."""
-    app = bottle.Bottle(catchall=True)
-    app.uninstall(bottle.JSONPlugin)
-    app.install(ErrorBoundary())
-    guards = Guards(api_token, allowed_hosts, bound_host)
+    and approve; `api_token` None turns the token check off (`serve --no-auth`); `stopping` (a
+    threading.Event) ends open SSE streams when set; `liveness()` names the state of each long-lived
+    loop of the process for /health (`up`, or why it is down)."""
     stopping = stopping or threading.Event()
-    app.config["suzumio.stopping"] = stopping
+    app = base_app(stopping)
+    guards = Guards(api_token, allowed_hosts, bound_host)
 
     @app.hook("before_request")
     def before_request():
         environ = bottle.request.environ
-        path = raw_path(environ)
-        environ["PATH_INFO"] = path
         try:
-            guards.check(environ, path)
-        except Forbidden as exc:
+            guards.check(environ, environ["PATH_INFO"])
+        except SuzumioError as exc:
             raise error_response(exc.status, exc.message) from None
 
-    @app.hook("after_request")
-    def after_request():
-        bottle.response.set_header(*NOSNIFF)
-
-    # Bottle calls these for unmatched routes and for exceptions that escape the route boundary
-    # (hooks); they must encode the JSON themselves.
-    def error_page(message):
-        def handler(error):
-            bottle.response.content_type = JSON_TYPE
-            bottle.response.set_header(*NOSNIFF)
-            return encode_json({"error": message})
-        return handler
-
-    not_found = error_page("not found")
-
-    def wrong_method(error):
-        # A wrong method on an existing path is a plain 404 (§2.3), never a 405.
-        bottle.response.status = 404
-        del bottle.response.headers["Allow"]
-        return not_found(error)
-
-    app.error_handler[404] = not_found
-    app.error_handler[405] = wrong_method
-    app.error_handler[500] = error_page("internal error")
-
-    mount_runner_routes(app, root, toolpacks, scheduler)
     mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
     # Suzumio as an MCP server (issue 15), behind the same guards and token as /api/.
@@ -307,6 +290,14 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     @app.get("/api/projects/<project>/activations")
     def activations(project):
         return json_response(root.open_project(project).list_activations(limit_query(100)))
+
+    @app.get("/api/projects/<project>/timeline")
+    def timeline(project):
+        query = bottle.request.query
+        limit = timeline_limit(query.get("limit"))
+        return json_response(root.open_project(project).timeline_page(
+            since=timestamp_param(query.get("since"), "since"),
+            until=timestamp_param(query.get("until"), "until"), limit=limit))
 
     @app.get("/api/projects/<project>/activations/<activation>/context")
     def context(project, activation):
@@ -389,6 +380,8 @@ def sse_frame(row):
 
 
 def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
+    feeds = ProjectFeeds(root)
+
     @app.get("/api/projects/<project>/stream")
     def stream(project):
         store = root.open_project(project)
@@ -403,15 +396,80 @@ def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
         # No `Connection: keep-alive`: WSGI forbids hop-by-hop headers; HTTP/1.1 keeps the connection open.
         bottle.response.set_header("Cache-Control", "no-cache")
         bottle.response.set_header(*NOSNIFF)
-        events = EventFeed(store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds)
-        return events.frames(replay)
+        client = StreamClient(feeds.get(store), root.changes, cursor, stopping, disconnected, poll_seconds,
+                              keep_alive_seconds)
+        return client.frames(replay)
 
 
-class EventFeed:
-    """One SSE client: polls the events table by rowid and ends on disconnect or shutdown."""
+class ProjectFeeds:
+    """One ProjectFeed per project, made on first use."""
 
-    def __init__(self, store, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds):
-        self.store = store
+    def __init__(self, root):
+        self.root = root
+        self._feeds = {}
+        self._lock = threading.Lock()
+
+    def get(self, store):
+        with self._lock:
+            feed = self._feeds.get(store.project_id)
+            if feed is None:
+                feed = self._feeds[store.project_id] = ProjectFeed(store.project_id, self.root)
+            return feed
+
+
+class ProjectFeed:
+    """The events of one project read once and encoded once for every stream client: a bounded buffer
+    of (rowid, frame) after `base`, refreshed by whichever client first finds it stale."""
+
+    def __init__(self, project_id, root, size=FEED_BUFFER):
+        self.project_id = project_id
+        self.root = root
+        self.size = size
+        self._lock = threading.Lock()
+        self._frames = collections.deque()
+        self.base = None  # every event after this rowid up to `cursor` is in the buffer
+        self.cursor = None
+        self._read_version = None
+        self._read_at = 0.0
+
+    def after(self, cursor, version, poll_seconds):
+        """(frames after `cursor` joined, the new cursor). Reads the store when the project committed since
+        the last read or `poll_seconds` passed (writes by other processes are only seen by that poll)."""
+        with self._lock:
+            stale = (self._read_version is None or version > self._read_version
+                     or time.monotonic() - self._read_at >= poll_seconds)
+            if stale:
+                self._refresh(version)
+            if cursor < self.base:
+                return None, cursor  # behind the buffer: the client reads the store itself
+            frames = [frame for rowid, frame in self._frames if rowid > cursor]
+            return b"".join(frames), max(cursor, self.cursor)
+
+    def _refresh(self, version):
+        store = self.root.open_project(self.project_id)
+        if self.cursor is None:
+            self.base = self.cursor = store.latest_event_rowid()
+        while True:
+            rows = store.events_after(self.cursor, SSE_BATCH)
+            for rowid, row in rows:
+                self._frames.append((rowid, sse_frame(row)))
+            if rows:
+                self.cursor = rows[-1][0]
+            if len(rows) < SSE_BATCH:
+                break
+        while len(self._frames) > self.size:
+            self.base = self._frames.popleft()[0]
+        self._read_version = version
+        self._read_at = time.monotonic()
+
+
+class StreamClient:
+    """One SSE client: frames from its project's feed after its own cursor; woken by the project's
+    commits, with keep-alives, until it disconnects or the server shuts down."""
+
+    def __init__(self, feed, changes, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds):
+        self.feed = feed
+        self.changes = changes
         self.cursor = cursor
         self.stopping = stopping
         self.disconnected = disconnected
@@ -422,25 +480,30 @@ class EventFeed:
         # Bottle sends headers with the first non-empty chunk, so an empty replay sends a comment.
         yield b"".join(sse_frame(row) for _rowid, row in replay) or KEEP_ALIVE
         last_write = time.monotonic()
-        while not self.stopping.wait(self.poll_seconds) and not self.disconnected():
-            batch = self.poll()
+        version = self.changes.version(self.feed.project_id)
+        while not self.stopping.is_set() and not self.disconnected():
+            batch = self.next_batch(version)
             if batch:
                 yield batch
                 last_write = time.monotonic()
             elif time.monotonic() - last_write >= self.keep_alive_seconds:
                 yield KEEP_ALIVE
                 last_write = time.monotonic()
+            else:
+                # Woken at once by a commit of this project; the timeout bounds how late a write by
+                # another process, a disconnect or the shutdown is noticed.
+                version = self.changes.wait(self.feed.project_id, version, min(self.poll_seconds, STREAM_WAKE_SECONDS))
 
-    def poll(self):
-        """Every event after the cursor, oldest first, however many arrived since the last poll."""
-        chunks = []
-        while True:
-            rows = self.store.events_after(self.cursor, SSE_BATCH)
-            chunks.extend(sse_frame(row) for _rowid, row in rows)
-            if rows:
-                self.cursor = rows[-1][0]
-            if len(rows) < SSE_BATCH:
-                return b"".join(chunks)
+    def next_batch(self, version):
+        """Every frame after the cursor, oldest first, however many arrived since the last batch."""
+        batch, self.cursor = self.feed.after(self.cursor, version, self.poll_seconds)
+        if batch is not None:
+            return batch
+        store = self.feed.root.open_project(self.feed.project_id)
+        rows = store.events_after(self.cursor, SSE_BATCH)  # a client behind the shared buffer
+        if rows:
+            self.cursor = rows[-1][0]
+        return b"".join(sse_frame(row) for _rowid, row in rows)
 
 
 # ---------------------------------------------------------------- static WebUI (webui.md §1.5)
@@ -475,20 +538,28 @@ def mount_static(app, webui_dir):
 # ---------------------------------------------------------------- Waitress
 
 class Server:
-    """The app on Waitress in a named thread; close() ends streams, then stops Waitress."""
+    """An app on Waitress in a named thread, on host:port or, with `unix_socket`, on that socket path
+    (mode 0666: the socket's directory and the agent token decide who gets in); close() ends streams,
+    then stops Waitress."""
 
     def __init__(self, app, host="127.0.0.1", port=0, threads=32, connection_limit=CONNECTION_LIMIT,
-                 on_fatal=None):
+                 on_fatal=None, unix_socket=None, name="suzumio-http"):
         self.app = app
+        self.unix_socket = None if unix_socket is None else str(unix_socket)
+        where = ({"unix_socket": self.unix_socket, "unix_socket_perms": "666"} if unix_socket is not None
+                 else {"host": host, "port": port})
         # poll(), never select(): select() fails outright once any descriptor number passes 1024.
         self.server = waitress.server.create_server(
-            app, host=host, port=port, threads=threads, send_bytes=1, channel_request_lookahead=1,
+            app, threads=threads, send_bytes=1, channel_request_lookahead=1,
             clear_untrusted_proxy_headers=True, ident="suzumio", asyncore_use_poll=True,
-            connection_limit=connection_limit)
-        self.port = self.server.effective_port
+            connection_limit=connection_limit, **where)
+        self.port = None if unix_socket is not None else int(self.server.effective_port)
+        # The socket this server bound, so that close() removes it only while it is still this one
+        # (a newer serve may already have replaced it).
+        self._socket_inode = os.stat(self.unix_socket).st_ino if unix_socket is not None else None
         self.on_fatal = on_fatal  # called with the error if the loop itself dies
         self._closing = threading.Event()
-        self.thread = threading.Thread(target=self._serve, name="suzumio-http", daemon=True)
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     def start(self):
         self.thread.start()
@@ -527,3 +598,10 @@ class Server:
     def _close_sockets(self):
         self.server.close()
         waitress.wasyncore.close_all(self.server._map)
+        if self._socket_inode is not None:
+            try:
+                if os.stat(self.unix_socket).st_ino == self._socket_inode:
+                    os.unlink(self.unix_socket)
+            except FileNotFoundError:
+                pass
+            self._socket_inode = None

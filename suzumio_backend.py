@@ -37,6 +37,9 @@ RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py"
 # hooks) stay out of its sys.path, and their start-up cost out of every activation.
 LOCAL_RUNNER_FLAGS = ("-S",)
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
+# docker-chat mounts the runner socket's directory (not the socket: a restarted controller's new
+# socket must be seen by the containers it adopts) here, read-only.
+CONTAINER_RUN_DIR = "/run/suzumio"
 CONTAINER_HOME = "/tmp"
 
 LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
@@ -86,6 +89,17 @@ def validate_mount(mount):
         if bare == reserved or bare.startswith(reserved + "/"):
             raise ValueError(f"Docker mount target is reserved: {mount.target}")
     return target
+
+
+def runner_controller_url(kind, runner_socket, configured_url):
+    """The `controllerUrl` of input.json: the runner socket when the controller serves one (inside a
+    container under CONTAINER_RUN_DIR, for a host runner its real path), else `backend.controllerUrl`
+    (serve --runner-listen), with host.docker.internal made 127.0.0.1 for host runners."""
+    if runner_socket is not None:
+        if kind == KIND_DOCKER:
+            return f"unix://{CONTAINER_RUN_DIR}/{Path(runner_socket).name}"
+        return f"unix://{os.path.abspath(runner_socket)}"
+    return configured_url if kind == KIND_DOCKER else local_controller_url(configured_url)
 
 
 def local_controller_url(url):
@@ -217,14 +231,13 @@ def activation_paths(kind, project_dir, workspace):
 class Launch:
     """Everything one backend needs to start one activation, prepared by Backends.start."""
 
-    # True while the runner in a container reaches the controller over TCP (backend.controllerUrl), which
-    # needs a network: every container then gets its agent's configured network. Once the runner talks
-    # to the controller over the bind-mounted runner socket this is False, and agents without network
-    # (no web.fetch, no grant) get `none` (DockerBackend.network_mode).
-    controller_over_network = True
-
-    def __init__(self, store, config, activation, agent, support_dir, environ):
+    def __init__(self, store, config, activation, agent, support_dir, environ, runner_socket=None):
         self.store = store
+        # The runner reaches the controller over the bind-mounted runner socket, so agents without
+        # network (no web.fetch, no grant) get `none` (DockerBackend.network_mode). Without a socket
+        # (serve --runner-listen) it needs TCP: every container then gets its agent's configured network.
+        self.runner_socket = runner_socket
+        self.controller_over_network = runner_socket is None
         self.config = config
         self.activation = activation
         self.agent = agent
@@ -257,12 +270,8 @@ class Launch:
         agent = self.agent
         specs, self.toolpack_mounts = runner_toolpack_specs(self.config, agent, self.kind)
         workspace, artifacts_root = activation_paths(self.kind, self.project_dir, self.workspace)
-        controller_url = self.config.backend.controller_url
-        if self.kind == KIND_DOCKER:
-            read_roots = ["/workspace", "/artifacts", "/mnt"]
-        else:
-            read_roots = [workspace, artifacts_root]
-            controller_url = local_controller_url(controller_url)
+        controller_url = runner_controller_url(self.kind, self.runner_socket, self.config.backend.controller_url)
+        read_roots = ["/workspace", "/artifacts", "/mnt"] if self.kind == KIND_DOCKER else [workspace, artifacts_root]
         agent_part = {"id": agent["id"], "displayName": agent["displayName"], "role": agent["role"],
                       "prompt": agent.get("prompt") or ""}
         if agent.get("model"):
@@ -538,6 +547,8 @@ class DockerBackend:
             rows.append((root, f"/toolpacks/{safe_id}", True))
         for path in launch.runner_files():
             rows.append((str(path), f"{CONTAINER_SUPPORT_DIR}/{path.name}", True))
+        if launch.runner_socket is not None:
+            rows.append((str(Path(launch.runner_socket).parent), CONTAINER_RUN_DIR, True))
         return rows
 
     def engine_cpus(self):
@@ -659,8 +670,12 @@ class Backends:
     """Starts, watches, stops and reconciles activations; picks `local` or `docker-chat` by
     `backend.kind` at start and by the recorded container name afterwards."""
 
-    def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None):
+    def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None, runner_socket=None):
+        """`runner_socket`: the path of the controller's runner socket, which every runner then
+        reaches; None when the runner routes are on TCP (`serve --runner-listen`), reached through
+        `backend.controllerUrl`."""
         self.support_dir = Path(support_dir)
+        self.runner_socket = None if runner_socket is None else Path(runner_socket)
         self._environ = dict(os.environ if environ is None else environ)
         self.local = LocalBackend(self._environ)
         self.docker = DockerBackend(docker_client)
@@ -687,7 +702,7 @@ class Backends:
         activation = store.activation(activation_id)
         agent = store.agent(activation["agentId"], include_token=True)
         config = config or suzumio_config.ProjectConfig.from_data(store.config())
-        launch = Launch(store, config, activation, agent, self.support_dir, self._environ)
+        launch = Launch(store, config, activation, agent, self.support_dir, self._environ, self.runner_socket)
         agent_ids = store.agent_ids()
         make_private_dir(store.activations_root)
         make_private_dir(launch.activation_dir)

@@ -33,7 +33,9 @@ from suzumio_yaml import HTTP_URL, apply_extends, dump_yaml, lexical_abspath, lo
 log = logging.getLogger(__name__)
 
 RESERVED_AGENT_ID = "user"
-RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio")
+# Used by runners only when `serve --runner-listen` moves the runner routes onto TCP.
+DEFAULT_CONTROLLER_URL = "http://host.docker.internal:39400"
+RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio", "/run/suzumio")
 UNSUPPORTED_PROVIDER_TYPES = ("openai", "anthropic", "google")
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
 LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
@@ -551,7 +553,7 @@ def _container_fields(network, memory, cpus, pids_limit, cap_add):
 _BACKEND = _Obj(
     ("kind", _Enum("docker-chat", "local"), "docker-chat"),
     ("image", _Str(), "suzumio-runner:dev"),
-    ("controllerUrl", _Str(), "http://host.docker.internal:39400"),
+    ("controllerUrl", _Str(), DEFAULT_CONTROLLER_URL),
     ("activationTimeoutMs", _INT_GT0, 3600000),
     ("docker", _Obj(
         *_container_fields(network=_OMIT, memory=DEFAULT_MEMORY, cpus=DEFAULT_CPUS, pids_limit=DEFAULT_PIDS_LIMIT,

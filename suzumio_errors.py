@@ -24,6 +24,12 @@ class ConfigError(BadRequest):
     """The configuration (or a file it imports) is invalid; the message names the field path."""
 
 
+class Unauthorized(SuzumioError):
+    """A user API request without the API token, or with a wrong one."""
+
+    status = 401
+
+
 class Forbidden(SuzumioError):
     status = 403
 

@@ -309,7 +309,7 @@ def serve_stdio(root, stdin, stdout):
     scheduler pass in this process, as `suzumio send` does."""
     import suzumio
 
-    runtime = suzumio.Runtime(root)
+    runtime = suzumio.Runtime(root, suzumio.live_runner_socket(root.path))
     try:
         def tick(project):
             try:

@@ -3,10 +3,12 @@ fallback and overflow compaction, the controller client, history rendering, and 
 the Node host. Standard library only, CPython >= 3.9; imported by suzumio_runner.py, beside which it
 lies (as an imported module it gets a bytecode cache, so an activation does not recompile it)."""
 
+import http.client
 import json
 import os
 import re
 import signal
+import socket
 import time
 from datetime import datetime, timezone
 
@@ -101,42 +103,86 @@ def trim_chars(text, limit):
 # Controller client
 
 
+UNIX_SCHEME = "unix://"
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP/1.1 to a server listening on a Unix socket (the controller's runner socket)."""
+
+    def __init__(self, socket_path, timeout=None):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def unix_request(socket_path, method, path, headers, body, connect_timeout, idle_timeout):
+    """One HTTP exchange over a Unix socket: (status, body bytes). Raises TransportError."""
+    conn = UnixHTTPConnection(socket_path, timeout=connect_timeout)
+    try:
+        conn.connect()
+        conn.sock.settimeout(idle_timeout)
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    except socket.timeout:  # noqa: UP041 (on 3.9 socket.timeout is not TimeoutError)
+        raise TransportError("timed out") from None
+    except (OSError, http.client.HTTPException) as error:
+        raise TransportError(str(error) or error.__class__.__name__) from None
+    finally:
+        conn.close()
+
+
 class ControllerClient:
-    """POSTs JSON to the controller's runner routes, never through a proxy (§7.7)."""
+    """POSTs JSON to the controller's runner routes, never through a proxy (§7.7): over the runner
+    socket for a `unix://<path>` controllerUrl, else over HTTP(S) to the URL."""
 
     def __init__(self, base_url, identity):
         self.base_url = base_url.rstrip("/")
+        self.socket_path = base_url[len(UNIX_SCHEME):] if base_url.startswith(UNIX_SCHEME) else None
         self.identity = identity
 
-    def post(self, path, fields):
+    def post(self, path, fields, read_timeout=CONTROLLER_READ_TIMEOUT_S):
+        """The JSON answer of POST <path> with the identity fields added; raises ControllerError."""
         body = dict(self.identity)
         body.update(fields)
+        payload = json.dumps(body).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
         try:
-            response = http_request(
-                "POST",
-                self.base_url + path,
-                {"Content-Type": "application/json"},
-                json.dumps(body).encode("utf-8"),
-                None,
-                CONTROLLER_CONNECT_TIMEOUT_S,
-                CONTROLLER_READ_TIMEOUT_S,
-            )
+            if self.socket_path is not None:
+                status, raw = unix_request(self.socket_path, "POST", path, headers, payload,
+                                           CONTROLLER_CONNECT_TIMEOUT_S, read_timeout)
+            else:
+                response = http_request("POST", self.base_url + path, headers, payload, None,
+                                        CONTROLLER_CONNECT_TIMEOUT_S, read_timeout)
+                status, raw = response.status, response.body
         except TransportError as error:
-            raise ControllerError(
-                f"Suzumio controller request failed: {error}. The Suzumio server must be running and "
-                f"reachable at {self.base_url} (for containers: start it with --host 0.0.0.0 and use a "
-                "container-reachable URL such as "
-                "http://host.docker.internal:<port>)"
-            ) from None
-        text = response.body.decode("utf-8", "replace")
-        if not 200 <= response.status < 300:
-            raise ControllerError(error_message(text, response.status), response.status)
+            raise ControllerError(f"Suzumio controller request failed: {error}. {self.reach_hint()}") from None
+        text = raw.decode("utf-8", "replace")
+        if not 200 <= status < 300:
+            raise ControllerError(error_message(text, status), status)
         if not text.strip():
             return {}
         try:
             return json.loads(text)
         except ValueError:
             raise ControllerError(f"Invalid JSON from the controller for {path}: {text[:200]}") from None
+
+    def reach_hint(self):
+        if self.socket_path is not None:
+            return (f"The Suzumio server must be running and serving its runner socket {self.socket_path} "
+                    "(`suzumio serve` on this runtime root)")
+        return (f"The Suzumio server must be running and reachable at {self.base_url} (runners use "
+                "backend.controllerUrl only with `suzumio serve --runner-listen HOST:PORT`; it must name "
+                "that listener at an address runners can reach)")
 
 
 def error_message(text, status):

@@ -1,12 +1,14 @@
 """Runner-facing HTTP routes (backend-runner.md §6, http-api.md §9): tool-call audit, support calls,
-signals, history, activation context and output, all authenticated by the per-agent token. Also
-holds the HTTP conventions both route sets share (JSON bodies and responses, the one error shape).
-Imported by suzumio_api (which mounts these routes) and by tests."""
+signals, history, activation context and output, all authenticated by the per-agent token, served by
+their own app on the runner listener (make_runner_app). Also holds the HTTP conventions both apps
+share (base_app, JSON bodies and responses, the one error shape). Imported by suzumio_api, suzumio.py
+and tests."""
 import hmac
 import json
 import logging
 import math
 import re
+import threading
 import urllib.parse
 from json.encoder import encode_basestring as _quote_json
 
@@ -149,6 +151,57 @@ def read_fields():
     return body if isinstance(body, dict) else {}
 
 
+def raw_path(environ):
+    """The request path still percent-encoded, so `a%2Fb` stays one segment (§2.4)."""
+    uri = environ.get("REQUEST_URI")
+    if uri:
+        # An origin-form target is a path: urlsplit would read `//x/y` as host `x` and path `/y`.
+        if uri.startswith("/"):
+            return uri.split("?", 1)[0].split("#", 1)[0]
+        return urllib.parse.urlsplit(uri).path or "/"
+    return urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin1"), safe="/:@!$&'()*+,;=")
+
+
+def base_app(stopping=None):
+    """A Bottle app with what both listeners share: no JSON plugin, the error boundary, the raw path,
+    nosniff on every answer, and JSON errors for unmatched paths (a wrong method is a 404, never a
+    405). `stopping` (a threading.Event, set by Server.close) ends long answers such as SSE."""
+    app = bottle.Bottle(catchall=True)
+    app.uninstall(bottle.JSONPlugin)
+    app.install(ErrorBoundary())
+    app.config["suzumio.stopping"] = stopping or threading.Event()
+
+    @app.hook("before_request")
+    def keep_raw_path():
+        environ = bottle.request.environ
+        environ["PATH_INFO"] = raw_path(environ)
+
+    @app.hook("after_request")
+    def after_request():
+        bottle.response.set_header(*NOSNIFF)
+
+    # Bottle calls these for unmatched routes and for exceptions that escape the route boundary
+    # (hooks); they must encode the JSON themselves.
+    def error_page(message):
+        def handler(error):
+            bottle.response.content_type = JSON_TYPE
+            bottle.response.set_header(*NOSNIFF)
+            return encode_json({"error": message})
+        return handler
+
+    not_found = error_page("not found")
+
+    def wrong_method(error):
+        bottle.response.status = 404
+        del bottle.response.headers["Allow"]
+        return not_found(error)
+
+    app.error_handler[404] = not_found
+    app.error_handler[405] = wrong_method
+    app.error_handler[500] = error_page("internal error")
+    return app
+
+
 class ErrorBoundary:
     """Bottle plugin: percent-decodes path arguments and turns every failure into {"error": …}."""
 
@@ -245,6 +298,14 @@ def check_output(body):
 
 
 # ---------------------------------------------------------------- routes
+
+def make_runner_app(root, toolpacks, scheduler):
+    """The runner listener's WSGI app: the runner routes only, no user route and no user guard (the
+    agent token authenticates every call). Served on the runner socket or `serve --runner-listen`."""
+    app = base_app()
+    mount_runner_routes(app, root, toolpacks, scheduler)
+    return app
+
 
 def mount_runner_routes(app, root, toolpacks, scheduler):
     """Adds the routes of http-api.md §9 to `app`; a completed activation asks `scheduler` for a tick."""

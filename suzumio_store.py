@@ -100,6 +100,10 @@ from suzumio_records import (
 log = logging.getLogger(__name__)
 
 DB_FILE = "suzumio.sqlite"
+# Beside the projects in the root: the runner socket's directory (mounted into every container, so it
+# holds nothing else) and the user API token (mode 0600, never mounted). No project may take these names.
+RUN_DIR = "run"
+API_TOKEN_FILE = "api-token"
 BUSY_TIMEOUT_S = 5
 # Descriptor bounds (each connection holds the database and its WAL; a project adds its -shm once).
 IDLE_READERS = 2  # pooled reader connections kept per project; a burst beyond it closes its extras
@@ -154,6 +158,31 @@ def _has_project_row(db_path, name):
         conn.close()
 
 
+class Changes:
+    """Which projects committed writes in this process: a version per project that each commit bumps,
+    so SSE streams and other readers can wait for a change instead of polling the database. Writes by
+    other processes (a CLI command beside `serve`) are not seen here; readers keep a slow safety poll."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._versions = {}
+
+    def committed(self, project_id):
+        with self._cond:
+            self._versions[project_id] = self._versions.get(project_id, 0) + 1
+            self._cond.notify_all()
+
+    def version(self, project_id):
+        with self._cond:
+            return self._versions.get(project_id, 0)
+
+    def wait(self, project_id, seen, timeout):
+        """Wait until the project's version differs from `seen` or `timeout` seconds pass; the version."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._versions.get(project_id, 0) != seen, timeout)
+            return self._versions.get(project_id, 0)
+
+
 class Root:
     """A Suzumio runtime root: lists, opens and initializes projects; owns the open stores. At most
     `max_open` projects hold connections at once: using one more releases the least recently used."""
@@ -165,6 +194,7 @@ class Root:
         self.max_open = max_open
         self._recent = OrderedDict()  # project name -> store, least recently used first
         self._recent_lock = threading.Lock()
+        self.changes = Changes()
 
     def _used(self, store):
         with self._recent_lock:
@@ -210,7 +240,7 @@ class Root:
                 return store
             if not _has_project_row(directory / DB_FILE, name):
                 raise NotFound(f"Unknown project: {name}")
-            store = ProjectStore(name, directory, on_use=self._used)
+            store = ProjectStore(name, directory, on_use=self._used, on_commit=self.changes.committed)
             self._stores[name] = store
             return store
 
@@ -220,6 +250,8 @@ class Root:
         the config's expanded agents (ProjectConfig.agents: id, role, display_name, prompt, model, tools)."""
         if not valid_project_name(name):
             raise BadRequest(f"Invalid project name: {name}")
+        if name in (RUN_DIR, API_TOKEN_FILE):
+            raise BadRequest(f"Invalid project name: {name} (reserved in the runtime root)")
         directory = self.path / name
         db_path = directory / DB_FILE
         if _has_project_row(db_path, name):
@@ -236,7 +268,7 @@ class Root:
             undo.write(directory / "source.yaml", source_text)
             undo.write(directory / "resolved.yaml", resolved_text)
             undo.new_file(db_path)
-            store = ProjectStore(name, directory, on_use=self._used)
+            store = ProjectStore(name, directory, on_use=self._used, on_commit=self.changes.committed)
             try:
                 store._create(task, config, agents, config_path or str(directory / "resolved.yaml"), now)
             except BaseException:
@@ -404,7 +436,7 @@ class ProjectStore:
     number of threads. Both are opened on demand; release_idle() closes what nobody is using, and the
     Root calls it for the projects used least recently."""
 
-    def __init__(self, project_id, directory, on_use=None):
+    def __init__(self, project_id, directory, on_use=None, on_commit=None):
         self.project_id = project_id
         self.dir = Path(os.path.abspath(directory))
         self.db_path = self.dir / DB_FILE
@@ -414,6 +446,7 @@ class ProjectStore:
         self._idle = []  # pooled reader connections nobody is using
         self._pool_lock = threading.Lock()
         self._on_use = on_use
+        self._on_commit = on_commit  # told the project id after every committed write transaction
         self._config = None
         self._writer = _connect(self.db_path)
         try:
@@ -548,6 +581,8 @@ class ProjectStore:
             try:
                 yield tx
                 conn.execute("COMMIT")
+                if self._on_commit is not None:
+                    self._on_commit(self.project_id)
             except BaseException:
                 # SQLite may already have rolled back (e.g. disk full); only roll back what is open
                 if conn.in_transaction:
@@ -663,6 +698,11 @@ class ProjectStore:
             cursor = conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ?",
                                   (self.project_id,)).fetchone()[0]
         return [(r["rid"], event_row_json(r)) for r in reversed(rows)], cursor
+
+    def latest_event_rowid(self):
+        """The rowid of the project's newest event, 0 when there is none."""
+        return self._query_one("SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ?",
+                               (self.project_id,))[0]
 
     def event_rowid(self, event_id):
         """The rowid of an event of this project (Last-Event-ID), or None."""
@@ -1722,6 +1762,92 @@ class ProjectStore:
             cursor = tx.execute(sql, list(params or ()))
             return {"changes": max(cursor.rowcount, 0),
                     "lastInsertRowid": cursor.lastrowid or 0}
+
+
+    # -- timeline pages (WebUI team view; http-api.md §6.11) -----------------------------------
+
+    def timeline_page(self, since=None, until=None, limit=500):
+        """One time-range page of the team view: activations and messages in [since, until),
+        newest first by start/creation until `limit` items, widened to keep equal timestamps together.
+        The page's lower bound comes back as `since`; `more` says older items exist (next: until=since).
+        Activations that ended inside the window, and (on the newest page) all running ones, are
+        included too, so a bar that began on an older page is current; clients merge by id."""
+        def newest_times(conn, table, col):
+            sql, params = f"SELECT {col} AS ts FROM {table} WHERE project = ?", [self.project_id]
+            if since is not None:
+                sql += f" AND {col} >= ?"
+                params.append(since)
+            if until is not None:
+                sql += f" AND {col} < ?"
+                params.append(until)
+            return [r["ts"] for r in conn.execute(sql + f" ORDER BY {col} DESC LIMIT ?", params + [int(limit) + 1])]
+
+        with self._snapshot() as conn:
+            # Each side walks its (project, time) index; the page's bound is the limit-th newest of both.
+            newest = sorted(newest_times(conn, "activations", "started_at")
+                            + newest_times(conn, "messages", "created_at"), reverse=True)[:int(limit) + 1]
+            more = len(newest) > limit
+            low = newest[limit - 1] if more else since
+            window, window_params = "", []
+            if low is not None:
+                window += " AND {col} >= ?"
+                window_params.append(low)
+            if until is not None:
+                window += " AND {col} < ?"
+                window_params.append(until)
+
+            def rows(sql, col, extra=()):
+                return conn.execute(sql + window.format(col=col) + f" ORDER BY {col}, rowid",
+                                    [self.project_id, *extra, *window_params])
+
+            messages = [message_json(r) for r in rows("SELECT * FROM messages WHERE project = ?", "created_at")]
+            acts = {r["id"]: r for r in rows("SELECT * FROM activations WHERE project = ?", "started_at")}
+            for r in rows("SELECT * FROM activations WHERE project = ? AND completed_at IS NOT NULL",
+                          "completed_at"):
+                acts.setdefault(r["id"], r)
+            if until is None:
+                for r in conn.execute("SELECT * FROM activations WHERE project = ? AND status = ?",
+                                      (self.project_id, ACT_RUNNING)):
+                    acts.setdefault(r["id"], r)
+            woke = {}
+            ids = list(acts)
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                for r in conn.execute(
+                        "SELECT * FROM signals WHERE project = ? AND delivered_activation_id IN "
+                        f"({','.join('?' * len(chunk))}) ORDER BY created_at, rowid", [self.project_id, *chunk]):
+                    woke.setdefault(r["delivered_activation_id"], []).append(timeline_signal(r))
+            marks = [timeline_signal(r) for r in rows(
+                "SELECT * FROM signals WHERE project = ? AND kind IN (?, ?)", "created_at",
+                (KIND_WAIT, KIND_SUBMITTED))]
+        activations = []
+        for row in sorted(acts.values(), key=lambda r: (r["started_at"], r["id"])):
+            item = public_activation_json(row)
+            for key in ("text", "error"):
+                if key in item:
+                    item[key] = truncate(item[key], TIMELINE_TEXT_LIMIT)
+            item["signals"] = woke.get(row["id"], [])
+            activations.append(item)
+        for item in messages:
+            item["body"] = truncate(item["body"], TIMELINE_TEXT_LIMIT)
+        return omit_none({
+            "since": low, "until": until, "more": more, "activations": activations, "messages": messages,
+            "waits": [m for m in marks if m["kind"] == KIND_WAIT],
+            "approvals": [m for m in marks if m["kind"] == KIND_SUBMITTED]})
+
+
+TIMELINE_TEXT_LIMIT = 2000
+
+
+def timeline_signal(row):
+    """A signal as the team view draws it: what woke an activation, a wait, or a submission."""
+    payload = load_json(row["payload_json"], {})
+    return omit_none({
+        "id": row["id"], "kind": row["kind"], "priority": row["priority"], "sourceAgent": row["source_agent"],
+        "sourceActivation": row["source_activation"], "targetAgent": row["target_agent"],
+        "messageId": payload.get("id") if row["kind"] == KIND_MESSAGE else payload.get("messageId"),
+        "reason": payload.get("reason"), "createdAt": row["created_at"],
+        "deliveredActivationId": row["delivered_activation_id"]})
 
 
 def _require_running(row, purpose):

@@ -355,20 +355,34 @@ function controllerErrorText(status, body) {
   return `Request failed: ${status}`;
 }
 
+// node:http takes (url, options, callback) or (options, callback): a socket target is options.
+function openRequest(transport, target, options, callback) {
+  return target instanceof URL
+    ? transport.request(target, options, callback)
+    : transport.request({ ...target, ...options }, callback);
+}
+
 // POST JSON straight to the controller; never through a proxy (node:http ignores proxy variables).
+// A `unix://<path>` controllerUrl is the controller's runner socket.
 function postToController(controllerUrl, path, body) {
   return new Promise((resolve, reject) => {
-    let url;
-    try {
-      url = new URL(controllerUrl.replace(/\/+$/, "") + path);
-    } catch (error) {
-      reject(new Error(`Invalid controllerUrl: ${controllerUrl}`));
-      return;
+    let target;
+    let transport = http;
+    if (controllerUrl.startsWith("unix://")) {
+      target = { socketPath: controllerUrl.slice("unix://".length), path };
+    } else {
+      try {
+        target = new URL(controllerUrl.replace(/\/+$/, "") + path);
+      } catch (error) {
+        reject(new Error(`Invalid controllerUrl: ${controllerUrl}`));
+        return;
+      }
+      transport = target.protocol === "https:" ? https : http;
     }
-    const transport = url.protocol === "https:" ? https : http;
     const payload = Buffer.from(JSON.stringify(body), "utf8");
-    const request = transport.request(
-      url,
+    const request = openRequest(
+      transport,
+      target,
       {
         method: "POST",
         agent: false,
@@ -403,8 +417,8 @@ function postToController(controllerUrl, path, body) {
       reject(
         new Error(
           `Suzumio controller request failed: ${error.message}. The Suzumio server must be running and ` +
-            `reachable at ${controllerUrl} (for containers: serve with --host 0.0.0.0 and use a ` +
-            `container-reachable controllerUrl such as http://host.docker.internal:<port>).`,
+            `reachable at ${controllerUrl} (its runner socket, or serve --runner-listen HOST:PORT ` +
+            `named by backend.controllerUrl).`,
         ),
       ),
     );

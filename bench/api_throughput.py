@@ -109,7 +109,7 @@ def main(argv=None):
     results = benchlib.Results("api_throughput")
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        with serving(scratch / "root", threads=max(32, options.streams + 16)) as service:
+        with serving(scratch / "root", threads=max(32, options.streams + 16), api_token=None) as service:
             store = init_project(service.root, scratch / "bench", project_yaml("bench", service.base_url))
             direct_store = init_project(service.root, scratch / "direct", project_yaml("direct", service.base_url))
             over_http, direct = [], []

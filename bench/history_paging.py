@@ -74,7 +74,7 @@ def main(argv=None):
     results = benchlib.Results("history_paging")
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        with serving(scratch / "root") as service:
+        with serving(scratch / "root", api_token=None) as service:
             store = benchlib.init_project(service.root, scratch / "src", benchlib.project_text("hist", ["worker"]),
                                           start=False)
             seed(store.db_path, "hist", "worker", options.rows)

@@ -87,7 +87,7 @@ def main(argv=None):
     results = benchlib.Results("sse_fanout")
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        with serving(scratch / "root", threads=max(32, options.clients + 16)) as service:
+        with serving(scratch / "root", threads=max(32, options.clients + 16), api_token=None) as service:
             store = benchlib.init_project(service.root, scratch / "src", benchlib.project_text("sse", ["worker"]),
                                           start=False)
             figures = {}

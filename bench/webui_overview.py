@@ -103,7 +103,8 @@ def main():
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="suzumio-webui-bench-") as tmp, serving(Path(tmp) / "root") as service:
+    with (tempfile.TemporaryDirectory(prefix="suzumio-webui-bench-") as tmp,
+          serving(Path(tmp) / "root", api_token=None) as service):
         started = time.perf_counter()
         store = seed_large(service.root, Path(tmp) / "configs", service.base_url,
                            messages=args.messages, history=args.history)

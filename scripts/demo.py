@@ -50,14 +50,14 @@ def docker_ready():
         return False
 
 
-def write_project(root, port, backend):
-    """The demo config, pointed at this server and backend, written into the root's folder."""
+def write_project(root, backend):
+    """The demo config for this backend, written into the root's folder. Runners reach the controller
+    over its runner socket and the scripted provider is offline, so containers get no network."""
     config = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
-    config["backend"]["controllerUrl"] = f"http://127.0.0.1:{port}"
     if backend == "docker":
         config["backend"]["kind"] = "docker-chat"
         config["backend"]["image"] = RUNNER_IMAGE
-        config["backend"]["docker"] = {"network": "host"}
+        config["backend"]["docker"] = {"network": "none"}
     shutil.copy(EXAMPLES / "demo-script.yaml", root / "demo-script.yaml")
     path = root / "demo.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
@@ -68,10 +68,24 @@ def suzumio(*args, **kwargs):
     return [sys.executable, str(REPO / "suzumio.py"), *args]
 
 
-def post(url, body):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
+def read_token(root):
+    """The API token `suzumio serve` keeps in <root>/api-token."""
+    return (root / "api-token").read_text(encoding="utf-8").strip()
+
+
+def open_api(url, token, body=None, timeout=30):
+    """GET (or POST `body` as JSON) with the API token."""
+    headers = {"Authorization": f"Bearer {token}"}
+    data = None
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        data = json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET", headers=headers)
+    return urllib.request.urlopen(request, timeout=timeout)
+
+
+def post(url, token, body):
+    with open_api(url, token, body) as response:
         return json.loads(response.read())
 
 
@@ -107,10 +121,10 @@ def describe(event_type, data):
     return None
 
 
-def follow(url, timeout):
+def follow(url, token, timeout):
     """Print progress from the SSE stream until the project is submitted; False on timeout."""
     deadline = time.monotonic() + timeout
-    with urllib.request.urlopen(url + "/api/projects/demo/stream", timeout=timeout) as stream:
+    with open_api(url + "/api/projects/demo/stream", token, timeout=timeout) as stream:
         event_type = None
         for raw in stream:
             line = raw.decode("utf-8").rstrip("\n")
@@ -144,7 +158,7 @@ def main():
     backend = args.backend if args.backend != "auto" else ("docker" if docker_ready() else "local")
     port = free_port(args.port)
     url = f"http://127.0.0.1:{port}"
-    project_file = write_project(root, port, backend)
+    project_file = write_project(root, backend)
     print(f"Suzumio demo: {backend} backend, root {root}", flush=True)
     subprocess.run(suzumio("init", str(project_file), "--root", str(root)), check=True)
 
@@ -153,13 +167,14 @@ def main():
                                   stdout=subprocess.DEVNULL, stderr=serve_log)
     try:
         wait_for_health(url, server)
-        post(url + "/api/projects/demo/start", {})
-        post(url + "/api/projects/demo/messages",
+        token = read_token(root)
+        post(url + "/api/projects/demo/start", token, {})
+        post(url + "/api/projects/demo/messages", token,
              {"recipient": "pm", "body": "Start. Make the greeting card with your team."})
-        if not follow(url, args.timeout):
+        if not follow(url, token, args.timeout):
             print(f"The demo did not finish within {args.timeout:.0f} s; see {root / 'serve.log'}")
             return 1
-        with urllib.request.urlopen(url + "/api/projects/demo/report", timeout=10) as response:
+        with open_api(url + "/api/projects/demo/report", token, timeout=10) as response:
             report = response.read().decode("utf-8")
         print("\n--- final report " + "-" * 50)
         print(report.rstrip("\n"))
@@ -167,7 +182,7 @@ def main():
         print(f"Submitted in {time.monotonic() - started:.1f} s.")
         if args.exit_when_done:
             return 0
-        print(f"WebUI: {url}/#/demo/overview   (Ctrl-C stops the server)", flush=True)
+        print(f"WebUI: {url}/?token={token}#/demo/overview   (Ctrl-C stops the server)", flush=True)
         signal.signal(signal.SIGTERM, lambda *_: server.terminate())
         server.wait()
         return 0

@@ -1,19 +1,27 @@
 """HTTP test fixtures: a real runtime root with projects initialized through the real config pipeline,
-and the real app served by Waitress on an ephemeral port (send_bytes=1, ≥ 16 threads), shut down with
-server.close() + task_dispatcher.shutdown(). Imported by the test_api*, test_sse, test_runner_support
-and test_toolpacks modules and by bench/api_throughput.py."""
+and the controller's two real listeners as `serve` builds them: the user app on Waitress at an
+ephemeral port (send_bytes=1, ≥ 16 threads) with an API token, and the runner app on the root's runner
+socket (or TCP at port 0), shut down with server.close() + task_dispatcher.shutdown(). Imported by the
+test_api*, test_sse, test_runner_support and test_toolpacks modules and by bench/api_throughput.py."""
 import contextlib
+import json as jsonlib
 import textwrap
 
 import requests
 from conftest import wait_until
 
+import suzumio
 import suzumio_api
 import suzumio_backend
 import suzumio_config
+import suzumio_runner_support
 import suzumio_scheduler
 import suzumio_store
 import suzumio_toolpacks
+from suzumio_runner_loop import UnixHTTPConnection
+
+RUNNER_PREFIXES = ("/runner/", "/toolpacks/", "/activation-")
+GENERATED = object()
 
 DEMO_YAML = """\
 name: {name}
@@ -28,7 +36,6 @@ tools:
   toolpacks: {toolpacks}
 {extra}backend:
   kind: local
-  controllerUrl: "{controller_url}"
   runner:
     model: offline
     models:
@@ -59,21 +66,73 @@ def init_project(root, directory, text):
         source_text=config.source_text, resolved_text=config.render(), config_path=config.path)
 
 
-class Service:
-    """The served app and its collaborators; `call` sends a request with a loopback Host header."""
+class UnixResponse:
+    """The parts of a requests.Response the tests read, for an answer that came over a Unix socket."""
 
-    def __init__(self, root, scheduler, backend, toolpacks, server):
+    def __init__(self, status, headers, content):
+        self.status_code = status
+        self.headers = requests.structures.CaseInsensitiveDict(headers)
+        self.content = content
+
+    @property
+    def text(self):
+        return self.content.decode("utf-8", "replace")
+
+    def json(self):
+        return jsonlib.loads(self.content)
+
+
+def unix_call(socket_path, method, path, *, json=None, data=None, headers=None, timeout=10):
+    """One HTTP request over a Unix socket, the way the runner sends it (suzumio_runner_loop)."""
+    body = jsonlib.dumps(json).encode() if json is not None else data
+    if isinstance(body, str):
+        body = body.encode()
+    sent = {"Host": "localhost", **({"Content-Type": "application/json"} if json is not None else {}),
+            **(headers or {})}
+    connection = UnixHTTPConnection(str(socket_path), timeout=timeout)
+    try:
+        connection.request(method, path, body=body, headers=sent)
+        response = connection.getresponse()
+        return UnixResponse(response.status, response.getheaders(), response.read())
+    finally:
+        connection.close()
+
+
+class Service:
+    """The served apps and their collaborators. `call` sends a request as its caller would: a runner
+    path (/runner/…, /toolpacks/…, /activation-…) to the runner listener, anything else to the user
+    listener with a loopback Host header and the API token; `listener=` picks one explicitly and
+    `auth=False` leaves the token out."""
+
+    def __init__(self, root, scheduler, backend, toolpacks, server, runner_server, api_token):
         self.root = root
         self.scheduler = scheduler
         self.backend = backend
         self.toolpacks = toolpacks
         self.server = server
+        self.runner_server = runner_server
+        self.api_token = api_token
         self.port = server.port
         self.base_url = f"http://127.0.0.1:{server.port}"
+        self.runner_socket = runner_server.unix_socket
+        self.runner_url = (f"unix://{runner_server.unix_socket}" if runner_server.unix_socket
+                           else f"http://127.0.0.1:{runner_server.port}")
         self.http = requests.Session()
 
-    def call(self, method, path, *, json=None, data=None, headers=None, timeout=10, **kwargs):
-        merged = {"Host": f"127.0.0.1:{self.port}", **(headers or {})}
+    @property
+    def auth_headers(self):
+        return {"Authorization": f"Bearer {self.api_token}"} if self.api_token else {}
+
+    def call(self, method, path, *, json=None, data=None, headers=None, timeout=10, listener=None, auth=True,
+             **kwargs):
+        listener = listener or ("runner" if path.startswith(RUNNER_PREFIXES) else "user")
+        if listener == "runner":
+            if self.runner_socket:
+                return unix_call(self.runner_socket, method, path, json=json, data=data, headers=headers,
+                                 timeout=timeout)
+            return self.http.request(method, self.runner_url + path, json=json, data=data, headers=headers,
+                                     timeout=timeout, **kwargs)
+        merged = {"Host": f"127.0.0.1:{self.port}", **(self.auth_headers if auth else {}), **(headers or {})}
         return self.http.request(method, self.base_url + path, json=json, data=data, headers=merged,
                                  timeout=timeout, **kwargs)
 
@@ -89,14 +148,29 @@ class Service:
     def token(self, project, agent_id):
         return self.store(project).agent(agent_id, include_token=True)["token"]
 
+    def control_room(self, hash_=""):
+        """The WebUI address `serve` prints: the token in the query, once."""
+        query = f"?token={self.api_token}" if self.api_token else ""
+        return f"{self.base_url}/{query}{hash_}"
+
 
 @contextlib.contextmanager
-def serving(root_path, *, threads=16, scheduler_interval=None, mcp=None, **app_options):
-    """The real app on Waitress at 127.0.0.1:0 with a real root, local backend and scheduler. The
-    scheduler thread runs only with `scheduler_interval`; otherwise ticks run synchronously from the
-    routes that ask for them."""
+def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
+            mcp=None, **app_options):
+    """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
+    at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
+    None: no token), the runner app
+    on the root's runner socket (or, with runner_listen=("127.0.0.1", 0), on TCP, reached through
+    backend.controllerUrl). The scheduler thread runs only with `scheduler_interval`; otherwise ticks
+    run synchronously from the routes that ask for them. `mcp`: an McpHub for MCP toolpacks (test_mcp)."""
     root = suzumio_store.Root(root_path)
-    backend = suzumio_backend.Backends()
+    socket_path = None
+    if runner_listen is None:
+        socket_path = suzumio.runner_socket_path(root.path)
+        suzumio.prepare_runner_socket_dir(socket_path)
+    # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
+    token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
+    backend = suzumio_backend.Backends(runner_socket=socket_path)
     # With an McpHub (test_mcp), scheduler and routes share one config cache that lists MCP tools.
     configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing) if mcp is not None else None
     toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs, mcp=mcp)
@@ -104,9 +178,14 @@ def serving(root_path, *, threads=16, scheduler_interval=None, mcp=None, **app_o
                                             interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS)
     if scheduler_interval is not None:
         scheduler.start()
-    app = suzumio_api.make_app(root, scheduler, backend, toolpacks, **app_options)
+    app = suzumio_api.make_app(root, scheduler, backend, toolpacks, api_token=token, **app_options)
+    runner_app = suzumio_runner_support.make_runner_app(root, toolpacks, scheduler)
+    if runner_listen is None:
+        runner_server = suzumio_api.Server(runner_app, threads=threads, unix_socket=socket_path).start()
+    else:
+        runner_server = suzumio_api.Server(runner_app, *runner_listen, threads=threads).start()
     server = suzumio_api.Server(app, "127.0.0.1", 0, threads=threads).start()
-    service = Service(root, scheduler, backend, toolpacks, server)
+    service = Service(root, scheduler, backend, toolpacks, server, runner_server, token)
     try:
         yield service
     finally:
@@ -114,6 +193,7 @@ def serving(root_path, *, threads=16, scheduler_interval=None, mcp=None, **app_o
         wait_for_runners(service)
         service.http.close()
         server.close()
+        runner_server.close()
         backend.close()
         toolpacks.close()
         root.close()

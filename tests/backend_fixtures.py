@@ -12,9 +12,11 @@ from pathlib import Path
 
 import yaml
 
+import suzumio
 import suzumio_api
 import suzumio_backend
 import suzumio_config
+import suzumio_runner_support
 import suzumio_scheduler
 import suzumio_store
 import suzumio_toolpacks
@@ -223,18 +225,23 @@ SCRIPTS = {
 
 
 class ServedEnv:
-    """One running project on the real controller: the WSGI app with its runner routes on Waitress,
-    a Scheduler and ToolpackRuntime, and Backends that start the real suzumio_runner.py."""
+    """One running project on the real controller: the user app on Waitress at port 0 and the runner
+    app on the root's runner socket, a Scheduler and ToolpackRuntime, and Backends that start the real
+    suzumio_runner.py, which reaches the controller over that socket."""
 
     def __init__(self, tmp_path, config):
         self.tmp_path = tmp_path
         self.root = suzumio_store.Root(tmp_path / "root")
-        self.backends = suzumio_backend.Backends()
+        socket_path = suzumio.runner_socket_path(self.root.path)
+        suzumio.prepare_runner_socket_dir(socket_path)
+        self.backends = suzumio_backend.Backends(runner_socket=socket_path)
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime()
         self.scheduler = suzumio_scheduler.Scheduler(self.root, self.backends, hooks=self.toolpacks)
         app = suzumio_api.make_app(self.root, self.scheduler, self.backends, self.toolpacks)
         self.server = suzumio_api.Server(app, "127.0.0.1", 0, threads=16).start()
-        config["backend"]["controllerUrl"] = f"http://127.0.0.1:{self.server.port}"
+        runner_app = suzumio_runner_support.make_runner_app(self.root, self.toolpacks, self.scheduler)
+        self.runner_server = suzumio_api.Server(runner_app, threads=16, unix_socket=socket_path).start()
+        config["backend"].pop("controllerUrl", None)
         _, self.store = init_project(None, config, tmp_path / "config", root=self.root)
 
     def close(self):
@@ -243,6 +250,7 @@ class ServedEnv:
             self.store.cancel_activation(activation["id"], "test over")
             self.backends.stop_runner(self.store, self.store.activation(activation["id"]))
         self.server.close()
+        self.runner_server.close()
         self.scheduler.stop()
         self.backends.close()
         self.toolpacks.close()

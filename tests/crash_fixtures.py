@@ -81,15 +81,15 @@ def crash_config(port, *, kind="local", image=None, failed_nudge=True, failed_nu
     agents retry quickly (failedNudge) and a stalled team wakes pm (allQuietNudge)."""
     backend = {
         "kind": kind,
-        "controllerUrl": f"http://127.0.0.1:{port}",
         "activationTimeoutMs": 300000,
         "runner": {"model": "offline", "models": {
             "providers": {"replay": {"type": "scripted", "script": "crash-script.yaml"}},
             "presets": {"offline": {"provider": "replay", "model": "crash-team"}}}},
     }
     if kind == suzumio_backend.KIND_DOCKER:
+        # Scripted and reaching the controller over the mounted runner socket: no network at all.
         backend["image"] = image
-        backend["docker"] = {"network": "host"}
+        backend["docker"] = {"network": "none"}
     return {
         "name": PROJECT,
         "task": "Make a two-part card while the controller is being killed.",
@@ -150,7 +150,9 @@ def free_port():
 # ---------------------------------------------------------------- the controller process
 
 class Controller:
-    """`suzumio serve --root <root> --port <port>` as a subprocess that can be killed and restarted."""
+    """`suzumio serve --root <root> --port <port>` as a subprocess that can be killed and restarted;
+    its runners reach it over the root's runner socket, and `post` sends the API token that serve
+    keeps in <root>/api-token (the same after every restart)."""
 
     def __init__(self, root, port, log_path):
         self.root = Path(root)
@@ -197,7 +199,9 @@ class Controller:
             self.kill()
 
     def post(self, path, body=None, timeout=10):
-        return requests.post(self.url + path, json=body or {}, timeout=timeout)
+        token = suzumio.read_api_token(self.root)
+        return requests.post(self.url + path, json=body or {}, timeout=timeout,
+                             headers={"Authorization": f"Bearer {token}"})
 
 
 # ---------------------------------------------------------------- reading the settled store

@@ -1,6 +1,7 @@
-"""End-to-end fixtures: the real controller (api_fixtures.serving: Waitress, Backends, Scheduler,
-ToolpackRuntime) with one project whose agents run the real runner on the `local` or `docker-chat`
-backend and talk to the FakeModel, an openai-compatible Chat Completions server; every agent names
+"""End-to-end fixtures: the real controller (api_fixtures.serving: both listeners on Waitress, the
+runner one on the root's Unix socket, Backends, Scheduler, ToolpackRuntime) with one project whose
+agents run the real runner on the `local` or `docker-chat` backend, reach the controller over that
+socket, and talk to the FakeModel, an openai-compatible Chat Completions server; every agent names
 its own preset, so replies queued per model reach the intended agent.
 Imported by test_e2e and test_e2e_toolpacks only."""
 import contextlib
@@ -46,14 +47,18 @@ def project_config(kind, controller_url, model_url, *, agents=None, presets=None
                         "worker-1": {"model": "worker", "tools": WORKER_TOOLS}}
     presets = presets or {"pm": {"provider": "fake", "model": "pm"},
                           "worker": {"provider": "fake", "model": "worker-1"}}
-    backend = {"kind": kind, "controllerUrl": controller_url, "runner": {
+    backend = {"kind": kind, "runner": {
         "model": model,
         "models": {"providers": {"fake": {"type": "openai-compatible", "baseURL": model_url, "apiKey": API_KEY},
                                  **(providers or {})},
                    "presets": presets}}}
+    if controller_url:
+        backend["controllerUrl"] = controller_url
     if kind == "docker-chat":
         backend["image"] = RUNNER_IMAGE
-        backend["docker"] = {"network": "host"}
+        # The runner still calls the FakeModel on the host's loopback itself, so every agent gets the host
+        # network; the controller needs none (its runner socket is mounted).
+        backend["docker"] = {"network": "host", "grantNetwork": True}
     config = {"name": PROJECT, "task": "Compute the answer and report it.", "channels": ["#project"],
               "agents": agents, "tools": {"toolpacks": list(toolpacks)}, "backend": backend,
               "scheduler": scheduler or {"noEffectNudge": {"enabled": False}}}
@@ -177,14 +182,16 @@ def remove_containers(client, store):
 
 
 @contextlib.contextmanager
-def running_team(tmp_path, kind, mcp=None, **options):
-    """Serve the controller, initialize project `e2e` for `kind`, start it, and yield a Team. `mcp`: an
-    McpHub for MCP toolpacks (test_mcp)."""
+def running_team(tmp_path, kind, *, runner_listen=None, mcp=None, **options):
+    """Serve the controller, initialize project `e2e` for `kind`, start it, and yield a Team. The
+    runners reach the controller over its runner socket, or, with `runner_listen` (host, port), over
+    TCP at the URL written as backend.controllerUrl. `mcp`: an McpHub for MCP toolpacks (test_mcp)."""
     client = require_engine(kind)
     model = FakeModel()
     try:
-        with serving(tmp_path / "root", mcp=mcp) as service:
-            config = project_config(kind, service.base_url, model.base_url, **options)
+        with serving(tmp_path / "root", runner_listen=runner_listen, mcp=mcp) as service:
+            controller_url = service.runner_url if runner_listen else None
+            config = project_config(kind, controller_url, model.base_url, **options)
             store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
             store.start()
             team = Team(service, store, model, kind, client)

@@ -12,12 +12,14 @@ import urllib.parse
 
 from api_fixtures import init_project, project_yaml, running_activation, serving
 
+from suzumio_runner_loop import UnixHTTPConnection
+
 log = logging.getLogger(__name__)
 
 RUNNER_PREFIXES = ("/runner/", "/toolpacks/", "/activation-")
 PLACEHOLDER = re.compile(r"<(\w+)(?::\w+)?>")
 JSON_TYPE = "application/json; charset=utf-8"
-VALID_STATUSES = {200, 400, 403, 404, 409, 500}
+VALID_STATUSES = {200, 400, 401, 403, 404, 409, 500}
 # The MCP endpoint (issue 15, docs/mcp.md) also answers 202 (a notification) and 405 (GET: no stream).
 MCP_STATUSES = {202, 405}
 CONTEXT = {"version": 1, "kind": "model-context", "messages": []}
@@ -43,7 +45,8 @@ ERROR_TEXTS = [
     (r"Targeted signals cannot be closed; omit the target or omit status|Invalid signal status: .*", {400}),
     (r"Unknown agent: .*", {400, 404}),
     (r"Invalid agent token|Activation \S+ does not belong to \S+|Tool not allowed for \S+: .*", {403}),
-    (r"Host not allowed: .*|Cross-origin request rejected|API token required|Invalid API token", {403}),
+    (r"Host not allowed: .*|Cross-origin request rejected", {403}),
+    (r"API token required|Invalid API token", {401}),
     (r"Unknown project: .*|Unknown activation: .*|Unknown tool call for activation: .*", {404}),
     (r"Unknown toolpack: .*|Tool .+ is not in toolpack .+|Unknown tool: .*|Unknown message: .*", {404}),
     (r"Unknown history compaction: .*|Unknown WebUI entry .+ in toolpack .+", {404}),
@@ -59,8 +62,9 @@ HANDLER_ROUTES = (re.compile(r"^/api/projects/[^/]+/tool-ui/[^/]+/[^/]+$"), re.c
 # ---------------------------------------------------------------- routes
 
 def app_routes(service):
-    """(method, rule) of every route the served app answers, read from the Bottle app itself."""
-    return sorted({(route.method, route.rule) for route in service.server.app.routes})
+    """(method, rule) of every route the two served apps answer, read from the Bottle apps themselves."""
+    return sorted({(route.method, route.rule) for server in (service.server, service.runner_server)
+                   for route in server.app.routes})
 
 
 def is_runner_rule(rule):
@@ -96,13 +100,19 @@ class Reply:
         return json.loads(self.body.decode("utf-8"))
 
 
-def raw_request(port, method, target, body=None, headers=None, host=None):
-    """Send the request target exactly as given (no dot-segment removal, no re-quoting). A streaming
-    200 is answered with its headers only."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def raw_request(listener, method, target, body=None, headers=None, host=None):
+    """Send the request target exactly as given (no dot-segment removal, no re-quoting) to a TCP port
+    of 127.0.0.1 or, when `listener` is a path, to that Unix socket. A streaming 200 is answered with
+    its headers only."""
+    if isinstance(listener, int):
+        connection = http.client.HTTPConnection("127.0.0.1", listener, timeout=30)
+        default_host = f"127.0.0.1:{listener}"
+    else:
+        connection = UnixHTTPConnection(str(listener), timeout=30)
+        default_host = "localhost"
     try:
         connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
-        sent = {"Host": host if host is not None else f"127.0.0.1:{port}", **(headers or {})}
+        sent = {"Host": host if host is not None else default_host, **(headers or {})}
         if body is not None:
             sent.setdefault("Content-Length", str(len(body)))
         for name, value in sent.items():
@@ -218,8 +228,15 @@ class World:
         self.side.complete_activation(finished, "worker", "done")
         self.side_finished = finished
 
-    def request(self, method, target, body=None, headers=None, host=None):
-        return raw_request(self.port, method, target, body, headers, host)
+    def request(self, method, target, body=None, headers=None, host=None, listener=None, auth=True):
+        """A raw request as its caller sends it: a runner path to the runner socket, anything else to
+        the user port with the API token (unless `auth` is False or `headers` names an
+        Authorization); `listener` ("user" or "runner") overrides the choice."""
+        listener = listener or ("runner" if target.startswith(RUNNER_PREFIXES) else "user")
+        if listener == "runner":
+            return raw_request(self.service.runner_socket, method, target, body, headers, host)
+        sent = {**(self.service.auth_headers if auth else {}), **(headers or {})}
+        return raw_request(self.port, method, target, body, sent, host)
 
     def activation(self, agent_id):
         """A running activation of `side`'s agent, created when the last one ended."""

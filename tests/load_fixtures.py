@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from conftest import wait_until
 
+import suzumio
 import suzumio_config
 import suzumio_store
 
@@ -66,10 +67,10 @@ def init_idle_projects(root_path, count, prefix="idle"):
         root.close()
 
 
-def init_demo_teams(root_path, names, port):
-    """The demo team of examples/demo.yaml (local backend, scripted provider) under each name."""
+def init_demo_teams(root_path, names, port=None):
+    """The demo team of examples/demo.yaml (local backend, scripted provider) under each name; its
+    runners reach serve over the root's runner socket (`port` is not needed any more)."""
     config = yaml.safe_load((EXAMPLES / "demo.yaml").read_text(encoding="utf-8"))
-    config["backend"]["controllerUrl"] = f"http://127.0.0.1:{port}"
     root = suzumio_store.Root(root_path)
     try:
         for name in names:
@@ -116,11 +117,17 @@ class ServeProcess:
     def log(self):
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
+    def auth_headers(self):
+        """The API token serve keeps in <root>/api-token, once it has written it."""
+        token = suzumio.read_api_token(self.root)
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
     def request(self, method, path, body=None, timeout=30):
-        """(status, body bytes) of one request on a new connection."""
+        """(status, body bytes) of one request on a new connection, with the API token."""
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             headers = {"Content-Type": "application/json"} if body is not None else {}
+            headers.update(self.auth_headers())
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
             return response.status, response.read()
@@ -170,13 +177,15 @@ class Sampler:
 def browse(serve, clients, requests_each, path="/api/projects", sampler=None):
     """`clients` concurrent keep-alive clients each GETting `path` `requests_each` times. Returns
     (statuses, latencies in seconds); the sampler, if given, is sampled after every request."""
+    headers = serve.auth_headers()
+
     def client(_index):
         connection = http.client.HTTPConnection("127.0.0.1", serve.port, timeout=60)
         statuses, latencies = [], []
         try:
             for _ in range(requests_each):
                 started = time.perf_counter()
-                connection.request("GET", path)
+                connection.request("GET", path, headers=headers)
                 response = connection.getresponse()
                 response.read()
                 latencies.append(time.perf_counter() - started)

@@ -335,10 +335,10 @@ def test_cross_origin_posts_are_refused_without_side_effects(service, demo):
     assert service.get("/api/projects", headers={"Origin": "http://evil.example"}).status_code == 200
 
 
-def test_host_check_refuses_foreign_hosts_but_not_runner_routes(service, demo, activation_a):
+def test_host_check_refuses_foreign_hosts_on_the_user_listener_only(service, demo, activation_a):
     evil = {"Host": f"evil.example:{service.port}"}
-    for path in ("/api/projects", "/", "/health", "/nope"):
-        response = service.get(path, headers=evil)
+    for path in ("/api/projects", "/", "/health", "/nope", "/runner/signals"):
+        response = service.get(path, headers=evil, listener="user")
         assert response.status_code == 403, path
         assert response.json() == {"error": "Host not allowed: evil.example"}
     assert service.get("/api/projects", headers={"Host": f"localhost:{service.port}"}).status_code == 200
@@ -346,7 +346,7 @@ def test_host_check_refuses_foreign_hosts_but_not_runner_routes(service, demo, a
     signal = service.post("/runner/signals", {
         "project": "demo", "agentId": "worker", "activationId": activation_a["id"],
         "token": service.token("demo", "worker"), "kind": "x.note"},
-        headers={"Host": f"host.docker.internal:{service.port}"})
+        headers={"Host": "host.docker.internal"})
     assert signal.status_code == 200 and signal.json() == {"status": "recorded"}
 
 
@@ -357,30 +357,87 @@ def test_allow_host_admits_a_named_host(tmp_path, webui_dir):
         assert service.get("/", headers=headers).status_code == 200
 
 
-def test_api_token_guards_every_api_route_but_not_health_static_or_runner(tmp_path, webui_dir):
+def test_api_token_guards_every_api_route_with_401_but_not_health_or_static(tmp_path, webui_dir):
     with serving(tmp_path / "root", webui_dir=webui_dir, api_token="s3cret") as service:
         demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
         demo.start()
         activation = running_activation(demo, "worker")
-        missing = service.get("/api/projects")
-        assert missing.status_code == 403 and missing.json() == {"error": "API token required"}
+        before = demo.project_stats()
+        missing = service.get("/api/projects", auth=False)
+        assert missing.status_code == 401 and missing.json() == {"error": "API token required"}
+        assert missing.headers["Content-Type"] == "application/json; charset=utf-8"
         basic = service.get("/api/projects", headers={"Authorization": "Basic czNjcmV0"})
-        assert basic.json() == {"error": "API token required"}
+        assert (basic.status_code, basic.json()) == (401, {"error": "API token required"})
         wrong = service.get("/api/projects", headers={"Authorization": "Bearer nope"})
-        assert wrong.status_code == 403 and wrong.json() == {"error": "Invalid API token"}
+        assert wrong.status_code == 401 and wrong.json() == {"error": "Invalid API token"}
+        posted = service.post("/api/projects/demo/messages", {"recipient": "pm", "body": "x"}, auth=False)
+        assert (posted.status_code, posted.json()) == (401, {"error": "API token required"})
+        assert demo.project_stats() == before
         assert service.get("/api/projects", headers={"Authorization": "bearer s3cret"}).status_code == 200
-        assert service.get("/api/projects?token=s3cret").status_code == 403
-        stream = service.get("/api/projects/demo/stream?token=s3cret", stream=True)
+        assert service.get("/api/projects?token=s3cret", auth=False).status_code == 401
+        stream = service.get("/api/projects/demo/stream?token=s3cret", stream=True, auth=False)
         assert stream.status_code == 200 and stream.headers["Content-Type"].startswith("text/event-stream")
         assert next(stream.iter_lines(decode_unicode=True)).startswith(("id: ", ":"))
         stream.close()
-        assert service.get("/api/projects/demo/stream").status_code == 403
-        assert service.get("/health").status_code == 200
-        assert service.get("/").status_code == 200
+        assert service.get("/api/projects/demo/stream", auth=False).status_code == 401
+        assert service.get("/api/projects/demo/stream?token=nope", auth=False).status_code == 401
+        assert service.get("/health", auth=False).status_code == 200
+        assert service.get("/", auth=False).status_code == 200
+        assert service.get("/assets/app.js", auth=False).status_code == 200
         signal = service.post("/runner/signals", {
             "project": "demo", "agentId": "worker", "activationId": activation["id"],
             "token": service.token("demo", "worker"), "kind": "x.note"})
         assert signal.status_code == 200
+
+
+RUNNER_PATHS = ("/runner/tool-calls/start", "/runner/tool-calls/finish", "/runner/signals",
+                "/runner/history/messages", "/runner/history/compact", "/toolpacks/core/support",
+                "/activation-context", "/activation-output")
+
+
+def test_runner_routes_are_404_on_the_user_listener_and_user_routes_404_on_the_runner_listener(
+        service, demo, activation_a):
+    identity = {"project": "demo", "agentId": "worker", "activationId": activation_a["id"],
+                "token": service.token("demo", "worker"), "kind": "x.note"}
+    before = demo.project_stats()
+    for path in RUNNER_PATHS:
+        response = service.post(path, identity, listener="user")
+        assert (response.status_code, response.json()) == (404, {"error": "not found"}), path
+    assert demo.project_stats() == before
+    for method, path in (("GET", "/health"), ("GET", "/"), ("GET", "/assets/app.js"), ("GET", "/api/projects"),
+                         ("GET", "/api/projects/demo"), ("POST", "/api/projects/demo/approve"),
+                         ("POST", "/api/projects/demo/messages"), ("GET", "/api/projects/demo/stream")):
+        response = service.call(method, path, json={"recipient": "pm", "body": "x"}, listener="runner",
+                                headers=service.auth_headers)
+        assert (response.status_code, response.json()) == (404, {"error": "not found"}), path
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert demo.project()["status"] == "running" and demo.project_stats() == before
+    assert service.post("/runner/signals", identity).json() == {"status": "recorded"}
+
+
+def test_runner_socket_lives_alone_in_its_own_directory(service):
+    import os
+    import stat
+
+    socket_path = service.runner_socket
+    assert stat.S_ISSOCK(os.stat(socket_path).st_mode)
+    assert stat.S_IMODE(os.stat(socket_path).st_mode) == 0o666
+    directory = os.path.dirname(socket_path)
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o755
+    assert os.listdir(directory) == ["runner.sock"]
+
+
+def test_runner_listener_on_tcp_serves_only_runner_routes(tmp_path, webui_dir):
+    with serving(tmp_path / "root", webui_dir=webui_dir, runner_listen=("127.0.0.1", 0)) as service:
+        assert service.runner_socket is None and service.runner_url.startswith("http://127.0.0.1:")
+        demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+        demo.start()
+        activation = running_activation(demo, "worker")
+        identity = {"project": "demo", "agentId": "worker", "activationId": activation["id"],
+                    "token": service.token("demo", "worker"), "kind": "x.note"}
+        assert service.post("/runner/signals", identity).json() == {"status": "recorded"}
+        assert service.post("/runner/signals", identity, listener="user").status_code == 404
+        assert service.get("/api/projects", listener="runner", headers=service.auth_headers).status_code == 404
 
 
 def test_resolved_config_redacts_secrets_and_keeps_the_file(tmp_path):

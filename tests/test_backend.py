@@ -6,6 +6,7 @@ import signal
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from backend_fixtures import (
@@ -383,3 +384,24 @@ def test_processes_that_only_resemble_the_runner_are_not_adopted_and_the_grace_r
             for decoy in decoys:
                 decoy.kill()
                 decoy.wait()
+
+
+def test_input_controller_url_names_the_runner_socket_when_the_controller_serves_one():
+    socket_path = Path("/srv/root/run/runner.sock")
+    assert backend.runner_controller_url("docker-chat", socket_path, "http://x:1") == "unix:///run/suzumio/runner.sock"
+    assert backend.runner_controller_url("local", socket_path, "http://x:1") == "unix:///srv/root/run/runner.sock"
+    # serve --runner-listen: backend.controllerUrl, as before
+    url = "http://host.docker.internal:39401"
+    assert backend.runner_controller_url("docker-chat", None, url) == url
+    assert backend.runner_controller_url("local", None, url) == "http://127.0.0.1:39401"
+
+
+def test_local_runner_gets_the_socket_path_in_input_json(tmp_path):
+    with local_project(tmp_path) as env:
+        socket_path = tmp_path / "sock" / "runner.sock"
+        env.backends = env.new_backends()
+        env.backends.runner_socket = socket_path
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        data = json.loads((env.store.activation_dir(act["id"]) / "input.json").read_text())
+        assert data["controllerUrl"] == f"unix://{socket_path}"

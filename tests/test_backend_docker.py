@@ -110,8 +110,9 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client, project):
         assert data["writeRoots"] == ["/workspace", "/artifacts/worker"]
 
 
-def test_default_network_is_dockers_default_while_the_runner_needs_it(tmp_path, client, project):
-    assert backend.Launch.controller_over_network, "flip this test when the runner socket lands"
+def test_default_network_is_dockers_default_while_the_runner_reaches_the_controller_over_tcp(
+        tmp_path, client, project):
+    # No runner socket (serve --runner-listen): the runner needs a network for backend.controllerUrl.
     with local_project(tmp_path, name=project, kind="docker-chat",
                        agent_env={"STANDIN_MODE": "exit:0"}) as env:
         act = open_activation(env, "worker")
@@ -128,11 +129,13 @@ def started_container(env, client, agent_id="worker"):
     return container_of(client, env.store, act["id"]).attrs
 
 
-@pytest.fixture
-def runner_socket(monkeypatch):
-    """As once the runner reaches the controller over the runner socket: no container needs a network
-    for it, so agents without network get `none`."""
-    monkeypatch.setattr(backend.Launch, "controller_over_network", False)
+def serve_runner_socket(env, tmp_path):
+    """Runners reach the controller over a runner socket, as under `serve`: no container needs a
+    network for it, so agents without network get `none`, and the socket's folder is mounted."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    env.backends.runner_socket = folder / "runner.sock"
+    return folder
 
 
 @pytest.mark.parametrize("agent, docker_cfg, expected", [
@@ -143,11 +146,14 @@ def runner_socket(monkeypatch):
     ({"tools": []}, {"network": "host", "grantNetwork": True}, "host"),
     ({"tools": [], "network": True, "docker": {"network": "none"}}, {"network": "host"}, "none"),
 ])
-def test_network_is_none_unless_the_agent_has_network(tmp_path, client, project, runner_socket, agent, docker_cfg,
-                                                      expected):
+def test_network_is_none_unless_the_agent_has_network(tmp_path, client, project, agent, docker_cfg, expected):
     agents = {"pm": {"tools": ["messages.send"]}, "worker": {**agent, "env": {"STANDIN_MODE": "exit:0"}}}
     with local_project(tmp_path, name=project, kind="docker-chat", agents=agents, docker=docker_cfg) as env:
-        assert started_container(env, client)["HostConfig"]["NetworkMode"] == expected
+        folder = serve_runner_socket(env, tmp_path)
+        attrs = started_container(env, client)
+        assert attrs["HostConfig"]["NetworkMode"] == expected
+        mounts = [(m["Source"], m["RW"]) for m in attrs["Mounts"] if m["Destination"] == "/run/suzumio"]
+        assert mounts == [(str(folder), False)]
 
 
 def test_default_limits_and_overrides_per_agent(tmp_path, client, project):

@@ -8,9 +8,11 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -325,9 +327,31 @@ def free_port():
         return sock.getsockname()[1]
 
 
+class Served:
+    """A running `suzumio serve`: its process, the three lines it printed, and an HTTP session that
+    sends the API token of its Control room URL."""
+
+    def __init__(self, process, url, control_room, runner):
+        self.process = process
+        self.url = url
+        self.control_room = control_room
+        self.runner = runner
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(control_room).query)
+        self.token = query.get("token", [None])[0]
+        self.http = requests.Session()
+        if self.token:
+            self.http.headers["Authorization"] = f"Bearer {self.token}"
+
+    def get(self, path, **kwargs):
+        return self.http.get(self.url + path, timeout=10, **kwargs)
+
+    def post(self, path, body=None, **kwargs):
+        return self.http.post(self.url + path, json=body, timeout=10, **kwargs)
+
+
 @contextlib.contextmanager
 def serving(*argv, env=None):
-    """`suzumio serve …` as a subprocess; yields (process, base url); SIGTERM at the end."""
+    """`suzumio serve …` as a subprocess; yields a Served; SIGTERM at the end."""
     full_env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **(env or {})}
     process = subprocess.Popen([sys.executable, str(REPO / "suzumio.py"), "serve", *argv],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
@@ -336,7 +360,12 @@ def serving(*argv, env=None):
         line = process.stdout.readline()
         match = re.fullmatch(r"suzumio listening on (http://\S+)\n", line)
         assert match, (line, process.stderr.read() if process.poll() is not None else "")
-        yield process, match.group(1)
+        room = re.fullmatch(r"Control room: (http://\S+)\n", process.stdout.readline())
+        runner = re.fullmatch(r"Runner listener: (\S+)\n", process.stdout.readline())
+        assert room and runner
+        served = Served(process, match.group(1), room.group(1), runner.group(1))
+        yield served
+        served.http.close()
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
@@ -344,16 +373,16 @@ def serving(*argv, env=None):
 
 def test_serve_health_config_and_not_found(demo):
     port = free_port()
-    with serving("--root", str(demo), "--port", str(port), "--no-scheduler") as (_, url):
+    with serving("--root", str(demo), "--port", str(port), "--no-scheduler") as served:
+        url = served.url
         assert url == f"http://127.0.0.1:{port}"
         health = requests.get(url + "/health", timeout=5)
         assert (health.status_code, health.json()) == (200, {"healthy": True})
-        resolved = requests.get(url + "/api/projects/demo/config/resolved", timeout=5)
+        resolved = served.get("/api/projects/demo/config/resolved")
         assert resolved.text == (demo / "demo" / "resolved.yaml").read_text()
-        missing = requests.get(url + "/nope", timeout=5)
+        missing = served.get("/nope")
         assert (missing.status_code, missing.json()) == (404, {"error": "not found"})
-        posted = requests.post(url + "/api/projects/demo/messages", json={"recipient": "pm", "body": "x"},
-                               timeout=5)
+        posted = served.post("/api/projects/demo/messages", {"recipient": "pm", "body": "x"})
         assert posted.status_code == 200
         assert (posted.json()["sender"], posted.json()["priority"]) == ("user", "P3")
     store = suzumio_store.Root(demo).open_project("demo")
@@ -363,22 +392,106 @@ def test_serve_health_config_and_not_found(demo):
 
 def test_serve_with_16_threads_and_allow_host(demo):
     with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--threads", "16",
-                 "--allow-host", "suzumio.lan") as (_, url):
-        allowed = requests.get(url + "/api/projects", headers={"Host": "suzumio.lan"}, timeout=5)
+                 "--allow-host", "suzumio.lan") as served:
+        allowed = served.get("/api/projects", headers={"Host": "suzumio.lan"})
         assert allowed.status_code == 200
-        refused = requests.get(url + "/api/projects", headers={"Host": "evil.example"}, timeout=5)
+        refused = served.get("/api/projects", headers={"Host": "evil.example"})
         assert (refused.status_code, refused.json()) == (403, {"error": "Host not allowed: evil.example"})
+
+
+def test_serve_prints_the_control_room_url_and_keeps_its_token_in_a_0600_file(demo):
+    token_file = demo / "api-token"
+    assert not token_file.exists()
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler") as served:
+        assert served.control_room == f"{served.url}/?token={served.token}"
+        assert len(served.token) >= 40
+        assert token_file.read_text() == served.token + "\n"
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        denied = requests.get(served.url + "/api/projects", timeout=5)
+        assert (denied.status_code, denied.json()) == (401, {"error": "API token required"})
+        wrong = requests.get(served.url + "/api/projects", headers={"Authorization": "Bearer nope"}, timeout=5)
+        assert (wrong.status_code, wrong.json()) == (401, {"error": "Invalid API token"})
+        assert served.get("/api/projects").status_code == 200
+        assert requests.get(served.url + "/health", timeout=5).status_code == 200
+        assert requests.get(served.url + "/", timeout=5).status_code == 200
+        first = served.token
+    assert served.token not in served.process.stderr.read()
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler") as again:
+        assert again.token == first
+        assert again.get("/api/projects").status_code == 200
+
+
+def test_serve_serves_runner_routes_on_the_root_socket_only(demo):
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler") as served:
+        socket_path = served.runner.removeprefix("unix://")
+        assert socket_path == str(suzumio.runner_socket_path(demo))
+        assert stat.S_ISSOCK(os.stat(socket_path).st_mode)
+        body = {"project": "demo", "agentId": "pm", "activationId": "act_x", "token": "nope", "kind": "x"}
+        on_user = served.post("/runner/signals", body)
+        assert (on_user.status_code, on_user.json()) == (404, {"error": "not found"})
+        from api_fixtures import unix_call
+        on_runner = unix_call(socket_path, "POST", "/runner/signals", json=body)
+        assert (on_runner.status_code, on_runner.json()) == (403, {"error": "Invalid agent token"})
+        user_there = unix_call(socket_path, "GET", "/api/projects", headers={"Authorization": f"Bearer {served.token}"})
+        assert (user_there.status_code, user_there.json()) == (404, {"error": "not found"})
+    assert not os.path.exists(socket_path)
+
+
+def test_serve_runner_listen_serves_runner_routes_on_tcp(demo):
+    stale = suzumio.runner_socket_path(demo)  # as a killed serve leaves it
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX) as left_behind:
+        left_behind.bind(str(stale))
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--runner-listen", "127.0.0.1:0") as served:
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", served.runner) and served.runner != served.url
+        body = {"project": "demo", "agentId": "pm", "activationId": "act_x", "token": "nope", "kind": "x"}
+        on_runner = requests.post(served.runner + "/runner/signals", json=body, timeout=5)
+        assert (on_runner.status_code, on_runner.json()) == (403, {"error": "Invalid agent token"})
+        assert requests.get(served.runner + "/api/projects", headers=served.http.headers, timeout=5).status_code == 404
+        assert served.post("/runner/signals", body).status_code == 404
+        assert not os.path.exists(suzumio.runner_socket_path(demo))
+    assert "controllerUrl" not in served.process.stderr.read()
+
+
+def test_serve_runner_listen_must_be_host_and_port():
+    result = cli("serve", "--runner-listen", "nowhere", "--port", "0")
+    assert (result.returncode, result.stderr.splitlines()[0]) == (
+        1, "Error: Invalid --runner-listen: nowhere (expected HOST:PORT)")
+
+
+def test_serve_warns_that_a_configured_controller_url_is_unused(tmp_path, R):
+    assert run("init", str(sleepy_project(tmp_path, 1234)), "--root", str(R)).code == 0
+    with serving("--root", str(R), "--port", "0", "--no-scheduler") as served:
+        assert served.get("/api/projects").status_code == 200
+    assert ("Warning: demo: backend.controllerUrl (http://127.0.0.1:1234) is not used: runners reach this "
+            "controller over its runner socket (it applies only with serve --runner-listen)"
+            in served.process.stderr.read())
+
+
+def test_serve_no_auth_warns_and_takes_no_token(demo):
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--no-auth") as served:
+        assert served.token is None and served.control_room == served.url + "/"
+        assert requests.get(served.url + "/api/projects", timeout=5).status_code == 200
+    assert not (demo / "api-token").exists()
+    assert ("Warning: --no-auth: the user API takes no token; any local process, agent tools on the local "
+            "backend included, controls every project") in served.process.stderr.read()
+
+
+def test_no_auth_and_api_token_env_exclude_each_other():
+    result = run("serve", "--no-auth", "--api-token-env", "SZ_TOKEN")
+    assert (result.code, result.out) == (1, suzumio.USAGE)
 
 
 def test_serve_with_api_token(demo):
     with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--api-token-env", "SZ_TOKEN",
-                 env={"SZ_TOKEN": "s3cret"}) as (process, url):
-        denied = requests.get(url + "/api/projects", timeout=5)
-        assert (denied.status_code, denied.json()) == (403, {"error": "API token required"})
-        granted = requests.get(url + "/api/projects", headers={"Authorization": "Bearer s3cret"}, timeout=5)
-        assert granted.status_code == 200
-        assert requests.get(url + "/health", timeout=5).status_code == 200
-    assert "s3cret" not in process.stderr.read()
+                 env={"SZ_TOKEN": "s3cret"}) as served:
+        assert served.token == "s3cret"
+        denied = requests.get(served.url + "/api/projects", timeout=5)
+        assert (denied.status_code, denied.json()) == (401, {"error": "API token required"})
+        assert served.get("/api/projects").status_code == 200
+        assert requests.get(served.url + "/health", timeout=5).status_code == 200
+    assert "s3cret" not in served.process.stderr.read()
+    assert not (demo / "api-token").exists()
 
 
 SLEEPY_SCRIPT = """\
@@ -461,20 +574,21 @@ def _is_zombie(pid):
 
 
 def test_serve_on_a_non_loopback_host_without_token_warns(demo):
-    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--host", "0.0.0.0") as (process, url):
-        port = url.rsplit(":", 1)[1]
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--host", "0.0.0.0", "--no-auth") as served:
+        port = served.url.rsplit(":", 1)[1]
         assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
-    assert "Warning: serving on 0.0.0.0 without --api-token-env" in process.stderr.read()
+    assert ("Warning: --no-auth: the user API takes no token; anyone who can reach 0.0.0.0 controls every project"
+            in served.process.stderr.read())
 
 
 def test_serve_stops_on_sigterm_and_leaves_runners_alone(tmp_path, R):
     port = free_port()
     assert run("init", str(sleepy_project(tmp_path, port)), "--root", str(R)).code == 0
     store = suzumio_store.Root(R).open_project("demo")
-    with serving("--root", str(R), "--port", str(port)) as (process, url):
-        requests.post(url + "/api/projects/demo/start", timeout=10).raise_for_status()
-        requests.post(url + "/api/projects/demo/messages",
-                      json={"recipient": "worker-1", "body": "please sleep"}, timeout=10).raise_for_status()
+    with serving("--root", str(R), "--port", str(port)) as served:
+        process = served.process
+        served.post("/api/projects/demo/start").raise_for_status()
+        served.post("/api/projects/demo/messages", {"recipient": "worker-1", "body": "please sleep"}).raise_for_status()
         wait_until(lambda: any(c["tool"] == "shell.exec" for c in store.list_tool_calls(10)), timeout=20,
                    message="worker-1 running shell.exec")
         activation = store.activation(store.agent("worker-1")["activeActivationId"])
@@ -492,5 +606,33 @@ def test_every_docker_free_command_works_without_a_docker_daemon(project_file, R
                  ["artifacts", "demo"], ["tick", "demo"], ["tick"]):
         result = cli(*argv, "--root", str(R), env=no_docker)
         assert (result.returncode, result.stderr) == (0, ""), (argv, result.stderr)
-    with serving("--root", str(R), "--port", "0", "--no-scheduler", env=no_docker) as (_, url):
-        assert requests.get(url + "/api/projects/demo", timeout=5).status_code == 200
+    with serving("--root", str(R), "--port", "0", "--no-scheduler", env=no_docker) as served:
+        assert served.get("/api/projects/demo").status_code == 200
+
+
+def test_runner_socket_path_falls_back_to_tmp_when_the_root_path_is_too_long(tmp_path):
+    short = tmp_path.parent / "r"
+    assert suzumio.runner_socket_path(short) == short / "run" / "runner.sock"
+    deep = Path("/srv/" + "x" * 120)
+    fallback = suzumio.runner_socket_path(deep)
+    assert fallback.parent.parent == Path("/tmp") and fallback.name == "runner.sock"
+    assert re.fullmatch(r"suzumio-run-[0-9a-f]{16}", fallback.parent.name)
+    assert suzumio.runner_socket_path(deep) == fallback != suzumio.runner_socket_path(Path("/srv/" + "y" * 120))
+
+
+def test_the_runner_socket_folder_must_hold_nothing_else(tmp_path):
+    socket_path = tmp_path / "run" / "runner.sock"
+    suzumio.prepare_runner_socket_dir(socket_path)
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755
+    (tmp_path / "run" / "suzumio.sqlite").write_text("")
+    with pytest.raises(suzumio.SuzumioError, match="holds other files"):
+        suzumio.prepare_runner_socket_dir(socket_path)
+
+
+def test_run_and_api_token_are_not_project_names(tmp_path, R):
+    for name in ("run", "api-token"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(BASE.replace("name: demo", f"name: {name}"))
+        result = cli("init", str(path), "--root", str(R))
+        assert result.returncode == 1
+        assert result.stderr.strip() == f"Error: Invalid project name: {name} (reserved in the runtime root)"

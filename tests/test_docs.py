@@ -15,6 +15,7 @@ import suzumio
 import suzumio_api
 import suzumio_backend
 import suzumio_config
+import suzumio_runner_support
 import suzumio_scheduler
 import suzumio_store
 import suzumio_toolpacks
@@ -261,8 +262,9 @@ def app_routes(tmp_path_factory):
     toolpacks = suzumio_toolpacks.ToolpackRuntime()
     scheduler = suzumio_scheduler.Scheduler(root, backends, hooks=toolpacks)
     try:
-        app = suzumio_api.make_app(root, scheduler, backends, toolpacks)
-        yield {route_key(route.method, route.rule) for route in app.routes}
+        apps = (suzumio_api.make_app(root, scheduler, backends, toolpacks),
+                suzumio_runner_support.make_runner_app(root, toolpacks, scheduler))
+        yield {route_key(route.method, route.rule) for app in apps for route in app.routes}
     finally:
         backends.close()
         toolpacks.close()
@@ -313,7 +315,6 @@ def test_the_example_toolpack_runs_end_to_end(tmp_path, node):
     shutil.copytree(EXAMPLES, project_dir)
     text = (EXAMPLES / "notes-project.yaml").read_text(encoding="utf-8")
     with serving(tmp_path / "root", scheduler_interval=0.2) as service:
-        text = text.replace("  kind: local\n", f'  kind: local\n  controllerUrl: "{service.base_url}"\n')
         store = init_project(service.root, project_dir, text)
         assert service.post("/api/projects/notes-demo/start").status_code == 200
         sent = service.post("/api/projects/notes-demo/messages",

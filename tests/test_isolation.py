@@ -128,6 +128,26 @@ def test_runner_routes_skip_the_user_guards_and_never_take_the_api_token(tmp_pat
         expect(reply, 403, "Invalid agent token")
 
 
+def test_no_route_is_served_on_both_listeners_and_each_refuses_the_others(iso, routes):
+    """Runner routes live only on the runner listener, user routes only on the user listener."""
+    user_rules = {(route.method, route.rule) for route in iso.service.server.app.routes}
+    runner_rules = {(route.method, route.rule) for route in iso.service.runner_server.app.routes}
+    assert user_rules and runner_rules and not user_rules & runner_rules
+    assert all(is_runner_rule(rule) for _m, rule in runner_rules)
+    assert not any(is_runner_rule(rule) for _m, rule in user_rules)
+    identity = iso.identity("worker")
+    before = iso.snapshot()
+    for rule in runner_paths(routes):
+        reply = iso.request("POST", fill(rule, {"toolpack_id": "core"}),
+                            json.dumps({**identity, **ROUTE_FIELDS[rule]}).encode(), listener="user")
+        expect(reply, 404, "not found")
+    for method, target in user_requests(routes):
+        reply = iso.request(method, target, b"{}" if method == "POST" else None,
+                            {"Authorization": f"Bearer {iso.service.api_token}"}, listener="runner")
+        expect(reply, 404, "not found")
+    assert iso.snapshot() == before
+
+
 # ---------------------------------------------------------------- user guards (§1.1)
 
 def user_requests(routes):
@@ -142,7 +162,7 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
     with world(tmp_path, api_token="s3cret", webui_dir=suzumio_api.WEBUI_DIR) as iso:
         routes = app_routes(iso.service)
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
-        assert len(api) == 23
+        assert len(api) == 24  # http-api.md §3 plus the Team view's timeline (spec-notes 9a)
         before = iso.snapshot()
         for method, target in api:
             body = b"{}" if method == "POST" else None
@@ -152,15 +172,15 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
                                      ({"Authorization": "Bearer nope"}, "Invalid API token"),
                                      ({"Authorization": "Bearer s3cret2"}, "Invalid API token"),
                                      ({"Authorization": "Bearer S3CRET"}, "Invalid API token")):
-                expect(iso.request(method, target, body, headers), 403, message)
+                expect(iso.request(method, target, body, headers, auth=False), 401, message)
             if not target.endswith("/stream"):
-                expect(iso.request(method, target + "?token=s3cret", body), 403, "API token required")
+                expect(iso.request(method, target + "?token=s3cret", body, auth=False), 401, "API token required")
         assert iso.snapshot() == before
-        allowed = iso.request("GET", "/api/projects", headers={"Authorization": "bearer s3cret"})
+        allowed = iso.request("GET", "/api/projects", headers={"Authorization": "bearer s3cret"}, auth=False)
         assert allowed.status == 200
-        assert iso.request("GET", "/api/projects/demo/stream?token=s3cret").status == 200
+        assert iso.request("GET", "/api/projects/demo/stream?token=s3cret", auth=False).status == 200
         for target in ("/health", "/", "/assets/" + first_asset()):
-            assert iso.request("GET", target).status == 200, target
+            assert iso.request("GET", target, auth=False).status == 200, target
 
 
 def first_asset():
@@ -190,9 +210,9 @@ def test_every_non_runner_route_checks_the_host(iso, routes):
     for method, target in user_requests(routes):
         expect(iso.request(method, target, b"{}" if method == "POST" else None, host="evil.example"), 403,
                "Host not allowed: evil.example")
-    for target in ("/nope", "/runner", "/runner/nope", "/toolpacks/core", "/toolpacks/core/support/x",
-                   "/activation-outputs"):
-        expect(iso.request("GET", target, host="evil.example"), 403, "Host not allowed: evil.example")
+    for target in ("/nope", "/runner", "/runner/nope", "/runner/signals", "/toolpacks/core",
+                   "/toolpacks/core/support", "/toolpacks/core/support/x", "/activation-outputs", "/activation-output"):
+        expect(iso.request("GET", target, host="evil.example", listener="user"), 403, "Host not allowed: evil.example")
     assert iso.request("GET", "/api/projects", host=f"LOCALHOST:{iso.port}").status == 200
     assert iso.request("GET", "/api/projects", host=f"[::1]:{iso.port}").status == 200
 

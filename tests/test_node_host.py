@@ -647,3 +647,23 @@ def test_controller_role_tolerates_a_non_blocking_stdin():
         os.close(write_end)
         assert proc.wait(5) == 0
         proc.stdout.close()
+
+
+def test_runner_module_reaches_the_controller_over_the_runner_socket(bridge, tmp_path):
+    """A `unix://<path>` controllerUrl: callSupport and recordSignal speak HTTP over the socket."""
+    import suzumio_api
+    import suzumio_runner_support
+    import suzumio_store
+
+    root = suzumio_store.Root(tmp_path / "root")
+    socket_path = tmp_path / "runner.sock"
+    server = suzumio_api.Server(suzumio_runner_support.make_runner_app(root, None, None), threads=16,
+                                unix_socket=socket_path).start()
+    try:
+        bridge.init("runner_named.mjs", f"unix://{socket_path}")
+        assert bridge.call("r.support", {"summary": "s"}) == {"id": 2, "ok": False, "error": "Unknown project: demo"}
+        reply = bridge.call("r.signal", {"kind": "review.note"})
+        assert (reply["ok"], reply["error"]) == (False, "Unknown project: demo")
+    finally:
+        server.close()
+        root.close()

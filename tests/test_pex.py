@@ -26,6 +26,7 @@ from conftest import wait_until
 from mcp_fixtures import install_mcp_servers
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 
+import suzumio
 import suzumio_backend
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,6 +128,8 @@ class Host:
             try:
                 line = process.stdout.readline()
                 assert line == f"suzumio listening on http://127.0.0.1:{port}\n", (line, log_path.read_text())
+                token = (root / "api-token").read_text().strip()
+                assert process.stdout.readline() == f"Control room: http://127.0.0.1:{port}/?token={token}\n"
                 yield f"http://127.0.0.1:{port}"
             finally:
                 process.send_signal(signal.SIGTERM)
@@ -145,13 +148,12 @@ def host(pex_file, tmp_path_factory):
     return Host(tmp_path_factory.mktemp("pex-host"), pex_file)
 
 
-def copy_demo(folder, name="demo", port=39400, packaged=(), **backend):
-    """examples/demo.yaml and its script copied into folder, pointed at the controller on port."""
+def copy_demo(folder, name="demo", packaged=(), **backend):
+    """examples/demo.yaml and its script copied into folder (runners reach serve over its socket)."""
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(EXAMPLES / "demo-script.yaml", folder / "demo-script.yaml")
     data = yaml.safe_load((EXAMPLES / "demo.yaml").read_text())
     data["name"] = name
-    data["backend"]["controllerUrl"] = f"http://127.0.0.1:{port}"
     data["backend"].update(backend)
     for pack in packaged:
         data["tools"]["toolpacks"].append({"packaged": pack})
@@ -161,20 +163,28 @@ def copy_demo(folder, name="demo", port=39400, packaged=(), **backend):
     return path
 
 
-def project_status(url, name):
-    return requests.get(f"{url}/api/projects/{name}", timeout=10).json()["status"]
+def api_session(root):
+    """An HTTP session that sends the API token `serve` keeps in <root>/api-token."""
+    session = requests.Session()
+    session.headers["Authorization"] = "Bearer " + (Path(root) / "api-token").read_text().strip()
+    return session
+
+
+def project_status(http, url, name):
+    return http.get(f"{url}/api/projects/{name}", timeout=10).json()["status"]
 
 
 def run_team(host, url, root, name):
     """start, send the kick-off message and wait until pm has submitted; returns the project store path."""
+    http = api_session(root)
     host.ok("start", name, "--root", root)
     host.ok("send", name, "pm", "P3", "Start.", "--root", root)
-    wait_until(lambda: project_status(url, name) == "submitted", timeout=TEAM_TIMEOUT,
+    wait_until(lambda: project_status(http, url, name) == "submitted", timeout=TEAM_TIMEOUT,
                interval=0.5, message=f"{name} to be submitted")
-    activations = requests.get(f"{url}/api/projects/{name}/activations", timeout=10).json()
+    activations = http.get(f"{url}/api/projects/{name}/activations", timeout=10).json()
     assert {a["agentId"] for a in activations} == set(TEAM)
     assert [a for a in activations if a["status"] == "failed"] == []
-    report = requests.get(f"{url}/api/projects/{name}/report", timeout=10).text
+    report = http.get(f"{url}/api/projects/{name}/report", timeout=10).text
     assert report.startswith("# Greeting card"), report
 
 
@@ -296,9 +306,8 @@ def served(host, tmp_path_factory):
     `{packaged: plan}`) initialised by the pex, then `serve` from the pex; yields (root, url)."""
     base = tmp_path_factory.mktemp("served")
     root, port = base / "root", free_port()
-    host.ok("init", copy_demo(base / "cfg", port=port), "--root", root)
-    host.ok("init", copy_demo(base / "cfg", name="packs", port=port, packaged=("scheduler", "plan")),
-            "--root", root)
+    host.ok("init", copy_demo(base / "cfg"), "--root", root)
+    host.ok("init", copy_demo(base / "cfg", name="packs", packaged=("scheduler", "plan")), "--root", root)
     with host.serving(root, port) as url:
         yield root, url
 
@@ -325,14 +334,15 @@ def test_team_runs_to_submitted_through_the_pex_on_the_local_backend(host, serve
 
 def test_packaged_toolpacks_resolve_to_the_copies_inside_the_pex(host, served):
     root, url = served
-    entries = requests.get(url + "/api/projects/packs/tool-ui", timeout=10).json()
+    http = api_session(root)
+    entries = http.get(url + "/api/projects/packs/tool-ui", timeout=10).json()
     assert {"scheduler", "plan"} <= {e["toolpackId"] for e in entries}
     # Each call runs the toolpack's controller.mjs in the Node host, both read from the unpacked pex.
-    scheduled = requests.post(url + "/api/projects/packs/tool-ui/scheduler/schedule.once",
+    scheduled = http.post(url + "/api/projects/packs/tool-ui/scheduler/schedule.once",
                               json={"body": "Check the card.", "recipient": "pm", "afterMinutes": 60},
                               timeout=90)
     assert scheduled.status_code == 200, scheduled.text
-    jobs = requests.post(url + "/api/projects/packs/tool-ui/scheduler/schedule.jobs", json={}, timeout=90)
+    jobs = http.post(url + "/api/projects/packs/tool-ui/scheduler/schedule.jobs", json={}, timeout=90)
     assert jobs.status_code == 200, jobs.text
     assert jobs.json()["output"].startswith("Scheduled messages:\n- ")
     assert "pm, sent 0: Check the card." in jobs.json()["output"]
@@ -352,8 +362,9 @@ def test_docker_backend_mounts_the_runner_files_from_the_unpacked_pex(host, pex_
     runner_image_or_skip(client)
     name = "pexdocker"
     root, port = tmp_path / "root", free_port()
-    config = copy_demo(tmp_path / "cfg", name=name, port=port, kind="docker-chat", image=RUNNER_IMAGE,
-                       docker={"network": "host"})
+    # The scripted team needs no network: the runners reach serve through the mounted socket folder.
+    config = copy_demo(tmp_path / "cfg", name=name, kind="docker-chat", image=RUNNER_IMAGE,
+                       docker={"network": "none"})
     host.ok("init", config, "--root", root)
     try:
         with host.serving(root, port) as url:
@@ -365,6 +376,7 @@ def test_docker_backend_mounts_the_runner_files_from_the_unpacked_pex(host, pex_
             shipped = {file_name: archive.read(file_name) for file_name in RUNNER_FILES}
         for container in containers:
             mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
+            assert mounts["/run/suzumio"] == str(suzumio.runner_socket_path(root).parent)
             for file_name in RUNNER_FILES:
                 source = Path(mounts[f"/opt/suzumio/{file_name}"])
                 assert source == extracted / file_name

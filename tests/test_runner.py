@@ -1087,8 +1087,44 @@ def test_unreachable_controller_exits_1_with_a_hint(tmp_path, model):
     result = run_runner(tmp_path, activation)
     assert result.returncode == 1
     assert result.stderr.startswith("Suzumio controller request failed:")
-    assert "host.docker.internal" in result.stderr and "--host 0.0.0.0" in result.stderr
+    assert "http://127.0.0.1:9" in result.stderr and "--runner-listen" in result.stderr
     assert_clean(result)
+
+
+def test_unreachable_runner_socket_exits_1_naming_the_socket(tmp_path, model):
+    socket_path = tmp_path / "run" / "runner.sock"
+    activation = make_input(tmp_path, f"unix://{socket_path}", model.base_url)
+    model.enqueue(content="Hello")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Suzumio controller request failed:")
+    assert f"runner socket {socket_path}" in result.stderr
+    assert_clean(result)
+
+
+def test_controller_client_speaks_http_over_the_runner_socket(tmp_path):
+    import suzumio_api
+    import suzumio_runner_support
+    import suzumio_store
+    from suzumio_runner_loop import ControllerClient, ControllerError
+
+    root = suzumio_store.Root(tmp_path / "root")
+    socket_path = tmp_path / "s.sock"
+    server = suzumio_api.Server(suzumio_runner_support.make_runner_app(root, None, None), threads=16,
+                                unix_socket=socket_path).start()
+    try:
+        client = ControllerClient(f"unix://{socket_path}", {"project": "ghost", "agentId": "pm",
+                                                             "activationId": "act_1", "token": "t"})
+        with pytest.raises(ControllerError) as caught:
+            client.post("/runner/signals", {"kind": "x.note"})
+        assert (str(caught.value), caught.value.status) == ("Unknown project: ghost", 404)
+        with pytest.raises(ControllerError) as caught:
+            client.post("/api/projects", {})
+        assert (str(caught.value), caught.value.status) == ("not found", 404)
+    finally:
+        server.close()
+        root.close()
+    assert not socket_path.exists()  # a closed server removes its own socket
 
 
 def test_secrets_in_provider_errors_are_redacted(tmp_path, model, setup):

@@ -106,7 +106,9 @@ def test_activation_runs_unprivileged_with_limits_and_owns_what_it_writes(tmp_pa
                f"{PIDS_MAX}; {MEMORY_MAX}; "
                "echo w > /workspace/written.txt && echo a > /artifacts/worker/made.txt && touch ~/.home-writable && "
                "{ echo x 2>/dev/null > /artifacts/pm/forged.txt && echo forged || echo refused; }")
-    with sandbox_team(tmp_path, {"pm": agent(), "worker": agent()}, docker={"network": "host"}) as team:
+    # The FakeModel is reached over TCP (until model calls go through the controller): grant the network.
+    with sandbox_team(tmp_path, {"pm": agent(), "worker": agent()},
+                      docker={"network": "host", "grantNetwork": True}) as team:
         lines = run_shell(team, "worker", command).splitlines()
         host = container_attrs(team, "worker")["HostConfig"]
     uid, gid = EXPECTED_IDS
@@ -125,7 +127,7 @@ def test_activation_runs_unprivileged_with_limits_and_owns_what_it_writes(tmp_pa
 
 
 def test_settings_per_agent_and_backend_wide_reach_the_container(tmp_path):
-    docker = {"network": "host", "pidsLimit": 300, "memory": "768m"}
+    docker = {"network": "host", "grantNetwork": True, "pidsLimit": 300, "memory": "768m"}
     agents = {"pm": agent(), "worker": agent(docker={"user": "4242:4343", "pidsLimit": 77, "capAdd": ["CHOWN"]})}
     command = f"id -u; id -g; grep -E '^CapBnd:' /proc/self/status; {PIDS_MAX}; echo w > /workspace/mine.txt"
     with sandbox_team(tmp_path, agents, docker=docker) as team:
@@ -187,9 +189,8 @@ def relayed_support_dir(tmp_path, ports):
         shutil.rmtree(relay_dir, ignore_errors=True)
 
 
-def test_without_network_no_outside_address_answers_while_the_activation_completes(tmp_path, monkeypatch):
-    # As once the runner socket lands: the runner needs no network to reach the controller.
-    monkeypatch.setattr(backend.Launch, "controller_over_network", False)
+def test_without_network_no_outside_address_answers_while_the_activation_completes(tmp_path):
+    # The runner reaches the controller over the mounted runner socket; the relay carries the model.
     listener = Listener()
     agents = {"pm": agent(), "worker": agent(), "fetcher": agent("web.fetch")}
     # 192.0.2.1 (TEST-NET-1) stands for any address off the container's own loopback.

@@ -17,9 +17,12 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class SseClient:
-    """A real HTTP/1.1 client reading the stream line by line on its own thread."""
+    """A real HTTP/1.1 client reading the stream of a served app line by line on its own thread,
+    with the service's API token."""
 
-    def __init__(self, port, path, headers=None):
+    def __init__(self, service, path, headers=None):
+        port = service.port
+        headers = {**service.auth_headers, **(headers or {})}
         self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.sock = self.connection.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
         self.connection.request("GET", path, headers={"Host": f"127.0.0.1:{port}", **(headers or {})})
@@ -93,7 +96,7 @@ def stored_ids(store):
 def test_replay_sends_the_newest_events_oldest_first_then_new_ones(service, demo):
     add_events(demo, 3)  # 5 events in all
     newest = stored_ids(demo)[-3:]
-    client = SseClient(service.port, "/api/projects/demo/stream?limit=3")
+    client = SseClient(service, "/api/projects/demo/stream?limit=3")
     try:
         assert client.response.status == 200
         assert client.response.getheader("Content-Type") == "text/event-stream; charset=utf-8"
@@ -118,7 +121,7 @@ def test_replay_sends_the_newest_events_oldest_first_then_new_ones(service, demo
 
 
 def test_keep_alive_comment_is_sent_when_nothing_happens(service):
-    client = SseClient(service.port, "/api/projects/demo/stream")
+    client = SseClient(service, "/api/projects/demo/stream")
     try:
         wait_until(lambda: len(client.snapshot()) == 2, 2, message="the replay")
         wait_until(lambda: ": keep-alive" in client.comments, 4, message="a keep-alive comment")
@@ -132,7 +135,7 @@ def test_default_keep_alive_interval_is_fifteen_seconds():
 
 
 def test_a_burst_larger_than_the_replay_limit_arrives_whole_and_in_order(service, demo):
-    client = SseClient(service.port, "/api/projects/demo/stream?limit=100")
+    client = SseClient(service, "/api/projects/demo/stream?limit=100")
     try:
         wait_until(lambda: len(client.snapshot()) == 2, 2, message="the replay")
         with demo.write() as tx:
@@ -149,7 +152,7 @@ def test_a_burst_larger_than_the_replay_limit_arrives_whole_and_in_order(service
 def test_last_event_id_resumes_after_that_event_without_loss_or_duplicates(service, demo):
     add_events(demo, 3)
     ids = stored_ids(demo)  # e1..e5
-    client = SseClient(service.port, "/api/projects/demo/stream?limit=100", {"Last-Event-ID": ids[1]})
+    client = SseClient(service, "/api/projects/demo/stream?limit=100", {"Last-Event-ID": ids[1]})
     try:
         wait_until(lambda: len(client.snapshot()) >= 3, 2, message="the missed events")
         add_events(demo, 2, prefix="after")
@@ -157,7 +160,7 @@ def test_last_event_id_resumes_after_that_event_without_loss_or_duplicates(servi
         assert [e["id"] for e in client.snapshot()] == stored_ids(demo)[2:]
     finally:
         client.close()
-    unknown = SseClient(service.port, "/api/projects/demo/stream?limit=100", {"Last-Event-ID": "evt_nope"})
+    unknown = SseClient(service, "/api/projects/demo/stream?limit=100", {"Last-Event-ID": "evt_nope"})
     try:
         wait_until(lambda: len(unknown.snapshot()) >= 7, 2, message="the normal replay")
         assert [e["id"] for e in unknown.snapshot()] == stored_ids(demo)
@@ -166,7 +169,7 @@ def test_last_event_id_resumes_after_that_event_without_loss_or_duplicates(servi
 
 
 def test_health_answers_within_a_second_with_eight_streams_open(service):
-    clients = [SseClient(service.port, "/api/projects/demo/stream") for _ in range(8)]
+    clients = [SseClient(service, "/api/projects/demo/stream") for _ in range(8)]
     try:
         wait_until(lambda: all(len(c.snapshot()) == 2 for c in clients), 5, message="eight streams")
         started = time.monotonic()
@@ -178,12 +181,12 @@ def test_health_answers_within_a_second_with_eight_streams_open(service):
 
 
 def test_disconnected_clients_free_their_threads(service):
-    clients = [SseClient(service.port, "/api/projects/demo/stream") for _ in range(16)]
+    clients = [SseClient(service, "/api/projects/demo/stream") for _ in range(16)]
     wait_until(lambda: all(len(c.snapshot()) == 2 for c in clients), 5, message="sixteen streams")
     for client in clients:
         client.close()
     assert service.get("/health", timeout=5).status_code == 200
-    others = [SseClient(service.port, "/api/projects/demo/stream") for _ in range(15)]
+    others = [SseClient(service, "/api/projects/demo/stream") for _ in range(15)]
     try:
         wait_until(lambda: all(len(c.snapshot()) == 2 for c in others), 5, message="fifteen new streams")
         assert service.get("/health", timeout=5).status_code == 200
@@ -195,7 +198,7 @@ def test_disconnected_clients_free_their_threads(service):
 def test_forty_streams_do_not_block_posting_messages(tmp_path):
     with serving(tmp_path / "root", threads=64) as service:
         demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
-        clients = [SseClient(service.port, "/api/projects/demo/stream") for _ in range(40)]
+        clients = [SseClient(service, "/api/projects/demo/stream") for _ in range(40)]
         try:
             wait_until(lambda: all(len(c.snapshot()) == 1 for c in clients), 10, message="forty streams")
             started = time.monotonic()
@@ -212,7 +215,7 @@ def test_forty_streams_do_not_block_posting_messages(tmp_path):
 def test_closing_the_server_ends_open_streams(tmp_path):
     with serving(tmp_path / "root") as service:
         init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
-        client = SseClient(service.port, "/api/projects/demo/stream")
+        client = SseClient(service, "/api/projects/demo/stream")
         wait_until(lambda: len(client.snapshot()) == 1, 2, message="the replay")
         started = time.monotonic()
     assert time.monotonic() - started < 8

@@ -89,11 +89,13 @@ def fresh(tmp_path):
 
 
 class Tab:
-    """One page in its own browser context, recording every request it makes and every page error."""
+    """One page in its own browser context, recording every request it makes and every page error;
+    `open` goes to the Control room URL (`/?token=…` when the server takes a token)."""
 
-    def __init__(self, context, base_url):
+    def __init__(self, context, base_url, token=None):
         self.context = context
         self.base_url = base_url
+        self.token = token
         self.page = context.new_page()
         self.requests = []
         self.errors = []
@@ -103,7 +105,8 @@ class Tab:
         self.page.on("console", lambda message: self.console.append(message.text))
 
     def open(self, hash_=""):
-        self.page.goto(self.base_url + "/" + hash_)
+        query = f"?token={urllib.parse.quote(self.token)}" if self.token else ""
+        self.page.goto(self.base_url + "/" + query + hash_)
         expect(self.page.get_by_test_id("last-updated")).to_have_text(re.compile(r"^Updated "))
         return self.page
 
@@ -131,6 +134,11 @@ class Tab:
             pass
         return request.value
 
+    def stream_path(self, project):
+        """The stream URL path the WebUI opens: EventSource cannot send headers, so the token rides along."""
+        token = f"&token={urllib.parse.quote(self.token, safe='')}" if self.token else ""
+        return f"/api/projects/{project}/stream?limit=1{token}"
+
     def hash(self):
         return self.page.evaluate("location.hash")
 
@@ -156,11 +164,14 @@ def tabs(browser):
     opened = []
 
     def open_tab(site_or_url, **options):
+        """A Tab on a Site, a Service (both: with their API token) or a bare URL (no token)."""
+        service = getattr(site_or_url, "service", site_or_url)
         base_url = site_or_url if isinstance(site_or_url, str) else site_or_url.base_url
+        token = None if isinstance(site_or_url, str) else service.api_token
         context = browser.new_context(locale="en-US", viewport=options.pop("viewport", {"width": 1440, "height": 900}),
                                       **options)
         context.add_init_script(INIT_SCRIPT)
-        tab = Tab(context, base_url)
+        tab = Tab(context, base_url, token)
         opened.append(tab)
         return tab
 
@@ -217,7 +228,7 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     page = tab.open("#/demo/overview")
     tab.wait_live()
     page.evaluate("window.__marker = 'loaded once'")
-    assert tab.open_streams() == [f"{fresh.base_url}/api/projects/demo/stream?limit=1"]
+    assert tab.open_streams() == [fresh.base_url + tab.stream_path("demo")]
     expect(page.get_by_test_id("last-updated")).to_have_text(re.compile(r"^Updated \d{2}:\d{2}:\d{2}( [AP]M)?$"))
     paths = {urllib.parse.urlsplit(r.url).path for r in tab.api()}
     assert paths == {"/api/projects", "/api/projects/demo/stream"}
@@ -236,12 +247,12 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
         "Another one, shown live.", timeout=LIVE_UPDATE_MS)
     print(f"messages live update after {time.monotonic() - started:.2f}s")
     assert page.evaluate("window.__marker") == "loaded once"
-    assert len(tab.api("GET", "/api/projects/demo/stream?limit=1", since=before)) == 0
+    assert len(tab.api("GET", tab.stream_path("demo"), since=before)) == 0
     assert len(page.evaluate("window.__streams")) == 1
 
     page.get_by_test_id("project-item").filter(has_text="beta").click()
     tab.wait_live()
-    assert tab.open_streams() == [f"{fresh.base_url}/api/projects/beta/stream?limit=1"]
+    assert tab.open_streams() == [fresh.base_url + tab.stream_path("beta")]
 
 
 def test_roster_and_activations_follow_a_running_activation_live(tabs, fresh):
@@ -336,7 +347,7 @@ def test_failing_project_list_shows_banner_on_next_live_refresh_and_clears_after
 
 def test_empty_root_shows_init_hint_and_no_tabs(tabs, tmp_path):
     with serving(tmp_path / "empty") as service:
-        tab = tabs(service.base_url)
+        tab = tabs(service)
         page = tab.open()
         empty = page.get_by_test_id("empty-state")
         expect(empty.get_by_role("heading")).to_have_text("No projects initialized")
@@ -824,7 +835,7 @@ def test_index_and_assets_are_served_with_types_and_traversal_is_refused(shared)
 def test_server_strings_render_as_text(tabs, tmp_path):
     with serving(tmp_path / "root") as service:
         seed_xss(service.root, tmp_path / "configs", service.base_url)
-        tab = tabs(service.base_url)
+        tab = tabs(service)
         page = tab.open("#/xss/overview")
         expect(page.get_by_test_id("agent-name")).to_have_text(XSS_NAME)
         expect(page.get_by_label("Recipient").locator("option")).to_have_text([f"{XSS_NAME} / pm"])
@@ -911,3 +922,34 @@ def test_api_token_prompt_stores_token_for_the_tab_only(tabs, tmp_path):
         other = tabs(service.base_url).page
         other.goto(service.base_url + "/")
         expect(other.get_by_test_id("token-prompt")).to_be_visible()
+
+
+def test_control_room_url_token_is_kept_for_the_session_and_dropped_from_the_address_bar(tabs, tmp_path):
+    with serving(tmp_path / "root", api_token="r00m-t0ken") as service:
+        seed_harness(service.root, tmp_path / "configs", service.base_url)
+        tab = tabs(service)
+        page = tab.open("#/demo/messages")
+        expect(page.get_by_test_id("message-card")).to_have_count(3)
+        expect(page.get_by_test_id("token-prompt")).to_have_count(0)
+        assert page.url == service.base_url + "/#/demo/messages"
+        assert "r00m-t0ken" not in page.url and tab.history_length() == 0
+        assert page.evaluate("sessionStorage.getItem('suzumio.apiToken')") == "r00m-t0ken"
+        assert "r00m-t0ken" not in json.dumps(page.evaluate("Object.entries(localStorage)"))
+        tab.wait_live()
+        api = tab.api()
+        assert api
+        for request in api:
+            url = urllib.parse.urlsplit(request.url)
+            if url.path.endswith("/stream"):
+                assert urllib.parse.parse_qs(url.query)["token"] == ["r00m-t0ken"]
+            else:
+                assert request.all_headers().get("authorization") == "Bearer r00m-t0ken", request.url
+        page.reload()
+        expect(page.get_by_test_id("message-card")).to_have_count(3)
+        assert page.url == service.base_url + "/#/demo/messages"
+
+        wrong = tabs(service.base_url).page
+        wrong.goto(service.base_url + "/?token=nope#/demo/overview")
+        prompt = wrong.get_by_test_id("token-prompt")
+        expect(prompt.get_by_role("alert")).to_have_text("Invalid API token")
+        assert "nope" not in wrong.url

@@ -1,11 +1,17 @@
 """Seed projects for the WebUI acceptance suite (webui.md §10) and its benchmark, written through the
 real store API only: the `demo`/`beta` pair of the harness, an XSS probe project, and a large project.
-Imported by tests/test_webui.py and bench/webui_overview.py; reuses tests/api_fixtures.py for init."""
+Imported by tests/test_webui.py, tests/test_webui_team.py and the bench/webui_*.py scripts; reuses
+tests/api_fixtures.py for init. The team view adds a real demo-team run and a large timeline."""
 import json
 import logging
+import shutil
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import yaml
 from api_fixtures import init_project
+from conftest import wait_until
 
 import suzumio_records
 
@@ -38,7 +44,6 @@ agents:
   toolpacks: {toolpacks}
 backend:
   kind: local
-  controllerUrl: "{controller_url}"
   runner:
     model: offline
     models:
@@ -162,4 +167,61 @@ def seed_large(root, directory, controller_url, *, messages=5000, history=20000,
     for index in range(history):
         store.append_history("pm", None, "assistant", "assistant_text", f"{index}: {content}")
     log.info("seeded %s: %d messages, %d history rows", name, messages, history)
+    return store
+
+
+# ---------------------------------------------------------------------------------------------
+# Team view (issue 19): a real demo-team run, and a large timeline for the benchmark.
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+KICKOFF = "Start. Make the greeting card with your team."
+
+
+def init_demo_team(service, directory):
+    """examples/demo.yaml (pm Mio, workers Akari and Ren, critic Kei) on the `local` backend with the
+    scripted provider, whose runners reach this server over its runner socket; initialised like
+    `suzumio init`, not started."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load((EXAMPLES / "demo.yaml").read_text(encoding="utf-8"))
+    shutil.copy(EXAMPLES / "demo-script.yaml", directory / "demo-script.yaml")
+    return init_project(service.root, directory, yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+
+
+def run_demo_team(service, directory, timeout=90):
+    """The demo team's whole run through the HTTP API, as `make demo` drives it: start, the kickoff
+    message, then real local runners replay the script until pm submits. Needs a scheduler thread."""
+    store = init_demo_team(service, directory)
+    assert service.post("/api/projects/demo/start").status_code == 200
+    assert service.post("/api/projects/demo/messages", {"recipient": "pm", "body": KICKOFF}).status_code == 200
+    wait_until(lambda: store.project()["status"] == "submitted", timeout, message="the demo team to submit")
+    wait_until(lambda: not store.running_activations(), timeout, message="the last activations to end")
+    return store
+
+
+def seed_team_scale(root, directory, controller_url, *, activations=2000, messages=10000, name="team"):
+    """The team-view benchmark project: 6 agents, `activations` activations and `messages` messages
+    between them, written through the store with a travelling clock (one activation every ~9 s, five
+    messages each), so the timeline spans about five hours. Signals stay pending; nothing ticks."""
+    agents = "".join(f"  agent{index}:\n    displayName: Agent {index}\n    role: worker\n"
+                     "    tools: [messages.send]\n" for index in range(6))
+    store = init_project(root, directory / name, project_text(
+        name, controller_url, task="Scale check for the team view.", agents=agents, toolpacks="[core]"))
+    clock = datetime.now(UTC) - timedelta(seconds=9 * activations + 60)
+    store.start(now=clock)
+    per_activation = max(1, messages // activations)
+    sent = 0
+    for index in range(activations):
+        agent = f"agent{index % 6}"
+        clock += timedelta(seconds=9)
+        act = store.start_activation(agent, f"Work item {index}.", [], now=clock)["id"]
+        for step in range(per_activation if index < activations - 1 else messages - sent):
+            recipient = f"agent{(index + step + 1) % 6}"
+            store.send_message(agent, f"Item {index}, note {step}: handing over the next piece.",
+                               recipient=recipient, priority=("P1", "P2", "P3", "P3")[step % 4],
+                               source_agent=agent, source_activation=act,
+                               now=clock + timedelta(milliseconds=800 * (step + 1)))
+            sent += 1
+        store.complete_activation(act, agent, f"Item {index} done.", usage=USAGE,
+                                  now=clock + timedelta(seconds=6))
+    log.info("seeded %s: %d activations, %d messages", name, activations, sent)
     return store

@@ -189,7 +189,8 @@ export interface ToolUiResult {
 }
 
 // ---------------------------------------------------------------------------------------------
-// API token (webui.md §2.6): sessionStorage only, never the URL, localStorage or cookies.
+// API token (webui.md §2.6): sessionStorage only, never localStorage or cookies. `serve` prints the
+// Control room URL `/?token=…`; adoptUrlToken() keeps that token and removes it from the address bar.
 
 const TOKEN_KEY = 'suzumio.apiToken';
 export const TOKEN_REQUIRED = 'API token required';
@@ -223,6 +224,22 @@ export function forgetToken(): void {
 
 let memoryToken: string | null = null;
 
+/**
+ * Reads `?token=` once at start-up: stores it for this tab's session and replaces the address
+ * (history.replaceState, so no history entry is added) with the same path and hash without the
+ * token, so it is neither bookmarked, shared nor kept in the history.
+ */
+export function adoptUrlToken(): void {
+  const params = new URLSearchParams(window.location.search);
+  const token = params.get('token');
+  if (token === null) return;
+  if (token !== '') storeToken(token);
+  params.delete('token');
+  const query = params.toString();
+  const address = `${window.location.pathname}${query ? `?${query}` : ''}${window.location.hash}`;
+  window.history.replaceState(window.history.state, '', address);
+}
+
 function currentToken(): string | null {
   return readToken() ?? memoryToken;
 }
@@ -230,7 +247,7 @@ function currentToken(): string | null {
 type TokenListener = (message: string) => void;
 let tokenListener: TokenListener | null = null;
 
-/** Registers the one callback told when the server refuses the API token (403, §2.6). */
+/** Registers the one callback told when the server refuses the API token (401, §2.6). */
 export function onTokenRefused(listener: TokenListener | null): void {
   tokenListener = listener;
 }
@@ -251,7 +268,7 @@ export class ApiError extends Error {
 export function isTokenError(error: unknown): boolean {
   return (
     error instanceof ApiError &&
-    error.status === 403 &&
+    error.status === 401 &&
     (error.message === TOKEN_REQUIRED || error.message === TOKEN_INVALID)
   );
 }
@@ -391,3 +408,51 @@ export function streamUrl(project: string): string {
   const tokenQuery = token ? `&token=${enc(token)}` : '';
   return `${projectPath(project)}/stream?limit=1${tokenQuery}`;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Team view (http-api.md §6.11): time-range pages of activations, messages, waits and submissions.
+
+export interface TimelineSignal {
+  id: string;
+  kind: string;
+  priority: Priority | string;
+  sourceAgent?: string;
+  sourceActivation?: string;
+  targetAgent?: string;
+  messageId?: string;
+  reason?: string;
+  createdAt: string;
+  deliveredActivationId?: string;
+}
+
+export interface TimelineActivation extends Activation {
+  /** The signals delivered to this activation when it started (what woke it). */
+  signals?: TimelineSignal[];
+}
+
+export interface TimelinePage {
+  /** Lower bound of this page (inclusive); absent when the page reaches the project's beginning. */
+  since?: string;
+  until?: string;
+  /** Older items exist: ask again with `until` = this page's `since`. */
+  more: boolean;
+  activations: TimelineActivation[];
+  messages: Message[];
+  waits: TimelineSignal[];
+  approvals: TimelineSignal[];
+}
+
+export function getTimeline(
+  project: string,
+  range: { since?: string; until?: string; limit?: number } = {},
+): Promise<TimelinePage> {
+  const query = new URLSearchParams();
+  if (range.since) query.set('since', range.since);
+  if (range.until) query.set('until', range.until);
+  query.set('limit', String(range.limit ?? 2000));
+  return getJson<TimelinePage>(`${projectPath(project)}/timeline?${query.toString()}`);
+}
+
+/** The newest history row of one agent (the running bar's latest text). */
+export const getLatestHistory = (project: string, agent: string) =>
+  getJson<HistoryPage>(`${projectPath(project)}/agents/${enc(agent)}/history?limit=1`);

@@ -40,6 +40,7 @@ import {
   type LiveMode,
   type ViewId,
 } from './shell';
+import { TeamView, type TeamStreamEvent } from './team';
 import { TimelineView } from './timeline';
 import { ToolWorkspace } from './tools';
 
@@ -105,6 +106,13 @@ export function parseHash(hash: string): HashState {
   return { project: segments[0], view, toolKey };
 }
 
+function hashNamesView(hash: string): boolean {
+  const parsed = parseHash(hash);
+  const text = hash.replace(/^#?\/?/, '');
+  const segments = text.split('/').filter((segment) => segment !== '').map(decodeSegment);
+  return parsed.project === null ? segments.length > 0 : segments.length > 1 && isViewId(segments[1]);
+}
+
 export function buildHash(project: string, view: ViewId, toolKey: string | null): string {
   const base = `#/${encodeURIComponent(project)}/${view}`;
   return view === 'tools' && toolKey ? `${base}/${encodeURIComponent(toolKey)}` : base;
@@ -154,6 +162,16 @@ function eventAgent(row: { data_json?: unknown }): string | null {
   }
 }
 
+function eventData(row: { data_json?: unknown }): Record<string, unknown> {
+  if (typeof row.data_json !== 'string') return {};
+  try {
+    const data: unknown = JSON.parse(row.data_json);
+    return data && typeof data === 'object' && !Array.isArray(data) ? (data as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
 export function App() {
   const initial = useMemo(() => parseHash(window.location.hash), []);
   const [projects, setProjects] = useState<Project[] | null>(null);
@@ -179,6 +197,8 @@ export function App() {
     view: initial.view,
     toolKey: initial.toolKey,
     tokenBlocked: false,
+    // A hash without a view lets the first list response pick it: Team for a running project.
+    viewOpen: !hashNamesView(window.location.hash),
   });
   const projectSeq = useRef(0);
   const loadSeqs = useRef<Record<string, number>>({});
@@ -208,6 +228,13 @@ export function App() {
       const wanted = current.current.selected ?? current.current.preferred;
       const next = list.find((project) => project.id === wanted)?.id ?? list[0]?.id ?? null;
       current.current.preferred = null;
+      if (current.current.viewOpen) {
+        current.current.viewOpen = false;
+        if (list.find((project) => project.id === next)?.status === 'running') {
+          current.current.view = 'team';
+          setView('team');
+        }
+      }
       selectProjectState(next);
       if (next !== null) replaceHash(hashFor(next));
       return true;
@@ -218,7 +245,7 @@ export function App() {
   }
 
   async function loadView(project: string, which: ViewId, quiet = false, only?: 'toolStatus') {
-    if (which === 'overview' || which === 'history') {
+    if (which === 'overview' || which === 'history' || which === 'team') {
       if (!quiet) {
         panelSeq.current += 1;
         setPanelLoading(false);
@@ -326,6 +353,17 @@ export function App() {
 
   // Live stream of the selected project (http-api.md §10): one EventSource per tab.
   const pendingTargets = useRef(new Set<StreamTarget>());
+  // The Team view listens to every stream event itself (it pages its own data by time range).
+  const teamListeners = useRef(new Set<(event: TeamStreamEvent) => void>());
+  const subscribeTeam = useMemo(
+    () => (listener: (event: TeamStreamEvent) => void) => {
+      teamListeners.current.add(listener);
+      return () => {
+        teamListeners.current.delete(listener);
+      };
+    },
+    [],
+  );
   const flushTimer = useRef<number | undefined>(undefined);
 
   function flushStreamTargets() {
@@ -374,6 +412,10 @@ export function App() {
         row = {};
       }
       const type = typeof row.type === 'string' ? row.type : event.type;
+      if (teamListeners.current.size > 0) {
+        const teamEvent = { type, data: eventData(row) };
+        for (const listener of teamListeners.current) listener(teamEvent);
+      }
       for (const target of streamTargets(type)) pendingTargets.current.add(target);
       if (type.startsWith('agent_history.')) {
         const agentId = eventAgent(row);
@@ -433,6 +475,7 @@ export function App() {
   }
 
   function chooseView(next: ViewId) {
+    current.current.viewOpen = false;
     current.current.view = next;
     setView(next);
     if (selected !== null) pushHash(hashFor(selected));
@@ -496,6 +539,7 @@ export function App() {
               {view === 'overview' && (
                 <Overview key={project.id} project={project} onSent={() => void loadProjects()} />
               )}
+              {view === 'team' && <TeamView key={project.id} project={project} subscribe={subscribeTeam} refresh={viewNonce} />}
               {view === 'messages' && (
                 <MessagesView
                   key={project.id}

@@ -7,6 +7,7 @@ import { clockTime, isTruncated, relativeTime } from './format';
 
 export const VIEWS = [
   { id: 'overview', label: 'Overview' },
+  { id: 'team', label: 'Team' },
   { id: 'history', label: 'Agent history' },
   { id: 'messages', label: 'Messages' },
   { id: 'activations', label: 'Activations + context' },
