@@ -226,10 +226,9 @@ class Runtime:
 
     def __init__(self, root, runner_socket=None, on_fatal=None):
         import suzumio_backend
+        import suzumio_mcp
         import suzumio_scheduler
         import suzumio_toolpacks
-
-        import suzumio_mcp
 
         self.root = root
         self.mcp = suzumio_mcp.McpHub()  # MCP sessions (issue 15): none start until a project needs one
