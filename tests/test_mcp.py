@@ -259,3 +259,18 @@ def test_a_server_down_at_first_resolution_is_retried_and_its_tools_appear(tmp_p
     finally:
         hub.close()
         root.close()
+
+
+def test_call_results_become_tool_results_with_references_for_binary_content():
+    result = suzumio_mcp.tool_result({"content": [
+        {"type": "text", "text": "two parts"},
+        {"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"},
+        {"type": "resource_link", "uri": "file:///a.txt", "name": "a.txt"},
+        {"type": "resource", "resource": {"uri": "file:///b.txt", "text": "bee"}},
+        {"type": "resource", "resource": {"uri": "file:///c.bin", "blob": "AA==", "mimeType": "application/zip"}},
+    ], "structuredContent": {"n": 2}, "isError": True})
+    assert result == {"output": "two parts\n[image image/png, 5 bytes]\n[resource a.txt: file:///a.txt]\n"
+                                "[resource file:///b.txt]\nbee\n[resource file:///c.bin application/zip]",
+                      "structuredContent": {"n": 2}, "isError": True}
+    assert suzumio_mcp.tool_result({"content": [], "structuredContent": {"ok": True}}) == {
+        "output": '{"ok": true}', "structuredContent": {"ok": True}}
