@@ -19,6 +19,7 @@ START_TIMEOUT_SECONDS = 30.0
 CALL_TIMEOUT_SECONDS = 300.0
 CLOSE_TIMEOUT_SECONDS = 10.0
 RETRY_SECONDS = 10.0  # a server that failed to start is not started again by resolution before this
+MAX_RETRY_SECONDS = 300.0
 STATE_UP = "up"
 STATE_NOT_STARTED = "not started"
 
@@ -297,7 +298,8 @@ class McpHub:
         self._lock = threading.Lock()
         self._closed = False
         self._generations = {}  # session_key → count of successful starts (ConfigCache stamps)
-        self._failures = {}  # session_key → (monotonic time, error line) of the last failed start
+        # session_key → (monotonic time, error line, failures in a row) of the last failed start
+        self._failures = {}
         self.listing = _Listing(self)
 
     def _run(self, coroutine, timeout):
@@ -335,11 +337,11 @@ class McpHub:
             fresh.task.cancel()
             fresh.error = one_line(f"MCP server {toolpack_id} ({server_label(mcp)}) did not answer "
                                    f"initialize and tools/list within {self.start_timeout:g} s")
-            self._failures[key] = (time.monotonic(), fresh.error)
+            self._record_failure(key, fresh.error)
             raise McpError(fresh.error) from None
         if not fresh.alive:
             fresh.error = fresh.error or f"MCP server {toolpack_id} ({server_label(mcp)}) closed at start"
-            self._failures[key] = (time.monotonic(), fresh.error)
+            self._record_failure(key, fresh.error)
             raise McpError(fresh.error)
         self._failures.pop(key, None)
         self._generations[key] = self._generations.get(key, 0) + 1
@@ -391,16 +393,23 @@ class McpHub:
         """Call one tool (names without the toolpack prefix); raises McpError with one line."""
         return self._run(self._call(toolpack_id, mcp, tool, arguments), self.start_timeout + self.call_timeout + 5)
 
+    def _record_failure(self, key, error):
+        previous = self._failures.get(key)
+        self._failures[key] = (time.monotonic(), error, 1 if previous is None else previous[2] + 1)
+
     def generation(self, toolpack_id, mcp):
         """How many times this server has started and listed its tools (0: never)."""
         return self._generations.get(session_key(toolpack_id, mcp), 0)
 
     def recent_failure(self, toolpack_id, mcp):
-        """The error line of a start that failed less than retry_seconds ago, else None."""
+        """The error line of a start that failed less than the back-off ago, else None. The back-off doubles
+        with each failure in a row (retry_seconds, 2×, 4×, … at most MAX_RETRY_SECONDS), so a server that
+        hangs at start does not hold a project's scheduler passes most of the time."""
         failure = self._failures.get(session_key(toolpack_id, mcp))
-        if failure is not None and time.monotonic() - failure[0] < self.retry_seconds:
-            return failure[1]
-        return None
+        if failure is None:
+            return None
+        backoff = min(self.retry_seconds * 2 ** (failure[2] - 1), MAX_RETRY_SECONDS)
+        return failure[1] if time.monotonic() - failure[0] < backoff else None
 
     def state(self, toolpack_id, mcp):
         """`up`, `not started`, `starting` or `down: <reason>`."""
