@@ -82,7 +82,8 @@ JSON = Option("--json", None, "print one JSON document instead of columns")
 # built from it. A new flag is one Option line in its command's list.
 COMMAND_TABLE = (
     Command("config", "render <file>", "Validate a project file and print its resolved configuration.",
-            [Option("--strict", None, "unknown keys in the file are errors, not warnings")]),
+            [Option("--strict", None, "unknown keys in the file are errors, not warnings"),
+             Option("--check", None, "also start each MCP server once and check allowlists against its tools")]),
     Command("init", "<file>", "Create a project under the runtime root from a project file.", [ROOT]),
     Command("serve", "", "Run the controller: HTTP API, control room, scheduler and runner supervision.", [
         Option("--host", "HOST", "address to listen on (default 127.0.0.1)", shown="127.0.0.1"),
@@ -112,6 +113,9 @@ COMMAND_TABLE = (
             [ROOT, JSON]),
     Command("events", "<project>", "Show a project's newest events, oldest first.", [LIMIT, ROOT, JSON]),
     Command("tick", "[project]", "Run one scheduler pass over one project or all of them.", [ROOT]),
+    Command("toolpacks", "<project>", "List a project's toolpacks with their tools and state (MCP servers "
+            "included).", [ROOT]),
+    Command("mcp", "", "Serve Suzumio's MCP tools and resources over stdio, for desktop MCP clients.", [ROOT]),
 )
 COMMANDS_BY_NAME = {name: command for command in COMMAND_TABLE for name in (command.name, *command.aliases)}
 ALL_OPTIONS = {option.dest: option for command in COMMAND_TABLE for option in command.options}
@@ -126,7 +130,7 @@ USAGE = ("Suzumio\n\nCommands:\n"
 COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
-    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1),
+    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0),
 }
 
 
@@ -320,13 +324,16 @@ class Runtime:
 
     def __init__(self, root, runner_socket=None, on_fatal=None):
         import suzumio_backend
+        import suzumio_mcp
         import suzumio_model_proxy
         import suzumio_scheduler
         import suzumio_toolpacks
 
         self.root = root
-        configs = suzumio_config.ConfigCache()  # one parsed config per project, for ticks and routes
-        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs)
+        self.mcp = suzumio_mcp.McpHub()  # MCP sessions (issue 15): none start until a project needs one
+        # one parsed config per project, for ticks and routes
+        configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
+        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs, mcp=self.mcp)
         self.backends = suzumio_backend.Backends(runner_socket=runner_socket)
         self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs,
@@ -374,7 +381,18 @@ def report_unknown_keys(lines, err):
 
 
 def cmd_config_render(rest, options, out, err, now):
-    config = suzumio_config.load_project(rest[0], strict=bool(options.strict))
+    if options.check:
+        import suzumio_mcp
+
+        hub = suzumio_mcp.McpHub()
+        try:
+            config = suzumio_config.load_project(
+                rest[0], strict=bool(options.strict),
+                mcp_tools=lambda toolpack_id, mcp: suzumio_mcp.checking(toolpack_id, mcp, hub))
+        finally:
+            hub.close()
+    else:
+        config = suzumio_config.load_project(rest[0], strict=bool(options.strict))
     report_unknown_keys(config.unknown_keys, err)
     for line in config.network_report() + config.warnings:
         print(line, file=err)
@@ -536,11 +554,30 @@ def cmd_send(rest, options, out, err, now):
     return tick_projects(options, [project], err)
 
 
+def check_mcp_servers(store):
+    """Start a project's controller-side MCP servers once and list their tools; raises one line per failure."""
+    import suzumio_mcp
+
+    entries = [entry for entry in store.config()["tools"]["toolpacks"] if isinstance(entry, dict)
+               and "mcp" in entry and entry["mcp"].get("where", "controller") == "controller"]
+    if not entries:
+        return
+    hub = suzumio_mcp.McpHub()
+    try:
+        failures = [hub.check(entry["id"], entry["mcp"]) for entry in entries]
+    finally:
+        hub.close()
+    failures = [line for line in failures if line]
+    if failures:
+        raise SuzumioError("; ".join(failures))
+
+
 def cmd_start(rest, options, out, err, now):
     root = open_root(options)
     try:
         store = root.open_project(rest[0])
         report_unknown_keys(stored_unknown_keys(store), err)
+        check_mcp_servers(store)
         store.start()
         print(f"{store.project_id}: running", file=out)
     finally:
@@ -786,11 +823,34 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     return 0
 
 
+def cmd_toolpacks(rest, options, out, err, now):
+    """Every toolpack of a project with its kind, state and tools (MCP servers are started to list)."""
+    root = open_root(options)
+    runtime = Runtime(root, live_runner_socket(root.path))
+    try:
+        store = runtime.root.open_project(rest[0])
+        for row in runtime.toolpacks.toolpack_listing(store):
+            print(f"{row['id']}  {row['kind']}  {row['state']}", file=out)
+            for name in row["tools"]:
+                print(f"  {name}", file=out)
+    finally:
+        runtime.close()
+    return 0
+
+
+def cmd_mcp(rest, options, out, err, now):
+    """Serve Suzumio's MCP tools over stdio (for desktop MCP clients)."""
+    import suzumio_mcp_server
+
+    return suzumio_mcp_server.serve_stdio(open_root(options), sys.stdin, out)
+
+
 COMMANDS = {
     "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
     "messages": cmd_messages, "activations": cmd_activations, "turns": cmd_activations,
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
+    "toolpacks": cmd_toolpacks, "mcp": cmd_mcp,
 }
 
 

@@ -19,6 +19,7 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
+import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_records
 import suzumio_scheduler
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 WEBUI_DIR = resource_path("webui_dist")  # beside the modules, or under <prefix>/share/suzumio
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+MCP_PATH = "/mcp"  # Suzumio as an MCP server (issue 15)
 STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
 ASSET_TYPES = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -135,7 +137,7 @@ class Guards:
         host = environ.get("HTTP_HOST")
         if host is not None and host_part(host).lower() not in self.allowed:
             raise Forbidden(f"Host not allowed: {host_part(host)}")
-        if not path.startswith("/api/"):
+        if not path.startswith("/api/") and path != MCP_PATH:
             return
         if environ.get("REQUEST_METHOD") == "POST" and self.cross_origin(environ, host):
             raise Forbidden("Cross-origin request rejected")
@@ -222,6 +224,9 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
 
     mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
+    # Suzumio as an MCP server (issue 15), behind the same guards and token as /api/.
+    suzumio_mcp_server.mount_mcp(app, suzumio_mcp_server.SuzumioMcp(
+        root, lambda project: run_tick(scheduler.tick, project), backend))
     mount_static(app, Path(webui_dir))
     return app
 

@@ -32,7 +32,7 @@ HOST_FILE = "suzumio_toolpack_host.mjs"
 # script stays small and imports the rest from modules beside it, which get a bytecode cache where
 # the directory is writable (docs/spec-notes.md entry 6).
 RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_models.py",
-                HOST_FILE)
+                HOST_FILE, "suzumio_runner_mcp.py")
 # The local runner's interpreter flags. -S (no `site`): the runner is standard library only and imports
 # its own modules from beside the script, so site-packages (an installed or editable suzumio, .pth
 # hooks) stay out of its sys.path, and their start-up cost out of every activation.
@@ -206,16 +206,33 @@ def make_private_dir(path):
 
 # ---------------------------------------------------------------- runner toolpack specs
 
+MCP_SUPPORT_MODULE = "support:"  # runner-input marker: every tool of the spec is a support-route call
+MCP_SANDBOX_MODULE = "mcp-stdio:"  # runner-input marker: the runner starts this MCP server itself
+
 def runner_toolpack_specs(config, agent, kind):
     """Toolpacks with >=1 tool allowed for the agent, only the allowed tools (backend-runner.md §5.2).
     Returns (specs, [(safe id, host root)] of the local toolpacks to mount on docker-chat)."""
     patterns = agent.get("tools") or []
     specs, mounts = [], []
     for pack in config.resolve_toolpacks().toolpacks:
+        if pack.kind == "mcp" and pack.mcp_where == "runner":
+            # The runner starts the server in the sandbox and lists its tools there (issue 15).
+            allow = [p for p in patterns if p == "*" or p.startswith(pack.id + ".")]
+            if allow:
+                mcp = {key: value for key, value in pack.mcp.items() if key in ("command", "env", "cwd")}
+                specs.append({"id": pack.id, "tools": [], "runnerModule": MCP_SANDBOX_MODULE, "mcp": mcp,
+                              "allow": allow, "supportPath": pack.support_path})
+            continue
         allowed = [tool for tool in pack.tools if suzumio_registry.is_allowed(tool.name, patterns)]
         if not allowed:
             continue
         spec = {"id": pack.id, "tools": [tool.definition() for tool in allowed]}
+        if pack.kind == "mcp":
+            # The controller owns the session: every call goes to the support route (issue 15).
+            spec["runnerModule"] = MCP_SUPPORT_MODULE
+            spec["supportPath"] = pack.support_path
+            specs.append(spec)
+            continue
         if pack.builtin:
             spec["runnerModule"] = pack.runner_module_ref
         elif kind == KIND_DOCKER:

@@ -30,7 +30,7 @@ from suzumio_registry import (
     resolve_toolpacks,
     unknown_builtin_error,
 )
-from suzumio_yaml import apply_extends, dump_yaml, lexical_abspath, load_file, read_text
+from suzumio_yaml import HTTP_URL, apply_extends, dump_yaml, lexical_abspath, load_file, read_text
 
 log = logging.getLogger(__name__)
 
@@ -351,6 +351,8 @@ class _ToolpackEntry:
         if not isinstance(value, dict):
             issues.add(path, "Invalid input")
             return _INVALID
+        if "mcp" in value:
+            return _check_mcp_entry(value, path, issues)
         has_path = isinstance(value.get("path"), str) and value["path"] != ""
         if has_path == ("packaged" in value) or ("path" in value and not has_path):
             issues.add(path, "Invalid input")
@@ -369,6 +371,70 @@ class _ToolpackEntry:
                 return _INVALID
             out["packaged"] = checked
         return out
+
+
+MCP_STDIO_KEYS = ("command", "env", "envFrom", "cwd", "where")
+MCP_HTTP_KEYS = ("url", "headers", "headersEnv")
+MCP_WHERE = ("controller", "runner")
+
+
+def _check_string_map(value, path, issues):
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k and isinstance(v, str)
+                                              for k, v in value.items()):
+        issues.add(path, "Expected a mapping of strings to strings")
+        return False
+    return True
+
+
+def _check_mcp_entry(value, path, issues):
+    """`{id, mcp: {command: [...], env?, envFrom?, cwd?, where?}}` (stdio) or `{id, mcp: {url, headers?,
+    headersEnv?}}` (streamable HTTP): an MCP toolpack (issue 15; docs/spec-notes.md)."""
+    extra = sorted(set(value) - {"id", "mcp"})
+    if extra:
+        issues.add(path + [extra[0]], "Not allowed in an MCP toolpack entry (use id and mcp)")
+    if not isinstance(value.get("id"), str) or not value.get("id"):
+        issues.add(path + ["id"], "Required: an MCP toolpack entry names its id (tools become <id>.<tool>)")
+    mcp, mpath = value["mcp"], path + ["mcp"]
+    if not isinstance(mcp, dict):
+        issues.add(mpath, f"Expected object, received {_type_name(mcp)}")
+        return _INVALID
+    if ("command" in mcp) == ("url" in mcp):
+        issues.add(mpath, "Needs exactly one of command (stdio) and url (streamable HTTP)")
+        return _INVALID
+    allowed = MCP_STDIO_KEYS if "command" in mcp else MCP_HTTP_KEYS
+    for key in mcp:
+        if key not in allowed:
+            issues.add(mpath + [key], f"Not allowed here (allowed: {', '.join(allowed)})")
+    ok = True
+    if "command" in mcp:
+        command = mcp["command"]
+        if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
+            issues.add(mpath + ["command"], "Expected a non-empty list of non-empty strings")
+            ok = False
+        if "cwd" in mcp and (not isinstance(mcp["cwd"], str) or not mcp["cwd"]):
+            issues.add(mpath + ["cwd"], "Expected a non-empty string")
+            ok = False
+        if mcp.get("where", "controller") not in MCP_WHERE:
+            issues.add(mpath + ["where"], f"Expected one of {', '.join(MCP_WHERE)}")
+            ok = False
+        for key in ("env", "envFrom"):
+            if key in mcp:
+                ok = _check_string_map(mcp[key], mpath + [key], issues) and ok
+        if mcp.get("where") == "runner" and "envFrom" in mcp:
+            issues.add(mpath + ["envFrom"], "Not allowed with where: runner (controller variables never "
+                                            "reach a container)")
+            ok = False
+    else:
+        url = mcp["url"]
+        if not isinstance(url, str) or not HTTP_URL.match(url):
+            issues.add(mpath + ["url"], "Expected an http:// or https:// URL")
+            ok = False
+        for key in ("headers", "headersEnv"):
+            if key in mcp:
+                ok = _check_string_map(mcp[key], mpath + [key], issues) and ok
+    if not ok or extra or not isinstance(value.get("id"), str) or not value.get("id"):
+        return _INVALID
+    return {"id": value["id"], "mcp": copy.deepcopy(mcp)}
 
 
 _PRIORITY = _Enum(*PRIORITIES)
@@ -1151,7 +1217,7 @@ def _check_script_step(step, path, registry):
             raise _script_error(call_path + ["input"], f"Expected object, received {_type_name(call['input'])}")
 
 
-def _post_validate(data, merged, base_dir, env, packaged_dir):
+def _post_validate(data, merged, base_dir, env, packaged_dir, mcp_tools=None):
     """Steps 0–5 of config.md §2.8 on the schema-validated tree; returns (data, registry)."""
     _check_segment(data["name"], "Project name must be a single path segment")
     for agent_id in data["agents"]:
@@ -1169,6 +1235,10 @@ def _post_validate(data, merged, base_dir, env, packaged_dir):
         if isinstance(entry, str):
             if entry not in BUILTIN_TOOLPACKS:
                 raise unknown_builtin_error(entry)
+        elif "mcp" in entry:
+            # A sandbox-side server's cwd is a path inside the sandbox, kept as written.
+            if "cwd" in entry["mcp"] and entry["mcp"].get("where") != "runner":
+                entry = dict(entry, mcp=dict(entry["mcp"], cwd=lexical_abspath(entry["mcp"]["cwd"], base_dir)))
         elif "path" in entry:
             entry = dict(entry, path=check_toolpack_directory(entry["path"], base_dir))
         entries.append(entry)
@@ -1183,7 +1253,7 @@ def _post_validate(data, merged, base_dir, env, packaged_dir):
         if agent.id in agent_ids:
             raise ConfigError(f"Duplicate agent id after count expansion: {agent.id}")
         agent_ids.append(agent.id)
-    registry = resolve_toolpacks(entries, base_dir, packaged_dir)
+    registry = resolve_toolpacks(entries, base_dir, packaged_dir, mcp_tools)
     if RESERVED_AGENT_ID in agent_ids:
         raise ConfigError(f"Agent id is reserved: {RESERVED_AGENT_ID}")
     _check_references(data, merged, set(agent_ids))
@@ -1369,9 +1439,11 @@ class ProjectConfig:
     backend: BackendConfig = None
     observability: ObservabilityConfig = None
     unknown_keys: tuple = ()  # "<path>: unknown key (did you mean …?)" lines of load_project
+    # Lists MCP servers' tools when toolpacks are resolved (suzumio_mcp.McpHub.listing); None: unlisted.
+    _mcp_tools: object = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def _build(cls, data, path, source_text, registry, registry_error, packaged_dir):
+    def _build(cls, data, path, source_text, registry, registry_error, packaged_dir, mcp_tools=None):
         observability = data["observability"]
         return cls(
             path, source_text, frozen_json(data), tuple(expand_agents(data)), registry,
@@ -1379,10 +1451,11 @@ class ProjectConfig:
             _scheduler_config(data["scheduler"]), _communication_config(data["communication"]),
             _backend_config(data["backend"]),
             ObservabilityConfig(observability["http"]["enabled"], observability["http"]["host"],
-                                observability["http"]["port"], observability["webui"]["enabled"]))
+                                observability["http"]["port"], observability["webui"]["enabled"]),
+            mcp_tools)
 
     @classmethod
-    def from_data(cls, data, path=None, packaged_dir=None):
+    def from_data(cls, data, path=None, packaged_dir=None, mcp_tools=None):
         """Rebuild from a stored `config_json` (dict or JSON text): defaults for fields added later are
         materialized, nothing else is re-validated, and the toolpacks are resolved again from disk. A
         resolution error does not fail this call; it is raised by `toolpacks`, `tool` and `allowed_tools`."""
@@ -1391,10 +1464,10 @@ class ProjectConfig:
         data = validate_schema(copy.deepcopy(data))
         packaged_dir = packaged_dir or packaged_toolpacks_dir()
         try:
-            registry, error = resolve_toolpacks(data["tools"]["toolpacks"], None, packaged_dir), None
+            registry, error = resolve_toolpacks(data["tools"]["toolpacks"], None, packaged_dir, mcp_tools), None
         except ConfigError as exc:
             registry, error = None, exc.message
-        return cls._build(data, path, None, registry, error, packaged_dir)
+        return cls._build(data, path, None, registry, error, packaged_dir, mcp_tools)
 
     from_config_json = from_data
 
@@ -1480,7 +1553,7 @@ class ProjectConfig:
 
     def resolve_toolpacks(self):
         """Resolve the toolpacks afresh from disk (manifests may change after init); raises ConfigError."""
-        return resolve_toolpacks(self.toolpack_entries, None, self._packaged_dir)
+        return resolve_toolpacks(self.toolpack_entries, None, self._packaged_dir, self._mcp_tools)
 
     def selected_model(self, agent_id):
         return self.agent(agent_id).selected_model
@@ -1508,9 +1581,11 @@ def _communication_config(data):
                                data["nonCoordinatorMaxPriority"], data["pmRoutineVerifierPriority"])
 
 
-def load_project(path, env=None, packaged_dir=None, strict=False):
+def load_project(path, env=None, packaged_dir=None, strict=False, mcp_tools=None):
     """Run the whole pipeline (config.md §2, steps 1–6) on a project file; raises ConfigError. Unknown
-    keys land in `config.unknown_keys`; with `strict` (or `strict: true` in the file) they are errors."""
+    keys land in `config.unknown_keys`; with `strict` (or `strict: true` in the file) they are errors.
+    With `mcp_tools` (`config render --check`) MCP servers are asked for their tools and allowlists
+    checked against them."""
     env = os.environ if env is None else env
     absolute = lexical_abspath(os.fspath(path))
     source_text = read_text(absolute)
@@ -1521,7 +1596,7 @@ def load_project(path, env=None, packaged_dir=None, strict=False):
         raise ConfigError("Unknown keys in project config (strict):\n"
                           + "\n".join(f"  - {line}" for line in unknown))
     packaged_dir = packaged_dir or packaged_toolpacks_dir()
-    data, registry = _post_validate(data, merged, os.path.dirname(absolute), env, packaged_dir)
+    data, registry = _post_validate(data, merged, os.path.dirname(absolute), env, packaged_dir, mcp_tools)
     config = ProjectConfig._build(data, absolute, source_text, registry, None, packaged_dir)
     config = dataclasses.replace(config, unknown_keys=tuple(unknown))
     log.debug("loaded project %s from %s", config.name, absolute)
@@ -1539,6 +1614,13 @@ def manifest_stamps(config):
     stamps = []
     try:
         for pack in config.toolpacks:
+            if pack.kind == "mcp":
+                # A listed server's config is rebuilt when the server was started again (its tools may
+                # have changed); one built while the server was down is rebuilt to retry it.
+                stamp = getattr(config._mcp_tools, "stamp", None)
+                if stamp is not None and pack.mcp_where == "controller":
+                    stamps.append(("mcp", pack.id, stamp(pack.id, pack.mcp, pack.mcp_listed)))
+                continue
             if not pack.builtin:
                 path = os.path.join(pack.path, MANIFEST_NAME)
                 stat = os.stat(path)
@@ -1556,10 +1638,11 @@ class ConfigCache:
     local toolpack manifest changed on disk. Rebuilding (schema defaults, toolpack resolution) was most
     of an idle tick's cost; the scheduler and the toolpack runtime share one."""
 
-    def __init__(self, size=CONFIG_CACHE_SIZE):
+    def __init__(self, size=CONFIG_CACHE_SIZE, mcp_tools=None):
         self._entries = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
         self.size = size
+        self.mcp_tools = mcp_tools
 
     def get(self, store):
         data = store.config()
@@ -1570,7 +1653,7 @@ class ConfigCache:
         if cached is not None and cached[0] is data and cached[2] is not None \
                 and manifest_stamps(cached[1]) == cached[2]:
             return cached[1]
-        config = ProjectConfig.from_data(data)
+        config = ProjectConfig.from_data(data, mcp_tools=self.mcp_tools)
         with self._lock:
             self._entries[store.project_id] = (data, config, manifest_stamps(config))
             self._entries.move_to_end(store.project_id)

@@ -303,10 +303,27 @@ class ToolpackSpec:
     controller_module: str = None
     packaged: str = None
     _manifest_json: str = field(default=None, repr=False)
+    # MCP toolpacks (issue 15): the `mcp` block, whether the server's tools are known (listed), and
+    # the one-line reason when they are not.
+    _mcp_json: str = field(default=None, repr=False)
+    mcp_listed: bool = False
+    mcp_error: str = None
 
     @property
     def kind(self):
+        if self._mcp_json is not None:
+            return "mcp"
         return "builtin" if self.builtin else "local"
+
+    @property
+    def mcp(self):
+        """The entry's `mcp` block for MCP toolpacks, else None."""
+        return None if self._mcp_json is None else json.loads(self._mcp_json)
+
+    @property
+    def mcp_where(self):
+        """`controller` (the controller owns the session) or `runner` (started inside the sandbox)."""
+        return None if self._mcp_json is None else (self.mcp.get("where") or "controller")
 
     @property
     def manifest(self):
@@ -343,8 +360,9 @@ class ToolpackSpec:
 
     @property
     def has_scheduler_hook(self):
-        """Local toolpacks (WebUI-only ones included) are asked for a scheduler hook every tick; built-ins never."""
-        return not self.builtin
+        """Local toolpacks (WebUI-only ones included) are asked for a scheduler hook every tick; built-ins
+        and MCP toolpacks never."""
+        return not self.builtin and self._mcp_json is None
 
     @property
     def tool_names(self):
@@ -389,10 +407,14 @@ class ToolRegistry:
     def unknown_allowlist_entry(self, patterns):
         """(index, entry) of the first allowlist entry naming no registered tool (load-time rule), or None."""
         names = self.tool_names
+        # An MCP toolpack whose server was not asked (plain render) accepts `<id>.*` and `<id>.<name>`.
+        unlisted = [pack.id + "." for pack in self.toolpacks if pack.kind == "mcp" and not pack.mcp_listed]
         for index, pattern in enumerate(patterns):
             if pattern == "*" or pattern in names:
                 continue
             if pattern.endswith(".*") and any(name.startswith(pattern[:-1]) for name in names):
+                continue
+            if any(pattern.startswith(prefix) and len(pattern) > len(prefix) for prefix in unlisted):
                 continue
             return index, pattern
         return None
@@ -532,12 +554,32 @@ def load_local_toolpack(root, config_id=None, packaged=None):
                         frozen_json(manifest))
 
 
-def resolve_toolpacks(entries, base_dir=None, packaged_dir=None):
-    """Resolve `tools.toolpacks` afresh from disk into a ToolRegistry (tools.md §2.2); raises ConfigError."""
+def mcp_toolpack(entry, mcp_tools=None):
+    """An MCP toolpack (issue 15). `mcp_tools(id, mcp)` → (tool definitions or None, error line) asks the
+    server; without it (plain render, runner-side servers) the tools stay unknown and unlisted.
+    Each server tool `t` becomes `<id>.t` with the server's description and input schema."""
+    toolpack_id, mcp = entry["id"], entry["mcp"]
+    if not _ID_PATTERN.match(toolpack_id):
+        raise ConfigError(f"Invalid toolpack id {toolpack_id}: use only letters, digits, '.', '_' and '-'")
+    listed, error, tools = None, None, ()
+    if mcp_tools is not None and (mcp.get("where") or "controller") == "controller":
+        listed, error = mcp_tools(toolpack_id, mcp)
+    if listed is not None:
+        tools = tuple(ToolSpec(f"{toolpack_id}.{tool['name']}", tool["description"], toolpack_id, False,
+                               frozen_json(tool["inputSchema"])) for tool in listed)
+    return ToolpackSpec(toolpack_id, False, tools, (), _mcp_json=frozen_json(mcp), mcp_listed=listed is not None,
+                        mcp_error=error)
+
+
+def resolve_toolpacks(entries, base_dir=None, packaged_dir=None, mcp_tools=None):
+    """Resolve `tools.toolpacks` afresh from disk into a ToolRegistry (tools.md §2.2); raises ConfigError.
+    `mcp_tools` lists MCP servers' tools (see mcp_toolpack)."""
     packaged_dir = packaged_dir or packaged_toolpacks_dir()
     toolpacks, seen = [], set()
     for entry in entries:
-        if isinstance(entry, str):
+        if isinstance(entry, dict) and "mcp" in entry:
+            pack = mcp_toolpack(entry, mcp_tools)
+        elif isinstance(entry, str):
             if entry not in BUILTIN_TOOLPACKS:
                 raise unknown_builtin_error(entry)
             pack = _builtin_toolpack(entry)

@@ -714,6 +714,14 @@ class Runner:
             names = [d.get("name") for d in definitions]
             if module.startswith("builtin:"):
                 handlers = self.builtin_handlers(module[len("builtin:") :], spec)
+            elif module == "support:":
+                # An MCP toolpack whose session the controller owns (issue 15).
+                support_path = spec.get("supportPath") or f"/toolpacks/{toolpack_id}/support"
+                handlers = {name: self._mcp_support_handler(support_path, name) for name in names}
+            elif module == "mcp-stdio:":
+                # A sandbox-side MCP server: started here, next to the agent's files (issue 15).
+                definitions, handlers = self.sandbox_mcp_tools(toolpack_id, spec, bridges)
+                names = [d["name"] for d in definitions]
             else:
                 bridge = NodeBridge(toolpack_id, self.host_path, self.groups, self.node, self.warn)
                 bridges.append(bridge)
@@ -780,6 +788,55 @@ class Runner:
             result = self.client.post(support_path, {"tool": tool, "input": args})
             if not isinstance(result, dict) or not isinstance(result.get("output"), str):
                 raise ToolError(f"Runner tool {tool} returned an invalid result")
+            return result
+
+        return call
+
+    def sandbox_mcp_tools(self, toolpack_id, spec, bridges):
+        """Start the server of a `where: runner` MCP toolpack and list its allowed tools as `<id>.<tool>`;
+        a server that cannot start is one warning line and contributes no tools."""
+        import suzumio_runner_mcp as runner_mcp  # on first use: most activations start no MCP server
+
+        mcp = spec.get("mcp") or {}
+        command = [arg.replace("{workspace}", self.workspace) for arg in mcp.get("command") or []]
+        env = runner_mcp.server_environment(self.env, mcp.get("env"))
+        client = runner_mcp.StdioMcpClient(
+            toolpack_id, command, env, mcp.get("cwd") or self.workspace, self.groups, self.workspace
+        )
+        bridges.append(client)
+        try:
+            listed = client.start()
+        except runner_mcp.McpServerError as error:
+            self.warn("%s", error)
+            return [], {}
+        definitions, handlers = [], {}
+        for tool in listed:
+            name = f"{toolpack_id}.{tool['name']}"
+            if runner_mcp.is_allowed(name, spec.get("allow") or []):
+                definitions.append(dict(tool, name=name))
+                handlers[name] = self._sandbox_mcp_handler(client, tool["name"], runner_mcp.McpServerError)
+        return definitions, handlers
+
+    @staticmethod
+    def _sandbox_mcp_handler(client, tool, failure):
+        def call(args):
+            try:
+                result = client.call(tool, args)
+            except failure as error:
+                raise ToolError(str(error)) from None
+            if result.get("isError"):
+                raise ToolError(result["output"] or f"{tool} failed")
+            return result
+
+        return call
+
+    def _mcp_support_handler(self, support_path, tool):
+        forward = self._support_handler(support_path, tool)
+
+        def call(args):
+            result = forward(args)
+            if result.get("isError"):
+                raise ToolError(result["output"] or f"{tool} failed")
             return result
 
         return call

@@ -9,6 +9,7 @@ import math
 import threading
 from pathlib import Path
 
+import suzumio_mcp
 import suzumio_node
 from suzumio_config import ConfigCache
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
@@ -275,10 +276,11 @@ CORE_HANDLERS = {
 class ToolpackRuntime:
     """Controller-side tool operations for every project; owns the (lazy) Node host."""
 
-    def __init__(self, node_host=None, configs=None):
+    def __init__(self, node_host=None, configs=None, mcp=None):
         self._node_host = node_host
         self.configs = configs or ConfigCache()
         self._node_lock = threading.Lock()
+        self.mcp = mcp  # suzumio_mcp.McpHub: controller-side MCP sessions (issue 15), or None
 
     @property
     def node(self):
@@ -292,6 +294,8 @@ class ToolpackRuntime:
             host, self._node_host = self._node_host, None
         if host is not None:
             host.close()
+        if self.mcp is not None:
+            self.mcp.close()
 
     # -- registry
 
@@ -305,7 +309,8 @@ class ToolpackRuntime:
 
     def check_tool_call(self, store, agent, tool):
         """The registry checks of `/runner/tool-calls/start` (tools.md §12)."""
-        if self.registry(store).tool(tool) is None:
+        registry = self.registry(store)
+        if registry.tool(tool) is None and not sandbox_mcp_tool(registry, tool):
             raise NotFound(f"Unknown tool: {tool}")
         if not is_allowed(tool, agent["tools"]):
             raise Forbidden(f"Tool not allowed for {agent['id']}: {tool}")
@@ -330,10 +335,35 @@ class ToolpackRuntime:
             if handler is None:
                 return no_handler(pack.id, tool)
             return handler_result(handler, store, agent, activation_id, tool_input)
+        if pack.kind == "mcp":
+            return self.mcp_call(pack, tool, tool_input)
         context = {"project": store.project_id, "paths": store_paths(store), "agent": agent,
                    "activationId": activation_id}
         return self.node.support(pack.controller_module, pack.id, tool, tool_input, context,
                                  facade_callbacks(store, agent["id"], activation_id))
+
+    def mcp_call(self, pack, tool, tool_input):
+        """One tools/call on the controller's session of an MCP toolpack; a failure is one line (500)."""
+        if self.mcp is None:
+            raise ToolpackError(f"MCP toolpack {pack.id} needs the controller's MCP sessions")
+        try:
+            return self.mcp.call(pack.id, pack.mcp, tool[len(pack.id) + 1:], tool_input)
+        except suzumio_mcp.McpError as exc:
+            raise ToolpackError(str(exc)) from exc
+
+    def toolpack_listing(self, store):
+        """Every toolpack of a project with kind, state and tool names (`suzumio toolpacks`)."""
+        rows = []
+        for pack in self.registry(store).toolpacks:
+            state = "ok"
+            if pack.kind == "mcp" and pack.mcp_where == "runner":
+                state = "in the sandbox (tools listed by the runner)"
+            elif pack.kind == "mcp":
+                state = suzumio_mcp.STATE_UP if pack.mcp_listed else "down: " + (pack.mcp_error or "not listed")
+                if pack.mcp_listed and self.mcp is not None:
+                    state = self.mcp.state(pack.id, pack.mcp)
+            rows.append({"id": pack.id, "kind": pack.kind, "state": state, "tools": pack.tool_names})
+        return rows
 
     # -- WebUI (tools.md §11)
 
@@ -361,7 +391,7 @@ class ToolpackRuntime:
         for tool in registry.tools:
             entries[tool.name] = {
                 "tool": tool.name, "toolpackId": tool.toolpack_id,
-                "toolpackKind": "builtin" if tool.builtin else "local", "description": tool.description,
+                "toolpackKind": registry.toolpack(tool.toolpack_id).kind, "description": tool.description,
                 "enabledForAgents": [a["id"] for a in agents if is_allowed(tool.name, a["tools"])]}
         stats = store.tool_call_stats()
         for name, counts in stats.items():
@@ -400,6 +430,12 @@ class ToolpackRuntime:
             except SuzumioError as exc:
                 log.warning("scheduler hook of %s in %s failed: %s", pack.id, store.project_id, exc.message)
                 store.append_event(EVENT_HOOK_FAILED, {"toolpackId": pack.id, "error": exc.message})
+
+
+def sandbox_mcp_tool(registry, tool):
+    """True for `<id>.<name>` of a `where: runner` MCP toolpack: only the runner knows those names."""
+    return any(pack.kind == "mcp" and pack.mcp_where == "runner" and tool.startswith(pack.id + ".")
+               and len(tool) > len(pack.id) + 1 for pack in registry.toolpacks)
 
 
 def handler_result(handler, *args):

@@ -156,13 +156,13 @@ class Service:
 
 @contextlib.contextmanager
 def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
-            **app_options):
+            mcp=None, **app_options):
     """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
     at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
     None: no token), the runner app
     on the root's runner socket (or, with runner_listen=("127.0.0.1", 0), on TCP, reached through
     backend.controllerUrl). The scheduler thread runs only with `scheduler_interval`; otherwise ticks
-    run synchronously from the routes that ask for them."""
+    run synchronously from the routes that ask for them. `mcp`: an McpHub for MCP toolpacks (test_mcp)."""
     root = suzumio_store.Root(root_path)
     socket_path = None
     if runner_listen is None:
@@ -171,8 +171,10 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
     token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
     backend = suzumio_backend.Backends(runner_socket=socket_path)
-    toolpacks = suzumio_toolpacks.ToolpackRuntime()
-    scheduler = suzumio_scheduler.Scheduler(root, backend, hooks=toolpacks,
+    # With an McpHub (test_mcp), scheduler and routes share one config cache that lists MCP tools.
+    configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing) if mcp is not None else None
+    toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs, mcp=mcp)
+    scheduler = suzumio_scheduler.Scheduler(root, backend, hooks=toolpacks, configs=toolpacks.configs,
                                             interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS)
     if scheduler_interval is not None:
         scheduler.start()

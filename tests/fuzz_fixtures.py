@@ -20,6 +20,8 @@ RUNNER_PREFIXES = ("/runner/", "/toolpacks/", "/activation-")
 PLACEHOLDER = re.compile(r"<(\w+)(?::\w+)?>")
 JSON_TYPE = "application/json; charset=utf-8"
 VALID_STATUSES = {200, 400, 401, 403, 404, 409, 500}
+# The MCP endpoint (issue 15, docs/mcp.md) also answers 202 (a notification) and 405 (GET: no stream).
+MCP_STATUSES = {202, 405}
 CONTEXT = {"version": 1, "kind": "model-context", "messages": []}
 
 # Python internals that must never reach a client (a traceback, a repr, an exception class name).
@@ -55,6 +57,7 @@ ERROR_TEXTS = [
     (r"Model preset \S+ is not selected for \S+", {403}),
     (r"Model preset \S+ is a model list; .*|Model preset \S+ uses provider \S+, not .*", {400}),
     (r"Provider \S+ is scripted: .*|Provider type \S+ is not supported by this version .*", {400}),
+    (r"Method not allowed: POST JSON-RPC messages to /mcp", {405}),
 ]
 ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
 # Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text (§2.3).
@@ -161,7 +164,7 @@ def exception_log():
 def error_problems(reply, path):
     """What is wrong with a response under http-api.md §2.3; [] when it is fine."""
     problems = []
-    if reply.status not in VALID_STATUSES:
+    if reply.status not in VALID_STATUSES | (MCP_STATUSES if path == "/mcp" else set()):
         problems.append(f"status {reply.status} is outside the spec's mapping")
     handler_route = any(pattern.match(path) for pattern in HANDLER_ROUTES)
     if reply.status == 500 and not handler_route:

@@ -23,6 +23,7 @@ import pytest
 import requests
 import yaml
 from conftest import wait_until
+from mcp_fixtures import install_mcp_servers
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 
 import suzumio
@@ -211,6 +212,31 @@ def test_pex_holds_every_runtime_file_beside_the_modules_for_four_platforms(pex_
                 assert [w for w in wheels if w.startswith(project + "-") and tag in w and arch in w], \
                     (project, tag, arch)
     assert pex_file.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+
+
+def test_pex_stays_under_30_mb_and_its_mcp_client_lists_a_real_server(pex_file, host, tmp_path):
+    """Issue 15: the MCP SDK is inside (without cryptography, which Suzumio never imports), the file
+    stays under 30 MB, and `config render --check` from the copied pex lists server-everything's tools."""
+    assert pex_file.stat().st_size < 30_000_000
+    with zipfile.ZipFile(pex_file) as archive:
+        wheels = json.loads(archive.read("PEX-INFO"))["distributions"]
+    assert [w for w in wheels if w.startswith("mcp-")]
+    assert not [w for w in wheels if w.startswith("cryptography-")]
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed")
+    servers = install_mcp_servers()
+    data = yaml.safe_load((EXAMPLES / "smoke.yaml").read_text())
+    data.setdefault("tools", {}).setdefault("toolpacks", ["core", "web"])
+    data["tools"]["toolpacks"].append({"id": "ev", "mcp": {"command": [servers["everything"]]}})
+    first = next(iter(data["agents"]))
+    data["agents"][first]["tools"] = list(data["agents"][first].get("tools") or []) + ["ev.echo"]
+    path = tmp_path / "mcp.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert "ev.echo" in host.ok("config", "render", path, "--check").stdout
+    data["agents"][first]["tools"].append("ev.nothing")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = host.run("config", "render", path, "--check")
+    assert result.returncode == 1 and 'unknown tool "ev.nothing"' in result.stderr, result.stderr
 
 
 # ---------------------------------------------------------------- CLI from a copied pex

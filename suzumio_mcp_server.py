@@ -1,0 +1,331 @@
+"""Suzumio as an MCP server (issue 15): tools to list projects, read status, agents, messages and the
+report, send a message, start, stop, approve and request changes, and resources for reports and
+artifacts. One JSON-RPC dispatcher serves `POST /mcp` on `serve` (streamable HTTP, JSON responses,
+behind the user API token) and `suzumio mcp` over stdio, without the MCP SDK. Imports the store
+rules (suzumio_scheduler, suzumio_toolpacks); imported by suzumio_api (the route) and suzumio.py."""
+import base64
+import json
+import logging
+import mimetypes
+import os
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import suzumio_scheduler
+from suzumio_errors import BadRequest, SuzumioError
+from suzumio_records import PRIORITIES
+from suzumio_toolpacks import optional_string
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+DEFAULT_PROTOCOL_VERSION = "2025-06-18"
+SERVER_INFO = {"name": "suzumio", "version": "0.1.0"}
+RESOURCE_PREFIX = "suzumio://projects/"
+MAX_RESOURCE_BYTES = 4 * 1024 * 1024
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+
+
+def _object(properties, required=()):
+    return {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+
+
+_PROJECT = {"project": {"type": "string", "description": "Project name (see list_projects)"}}
+_LIMIT = {"limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "At most this many, newest first"}}
+
+TOOLS = (
+    ("list_projects", "List every Suzumio project with its status.", _object({})),
+    ("project_status", "A project's status, task, agents and counts.", _object(_PROJECT, ["project"])),
+    ("list_agents", "A project's agents with their status and current activation.", _object(_PROJECT, ["project"])),
+    ("list_messages", "A project's messages, newest first.", _object({**_PROJECT, **_LIMIT}, ["project"])),
+    ("read_report", "The final report a project's coordinator submitted (completion.submit).",
+     _object(_PROJECT, ["project"])),
+    ("send_message", "Send a message as the user to an agent (or a channel); it wakes the recipient.",
+     _object({**_PROJECT, "recipient": {"type": "string", "description": "Agent id"},
+              "channel": {"type": "string", "description": "Channel, e.g. #project (instead of recipient)"},
+              "body": {"type": "string"},
+              "priority": {"type": "string", "enum": list(PRIORITIES), "description": "P0 interrupts; default P2"}},
+             ["project", "body"])),
+    ("start_project", "Start (or resume) a project.", _object(_PROJECT, ["project"])),
+    ("stop_project", "Stop a project; running activations are cancelled.", _object(_PROJECT, ["project"])),
+    ("approve_project", "Approve a project's submitted report: the project completes.", _object(_PROJECT, ["project"])),
+    ("request_changes", "Reject the submitted report with feedback; the coordinator (or recipient) is woken.",
+     _object({**_PROJECT, "body": {"type": "string"}, "recipient": {"type": "string"}}, ["project", "body"])),
+)
+
+
+class McpRequestError(Exception):
+    """A JSON-RPC error answer."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def _text(value):
+    return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+
+
+class SuzumioMcp:
+    """The tools and resources over a store root. `tick(project)` runs a scheduler pass after changes
+    (the route's scheduler on `serve`, an in-process one for `suzumio mcp`); `backend` stops runners."""
+
+    def __init__(self, root, tick, backend):
+        self.root = root
+        self.tick = tick
+        self.backend = backend
+
+    # -- tools
+
+    def _store(self, args):
+        project = args.get("project")
+        if not isinstance(project, str) or not project:
+            raise BadRequest("project is required")
+        return self.root.open_project(project)
+
+    def call_tool(self, name, args):
+        if not isinstance(name, str) or name not in {tool[0] for tool in TOOLS}:
+            raise McpRequestError(INVALID_PARAMS, f"Unknown tool: {name}")
+        try:
+            value = getattr(self, "tool_" + name)(args)
+        except SuzumioError as exc:
+            return {"content": [{"type": "text", "text": exc.message}], "isError": True}
+        result = {"content": [{"type": "text", "text": _text(value)}]}
+        if isinstance(value, dict):
+            result["structuredContent"] = value
+        return result
+
+    def tool_list_projects(self, args):
+        return {"projects": [self.root.open_project(name).project_summary(full=False)
+                             for name in self.root.list_projects()]}
+
+    def tool_project_status(self, args):
+        return self._store(args).project_summary(full=True)
+
+    def tool_list_agents(self, args):
+        return {"agents": self._store(args).public_agents()}
+
+    def tool_list_messages(self, args):
+        limit = args.get("limit", 50)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise BadRequest("limit must be an integer from 1 to 1000")
+        return {"messages": self._store(args).list_messages(limit)}
+
+    def tool_read_report(self, args):
+        path = self._store(args).project()["submitted_report"]
+        if not path:
+            return "No report submitted."
+        return Path(path).read_text(encoding="utf-8")
+
+    def tool_send_message(self, args):
+        store = self._store(args)
+        priority = args.get("priority")
+        if priority is not None and priority not in PRIORITIES:
+            raise BadRequest(f"Invalid priority: {priority}")
+        message = store.send_message(sender="user", body=args.get("body"),
+                                     recipient=optional_string(args.get("recipient")),
+                                     channel=optional_string(args.get("channel")), priority=priority)
+        self.tick(store.project_id)
+        return message
+
+    def tool_start_project(self, args):
+        store = self._store(args)
+        store.start()
+        self.tick(store.project_id)
+        return store.project_summary(full=True)
+
+    def tool_stop_project(self, args):
+        store = self._store(args)
+        suzumio_scheduler.stop_project(store, self.backend)
+        return store.project_summary(full=True)
+
+    def tool_approve_project(self, args):
+        store = self._store(args)
+        suzumio_scheduler.approve_project(store, self.backend)
+        return store.project_summary(full=True)
+
+    def tool_request_changes(self, args):
+        store = self._store(args)
+        store.request_changes(args.get("body"), recipient=optional_string(args.get("recipient")))
+        self.tick(store.project_id)
+        return store.project_summary(full=True)
+
+    # -- resources: suzumio://projects/<p>/report and suzumio://projects/<p>/artifacts/<agent>/<path>
+
+    def list_resources(self):
+        resources = []
+        for name in self.root.list_projects():
+            store = self.root.open_project(name)
+            base = RESOURCE_PREFIX + quote(name, safe="")
+            if store.project()["submitted_report"]:
+                resources.append({"uri": base + "/report", "name": f"{name} report", "mimeType": "text/markdown"})
+            for agent in store.list_agents():
+                folder = store.artifacts_dir(agent["id"])
+                for relative in _files(folder):
+                    uri = f"{base}/artifacts/{quote(agent['id'], safe='')}/{quote(relative)}"
+                    resources.append({"uri": uri, "name": f"{name}: {agent['id']}/{relative}",
+                                      "mimeType": mimetypes.guess_type(relative)[0] or "application/octet-stream"})
+        return {"resources": resources}
+
+    def read_resource(self, uri):
+        if not isinstance(uri, str) or not uri.startswith(RESOURCE_PREFIX):
+            raise McpRequestError(INVALID_PARAMS, f"Unknown resource: {uri}")
+        parts = uri[len(RESOURCE_PREFIX):].split("/")
+        store = self.root.open_project(unquote(parts[0]))
+        if parts[1:] == ["report"]:
+            path = store.project()["submitted_report"]
+            if not path:
+                raise McpRequestError(INVALID_PARAMS, "No report submitted.")
+            return _contents(uri, Path(path), "text/markdown")
+        if len(parts) >= 4 and parts[1] == "artifacts":
+            folder = Path(os.path.realpath(store.artifacts_dir(unquote(parts[2]))))
+            path = Path(os.path.realpath(folder / unquote("/".join(parts[3:]))))
+            if folder not in path.parents or not path.is_file():
+                raise McpRequestError(INVALID_PARAMS, f"Unknown resource: {uri}")
+            return _contents(uri, path, mimetypes.guess_type(path.name)[0])
+        raise McpRequestError(INVALID_PARAMS, f"Unknown resource: {uri}")
+
+    # -- JSON-RPC
+
+    def handle(self, message):
+        """One JSON-RPC message → its response object, or None for a notification or a response."""
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return _error(None, INVALID_REQUEST, "Invalid JSON-RPC message")
+        if "method" not in message:
+            return None  # a response to a request we never send
+        request_id = message.get("id")
+        is_notification = "id" not in message
+        method, params = message["method"], message.get("params")
+        if params is None:
+            params = {}
+        if not isinstance(method, str) or not isinstance(params, dict):
+            return None if is_notification else _error(request_id, INVALID_REQUEST, "method must be a string "
+                                                       "and params an object")
+        try:
+            result = self._dispatch(method, params)
+        except McpRequestError as exc:
+            return None if is_notification else _error(request_id, exc.code, str(exc))
+        except SuzumioError as exc:
+            return None if is_notification else _error(request_id, INVALID_PARAMS, exc.message)
+        except Exception:  # the one boundary of an MCP request: logged, answered -32603
+            log.exception("MCP request %s failed", message.get("method"))
+            return None if is_notification else _error(request_id, INTERNAL_ERROR, "internal error")
+        if is_notification:
+            return None
+        return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+    def _dispatch(self, method, params):
+        if method == "initialize":
+            requested = params.get("protocolVersion")
+            version = requested if requested in PROTOCOL_VERSIONS else DEFAULT_PROTOCOL_VERSION
+            return {"protocolVersion": version, "serverInfo": SERVER_INFO,
+                    "capabilities": {"tools": {"listChanged": False}, "resources": {}},
+                    "instructions": "Drive Suzumio teams: list projects, read status and reports, send messages."}
+        if method == "ping" or method.startswith("notifications/"):
+            return {}
+        if method == "tools/list":
+            return {"tools": [{"name": name, "description": description, "inputSchema": schema}
+                              for name, description, schema in TOOLS]}
+        if method == "tools/call":
+            arguments = params.get("arguments") or {}
+            if not isinstance(arguments, dict):
+                raise McpRequestError(INVALID_PARAMS, "arguments must be an object")
+            return self.call_tool(params.get("name"), arguments)
+        if method == "resources/list":
+            return self.list_resources()
+        if method == "resources/templates/list":
+            return {"resourceTemplates": []}
+        if method == "resources/read":
+            return self.read_resource(params.get("uri"))
+        raise McpRequestError(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    def handle_text(self, text):
+        """A JSON text (one message or a batch) → the response text, or None when nothing answers."""
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return json.dumps(_error(None, PARSE_ERROR, "Parse error"))
+        if isinstance(value, list):
+            answers = [answer for answer in (self.handle(item) for item in value) if answer is not None]
+            return json.dumps(answers, ensure_ascii=False) if answers else None
+        answer = self.handle(value)
+        return None if answer is None else json.dumps(answer, ensure_ascii=False)
+
+
+def _error(request_id, code, message):
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def _files(folder):
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    for directory, subdirs, files in os.walk(folder):
+        subdirs[:] = sorted(d for d in subdirs if not os.path.islink(os.path.join(directory, d)))
+        for name in sorted(files):
+            path = os.path.join(directory, name)
+            if not os.path.islink(path):
+                yield os.path.relpath(path, folder)
+
+
+def _contents(uri, path, mime):
+    data = path.read_bytes()[:MAX_RESOURCE_BYTES]
+    try:
+        return {"contents": [{"uri": uri, "mimeType": mime or "text/plain", "text": data.decode("utf-8")}]}
+    except UnicodeDecodeError:
+        return {"contents": [{"uri": uri, "mimeType": mime or "application/octet-stream",
+                              "blob": base64.b64encode(data).decode("ascii")}]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Transports
+
+def mount_mcp(app, server):
+    """`/mcp` on the user listener (streamable HTTP without SSE: every POST is answered with JSON)."""
+    import bottle
+
+    from suzumio_runner_support import JSON_TYPE, MAX_BODY_BYTES
+
+    @app.post("/mcp")
+    def mcp_post():
+        raw = bottle.request.body.read(MAX_BODY_BYTES + 1)
+        if len(raw) > MAX_BODY_BYTES:
+            raise BadRequest(f"Request body too large (limit {MAX_BODY_BYTES} bytes)")
+        answer = server.handle_text(raw.decode("utf-8", errors="replace"))
+        if answer is None:
+            return bottle.HTTPResponse(b"", 202)
+        return bottle.HTTPResponse(answer.encode("utf-8"), 200, {"Content-Type": JSON_TYPE})
+
+    @app.get("/mcp")
+    def mcp_stream():
+        # No server-initiated stream: 405 tells MCP clients so (streamable HTTP). Without a session id
+        # clients never send DELETE.
+        body = json.dumps({"error": "Method not allowed: POST JSON-RPC messages to /mcp"}).encode("utf-8")
+        return bottle.HTTPResponse(body, 405, {"Allow": "POST", "Content-Type": JSON_TYPE})
+
+
+def serve_stdio(root, stdin, stdout):
+    """`suzumio mcp`: newline-delimited JSON-RPC on stdin/stdout until stdin closes. Changes run a
+    scheduler pass in this process, as `suzumio send` does."""
+    import suzumio
+
+    runtime = suzumio.Runtime(root, suzumio.live_runner_socket(root.path))
+    try:
+        def tick(project):
+            try:
+                runtime.scheduler.tick(project)
+            except SuzumioError as exc:
+                log.warning("tick of %s failed: %s", project, exc.message)
+
+        server = SuzumioMcp(root, tick, runtime.backends)
+        for line in stdin:
+            if not line.strip():
+                continue
+            answer = server.handle_text(line)
+            if answer is not None:
+                stdout.write(answer + "\n")
+                stdout.flush()
+    finally:
+        runtime.close()
+    return 0
+
