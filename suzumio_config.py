@@ -1452,7 +1452,7 @@ class ProjectConfig:
             _backend_config(data["backend"]),
             ObservabilityConfig(observability["http"]["enabled"], observability["http"]["host"],
                                 observability["http"]["port"], observability["webui"]["enabled"]),
-            mcp_tools)
+            _mcp_tools=mcp_tools)
 
     @classmethod
     def from_data(cls, data, path=None, packaged_dir=None, mcp_tools=None):

@@ -191,7 +191,7 @@ def first_asset():
 
 def test_every_post_route_refuses_foreign_origins_and_hosts_without_side_effects(iso, routes):
     posts = [(m, t) for m, t in user_requests(routes) if m == "POST"]
-    assert len(posts) == 6
+    assert len(posts) == 7  # http-api.md §3 and POST /mcp (spec-notes 8n)
     before = iso.snapshot()
     for method, target in posts:
         body = json.dumps({"recipient": "pm", "body": "x"}).encode()
