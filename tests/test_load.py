@@ -69,9 +69,9 @@ def test_descriptors_return_to_idle_level_after_a_team_finishes(serve_root, tmp_
 
     wait_until(submitted, 120, interval=0.2, message="the demo team submits")
     _status, body = serve.request("GET", "/api/projects/demo")
-    assert json.loads(body)["stats"]["activationCount"] >= 8  # the whole team ran, a dozen activations
+    assert json.loads(body)["stats"]["activationCount"] >= 7  # the whole team ran (7 activations or more)
     # The idle reading may have caught the project's reader pool not yet full; a leak of even one
-    # descriptor per activation (the team ran a dozen) would still exceed this.
+    # descriptor per activation (the team ran seven or more) would still exceed this.
     level = idle + 2 * suzumio_store.IDLE_READERS
     wait_until(lambda: serve.descriptors() <= level, 30, interval=0.2,
                message=f"descriptors back to the idle level {idle} (+ a full reader pool)")
