@@ -38,6 +38,7 @@ Commands:
   suzumio artifacts <project> [--root dir]
   suzumio events <project> [--limit n] [--root dir]
   suzumio tick [project] [--root dir]
+  suzumio gc [project] [--root dir]
 """
 
 DEFAULT_LIMIT = 50
@@ -50,13 +51,13 @@ COMMAND_FLAGS = {
     "config": set(), "init": set(), "serve": SERVE_FLAGS, "start": set(), "stop": set(),
     "approve": set(), "send": set(), "status": set(), "messages": {"limit"},
     "activations": {"limit"}, "turns": {"limit"}, "artifacts": set(), "events": {"limit"},
-    "tick": set(),
+    "tick": set(), "gc": set(),
 }
 # (minimum, maximum) positionals after the command word; None = unbounded.
 COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
-    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1),
+    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1), "gc": (0, 1),
 }
 
 
@@ -327,6 +328,31 @@ def cmd_tick(rest, options, out, err):
     return tick_projects(options, rest, err, every=not rest)
 
 
+def cmd_gc(rest, options, out, err):
+    """Remove the activation containers a project no longer needs (backend.docker.keep), or those of
+    every project; their log tails are kept in the activation folders."""
+    import suzumio_backend
+
+    root = open_root(options)
+    backends = suzumio_backend.Backends()
+    try:
+        names = rest or root.list_projects()
+        stores = [root.open_project(name) for name in names]
+        for store in stores:
+            config = suzumio_config.ProjectConfig.from_data(store.config())
+            if config.backend.kind != suzumio_backend.KIND_DOCKER and not rest:
+                continue
+            try:
+                removed = backends.collect_garbage(store, config)
+            except suzumio_backend.engine_errors() as error:
+                raise SuzumioError(f"Docker engine unavailable: {error}") from None
+            print(f"{store.project_id}: removed {removed} container{'' if removed == 1 else 's'}", file=out)
+    finally:
+        backends.close()
+        root.close()
+    return 0
+
+
 def tick_projects(options, names, err, every=False):
     """One scheduler pass per project (cli.md §3.12). Over every project an error is reported per
     project and the rest go on; for a named project it is the command's error."""
@@ -457,7 +483,7 @@ COMMANDS = {
     "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
     "messages": cmd_messages, "activations": cmd_activations, "turns": cmd_activations,
-    "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
+    "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick, "gc": cmd_gc,
 }
 
 

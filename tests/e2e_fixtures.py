@@ -39,7 +39,7 @@ def call(tool, **arguments):
 
 
 def project_config(kind, controller_url, model_url, *, agents=None, presets=None, model="pm",
-                   toolpacks=("core", "shell", "web"), scheduler=None, providers=None, extra=None):
+                   toolpacks=("core", "shell", "web"), scheduler=None, providers=None, extra=None, docker=None):
     """A project file as a user would write it; every agent names its own preset, so the FakeModel's
     per-model queues route replies to agents."""
     agents = agents or {"pm": {"model": "pm", "tools": PM_TOOLS},
@@ -53,7 +53,7 @@ def project_config(kind, controller_url, model_url, *, agents=None, presets=None
                    "presets": presets}}}
     if kind == "docker-chat":
         backend["image"] = RUNNER_IMAGE
-        backend["docker"] = {"network": "host"}
+        backend["docker"] = {"network": "host", **(docker or {})}
     config = {"name": PROJECT, "task": "Compute the answer and report it.", "channels": ["#project"],
               "agents": agents, "tools": {"toolpacks": list(toolpacks)}, "backend": backend,
               "scheduler": scheduler or {"noEffectNudge": {"enabled": False}}}
@@ -141,10 +141,10 @@ class Team:
 
     def runner_log(self, activation_id):
         """What the runner wrote to stderr/stdout: runner.log (local) or the container log."""
-        if self.docker is not None:
+        path = self.store.activation_dir(activation_id) / "runner.log"
+        if self.docker is not None and not path.exists():  # saved there once the container has exited
             name = self.store.activation(activation_id).get("containerName")
             return self.docker.containers.get(name).logs().decode("utf-8", "replace") if name else ""
-        path = self.store.activation_dir(activation_id) / "runner.log"
         return path.read_text(encoding="utf-8") if path.exists() else ""
 
     def stop_running(self):
