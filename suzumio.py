@@ -116,6 +116,8 @@ COMMAND_TABLE = (
     Command("toolpacks", "<project>", "List a project's toolpacks with their tools and state (MCP servers "
             "included).", [ROOT]),
     Command("mcp", "", "Serve Suzumio's MCP tools and resources over stdio, for desktop MCP clients.", [ROOT]),
+    Command("gc", "[project]", "Remove the activation containers a project no longer needs (backend.docker.keep), "
+            "keeping their log tails.", [ROOT]),
 )
 COMMANDS_BY_NAME = {name: command for command in COMMAND_TABLE for name in (command.name, *command.aliases)}
 ALL_OPTIONS = {option.dest: option for command in COMMAND_TABLE for option in command.options}
@@ -130,7 +132,7 @@ USAGE = ("Suzumio\n\nCommands:\n"
 COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
-    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0),
+    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1),
 }
 
 
@@ -623,6 +625,31 @@ def cmd_tick(rest, options, out, err, now):
     return tick_projects(options, rest, err, every=not rest)
 
 
+def cmd_gc(rest, options, out, err, now):
+    """Remove the activation containers a project no longer needs (backend.docker.keep), or those of
+    every project; their log tails are kept in the activation folders."""
+    import suzumio_backend
+
+    root = open_root(options)
+    backends = suzumio_backend.Backends()
+    try:
+        names = rest or root.list_projects()
+        stores = [root.open_project(name) for name in names]
+        for store in stores:
+            config = suzumio_config.ProjectConfig.from_data(store.config())
+            if config.backend.kind != suzumio_backend.KIND_DOCKER and not rest:
+                continue
+            try:
+                removed = backends.collect_garbage(store, config)
+            except suzumio_backend.engine_errors() as error:
+                raise SuzumioError(f"Docker engine unavailable: {error}") from None
+            print(f"{store.project_id}: removed {removed} container{'' if removed == 1 else 's'}", file=out)
+    finally:
+        backends.close()
+        root.close()
+    return 0
+
+
 def tick_projects(options, names, err, every=False):
     """One scheduler pass per project (cli.md §3.12). Over every project an error is reported per
     project and the rest go on; for a named project it is the command's error."""
@@ -851,6 +878,7 @@ COMMANDS = {
     "messages": cmd_messages, "activations": cmd_activations, "turns": cmd_activations,
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
     "toolpacks": cmd_toolpacks, "mcp": cmd_mcp,
+    "gc": cmd_gc,
 }
 
 

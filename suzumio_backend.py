@@ -20,6 +20,7 @@ from pathlib import Path
 import suzumio_config
 import suzumio_registry
 from suzumio_config import RESERVED_MOUNT_TARGETS
+from suzumio_errors import NotFound
 from suzumio_records import ACT_RUNNING, parse_ts, utc_now
 from suzumio_resources import resource_path
 
@@ -53,6 +54,7 @@ NEVER_STARTED_GRACE_MS = 60_000
 RECONCILE_INTERVAL_SECONDS = 60.0
 CLOSE_GRACE_SECONDS = 5.0
 
+FINISHED_STATES = ("exited", "dead")  # engine states of containers whose runner has ended
 NO_OUTPUT_ERROR = "Runner exited without submitting activation output"
 TIMEOUT_ERROR = "activation timed out"
 NEVER_STARTED_ERROR = "Runner container was never started (controller restarted)"
@@ -660,6 +662,13 @@ class DockerBackend:
             return container["Names"][0].lstrip("/")
         return None
 
+    def agent_containers(self, project, agent_id):
+        """(name, activation id, state) of an agent's containers, newest activation first (ids sort by time)."""
+        labels = ["suzumio.managed=true", f"suzumio.project={project}", f"suzumio.agent={agent_id}"]
+        rows = [(c["Names"][0].lstrip("/"), c.get("Labels", {}).get("suzumio.activation", ""), c.get("State", ""))
+                for c in self.client.api.containers(all=True, filters={"label": labels})]
+        return sorted(rows, key=lambda row: row[1], reverse=True)
+
     def remove(self, name):
         """Remove a container that never ran; a failure is logged (the container is then only kept)."""
         try:
@@ -767,7 +776,8 @@ class Backends:
             log.info("activation %s was cancelled before its container started", launch.activation_id)
             return
         self.docker.start(name)
-        self._watch(self._watch_container, store, launch.activation_id, name, launch.secrets)
+        self._watch(self._watch_container, store, launch.activation_id, name, launch.secrets,
+                    launch.config.backend.docker.keep)
 
     # -- monitors
 
@@ -829,9 +839,69 @@ class Backends:
         self._settle(store, launch.activation_id, exit_status(returncode),
                      lambda: self.local.log_tail(launch.activation_dir), launch.secrets)
 
-    def _watch_container(self, store, activation_id, name, secrets):
+    def _watch_container(self, store, activation_id, name, secrets, keep):
         code = self.docker.wait(name)
         self._settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
+        if not self._closed.is_set():
+            self.retire_containers(store, store.activation(activation_id)["agentId"], keep, secrets,
+                                   exited=(activation_id, name))
+
+    # -- container retention (backend.docker.keep)
+
+    def save_log_tail(self, store, activation_id, name, secrets):
+        """Keep an exited container's log tail as activations/<id>/runner.log (0600, redacted), as the
+        local backend keeps its runner's log, so removing the container loses nothing."""
+        path = store.activation_dir(activation_id) / "runner.log"
+        if path.exists():
+            return
+        text = redact(self.docker.log_tail(name), secrets)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text + ("\n" if text else ""))
+
+    def retire_containers(self, store, agent_id, keep, secrets=(), exited=None):
+        """Save the log tail of the container that just exited (`exited`: activation id, name), then
+        remove the agent's exited containers beyond the newest `keep` after saving theirs. Returns the
+        number removed; an engine error is logged and leaves the containers for the next time."""
+        removed = 0
+        try:
+            if exited is not None:
+                self.save_log_tail(store, *exited, secrets)
+            if keep == "all":
+                return 0
+            finished = [(name, activation_id) for name, activation_id, state
+                        in self.docker.agent_containers(store.project_id, agent_id)
+                        if state in FINISHED_STATES]
+            for name, activation_id in finished[keep:]:
+                if activation_id and store.activation_dir(activation_id).is_dir():
+                    self.save_log_tail(store, activation_id, name, secrets)
+                self.docker.client.api.remove_container(name)
+                removed += 1
+        except (OSError, *engine_errors()) as error:
+            log.warning("retiring the containers of %s/%s failed: %s", store.project_id, agent_id, error)
+        return removed
+
+    def collect_garbage(self, store, config):
+        """`suzumio gc`: per agent, the exited containers beyond backend.docker.keep (their log tails
+        saved first), and containers that were created but never started for an activation that is no
+        longer running (a controller that crashed between create and start). Returns the count removed."""
+        removed = 0
+        secrets_by_agent = {}
+        for agent in store.list_agents(include_tokens=True):
+            secrets_by_agent[agent["id"]] = secret_values(config, agent, self._environ)
+            removed += self.retire_containers(store, agent["id"], config.backend.docker.keep,
+                                              secrets_by_agent[agent["id"]])
+            for name, activation_id, state in self.docker.agent_containers(store.project_id, agent["id"]):
+                if state != "created" or self.watched(activation_id):
+                    continue
+                try:
+                    running = store.activation(activation_id)["status"] == ACT_RUNNING
+                except NotFound:
+                    running = False
+                if not running:
+                    self.docker.remove(name)
+                    removed += 1
+        return removed
 
     def _watch_adopted_process(self, store, activation_id, pid):
         while not self._closed.wait(ADOPT_POLL_SECONDS):
@@ -943,9 +1013,11 @@ class Backends:
         secrets = secret_values(config, agent, self._environ)
         status, code = state
         if status in ("created", "running", "restarting", "paused"):
-            self._watch(self._watch_container, store, activation_id, name, secrets)
+            self._watch(self._watch_container, store, activation_id, name, secrets, config.backend.docker.keep)
         else:
             self._settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
+            self.retire_containers(store, activation["agentId"], config.backend.docker.keep, secrets,
+                                   exited=(activation_id, name))
 
     def start_reconciling(self, list_stores, interval=RECONCILE_INTERVAL_SECONDS, on_fatal=None):
         """Run `reconcile` now and then every `interval` seconds on a named thread until close();

@@ -46,6 +46,7 @@ LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
 DEFAULT_MEMORY = "4g"
 DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024
+DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
 NETWORK_TOOL = "web.fetch"
 
 
@@ -320,6 +321,15 @@ class _OrFalse:
         return self.node.check(value, path, issues)
 
 
+class _Keep:
+    """A whole number >= 0, or "all"."""
+
+    def check(self, value, path, issues):
+        if value == "all":
+            return value
+        return _Num(integer=True, ge=0).check(value, path, issues)
+
+
 class _TimeoutMs:
     """A positive integer, or false."""
 
@@ -571,6 +581,7 @@ _BACKEND = _Obj(
         *_container_fields(network=_OMIT, memory=DEFAULT_MEMORY, cpus=DEFAULT_CPUS, pids_limit=DEFAULT_PIDS_LIMIT,
                            cap_add=[]),
         ("grantNetwork", _Bool(), False),
+        ("keep", _Keep(), DEFAULT_KEEP),
         ("mounts", _List(_MOUNT), []),
         ("proxy", _Obj(
             ("inheritEnv", _Bool(), True),
@@ -808,6 +819,7 @@ class DockerConfig:
     user: str = None
     cap_add: tuple = ()
     grant_network: bool = False
+    keep: object = DEFAULT_KEEP  # exited containers kept per agent (an int), or "all"
 
 
 @dataclass(frozen=True)
@@ -988,7 +1000,8 @@ def _backend_config(data):
                      tuple(Mount.from_data(m) for m in docker["mounts"]),
                      ProxyConfig(proxy["inheritEnv"], proxy.get("http"), proxy.get("https"), proxy.get("all"),
                                  proxy.get("noProxy"), proxy["rewriteLocalhost"]),
-                     docker["pidsLimit"], docker.get("user"), tuple(docker["capAdd"]), docker["grantNetwork"]),
+                     docker["pidsLimit"], docker.get("user"), tuple(docker["capAdd"]), docker["grantNetwork"],
+                     docker["keep"]),
         RunnerConfig(runner["mode"], runner.get("model"), runner.get("maxIterations"), runner.get("maxToolCalls"),
                      runner.get("budget", {}).get("maxTokens"),
                      FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),

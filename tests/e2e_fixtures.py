@@ -41,7 +41,7 @@ def call(tool, **arguments):
 
 def project_config(kind, controller_url, model_url, *, agents=None, presets=None, model="pm",
                    toolpacks=("core", "shell", "web"), scheduler=None, providers=None, extra=None,
-                   fake_provider=None):
+                   fake_provider=None, docker=None):
     """A project file as a user would write it; every agent names its own preset, so the FakeModel's
     per-model queues route replies to agents. `fake_provider` updates the FakeModel's provider entry
     (a None value removes the field, e.g. the inline `apiKey`)."""
@@ -61,7 +61,7 @@ def project_config(kind, controller_url, model_url, *, agents=None, presets=None
         backend["image"] = RUNNER_IMAGE
         # Agents allowed web.fetch get the host network (to reach test servers on its loopback); the
         # others get none: the runner socket is mounted and the controller makes the model calls.
-        backend["docker"] = {"network": "host"}
+        backend["docker"] = {"network": "host", **(docker or {})}
     config = {"name": PROJECT, "task": "Compute the answer and report it.", "channels": ["#project"],
               "agents": agents, "tools": {"toolpacks": list(toolpacks)}, "backend": backend,
               "scheduler": scheduler or {"noEffectNudge": {"enabled": False}}}
@@ -149,10 +149,10 @@ class Team:
 
     def runner_log(self, activation_id):
         """What the runner wrote to stderr/stdout: runner.log (local) or the container log."""
-        if self.docker is not None:
+        path = self.store.activation_dir(activation_id) / "runner.log"
+        if self.docker is not None and not path.exists():  # saved there once the container has exited
             name = self.store.activation(activation_id).get("containerName")
             return self.docker.containers.get(name).logs().decode("utf-8", "replace") if name else ""
-        path = self.store.activation_dir(activation_id) / "runner.log"
         return path.read_text(encoding="utf-8") if path.exists() else ""
 
     def stop_running(self):

@@ -718,8 +718,13 @@ def test_docker_limits_render_in_order_and_are_validated(tmp_path):
         return data
     config_ = load(tmp_path, with_docker({"cpus": 1.5, "network": "host", "memory": "512m"}))
     assert list(parse_yaml(config_.render())["backend"]["docker"]) == [
-        "network", "memory", "cpus", "pidsLimit", "capAdd", "grantNetwork", "mounts", "proxy"]
+        "network", "memory", "cpus", "pidsLimit", "capAdd", "grantNetwork", "keep", "mounts", "proxy"]
     assert (config_.backend.docker.cpus, config_.backend.docker.memory) == (1.5, "512m")
+    assert config_.backend.docker.keep == 5
+    assert load(tmp_path, with_docker({"keep": "all"})).backend.docker.keep == "all"
+    assert load(tmp_path, with_docker({"keep": 0})).backend.docker.keep == 0
+    assert error(tmp_path, with_docker({"keep": -1})).endswith(
+        "backend.docker.keep: Number must be greater than or equal to 0")
     assert error(tmp_path, with_docker({"cpus": 0})).endswith("backend.docker.cpus: Number must be greater than 0")
     assert error(tmp_path, with_docker({"memory": 512})).endswith(
         "backend.docker.memory: Expected string, received number")

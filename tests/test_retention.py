@@ -1,0 +1,82 @@
+"""Bounded containers (issue 18): each exited activation container leaves its log tail in its activation
+folder and only the newest `backend.docker.keep` per agent stay on the engine; `keep: all` keeps them
+all; `suzumio gc` removes what is left over. Real engine, real runner image, the FakeModel."""
+import io
+import json
+
+import pytest
+from e2e_fixtures import call, running_team
+
+import suzumio
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+
+
+def agent_containers(team, agent_id):
+    labels = ["suzumio.managed=true", f"suzumio.project={team.name}", f"suzumio.agent={agent_id}"]
+    return team.docker.containers.list(all=True, filters={"label": labels})
+
+
+def run_activations(team, count):
+    """`count` activations of worker-1, one after another, each failing with its own model error."""
+    for index in range(count):
+        team.model.enqueue_error(500, f"model error number {index}", model="worker-1")
+        team.send("worker-1", f"Task {index}.")
+        team.wait_activations("worker-1", index + 1)
+    return team.activations("worker-1")
+
+
+def test_only_the_newest_containers_stay_and_every_log_tail_is_kept(tmp_path):
+    with running_team(tmp_path, "docker-chat", docker={"keep": 2}) as team:
+        activations = run_activations(team, 6)
+
+        team.wait_for(lambda: len(agent_containers(team, "worker-1")) <= 2, 30, "containers retired")
+        kept = {c.labels["suzumio.activation"] for c in agent_containers(team, "worker-1")}
+        newest = sorted((a["id"] for a in activations), reverse=True)[:2]
+        assert kept == set(newest)
+        for index, activation in enumerate(sorted(activations, key=lambda a: a["id"])):
+            log_path = team.store.activation_dir(activation["id"]) / "runner.log"
+            assert log_path.stat().st_mode & 0o777 == 0o600
+            assert f"model error number {index}" in log_path.read_text(encoding="utf-8")
+            assert activation["status"] == "failed"
+
+
+def test_keep_all_keeps_every_container_and_gc_removes_the_extra_ones(tmp_path):
+    with running_team(tmp_path, "docker-chat", docker={"keep": "all"}) as team:
+        run_activations(team, 4)
+        assert len(agent_containers(team, "worker-1")) == 4
+
+        # An operator lowers keep in the stored config (as a new config would) and runs `suzumio gc`.
+        config = team.store.config()
+        config["backend"]["docker"]["keep"] = 1
+        with team.store.write() as tx:
+            tx.execute("UPDATE projects SET config_json = ? WHERE id = ?", (json.dumps(config), team.name))
+        team.store._config = None
+        out, err = io.StringIO(), io.StringIO()
+        code = suzumio.main(["gc", team.name, "--root", str(team.service.root.path)], out=out, err=err)
+
+        assert (code, err.getvalue()) == (0, "")
+        assert out.getvalue() == f"{team.name}: removed 3 containers\n"
+        assert len(agent_containers(team, "worker-1")) == 1
+        for activation in team.activations("worker-1"):
+            assert (team.store.activation_dir(activation["id"]) / "runner.log").exists()
+
+
+def test_gc_removes_a_created_container_whose_activation_ended(tmp_path):
+    with running_team(tmp_path, "docker-chat", docker={"keep": "all"}) as team:
+        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal", reason="Idle.")], model="worker-1")
+        team.send("worker-1", "Task.")
+        activation = team.wait_activations("worker-1", 1)[0]
+        orphan = team.docker.containers.create(
+            "suzumio-runner:dev", command=["true"], name=f"suzumio_{team.name}_worker-1_{activation['id']}_x",
+            labels={"suzumio.managed": "true", "suzumio.project": team.name, "suzumio.agent": "worker-1",
+                    "suzumio.activation": activation["id"]})
+        out = io.StringIO()
+        try:
+            assert suzumio.main(["gc", team.name, "--root", str(team.service.root.path)], out=out) == 0
+            assert out.getvalue() == f"{team.name}: removed 1 container\n"
+            assert orphan.id not in {c.id for c in agent_containers(team, "worker-1")}
+        finally:
+            for container in agent_containers(team, "worker-1"):
+                if container.id == orphan.id:
+                    container.remove(force=True)
