@@ -43,8 +43,10 @@ def test_sixty_project_root_browsed_by_sixteen_clients_keeps_answering_with_boun
     status, body = serve.request("GET", "/api/projects")
     assert status == 200 and len(json.loads(body)) == 60
     assert serve.healthy()
-    # Bounded by the open-project cap, not by projects x threads (which was 60 x 16 x 3 before).
-    bound = idle + suzumio_store.MAX_OPEN_PROJECTS * PER_PROJECT + 16 * 2
+    # Bounded by the open-project cap and the worker threads, not by projects x threads (60 x 16 x 3
+    # and more before): each of serve's 32 worker threads may hold one reader beyond the pools, and
+    # each client one socket.
+    bound = idle + suzumio_store.MAX_OPEN_PROJECTS * PER_PROJECT + 32 * 2 + 16
     assert sampler.peak_descriptors <= bound, (sampler.peak_descriptors, idle, bound)
     assert sampler.peak_descriptors < 60 * 16  # far below one connection per thread per project
     assert "select()" not in serve.log()
@@ -67,9 +69,12 @@ def test_descriptors_return_to_idle_level_after_a_team_finishes(serve_root, tmp_
 
     wait_until(submitted, 120, interval=0.2, message="the demo team submits")
     _status, body = serve.request("GET", "/api/projects/demo")
-    assert json.loads(body)["stats"]["activationCount"] >= 4  # the whole team ran
-    wait_until(lambda: serve.descriptors() <= idle, 30, interval=0.2,
-               message=f"descriptors back to the idle level {idle}")
+    assert json.loads(body)["stats"]["activationCount"] >= 8  # the whole team ran, a dozen activations
+    # The idle reading may have caught the project's reader pool not yet full; a leak of even one
+    # descriptor per activation (the team ran a dozen) would still exceed this.
+    level = idle + 2 * suzumio_store.IDLE_READERS
+    wait_until(lambda: serve.descriptors() <= level, 30, interval=0.2,
+               message=f"descriptors back to the idle level {idle} (+ a full reader pool)")
 
 
 def settled_descriptors(serve):
@@ -91,9 +96,9 @@ FAULTS = {
              "    raise ValueError('filedescriptor out of range in select()')\n"
              "waitress.wasyncore.loop = loop\n", "HTTP loop died"),
     "scheduler": ("import suzumio_scheduler\n"
-                  "def tick_all(self, now=None):\n"
+                  "def pass_once(self, due, seen, full=False):\n"
                   "    raise OSError(24, 'Too many open files')\n"
-                  "suzumio_scheduler.Scheduler.tick_all = tick_all\n", "scheduler thread died"),
+                  "suzumio_scheduler.Scheduler.pass_once = pass_once\n", "scheduler thread died"),
     "reconciler": ("import suzumio_backend\n"
                    "def reconcile(self, stores, now=None):\n"
                    "    raise RuntimeError('injected reconciler fault')\n"
