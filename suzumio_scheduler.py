@@ -6,6 +6,7 @@ import logging
 import math
 import re
 import threading
+import time
 from datetime import timedelta
 
 import suzumio_backend
@@ -27,11 +28,15 @@ from suzumio_records import (
     parse_ts,
     render_signal,
     to_datetime,
+    utc_now,
 )
 
 log = logging.getLogger(__name__)
 
-TICK_INTERVAL_SECONDS = 2.0
+TICK_INTERVAL_SECONDS = 2.0  # how often projects with scheduler hooks are ticked, as every project once was
+HOOK_INTERVAL_SECONDS = TICK_INTERVAL_SECONDS
+SAFETY_INTERVAL_SECONDS = 30.0  # a pass over every project even when nothing asked for one
+MIN_WAIT_SECONDS = 0.01  # the thread's shortest sleep, so a due time a hair away cannot spin it
 STOP_GRACE_SECONDS = 15.0
 
 QUIET_MONITOR_EVENT = "scheduler.quiet_agent_monitor.message_sent"
@@ -177,15 +182,16 @@ class NoHooks:
 
 def tick(store, backend, hooks, now, configs=None):
     """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock.
-    `configs` (a suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every tick."""
+    `configs` (a suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every tick. Returns
+    when the project needs its next tick if nothing changes meanwhile (next_due), None for never."""
     project = store.project()
     if project["status"] != PROJECT_RUNNING:
-        return
+        return None
     config = configs.get(store) if configs is not None else suzumio_config.ProjectConfig.from_data(store.config())
     max_tokens = config.backend.runner.budget_max_tokens
     if max_tokens is not None and store.pause_for_budget(max_tokens, now) is not None:
         log.warning("project %s paused: token budget of %s used up", store.project_id, max_tokens)
-        return
+        return None
     agents = store.list_agents()
     for agent in agents:
         _tick_agent(store, backend, config, project["task"], agents, agent, now)
@@ -196,9 +202,31 @@ def tick(store, backend, hooks, now, configs=None):
         store.append_event(EVENT_HOOK_FAILED, {"toolpackId": None, "error": str(error)})
     agents = store.list_agents()
     _failed_nudges(store, config, agents, now)
-    _monitor_rules(store, config, agents, now, failed=True)
-    _monitor_rules(store, config, agents, now, failed=False)
-    _all_quiet_nudge(store, config, now)
+    dues = []
+    _monitor_rules(store, config, agents, now, failed=True, dues=dues)
+    _monitor_rules(store, config, agents, now, failed=False, dues=dues)
+    _all_quiet_nudge(store, config, now, dues=dues)
+    return next_due(store, config, now, dues)
+
+
+def next_due(store, config, now, dues):
+    """The earliest time after `now` at which this running project's next tick could decide anything
+    differently with nothing else happening (no commit, no route): a delayed signal becoming ready, a
+    running activation's timeout, a monitor's or the all-quiet nudge's delay (`dues`, gathered by the
+    tick), or the next hook call for projects with scheduler hooks, which may act at any time."""
+    candidates = [due for due in dues if due is not None]
+    delayed = store.earliest_delayed_signal(now)
+    if delayed is not None:
+        candidates.append(parse_ts(delayed))
+    timeout = timedelta(milliseconds=config.backend.activation_timeout_ms)
+    candidates += [parse_ts(act["startedAt"]) + timeout for act in store.running_activations()]
+    try:
+        has_hooks = any(pack.has_scheduler_hook for pack in config.toolpacks)
+    except suzumio_config.ConfigError:
+        has_hooks = True  # the hook call reports the error; it does so every interval, as before
+    if has_hooks:
+        candidates.append(now + timedelta(seconds=HOOK_INTERVAL_SECONDS))
+    return max(min(candidates), now) if candidates else None
 
 
 def _tick_agent(store, backend, config, task, agents, agent, now):
@@ -293,7 +321,7 @@ def _short_error(text):
     return text[:697] + "..." if len(text) > 700 else text
 
 
-def _monitor_rules(store, config, agents, now, *, failed):
+def _monitor_rules(store, config, agents, now, *, failed, dues=None):
     """scheduler.md §7.3 (failed=True, step 7) and §7.4 (failed=False, step 8)."""
     monitor = config.scheduler.failed_agent_monitor if failed else config.scheduler.quiet_agent_monitor
     if not monitor.enabled:
@@ -321,8 +349,10 @@ def _monitor_rules(store, config, agents, now, *, failed):
         match.update({"failedActivationId": latest["id"]} if failed else {"quietSince": since})
         last = store.latest_event(FAILED_MONITOR_EVENT if failed else QUIET_MONITOR_EVENT, match)
         if last is None and elapsed < rule.initial_delay_ms:
+            _due(dues, parse_ts(since), rule.initial_delay_ms)
             continue
         if last is not None and ms_between(last["created_at"], now) < rule.repeat_delay_ms:
+            _due(dues, parse_ts(last["created_at"]), rule.repeat_delay_ms)
             continue
         attempt = int(last["data"].get("attempt") or 0) + 1 if last else 1
         values = {"project": store.project_id, "agent": agent["id"], "agentId": agent["id"],
@@ -350,9 +380,15 @@ def _monitor_rules(store, config, agents, now, *, failed):
         data.update(initialDelayMs=rule.initial_delay_ms, repeatDelayMs=rule.repeat_delay_ms,
                     attempt=attempt, messageId=message["id"])
         store.append_event(FAILED_MONITOR_EVENT if failed else QUIET_MONITOR_EVENT, data, now=now)
+        _due(dues, now, rule.repeat_delay_ms)
 
 
-def _all_quiet_nudge(store, config, now):
+def _due(dues, since, delay_ms):
+    if dues is not None:
+        dues.append(since + timedelta(milliseconds=delay_ms))
+
+
+def _all_quiet_nudge(store, config, now, dues=None):
     """scheduler.md §7.5 (step 9), on a freshly loaded agent list."""
     rule = config.scheduler.all_quiet_nudge
     if not rule.enabled:
@@ -366,6 +402,7 @@ def _all_quiet_nudge(store, config, now):
         return
     previous = store.latest_signal(KIND_ALL_QUIET_NUDGE, target_agent=rule.target_agent)
     if previous and ms_between(previous["createdAt"], now) < rule.cooldown_ms:
+        _due(dues, parse_ts(previous["createdAt"]), rule.cooldown_ms)
         return
     store.record_signal(KIND_ALL_QUIET_NUDGE, target_agent=rule.target_agent, priority=rule.priority,
                         useful_effect=True, now=now, payload={
@@ -391,13 +428,16 @@ def approve_project(store, backends, now=None):
 # ---------------------------------------------------------------- the background thread
 
 class Scheduler:
-    """Ticks the projects of a root: every 2 s on its own thread, and on demand through tick() /
-    trigger(). One lock per project keeps the ticks of a project serial (scheduler.md §2.2)."""
+    """Ticks the projects of a root on its own thread, and on demand through tick() / trigger(). The
+    thread ticks a project when something may change a decision: a commit made outside its own ticks
+    (a route, a runner, a watcher), or the project's next due time (next_due); a pass over every
+    project every `interval` seconds stays as the safety net (it also sees writes by other processes).
+    One lock per project keeps the ticks of a project serial (scheduler.md §2.2)."""
 
     stop_project = staticmethod(stop_project)
     approve_project = staticmethod(approve_project)
 
-    def __init__(self, root, backends, hooks=None, interval=TICK_INTERVAL_SECONDS, configs=None, on_fatal=None):
+    def __init__(self, root, backends, hooks=None, interval=SAFETY_INTERVAL_SECONDS, configs=None, on_fatal=None):
         self.root = root
         self.on_fatal = on_fatal  # called with the error if the thread's loop itself dies
         self.backends = backends
@@ -414,9 +454,10 @@ class Scheduler:
             return self._locks.setdefault(name, threading.Lock())
 
     def tick(self, name, now=None):
-        """One tick of the named project; waits for a tick of it that is already running."""
+        """One tick of the named project; waits for a tick of it that is already running. Returns the
+        project's next due time (tick)."""
         with self._project_lock(name):
-            tick(self.root.open_project(name), self.backends, self.hooks, to_datetime(now), self._configs)
+            return tick(self.root.open_project(name), self.backends, self.hooks, to_datetime(now), self._configs)
 
     def trigger(self, name):
         """The tick HTTP routes ask for: it runs now and returns once it has run (scheduler.md §2.1)."""
@@ -427,34 +468,67 @@ class Scheduler:
         for name in self.root.list_projects():
             if self._stopping.is_set():
                 return
-            try:
-                self.tick(name, now)
-            except Exception:  # one boundary per project: the next pass retries it
-                log.exception("scheduler tick failed for project %s", name)
+            self._tick_guarded(name, now)
+
+    def _tick_guarded(self, name, now=None):
+        try:
+            return self.tick(name, now)
+        except Exception:  # one boundary per project: it is tried again shortly
+            log.exception("scheduler tick failed for project %s", name)
+            return utc_now() + timedelta(seconds=HOOK_INTERVAL_SECONDS)
 
     def start(self):
-        """Start the background thread: one pass now, then one every `interval` seconds."""
+        """Start the background thread: one pass now, then ticks as projects need them."""
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="suzumio-scheduler", daemon=True)
         self._thread.start()
 
     def _run(self):
         try:
-            while not self._stopping.is_set():
-                self.tick_all()
-                # passes never overlap: the next interval starts when this pass has ended
-                self._stopping.wait(self.interval)
+            self._loop()
         except BaseException as error:  # the thread's one boundary: a dead scheduler must not go unnoticed
             log.critical("scheduler thread died", exc_info=True)
             if self.on_fatal is None:
                 raise
             self.on_fatal("scheduler", error)
 
+    def _loop(self):
+        changes = self.root.changes
+        due = {}  # project -> when its next tick is due (None: only a change can need one)
+        seen = {}  # project -> its count of foreign commits when it was last ticked
+        last_pass = None
+        while not self._stopping.is_set():
+            total = changes.foreign_total()
+            full = last_pass is None or time.monotonic() - last_pass >= self.interval
+            self.pass_once(due, seen, full)
+            if full:
+                last_pass = time.monotonic()
+            now = utc_now()
+            waits = [(when - now).total_seconds() for when in due.values() if when is not None]
+            waits.append(self.interval - (time.monotonic() - last_pass))
+            changes.wait_foreign(total, max(MIN_WAIT_SECONDS, min(waits)), self._stopping)
+
+    def pass_once(self, due, seen, full=False):
+        """Tick each project that had a foreign commit since its last tick, whose due time has come,
+        or every project when `full`; its own commits made during these ticks wake nobody."""
+        changes = self.root.changes
+        now = utc_now()
+        for name in self.root.list_projects():
+            if self._stopping.is_set():
+                return
+            foreign = changes.foreign(name)
+            when = due.get(name)
+            if full or seen.get(name) != foreign or (when is not None and when <= now):
+                seen[name] = foreign  # read before the tick: a commit during it asks for another
+                with changes.quiet():
+                    due[name] = self._tick_guarded(name)
+
     def stop(self, timeout=STOP_GRACE_SECONDS):
         """Stop the thread and join it; running activations keep going. A tick stuck in a slow
         engine call is left to finish on its own (the thread is a daemon) rather than hold up
         shutdown."""
         self._stopping.set()
+        self.root.changes.wake()
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():

@@ -160,27 +160,66 @@ def _has_project_row(db_path, name):
 
 class Changes:
     """Which projects committed writes in this process: a version per project that each commit bumps,
-    so SSE streams and other readers can wait for a change instead of polling the database. Writes by
-    other processes (a CLI command beside `serve`) are not seen here; readers keep a slow safety poll."""
+    so SSE streams and the scheduler can wait for a change instead of polling the database. Writes by
+    other processes (a CLI command beside `serve`) are not seen here; readers keep a slow safety poll.
+
+    Commits made inside `quiet()` (the scheduler thread's own ticks) bump the version but not the
+    `foreign` count the scheduler waits on: otherwise every tick that writes would ask for another."""
 
     def __init__(self):
         self._cond = threading.Condition()
         self._versions = {}
+        self._foreign = {}
+        self._foreign_total = 0
+        self._local = threading.local()
 
     def committed(self, project_id):
         with self._cond:
             self._versions[project_id] = self._versions.get(project_id, 0) + 1
+            if not getattr(self._local, "quiet", False):
+                self._foreign[project_id] = self._foreign.get(project_id, 0) + 1
+                self._foreign_total += 1
             self._cond.notify_all()
+
+    @contextmanager
+    def quiet(self):
+        self._local.quiet = True
+        try:
+            yield
+        finally:
+            self._local.quiet = False
 
     def version(self, project_id):
         with self._cond:
             return self._versions.get(project_id, 0)
+
+    def foreign(self, project_id):
+        """How many commits of the project were made outside quiet()."""
+        with self._cond:
+            return self._foreign.get(project_id, 0)
 
     def wait(self, project_id, seen, timeout):
         """Wait until the project's version differs from `seen` or `timeout` seconds pass; the version."""
         with self._cond:
             self._cond.wait_for(lambda: self._versions.get(project_id, 0) != seen, timeout)
             return self._versions.get(project_id, 0)
+
+    def wait_foreign(self, seen_total, timeout, stop=None):
+        """Wait until any project has a commit made outside quiet() after `seen_total` of them, `stop`
+        (an Event, with wake()) is set, or `timeout` seconds pass; returns the total."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._foreign_total != seen_total or (stop is not None and stop.is_set()),
+                                timeout)
+            return self._foreign_total
+
+    def wake(self):
+        """Wake every waiter to look at its stop event."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def foreign_total(self):
+        with self._cond:
+            return self._foreign_total
 
 
 class Root:
@@ -1179,6 +1218,12 @@ class ProjectStore:
             if not rows:
                 rows = conn.execute(base.format("'P2','P3'"), (self.project_id, agent_id, ts, 1)).fetchall()
         return [signal_json(r) for r in rows]
+
+    def earliest_delayed_signal(self, now=None):
+        """The earliest `not_before` after `now` of the project's pending signals, or None."""
+        row = self._query_one("SELECT MIN(not_before) FROM signals WHERE project = ? AND status = ? "
+                              "AND not_before > ?", (self.project_id, SIGNAL_PENDING, format_ts(to_datetime(now))))
+        return row[0]
 
     def has_pending_signals(self, now=None):
         """Any ready signal in the project."""

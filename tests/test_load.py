@@ -96,9 +96,9 @@ FAULTS = {
              "    raise ValueError('filedescriptor out of range in select()')\n"
              "waitress.wasyncore.loop = loop\n", "HTTP loop died"),
     "scheduler": ("import suzumio_scheduler\n"
-                  "def tick_all(self, now=None):\n"
+                  "def pass_once(self, due, seen, full=False):\n"
                   "    raise OSError(24, 'Too many open files')\n"
-                  "suzumio_scheduler.Scheduler.tick_all = tick_all\n", "scheduler thread died"),
+                  "suzumio_scheduler.Scheduler.pass_once = pass_once\n", "scheduler thread died"),
     "reconciler": ("import suzumio_backend\n"
                    "def reconcile(self, stores, now=None):\n"
                    "    raise RuntimeError('injected reconciler fault')\n"
