@@ -1,9 +1,10 @@
-"""Soak (issue 20): one `suzumio serve` runs rounds of demo teams (examples/demo.yaml, local backend,
-scripted provider) for a while, a few teams at once, while clients browse the project list. Prints the
-controller's descriptors, threads and resident memory after a warm-up that fills the open-project cap
-and at the end, and
-fails when any activation failed, a team did not submit, or the figures grew past the allowance.
-Usage: .venv/bin/python bench/soak_teams.py [--minutes 20] [--teams 4] [--json]"""
+"""Soak (issue 20): one `suzumio serve` keeps a fixed set of projects at work for a while. Each round
+starts every project again and sends its pm "Round N": pm delegates to worker, worker reports back, pm
+submits (the scripted provider on the `local` backend, a script with one turn per round), while
+clients browse the project list. Prints the controller's descriptors, threads and resident memory after
+a warm-up and at the end, and fails when an activation failed, a round did not finish, or a figure grew
+(descriptors and threads beyond a small margin, memory beyond 1.25x).
+Usage: .venv/bin/python bench/soak_teams.py [--minutes 20] [--projects 4] [--json]"""
 import argparse
 import json
 import sys
@@ -16,81 +17,131 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import benchlib
-from load_fixtures import ServeProcess, browse, init_demo_teams, kick_off
+from load_fixtures import ServeProcess, browse, init_from_text
 
-from suzumio_store import MAX_OPEN_PROJECTS
+import suzumio_store
 
 ROUND_TIMEOUT_S = 300.0
+WARMUP_ROUNDS = 5
+PROJECT_YAML = """\
+name: {name}
+task: Answer each round.
+scheduler:
+  noEffectNudge: {{maxConsecutive: 1}}
+agents:
+  pm: {{tools: [messages.send, coordination.wait_for_signal, completion.submit]}}
+  worker: {{tools: [messages.send, coordination.wait_for_signal, file.write]}}
+backend:
+  kind: local
+  runner:
+    model: main
+    models:
+      providers:
+        replay: {{type: scripted, script: script.json}}
+      presets:
+        main: {{provider: replay, model: soak}}
+"""
+
+
+def script(rounds):
+    """One pm turn to delegate, one worker turn and one pm turn to submit, for every round."""
+    pm, worker = [], []
+    for number in range(rounds):
+        tag = f"R{number:04d}"
+        pm.append({"when": f"Round {tag}.", "steps": [
+            {"tools": [{"name": "messages.send", "input": {"recipient": "worker", "body": f"Task {tag}."}}]},
+            {"tools": [{"name": "coordination.wait_for_signal", "input": {"reason": "Waiting."}}]}]})
+        pm.append({"when": f"Done {tag}.", "steps": [
+            {"tools": [{"name": "completion.submit", "input": {"report": f"# Round {tag}\n\nDone.\n"}}]}]})
+        worker.append({"when": f"Task {tag}.", "steps": [
+            {"tools": [{"name": "file.write", "input": {"path": "{artifacts}/round.txt", "content": tag}}]},
+            {"tools": [{"name": "messages.send", "input": {"recipient": "pm", "body": f"Done {tag}."}}]},
+            {"tools": [{"name": "coordination.wait_for_signal",
+                        "input": {"reason": "Reported.", "notifyPm": False}}]}]})
+    return {"agents": {"pm": pm, "worker": worker}}
+
+
+def init_projects(root_path, names, rounds):
+    root = suzumio_store.Root(root_path)
+    try:
+        for name in names:
+            folder = Path(root_path) / "_sources" / name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "script.json").write_text(json.dumps(script(rounds)), encoding="utf-8")
+            init_from_text(root, folder, PROJECT_YAML.format(name=name))
+    finally:
+        root.close()
 
 
 def figures(serve):
     return {"descriptors": serve.descriptors(), "threads": serve.threads(), "rss_kib": serve.rss_kib()}
 
 
-def run_round(serve, root, names):
-    init_demo_teams(root, names, serve.port)
+def run_round(serve, names, number):
+    tag = f"R{number:04d}"
     for name in names:
-        kick_off(serve, name)
+        for path, body in ((f"/api/projects/{name}/start", b"{}"),
+                           (f"/api/projects/{name}/messages",
+                            json.dumps({"recipient": "pm", "body": f"Round {tag}."}).encode())):
+            status, answer = serve.request("POST", path, body)
+            if status != 200:
+                raise SystemExit(f"POST {path}: {status} {answer[:200]!r}")
     deadline = time.monotonic() + ROUND_TIMEOUT_S
     pending = set(names)
     while pending and time.monotonic() < deadline:
         browse(serve, 2, 2)
         for name in list(pending):
-            _status, body = serve.request("GET", f"/api/projects/{name}")
-            project = json.loads(body)
-            if project["status"] == "submitted":
+            _status, body = serve.request("GET", f"/api/projects/{name}/report")
+            if f"# Round {tag}" in body.decode("utf-8", "replace"):
                 pending.discard(name)
-                if project["stats"]["failedActivationCount"]:
-                    raise SystemExit(f"{name}: {project['stats']['failedActivationCount']} failed activations")
-        time.sleep(0.2)
+        time.sleep(0.05)
     if pending:
-        raise SystemExit(f"teams did not submit within {ROUND_TIMEOUT_S:.0f} s: {sorted(pending)}")
+        raise SystemExit(f"round {tag} did not finish within {ROUND_TIMEOUT_S:.0f} s: {sorted(pending)}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=20.0)
-    parser.add_argument("--teams", type=int, default=4, help="teams per round, run at once")
-    parser.add_argument("--warmup-projects", type=int, default=2 * MAX_OPEN_PROJECTS,
-                        help="projects run before the first figures are taken")
+    parser.add_argument("--projects", type=int, default=4, help="projects at work at once, every round")
+    parser.add_argument("--rounds", type=int, default=2000, help="turns the script holds (an upper bound)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = benchlib.Results("soak_teams")
+    names = [f"soak-{index}" for index in range(args.projects)]
     with tempfile.TemporaryDirectory(prefix="suzumio-soak-") as folder:
         root = Path(folder) / "root"
         root.mkdir()
+        init_projects(root, names, args.rounds)
         serve = ServeProcess(root, Path(folder) / "serve.log").start()
         try:
-            # Warm-up: until the open-project cap is full, more projects rightly hold more connections and
-            # page caches; from then on every figure must stay flat however many projects follow.
-            rounds = 0
-            while rounds * args.teams < args.warmup_projects:
-                run_round(serve, root, [f"r{rounds:03d}-{i}" for i in range(args.teams)])
-                rounds += 1
+            number = 0
+            for number in range(WARMUP_ROUNDS):
+                run_round(serve, names, number)
             first = figures(serve)
-            warm_rounds = rounds
             ends = time.monotonic() + args.minutes * 60
-            while time.monotonic() < ends:
-                run_round(serve, root, [f"r{rounds:03d}-{i}" for i in range(args.teams)])
-                rounds += 1
-                if rounds % 25 == 0:
+            while time.monotonic() < ends and number + 1 < args.rounds:
+                number += 1
+                run_round(serve, names, number)
+                if number % 25 == 0:
                     now = figures(serve)
-                    results.note(f"after round {rounds} ({rounds * args.teams} projects): {now['descriptors']} "
-                                 f"descriptors, {now['threads']} threads, {now['rss_kib'] / 1024:.1f} MiB")
+                    results.note(f"after round {number}: {now['descriptors']} descriptors, {now['threads']} "
+                                 f"threads, {now['rss_kib'] / 1024:.1f} MiB")
             last = figures(serve)
+            _status, body = serve.request("GET", "/api/projects")
+            failed = sum(project["stats"]["failedActivationCount"] for project in json.loads(body))
+            activations = sum(project["stats"]["activationCount"] for project in json.loads(body))
         finally:
             serve.stop()
-    results.note(f"{rounds} rounds of {args.teams} teams ({rounds * args.teams} teams, all submitted, "
-                 f"no failed activation); {rounds - warm_rounds} rounds in the {args.minutes:g} min after the "
-                 f"warm-up of {warm_rounds * args.teams} projects")
+    rounds = number + 1 - WARMUP_ROUNDS
+    results.note(f"{rounds} rounds after {WARMUP_ROUNDS} warm-up rounds, {args.projects} projects each "
+                 f"({activations} activations in all, {failed} failed) in {args.minutes:g} min")
     results.add("descriptors: end against after warm-up", last["descriptors"], "count", first["descriptors"])
     results.add("threads: end against after warm-up", last["threads"], "count", first["threads"])
     results.add("resident memory: end against after warm-up", last["rss_kib"] / 1024, "MiB", first["rss_kib"] / 1024)
     code = results.emit(args.json)
-    # Flat: descriptors bounded by the open-project cap, threads back to the pool, memory within 1.25x.
-    grew = (last["descriptors"] > max(first["descriptors"] * 2, 600) or last["threads"] > first["threads"] + 8
+    grew = (last["descriptors"] > first["descriptors"] + 16 or last["threads"] > first["threads"] + 4
             or last["rss_kib"] > first["rss_kib"] * 1.25)
-    return 1 if grew else code
+    return 1 if grew or failed else code
 
 
 if __name__ == "__main__":

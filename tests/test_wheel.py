@@ -145,19 +145,21 @@ def test_the_installed_wheel_runs_an_activation_and_serves_the_control_room(inst
         index = requests.get(url + "/", timeout=10)
         assert index.status_code == 200 and "<html" in index.text.lower()
         assert index.headers["Suzumio-Version"] == suzumio_resources.VERSION
-        assert requests.get(url + "/api/version", timeout=10).json() == {"version": suzumio_resources.VERSION}
+        auth = {"Authorization": f"Bearer {(root / 'api-token').read_text().strip()}"}
+        assert requests.get(url + "/api/version", headers=auth, timeout=10).json() == {
+            "version": suzumio_resources.VERSION}
         started = run(installed, "start", "wheeled", "--root", root)
         assert started.returncode == 0, started.stderr
         sent = run(installed, "send", "wheeled", "pm", "P3", "Go.", "--root", root)
         assert sent.returncode == 0, sent.stderr
 
         def completed():
-            answer = requests.get(f"{url}/api/projects/wheeled/activations", timeout=10).json()
+            answer = requests.get(f"{url}/api/projects/wheeled/activations", headers=auth, timeout=10).json()
             return [a for a in answer if a["status"] in ("completed", "failed")]
 
         activation, = wait_until(completed, timeout=120, interval=0.2, message="the activation to end")
         assert activation["status"] == "completed", activation
-        tool_status = requests.get(f"{url}/api/projects/wheeled/tool-status", timeout=10).json()
+        tool_status = requests.get(f"{url}/api/projects/wheeled/tool-status", headers=auth, timeout=10).json()
         assert {"plan", "scheduler"} <= {t.get("toolpackId") for t in tool_status}
     finally:
         serve.send_signal(signal.SIGTERM)
