@@ -3,12 +3,17 @@ the real runner's first request reaching the controller (`POST /activation-conte
 act once its interpreter, imports and input are ready), for the `local` and `docker-chat` backends. The
 bare cost, measured in the same run, is the same first request made by a minimal stdlib Python script
 (`http.client` + `json`) spawned the same way: a subprocess of this interpreter with the local runner's
-flags, or `docker run` of the runner image. Ratio target <= 1.5x. The tick's own share is printed separately.
-Usage: .venv/bin/python bench/activation_overhead.py [--runs 9] [--skip-docker] [--json]"""
+flags, or `docker run` of the runner image. Both go over the default transport, the runner socket (a
+Unix socket; `docker run --network none` with its folder mounted at /run/suzumio, as activations get
+it); `--tcp` measures `serve --runner-listen` instead (TCP to 127.0.0.1, containers on the host
+network). Ratio target <= 1.5x. The tick's own share is printed separately.
+Usage: .venv/bin/python bench/activation_overhead.py [--runs 9] [--skip-docker] [--tcp] [--json]"""
 import argparse
 import http.server
 import json
 import os
+import shutil
+import socketserver
 import subprocess
 import sys
 import tempfile
@@ -25,22 +30,25 @@ from suzumio_records import utc_now
 
 IMAGE = "suzumio-runner:dev"
 # The least a Python runner must do to reach the controller: import the HTTP client, post one JSON body.
-BARE_POST = """import http.client, json, sys
-connection = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
+BARE_POST = """import http.client, json, socket, sys
+class Unix(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(sys.argv[1])
+where = sys.argv[1]
+connection = Unix("localhost") if where.startswith("/") else http.client.HTTPConnection("127.0.0.1", int(where))
 connection.request("POST", "/activation-context", json.dumps({"activationId": sys.argv[2]}),
                    {"Content-Type": "application/json"})
 connection.getresponse().read()
 """
+SOCKET_NAME = "runner.sock"
 
 
-class Arrivals(http.server.ThreadingHTTPServer):
+class Arrivals:
     """A stand-in controller: answers every POST with `{}` and records when each activation's first
     `/activation-context` arrived (time.time(), comparable across processes and containers)."""
 
-    daemon_threads = True
-
     def __init__(self):
-        super().__init__(("127.0.0.1", 0), ArrivalHandler)
         self.first = {}
         self.changed = threading.Condition()
 
@@ -56,7 +64,34 @@ class Arrivals(http.server.ThreadingHTTPServer):
             return self.first[activation_id]
 
 
+class TcpArrivals(Arrivals, http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        Arrivals.__init__(self)
+        http.server.ThreadingHTTPServer.__init__(self, ("127.0.0.1", 0), ArrivalHandler)
+        self.where = str(self.server_port)  # what the bare script connects to
+        self.url = f"http://127.0.0.1:{self.server_port}"
+        self.runner_socket = None
+
+
+class SocketArrivals(Arrivals, socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, folder):
+        Arrivals.__init__(self)
+        self.folder = Path(folder)
+        self.runner_socket = self.folder / SOCKET_NAME
+        socketserver.ThreadingUnixStreamServer.__init__(self, str(self.runner_socket), ArrivalHandler)
+        os.chmod(self.runner_socket, 0o666)
+        self.where = str(self.runner_socket)
+        self.url = "http://127.0.0.1:9"  # unused: runners take the socket
+
+
 class ArrivalHandler(http.server.BaseHTTPRequestHandler):
+    def address_string(self):
+        return "runner"
+
     def do_POST(self):
         arrived = time.time()
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -77,11 +112,10 @@ def activation_latencies(kind, runs, controller):
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         root = suzumio_store.Root(scratch / "root")
-        url = f"http://127.0.0.1:{controller.server_port}"
         store = benchlib.init_project(root, scratch / "src",
                                       benchlib.project_text("bench", ["worker"], kind=kind, image=IMAGE,
-                                                            controller_url=url))
-        backends = suzumio_backend.Backends()
+                                                            controller_url=controller.url))
+        backends = suzumio_backend.Backends(runner_socket=controller.runner_socket)
         hooks = suzumio_scheduler.NoHooks()
         started, ticks = [], []
         try:
@@ -134,7 +168,7 @@ def bare_local(runs, controller):
     for index in range(runs):
         began = time.time()
         process = subprocess.Popen([sys.executable, *suzumio_backend.LOCAL_RUNNER_FLAGS, "-c", BARE_POST,
-                                    str(controller.server_port), f"bare-{index}"],
+                                    controller.where, f"bare-{index}"],
                                    env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         samples.append(controller.wait_for(f"bare-{index}") - began)
         process.wait()
@@ -147,8 +181,14 @@ def bare_docker(runs, controller):
     samples = []
     for index in range(runs + 1):
         began = time.time()
-        container = client.containers.run(IMAGE, ["python3", "-c", BARE_POST, str(controller.server_port),
-                                                  f"docker-{index}"], network_mode="host", detach=True)
+        if controller.runner_socket is None:
+            where, options = controller.where, {"network_mode": "host"}
+        else:  # as activations get it: no network, the socket's folder mounted read-only
+            where = f"/run/suzumio/{SOCKET_NAME}"
+            options = {"network_mode": "none", "user": "65532:65532",
+                       "volumes": {str(controller.folder): {"bind": "/run/suzumio", "mode": "ro"}}}
+        container = client.containers.run(IMAGE, ["python3", "-c", BARE_POST, where, f"docker-{index}"],
+                                          detach=True, **options)
         arrived = controller.wait_for(f"docker-{index}")
         container.wait()
         container.remove()
@@ -161,11 +201,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--skip-docker", action="store_true")
+    parser.add_argument("--tcp", action="store_true", help="the runner routes over TCP (serve --runner-listen)")
     parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     options = parser.parse_args(argv)
     results = benchlib.Results("activation_overhead")
-    controller = Arrivals()
+    folder = tempfile.mkdtemp(prefix="sz-bench-")  # AF_UNIX paths are short
+    os.chmod(folder, 0o755)
+    controller = TcpArrivals() if options.tcp else SocketArrivals(folder)
     threading.Thread(target=controller.serve_forever, name="bench-controller", daemon=True).start()
+    results.note(f"transport: {'TCP (serve --runner-listen)' if options.tcp else 'the runner socket'}")
     try:
         kinds = [("local", bare_local)] + ([] if options.skip_docker else [("docker-chat", bare_docker)])
         for kind, bare in kinds:
@@ -177,6 +221,7 @@ def main(argv=None):
     finally:
         controller.shutdown()
         controller.server_close()
+        shutil.rmtree(folder, ignore_errors=True)
     return results.emit(options.json)
 
 
