@@ -1,4 +1,4 @@
-"""SSE fan-out: N stream clients (`GET /api/projects/<p>/stream`, the served default poll of 1 s) receiving
+"""SSE fan-out: N stream clients (`GET /api/projects/<p>/stream`, woken by each commit of the project) receiving
 M events appended through the store: per-event delivery latency (append -> frame read by the client,
 median and p99 over every client and event) at a steady append rate, and the delivery rate of a burst of
 M events (events delivered to all clients per second), each against the same run with a single client.
@@ -103,8 +103,8 @@ def main(argv=None):
             results.add(f"delivery latency p99, {options.clients} clients", many[1], "s", one[1])
             results.add(f"burst of {options.burst}: events/s per client, {options.clients} clients",
                         many[2] / options.clients, "/s", one[2], higher_is_better=True)
-            results.note("(baselines: the same figures with 1 client; the stream polls every 1 s, so the "
-                         "latency and the burst rate are bounded by the poll)")
+            results.note("(baselines: the same figures with 1 client; streams wake on the project's commits "
+                         "and share one feed that reads and encodes each event once)")
     return results.emit(options.json)
 
 

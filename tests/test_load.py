@@ -129,3 +129,11 @@ def test_serve_without_faults_keeps_running_and_exits_0_on_sigterm(serve_root):
     assert serve.process.poll() is None
     serve.stop()
     assert serve.process.returncode == 0
+
+
+def test_serve_caps_glibc_malloc_arenas():
+    # glibc accepts the cap (mallopt answers 1); the soak bench measures what it saves.
+    import platform
+
+    import suzumio
+    assert suzumio.limit_malloc_arenas() is (platform.libc_ver()[0] == "glibc")
