@@ -23,7 +23,7 @@ import suzumio_config
 import suzumio_resources
 import suzumio_store
 from suzumio_errors import SuzumioError
-from suzumio_records import PRIORITIES, parse_ts, to_datetime, utc_now
+from suzumio_records import parse_ts, to_datetime, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -336,12 +336,12 @@ class Runtime:
 
         self.root = root
         self.mcp = suzumio_mcp.McpHub()  # MCP sessions (issue 15): none start until a project needs one
-        # one parsed config per project, for ticks and routes
-        configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
-        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs, mcp=self.mcp)
+        # the one ConfigCache of the process: ticks, routes and toolpacks read the same ProjectConfig
+        self.configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
+        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(self.configs, mcp=self.mcp)
         self.backends = suzumio_backend.Backends(runner_socket=runner_socket)
         self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
-        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, hooks=self.toolpacks, configs=configs,
+        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, self.configs, hooks=self.toolpacks,
                                                      on_fatal=on_fatal)
 
     def close(self):
@@ -550,9 +550,11 @@ def cmd_send(rest, options, out, err, now):
     root = open_root(options)
     try:
         store = root.open_project(project)
-        if priority not in PRIORITIES:
-            raise SuzumioError(f"Invalid priority: {priority}")
-        message = store.send_message("user", " ".join(rest[3:]), recipient=recipient, priority=priority)
+        import suzumio_coordination
+
+        config = suzumio_config.ProjectConfig.from_data(store.config())
+        message = suzumio_coordination.send_message(store, config, "user", " ".join(rest[3:]), recipient=recipient,
+                                                    priority=priority)
         print(f"Sent {message['id']}", file=out)
     finally:
         root.close()
@@ -563,7 +565,8 @@ def check_mcp_servers(store):
     """Start a project's controller-side MCP servers once and list their tools; raises one line per failure."""
     import suzumio_mcp
 
-    entries = [entry for entry in store.config()["tools"]["toolpacks"] if isinstance(entry, dict)
+    config = suzumio_config.ProjectConfig.from_data(store.config())
+    entries = [entry for entry in config.toolpack_entries if isinstance(entry, dict)
                and "mcp" in entry and entry["mcp"].get("where", "controller") == "controller"]
     if not entries:
         return

@@ -7,7 +7,6 @@ import collections
 import hmac
 import json
 import logging
-import math
 import os
 import re
 import threading
@@ -19,25 +18,28 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
+import suzumio_coordination as coordination
 import suzumio_mcp_server
 import suzumio_openapi
-import suzumio_records
 import suzumio_scheduler
 import suzumio_yaml
-from suzumio_errors import BadRequest, Forbidden, NotFound, SuzumioError, Unauthorized
-from suzumio_resources import VERSION, resource_path
-from suzumio_runner_support import (
+from suzumio_errors import Forbidden, NotFound, SuzumioError, Unauthorized
+from suzumio_http import (
     JSON_TYPE,
     NOSNIFF,
     base_app,
     error_response,
+    floored,
     json_response,
+    limit_param,
+    optional_string,
     read_body,
     read_fields,
-    run_tick,
     text_response,
+    timestamp_param,
 )
-from suzumio_toolpacks import optional_string
+from suzumio_resources import VERSION, resource_path
+from suzumio_runner_support import run_tick
 
 log = logging.getLogger(__name__)
 
@@ -67,48 +69,17 @@ URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)([^/@\s]*)(@)
 
 # ---------------------------------------------------------------- small readers (http-api.md §2.5)
 
-def limit_param(raw, default):
-    """limit(raw, default): finite and > 0 → min(500, floor(value)); anything else → default."""
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        return default
-    if not math.isfinite(value) or value <= 0:
-        return default
-    return min(500, math.floor(value))
-
-
-def number_param(raw):
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        return None
-    return math.floor(value) if math.isfinite(value) else None
-
-
 # Time-range paging of the team view (http-api.md §6.11): its own, larger page cap.
 TIMELINE_LIMIT_DEFAULT = 500
 TIMELINE_LIMIT_MAX = 2000
 
 
 def timeline_limit(raw):
-    """Like limit() but capped at 2000."""
-    value = number_param(raw)
+    """Like limit_param but capped at 2000 (and floored before the positive check)."""
+    value = floored(raw)
     if value is None or value <= 0:
         return TIMELINE_LIMIT_DEFAULT
     return min(TIMELINE_LIMIT_MAX, value)
-
-
-def timestamp_param(raw, name):
-    """An ISO-8601 query value as a stored timestamp (UTC, milliseconds, Z); absent → None."""
-    if raw is None or raw == "":
-        return None
-    try:
-        return suzumio_records.format_ts(suzumio_records.parse_ts(raw))
-    except ValueError:
-        raise BadRequest(f"{name} must be an ISO-8601 timestamp") from None
 
 
 # ---------------------------------------------------------------- request guards (http-api.md §1.1)
@@ -226,7 +197,7 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
     mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
     # Suzumio as an MCP server (issue 15), behind the same guards and token as /api/.
     suzumio_mcp_server.mount_mcp(app, suzumio_mcp_server.SuzumioMcp(
-        root, lambda project: run_tick(scheduler.tick, project), backend))
+        root, lambda project: run_tick(scheduler.tick, project), backend, toolpacks.configs))
     mount_static(app, Path(webui_dir))
     return app
 
@@ -277,7 +248,7 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     def history(project, agent):
         query = bottle.request.query
         page = root.open_project(project).history_page(
-            agent, limit=limit_query(100), before=number_param(query.get("before")),
+            agent, limit=limit_query(100), before=floored(query.get("before")),
             include_archived=query.get("includeArchived") != "0")
         return json_response(page)
 
@@ -366,7 +337,8 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     def request_changes(project):
         store = root.open_project(project)
         body = read_fields()
-        store.request_changes(body.get("body"), recipient=optional_string(body.get("recipient")))
+        coordination.request_changes(store, toolpacks.configs.get(store), body.get("body"),
+                                     recipient=optional_string(body.get("recipient")))
         tick(store)
         return json_response(store.project_summary(full=True))
 
@@ -374,8 +346,9 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     def send_message(project):
         store = root.open_project(project)
         body = read_fields()
-        message = store.send_message(
-            sender=optional_string(body.get("sender")) or "user", body=body.get("body"),
+        message = coordination.send_message(
+            store, toolpacks.configs.get(store), sender=optional_string(body.get("sender")) or "user",
+            body=body.get("body"),
             recipient=optional_string(body.get("recipient")), channel=optional_string(body.get("channel")),
             priority=body.get("priority"))
         tick(store)

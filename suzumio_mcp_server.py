@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import suzumio_coordination as coordination
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
+from suzumio_http import optional_string
 from suzumio_records import PRIORITIES
-from suzumio_toolpacks import optional_string
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,11 @@ class SuzumioMcp:
     """The tools and resources over a store root. `tick(project)` runs a scheduler pass after changes
     (the route's scheduler on `serve`, an in-process one for `suzumio mcp`); `backend` stops runners."""
 
-    def __init__(self, root, tick, backend):
+    def __init__(self, root, tick, backend, configs):
         self.root = root
         self.tick = tick
         self.backend = backend
+        self.configs = configs  # the runtime's ConfigCache
 
     # -- tools
 
@@ -121,11 +123,9 @@ class SuzumioMcp:
     def tool_send_message(self, args):
         store = self._store(args)
         priority = args.get("priority")
-        if priority is not None and priority not in PRIORITIES:
-            raise BadRequest(f"Invalid priority: {priority}")
-        message = store.send_message(sender="user", body=args.get("body"),
-                                     recipient=optional_string(args.get("recipient")),
-                                     channel=optional_string(args.get("channel")), priority=priority)
+        message = coordination.send_message(store, self.configs.get(store), sender="user", body=args.get("body"),
+                                            recipient=optional_string(args.get("recipient")),
+                                            channel=optional_string(args.get("channel")), priority=priority)
         self.tick(store.project_id)
         return message
 
@@ -147,7 +147,8 @@ class SuzumioMcp:
 
     def tool_request_changes(self, args):
         store = self._store(args)
-        store.request_changes(args.get("body"), recipient=optional_string(args.get("recipient")))
+        coordination.request_changes(store, self.configs.get(store), args.get("body"),
+                                     recipient=optional_string(args.get("recipient")))
         self.tick(store.project_id)
         return store.project_summary(full=True)
 
@@ -284,7 +285,7 @@ def mount_mcp(app, server):
     """`/mcp` on the user listener (streamable HTTP without SSE: every POST is answered with JSON)."""
     import bottle
 
-    from suzumio_runner_support import JSON_TYPE, MAX_BODY_BYTES
+    from suzumio_http import JSON_TYPE, MAX_BODY_BYTES
 
     @app.post("/mcp")
     def mcp_post():
@@ -317,7 +318,7 @@ def serve_stdio(root, stdin, stdout):
             except SuzumioError as exc:
                 log.warning("tick of %s failed: %s", project, exc.message)
 
-        server = SuzumioMcp(root, tick, runtime.backends)
+        server = SuzumioMcp(root, tick, runtime.backends, runtime.configs)
         for line in stdin:
             if not line.strip():
                 continue

@@ -123,8 +123,6 @@ _NUDGE_FALLBACKS = {
                           "Rehydrate the work with targeted messages.",
     KIND_RESUME_AFTER_STOP: RESUME_AFTER_STOP_MESSAGE,
 }
-NO_EFFECT_DEFAULTS = {"enabled": True, "priority": "P3", "maxConsecutive": 0, "initialDelayMs": 30000,
-                      "backoffFactor": 2, "maxDelayMs": 300000}
 DEFAULT_CHANNELS = ("#project", "#blocked")
 DEFAULT_COORDINATOR = "pm"
 
@@ -238,7 +236,16 @@ def shrink(value, limit):
 
 
 # ---------------------------------------------------------------------------------------------
-# Priorities, project names and reads of the resolved config dict.
+# Priorities and project names.
+
+def describe(value):
+    """tools.md §1.1 `<value>`: strings as-is, anything else as JSON text (2, not 2.0)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return json.dumps(value, ensure_ascii=False)
+
 
 def is_valid_priority(value):
     """Whether value is one of P0–P3."""
@@ -250,7 +257,7 @@ def checked_priority(value):
     if value is None or value == "":
         return DEFAULT_PRIORITY
     if not is_valid_priority(value):
-        raise BadRequest(f"Invalid priority: {value}")
+        raise BadRequest(f"Invalid priority: {describe(value)}")
     return value
 
 
@@ -258,30 +265,6 @@ def valid_project_name(name):
     """The path-segment rule of config.md §2.8 step 0."""
     return (isinstance(name, str) and name not in ("", ".", "..")
             and not any(c in name for c in ("/", "\\", "\0")))
-
-
-def config_section(config, key):
-    """A top-level mapping of the config dict, {} when absent or not a mapping."""
-    value = (config or {}).get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def coordinator_of(config):
-    """communication.coordinatorAgent, default pm."""
-    return config_section(config, "communication").get("coordinatorAgent") or DEFAULT_COORDINATOR
-
-
-def channels_of(config):
-    """The project's channels (default #project and #blocked)."""
-    value = (config or {}).get("channels")
-    return list(DEFAULT_CHANNELS) if value is None else list(value)
-
-
-def max_signals_of(config):
-    """scheduler.maxSignalsPerActivation (legacy alias maxPromptMessages), default 20."""
-    scheduler = config_section(config, "scheduler")
-    value = scheduler.get("maxSignalsPerActivation", scheduler.get("maxPromptMessages"))
-    return value if isinstance(value, int) and value > 0 else 20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,14 +446,6 @@ def nudge_attempt(payload):
     """The attempt number a nudge signal's payload carries; 1 when it is missing or not a positive integer."""
     attempt = (payload or {}).get("attempt")
     return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) and attempt > 0 else 1
-
-
-def no_effect_delay(attempt, cfg):
-    """Milliseconds before a no-effect nudge may be delivered: none for the first, then backing off."""
-    if attempt <= 1:
-        return 0
-    value = cfg["initialDelayMs"] * (cfg["backoffFactor"] ** (attempt - 2))
-    return int(min(cfg["maxDelayMs"], math.floor(value)))
 
 
 def history_part_type(role):

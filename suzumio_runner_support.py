@@ -1,20 +1,21 @@
 """Runner-facing HTTP routes (backend-runner.md §6, http-api.md §9): tool-call audit, support calls,
 signals, history, model calls (forwarded by suzumio_model_proxy), activation context and output, all
 authenticated by the per-agent token, served by their own app on the runner listener (make_runner_app).
-Also holds the HTTP conventions both apps share (base_app, JSON bodies and responses, the one error
-shape). Imported by suzumio_api, suzumio.py and tests."""
+The HTTP conventions both apps share are suzumio_http's. Imported by suzumio_api, suzumio.py and tests."""
 import hmac
 import json
 import logging
-import math
-import re
-import threading
-import urllib.parse
-from json.encoder import encode_basestring as _quote_json
 
-import bottle
-
+import suzumio_coordination as coordination
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
+from suzumio_http import (
+    base_app,
+    floored,
+    json_response,
+    optional_text,
+    read_fields,
+    required_string,
+)
 from suzumio_model_proxy import ModelProxy
 from suzumio_records import (
     ACT_RUNNING,
@@ -24,216 +25,11 @@ from suzumio_records import (
     TOOL_CALLS_CLOSED,
     utc_now,
 )
-from suzumio_resources import VERSION
-from suzumio_toolpacks import describe, optional_boolean, required_string
 
 log = logging.getLogger(__name__)
-VERSION_HEADER = "Suzumio-Version"  # on every answer: the one version string (suzumio_resources)
-
-JSON_TYPE = "application/json; charset=utf-8"
-TEXT_TYPE = "text/plain; charset=utf-8"
-MAX_BODY_BYTES = 32 * 1024 * 1024
-MAX_JSON_DEPTH = 200
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-NOSNIFF = ("X-Content-Type-Options", "nosniff")
 
 IDENTITY_FIELDS = ("project", "agentId", "activationId", "token")
 MODEL_CALLS_CLOSED = "no more model calls are accepted"
-
-
-# ---------------------------------------------------------------- HTTP conventions (http-api.md §2)
-
-def encode_json(value):
-    """http-api.md §2.2: 2-space indentation, UTF-8 text, one trailing newline. The same text as
-    json.dumps(value, indent=2, ensure_ascii=False), about twice as fast on a history page: with an
-    indent, json falls back to pure-Python generators."""
-    out = []
-    _write_json(value, out, "\n")
-    out.append("\n")
-    return "".join(out).encode("utf-8")
-
-
-_JSON_LITERALS = {True: "true", False: "false", None: "null"}
-
-
-def _json_key(key):
-    """Dict keys as json.dumps converts them."""
-    if isinstance(key, str):
-        return key
-    if isinstance(key, float):
-        return json.dumps(key)
-    if key is True or key is False or key is None:
-        return _JSON_LITERALS[key]
-    if isinstance(key, int):
-        return int.__repr__(key)
-    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
-
-
-def _write_json(value, out, pad):
-    if isinstance(value, str):
-        out.append(_quote_json(value))
-    elif value is None or value is True or value is False:
-        out.append(_JSON_LITERALS[value])
-    elif isinstance(value, int):
-        out.append(int.__repr__(value))
-    elif isinstance(value, float):
-        out.append(json.dumps(value))
-    elif isinstance(value, (dict, list, tuple)):
-        if not value:
-            out.append("{}" if isinstance(value, dict) else "[]")
-            return
-        inner = pad + "  "
-        is_dict = isinstance(value, dict)
-        separator = ("{" if is_dict else "[") + inner
-        for item in value.items() if is_dict else value:
-            out.append(separator)
-            if is_dict:
-                key, item = item
-                out.append(_quote_json(_json_key(key)))
-                out.append(": ")
-            _write_json(item, out, inner)
-            separator = "," + inner
-        out.append(pad + ("}" if is_dict else "]"))
-    else:
-        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def json_response(value, status=200):
-    return bottle.HTTPResponse(encode_json(value), status, {"Content-Type": JSON_TYPE, NOSNIFF[0]: NOSNIFF[1]})
-
-
-def text_response(text):
-    if not text.endswith("\n"):
-        text += "\n"
-    return bottle.HTTPResponse(text.encode("utf-8"), 200, {"Content-Type": TEXT_TYPE, NOSNIFF[0]: NOSNIFF[1]})
-
-
-def error_response(status, message):
-    return json_response({"error": message}, status)
-
-
-def read_body():
-    """The request body parsed as JSON whatever its Content-Type; empty or blank → {} (§2.1)."""
-    length = bottle.request.content_length
-    if length > MAX_BODY_BYTES:
-        raise BadRequest(f"Request body too large (limit {MAX_BODY_BYTES} bytes)")
-    raw = bottle.request.body.read(MAX_BODY_BYTES + 1)
-    if len(raw) > MAX_BODY_BYTES:
-        raise BadRequest(f"Request body too large (limit {MAX_BODY_BYTES} bytes)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest(f"Invalid JSON body: {exc}") from None
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise BadRequest(f"Invalid JSON body: {exc}") from None
-    except RecursionError:
-        raise BadRequest(f"Invalid JSON body: nested deeper than {MAX_JSON_DEPTH} levels") from None
-    problem = unusable_json(value)
-    if problem:
-        raise BadRequest(f"Invalid JSON body: {problem}")
-    return value
-
-
-def unusable_json(value):
-    """Why a parsed body cannot be stored or answered: nesting deeper than MAX_JSON_DEPTH (it could
-    exhaust the stack later) or a lone surrogate escape such as \\ud800 (it has no UTF-8 form).
-    Checked without recursion; None when the value is fine."""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, str):
-            if LONE_SURROGATE.search(item):
-                return "lone surrogate escapes are not valid text"
-        elif isinstance(item, (list, dict)):
-            if depth > MAX_JSON_DEPTH:
-                return f"nested deeper than {MAX_JSON_DEPTH} levels"
-            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-            pending.extend((child, depth + 1) for child in children)
-    return None
-
-
-def read_fields():
-    """The body as an object; any other JSON value counts as an object without fields (§2.1)."""
-    body = read_body()
-    return body if isinstance(body, dict) else {}
-
-
-def raw_path(environ):
-    """The request path still percent-encoded, so `a%2Fb` stays one segment (§2.4)."""
-    uri = environ.get("REQUEST_URI")
-    if uri:
-        # An origin-form target is a path: urlsplit would read `//x/y` as host `x` and path `/y`.
-        if uri.startswith("/"):
-            return uri.split("?", 1)[0].split("#", 1)[0]
-        return urllib.parse.urlsplit(uri).path or "/"
-    return urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin1"), safe="/:@!$&'()*+,;=")
-
-
-def base_app(stopping=None):
-    """A Bottle app with what both listeners share: no JSON plugin, the error boundary, the raw path,
-    nosniff on every answer, and JSON errors for unmatched paths (a wrong method is a 404, never a
-    405). `stopping` (a threading.Event, set by Server.close) ends long answers such as SSE."""
-    app = bottle.Bottle(catchall=True)
-    app.uninstall(bottle.JSONPlugin)
-    app.install(ErrorBoundary())
-    app.config["suzumio.stopping"] = stopping or threading.Event()
-
-    @app.hook("before_request")
-    def keep_raw_path():
-        environ = bottle.request.environ
-        environ["PATH_INFO"] = raw_path(environ)
-
-    @app.hook("after_request")
-    def after_request():
-        bottle.response.set_header(*NOSNIFF)
-        bottle.response.set_header(VERSION_HEADER, VERSION)
-
-    # Bottle calls these for unmatched routes and for exceptions that escape the route boundary
-    # (hooks); they must encode the JSON themselves.
-    def error_page(message):
-        def handler(error):
-            bottle.response.content_type = JSON_TYPE
-            bottle.response.set_header(*NOSNIFF)
-            bottle.response.set_header(VERSION_HEADER, VERSION)
-            return encode_json({"error": message})
-        return handler
-
-    not_found = error_page("not found")
-
-    def wrong_method(error):
-        bottle.response.status = 404
-        del bottle.response.headers["Allow"]
-        return not_found(error)
-
-    app.error_handler[404] = not_found
-    app.error_handler[405] = wrong_method
-    app.error_handler[500] = error_page("internal error")
-    return app
-
-
-class ErrorBoundary:
-    """Bottle plugin: percent-decodes path arguments and turns every failure into {"error": …}."""
-
-    name = "suzumio-error-boundary"
-    api = 2
-
-    def apply(self, callback, route):
-        def boundary(**args):
-            decoded = {key: urllib.parse.unquote(value, errors="replace") for key, value in args.items()}
-            try:
-                return callback(**decoded)
-            except bottle.HTTPResponse:
-                raise
-            except SuzumioError as exc:
-                return error_response(exc.status, exc.message)
-            except Exception as exc:
-                log.exception("%s %s failed", bottle.request.method, bottle.request.path)
-                return error_response(500, str(exc) or type(exc).__name__)
-        return boundary
 
 
 # ---------------------------------------------------------------- authorization (http-api.md §9.1)
@@ -276,20 +72,6 @@ def authorize(root, body, fields=(), *, body_checks=None, running=None):
     if running and activation["status"] != ACT_RUNNING:
         raise Conflict(f"Activation {activation['id']} is {activation['status']}; {running}")
     return RunnerCall(store, agent, activation, body)
-
-
-def parse_keep_tail(value):
-    """A number or numeric string, floored; anything unparsable counts as absent (§9.6)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return math.floor(value)
-    return None
 
 
 def check_context(body):
@@ -390,8 +172,8 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         status = call.body["status"]
         if status not in TOOL_CALL_END_STATUSES:
             raise BadRequest(f"Invalid tool call status: {status}")
-        result = call.store.finish_tool_call(
-            call.agent_id, call.activation_id, call.body["toolCallId"], status,
+        result = coordination.finish_tool_call(
+            call.store, call.agent_id, call.activation_id, call.body["toolCallId"], status,
             output=optional_text(call.body, "output"), error=optional_text(call.body, "error"))
         if tracer is not None and tracer.enabled:
             tracer.tool_call(call.store.tool_call(call.body["toolCallId"]), call.store.project_id)
@@ -400,18 +182,12 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     @app.post("/runner/signals")
     def runner_signal():
         call = authorize(root, read_fields(), ("kind",), running=TOOL_CALLS_CLOSED)
-        body = call.body
-        if "payload" in body and not isinstance(body["payload"], dict):
-            raise BadRequest("payload must be an object")
-        useful_effect = optional_boolean(body, "usefulEffect")
-        for field, names in (("targetAgent", "agent"), ("targetChannel", "channel")):
-            if body.get(field) is not None and not isinstance(body[field], str):
-                raise BadRequest(f"Unknown {names}: {describe(body[field])}")
-        call.store.record_signal(
-            body["kind"], source_agent=call.agent_id, source_activation=call.activation_id,
-            target_agent=body.get("targetAgent"), target_channel=body.get("targetChannel"),
-            priority=body.get("priority"), payload=body.get("payload"), status=body.get("status"),
-            useful_effect=useful_effect)
+        body = call.body  # every field is checked once, by the rule (suzumio_coordination.record_signal)
+        coordination.record_signal(
+            call.store, toolpacks.configs.get(call.store), body["kind"], source_agent=call.agent_id,
+            source_activation=call.activation_id, target_agent=body.get("targetAgent"),
+            target_channel=body.get("targetChannel"), priority=body.get("priority"), payload=body.get("payload"),
+            status=body.get("status"), useful_effect=body.get("usefulEffect"))
         return json_response({"status": "recorded"})
 
     @app.post("/toolpacks/<toolpack_id>/support")
@@ -436,9 +212,9 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     def history_compact():
         call = authorize(root, read_fields(), ("summary",), running=HISTORY_CLOSED)
         body = call.body
-        result = call.store.compact_history(
-            call.agent_id, call.activation_id, body["summary"],
-            keep_tail=parse_keep_tail(body.get("keepTail")),
+        result = coordination.compact_history(
+            call.store, call.agent_id, call.activation_id, body["summary"],
+            keep_tail=floored(body.get("keepTail")),
             reason=optional_text(body, "reason"), selected_model=optional_text(body, "selectedModel"))
         return json_response(result)
 
@@ -455,15 +231,11 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
             return json_response({"status": call.activation["status"], "activationId": call.activation_id})
         output = call.body["output"]
         usage = output.get("usage") if isinstance(output.get("usage"), dict) else None
-        result = call.store.complete_activation(call.activation_id, call.agent_id, output["text"], usage=usage)
+        result = coordination.complete_activation(call.store, toolpacks.configs.get(call.store), call.activation_id,
+                                                  call.agent_id, output["text"], usage=usage)
         if result["status"] == "completed":
             run_tick(scheduler.trigger, call.store.project_id)
         return json_response(result)
-
-
-def optional_text(body, field):
-    value = body.get(field)
-    return value if isinstance(value, str) else None
 
 
 def run_tick(trigger_tick, project):

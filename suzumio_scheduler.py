@@ -1,16 +1,16 @@
-"""The scheduler (scheduler.md): one `tick` of a project (the token budget, signal selection, P0 restarts,
-the activation timeout, prompt composition, hooks, nudges and monitors), the background thread that ticks
-every project every 2 s or on demand, and stopping/approving projects. Imported by the composition root and
-the HTTP routes; imports config, registry, records and backend (the store arrives as a ProjectStore)."""
+"""The scheduler (scheduler.md): one `tick` of a project in its order of steps (the token budget, P0
+restarts, the activation timeout, prompt composition, hooks, then the nudges and monitors of
+suzumio_coordination), the background thread that ticks projects when something changed or fell due, and
+stopping/approving projects. Imported by the composition root and the HTTP routes; imports config,
+coordination, records and backend (the store arrives as a ProjectStore)."""
 import logging
-import math
-import re
 import threading
 import time
 from datetime import timedelta
 
 import suzumio_backend
 import suzumio_config
+import suzumio_coordination as coordination
 from suzumio_backend import KIND_LOCAL, activation_paths
 from suzumio_errors import Conflict
 from suzumio_records import (
@@ -20,11 +20,7 @@ from suzumio_records import (
     AGENT_RUNNING,
     AGENT_STOPPED,
     EVENT_HOOK_FAILED,
-    KIND_ALL_QUIET_NUDGE,
-    KIND_FAILED_NUDGE,
     PROJECT_RUNNING,
-    format_ts,
-    nudge_attempt,
     parse_ts,
     render_signal,
     to_datetime,
@@ -38,15 +34,6 @@ HOOK_INTERVAL_SECONDS = TICK_INTERVAL_SECONDS
 SAFETY_INTERVAL_SECONDS = 30.0  # a pass over every project even when nothing asked for one
 MIN_WAIT_SECONDS = 0.01  # the thread's shortest sleep, so a due time a hair away cannot spin it
 STOP_GRACE_SECONDS = 15.0
-
-QUIET_MONITOR_EVENT = "scheduler.quiet_agent_monitor.message_sent"
-FAILED_MONITOR_EVENT = "scheduler.failed_agent_monitor.message_sent"
-
-
-def ms_between(earlier_text, now):
-    """Milliseconds from a stored timestamp to `now`."""
-    return int((now - parse_ts(earlier_text)).total_seconds() * 1000)
-
 
 # ---------------------------------------------------------------- prompt composition (§4)
 
@@ -180,16 +167,17 @@ class NoHooks:
 
 # ---------------------------------------------------------------- one tick (§5)
 
-def tick(store, backend, hooks, now, configs=None):
+def tick(store, backend, hooks, now, configs):
     """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock.
-    `configs` (a suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every tick. Returns
-    when the project needs its next tick if nothing changes meanwhile (next_due), None for never."""
+    `configs` (the runtime's suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every
+    tick. Returns when the project needs its next tick if nothing changes meanwhile (next_due), None for
+    never."""
     project = store.project()
     if project["status"] != PROJECT_RUNNING:
         return None
-    config = configs.get(store) if configs is not None else suzumio_config.ProjectConfig.from_data(store.config())
+    config = configs.get(store)
     max_tokens = config.backend.runner.budget_max_tokens
-    if max_tokens is not None and store.pause_for_budget(max_tokens, now) is not None:
+    if max_tokens is not None and coordination.pause_for_budget(store, max_tokens, now) is not None:
         log.warning("project %s paused: token budget of %s used up", store.project_id, max_tokens)
         return None
     agents = store.list_agents()
@@ -200,12 +188,7 @@ def tick(store, backend, hooks, now, configs=None):
     except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (scheduler.md §6.1)
         log.warning("scheduler hooks of %s failed: %s", store.project_id, error)
         store.append_event(EVENT_HOOK_FAILED, {"toolpackId": None, "error": str(error)})
-    agents = store.list_agents()
-    _failed_nudges(store, config, agents, now)
-    dues = []
-    _monitor_rules(store, config, agents, now, failed=True, dues=dues)
-    _monitor_rules(store, config, agents, now, failed=False, dues=dues)
-    _all_quiet_nudge(store, config, now, dues=dues)
+    dues = coordination.nudge_and_monitor(store, config, now)
     return next_due(store, config, now, dues)
 
 
@@ -233,7 +216,6 @@ def _tick_agent(store, backend, config, task, agents, agent, now):
     status = agent["status"]
     if status == AGENT_STOPPED:
         return
-    limit = config.scheduler.max_signals_per_activation
     candidates = None
     if status == AGENT_RUNNING or agent.get("activeActivationId"):
         act = store.activation(agent["activeActivationId"]) if agent.get("activeActivationId") else None
@@ -244,7 +226,7 @@ def _tick_agent(store, backend, config, task, agents, agent, now):
         elif act is None or act["status"] != ACT_RUNNING:
             status = store.clear_stale_binding(agent["id"]) or store.agent(agent["id"])["status"]
         else:
-            pending = store.pending_signals(agent["id"], limit, now)
+            pending = coordination.pending_signals(store, config, agent["id"], now)
             p0 = [s for s in pending if s["priority"] == "P0"]
             if not p0:
                 return
@@ -252,7 +234,7 @@ def _tick_agent(store, backend, config, task, agents, agent, now):
             backend.stop_runner(store, store.activation(act["id"]))
             status, candidates = AGENT_QUIET, pending
     if candidates is None:
-        candidates = store.pending_signals(agent["id"], limit, now)
+        candidates = coordination.pending_signals(store, config, agent["id"], now)
     if not candidates:
         if status not in (AGENT_QUIET, AGENT_FAILED):
             store.set_agent_status(agent["id"], AGENT_QUIET)
@@ -267,161 +249,24 @@ def _start_activation(store, backend, config, task, agents, agent, signals, now)
                            agents=agents, config=config, kind=kind, workspace=workspace,
                            artifacts_root=artifacts_root, signals=signals)
     try:
-        activation = store.start_activation(agent["id"], prompt, signals, now)
+        activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
     except Conflict as error:
         log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
         return
     backend.start(store, activation["id"], config)
 
 
-# ---------------------------------------------------------------- nudges and monitors (§7)
-
-def _failed_nudges(store, config, agents, now):
-    """scheduler.md §7.2 (step 6)."""
-    rule = config.scheduler.failed_nudge
-    if not rule.enabled:
-        return
-    for agent in agents:
-        if agent["status"] != AGENT_FAILED:
-            continue
-        if store.has_pending_signals_for_agent(agent["id"], include_delayed=True, now=now):
-            continue
-        latest = store.latest_failed_activation(agent["id"])
-        if latest is None:
-            continue
-        woke = store.signals_delivered_to(latest["id"], kind=KIND_FAILED_NUDGE)
-        previous = nudge_attempt(woke[-1].get("payload")) if woke else 0
-        if rule.max_consecutive and previous >= rule.max_consecutive:
-            continue
-        attempt = previous + 1
-        delay = int(min(rule.max_delay_ms,
-                        math.floor(rule.initial_delay_ms * rule.backoff_factor ** (attempt - 1))))
-        payload = {"previousActivationId": latest["id"], "attempt": attempt,
-                   "maxConsecutive": rule.max_consecutive, "delayMs": delay}
-        not_before = None
-        if delay > 0:
-            not_before = format_ts(now + timedelta(milliseconds=delay))
-            payload["notBefore"] = not_before
-        payload["error"] = latest.get("error") or ""
-        payload["message"] = rule.message or suzumio_config.FAILED_NUDGE_MESSAGE
-        store.record_signal(KIND_FAILED_NUDGE, target_agent=agent["id"], priority=rule.priority, payload=payload,
-                            useful_effect=False, not_before=not_before, now=now)
-
-
-def render_template(template, values):
-    """Replace `{{ name }}` placeholders; unknown names stay verbatim."""
-    def replace(match):
-        name = match.group(1)
-        return str(values[name]) if name in values else match.group(0)
-    return re.sub(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}", replace, template)
-
-
-def _short_error(text):
-    text = " ".join((text or "").split())
-    return text[:697] + "..." if len(text) > 700 else text
-
-
-def _monitor_rules(store, config, agents, now, *, failed, dues=None):
-    """scheduler.md §7.3 (failed=True, step 7) and §7.4 (failed=False, step 8)."""
-    monitor = config.scheduler.failed_agent_monitor if failed else config.scheduler.quiet_agent_monitor
-    if not monitor.enabled:
-        return
-    by_id = {a["id"]: a for a in agents}
-    for rule in monitor.rules:
-        if rule.enabled is False:
-            continue
-        agent = by_id.get(rule.agent)
-        if agent is None or agent["status"] != (AGENT_FAILED if failed else AGENT_QUIET):
-            continue
-        if rule.recipient != "user" and rule.recipient not in by_id:
-            continue
-        latest = store.latest_failed_activation(agent["id"]) if failed else None
-        if failed and latest is None:
-            continue
-        since = (latest.get("completedAt") if failed else None) or agent["updatedAt"]
-        try:
-            elapsed = ms_between(since, now)
-        except (TypeError, ValueError):
-            continue
-        if elapsed < 0:
-            continue
-        match = {"ruleKey": rule.key, "agent": agent["id"]}
-        match.update({"failedActivationId": latest["id"]} if failed else {"quietSince": since})
-        last = store.latest_event(FAILED_MONITOR_EVENT if failed else QUIET_MONITOR_EVENT, match)
-        if last is None and elapsed < rule.initial_delay_ms:
-            _due(dues, parse_ts(since), rule.initial_delay_ms)
-            continue
-        if last is not None and ms_between(last["created_at"], now) < rule.repeat_delay_ms:
-            _due(dues, parse_ts(last["created_at"]), rule.repeat_delay_ms)
-            continue
-        attempt = int(last["data"].get("attempt") or 0) + 1 if last else 1
-        values = {"project": store.project_id, "agent": agent["id"], "agentId": agent["id"],
-                  "recipient": rule.recipient, "sender": rule.sender, "now": format_ts(now),
-                  "initialDelayMs": rule.initial_delay_ms, "repeatDelayMs": rule.repeat_delay_ms,
-                  "attempt": attempt, "ruleId": rule.id or rule.key}
-        if failed:
-            values.update(failedMs=elapsed, failedMinutes=elapsed // 60000, failedSince=since,
-                          activationId=latest["id"], error=_short_error(latest.get("error")))
-        else:
-            values.update(quietMs=elapsed, quietMinutes=elapsed // 60000, quietSince=since)
-        message = store.send_message(rule.sender, render_template(rule.message, values),
-                                     recipient=rule.recipient, priority=rule.priority, now=now)
-        data = {"ruleKey": rule.key}
-        if rule.id is not None:
-            data["ruleId"] = rule.id
-        data["agent"] = agent["id"]
-        if failed:
-            data["failedActivationId"] = latest["id"]
-        data.update(recipient=rule.recipient, sender=rule.sender, priority=rule.priority)
-        if failed:
-            data.update(failedSince=since, failedMs=elapsed)
-        else:
-            data.update(quietSince=since, quietMs=elapsed)
-        data.update(initialDelayMs=rule.initial_delay_ms, repeatDelayMs=rule.repeat_delay_ms,
-                    attempt=attempt, messageId=message["id"])
-        store.append_event(FAILED_MONITOR_EVENT if failed else QUIET_MONITOR_EVENT, data, now=now)
-        _due(dues, now, rule.repeat_delay_ms)
-
-
-def _due(dues, since, delay_ms):
-    if dues is not None:
-        dues.append(since + timedelta(milliseconds=delay_ms))
-
-
-def _all_quiet_nudge(store, config, now, dues=None):
-    """scheduler.md §7.5 (step 9), on a freshly loaded agent list."""
-    rule = config.scheduler.all_quiet_nudge
-    if not rule.enabled:
-        return
-    agents = store.list_agents()
-    if not agents or rule.target_agent not in {a["id"] for a in agents}:
-        return
-    if any(a["status"] != AGENT_QUIET for a in agents):
-        return
-    if store.has_pending_signals(now=now):
-        return
-    previous = store.latest_signal(KIND_ALL_QUIET_NUDGE, target_agent=rule.target_agent)
-    if previous and ms_between(previous["createdAt"], now) < rule.cooldown_ms:
-        _due(dues, parse_ts(previous["createdAt"]), rule.cooldown_ms)
-        return
-    store.record_signal(KIND_ALL_QUIET_NUDGE, target_agent=rule.target_agent, priority=rule.priority,
-                        useful_effect=True, now=now, payload={
-                            "message": rule.message or suzumio_config.ALL_QUIET_MESSAGE,
-                            "reason": "all agents quiet and no pending signals",
-                            "agentStatuses": [{"id": a["id"], "status": a["status"]} for a in agents]})
-
-
 # ---------------------------------------------------------------- stop and approve (store.md §8.1)
 
 def stop_project(store, backends, now=None):
     """Stop a project: cancel running activations (with resume signals), then stop their runners."""
-    for activation in store.stop(now):
+    for activation in coordination.stop(store, now):
         backends.stop_runner(store, store.activation(activation["id"]))
 
 
 def approve_project(store, backends, now=None):
     """Approve a project: cancel running activations (no resume signal), then stop their runners."""
-    for activation in store.approve(now):
+    for activation in coordination.approve(store, now):
         backends.stop_runner(store, store.activation(activation["id"]))
 
 
@@ -437,7 +282,7 @@ class Scheduler:
     stop_project = staticmethod(stop_project)
     approve_project = staticmethod(approve_project)
 
-    def __init__(self, root, backends, hooks=None, interval=SAFETY_INTERVAL_SECONDS, configs=None, on_fatal=None):
+    def __init__(self, root, backends, configs, hooks=None, interval=SAFETY_INTERVAL_SECONDS, on_fatal=None):
         self.root = root
         self.on_fatal = on_fatal  # called with the error if the thread's loop itself dies
         self.backends = backends
@@ -445,7 +290,7 @@ class Scheduler:
         self.interval = interval
         self._locks = {}
         self._locks_guard = threading.Lock()
-        self._configs = configs or suzumio_config.ConfigCache()
+        self._configs = configs  # the runtime's one ConfigCache, shared with the toolpack runtime
         self._stopping = threading.Event()
         self._thread = None
 

@@ -1,12 +1,13 @@
 """Durable store: the runtime root layout and one ProjectStore per project SQLite file (store.md).
-The only module that imports sqlite3 or writes SQL; every public operation is one write transaction
-that includes its events and signals. Imported by the CLI, scheduler, backend, toolpacks and the HTTP
+The only module that imports sqlite3 or writes SQL. It keeps rows and transactions: connections, the one
+`write()` path, migrations, and reads and conditional writes of rows with their events; the rules that
+decide what those writes mean (routing, delivery, nudges, stop, submit) are suzumio_coordination's, each
+inside one `write()`. Imported by the CLI, coordination, scheduler, backend, toolpacks and the HTTP
 routes; imports suzumio_errors and suzumio_records (status constants, row shapes, timestamps), and takes
 the resolved config as a plain dict and the config's expanded agents at init."""
 import hmac
 import json
 import logging
-import math
 import os
 import secrets
 import shutil
@@ -15,12 +16,10 @@ import threading
 import uuid
 from collections import OrderedDict
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
 from suzumio_records import (
-    ACT_COMPLETED,
     ACT_FAILED,
     ACT_RUNNING,
     ACTIVATION_STATUSES,
@@ -30,64 +29,39 @@ from suzumio_records import (
     AGENT_RUNNING,
     AGENT_STATUSES,
     AGENT_TRANSITIONS,
-    APPROVE_REASON,
-    BOUNDARY_LIMIT,
-    BUDGET_SENDER,
-    ENDING_TOOLS,
     HISTORY_CLOSED,
     HISTORY_ROLES,
-    KIND_BUDGET_EXCEEDED,
     KIND_MESSAGE,
-    KIND_NO_EFFECT_NUDGE,
-    KIND_RESUME_AFTER_STOP,
     KIND_SUBMITTED,
     KIND_WAIT,
-    NO_EFFECT_DEFAULTS,
     PRIORITIES,
     PROJECT_INITIALIZED,
     PROJECT_RUNNING,
     PROJECT_STATUSES,
     PROJECT_TRANSITIONS,
-    RECORDABLE_SIGNAL_STATUSES,
-    RESUME_AFTER_STOP_MESSAGE,
-    SIGNAL_CLOSED,
     SIGNAL_PENDING,
     SIGNAL_STATUSES,
     SIGNAL_TRANSITIONS,
-    STOP_REASON,
-    TOOL_CALL_END_STATUSES,
     TOOL_CALL_STATUSES,
     TOOL_CALL_TRANSITIONS,
     TOOL_CALLS_CLOSED,
     TOOL_COMPLETED,
     TOOL_RUNNING,
-    WAIT_PREFIX,
     activation_json,
     agent_json,
-    budget_message,
-    channels_of,
-    checked_priority,
     compaction_json,
-    config_section,
-    coordinator_of,
-    default_useful_effect,
     dump_json,
     event_row_json,
     format_ts,
     history_json,
     history_part_type,
     load_json,
-    max_signals_of,
     message_json,
     new_id,
-    no_effect_delay,
-    no_effect_message,
-    nudge_attempt,
     omit_none,
     project_row_json,
     public_activation_json,
     public_agent_json,
-    render_boundary_text,
     shrink,
     signal_json,
     to_datetime,
@@ -461,11 +435,21 @@ MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION
 class _Tx:
     """One open write transaction: its connection and the operation's clock."""
 
-    def __init__(self, conn, now, after_commit=None):
+    def __init__(self, conn, now, after_commit=None, files=None):
         self.conn = conn
         self.now = now
         self.ts = format_ts(now)
         self.after_commit = [] if after_commit is None else after_commit  # callables run after COMMIT
+        self.files = [] if files is None else files  # (temp, final): renamed after COMMIT, else removed
+
+    def write_file(self, path, text):
+        """Write `text` to `path` when this transaction commits: a temp file beside it now, renamed over
+        it after COMMIT, so a rollback leaves no file behind and never touches the old one."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        temp.write_text(text, encoding="utf-8")
+        self.files.append((temp, path))
 
     def execute(self, sql, params=()):
         return self.conn.execute(sql, params)
@@ -601,7 +585,7 @@ class ProjectStore:
             self._give_back(conn)
 
     @contextmanager
-    def _snapshot(self):
+    def snapshot(self):
         """A read transaction so several SELECTs see one consistent state."""
         current = self._current()
         if current is not None:
@@ -621,7 +605,7 @@ class ProjectStore:
         """The one write path: lock, BEGIN IMMEDIATE, commit or roll back. Nested calls join."""
         outer = getattr(self._local, "tx", None)
         if outer is not None:
-            yield outer if now is None else _Tx(outer.conn, to_datetime(now), outer.after_commit)
+            yield outer if now is None else _Tx(outer.conn, to_datetime(now), outer.after_commit, outer.files)
             return
         self._used()
         with self._lock:
@@ -637,15 +621,19 @@ class ProjectStore:
             try:
                 yield tx
                 conn.execute("COMMIT")
-                if self._on_commit is not None:
-                    self._on_commit(self.project_id)
             except BaseException:
                 # SQLite may already have rolled back (e.g. disk full); only roll back what is open
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                for temp, _ in tx.files:
+                    temp.unlink(missing_ok=True)
                 raise
             finally:
                 self._local.tx = None
+            for temp, final in tx.files:
+                os.replace(temp, final)  # same directory: atomic, and the rows naming it are committed
+            if self._on_commit is not None:
+                self._on_commit(self.project_id)
             for callback in tx.after_commit:  # observers only queue work; they never fail the write
                 callback()
 
@@ -715,7 +703,7 @@ class ProjectStore:
 
     # -- events ----------------------------------------------------------------------------------
 
-    def _event(self, tx, type_, data):
+    def add_event(self, tx, type_, data):
         tx.execute("INSERT INTO events (id, project, type, data_json, created_at) VALUES (?, ?, ?, ?, ?)",
                    (tx.id("evt"), self.project_id, type_, dump_json(data if data is not None else {}), tx.ts))
 
@@ -724,7 +712,7 @@ class ProjectStore:
         if not isinstance(type_, str) or not type_:
             raise BadRequest("type is required")
         with self.write(now) as tx:
-            self._event(tx, type_, data)
+            self.add_event(tx, type_, data)
 
     def list_events(self, limit=200, shrink_data=False):
         """Newest events first as raw rows; shrink_data applies http-api.md §6.4."""
@@ -750,7 +738,7 @@ class ProjectStore:
 
     def event_replay(self, limit):
         """SSE start (http-api.md §10): the newest `limit` events oldest first, and the cursor."""
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             rows = conn.execute("SELECT rowid AS rid, * FROM events WHERE project = ? ORDER BY rowid DESC "
                                 "LIMIT ?", (self.project_id, int(limit))).fetchall()
             cursor = conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ?",
@@ -800,9 +788,9 @@ class ProjectStore:
                            (seed.id, self.project_id, seed.role, seed.display_name, AGENT_QUIET,
                             seed.prompt or "", seed.model, dump_json(list(seed.tools)),
                             str(self.workspace(seed.id)), secrets.token_urlsafe(24), tx.ts, tx.ts))
-            self._event(tx, "project.initialized", {"configPath": str(config_path)})
+            self.add_event(tx, "project.initialized", {"configPath": str(config_path)})
 
-    def _project_row(self, conn=None):
+    def project_row(self, conn=None):
         with self._reading(conn) as reader:
             row = reader.execute("SELECT * FROM projects WHERE id = ?", (self.project_id,)).fetchone()
         if row is None:
@@ -811,15 +799,15 @@ class ProjectStore:
 
     def project(self):
         """The project row without config_json."""
-        return project_row_json(self._project_row())
+        return project_row_json(self.project_row())
 
     def config(self):
         """The resolved configuration dict stored at init (cached: it never changes)."""
         if self._config is None:
-            self._config = json.loads(self._project_row()["config_json"])
+            self._config = json.loads(self.project_row()["config_json"])
         return self._config
 
-    def _set_project_status(self, tx, trigger_or_status, extra=None):
+    def set_project_status(self, tx, trigger_or_status, extra=None):
         sources, target = PROJECT_TRANSITIONS.get(trigger_or_status, (PROJECT_STATUSES, trigger_or_status))
         if target not in PROJECT_STATUSES:
             raise BadRequest(f"Invalid project status: {target}")
@@ -832,49 +820,19 @@ class ProjectStore:
                             params + [self.project_id, *sources])
         if cursor.rowcount == 0:
             raise Conflict(f"Project {self.project_id} cannot become {target}")
-        self._event(tx, "project.status", {"status": target})
+        self.add_event(tx, "project.status", {"status": target})
 
     def set_status(self, status, now=None):
         """Write a project status (any of the enum) with its project.status event."""
         with self.write(now) as tx:
-            self._set_project_status(tx, status)
+            self.set_project_status(tx, status)
         return self.project()
 
     def start(self, now=None):
         """Project -> running (from any status). The caller ticks afterwards."""
         with self.write(now) as tx:
-            self._set_project_status(tx, "start")
+            self.set_project_status(tx, "start")
         return self.project()
-
-    def stop(self, now=None):
-        """store.md §8.1 step 1: stopped, cancel running activations, resume signals. Returns them."""
-        return self._halt("stop", STOP_REASON, resume=True, now=now)
-
-    def approve(self, now=None):
-        """Like stop with status completed, reason `Project approved`, and no resume signals."""
-        return self._halt("approve", APPROVE_REASON, resume=False, now=now)
-
-    def _halt(self, trigger, reason, resume, now):
-        cancelled = []
-        with self.write(now) as tx:
-            self._set_project_status(tx, trigger)
-            running = tx.all("SELECT id FROM activations WHERE project = ? AND status = ? "
-                             "ORDER BY started_at, rowid", (self.project_id, ACT_RUNNING))
-            for row in running:
-                act = self._cancel(tx, row["id"], reason)
-                if act is None:
-                    continue
-                cancelled.append(act)
-                if resume:
-                    interrupted = [r["id"] for r in tx.all(
-                        "SELECT id FROM signals WHERE project = ? AND delivered_activation_id = ? "
-                        "ORDER BY delivered_at, rowid", (self.project_id, act["id"]))]
-                    self._record_signal(tx, KIND_RESUME_AFTER_STOP, target_agent=act["agentId"],
-                                        priority="P2", useful_effect=False,
-                                        payload={"cancelledActivationId": act["id"],
-                                                 "interruptedSignalIds": interrupted,
-                                                 "message": RESUME_AFTER_STOP_MESSAGE})
-        return cancelled
 
     def window_tokens(self, conn=None):
         """Tokens the controller saw providers report for activations that completed, failed or were
@@ -895,7 +853,7 @@ class ProjectStore:
         """One forwarded model request and the usage the provider reported in its answer."""
         usage = usage if isinstance(usage, dict) else {}
         with self.write(now) as tx:
-            self._owned_activation(tx.conn, agent_id, activation_id)
+            self.owned_activation(tx.conn, agent_id, activation_id)
             tx.execute("INSERT INTO model_calls (id, project, activation_id, agent_id, provider_id, preset_id, "
                        "status, tokens, usage_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (tx.id("mcall"), self.project_id, activation_id, agent_id, provider_id, preset_id,
@@ -911,38 +869,6 @@ class ProjectStore:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     tokens[field] = tokens.get(field, 0) + value
         return {"calls": len(rows), "tokens": tokens}
-
-    def pause_for_budget(self, max_tokens, now=None):
-        """Stop a running project whose window used max_tokens or more: status, `project.budget_exceeded`
-        and the P2 message to the user in one transaction. Running activations are left to finish.
-        Returns the event data, or None when the project was not running or is within budget."""
-        with self._snapshot() as conn:
-            if self._project_row(conn)["status"] != PROJECT_RUNNING or self.window_tokens(conn) < max_tokens:
-                return None
-        with self.write(now) as tx:
-            # re-checked under the write lock: a concurrent tick or `start` may have moved the window
-            if self._project_row(tx.conn)["status"] != PROJECT_RUNNING:
-                return None
-            used = self.window_tokens(tx.conn)
-            if used < max_tokens:
-                return None
-            self._set_project_status(tx, "budget_exceeded")
-            data = {"maxTokens": max_tokens, "usedTokens": used}
-            self._event(tx, KIND_BUDGET_EXCEEDED, data)
-            self._send_message(tx, BUDGET_SENDER, budget_message(self.project_id, max_tokens, used),
-                               recipient="user", priority="P2")
-            return data
-
-    def request_changes(self, body, recipient=None, now=None):
-        """http-api.md §8.4: validate, set running and send a P2 user message. Returns the message."""
-        if not isinstance(body, str) or not body.strip():
-            raise BadRequest("body is required")
-        recipient = recipient or coordinator_of(self.config())
-        if recipient != "user" and self._agent_row(recipient) is None:
-            raise BadRequest(f"Unknown agent: {recipient}")
-        with self.write(now) as tx:
-            self._set_project_status(tx, "request_changes")
-            return self._send_message(tx, "user", body, recipient=recipient, priority="P2")
 
     def project_stats(self):
         """http-api.md §6.2 stats object."""
@@ -961,7 +887,7 @@ class ProjectStore:
 
     def project_summary(self, full=True):
         """http-api.md §5.1 (full=False) / §5.2 (full=True) project summary."""
-        with self._snapshot():
+        with self.snapshot():
             data = self.project()
             if not full:
                 data["task"] = truncate(data["task"], 1000)
@@ -973,13 +899,13 @@ class ProjectStore:
 
     # -- agents ----------------------------------------------------------------------------------
 
-    def _agent_row(self, agent_id, conn=None):
+    def agent_row(self, agent_id, conn=None):
         with self._reading(conn) as reader:
             return reader.execute("SELECT * FROM agents WHERE project = ? AND id = ?",
                                   (self.project_id, agent_id)).fetchone()
 
-    def _require_agent(self, agent_id, conn=None):
-        row = self._agent_row(agent_id, conn)
+    def require_agent(self, agent_id, conn=None):
+        row = self.agent_row(agent_id, conn)
         if row is None:
             raise NotFound(f"Unknown agent: {agent_id}")
         return row
@@ -996,7 +922,7 @@ class ProjectStore:
 
     def agent(self, agent_id, include_token=False):
         """One agent record; NotFound `Unknown agent: <id>`."""
-        return agent_json(self._require_agent(agent_id), include_token)
+        return agent_json(self.require_agent(agent_id), include_token)
 
     def agent_ids(self):
         return [r["id"] for r in self._query("SELECT id FROM agents WHERE project = ? ORDER BY id",
@@ -1004,7 +930,7 @@ class ProjectStore:
 
     def check_agent_token(self, agent_id, token):
         """Authenticate a runner call: the agent record, or NotFound / Forbidden."""
-        row = self._require_agent(agent_id)
+        row = self.require_agent(agent_id)
         if not isinstance(token, str) or not hmac.compare_digest(row["token"].encode(), token.encode()):
             raise Forbidden("Invalid agent token")
         return agent_json(row)
@@ -1016,7 +942,7 @@ class ProjectStore:
                            (self.project_id, AGENT_RUNNING, ACT_RUNNING))
         return [r["id"] for r in rows]
 
-    def _move_agent(self, tx, agent_id, trigger, *, active=None, bound_to=None, extra_where="",
+    def move_agent(self, tx, agent_id, trigger, *, active=None, bound_to=None, extra_where="",
                     extra_params=(), to=None, container_name=None):
         """One conditional agent status write plus its agent.status event; returns rowcount."""
         sources, target = AGENT_TRANSITIONS[trigger]
@@ -1034,7 +960,7 @@ class ProjectStore:
         cursor = tx.execute(f"UPDATE agents SET {sets} WHERE {where}{extra_where}",
                             params + list(extra_params))
         if cursor.rowcount:
-            self._event(tx, "agent.status", {"agentId": agent_id, "status": target,
+            self.add_event(tx, "agent.status", {"agentId": agent_id, "status": target,
                                              "activeActivationId": active})
         return cursor.rowcount
 
@@ -1044,8 +970,8 @@ class ProjectStore:
         if status != target:
             raise BadRequest(f"Invalid agent status change: {status}")
         with self.write(now) as tx:
-            row = self._require_agent(agent_id, tx.conn)
-            if not self._move_agent(tx, agent_id, "idle_reset",
+            row = self.require_agent(agent_id, tx.conn)
+            if not self.move_agent(tx, agent_id, "idle_reset",
                                     extra_where=" AND active_activation_id IS NULL"):
                 raise Conflict(f"Agent {agent_id} is {row['status']}; cannot become {status}")
         return self.agent(agent_id)
@@ -1055,7 +981,7 @@ class ProjectStore:
 
         Returns the agent's new status, or None when the binding is live (nothing changes)."""
         with self.write(now) as tx:
-            row = self._require_agent(agent_id, tx.conn)
+            row = self.require_agent(agent_id, tx.conn)
             if row["status"] != AGENT_RUNNING and row["active_activation_id"] is None:
                 return None
             act = None
@@ -1065,41 +991,15 @@ class ProjectStore:
             if act is not None and act["status"] == ACT_RUNNING:
                 return None
             target = AGENT_FAILED if act is not None and act["status"] == ACT_FAILED else AGENT_QUIET
-            changed = self._move_agent(
+            changed = self.move_agent(
                 tx, agent_id, "stale_binding", to=target,
                 extra_where=" AND active_activation_id IS ?", extra_params=(row["active_activation_id"],))
             return target if changed else None
 
     # -- messages and signals --------------------------------------------------------------------
 
-    def send_message(self, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
-                     source_activation=None, now=None):
-        """store.md §4.2: validate, then message row, event and signal(s) in one transaction."""
-        if not isinstance(body, str) or not body.strip():
-            raise BadRequest("body is required")
-        priority = checked_priority(priority)
-        with self.write(now) as tx:
-            return self._send_message(tx, sender, body, recipient=recipient, channel=channel,
-                                      priority=priority, source_agent=source_agent,
-                                      source_activation=source_activation)
-
-    def _send_message(self, tx, sender, body, recipient=None, channel=None, priority=None,
-                      source_agent=None, source_activation=None):
-        if not isinstance(body, str) or not body.strip():
-            raise BadRequest("body is required")
-        priority = checked_priority(priority)
-        if not isinstance(sender, str) or not sender:
-            raise BadRequest("sender is required")
-        recipient = recipient or None
-        channel = channel or None
-        if recipient is None and channel is None:
-            raise BadRequest("Message needs recipient or channel")
-        if recipient is not None and channel is not None:
-            raise BadRequest("Message cannot have both recipient and channel")
-        if recipient is not None and recipient != "user" and self._agent_row(recipient, tx.conn) is None:
-            raise BadRequest(f"Unknown agent: {recipient}")
-        if channel is not None and channel not in channels_of(self.config()):
-            raise BadRequest(f"Unknown channel: {channel}")
+    def insert_message(self, tx, sender, body, recipient, channel, priority):
+        """One message row and its message.created event; the caller has routed and checked it."""
         message_id = tx.id("msg")
         tx.execute("INSERT INTO messages (id, project, sender, recipient, channel, priority, body, "
                    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1107,10 +1007,7 @@ class ProjectStore:
         message = omit_none({"id": message_id, "project": self.project_id, "sender": sender,
                              "recipient": recipient, "channel": channel, "priority": priority,
                              "body": body, "createdAt": tx.ts})
-        self._event(tx, "message.created", message)
-        self._record_signal(tx, KIND_MESSAGE, source_agent=source_agent, source_activation=source_activation,
-                            target_agent=recipient, target_channel=channel, priority=priority,
-                            payload=message)
+        self.add_event(tx, "message.created", message)
         return message
 
     def list_messages(self, limit=100, full_body=False):
@@ -1141,64 +1038,42 @@ class ProjectStore:
         rows = self._query(sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?", params + [int(limit)])
         return [message_json(r) for r in rows]
 
-    def record_signal(self, kind, *, source_agent=None, source_activation=None, target_agent=None,
-                      target_channel=None, priority=None, payload=None, status=None, useful_effect=None,
-                      not_before=None, now=None):
-        """store.md §4.4: one row and one signal.created event per target; returns Signal JSON list."""
-        with self.write(now) as tx:
-            return self._record_signal(tx, kind, source_agent=source_agent,
-                                       source_activation=source_activation, target_agent=target_agent,
-                                       target_channel=target_channel, priority=priority, payload=payload,
-                                       status=status, useful_effect=useful_effect, not_before=not_before)
+    def insert_signal(self, tx, kind, *, target_agent, status, useful_effect, source_agent=None,
+                      source_activation=None, target_channel=None, priority, payload, not_before=None):
+        """One signal row and its signal.created event (store.md §4.4); returns the Signal JSON."""
+        signal_id = tx.id("sig")
+        tx.execute("INSERT INTO signals (id, project, kind, source_agent, source_activation, "
+                   "target_agent, target_channel, priority, payload_json, status, useful_effect, "
+                   "created_at, not_before, delivered_at, delivered_activation_id) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+                   (signal_id, self.project_id, kind, source_agent, source_activation, target_agent,
+                    target_channel, priority, dump_json(payload), status, int(useful_effect), tx.ts,
+                    not_before or tx.ts))
+        signal = signal_json(tx.one("SELECT * FROM signals WHERE id = ?", (signal_id,)))
+        self.add_event(tx, "signal.created", signal)
+        return signal
 
-    def _record_signal(self, tx, kind, *, source_agent=None, source_activation=None, target_agent=None,
-                       target_channel=None, priority=None, payload=None, status=None, useful_effect=None,
-                       not_before=None):
-        if not isinstance(kind, str) or not kind.strip():
-            raise BadRequest("kind is required")
-        # payload and usefulEffect are checked first, as POST /runner/signals does (http-api.md §9.4)
-        if payload is None:
-            payload = {}
-        if not isinstance(payload, dict):
-            raise BadRequest("payload must be an object")
-        if useful_effect is not None and not isinstance(useful_effect, bool):
-            raise BadRequest(f"Expected boolean, got {useful_effect}")
-        if target_agent == "user" or target_agent == "":
-            target_agent = None
-        target_channel = target_channel or None
-        if target_agent is not None:
-            if self._agent_row(target_agent, tx.conn) is None:
-                raise BadRequest(f"Unknown agent: {target_agent}")
-            targets = [target_agent]
-        elif target_channel is not None:
-            if target_channel not in channels_of(self.config()):
-                raise BadRequest(f"Unknown channel: {target_channel}")
-            targets = [r["id"] for r in tx.all("SELECT id FROM agents WHERE project = ? ORDER BY id",
-                                               (self.project_id,)) if r["id"] != source_agent]
-        else:
-            targets = []
-        if status is not None and status not in RECORDABLE_SIGNAL_STATUSES:
-            raise BadRequest(f"Invalid signal status: {status}")
-        if status == SIGNAL_CLOSED and targets:
-            raise BadRequest("Targeted signals cannot be closed; omit the target or omit status")
-        priority = checked_priority(priority)
-        not_before_ts = format_ts(to_datetime(not_before)) if not_before is not None else tx.ts
-        rows = [(t, SIGNAL_PENDING) for t in targets] or [(None, SIGNAL_CLOSED)]
-        created = []
-        for target, row_status in rows:
-            useful = default_useful_effect(kind, row_status) if useful_effect is None else useful_effect
-            signal_id = tx.id("sig")
-            tx.execute("INSERT INTO signals (id, project, kind, source_agent, source_activation, "
-                       "target_agent, target_channel, priority, payload_json, status, useful_effect, "
-                       "created_at, not_before, delivered_at, delivered_activation_id) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
-                       (signal_id, self.project_id, kind, source_agent, source_activation, target,
-                        target_channel, priority, dump_json(payload), row_status, int(useful), tx.ts,
-                        not_before_ts))
-            signal = signal_json(tx.one("SELECT * FROM signals WHERE id = ?", (signal_id,)))
-            self._event(tx, "signal.created", signal)
-            created.append(signal)
-        return created
+    def ready_signals(self, agent_id, priorities, limit, now=None):
+        """The agent's pending signals of the given priorities whose not_before has come, oldest first
+        by priority then creation, at most `limit`."""
+        ts = format_ts(to_datetime(now))
+        rows = self._query(f"SELECT * FROM signals WHERE project = ? AND target_agent = ? AND status = ? "
+                           f"AND not_before <= ? AND priority IN ({','.join('?' * len(priorities))}) "
+                           f"ORDER BY priority, created_at, rowid LIMIT ?",
+                           (self.project_id, agent_id, SIGNAL_PENDING, ts, *priorities, int(limit)))
+        return [signal_json(r) for r in rows]
+
+    def latest_delivered(self, activation_id, kind):
+        """The newest signal of a kind delivered to one activation, or None."""
+        row = self._query_one("SELECT * FROM signals WHERE project = ? AND delivered_activation_id = ? "
+                              "AND kind = ? ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                              (self.project_id, activation_id, kind))
+        return signal_json(row) if row else None
+
+    def useful_effects(self, activation_id):
+        """How many signals an activation emitted that count as a useful effect."""
+        return self._query_one("SELECT COUNT(*) FROM signals WHERE project = ? AND source_activation = ? "
+                               "AND useful_effect = 1", (self.project_id, activation_id))[0]
 
     def signal(self, signal_id):
         row = self._query_one("SELECT * FROM signals WHERE project = ? AND id = ?",
@@ -1206,18 +1081,6 @@ class ProjectStore:
         if row is None:
             raise NotFound(f"Unknown signal: {signal_id}")
         return signal_json(row)
-
-    def pending_signals(self, agent_id, limit=None, now=None):
-        """store.md §4.5: all ready P0/P1 up to limit, else the single oldest ready P2, else P3."""
-        limit = max_signals_of(self.config()) if limit is None else int(limit)
-        ts = format_ts(to_datetime(now))
-        base = ("SELECT * FROM signals WHERE project = ? AND target_agent = ? AND status = 'pending' "
-                "AND not_before <= ? AND priority IN ({}) ORDER BY priority, created_at, rowid LIMIT ?")
-        with self._snapshot() as conn:
-            rows = conn.execute(base.format("'P0','P1'"), (self.project_id, agent_id, ts, limit)).fetchall()
-            if not rows:
-                rows = conn.execute(base.format("'P2','P3'"), (self.project_id, agent_id, ts, 1)).fetchall()
-        return [signal_json(r) for r in rows]
 
     def earliest_delayed_signal(self, now=None):
         """The earliest `not_before` after `now` of the project's pending signals, or None."""
@@ -1276,7 +1139,7 @@ class ProjectStore:
         row = self._query_one(sql + " ORDER BY created_at DESC, rowid DESC LIMIT 1", params)
         return signal_json(row) if row else None
 
-    def _deliver(self, tx, agent_id, signal_ids, activation_id):
+    def deliver_signals(self, tx, agent_id, signal_ids, activation_id):
         """pending -> delivered, only for rows still pending and targeted at the agent."""
         sources, target = SIGNAL_TRANSITIONS["deliver"]
         delivered = []
@@ -1294,11 +1157,11 @@ class ProjectStore:
         """Mark signals (ids or Signal JSON) delivered; returns the ids that changed."""
         ids = [s["id"] if isinstance(s, dict) else s for s in signals]
         with self.write(now) as tx:
-            return self._deliver(tx, agent_id, ids, activation_id)
+            return self.deliver_signals(tx, agent_id, ids, activation_id)
 
     # -- activations -----------------------------------------------------------------------------
 
-    def _activation_row(self, activation_id, conn=None):
+    def activation_row(self, activation_id, conn=None):
         with self._reading(conn) as reader:
             row = reader.execute("SELECT * FROM activations WHERE project = ? AND id = ?",
                                  (self.project_id, activation_id)).fetchone()
@@ -1306,8 +1169,8 @@ class ProjectStore:
             raise NotFound(f"Unknown activation: {activation_id}")
         return row
 
-    def _owned_activation(self, conn, agent_id, activation_id):
-        row = self._activation_row(activation_id, conn)
+    def owned_activation(self, conn, agent_id, activation_id):
+        row = self.activation_row(activation_id, conn)
         if agent_id is not None and row["agent_id"] != agent_id:
             raise Forbidden(f"Activation {activation_id} does not belong to {agent_id}")
         return row
@@ -1315,149 +1178,95 @@ class ProjectStore:
     def require_activation(self, agent_id, activation_id, running_for=None):
         """Checks E–F of http-api.md §9.1, plus G when running_for is "tool" or "history"."""
         with self._reading() as conn:
-            row = self._owned_activation(conn, agent_id, activation_id)
+            row = self.owned_activation(conn, agent_id, activation_id)
         if running_for is not None:
-            _require_running(row, running_for)
+            require_running(row, running_for)
         return activation_json(row)
 
-    def start_activation(self, agent_id, prompt, signals, now=None):
-        """createActivation (guarded) + markSignalsDelivered + the activation_prompt history row."""
-        signals = list(signals or [])
-        with self.write(now) as tx:
-            agent = self._require_agent(agent_id, tx.conn)
-            act_id = tx.id("act")
-            guard = (" AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.project = agents.project "
-                     "AND a.id = agents.active_activation_id AND a.status = 'running')"
-                     " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = agents.project AND p.status = ?)")
-            if not self._move_agent(tx, agent_id, "activation_created", active=act_id,
-                                    extra_where=guard, extra_params=(PROJECT_RUNNING,)):
-                project = self._project_row(tx.conn)
-                if project["status"] != PROJECT_RUNNING:
-                    raise Conflict(f"Project {self.project_id} is {project['status']}; "
-                                   "no activation can start")
-                if agent["active_activation_id"]:
-                    raise Conflict(f"Agent {agent_id} already has a running activation "
-                                   f"{agent['active_activation_id']}")
-                raise Conflict(f"Agent {agent_id} is {agent['status']}; no activation can start")
-            directory = self.activation_dir(act_id)
-            tx.execute("INSERT INTO activations (id, project, agent_id, status, prompt, input_path, "
-                       "output_path, container_name, started_at, completed_at, text, error, "
-                       "emitted_messages, usage_json, context_json) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, 0, NULL, NULL)",
-                       (act_id, self.project_id, agent_id, ACT_RUNNING, prompt, str(directory / "input.json"),
-                        str(directory / "result.json"), tx.ts))
-            self._event(tx, "activation.started", {"activationId": act_id, "agentId": agent_id})
-            ids = [s["id"] if isinstance(s, dict) else s for s in signals]
-            delivered = self._deliver(tx, agent_id, ids, act_id)
-            if len(delivered) != len(ids):
-                missing = [i for i in ids if i not in delivered]
-                raise Conflict(f"Signals are no longer pending for {agent_id}: {', '.join(missing)}")
-            priorities = [tx.one("SELECT priority FROM signals WHERE id = ?", (i,))["priority"] for i in ids]
-            self._append_history(tx, agent_id, act_id, "user", "activation_prompt", prompt,
-                                 {"delivery": "activation_start", "signalIds": ids, "priorities": priorities})
-            return activation_json(self._activation_row(act_id, tx.conn))
+    def claim_agent(self, tx, agent_id, activation_id):
+        """Bind the agent to a new activation if the project is running and the agent has no running
+        activation (one conditional write); returns whether it changed."""
+        guard = (" AND NOT EXISTS (SELECT 1 FROM activations a WHERE a.project = agents.project "
+                 "AND a.id = agents.active_activation_id AND a.status = 'running')"
+                 " AND EXISTS (SELECT 1 FROM projects p WHERE p.id = agents.project AND p.status = ?)")
+        return bool(self.move_agent(tx, agent_id, "activation_created", active=activation_id,
+                                    extra_where=guard, extra_params=(PROJECT_RUNNING,)))
+
+    def insert_activation(self, tx, activation_id, agent_id, prompt):
+        """The running activation row and its activation.started event."""
+        directory = self.activation_dir(activation_id)
+        tx.execute("INSERT INTO activations (id, project, agent_id, status, prompt, input_path, "
+                   "output_path, container_name, started_at, completed_at, text, error, "
+                   "emitted_messages, usage_json, context_json) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, 0, NULL, NULL)",
+                   (activation_id, self.project_id, agent_id, ACT_RUNNING, prompt,
+                    str(directory / "input.json"), str(directory / "result.json"), tx.ts))
+        self.add_event(tx, "activation.started", {"activationId": activation_id, "agentId": agent_id})
+
+    def mark_completed(self, tx, activation_id, agent_id, text, usage):
+        """running -> completed with text, usage and the count of messages the agent sent meanwhile;
+        the agent back to quiet. Returns whether the activation was still running."""
+        emitted = (", emitted_messages = (SELECT COUNT(*) FROM messages m WHERE m.project = ? "
+                   "AND m.sender = ? AND m.created_at >= activations.started_at), "
+                   "text = ?, usage_json = ?")
+        if not self.end_activation(tx, activation_id, "complete", emitted,
+                                   (self.project_id, agent_id, text, dump_json(usage))):
+            return False
+        self.move_agent(tx, agent_id, "activation_completed", bound_to=activation_id)
+        return True
 
     def set_activation_container(self, activation_id, name, now=None):
         """Record the container (or local-<pid>) name on the activation and its agent; re-read it."""
         with self.write(now) as tx:
-            row = self._activation_row(activation_id, tx.conn)
+            row = self.activation_row(activation_id, tx.conn)
             tx.execute("UPDATE activations SET container_name = ? WHERE project = ? AND id = ?",
                        (name, self.project_id, activation_id))
-            self._move_agent(tx, row["agent_id"], "container_attached", active=activation_id,
+            self.move_agent(tx, row["agent_id"], "container_attached", active=activation_id,
                              bound_to=activation_id, container_name=name)
-            return activation_json(self._activation_row(activation_id, tx.conn))
+            return activation_json(self.activation_row(activation_id, tx.conn))
 
-    def _finish_activation(self, tx, activation_id, trigger, extra_sets, extra_params):
+    def end_activation(self, tx, activation_id, trigger, extra_sets, extra_params):
         sources, target = ACTIVATION_TRANSITIONS[trigger]
         cursor = tx.execute(f"UPDATE activations SET status = ?, completed_at = ?{extra_sets} "
                             f"WHERE project = ? AND id = ? AND status IN ({','.join('?' * len(sources))})",
                             (target, tx.ts, *extra_params, self.project_id, activation_id, *sources))
         if cursor.rowcount and self._observer is not None:
-            ended = activation_json(self._activation_row(activation_id, tx.conn))
+            ended = activation_json(self.activation_row(activation_id, tx.conn))
             tx.after_commit.append(lambda: self._observer.activation_ended(ended))
         return cursor.rowcount
-
-    def complete_activation(self, activation_id, agent_id, text, usage=None, now=None):
-        """store.md §5.3 incl. the no-effect nudge; a non-running activation is returned unchanged."""
-        if not isinstance(text, str) or not text.strip():
-            raise BadRequest("output.text is required")
-        usage = usage if isinstance(usage, dict) else {}
-        with self.write(now) as tx:
-            row = self._owned_activation(tx.conn, agent_id, activation_id)
-            agent_id = row["agent_id"]
-            emitted = (", emitted_messages = (SELECT COUNT(*) FROM messages m WHERE m.project = ? "
-                       "AND m.sender = ? AND m.created_at >= activations.started_at), "
-                       "text = ?, usage_json = ?")
-            if not self._finish_activation(tx, activation_id, "complete", emitted,
-                                           (self.project_id, agent_id, text, dump_json(usage))):
-                return {"status": row["status"], "activationId": activation_id}
-            self._move_agent(tx, agent_id, "activation_completed", bound_to=activation_id)
-            done = self._activation_row(activation_id, tx.conn)
-            useful = tx.one("SELECT COUNT(*) FROM signals WHERE project = ? AND source_activation = ? "
-                            "AND useful_effect = 1", (self.project_id, activation_id))[0]
-            self._event(tx, "activation.completed", {"activationId": activation_id, "agentId": agent_id,
-                                                     "emittedMessages": done["emitted_messages"],
-                                                     "usefulEffects": useful})
-            if useful == 0:
-                self._no_effect_nudge(tx, agent_id, activation_id)
-            return {"status": ACT_COMPLETED, "activationId": activation_id}
-
-    def _no_effect_nudge(self, tx, agent_id, activation_id):
-        """scheduler.md §7.1, evaluated inside completion."""
-        raw = config_section(config_section(self.config(), "scheduler"), "noEffectNudge")
-        cfg = {**NO_EFFECT_DEFAULTS, **{k: v for k, v in raw.items() if v is not None}}
-        if not cfg["enabled"]:
-            return None
-        previous = 0
-        woke = tx.one("SELECT payload_json FROM signals WHERE project = ? AND delivered_activation_id = ? "
-                      "AND kind = ? ORDER BY created_at DESC, rowid DESC LIMIT 1",
-                      (self.project_id, activation_id, KIND_NO_EFFECT_NUDGE))
-        if woke is not None:
-            previous = nudge_attempt(load_json(woke["payload_json"], {}))
-        max_consecutive = cfg["maxConsecutive"]
-        if max_consecutive and previous >= max_consecutive:
-            return None
-        attempt = previous + 1
-        delay = no_effect_delay(attempt, cfg)
-        not_before = format_ts(tx.now + timedelta(milliseconds=delay)) if delay > 0 else None
-        payload = omit_none({"previousActivationId": activation_id, "attempt": attempt,
-                             "maxConsecutive": max_consecutive, "delayMs": delay, "notBefore": not_before,
-                             "message": no_effect_message(agent_id)})
-        return self._record_signal(tx, KIND_NO_EFFECT_NUDGE, target_agent=agent_id, priority=cfg["priority"],
-                                   payload=payload, useful_effect=False, not_before=not_before)
 
     def fail_activation(self, activation_id, error, now=None):
         """store.md §5.4. Returns the failed activation, or None when it was already terminal."""
         error = str(error)
         with self.write(now) as tx:
-            row = self._activation_row(activation_id, tx.conn)
-            if not self._finish_activation(tx, activation_id, "fail", ", error = ?", (error,)):
+            row = self.activation_row(activation_id, tx.conn)
+            if not self.end_activation(tx, activation_id, "fail", ", error = ?", (error,)):
                 return None
             agent_id = row["agent_id"]
-            self._move_agent(tx, agent_id, "activation_failed", bound_to=activation_id)
-            self._append_history(tx, agent_id, activation_id, "assistant", "activation_failed",
+            self.move_agent(tx, agent_id, "activation_failed", bound_to=activation_id)
+            self.add_history(tx, agent_id, activation_id, "assistant", "activation_failed",
                                  f"Activation {activation_id} failed.\n\n{error}", {"error": error})
-            self._event(tx, "activation.failed", {"activationId": activation_id, "agentId": agent_id,
+            self.add_event(tx, "activation.failed", {"activationId": activation_id, "agentId": agent_id,
                                                   "error": error})
-            return activation_json(self._activation_row(activation_id, tx.conn))
+            return activation_json(self.activation_row(activation_id, tx.conn))
 
     def cancel_activation(self, activation_id, reason, now=None):
         """store.md §5.5. Returns the cancelled activation, or None when it was already terminal."""
         with self.write(now) as tx:
-            return self._cancel(tx, activation_id, str(reason))
+            return self.cancel_in(tx, activation_id, str(reason))
 
-    def _cancel(self, tx, activation_id, reason):
-        row = self._activation_row(activation_id, tx.conn)
-        if not self._finish_activation(tx, activation_id, "cancel", ", error = ?", (reason,)):
+    def cancel_in(self, tx, activation_id, reason):
+        row = self.activation_row(activation_id, tx.conn)
+        if not self.end_activation(tx, activation_id, "cancel", ", error = ?", (reason,)):
             return None
         agent_id = row["agent_id"]
-        self._move_agent(tx, agent_id, "activation_cancelled", bound_to=activation_id)
-        self._append_history(tx, agent_id, activation_id, "assistant", "activation_cancelled",
+        self.move_agent(tx, agent_id, "activation_cancelled", bound_to=activation_id)
+        self.add_history(tx, agent_id, activation_id, "assistant", "activation_cancelled",
                              f"Activation {activation_id} was interrupted and cancelled.\n\nReason: {reason}",
                              {"reason": reason})
-        self._event(tx, "activation.cancelled", {"activationId": activation_id, "agentId": agent_id,
+        self.add_event(tx, "activation.cancelled", {"activationId": activation_id, "agentId": agent_id,
                                                  "reason": reason})
-        return activation_json(self._activation_row(activation_id, tx.conn))
+        return activation_json(self.activation_row(activation_id, tx.conn))
 
     def record_activation_context(self, activation_id, agent_id, context, now=None):
         """Store the model-context snapshot (http-api.md §9.8); a later post replaces it."""
@@ -1473,21 +1282,21 @@ class ProjectStore:
         if not isinstance(total, int):
             total = sum(len(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
         with self.write(now) as tx:
-            row = self._owned_activation(tx.conn, agent_id, activation_id)
+            row = self.owned_activation(tx.conn, agent_id, activation_id)
             tx.execute("UPDATE activations SET context_json = ? WHERE project = ? AND id = ?",
                        (dump_json(context), self.project_id, activation_id))
-            self._event(tx, "activation.context_recorded", {"activationId": activation_id,
+            self.add_event(tx, "activation.context_recorded", {"activationId": activation_id,
                                                             "agentId": row["agent_id"],
                                                             "messageCount": count, "totalChars": total})
         return {"status": "recorded", "activationId": activation_id}
 
     def activation(self, activation_id):
         """The full activation record; NotFound `Unknown activation: <id>`."""
-        return activation_json(self._activation_row(activation_id))
+        return activation_json(self.activation_row(activation_id))
 
     def activation_context(self, activation_id):
         """http-api.md §6.6: public activation, prompt, and the snapshot or its fallback."""
-        row = self._activation_row(activation_id)
+        row = self.activation_row(activation_id)
         context = load_json(row["context_json"])
         if context is None:
             prompt = row["prompt"]
@@ -1529,8 +1338,8 @@ class ProjectStore:
             raise BadRequest("tool is required")
         input_value = {} if input is None else input
         with self.write(now) as tx:
-            row = self._owned_activation(tx.conn, agent_id, activation_id)
-            _require_running(row, "tool")
+            row = self.owned_activation(tx.conn, agent_id, activation_id)
+            require_running(row, "tool")
             call_id = tx.id("tool")
             input_json = dump_json(input_value)
             tx.execute("INSERT INTO tool_calls (id, project, activation_id, agent_id, tool, input_json, "
@@ -1538,62 +1347,39 @@ class ProjectStore:
                        "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
                        (call_id, self.project_id, activation_id, agent_id, tool, input_json, TOOL_RUNNING,
                         tx.ts))
-            self._event(tx, "tool.called", {"id": call_id, "activationId": activation_id, "agentId": agent_id,
+            self.add_event(tx, "tool.called", {"id": call_id, "activationId": activation_id, "agentId": agent_id,
                                             "tool": tool, "status": TOOL_RUNNING})
             content = f"# Tool Call\nTool: {tool}\n\n" + json.dumps(input_value, indent=2, ensure_ascii=False)
-            self._append_history(tx, agent_id, activation_id, "tool_call", "tool_call", content,
+            self.add_history(tx, agent_id, activation_id, "tool_call", "tool_call", content,
                                  {"toolCallId": call_id, "tool": tool, "status": TOOL_RUNNING},
                                  [{"type": "tool_call", "toolCallId": call_id, "toolName": tool,
                                    "inputJson": input_json}])
         return {"toolCallId": call_id}
 
-    def finish_tool_call(self, agent_id, activation_id, tool_call_id, status, output=None, error=None,
-                         now=None):
-        """store.md §5.6 finish plus P1 tool-boundary delivery (scheduler.md §3.2)."""
-        if status not in TOOL_CALL_END_STATUSES:
-            raise BadRequest(f"Invalid tool call status: {status}")
-        output = None if output is None else str(output)
-        error = None if error in (None, "") else str(error)
+    def record_tool_result(self, tx, agent_id, activation_id, tool_call_id, status, output=None, error=None):
+        """store.md §5.6 finish: the row, its tool.<status> event and the tool_result history row.
+        Returns (the final status, the tool's name)."""
         sources, target = TOOL_CALL_TRANSITIONS["complete" if status == TOOL_COMPLETED else "fail"]
-        with self.write(now) as tx:
-            self._owned_activation(tx.conn, agent_id, activation_id)
-            cursor = tx.execute(f"UPDATE tool_calls SET status = ?, output = ?, error = ?, completed_at = ? "
-                                f"WHERE project = ? AND id = ? AND agent_id = ? AND activation_id = ? "
-                                f"AND status IN ({','.join('?' * len(sources))})",
-                                (target, output, error, tx.ts, self.project_id, tool_call_id, agent_id,
-                                 activation_id, *sources))
-            if cursor.rowcount == 0:
-                raise NotFound(f"Unknown tool call for activation: {tool_call_id}")
-            tool = tx.one("SELECT tool FROM tool_calls WHERE id = ?", (tool_call_id,))["tool"]
-            self._event(tx, f"tool.{target}",
-                        omit_none({"id": tool_call_id, "output": output, "error": error}))
-            lines = [f"# Tool Result\nTool: {tool}\nStatus: {target}"]
-            if error:
-                lines.append(f"\nError: {error}")
-            if output:
-                lines.append(f"\n\n{output}")
-            self._append_history(tx, agent_id, activation_id, "tool_result",
-                                 "tool_result" if target == TOOL_COMPLETED else "tool_error", "".join(lines),
-                                 {"toolCallId": tool_call_id, "tool": tool, "status": target},
-                                 [omit_none({"type": "tool_result", "toolCallId": tool_call_id,
-                                             "toolName": tool, "output": output, "error": error})])
-            result = {"status": target}
-            act = self._activation_row(activation_id, tx.conn)
-            if target != TOOL_COMPLETED or act["status"] != ACT_RUNNING or tool in ENDING_TOOLS:
-                return result
-            rows = tx.all("SELECT * FROM signals WHERE project = ? AND target_agent = ? "
-                          "AND status = 'pending' AND priority = 'P1' AND not_before <= ? "
-                          "ORDER BY created_at, rowid LIMIT ?",
-                          (self.project_id, agent_id, tx.ts, BOUNDARY_LIMIT))
-            if not rows:
-                return result
-            signals = [signal_json(r) for r in rows]
-            text = render_boundary_text(signals)
-            ids = self._deliver(tx, agent_id, [s["id"] for s in signals], activation_id)
-            self._append_history(tx, agent_id, activation_id, "user", "tool_boundary_signals", text,
-                                 {"delivery": "tool_boundary", "signalIds": ids})
-            result.update(deliveredSignals=len(ids), signalText=text)
-            return result
+        cursor = tx.execute(f"UPDATE tool_calls SET status = ?, output = ?, error = ?, completed_at = ? "
+                            f"WHERE project = ? AND id = ? AND agent_id = ? AND activation_id = ? "
+                            f"AND status IN ({','.join('?' * len(sources))})",
+                            (target, output, error, tx.ts, self.project_id, tool_call_id, agent_id,
+                             activation_id, *sources))
+        if cursor.rowcount == 0:
+            raise NotFound(f"Unknown tool call for activation: {tool_call_id}")
+        tool = tx.one("SELECT tool FROM tool_calls WHERE id = ?", (tool_call_id,))["tool"]
+        self.add_event(tx, f"tool.{target}", omit_none({"id": tool_call_id, "output": output, "error": error}))
+        lines = [f"# Tool Result\nTool: {tool}\nStatus: {target}"]
+        if error:
+            lines.append(f"\nError: {error}")
+        if output:
+            lines.append(f"\n\n{output}")
+        self.add_history(tx, agent_id, activation_id, "tool_result",
+                         "tool_result" if target == TOOL_COMPLETED else "tool_error", "".join(lines),
+                         {"toolCallId": tool_call_id, "tool": tool, "status": target},
+                         [omit_none({"type": "tool_result", "toolCallId": tool_call_id,
+                                     "toolName": tool, "output": output, "error": error})])
+        return target, tool
 
     def tool_call(self, tool_call_id):
         row = self._query_one("SELECT * FROM tool_calls WHERE project = ? AND id = ?",
@@ -1614,7 +1400,7 @@ class ProjectStore:
     def tool_call_stats(self):
         """Per-tool counts and the newest row of each tool (http-api.md §6.8), keyed by tool name."""
         stats = {}
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             for r in conn.execute("SELECT tool, status, COUNT(*) AS n FROM tool_calls WHERE project = ? "
                                   "GROUP BY tool, status", (self.project_id,)):
                 entry = stats.setdefault(r["tool"], {"callCount": 0, "runningCount": 0, "completedCount": 0,
@@ -1630,57 +1416,9 @@ class ProjectStore:
                                         "lastError": truncate(last["error"], 600) or None}))
         return stats
 
-    # -- core tool effects -----------------------------------------------------------------------
-
-    def submit_report(self, agent_id, activation_id, report, now=None):
-        """store.md §5.7: final-report.md, project submitted, closed completion.submitted signal."""
-        if not isinstance(report, str) or not report.strip():
-            raise BadRequest("report is required")
-        path = self.report_path
-        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-        temp.write_text(report.strip() + "\n", encoding="utf-8")
-        try:
-            with self.write(now) as tx:
-                self._require_agent(agent_id, tx.conn)
-                if activation_id is not None:
-                    _require_running(self._owned_activation(tx.conn, agent_id, activation_id), "tool")
-                os.replace(temp, path)
-                signals = self._submit(tx, agent_id, activation_id, path)
-        finally:
-            temp.unlink(missing_ok=True)
-        return {"reportPath": str(path), "signal": signals[0]}
-
-    def _submit(self, tx, agent_id, activation_id, path):
-        self._set_project_status(tx, "submit", {"submitted_report": str(path)})
-        self._event(tx, "project.submitted", {"agentId": agent_id, "reportPath": str(path)})
-        return self._record_signal(tx, KIND_SUBMITTED, source_agent=agent_id, source_activation=activation_id,
-                                   payload={"reportPath": str(path)}, useful_effect=True)
-
-    def declare_wait(self, agent_id, activation_id, reason=None, pm=None, notify_pm=None, now=None):
-        """store.md §5.8: optional P3 notice to the coordinator plus a closed wait signal."""
-        reason = reason.strip() if isinstance(reason, str) and reason.strip() else WAIT_PREFIX
-        pm = pm or coordinator_of(self.config())
-        notify = (agent_id != pm) if notify_pm is None else bool(notify_pm)
-        with self.write(now) as tx:
-            self._require_agent(agent_id, tx.conn)
-            if activation_id is not None:
-                _require_running(self._owned_activation(tx.conn, agent_id, activation_id), "tool")
-            message = None
-            if notify and agent_id != pm and self._agent_row(pm, tx.conn) is not None:
-                message = self._send_message(tx, agent_id, f"{WAIT_PREFIX}\n\nReason: {reason}", recipient=pm,
-                                             priority="P3", source_agent=agent_id,
-                                             source_activation=activation_id)
-            payload = omit_none({"reason": reason, "notifiedAgent": pm if message else None,
-                                 "messageId": message["id"] if message else None})
-            signal = self._record_signal(tx, KIND_WAIT, source_agent=agent_id,
-                                         source_activation=activation_id, payload=payload,
-                                         useful_effect=True)[0]
-        return omit_none({"reason": reason, "notifiedAgent": payload.get("notifiedAgent"),
-                          "message": message, "signal": signal})
-
     # -- history ---------------------------------------------------------------------------------
 
-    def _append_history(self, tx, agent_id, activation_id, role, kind, content, metadata=None, parts=None):
+    def add_history(self, tx, agent_id, activation_id, role, kind, content, metadata=None, parts=None):
         sequence = tx.one("SELECT COALESCE(MAX(sequence), 0) + 1 FROM agent_history_messages "
                           "WHERE project = ? AND agent_id = ?", (self.project_id, agent_id))[0]
         message_id = tx.id("hist")
@@ -1699,7 +1437,7 @@ class ProjectStore:
                         part.get("toolCallId"), part.get("toolName"), part.get("inputJson"),
                         part.get("output"), part.get("error"), dump_json(part.get("metadata") or {}),
                         tx.ts))
-        self._event(tx, "agent_history.message", omit_none({
+        self.add_event(tx, "agent_history.message", omit_none({
             "id": message_id, "agentId": agent_id, "activationId": activation_id, "role": role, "kind": kind,
             "chars": len(content)}))
         return self._history_rows(tx.conn, "id = ?", (message_id,))[0]
@@ -1714,10 +1452,10 @@ class ProjectStore:
                 raise BadRequest(f"{name} is required")
         metadata = metadata if isinstance(metadata, dict) else {}
         with self.write(now) as tx:
-            self._require_agent(agent_id, tx.conn)
+            self.require_agent(agent_id, tx.conn)
             if activation_id is not None:
-                _require_running(self._owned_activation(tx.conn, agent_id, activation_id), "history")
-            return self._append_history(tx, agent_id, activation_id, role, kind, content, metadata, parts)
+                require_running(self.owned_activation(tx.conn, agent_id, activation_id), "history")
+            return self.add_history(tx, agent_id, activation_id, role, kind, content, metadata, parts)
 
     def _history_rows(self, conn, where, params, order="sequence", limit=None, content_limit=None,
                       part_limit=None):
@@ -1741,11 +1479,11 @@ class ProjectStore:
 
     def active_history(self, agent_id):
         """store.md §7.3: unarchived rows, compaction markers first, then by sequence; with parts."""
-        with self._snapshot() as conn:
-            self._require_agent(agent_id, conn)
-            return self._active_history(conn, agent_id)
+        with self.snapshot() as conn:
+            self.require_agent(agent_id, conn)
+            return self.active_history_rows(conn, agent_id)
 
-    def _active_history(self, conn, agent_id):
+    def active_history_rows(self, conn, agent_id):
         return self._history_rows(conn, "agent_id = ? AND compaction_id IS NULL", (agent_id,),
                                   order="(role = 'compaction') DESC, sequence")
 
@@ -1758,8 +1496,8 @@ class ProjectStore:
             params.append(int(before))
         if not include_archived:
             where += " AND compaction_id IS NULL"
-        with self._snapshot() as conn:
-            self._require_agent(agent_id, conn)
+        with self.snapshot() as conn:
+            self.require_agent(agent_id, conn)
             rows = self._history_rows(conn, where, params, order="sequence DESC", limit=limit,
                                       content_limit=40000, part_limit=20000)
         page = {"agentId": agent_id}
@@ -1768,62 +1506,28 @@ class ProjectStore:
         page["messages"] = rows
         return page
 
-    def compact_history(self, agent_id, activation_id, summary, keep_tail=None, reason=None,
-                        selected_model=None, now=None):
-        """store.md §7.4: archive the head of active history behind one compaction marker."""
-        if not isinstance(summary, str) or not summary.strip():
-            raise BadRequest("summary is required")
-        summary = summary.strip()
-        keep = 12 if keep_tail is None else min(100, max(1, math.floor(keep_tail)))
-        with self.write(now) as tx:
-            self._require_agent(agent_id, tx.conn)
-            if activation_id is not None:
-                _require_running(self._owned_activation(tx.conn, agent_id, activation_id), "history")
-            active = self._active_history(tx.conn, agent_id)
-            head = active[:-keep] if len(active) > keep else []
-            if not head:
-                return {"status": "unchanged", "history": active}
-            cmp_id = tx.id("cmp")
-            path = self.history_archive_path(agent_id, cmp_id)
-            archive = omit_none({"version": 1, "compactionId": cmp_id, "project": self.project_id,
-                                 "agentId": agent_id, "activationId": activation_id, "reason": reason,
-                                 "selectedModel": selected_model, "createdAt": tx.ts, "messages": head})
-            text = json.dumps(archive, indent=2, ensure_ascii=False) + "\n"
-            sequences = [m["sequence"] for m in head]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            try:
-                marker = self._append_history(
-                    tx, agent_id, activation_id, "compaction", "history_compaction", summary,
-                    omit_none({"compactionId": cmp_id, "archivePath": str(path),
-                               "archivedMessageCount": len(head), "startSequence": min(sequences),
-                               "endSequence": max(sequences), "reason": reason,
-                               "selectedModel": selected_model}),
-                    [{"type": "compaction", "text": summary,
-                      "metadata": {"compactionId": cmp_id, "archivePath": str(path)}}])
-                ids = [m["id"] for m in head]
-                for start in range(0, len(ids), 500):
-                    chunk = ids[start:start + 500]
-                    tx.execute(f"UPDATE agent_history_messages SET compaction_id = ? WHERE project = ? "
-                               f"AND compaction_id IS NULL AND id IN ({','.join('?' * len(chunk))})",
-                               [cmp_id, self.project_id, *chunk])
-                tx.execute("INSERT INTO agent_history_compactions (id, project, agent_id, activation_id, "
-                           "summary_message_id, archive_path, start_sequence, end_sequence, "
-                           "archived_message_count, raw_chars, summary, reason, selected_model, created_at) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           (cmp_id, self.project_id, agent_id, activation_id, marker["id"], str(path),
-                            min(sequences), max(sequences), len(head), len(text), summary, reason,
-                            selected_model, tx.ts))
-                self._event(tx, "agent_history.compacted", omit_none({
-                    "compactionId": cmp_id, "agentId": agent_id, "activationId": activation_id,
-                    "archivedMessageCount": len(head), "rawChars": len(text)}))
-                compaction = compaction_json(tx.one("SELECT * FROM agent_history_compactions WHERE id = ?",
-                                                    (cmp_id,)))
-                history = self._active_history(tx.conn, agent_id)
-            except BaseException:
-                path.unlink(missing_ok=True)
-                raise
-        return {"status": "compacted", "compaction": compaction, "history": history}
+    def archive_history(self, tx, compaction_id, agent_id, activation_id, marker_id, path, head, raw_chars,
+                        summary, reason=None, selected_model=None):
+        """Mark the `head` rows archived under one compaction and write its row and event; returns the
+        compaction record (store.md §7.4)."""
+        ids = [m["id"] for m in head]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            tx.execute(f"UPDATE agent_history_messages SET compaction_id = ? WHERE project = ? "
+                       f"AND compaction_id IS NULL AND id IN ({','.join('?' * len(chunk))})",
+                       [compaction_id, self.project_id, *chunk])
+        sequences = [m["sequence"] for m in head]
+        tx.execute("INSERT INTO agent_history_compactions (id, project, agent_id, activation_id, "
+                   "summary_message_id, archive_path, start_sequence, end_sequence, "
+                   "archived_message_count, raw_chars, summary, reason, selected_model, created_at) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (compaction_id, self.project_id, agent_id, activation_id, marker_id, str(path),
+                    min(sequences), max(sequences), len(head), raw_chars, summary, reason,
+                    selected_model, tx.ts))
+        self.add_event(tx, "agent_history.compacted", omit_none({
+            "compactionId": compaction_id, "agentId": agent_id, "activationId": activation_id,
+            "archivedMessageCount": len(head), "rawChars": raw_chars}))
+        return compaction_json(tx.one("SELECT * FROM agent_history_compactions WHERE id = ?", (compaction_id,)))
 
     def history_archive(self, agent_id, compaction_id):
         """http-api.md §7.2: {compaction, archive}; the agent segment is not matched (reference)."""
@@ -1871,7 +1575,7 @@ class ProjectStore:
                 params.append(until)
             return [r["ts"] for r in conn.execute(sql + f" ORDER BY {col} DESC LIMIT ?", params + [int(limit) + 1])]
 
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             # Each side walks its (project, time) index; the page's bound is the limit-th newest of both.
             newest = sorted(newest_times(conn, "activations", "started_at")
                             + newest_times(conn, "messages", "created_at"), reverse=True)[:int(limit) + 1]
@@ -1939,7 +1643,7 @@ def timeline_signal(row):
         "deliveredActivationId": row["delivered_activation_id"]})
 
 
-def _require_running(row, purpose):
+def require_running(row, purpose):
     if row["status"] != ACT_RUNNING:
         why = HISTORY_CLOSED if purpose == "history" else TOOL_CALLS_CLOSED
         raise Conflict(f"Activation {row['id']} is {row['status']}; {why}")

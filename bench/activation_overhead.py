@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 
 import benchlib
+from store_fixtures import CONFIGS, config_of
 
 import suzumio_backend
+import suzumio_coordination as coordination
 import suzumio_scheduler
 import suzumio_store
 from suzumio_records import utc_now
@@ -120,10 +122,10 @@ def activation_latencies(kind, runs, controller):
         started, ticks = [], []
         try:
             for index in range(runs + 1):
-                store.send_message("user", f"job {index}", recipient="worker")
+                coordination.send_message(store, config_of(store), "user", f"job {index}", recipient="worker")
                 began = time.time()
                 tick_began = time.perf_counter()
-                suzumio_scheduler.tick(store, backends, hooks, utc_now())
+                suzumio_scheduler.tick(store, backends, hooks, utc_now(), CONFIGS)
                 tick_took = time.perf_counter() - tick_began
                 activation_id = store.agent("worker").get("activeActivationId")
                 if activation_id is None:

@@ -21,6 +21,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import benchlib
 from api_fixtures import init_project, project_yaml, serving
+from store_fixtures import config_of
+
+import suzumio_coordination as coordination
 
 
 def post_messages(port, count):
@@ -58,7 +61,7 @@ def http_rate(port, total, clients):
 def direct_rate(store, total):
     started = time.perf_counter()
     for index in range(total):
-        store.send_message("user", f"direct {index}", recipient="worker")
+        coordination.send_message(store, config_of(store), "user", f"direct {index}", recipient="worker")
     return total / (time.perf_counter() - started)
 
 

@@ -13,7 +13,9 @@ import uuid
 from pathlib import Path
 
 import benchlib
+from store_fixtures import config_of
 
+import suzumio_coordination as coordination
 import suzumio_store
 
 TS = "2026-01-01T00:00:00.000Z"
@@ -22,7 +24,7 @@ TS = "2026-01-01T00:00:00.000Z"
 def store_rate(store, count, **target):
     started = time.perf_counter()
     for index in range(count):
-        store.send_message("user", f"ingest {index}", **target)
+        coordination.send_message(store, config_of(store), "user", f"ingest {index}", **target)
     return count / (time.perf_counter() - started)
 
 

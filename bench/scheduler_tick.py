@@ -10,8 +10,11 @@ import tempfile
 from pathlib import Path
 
 import benchlib
+from store_fixtures import config_of
 
 import suzumio_backend
+import suzumio_config
+import suzumio_coordination as coordination
 import suzumio_scheduler
 import suzumio_store
 import suzumio_toolpacks
@@ -32,8 +35,8 @@ def bare_pass(connections):
 
 def make_busy(store):
     for agent_id in store.agent_ids():
-        store.start_activation(agent_id, "Work.", [])
-        store.send_message("user", "Keep going.", recipient=agent_id)
+        coordination.start_activation(store, agent_id, "Work.", [])
+        coordination.send_message(store, config_of(store), "user", "Keep going.", recipient=agent_id)
 
 
 def main(argv=None):
@@ -52,8 +55,8 @@ def main(argv=None):
         for name in names:
             benchlib.init_project(root, scratch / "src" / name, benchlib.project_text(name, agent_ids))
         backends = suzumio_backend.Backends()
-        toolpacks = suzumio_toolpacks.ToolpackRuntime()
-        scheduler = suzumio_scheduler.Scheduler(root, backends, hooks=toolpacks)
+        toolpacks = suzumio_toolpacks.ToolpackRuntime(suzumio_config.ConfigCache())
+        scheduler = suzumio_scheduler.Scheduler(root, backends, toolpacks.configs, hooks=toolpacks)
         connections = [(name, sqlite3.connect(root.path / name / suzumio_store.DB_FILE)) for name in names]
         try:
             label = f"{options.projects} projects x {options.agents} agents"

@@ -14,6 +14,7 @@ import suzumio
 import suzumio_api
 import suzumio_backend
 import suzumio_config
+import suzumio_coordination as coordination
 import suzumio_runner_support
 import suzumio_scheduler
 import suzumio_store
@@ -171,10 +172,10 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
     token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
     backend = suzumio_backend.Backends(runner_socket=socket_path)
-    # With an McpHub (test_mcp), scheduler and routes share one config cache that lists MCP tools.
-    configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing) if mcp is not None else None
-    toolpacks = suzumio_toolpacks.ToolpackRuntime(configs=configs, mcp=mcp)
-    scheduler = suzumio_scheduler.Scheduler(root, backend, hooks=toolpacks, configs=toolpacks.configs,
+    # Like serve: scheduler and routes share one config cache (listing MCP tools with an McpHub, test_mcp).
+    configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing if mcp is not None else None)
+    toolpacks = suzumio_toolpacks.ToolpackRuntime(configs, mcp=mcp)
+    scheduler = suzumio_scheduler.Scheduler(root, backend, configs, hooks=toolpacks,
                                             interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS)
     if scheduler_interval is not None:
         scheduler.start()
@@ -215,4 +216,4 @@ def all_ended(store, activation_ids):
 
 def running_activation(store, agent_id, prompt="Work."):
     """A running activation created through the store, with no process behind it."""
-    return store.start_activation(agent_id, prompt, [])
+    return coordination.start_activation(store, agent_id, prompt, [])

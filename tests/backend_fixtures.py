@@ -11,11 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
+from store_fixtures import CONFIGS, config_of
 
 import suzumio
 import suzumio_api
 import suzumio_backend
 import suzumio_config
+import suzumio_coordination as coordination
 import suzumio_runner_support
 import suzumio_scheduler
 import suzumio_store
@@ -70,7 +72,7 @@ class ControllerStub:
         agent = self.store.agent(body["agentId"], include_token=True)
         if agent["token"] != body["token"]:
             return 403, {"error": "Invalid agent token"}
-        return 200, self.store.complete_activation(body["activationId"], body["agentId"],
+        return 200, coordination.complete_activation(self.store, config_of(self.store), body["activationId"], body["agentId"],
                                                    body["output"]["text"], body["output"].get("usage"))
 
     def close(self):
@@ -168,7 +170,7 @@ def local_project(tmp_path, *, environ=None, agent_env=None, kind="local", suppo
 
 def open_activation(env, agent_id, prompt="# New Signals\n\nDo it.", signals=()):
     """Create a running activation through the store, with no runner behind it."""
-    return env.store.start_activation(agent_id, prompt, list(signals), None)
+    return coordination.start_activation(env.store, agent_id, prompt, list(signals), None)
 
 
 class ControllerDied(BaseException):
@@ -235,8 +237,8 @@ class ServedEnv:
         socket_path = suzumio.runner_socket_path(self.root.path)
         suzumio.prepare_runner_socket_dir(socket_path)
         self.backends = suzumio_backend.Backends(runner_socket=socket_path)
-        self.toolpacks = suzumio_toolpacks.ToolpackRuntime()
-        self.scheduler = suzumio_scheduler.Scheduler(self.root, self.backends, hooks=self.toolpacks)
+        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(CONFIGS)
+        self.scheduler = suzumio_scheduler.Scheduler(self.root, self.backends, CONFIGS, hooks=self.toolpacks)
         app = suzumio_api.make_app(self.root, self.scheduler, self.backends, self.toolpacks)
         self.server = suzumio_api.Server(app, "127.0.0.1", 0, threads=16).start()
         runner_app = suzumio_runner_support.make_runner_app(self.root, self.toolpacks, self.scheduler)

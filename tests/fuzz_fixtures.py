@@ -11,7 +11,9 @@ import re
 import urllib.parse
 
 from api_fixtures import init_project, project_yaml, running_activation, serving
+from store_fixtures import config_of
 
+import suzumio_coordination as coordination
 from suzumio_runner_loop import UnixHTTPConnection
 
 log = logging.getLogger(__name__)
@@ -223,14 +225,14 @@ class World:
         self.demo.start()
         done = running_activation(self.demo, "pm")
         self.demo.record_activation_context(done["id"], "pm", CONTEXT)
-        self.demo.complete_activation(done["id"], "pm", "done")
+        coordination.complete_activation(self.demo, config_of(self.demo), done["id"], "pm", "done")
         self.demo_activation = done["id"]
-        self.demo_message = self.demo.send_message("user", "hello", recipient="pm")["id"]
+        self.demo_message = coordination.send_message(self.demo, config_of(self.demo), "user", "hello", recipient="pm")["id"]
         # Agent status `stopped` has no transition out of it: ticks skip these agents for good.
         self.demo.db_run("UPDATE agents SET status = 'stopped' WHERE project = ?", ["demo"])
         self.demo.set_status("stopped")
         finished = self.activation("worker")
-        self.side.complete_activation(finished, "worker", "done")
+        coordination.complete_activation(self.side, config_of(self.side), finished, "worker", "done")
         self.side_finished = finished
 
     def request(self, method, target, body=None, headers=None, host=None, listener=None, auth=True):

@@ -48,3 +48,11 @@ def init_demo(root_path, config=None, start=True, now=T0):
 def at(seconds, base=T0):
     """A timestamp `seconds` after base."""
     return format_ts(parse_ts(base) + timedelta(seconds=seconds))
+
+
+CONFIGS = suzumio_config.ConfigCache()
+
+
+def config_of(store):
+    """The store's typed ProjectConfig, as the runtime's one ConfigCache hands it to the rules."""
+    return CONFIGS.get(store)

@@ -1,9 +1,13 @@
 """User routes of http-api.md against the real app on Waitress with real projects (§11 scenarios)."""
 import json
+import re
 
 import pytest
 from api_fixtures import init_project, project_yaml, running_activation, serving
 from conftest import wait_until
+from store_fixtures import config_of
+
+import suzumio_coordination as coordination
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -80,7 +84,7 @@ def test_project_list_gives_light_summaries_without_secrets(service):
 
 
 def test_project_detail_has_stats_and_recent_messages_oldest_first(service, demo):
-    ids = [demo.send_message("user", f"m{i}" + "b" * 13000, recipient="worker")["id"] for i in range(12)]
+    ids = [coordination.send_message(demo, config_of(demo), "user", f"m{i}" + "b" * 13000, recipient="worker")["id"] for i in range(12)]
     detail = service.get("/api/projects/demo").json()
     assert set(detail["stats"]) == {"messageCount", "activationCount", "failedActivationCount",
                                     "runningActivationCount", "toolCallCount", "historyMessageCount",
@@ -91,18 +95,18 @@ def test_project_detail_has_stats_and_recent_messages_oldest_first(service, demo
 
 
 def test_message_list_limit_returns_newest_oldest_first(service, demo):
-    ids = [demo.send_message("user", f"m{i}", recipient="worker")["id"] for i in range(1, 4)]
+    ids = [coordination.send_message(demo, config_of(demo), "user", f"m{i}", recipient="worker")["id"] for i in range(1, 4)]
     assert [m["id"] for m in service.get("/api/projects/demo/messages?limit=2").json()] == ids[1:]
     assert len(service.get("/api/projects/demo/messages?limit=0").json()) == 3
     assert len(service.get("/api/projects/demo/messages?limit=abc").json()) == 3
     for _ in range(510):
-        demo.send_message("user", "x", recipient="worker")
+        coordination.send_message(demo, config_of(demo), "user", "x", recipient="worker")
     assert len(service.get("/api/projects/demo/messages?limit=9999").json()) == 500
     assert len(service.get("/api/projects/demo/messages").json()) == 100
 
 
 def test_long_message_is_truncated_in_list_but_whole_by_id(service, demo):
-    message = demo.send_message("user", "y" * 20000, recipient="worker")
+    message = coordination.send_message(demo, config_of(demo), "user", "y" * 20000, recipient="worker")
     listed = service.get("/api/projects/demo/messages").json()[-1]
     assert listed["body"] == "y" * 12000 + "\n\n[truncated 8000 chars]"
     whole = service.get(f"/api/projects/demo/messages/{message['id']}").json()
@@ -112,7 +116,7 @@ def test_long_message_is_truncated_in_list_but_whole_by_id(service, demo):
 
 
 def test_events_are_newest_first_with_shrunk_data(service, demo):
-    demo.send_message("user", "z" * 5000, recipient="worker")
+    coordination.send_message(demo, config_of(demo), "user", "z" * 5000, recipient="worker")
     events = service.get("/api/projects/demo/events").json()
     created = [e["created_at"] for e in events]
     assert created == sorted(created, reverse=True)
@@ -190,15 +194,16 @@ def test_report_is_plain_text_before_and_after_submission(service, demo, activat
     before = service.get("/api/projects/demo/report")
     assert before.status_code == 200 and before.text == "No report submitted.\n"
     assert before.headers["Content-Type"] == "text/plain; charset=utf-8"
-    demo.submit_report("worker", activation_a["id"], "  # Done\n\nAll good.\n\n")
+    coordination.submit_report(demo, "worker", activation_a["id"], "  # Done\n\nAll good.\n\n")
     assert service.get("/api/projects/demo/report").text == "# Done\n\nAll good.\n"
 
 
-def test_missing_report_file_answers_500_with_the_filesystem_error(service, demo, activation_a):
-    path = demo.submit_report("worker", activation_a["id"], "# Done")["reportPath"]
+def test_missing_report_file_answers_500_with_an_error_id(service, demo, activation_a):
+    path = coordination.submit_report(demo, "worker", activation_a["id"], "# Done")["reportPath"]
     (demo.dir / "final-report.md").unlink()
     response = service.get("/api/projects/demo/report")
-    assert response.status_code == 500 and path in response.json()["error"]
+    assert response.status_code == 500
+    assert re.fullmatch(r"Internal error \(id [0-9a-f]{12}\)", response.json()["error"]) and path not in response.text
 
 
 def history_rows(store, agent_id, activation_id, count):
@@ -219,7 +224,7 @@ def test_history_pages_newest_first_with_next_before(service, demo, activation_a
 
 def test_history_archives_are_hidden_only_by_include_archived_zero(service, demo, activation_a):
     history_rows(demo, "worker", activation_a["id"], 4)
-    compaction = demo.compact_history("worker", activation_a["id"], "Summary.", keep_tail=2)["compaction"]
+    compaction = coordination.compact_history(demo, "worker", activation_a["id"], "Summary.", keep_tail=2)["compaction"]
     hidden = service.get("/api/projects/demo/agents/worker/history?includeArchived=0").json()["messages"]
     assert {1, 2, 3} & {m["sequence"] for m in hidden} == set()
     shown = service.get("/api/projects/demo/agents/worker/history?includeArchived=false").json()["messages"]
@@ -253,7 +258,7 @@ def test_activation_context_falls_back_to_the_prompt_then_shows_the_snapshot(ser
 
 def test_tool_status_aggregates_registered_and_retired_tools(service, demo, activation_a):
     call = demo.start_tool_call("worker", activation_a["id"], "shell.exec", {"command": "ls"})
-    demo.finish_tool_call("worker", activation_a["id"], call["toolCallId"], "failed", error="boom")
+    coordination.finish_tool_call(demo, "worker", activation_a["id"], call["toolCallId"], "failed", error="boom")
     demo.start_tool_call("worker", activation_a["id"], "retired.tool", {})
     status = service.get("/api/projects/demo/tool-status").json()
     names = [entry["tool"] for entry in status]
@@ -267,7 +272,7 @@ def test_tool_status_aggregates_registered_and_retired_tools(service, demo, acti
     messages_send = next(e for e in status if e["tool"] == "messages.send")
     assert messages_send["callCount"] == 0 and "lastStatus" not in messages_send
 
-    report = demo.submit_report("worker", activation_a["id"], "# Done")["reportPath"]
+    report = coordination.submit_report(demo, "worker", activation_a["id"], "# Done")["reportPath"]
     submit = next(e for e in service.get("/api/projects/demo/tool-status").json() if e["tool"] == "completion.submit")
     assert submit["submittedReportPath"] == report
 
@@ -478,7 +483,7 @@ def test_stop_ends_a_real_local_activation(tmp_path):
     with serving(tmp_path / "root") as service:
         demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url, script=script))
         demo.start()
-        demo.send_message("user", "Sleep.", recipient="worker")
+        coordination.send_message(demo, config_of(demo), "user", "Sleep.", recipient="worker")
         service.scheduler.tick("demo")
         w = demo.list_activations()[-1]
         wait_until(lambda: demo.list_tool_calls(5), 20, message="worker to start shell.exec")

@@ -1,9 +1,14 @@
 """The one error shape (README decision 10, http-api.md §2.3) across user and runner routes, strict
 paths, project-segment checks and rejected requests without side effects."""
+import logging
+import re
+
 import pytest
 from api_fixtures import init_project, project_yaml, running_activation, serving
+from store_fixtures import config_of
 
-from suzumio_runner_support import MAX_BODY_BYTES
+import suzumio_coordination as coordination
+from suzumio_http import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,7 +44,7 @@ def assert_error(response, status, message):
 
 def test_error_shape_is_the_same_on_every_route(service, demo, identity):
     completed = running_activation(demo, "pm")
-    demo.complete_activation(completed["id"], "pm", "done")
+    coordination.complete_activation(demo, config_of(demo), completed["id"], "pm", "done")
     pm = {**identity, "agentId": "pm", "activationId": completed["id"], "token": service.token("demo", "pm")}
     cases = [
         (service.get("/nope"), 404, "not found"),
@@ -144,9 +149,15 @@ def test_oversized_body_is_refused(service, demo):
     assert demo.project_stats()["messageCount"] == 0
 
 
-def test_unexpected_exception_is_a_500_without_traceback(service, demo):
+def test_unexpected_exception_is_a_500_naming_an_id_the_log_explains(service, demo, caplog):
     (demo.dir / "resolved.yaml").unlink()
-    response = service.get("/api/projects/demo/config/resolved")
+    with caplog.at_level(logging.ERROR, logger="suzumio_http"):
+        response = service.get("/api/projects/demo/config/resolved")
     assert response.status_code == 500
     error = response.json()["error"]
-    assert "resolved.yaml" in error and "Traceback" not in error
+    match = re.fullmatch(r"Internal error \(id ([0-9a-f]{12})\)", error)
+    assert match, error
+    assert "resolved.yaml" not in response.text and "Traceback" not in response.text
+    (record,) = [r for r in caplog.records if match.group(1) in r.getMessage()]
+    assert record.exc_info is not None and record.exc_info[0] is FileNotFoundError
+    assert "resolved.yaml" in str(record.exc_info[1])

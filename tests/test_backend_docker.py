@@ -8,8 +8,10 @@ import uuid
 import pytest
 from backend_fixtures import ControllerDied, dies_before_recording, events_of, local_project, open_activation
 from conftest import require, wait_until
+from store_fixtures import CONFIGS, config_of
 
 import suzumio_backend as backend
+import suzumio_coordination as coordination
 import suzumio_scheduler as scheduler
 from suzumio_records import parse_ts, utc_now
 
@@ -254,12 +256,12 @@ def test_missing_source_and_missing_image_fail_without_container(tmp_path, clien
 
 def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client, project):
     with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}) as env:
-        env.store.send_message("user", "work", recipient="worker")
-        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now())
+        coordination.send_message(env.store, config_of(env.store), "user", "work", recipient="worker")
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now(), CONFIGS)
         [first] = env.store.running_activations()
         wait_until(lambda: container_of(client, env.store, first["id"]).status == "running", 30)
-        message = env.store.send_message("user", "stop now", recipient="worker", priority="P0")
-        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now())
+        message = coordination.send_message(env.store, config_of(env.store), "user", "stop now", recipient="worker", priority="P0")
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now(), CONFIGS)
         p0 = next(s for s in env.store.list_signals(limit=100) if s["payload"].get("id") == message["id"])
         assert env.store.activation(first["id"])["error"] == f"Interrupted by P0 signal {p0['id']}"
         assert container_of(client, env.store, first["id"]).status == "exited"
@@ -284,9 +286,9 @@ def test_timeout_fails_the_activation_and_stops_its_container(tmp_path, client, 
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
         wait_until(lambda: container_of(client, env.store, act["id"]).status == "running", 30)
-        env.store.send_message("user", "next", recipient="worker")
+        coordination.send_message(env.store, config_of(env.store), "user", "next", recipient="worker")
         now = parse_ts(act["startedAt"]) + datetime.timedelta(seconds=2)
-        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), now)
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), now, CONFIGS)
         final = env.store.activation(act["id"])
         assert final["status"] == "failed" and final["error"] == "activation timed out"
         assert container_of(client, env.store, act["id"]).status == "exited"
@@ -346,8 +348,8 @@ def test_generic_stop_and_kill_errors_become_stop_failed_and_restart_proceeds(tm
         act = open_activation(env, "worker")
         name = backend.container_name_for(project, "worker", act["id"])
         env.store.set_activation_container(act["id"], name)
-        env.store.send_message("user", "urgent", recipient="worker", priority="P0")
-        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now())
+        coordination.send_message(env.store, config_of(env.store), "user", "urgent", recipient="worker", priority="P0")
+        scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now(), CONFIGS)
         [event] = events_of(env.store, "activation.stop_failed")
         assert event["data"]["activationId"] == act["id"] and "engine exploded on kill" in event["data"]["error"]
         assert env.store.activation(act["id"])["status"] == "cancelled"

@@ -20,9 +20,11 @@ from backend_fixtures import (
 )
 from conftest import require, wait_until
 from fake_model import FakeModel
+from store_fixtures import CONFIGS, config_of
 
 import suzumio_backend as backend
 import suzumio_config as config
+import suzumio_coordination as coordination
 import suzumio_scheduler as scheduler
 import suzumio_yaml
 from suzumio_errors import ConfigError
@@ -125,7 +127,7 @@ def budget_env(tmp_path, max_tokens, **options):
 
 
 def tick(env, now=None):
-    scheduler.tick(env.store, env.backends, scheduler.NoHooks(), to_datetime(now))
+    scheduler.tick(env.store, env.backends, scheduler.NoHooks(), to_datetime(now), CONFIGS)
 
 
 def provider_used(env, act, total):
@@ -141,7 +143,7 @@ def finish(env, agent_id, total, now=None):
     provider_used(env, act, total)
     usage = {"selectedModel": "main", "model": "main", "apiModel": "team",
              "tokens": {"input": total - 1, "output": 1, "total": total}}
-    env.store.complete_activation(act["id"], agent_id, "done", usage=usage, now=now)
+    coordination.complete_activation(env.store, config_of(env.store), act["id"], agent_id, "done", usage=usage, now=now)
     return act
 
 
@@ -154,7 +156,7 @@ def test_budget_reached_stops_the_project_once_and_lets_the_running_activation_f
     try:
         running = open_activation(env, "worker")
         finish(env, "pm", 1200)
-        env.store.send_message("user", "More work", recipient="pm")
+        coordination.send_message(env.store, config_of(env.store), "user", "More work", recipient="pm")
         tick(env)
         assert env.store.project()["status"] == "stopped"
         [event] = events_of(env.store, "project.budget_exceeded")
@@ -168,12 +170,12 @@ def test_budget_reached_stops_the_project_once_and_lets_the_running_activation_f
         assert env.store.list_signals(kind="scheduler.resume_after_stop") == []
 
         provider_used(env, running, 50)
-        env.store.complete_activation(running["id"], "worker", "finished", usage={"tokens": {"total": 50}})
+        coordination.complete_activation(env.store, config_of(env.store), running["id"], "worker", "finished", usage={"tokens": {"total": 50}})
         tick(env)
         assert env.store.activation(running["id"])["status"] == "completed"
         assert env.store.agent("worker")["status"] == "quiet"
         assert len(env.store.list_activations(100)) == 2, "no activation started after the pause"
-        assert [s["status"] for s in env.store.pending_signals("pm")] == ["pending"]
+        assert [s["status"] for s in coordination.pending_signals(env.store, config_of(env.store), "pm")] == ["pending"]
         assert len(events_of(env.store, "project.budget_exceeded")) == 1
         assert len(budget_messages(env)) == 1
     finally:
@@ -184,7 +186,7 @@ def test_usage_below_the_budget_keeps_scheduling(tmp_path):
     env = budget_env(tmp_path, 1000)
     try:
         finish(env, "pm", 999)
-        env.store.send_message("user", "More work", recipient="pm")
+        coordination.send_message(env.store, config_of(env.store), "user", "More work", recipient="pm")
         tick(env)
         assert env.store.project()["status"] == "running"
         assert env.store.agent("pm")["status"] == "running"
@@ -213,7 +215,7 @@ def test_the_runners_own_report_is_not_counted_and_every_forwarded_call_is(tmp_p
     env = budget_env(tmp_path, 1000)
     try:
         act = open_activation(env, "pm")
-        env.store.complete_activation(act["id"], "pm", "done", usage={"tokens": {"total": 1_000_000}})
+        coordination.complete_activation(env.store, config_of(env.store), act["id"], "pm", "done", usage={"tokens": {"total": 1_000_000}})
         tick(env)
         assert env.store.project()["status"] == "running", "a runner's report proves nothing"
         assert env.store.window_tokens() == 0
@@ -223,7 +225,7 @@ def test_the_runners_own_report_is_not_counted_and_every_forwarded_call_is(tmp_p
             provider_used(env, act, total)
         env.store.record_model_call(act["id"], "worker", "g", "main", 429, {})
         assert env.store.window_tokens() == 0, "a running activation counts once it ends"
-        env.store.complete_activation(act["id"], "worker", "done", usage={"tokens": {"total": 0}})
+        coordination.complete_activation(env.store, config_of(env.store), act["id"], "worker", "done", usage={"tokens": {"total": 0}})
         assert env.store.window_tokens() == 700
         assert env.store.model_usage(act["id"]) == {
             "calls": 3, "tokens": {"input": 698, "output": 2, "total": 700}}
@@ -246,7 +248,7 @@ def test_absent_budget_never_pauses(tmp_path):
     env = budget_env(tmp_path, None)
     try:
         finish(env, "pm", 10_000_000)
-        env.store.send_message("user", "More work", recipient="pm")
+        coordination.send_message(env.store, config_of(env.store), "user", "More work", recipient="pm")
         tick(env)
         assert env.store.project()["status"] == "running"
         assert env.store.agent("pm")["status"] == "running"
@@ -262,7 +264,7 @@ def test_start_grants_a_fresh_window_and_a_later_overrun_pauses_again(tmp_path):
         finish(env, "pm", 1500)
         tick(env)
         assert env.store.project()["status"] == "stopped"
-        env.store.send_message("user", "Carry on", recipient="pm")
+        coordination.send_message(env.store, config_of(env.store), "user", "Carry on", recipient="pm")
 
         env.store.start()
         assert env.store.window_tokens() == 0
@@ -274,8 +276,8 @@ def test_start_grants_a_fresh_window_and_a_later_overrun_pauses_again(tmp_path):
         # an activation that was running across the restart counts in the new window
         provider_used(env, running, 600)
         provider_used(env, resumed, 300)
-        env.store.complete_activation(running["id"], "worker", "done", usage={"tokens": {"total": 600}})
-        env.store.complete_activation(resumed["id"], "pm", "done", usage={"tokens": {"total": 300}})
+        coordination.complete_activation(env.store, config_of(env.store), running["id"], "worker", "done", usage={"tokens": {"total": 600}})
+        coordination.complete_activation(env.store, config_of(env.store), resumed["id"], "pm", "done", usage={"tokens": {"total": 300}})
         tick(env)
         assert env.store.project()["status"] == "running" and env.store.window_tokens() == 900
         finish(env, "pm", 100)
@@ -291,10 +293,10 @@ def test_pause_for_budget_changes_nothing_unless_running_and_over_budget(tmp_pat
     env = budget_env(tmp_path, None)
     try:
         finish(env, "pm", 500)
-        assert env.store.pause_for_budget(501) is None
+        assert coordination.pause_for_budget(env.store, 501) is None
         assert env.store.project()["status"] == "running"
         env.store.set_status("submitted")
-        assert env.store.pause_for_budget(100) is None
+        assert coordination.pause_for_budget(env.store, 100) is None
         assert env.store.project()["status"] == "submitted"
         assert events_of(env.store, "project.budget_exceeded") == []
         assert budget_messages(env) == []
@@ -310,7 +312,7 @@ def test_concurrent_pauses_record_one_event_and_one_message(tmp_path):
 
         def pause():
             barrier.wait()
-            results.append(env.store.pause_for_budget(100))
+            results.append(coordination.pause_for_budget(env.store, 100))
 
         threads = [threading.Thread(target=pause) for _ in range(4)]
         for thread in threads:
@@ -333,7 +335,7 @@ def test_pause_is_one_transaction(tmp_path):
             tx.execute("CREATE TRIGGER refuse_budget_message BEFORE INSERT ON messages "
                        "WHEN NEW.sender = 'scheduler' BEGIN SELECT RAISE(ABORT, 'refused'); END")
         with pytest.raises(sqlite3.IntegrityError, match="refused"):
-            env.store.pause_for_budget(100)
+            coordination.pause_for_budget(env.store, 100)
         assert env.store.project()["status"] == "running"
         assert events_of(env.store, "project.budget_exceeded") == []
         assert [e["data"]["status"] for e in events_of(env.store, "project.status")] == ["running"]
@@ -421,7 +423,7 @@ def test_real_runner_usage_pauses_the_project_and_start_resumes_it(tmp_path):
 def test_local_timeout_in_a_tick_fails_the_activation_and_kills_its_runner(tmp_path):
     env = budget_env(tmp_path, None, agent_env={"STANDIN_MODE": "sleep"}, timeout_ms=1000)
     try:
-        env.store.send_message("user", "Work", recipient="worker")
+        coordination.send_message(env.store, config_of(env.store), "user", "Work", recipient="worker")
         tick(env)
         [act] = env.store.running_activations()
         pid = backend.local_pid(env.store.activation(act["id"])["containerName"])

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import wait_until
+from store_fixtures import config_of
 
 import suzumio
+import suzumio_coordination as coordination
 import suzumio_records
 import suzumio_store
 
@@ -144,8 +146,8 @@ def test_turns_is_an_alias_of_activations(demo):
     assert run("turns", "demo", "--root", str(demo)).out == ""
     store = suzumio_store.Root(demo).open_project("demo")
     store.start()
-    store.send_message("user", "go", recipient="pm")
-    store.start_activation("pm", "prompt", store.pending_signals("pm"))
+    coordination.send_message(store, config_of(store), "user", "go", recipient="pm")
+    coordination.start_activation(store, "pm", "prompt", coordination.pending_signals(store, config_of(store), "pm"))
     assert run("turns", "demo", "--root", str(demo)).out == run("activations", "demo", "--root", str(demo)).out
     assert re.search(r"^act_\d+_[0-9a-f]{8} pm running ", run("turns", "demo", "--root", str(demo)).out, re.M)
 
@@ -204,8 +206,8 @@ def test_status_after_init(demo):
 def test_status_columns_align_and_times_are_relative(demo):
     store = suzumio_store.Root(demo).open_project("demo")
     store.start()
-    store.send_message("user", "go", recipient="pm")
-    activation = store.start_activation("pm", "prompt", store.pending_signals("pm"))
+    coordination.send_message(store, config_of(store), "user", "go", recipient="pm")
+    activation = coordination.start_activation(store, "pm", "prompt", coordination.pending_signals(store, config_of(store), "pm"))
     later = suzumio_records.parse_ts(store.agent("pm")["updatedAt"]) + datetime.timedelta(minutes=5, seconds=3)
     out = suzumio.main(["status", "demo", "--root", str(demo)], out=(buffer := io.StringIO()), now=later)
     assert out == 0
@@ -218,8 +220,8 @@ def test_status_columns_align_and_times_are_relative(demo):
 def test_read_commands_print_stable_json(demo):
     store = suzumio_store.Root(demo).open_project("demo")
     store.start()
-    store.send_message("user", "go", recipient="pm")
-    store.start_activation("pm", "prompt", store.pending_signals("pm"))
+    coordination.send_message(store, config_of(store), "user", "go", recipient="pm")
+    coordination.start_activation(store, "pm", "prompt", coordination.pending_signals(store, config_of(store), "pm"))
     (demo / "demo" / "artifacts" / "pm" / "a.md").write_text("hello")
     status = json.loads(run("status", "--json", "--root", str(demo)).out)
     assert [(p["id"], p["status"]) for p in status] == [("demo", "running")]
@@ -425,8 +427,8 @@ def test_double_dash_protects_a_body_word(demo):
 def test_stop_without_docker_records_stop_failed(demo):
     store = suzumio_store.Root(demo).open_project("demo")
     store.start()
-    store.send_message("user", "go", recipient="pm")
-    activation = store.start_activation("pm", "prompt", store.pending_signals("pm"))
+    coordination.send_message(store, config_of(store), "user", "go", recipient="pm")
+    activation = coordination.start_activation(store, "pm", "prompt", coordination.pending_signals(store, config_of(store), "pm"))
     store.set_activation_container(activation["id"], "suzumio-demo-pm-gone")
     result = cli("stop", "demo", "--root", str(demo), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert (result.returncode, result.stdout) == (0, "demo: stopped\n")

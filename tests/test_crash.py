@@ -37,8 +37,10 @@ from crash_fixtures import (
     write_crash_toolpack,
 )
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
+from store_fixtures import config_of
 
 import suzumio_backend
+import suzumio_coordination as coordination
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -113,7 +115,7 @@ def served_team(service, folder, **config_options):
     (folder / "crash-script.yaml").write_text(yaml.safe_dump(crash_script(), sort_keys=False), encoding="utf-8")
     config = crash_config(service.port, **config_options)
     store = init_project(service.root, folder, yaml.safe_dump(config, sort_keys=False))
-    store.send_message("user", KICKOFF, recipient="pm")
+    coordination.send_message(store, config_of(store), "user", KICKOFF, recipient="pm")
     assert service.post(f"/api/projects/{PROJECT}/start").status_code == 200
     return store
 

@@ -261,8 +261,8 @@ def documented_routes(path):
 def app_routes(tmp_path_factory):
     root = suzumio_store.Root(tmp_path_factory.mktemp("routes") / "root")
     backends = suzumio_backend.Backends()
-    toolpacks = suzumio_toolpacks.ToolpackRuntime()
-    scheduler = suzumio_scheduler.Scheduler(root, backends, hooks=toolpacks)
+    toolpacks = suzumio_toolpacks.ToolpackRuntime(suzumio_config.ConfigCache())
+    scheduler = suzumio_scheduler.Scheduler(root, backends, toolpacks.configs, hooks=toolpacks)
     try:
         apps = (suzumio_api.make_app(root, scheduler, backends, toolpacks),
                 suzumio_runner_support.make_runner_app(root, toolpacks, scheduler))

@@ -14,6 +14,7 @@ from conftest import wait_until
 from e2e_fixtures import PROJECT, call, kind_params, project_config, running_team
 
 import suzumio_config
+import suzumio_coordination as coordination
 import suzumio_registry
 from suzumio_errors import ConfigError
 from suzumio_records import format_ts, parse_ts, utc_now
@@ -491,7 +492,7 @@ def test_hanging_support_handler_times_out_after_sixty_seconds(tmp_path):
     agents = json.loads(json.dumps(AGENTS))
     agents["reviewer"]["tools"].append("review.hang")
     with toolpack_team(tmp_path, agents=agents) as team:
-        activation = team.store.start_activation("reviewer", "Hang.", [])
+        activation = coordination.start_activation(team.store, "reviewer", "Hang.", [])
         body = {"project": team.name, "agentId": "reviewer", "activationId": activation["id"],
                 "token": team.service.token(team.name, "reviewer"), "tool": "review.hang", "input": {}}
         started = time.monotonic()

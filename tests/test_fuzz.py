@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import suzumio_config
 from suzumio_errors import ConfigError
-from suzumio_runner_support import MAX_BODY_BYTES
+from suzumio_http import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 from fuzz_fixtures import CONTEXT, app_routes, fill, is_runner_rule, placeholders, world
+from store_fixtures import config_of
 
 import suzumio_api
+import suzumio_coordination as coordination
 import suzumio_registry
 import suzumio_runner_tools as runner
 from suzumio_errors import ConfigError
@@ -101,7 +103,7 @@ def test_every_runner_route_refuses_another_agents_activation(iso, routes):
 def test_a_finished_activation_is_refused_where_a_running_one_is_required(iso, routes, ending):
     activation = iso.activation("worker")
     if ending == "completed":
-        iso.side.complete_activation(activation, "worker", "done")
+        coordination.complete_activation(iso.side, config_of(iso.side), activation, "worker", "done")
     elif ending == "failed":
         iso.side.fail_activation(activation, "boom")
     else:

@@ -3,6 +3,9 @@ audit, P1 delivery at the tool boundary, signals, history, context and the only 
 import pytest
 from api_fixtures import init_project, project_yaml, running_activation, serving
 from conftest import wait_until
+from store_fixtures import config_of
+
+import suzumio_coordination as coordination
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,8 +89,8 @@ def test_another_agents_activation_is_forbidden(service, demo, act):
 
 def test_finished_activation_refuses_tool_signal_support_and_history_calls(service, demo, act):
     call = demo.start_tool_call("worker", act["id"], "shell.exec", {"command": "ls"})
-    demo.complete_activation(act["id"], "worker", "done")
-    demo.record_signal("urgent", target_agent="worker", priority="P1")
+    coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done")
+    coordination.record_signal(demo, config_of(demo), "urgent", target_agent="worker", priority="P1")
     before = counts(demo)
     tool_text = f"Activation {act['id']} is completed; no more tool calls are accepted"
     history_text = f"Activation {act['id']} is completed; history updates are not accepted"
@@ -158,8 +161,8 @@ def test_tool_call_finish_checks_status_and_ownership(service, demo, act):
 
 
 def test_p1_signals_reach_a_running_activation_at_the_next_completed_tool_call(service, demo, act):
-    message = demo.send_message("pm", "Stop and check the proof.", recipient="worker", priority="P1")
-    demo.send_message("pm", "Later work.", recipient="worker", priority="P2")
+    message = coordination.send_message(demo, config_of(demo), "pm", "Stop and check the proof.", recipient="worker", priority="P1")
+    coordination.send_message(demo, config_of(demo), "pm", "Later work.", recipient="worker", priority="P2")
     body = ident(service, "worker", act)
     tool_call_id = service.post("/runner/tool-calls/start", {**body, "tool": "shell.exec"}).json()["toolCallId"]
     result = service.post("/runner/tool-calls/finish",
@@ -175,7 +178,7 @@ def test_p1_signals_reach_a_running_activation_at_the_next_completed_tool_call(s
 
 
 def test_finishing_wait_for_signal_delivers_no_p1(service, demo, act):
-    demo.send_message("pm", "Urgent.", recipient="worker", priority="P1")
+    coordination.send_message(demo, config_of(demo), "pm", "Urgent.", recipient="worker", priority="P1")
     body = ident(service, "worker", act)
     tool_call_id = service.post("/runner/tool-calls/start",
                                 {**body, "tool": "coordination.wait_for_signal"}).json()["toolCallId"]
@@ -229,7 +232,7 @@ def test_history_messages_append_for_a_running_activation(service, demo, act):
 
 def test_history_routes_require_an_activation_id_and_a_running_activation(service, demo, act):
     finished = running_activation(demo, "pm")
-    demo.complete_activation(finished["id"], "pm", "done")
+    coordination.complete_activation(demo, config_of(demo), finished["id"], "pm", "done")
     before = counts(demo)
     body = ident(service, "worker", act)
     del body["activationId"]
@@ -304,7 +307,7 @@ def test_completing_an_activation_triggers_a_scheduler_tick(tmp_path):
         demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
         demo.start()
         act = running_activation(demo, "worker")
-        demo.send_message("user", "Next task.", recipient="worker")
+        coordination.send_message(demo, config_of(demo), "user", "Next task.", recipient="worker")
         body = {"project": "demo", "agentId": "worker", "activationId": act["id"],
                 "token": service.token("demo", "worker"), "output": {"text": "done"}}
         assert service.post("/activation-output", body).status_code == 200

@@ -7,8 +7,10 @@ import threading
 
 from backend_fixtures import events_of, open_activation, process_group_alive, served_project
 from conftest import wait_until
+from store_fixtures import CONFIGS, config_of
 
 import suzumio_backend as backend
+import suzumio_coordination as coordination
 import suzumio_scheduler as scheduler
 from suzumio_records import parse_ts, to_datetime
 
@@ -36,7 +38,7 @@ def project(tmp_path, agents=None, script="done", **options):
 
 
 def tick(env, now=None, hooks=None):
-    scheduler.tick(env.store, env.backends, hooks or scheduler.NoHooks(), to_datetime(now))
+    scheduler.tick(env.store, env.backends, hooks or scheduler.NoHooks(), to_datetime(now), CONFIGS)
 
 
 def later(minutes=0, seconds=0, base=None):
@@ -49,7 +51,7 @@ def activations_of(env, agent_id):
 
 
 def send(env, recipient, priority="P3", body="Do it", **kw):
-    return env.store.send_message("user", body, recipient=recipient, priority=priority, **kw)
+    return coordination.send_message(env.store, config_of(env.store), "user", body, recipient=recipient, priority=priority, **kw)
 
 
 def signal_of(env, message):
@@ -138,10 +140,10 @@ def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
         assert (f"## {sig['id']} message.created\nMessage: {direct['id']}\nFrom: user\nTo: pm\nPriority: P3\n"
                 f"Time: {direct['createdAt']}\n\nDo it") in prompt
         wait_settled(env, "pm")
-        channel = env.store.send_message("user", "Hello all", channel="#project", priority="P2")
+        channel = coordination.send_message(env.store, config_of(env.store), "user", "Hello all", channel="#project", priority="P2")
         tick(env)
         assert "Channel: #project" in activations_of(env, "worker")[-1]["prompt"]
-        [custom] = env.store.record_signal("review.ready", target_agent="verifier", priority="P1",
+        [custom] = coordination.record_signal(env.store, config_of(env.store), "review.ready", target_agent="verifier", priority="P1",
                                            payload={"file": "a.md"})
         wait_settled(env, "verifier")
         tick(env)
@@ -324,7 +326,7 @@ def test_guarded_creation_after_concurrent_stop_writes_nothing(tmp_path, monkeyp
         original = env.store.agent_has_activations
 
         def stop_meanwhile(agent_id):
-            env.store.stop()  # another process's stop commits while this tick renders the prompt
+            coordination.stop(env.store)  # another process's stop commits while this tick renders the prompt
             return original(agent_id)
 
         monkeypatch.setattr(env.store, "agent_has_activations", stop_meanwhile)
@@ -337,7 +339,7 @@ def test_guarded_creation_after_concurrent_stop_writes_nothing(tmp_path, monkeyp
 def test_two_concurrent_ticks_create_exactly_one_activation(tmp_path):
     with project(tmp_path, script="sleep") as env:
         send(env, "worker")
-        sched = scheduler.Scheduler(env.root, env.backends)
+        sched = scheduler.Scheduler(env.root, env.backends, CONFIGS)
         threads = [threading.Thread(target=sched.tick, args=(env.store.project_id,)) for _ in range(2)]
         for thread in threads:
             thread.start()
@@ -362,12 +364,12 @@ def test_failed_nudge_backoff_chain_and_limit(tmp_path):
         assert parse_ts(nudge["notBefore"]) > now
         tick(env, now)
         assert len(env.store.list_signals(kind="scheduler.failed_nudge")) == 1
-        second = env.store.start_activation("worker", "p", [nudge], now + datetime.timedelta(seconds=2))
+        second = coordination.start_activation(env.store, "worker", "p", [nudge], now + datetime.timedelta(seconds=2))
         env.store.fail_activation(second["id"], "again")
         tick(env, now + datetime.timedelta(seconds=3))
         newest = env.store.list_signals(kind="scheduler.failed_nudge")[0]
         assert newest["payload"]["attempt"] == 2 and newest["payload"]["delayMs"] == 2000
-        third = env.store.start_activation("worker", "p", [newest], now + datetime.timedelta(seconds=6))
+        third = coordination.start_activation(env.store, "worker", "p", [newest], now + datetime.timedelta(seconds=6))
         env.store.fail_activation(third["id"], "still")
         tick(env, now + datetime.timedelta(seconds=7))
         assert len(env.store.list_signals(kind="scheduler.failed_nudge")) == 2
@@ -436,7 +438,7 @@ def test_all_quiet_nudge_and_cooldown(tmp_path):
 def test_hook_runs_after_delivery_and_its_signal_waits_for_the_next_tick(tmp_path):
     with project(tmp_path, script="sleep") as env:
         send(env, "worker")
-        hooks = RecordingHooks(lambda store: store.record_signal("review.ready", target_agent="verifier"))
+        hooks = RecordingHooks(lambda store: coordination.record_signal(store, config_of(store), "review.ready", target_agent="verifier"))
         tick(env, hooks=hooks)
         assert hooks.calls[0]["worker"] == "running", "hooks observe post-delivery state"
         assert activations_of(env, "verifier") == []
@@ -463,7 +465,7 @@ def test_background_thread_ticks_and_isolates_project_errors(tmp_path):
         env.root = env.root  # both roots differ; use a scheduler over b's root plus a broken project in it
         send(env, "pm")
         env.store.db_run("CREATE TABLE IF NOT EXISTS x (y)")
-        sched = scheduler.Scheduler(env.root, env.backends)
+        sched = scheduler.Scheduler(env.root, env.backends, CONFIGS)
         names = ["aaa-missing", env.store.project_id]
         env.root.list_projects = lambda: names  # a project that cannot be opened sorts first
         sched.start()

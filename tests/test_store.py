@@ -6,8 +6,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from store_fixtures import T0, at, expanded_agents, init_demo, make_config
+from store_fixtures import T0, at, config_of, expanded_agents, init_demo, make_config
 
+import suzumio_config
+import suzumio_coordination as coordination
 import suzumio_records as rec
 import suzumio_store as st
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
@@ -202,12 +204,12 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
 # -- ids, timestamps ----------------------------------------------------------------------------
 
 def test_ids_and_timestamps_have_the_documented_format(demo):
-    act = demo.start_activation("worker", "p", [])
-    demo.send_message("worker", "hi", recipient="pm", source_agent="worker", source_activation=act["id"])
+    act = coordination.start_activation(demo, "worker", "p", [])
+    coordination.send_message(demo, config_of(demo), "worker", "hi", recipient="pm", source_agent="worker", source_activation=act["id"])
     call = demo.start_tool_call("worker", act["id"], "shell.exec", {"cmd": "ls"})
     for _ in range(15):
         demo.append_history("worker", act["id"], "assistant", "assistant_output", "x")
-    demo.compact_history("worker", act["id"], "summary", keep_tail=2)
+    coordination.compact_history(demo, "worker", act["id"], "summary", keep_tail=2)
     ids = [r["id"] for t in ("activations", "messages", "signals", "tool_calls", "events",
                              "agent_history_messages", "agent_history_parts", "agent_history_compactions")
            for r in rows(demo, f"SELECT id FROM {t}")]
@@ -225,7 +227,7 @@ def test_ids_and_timestamps_have_the_documented_format(demo):
 # -- messages -----------------------------------------------------------------------------------
 
 def test_direct_message_defaults_to_p3_with_one_pending_signal(demo):
-    message = demo.send_message("user", "Start", recipient="pm")
+    message = coordination.send_message(demo, config_of(demo), "user", "Start", recipient="pm")
     assert message["priority"] == "P3"
     assert set(message) == {"id", "project", "sender", "recipient", "priority", "body", "createdAt"}
     signals = demo.list_signals(target_agent="pm")
@@ -245,23 +247,23 @@ def test_direct_message_defaults_to_p3_with_one_pending_signal(demo):
 def test_invalid_message_routing_writes_nothing(demo, kwargs, error):
     before = snapshot(demo)
     with pytest.raises(BadRequest, match=f"^{re.escape(error)}$"):
-        demo.send_message("user", "x", **kwargs)
+        coordination.send_message(demo, config_of(demo), "user", "x", **kwargs)
     assert snapshot(demo) == before
 
 
 def test_message_validation_order_body_priority_then_recipient(demo):
     before = snapshot(demo)
     with pytest.raises(BadRequest, match=r"^body is required$"):
-        demo.send_message("user", None, recipient="ghost", priority="P9")
+        coordination.send_message(demo, config_of(demo), "user", None, recipient="ghost", priority="P9")
     with pytest.raises(BadRequest, match=r"^Invalid priority: P9$"):
-        demo.send_message("user", "x", recipient="ghost", priority="P9")
+        coordination.send_message(demo, config_of(demo), "user", "x", recipient="ghost", priority="P9")
     with pytest.raises(BadRequest, match=r"^Unknown agent: ghost$"):
-        demo.send_message("user", "x", recipient="ghost", priority="P2")
+        coordination.send_message(demo, config_of(demo), "user", "x", recipient="ghost", priority="P2")
     assert snapshot(demo) == before
 
 
 def test_message_to_user_is_one_closed_useful_signal(demo):
-    demo.send_message("pm", "Done", recipient="user", source_agent="pm")
+    coordination.send_message(demo, config_of(demo), "pm", "Done", recipient="user", source_agent="pm")
     signals = demo.list_signals()
     assert len(signals) == 1
     assert signals[0]["status"] == "closed" and "targetAgent" not in signals[0]
@@ -270,17 +272,17 @@ def test_message_to_user_is_one_closed_useful_signal(demo):
 
 
 def test_channel_fan_out_excludes_source_agent(demo):
-    demo.send_message("worker", "note", channel="#project", source_agent="worker")
+    coordination.send_message(demo, config_of(demo), "worker", "note", channel="#project", source_agent="worker")
     pending = demo.list_signals(status="pending")
     assert sorted(s["targetAgent"] for s in pending) == ["pm", "verifier"]
     assert {s["targetChannel"] for s in pending} == {"#project"}
-    demo.send_message("user", "all", channel="#project")
+    coordination.send_message(demo, config_of(demo), "user", "all", channel="#project")
     assert len(demo.list_signals(status="pending")) == 5
 
 
 def test_channel_with_no_remaining_agent_records_one_closed_signal(tmp_path):
     root, store = init_demo(tmp_path / "root", make_config(agents={"solo": {}}))
-    store.send_message("solo", "me", channel="#project", source_agent="solo")
+    coordination.send_message(store, config_of(store), "solo", "me", channel="#project", source_agent="solo")
     signals = store.list_signals()
     assert len(signals) == 1 and signals[0]["status"] == "closed"
     assert signals[0]["targetChannel"] == "#project" and "targetAgent" not in signals[0]
@@ -289,8 +291,8 @@ def test_channel_with_no_remaining_agent_records_one_closed_signal(tmp_path):
 
 def test_list_messages_newest_window_oldest_first_and_truncated(demo):
     for i in range(5):
-        demo.send_message("user", f"m{i}", recipient="pm", now=at(i))
-    demo.send_message("user", "x" * 13000, recipient="pm", now=at(10))
+        coordination.send_message(demo, config_of(demo), "user", f"m{i}", recipient="pm", now=at(i))
+    coordination.send_message(demo, config_of(demo), "user", "x" * 13000, recipient="pm", now=at(10))
     listed = demo.list_messages(3)
     assert [m["body"][:2] for m in listed] == ["m3", "m4", "xx"]
     assert listed[-1]["body"].endswith("[truncated 1000 chars]")
@@ -304,21 +306,21 @@ def test_list_messages_newest_window_oldest_first_and_truncated(demo):
 def test_record_signal_status_rules(demo):
     before = snapshot(demo)
     with pytest.raises(BadRequest, match="Targeted signals cannot be closed"):
-        demo.record_signal("x", target_agent="pm", status="closed")
+        coordination.record_signal(demo, config_of(demo), "x", target_agent="pm", status="closed")
     with pytest.raises(BadRequest, match=r"^Invalid signal status: open$"):
-        demo.record_signal("x", status="open")
+        coordination.record_signal(demo, config_of(demo), "x", status="open")
     with pytest.raises(BadRequest, match=r"^Unknown agent: ghost$"):
-        demo.record_signal("x", target_agent="ghost")
+        coordination.record_signal(demo, config_of(demo), "x", target_agent="ghost")
     with pytest.raises(BadRequest, match=r"^payload must be an object$"):
-        demo.record_signal("x", target_agent="ghost", payload=[1])
+        coordination.record_signal(demo, config_of(demo), "x", target_agent="ghost", payload=[1])
     with pytest.raises(BadRequest, match=r"^Expected boolean, got yes$"):
-        demo.record_signal("x", useful_effect="yes")
+        coordination.record_signal(demo, config_of(demo), "x", useful_effect="yes")
     with pytest.raises(BadRequest, match=r"^Invalid priority: P7$"):
-        demo.record_signal("x", target_agent="pm", priority="P7")
+        coordination.record_signal(demo, config_of(demo), "x", target_agent="pm", priority="P7")
     assert snapshot(demo) == before
-    (closed,) = demo.record_signal("x", status="pending")
+    (closed,) = coordination.record_signal(demo, config_of(demo), "x", status="pending")
     assert closed["status"] == "closed" and closed["usefulEffect"] is False
-    (to_user,) = demo.record_signal("x", target_agent="user")
+    (to_user,) = coordination.record_signal(demo, config_of(demo), "x", target_agent="user")
     assert to_user["status"] == "closed"
 
 
@@ -334,37 +336,38 @@ def test_record_signal_status_rules(demo):
     ("custom.work", "pm", False, False),
 ])
 def test_useful_effect_defaults(demo, kind, target, explicit, expected):
-    (signal,) = demo.record_signal(kind, target_agent=target, useful_effect=explicit)
+    (signal,) = coordination.record_signal(demo, config_of(demo), kind, target_agent=target, useful_effect=explicit)
     assert signal["usefulEffect"] is expected
     stored = demo.db_get("SELECT useful_effect FROM signals WHERE id = ?", [signal["id"]])
     assert stored["useful_effect"] == int(expected)
 
 
 def test_pending_signals_selection_p1_batch_else_one_routine(demo):
-    demo.record_signal("w", target_agent="worker", priority="P3", now=at(1))
-    p2 = [demo.record_signal("w", target_agent="worker", priority="P2", now=at(2 + i))[0] for i in range(3)]
-    assert [s["id"] for s in demo.pending_signals("worker", 20, now=at(60))] == [p2[0]["id"]]
-    p1 = [demo.record_signal("w", target_agent="worker", priority="P1", now=at(10 + i))[0] for i in range(2)]
-    assert [s["id"] for s in demo.pending_signals("worker", 20, now=at(60))] == [s["id"] for s in p1]
-    p0 = demo.record_signal("w", target_agent="worker", priority="P0", now=at(20))[0]
-    assert [s["id"] for s in demo.pending_signals("worker", 2, now=at(60))] == [p0["id"], p1[0]["id"]]
+    coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P3", now=at(1))
+    p2 = [coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P2", now=at(2 + i))[0] for i in range(3)]
+    assert [s["id"] for s in coordination.pending_signals(demo, config_of(demo), "worker", now=at(60))] == [p2[0]["id"]]
+    p1 = [coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P1", now=at(10 + i))[0] for i in range(2)]
+    assert [s["id"] for s in coordination.pending_signals(demo, config_of(demo), "worker", now=at(60))] == [s["id"] for s in p1]
+    p0 = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P0", now=at(20))[0]
+    two = suzumio_config.ProjectConfig.from_data(dict(demo.config(), scheduler={"maxSignalsPerActivation": 2}))
+    assert [s["id"] for s in coordination.pending_signals(demo, two, "worker", now=at(60))] == [p0["id"], p1[0]["id"]]
 
 
 def test_delayed_signal_is_invisible_until_not_before(demo):
-    (signal,) = demo.record_signal("w", target_agent="worker", not_before=at(3600), now=T0)
+    (signal,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", not_before=at(3600), now=T0)
     assert signal["notBefore"] == at(3600)
-    assert demo.pending_signals("worker", 20, now=at(10)) == []
+    assert coordination.pending_signals(demo, config_of(demo), "worker", now=at(10)) == []
     assert not demo.has_pending_signals(now=at(10))
     assert not demo.has_pending_signals_for_agent("worker", now=at(10))
     assert demo.has_pending_signals_for_agent("worker", include_delayed=True, now=at(10))
-    assert [s["id"] for s in demo.pending_signals("worker", 20, now=at(3600))] == [signal["id"]]
-    (plain,) = demo.record_signal("w", target_agent="pm", now=T0)
+    assert [s["id"] for s in coordination.pending_signals(demo, config_of(demo), "worker", now=at(3600))] == [signal["id"]]
+    (plain,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="pm", now=T0)
     assert "notBefore" not in plain
 
 
 def test_mark_delivered_is_conditional_on_pending(demo):
-    (signal,) = demo.record_signal("w", target_agent="worker")
-    act = demo.start_activation("worker", "p", [signal])
+    (signal,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker")
+    act = coordination.start_activation(demo, "worker", "p", [signal])
     assert demo.mark_signals_delivered("worker", [signal["id"]], "act_other") == []
     stored = demo.signal(signal["id"])
     assert stored["status"] == "delivered" and stored["deliveredActivationId"] == act["id"]
@@ -373,9 +376,9 @@ def test_mark_delivered_is_conditional_on_pending(demo):
 # -- activations --------------------------------------------------------------------------------
 
 def test_start_activation_binds_agent_delivers_and_writes_prompt_row(demo):
-    message = demo.send_message("user", "Start", recipient="worker")
-    signals = demo.pending_signals("worker")
-    act = demo.start_activation("worker", "PROMPT", signals, now=at(5))
+    message = coordination.send_message(demo, config_of(demo), "user", "Start", recipient="worker")
+    signals = coordination.pending_signals(demo, config_of(demo), "worker")
+    act = coordination.start_activation(demo, "worker", "PROMPT", signals, now=at(5))
     assert act["status"] == "running" and act["startedAt"] == at(5)
     assert act["inputPath"] == str(demo.activation_dir(act["id"]) / "input.json")
     assert act["outputPath"].endswith("/result.json")
@@ -392,38 +395,38 @@ def test_start_activation_binds_agent_delivers_and_writes_prompt_row(demo):
 
 
 def test_second_activation_for_running_agent_fails_and_writes_nothing(demo):
-    demo.start_activation("worker", "p", [])
-    (signal,) = demo.record_signal("w", target_agent="worker")
+    coordination.start_activation(demo, "worker", "p", [])
+    (signal,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker")
     before = snapshot(demo)
     with pytest.raises(Conflict, match="already has a running activation"):
-        demo.start_activation("worker", "p2", [signal])
+        coordination.start_activation(demo, "worker", "p2", [signal])
     assert snapshot(demo) == before
 
 
 @pytest.mark.parametrize("halt", ["stop", "approve"])
 def test_activation_refused_while_project_not_running(demo, halt):
-    getattr(demo, halt)()
+    getattr(coordination, halt)(demo)
     before = snapshot(demo)
     with pytest.raises(Conflict, match="no activation can start"):
-        demo.start_activation("worker", "p", [])
+        coordination.start_activation(demo, "worker", "p", [])
     assert snapshot(demo) == before
     demo.start()
-    assert demo.start_activation("worker", "p", [])["status"] == "running"
+    assert coordination.start_activation(demo, "worker", "p", [])["status"] == "running"
 
 
 def test_start_activation_rolls_back_when_a_signal_is_no_longer_pending(demo):
-    (signal,) = demo.record_signal("w", target_agent="pm")
+    (signal,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="pm")
     before = snapshot(demo)
     with pytest.raises(Conflict, match="no longer pending"):
-        demo.start_activation("worker", "p", [signal])
+        coordination.start_activation(demo, "worker", "p", [signal])
     assert snapshot(demo) == before
 
 
 def test_completion_counts_messages_and_effects_without_nudge(demo):
-    act = demo.start_activation("worker", "p", [], now=at(1))
-    demo.send_message("worker", "result", recipient="pm", source_agent="worker", source_activation=act["id"],
+    act = coordination.start_activation(demo, "worker", "p", [], now=at(1))
+    coordination.send_message(demo, config_of(demo), "worker", "result", recipient="pm", source_agent="worker", source_activation=act["id"],
                       now=at(2))
-    result = demo.complete_activation(act["id"], "worker", "done", {"totalTokens": 5}, now=at(3))
+    result = coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done", {"totalTokens": 5}, now=at(3))
     assert result == {"status": "completed", "activationId": act["id"]}
     done = demo.activation(act["id"])
     assert done["emittedMessages"] == 1 and done["text"] == "done" and done["usage"] == {"totalTokens": 5}
@@ -436,21 +439,21 @@ def test_completion_counts_messages_and_effects_without_nudge(demo):
 
 
 def test_completion_of_non_running_activation_changes_nothing(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     demo.cancel_activation(act["id"], "Interrupted")
     before = snapshot(demo)
-    assert demo.complete_activation(act["id"], "worker", "late", {}) == {"status": "cancelled",
+    assert coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "late", {}) == {"status": "cancelled",
                                                                          "activationId": act["id"]}
     assert snapshot(demo) == before
     with pytest.raises(Forbidden, match=f"^Activation {act['id']} does not belong to pm$"):
-        demo.complete_activation(act["id"], "pm", "x")
+        coordination.complete_activation(demo, config_of(demo), act["id"], "pm", "x")
     with pytest.raises(NotFound, match=r"^Unknown activation: act_x$"):
-        demo.complete_activation("act_x", "pm", "x")
+        coordination.complete_activation(demo, config_of(demo), "act_x", "pm", "x")
 
 
 def test_failure_marks_agent_failed_and_keeps_delivered_signals(demo):
-    (signal,) = demo.record_signal("w", target_agent="worker")
-    act = demo.start_activation("worker", "p", [signal])
+    (signal,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker")
+    act = coordination.start_activation(demo, "worker", "p", [signal])
     failed = demo.fail_activation(act["id"], "provider timeout")
     assert failed["status"] == "failed" and failed["error"] == "provider timeout"
     assert demo.agent("worker")["status"] == "failed"
@@ -464,7 +467,7 @@ def test_failure_marks_agent_failed_and_keeps_delivered_signals(demo):
 
 
 def test_timeout_failure_records_no_nudge(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     demo.fail_activation(act["id"], "activation timed out")
     assert demo.activation(act["id"])["error"] == "activation timed out"
     assert demo.agent("worker")["status"] == "failed"
@@ -473,7 +476,7 @@ def test_timeout_failure_records_no_nudge(demo):
 
 
 def test_cancel_sets_quiet_with_history_row(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     cancelled = demo.cancel_activation(act["id"], "Interrupted by P0 signal sig_1")
     assert cancelled["status"] == "cancelled" and cancelled["error"] == "Interrupted by P0 signal sig_1"
     assert demo.agent("worker")["status"] == "quiet"
@@ -488,14 +491,14 @@ def test_every_agent_status_change_appends_one_event_and_touches_updated_at(demo
     def statuses():
         return [json.loads(e["data_json"]) for e in reversed(demo.list_events(1000))
                 if e["type"] == "agent.status"]
-    act = demo.start_activation("worker", "p", [], now=at(1))
+    act = coordination.start_activation(demo, "worker", "p", [], now=at(1))
     assert demo.agent("worker")["updatedAt"] == at(1)
     demo.set_activation_container(act["id"], "local-123", now=at(2))
     assert demo.agent("worker")["containerName"] == "local-123"
     assert demo.activation(act["id"])["containerName"] == "local-123"
-    demo.complete_activation(act["id"], "worker", "ok", now=at(3))
+    coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "ok", now=at(3))
     assert demo.agent("worker")["updatedAt"] == at(3)
-    act2 = demo.start_activation("worker", "p", [], now=at(4))
+    act2 = coordination.start_activation(demo, "worker", "p", [], now=at(4))
     demo.fail_activation(act2["id"], "boom", now=at(5))
     assert statuses() == [
         {"agentId": "worker", "status": "running", "activeActivationId": act["id"]},
@@ -508,13 +511,13 @@ def test_every_agent_status_change_appends_one_event_and_touches_updated_at(demo
 
 
 def test_stale_binding_is_cleared_to_quiet_or_failed(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     assert demo.clear_stale_binding("worker") is None
     # a completed activation still bound to a running agent (e.g. written by an older process)
     demo.db_run("UPDATE activations SET status = 'completed' WHERE id = ?", [act["id"]])
     assert demo.clear_stale_binding("worker") == "quiet"
     assert demo.agent("worker")["status"] == "quiet" and "activeActivationId" not in demo.agent("worker")
-    act2 = demo.start_activation("worker", "p", [])
+    act2 = coordination.start_activation(demo, "worker", "p", [])
     demo.db_run("UPDATE activations SET status = 'failed' WHERE id = ?", [act2["id"]])
     assert demo.clear_stale_binding("worker") == "failed"
     assert demo.clear_stale_binding("worker") is None
@@ -530,7 +533,7 @@ def test_idle_reset_only_from_ready(demo):
 
 
 def test_activation_context_snapshot_and_fallback(demo):
-    act = demo.start_activation("worker", "PROMPT", [])
+    act = coordination.start_activation(demo, "worker", "PROMPT", [])
     fallback = demo.activation_context(act["id"])
     assert fallback["activationPrompt"] == "PROMPT"
     assert fallback["context"]["messages"] == [{"role": "user", "content": "PROMPT", "chars": 6}]
@@ -549,8 +552,8 @@ def test_activation_context_snapshot_and_fallback(demo):
 # -- no-effect nudge (scheduler.md §7.1) --------------------------------------------------------
 
 def test_no_effect_completion_records_first_nudge_immediately(demo):
-    act = demo.start_activation("worker", "p", [], now=at(1))
-    demo.complete_activation(act["id"], "worker", "nothing", now=at(2))
+    act = coordination.start_activation(demo, "worker", "p", [], now=at(1))
+    coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "nothing", now=at(2))
     (nudge,) = demo.list_signals(kind="scheduler.no_effect_nudge")
     assert nudge["targetAgent"] == "worker" and nudge["priority"] == "P3" and nudge["status"] == "pending"
     assert nudge["usefulEffect"] is False
@@ -564,9 +567,9 @@ def _run_no_effect_chain(store, rounds):
     attempts, now = [], 0
     for _ in range(rounds):
         now += 1000
-        signals = store.pending_signals("worker", now=at(now))
-        act = store.start_activation("worker", "p", signals, now=at(now))
-        store.complete_activation(act["id"], "worker", "nothing", now=at(now + 1))
+        signals = coordination.pending_signals(store, config_of(store), "worker", now=at(now))
+        act = coordination.start_activation(store, "worker", "p", signals, now=at(now))
+        coordination.complete_activation(store, config_of(store), act["id"], "worker", "nothing", now=at(now + 1))
         nudge = store.latest_signal("scheduler.no_effect_nudge", "worker")
         fresh = nudge is not None and nudge["payload"]["previousActivationId"] == act["id"]
         attempts.append(nudge["payload"] if fresh else None)
@@ -597,20 +600,20 @@ def test_no_effect_nudge_backoff_delays(tmp_path):
 def test_delayed_nudge_not_returned_before_not_before(tmp_path):
     config = make_config(scheduler={"noEffectNudge": {"initialDelayMs": 1000}})
     root, store = init_demo(tmp_path / "root", config)
-    act = store.start_activation("worker", "p", [], now=at(1))
-    store.complete_activation(act["id"], "worker", "x", now=at(2))
-    first = store.pending_signals("worker", now=at(2))
-    act2 = store.start_activation("worker", "p", first, now=at(3))
-    store.complete_activation(act2["id"], "worker", "x", now=at(4))
-    assert store.pending_signals("worker", now=at(4.5)) == []
-    assert store.pending_signals("worker", now=at(5))[0]["payload"]["attempt"] == 2
+    act = coordination.start_activation(store, "worker", "p", [], now=at(1))
+    coordination.complete_activation(store, config_of(store), act["id"], "worker", "x", now=at(2))
+    first = coordination.pending_signals(store, config_of(store), "worker", now=at(2))
+    act2 = coordination.start_activation(store, "worker", "p", first, now=at(3))
+    coordination.complete_activation(store, config_of(store), act2["id"], "worker", "x", now=at(4))
+    assert coordination.pending_signals(store, config_of(store), "worker", now=at(4.5)) == []
+    assert coordination.pending_signals(store, config_of(store), "worker", now=at(5))[0]["payload"]["attempt"] == 2
     root.close()
 
 
 def test_no_effect_nudge_disabled(tmp_path):
     root, store = init_demo(tmp_path / "root", make_config(scheduler={"noEffectNudge": {"enabled": False}}))
-    act = store.start_activation("worker", "p", [])
-    store.complete_activation(act["id"], "worker", "x")
+    act = coordination.start_activation(store, "worker", "p", [])
+    coordination.complete_activation(store, config_of(store), act["id"], "worker", "x")
     assert store.list_signals(kind="scheduler.no_effect_nudge") == []
     root.close()
 
@@ -618,44 +621,44 @@ def test_no_effect_nudge_disabled(tmp_path):
 @pytest.mark.parametrize("effect", ["submit", "wait", "useful_custom"])
 def test_completion_after_useful_tools_records_no_nudge(demo, effect):
     agent = "pm" if effect == "submit" else "worker"
-    act = demo.start_activation(agent, "p", [])
+    act = coordination.start_activation(demo, agent, "p", [])
     if effect == "submit":
-        demo.submit_report(agent, act["id"], "report")
+        coordination.submit_report(demo, agent, act["id"], "report")
     elif effect == "wait":
-        demo.declare_wait(agent, act["id"], notify_pm=False)
+        coordination.declare_wait(demo, config_of(demo), agent, act["id"], notify_pm=False)
     else:
-        demo.record_signal("x", source_agent=agent, source_activation=act["id"], useful_effect=True)
-    demo.complete_activation(act["id"], agent, "done")
+        coordination.record_signal(demo, config_of(demo), "x", source_agent=agent, source_activation=act["id"], useful_effect=True)
+    coordination.complete_activation(demo, config_of(demo), act["id"], agent, "done")
     assert demo.list_signals(kind="scheduler.no_effect_nudge") == []
 
 
 # -- tool calls ---------------------------------------------------------------------------------
 
 def test_tool_call_on_ended_activation_and_foreign_call_are_rejected(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     call = demo.start_tool_call("worker", act["id"], "shell.exec", {})
-    demo.complete_activation(act["id"], "worker", "done")
+    coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done")
     before = snapshot(demo)
     ended = f"^Activation {act['id']} is completed; no more tool calls are accepted$"
     with pytest.raises(Conflict, match=ended):
         demo.start_tool_call("worker", act["id"], "shell.exec", {})
     assert snapshot(demo) == before
-    other = demo.start_activation("pm", "p", [])
+    other = coordination.start_activation(demo, "pm", "p", [])
     with pytest.raises(NotFound, match=f"^Unknown tool call for activation: {call['toolCallId']}$"):
-        demo.finish_tool_call("pm", other["id"], call["toolCallId"], "completed", "x")
+        coordination.finish_tool_call(demo, "pm", other["id"], call["toolCallId"], "completed", "x")
     with pytest.raises(BadRequest, match=r"^Invalid tool call status: done$"):
-        demo.finish_tool_call("worker", act["id"], call["toolCallId"], "done")
+        coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "done")
     with pytest.raises(Forbidden):
         demo.start_tool_call("worker", other["id"], "shell.exec", {})
     # finishing after the activation ended is accepted (the runner reports a late result)
-    assert demo.finish_tool_call("worker", act["id"], call["toolCallId"], "completed", "late") == {
+    assert coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "late") == {
         "status": "completed"}
 
 
 def test_tool_call_start_and_finish_write_row_and_history(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     call = demo.start_tool_call("worker", act["id"], "shell.exec", {"cmd": "ls"}, now=at(1))
-    result = demo.finish_tool_call("worker", act["id"], call["toolCallId"], "completed", "out", now=at(2))
+    result = coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "out", now=at(2))
     assert result == {"status": "completed"}
     row = demo.tool_call(call["toolCallId"])
     assert row["status"] == "completed" and row["completed_at"] == at(2) and row["output"] == "out"
@@ -671,7 +674,7 @@ def test_tool_call_start_and_finish_write_row_and_history(demo):
     assert [p["type"] for p in result_row["parts"]] == ["tool_result"]
     assert demo.latest_event("tool.completed")["data"] == {"id": call["toolCallId"], "output": "out"}
     call2 = demo.start_tool_call("worker", act["id"], "shell.exec")
-    demo.finish_tool_call("worker", act["id"], call2["toolCallId"], "failed", error="bad")
+    coordination.finish_tool_call(demo, "worker", act["id"], call2["toolCallId"], "failed", error="bad")
     last = demo.active_history("worker")[-1]
     assert last["kind"] == "tool_error" and last["content"].endswith("Status: failed\nError: bad")
     listed = demo.list_tool_calls(10)
@@ -683,15 +686,15 @@ def test_tool_call_start_and_finish_write_row_and_history(demo):
 
 
 def test_p1_delivered_at_tool_boundary_after_tool_result(demo):
-    act = demo.start_activation("worker", "p", [])
-    message = demo.send_message("pm", "Urgent fix", recipient="worker", priority="P1", source_agent="pm")
-    demo.record_signal("later", target_agent="worker", priority="P1", not_before=at(3600, rec.now_ts()))
-    demo.record_signal("routine", target_agent="worker", priority="P2")
+    act = coordination.start_activation(demo, "worker", "p", [])
+    message = coordination.send_message(demo, config_of(demo), "pm", "Urgent fix", recipient="worker", priority="P1", source_agent="pm")
+    coordination.record_signal(demo, config_of(demo), "later", target_agent="worker", priority="P1", not_before=at(3600, rec.now_ts()))
+    coordination.record_signal(demo, config_of(demo), "routine", target_agent="worker", priority="P2")
     failed = demo.start_tool_call("worker", act["id"], "shell.exec")
-    assert demo.finish_tool_call("worker", act["id"], failed["toolCallId"], "failed", error="x") == {
+    assert coordination.finish_tool_call(demo, "worker", act["id"], failed["toolCallId"], "failed", error="x") == {
         "status": "failed"}
     call = demo.start_tool_call("worker", act["id"], "shell.exec")
-    result = demo.finish_tool_call("worker", act["id"], call["toolCallId"], "completed", "ok")
+    result = coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "ok")
     assert result["deliveredSignals"] == 1
     assert result["signalText"].startswith("# New P1 Signals Delivered At Tool Boundary")
     assert f"Message: {message['id']}" in result["signalText"] and "Urgent fix" in result["signalText"]
@@ -705,10 +708,10 @@ def test_p1_delivered_at_tool_boundary_after_tool_result(demo):
 
 @pytest.mark.parametrize("tool", ["coordination.wait_for_signal", "completion.submit"])
 def test_ending_tools_never_deliver_p1(demo, tool):
-    act = demo.start_activation("worker", "p", [])
-    (p1,) = demo.record_signal("urgent", target_agent="worker", priority="P1")
+    act = coordination.start_activation(demo, "worker", "p", [])
+    (p1,) = coordination.record_signal(demo, config_of(demo), "urgent", target_agent="worker", priority="P1")
     call = demo.start_tool_call("worker", act["id"], tool)
-    assert demo.finish_tool_call("worker", act["id"], call["toolCallId"], "completed", "ok") == {
+    assert coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "ok") == {
         "status": "completed"}
     assert demo.signal(p1["id"])["status"] == "pending"
 
@@ -716,8 +719,8 @@ def test_ending_tools_never_deliver_p1(demo, tool):
 # -- core tool effects --------------------------------------------------------------------------
 
 def test_submit_report_writes_file_and_closed_useful_signal(demo):
-    act = demo.start_activation("pm", "p", [])
-    result = demo.submit_report("pm", act["id"], "  # Report\n\nAll done.  ")
+    act = coordination.start_activation(demo, "pm", "p", [])
+    result = coordination.submit_report(demo, "pm", act["id"], "  # Report\n\nAll done.  ")
     path = demo.dir / "final-report.md"
     assert path.read_text() == "# Report\n\nAll done.\n"
     project = demo.project()
@@ -730,8 +733,8 @@ def test_submit_report_writes_file_and_closed_useful_signal(demo):
 
 
 def test_wait_declaration_notifies_pm_only_from_others(demo):
-    act = demo.start_activation("worker", "p", [])
-    result = demo.declare_wait("worker", act["id"], reason="Blocked on review")
+    act = coordination.start_activation(demo, "worker", "p", [])
+    result = coordination.declare_wait(demo, config_of(demo), "worker", act["id"], reason="Blocked on review")
     message = result["message"]
     assert message["recipient"] == "pm" and message["priority"] == "P3" and message["sender"] == "worker"
     assert message["body"] == "Waiting for future signals.\n\nReason: Blocked on review"
@@ -740,9 +743,9 @@ def test_wait_declaration_notifies_pm_only_from_others(demo):
     assert signal["usefulEffect"] is True
     assert signal["payload"] == {"reason": "Blocked on review", "notifiedAgent": "pm",
                                  "messageId": message["id"]}
-    pm_act = demo.start_activation("pm", "p", [])
+    pm_act = coordination.start_activation(demo, "pm", "p", [])
     messages_before = count(demo, "messages")
-    pm_result = demo.declare_wait("pm", pm_act["id"])
+    pm_result = coordination.declare_wait(demo, config_of(demo), "pm", pm_act["id"])
     assert "message" not in pm_result and count(demo, "messages") == messages_before
     assert pm_result["signal"]["payload"] == {"reason": "Waiting for future signals."}
 
@@ -750,10 +753,10 @@ def test_wait_declaration_notifies_pm_only_from_others(demo):
 # -- stop / approve / start / request changes ---------------------------------------------------
 
 def test_stop_cancels_running_work_and_records_resume_signal(demo):
-    (first,) = demo.record_signal("w", target_agent="worker", priority="P1")
-    act = demo.start_activation("worker", "p", [first], now=at(1))
-    demo.send_message("user", "later work", recipient="worker", now=at(2))
-    cancelled = demo.stop(now=at(3))
+    (first,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P1")
+    act = coordination.start_activation(demo, "worker", "p", [first], now=at(1))
+    coordination.send_message(demo, config_of(demo), "user", "later work", recipient="worker", now=at(2))
+    cancelled = coordination.stop(demo, now=at(3))
     assert [a["id"] for a in cancelled] == [act["id"]]
     assert demo.activation(act["id"])["status"] == "cancelled"
     assert demo.activation(act["id"])["error"] == "Project stopped"
@@ -765,19 +768,19 @@ def test_stop_cancels_running_work_and_records_resume_signal(demo):
     assert resume["payload"] == {"cancelledActivationId": act["id"], "interruptedSignalIds": [first["id"]],
                                  "message": rec.RESUME_AFTER_STOP_MESSAGE}
     with pytest.raises(Conflict):
-        demo.start_activation("worker", "p", [])
+        coordination.start_activation(demo, "worker", "p", [])
     demo.start(now=at(4))
-    chosen = demo.pending_signals("worker", now=at(5))
+    chosen = coordination.pending_signals(demo, config_of(demo), "worker", now=at(5))
     assert [s["kind"] for s in chosen] == ["scheduler.resume_after_stop"]
-    act2 = demo.start_activation("worker", "p", chosen, now=at(5))
+    act2 = coordination.start_activation(demo, "worker", "p", chosen, now=at(5))
     assert demo.signal(resume["id"])["deliveredActivationId"] == act2["id"]
-    assert demo.pending_signals("worker", now=at(6))[0]["payload"]["body"] == "later work"
+    assert coordination.pending_signals(demo, config_of(demo), "worker", now=at(6))[0]["payload"]["body"] == "later work"
     assert "## " + resume["id"] + " scheduler.resume_after_stop" in rec.render_signal(resume)
 
 
 def test_approve_cancels_without_resume_signal(demo):
-    act = demo.start_activation("worker", "p", [])
-    cancelled = demo.approve()
+    act = coordination.start_activation(demo, "worker", "p", [])
+    cancelled = coordination.approve(demo)
     assert [a["error"] for a in cancelled] == ["Project approved"]
     assert demo.activation(act["id"])["status"] == "cancelled"
     assert demo.agent("worker")["status"] == "quiet"
@@ -788,14 +791,14 @@ def test_approve_cancels_without_resume_signal(demo):
 
 
 def test_request_changes_validates_then_sends_p2_to_coordinator(demo):
-    demo.stop()
+    coordination.stop(demo)
     before = snapshot(demo)
     with pytest.raises(BadRequest, match=r"^body is required$"):
-        demo.request_changes("  ")
+        coordination.request_changes(demo, config_of(demo), "  ")
     with pytest.raises(BadRequest, match=r"^Unknown agent: ghost$"):
-        demo.request_changes("x", recipient="ghost")
+        coordination.request_changes(demo, config_of(demo), "x", recipient="ghost")
     assert snapshot(demo) == before
-    message = demo.request_changes("Please fix")
+    message = coordination.request_changes(demo, config_of(demo), "Please fix")
     assert (message["sender"], message["recipient"], message["priority"]) == ("user", "pm", "P2")
     assert demo.project()["status"] == "running"
 
@@ -803,12 +806,12 @@ def test_request_changes_validates_then_sends_p2_to_coordinator(demo):
 # -- history ------------------------------------------------------------------------------------
 
 def test_history_sequences_continue_across_activations_and_compaction(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     for i in range(4):
         demo.append_history("worker", act["id"], "assistant", "assistant_output", f"a{i}")
-    demo.complete_activation(act["id"], "worker", "done")
-    act2 = demo.start_activation("worker", "p", [])
-    demo.compact_history("worker", act2["id"], "summary", keep_tail=1)
+    coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done")
+    act2 = coordination.start_activation(demo, "worker", "p", [])
+    coordination.compact_history(demo, "worker", act2["id"], "summary", keep_tail=1)
     row = demo.append_history("worker", act2["id"], "assistant", "assistant_output", "after")
     sequences = [r["sequence"] for r in rows(demo, "SELECT sequence FROM agent_history_messages "
                                                    "WHERE agent_id = 'worker' ORDER BY sequence")]
@@ -817,11 +820,11 @@ def test_history_sequences_continue_across_activations_and_compaction(demo):
 
 
 def test_append_history_checks_role_and_running_activation(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     before = snapshot(demo)
     with pytest.raises(BadRequest, match=r"^Invalid history role: system$"):
         demo.append_history("worker", act["id"], "system", "k", "c")
-    demo.complete_activation(act["id"], "worker", "done")
+    coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done")
     before = snapshot(demo)
     with pytest.raises(Conflict, match="history updates are not accepted"):
         demo.append_history("worker", act["id"], "assistant", "assistant_output", "late")
@@ -836,7 +839,7 @@ def test_append_history_checks_role_and_running_activation(demo):
 
 
 def _fill_history(store, agent, count_rows):
-    act = store.start_activation(agent, "prompt", [])  # row 1: activation_prompt
+    act = coordination.start_activation(store, agent, "prompt", [])  # row 1: activation_prompt
     for i in range(count_rows - 1):
         store.append_history(agent, act["id"], "assistant", "assistant_output", f"row {i + 2}")
     return act
@@ -844,7 +847,7 @@ def _fill_history(store, agent, count_rows):
 
 def test_compaction_archives_head_and_keeps_tail(demo):
     act = _fill_history(demo, "worker", 20)
-    result = demo.compact_history("worker", act["id"], "  The summary.  ", keep_tail=12,
+    result = coordination.compact_history(demo, "worker", act["id"], "  The summary.  ", keep_tail=12,
                                   reason="provider_context_overflow", selected_model="main")
     assert result["status"] == "compacted"
     compaction = result["compaction"]
@@ -875,7 +878,7 @@ def test_compaction_archives_head_and_keeps_tail(demo):
     with pytest.raises(NotFound, match=r"^Unknown history compaction: cmp_x$"):
         demo.history_archive("worker", "cmp_x")
     # a later compaction archives the earlier marker too
-    second = demo.compact_history("worker", act["id"], "Second.", keep_tail=2)
+    second = coordination.compact_history(demo, "worker", act["id"], "Second.", keep_tail=2)
     assert second["history"][0]["content"] == "Second."
     assert demo.db_get("SELECT compaction_id FROM agent_history_messages WHERE id = ?",
                        [marker["id"]])["compaction_id"] == second["compaction"]["id"]
@@ -884,7 +887,7 @@ def test_compaction_archives_head_and_keeps_tail(demo):
 def test_compaction_unchanged_when_history_fits_tail(demo):
     act = _fill_history(demo, "worker", 5)
     before = snapshot(demo)
-    result = demo.compact_history("worker", act["id"], "s", keep_tail=5)
+    result = coordination.compact_history(demo, "worker", act["id"], "s", keep_tail=5)
     assert result["status"] == "unchanged" and len(result["history"]) == 5
     assert snapshot(demo) == before
     assert not (demo.dir / "history").exists()
@@ -892,23 +895,23 @@ def test_compaction_unchanged_when_history_fits_tail(demo):
 
 def test_compaction_keep_tail_is_clamped(demo):
     act = _fill_history(demo, "worker", 120)
-    assert len(demo.compact_history("worker", act["id"], "s", keep_tail=500)["history"]) == 101
+    assert len(coordination.compact_history(demo, "worker", act["id"], "s", keep_tail=500)["history"]) == 101
     act2 = _fill_history(demo, "pm", 3)
-    assert len(demo.compact_history("pm", act2["id"], "s", keep_tail=0)["history"]) == 2
+    assert len(coordination.compact_history(demo, "pm", act2["id"], "s", keep_tail=0)["history"]) == 2
 
 
 def test_blank_summary_rejected_before_anything_is_written(demo):
     act = _fill_history(demo, "worker", 20)
     before = snapshot(demo)
     with pytest.raises(BadRequest, match=r"^summary is required$"):
-        demo.compact_history("worker", act["id"], "   ")
+        coordination.compact_history(demo, "worker", act["id"], "   ")
     assert snapshot(demo) == before
     assert not (demo.dir / "history").exists()
 
 
 def test_history_paging_newest_first_with_next_before(demo):
     act = _fill_history(demo, "worker", 25)
-    demo.compact_history("worker", act["id"], "s", keep_tail=20)
+    coordination.compact_history(demo, "worker", act["id"], "s", keep_tail=20)
     page = demo.history_page("worker", limit=10)
     assert list(page) == ["agentId", "nextBefore", "messages"]
     assert [m["sequence"] for m in page["messages"]] == list(range(26, 16, -1))
@@ -932,8 +935,8 @@ def test_history_paging_newest_first_with_next_before(demo):
 
 def test_tokens_are_redacted_from_listings(demo):
     tokens = [a["token"] for a in demo.list_agents(include_tokens=True)]
-    act = demo.start_activation("worker", "p", [])
-    demo.complete_activation(act["id"], "worker", "done")
+    act = coordination.start_activation(demo, "worker", "p", [])
+    coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done")
     listings = json.dumps([demo.list_agents(), demo.public_agents(), demo.agent("pm"), demo.list_events(500),
                            demo.project_summary(), demo.project_summary(full=False)])
     assert not any(t in listings for t in tokens)
@@ -947,11 +950,11 @@ def test_tokens_are_redacted_from_listings(demo):
 
 
 def test_project_stats_and_summary_shapes(demo):
-    act = demo.start_activation("worker", "p", [])
-    demo.send_message("user", "hello", recipient="pm")
+    act = coordination.start_activation(demo, "worker", "p", [])
+    coordination.send_message(demo, config_of(demo), "user", "hello", recipient="pm")
     call = demo.start_tool_call("worker", act["id"], "shell.exec")
-    demo.finish_tool_call("worker", act["id"], call["toolCallId"], "completed", "x")
-    act2 = demo.start_activation("pm", "p", [])
+    coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "x")
+    act2 = coordination.start_activation(demo, "pm", "p", [])
     demo.fail_activation(act2["id"], "boom")
     stats = demo.project_stats()
     assert list(stats) == ["messageCount", "activationCount", "failedActivationCount",
@@ -970,7 +973,7 @@ def test_project_stats_and_summary_shapes(demo):
 def test_events_after_cursor_and_replay(demo):
     replay, cursor = demo.event_replay(2)
     assert [row["type"] for _, row in replay] == ["project.initialized", "project.status"]
-    demo.send_message("user", "a", recipient="pm")
+    coordination.send_message(demo, config_of(demo), "user", "a", recipient="pm")
     after = demo.events_after(cursor)
     assert [row["type"] for _, row in after] == ["message.created", "signal.created"]
     assert [rowid for rowid, _ in after] == sorted(rowid for rowid, _ in after)
@@ -1013,14 +1016,14 @@ def test_failure_in_the_middle_of_a_fan_out_leaves_database_unchanged(demo):
                 "BEGIN SELECT RAISE(ABORT, 'refused'); END")
     before = snapshot(demo)
     with pytest.raises(sqlite3.IntegrityError, match="refused"):
-        demo.send_message("user", "to all", channel="#project")
+        coordination.send_message(demo, config_of(demo), "user", "to all", channel="#project")
     assert snapshot(demo) == before
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     demo.db_run("CREATE TRIGGER refuse_resume BEFORE INSERT ON signals WHEN NEW.kind = "
                 "'scheduler.resume_after_stop' BEGIN SELECT RAISE(ABORT, 'no resume'); END")
     before = snapshot(demo)
     with pytest.raises(sqlite3.IntegrityError, match="no resume"):
-        demo.stop()
+        coordination.stop(demo)
     assert snapshot(demo) == before
     assert demo.activation(act["id"])["status"] == "running"
 
@@ -1032,7 +1035,7 @@ def test_concurrent_writers_and_reader_lose_nothing(demo):
     def writer(n):
         try:
             for i in range(per_thread):
-                demo.send_message("user", f"t{n}-{i}", recipient="pm")
+                coordination.send_message(demo, config_of(demo), "user", f"t{n}-{i}", recipient="pm")
         except (sqlite3.Error, SuzumioError) as exc:  # collected and asserted below
             errors.append(exc)
 
@@ -1065,9 +1068,9 @@ def test_concurrent_writers_and_reader_lose_nothing(demo):
 def test_two_stores_on_one_file_do_not_double_start(tmp_path):
     root, store = init_demo(tmp_path / "root")
     other = st.ProjectStore("demo", store.dir)  # a second process's view of the same database
-    store.start_activation("worker", "p", [])
+    coordination.start_activation(store, "worker", "p", [])
     with pytest.raises(Conflict):
-        other.start_activation("worker", "p", [])
+        coordination.start_activation(other, "worker", "p", [])
     assert len(other.running_activations()) == 1
     other.close()
     root.close()
@@ -1078,24 +1081,27 @@ def test_close_is_idempotent_and_blocks_further_use(tmp_path):
     store.close()
     store.close()
     with pytest.raises(RuntimeError, match="closed"):
-        store.send_message("user", "x", recipient="pm")
+        coordination.send_message(store, config_of(store), "user", "x", recipient="pm")
     root.close()
     root.close()
 
 
 # -- scheduler-facing reads ---------------------------------------------------------------------
 
-def test_config_dict_reads_fall_back_to_the_defaults():
-    assert rec.coordinator_of({}) == "pm" and rec.channels_of({}) == ["#project", "#blocked"]
-    assert rec.max_signals_of({"scheduler": {"maxPromptMessages": 7}}) == 7
-    assert rec.max_signals_of({}) == 20
+def test_the_typed_config_supplies_the_defaults_the_rules_read():
+    bare = suzumio_config.ProjectConfig.from_data({"name": "x", "task": "t", "agents": {"pm": {}}})
+    assert bare.communication.coordinator_agent == "pm" and bare.channels == ("#project", "#blocked")
+    assert bare.scheduler.max_signals_per_activation == 20
+    legacy = suzumio_config.ProjectConfig.from_data(
+        {"name": "x", "task": "t", "agents": {"pm": {}}, "scheduler": {"maxPromptMessages": 7}})
+    assert legacy.scheduler.max_signals_per_activation == 7
 
 
 def test_reads_used_by_the_scheduler(demo):
     assert not demo.agent_has_activations("worker")
-    (signal,) = demo.record_signal("scheduler.failed_nudge", target_agent="worker", priority="P2",
+    (signal,) = coordination.record_signal(demo, config_of(demo), "scheduler.failed_nudge", target_agent="worker", priority="P2",
                                    payload={"attempt": 1}, now=at(1))
-    act = demo.start_activation("worker", "p", [signal], now=at(2))
+    act = coordination.start_activation(demo, "worker", "p", [signal], now=at(2))
     assert demo.agent_has_activations("worker")
     assert demo.model_alive_agents() == ["worker"]
     assert [s["id"] for s in demo.signals_delivered_to(act["id"], "scheduler.failed_nudge")] == [signal["id"]]
@@ -1116,35 +1122,35 @@ def test_reads_used_by_the_scheduler(demo):
 
 
 def test_direct_message_listing_between_two_participants(demo):
-    demo.send_message("user", "1", recipient="pm", now=at(1))
-    demo.send_message("pm", "2", recipient="user", now=at(2))
-    demo.send_message("pm", "3", recipient="worker", now=at(3))
-    demo.send_message("user", "4", channel="#project", now=at(4))
+    coordination.send_message(demo, config_of(demo), "user", "1", recipient="pm", now=at(1))
+    coordination.send_message(demo, config_of(demo), "pm", "2", recipient="user", now=at(2))
+    coordination.send_message(demo, config_of(demo), "pm", "3", recipient="worker", now=at(3))
+    coordination.send_message(demo, config_of(demo), "user", "4", channel="#project", now=at(4))
     assert [m["body"] for m in demo.direct_messages("user", "pm")] == ["2", "1"]
     assert [m["body"] for m in demo.direct_messages()] == ["3", "2", "1"]
 
 
 def test_runner_checks_for_activation_ownership_and_state(demo):
-    act = demo.start_activation("worker", "p", [])
+    act = coordination.start_activation(demo, "worker", "p", [])
     assert demo.require_activation("worker", act["id"], running_for="tool")["id"] == act["id"]
     with pytest.raises(Forbidden, match=f"^Activation {act['id']} does not belong to pm$"):
         demo.require_activation("pm", act["id"])
     with pytest.raises(NotFound, match=r"^Unknown activation: act_x$"):
         demo.require_activation("worker", "act_x")
-    demo.complete_activation(act["id"], "worker", "done")
+    coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done")
     assert demo.require_activation("worker", act["id"])["status"] == "completed"
     with pytest.raises(Conflict, match="history updates are not accepted"):
         demo.require_activation("worker", act["id"], running_for="history")
 
 
 def test_core_tools_refused_after_activation_ended(demo):
-    act = demo.start_activation("pm", "p", [])
-    demo.complete_activation(act["id"], "pm", "done")
+    act = coordination.start_activation(demo, "pm", "p", [])
+    coordination.complete_activation(demo, config_of(demo), act["id"], "pm", "done")
     before = snapshot(demo)
     with pytest.raises(Conflict, match="no more tool calls are accepted"):
-        demo.submit_report("pm", act["id"], "late report")
+        coordination.submit_report(demo, "pm", act["id"], "late report")
     with pytest.raises(Conflict, match="no more tool calls are accepted"):
-        demo.declare_wait("pm", act["id"])
+        coordination.declare_wait(demo, config_of(demo), "pm", act["id"])
     assert snapshot(demo) == before
     assert not (demo.dir / "final-report.md").exists()
     assert [p.name for p in demo.dir.iterdir() if p.name.startswith(".final-report")] == []
@@ -1183,10 +1189,10 @@ def test_readers_are_pooled_so_connections_never_grow_with_threads(tmp_path):
 
 
 def test_a_released_store_reopens_its_connections_on_demand(demo):
-    demo.send_message("user", "before", recipient="pm")
+    coordination.send_message(demo, config_of(demo), "user", "before", recipient="pm")
     assert demo.release_idle() is True
     assert demo.open_connections() == 0
-    demo.send_message("user", "after", recipient="pm")
+    coordination.send_message(demo, config_of(demo), "user", "after", recipient="pm")
     assert sorted(m["body"] for m in demo.list_messages(10)) == ["after", "before"]
 
 

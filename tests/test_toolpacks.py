@@ -7,7 +7,9 @@ import shutil
 import pytest
 from api_fixtures import init_project, running_activation, serving
 from conftest import require, wait_until
+from store_fixtures import config_of
 
+import suzumio_coordination as coordination
 import suzumio_toolpacks
 
 pytestmark = pytest.mark.timeout(120)
@@ -173,7 +175,7 @@ def test_support_chain_rejects_in_the_specified_order(service, demo):
     assert error_of(support(service, "pm", pm, "x", toolpack="nope"), 404) == "Unknown toolpack: nope"
     assert error_of(support(service, "reviewer", reviewer, "x", toolpack="nope", token="bad"), 403) == \
         "Invalid agent token"
-    demo.complete_activation(pm["id"], "pm", "done")
+    coordination.complete_activation(demo, config_of(demo), pm["id"], "pm", "done")
     assert error_of(support(service, "pm", pm, "messages.send"), 409) == \
         f"Activation {pm['id']} is completed; no more tool calls are accepted"
 
@@ -280,7 +282,7 @@ def test_completion_submit_writes_the_report_and_submits(service, demo):
 
 def test_local_controller_module_runs_with_store_callbacks(service, demo, node):
     reviewer = running_activation(demo, "reviewer")
-    demo.send_message("user", "Look.", recipient="pm")
+    coordination.send_message(demo, config_of(demo), "user", "Look.", recipient="pm")
     response = support(service, "reviewer", reviewer, "review.summarize", {"summary": "LGTM"},
                        toolpack="review-tools")
     assert response.status_code == 200, response.text
@@ -353,7 +355,7 @@ def test_webui_send_message_goes_to_the_coordinator_by_default(service, demo):
 
 
 def test_signal_panel_summarizes_and_filters(service, demo):
-    demo.send_message("user", "Start.", recipient="pm")
+    coordination.send_message(demo, config_of(demo), "user", "Start.", recipient="pm")
     assert error_of(service.post("/api/projects/demo/tool-ui/core/coordination.signals", {"status": "open"}), 500) \
         == "Invalid signal status: open"
     result = service.post("/api/projects/demo/tool-ui/core/coordination.signals", {}).json()
@@ -367,8 +369,8 @@ def test_signal_panel_summarizes_and_filters(service, demo):
 
 
 def test_conversation_panel_shows_pairs_then_a_conversation(service, demo):
-    demo.send_message("user", "Start.", recipient="pm")
-    demo.send_message("pm", "Done.", recipient="user")
+    coordination.send_message(demo, config_of(demo), "user", "Start.", recipient="pm")
+    coordination.send_message(demo, config_of(demo), "pm", "Done.", recipient="user")
     overview = service.post("/api/projects/demo/tool-ui/core/messages.conversation", {}).json()
     assert overview["output"].startswith("Select two participants, then refresh.\n"
                                          "Known participants: user, pm, reviewer, worker\n\nRecent direct pairs:\n")
@@ -386,7 +388,7 @@ def test_report_panel_before_and_after_submission(service, demo):
     before = service.post("/api/projects/demo/tool-ui/core/completion.report", {}).json()
     assert before["output"] == "Project status: running\nNo report has been submitted with completion.submit yet."
     pm = running_activation(demo, "pm")
-    path = demo.submit_report("pm", pm["id"], "# Final")["reportPath"]
+    path = coordination.submit_report(demo, "pm", pm["id"], "# Final")["reportPath"]
     after = service.post("/api/projects/demo/tool-ui/core/completion.report", {}).json()
     assert after["output"] == f"Project status: submitted\nReport path: {path}\n\n# Final\n"
     assert after["metadata"]["metrics"][1] == {"label": "Report chars", "value": 8}
@@ -396,7 +398,7 @@ def test_activity_panels_summarize_recorded_inputs(service, demo):
     worker = running_activation(demo, "worker")
     patch = demo.start_tool_call("worker", worker["id"], "file.patch",
                                  {"operations": [{"op": "add", "path": f"f{i}"} for i in range(7)]})
-    demo.finish_tool_call("worker", worker["id"], patch["toolCallId"], "failed", error="disk full")
+    coordination.finish_tool_call(demo, "worker", worker["id"], patch["toolCallId"], "failed", error="disk full")
     demo.start_tool_call("worker", worker["id"], "shell.exec", {"command": "ls   -la", "cwd": "/tmp"})
     files = service.post("/api/projects/demo/tool-ui/core/file.activity", {}).json()
     assert files["title"] == "File tool activity"

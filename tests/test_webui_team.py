@@ -11,7 +11,10 @@ from api_fixtures import serving
 from conftest import wait_until
 from playwright.sync_api import expect
 from provisioning_fixtures import chromium_browser
+from store_fixtures import config_of
 from webui_fixtures import run_demo_team
+
+import suzumio_coordination as coordination
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -167,7 +170,7 @@ def test_raw_event_list_filters_by_type_and_agent(page, team):
 def test_running_bar_grows_shows_the_latest_text_and_turns_completed(page, team):
     store = team.store("demo")
     store.start()
-    running = store.start_activation("critic", "Look again.", [])["id"]  # no process behind it
+    running = coordination.start_activation(store, "critic", "Look again.", [])["id"]  # no process behind it
     open_team(page, team)
     bar = page.locator(f'[data-testid="team-bar"][data-activation-id="{running}"]')
     expect(bar).to_have_attribute("data-outcome", "running")
@@ -177,7 +180,7 @@ def test_running_bar_grows_shows_the_latest_text_and_turns_completed(page, team)
         arg=[running, width], timeout=5000)
     store.append_history("critic", running, "assistant", "assistant_text", "Reading part B again.\nThen part A.")
     expect(bar).to_contain_text("Reading part B again.", timeout=3000)
-    store.complete_activation(running, "critic", "Still approved.")
+    coordination.complete_activation(store, config_of(store), running, "critic", "Still approved.")
     expect(bar).to_have_attribute("data-outcome", "completed", timeout=3000)
     store.set_status("submitted")
 
@@ -186,7 +189,7 @@ def test_p0_restart_is_drawn_as_a_cancelled_bar_followed_by_a_new_one(page, team
     store = team.store("demo")
     store.start()
     # A running activation with no process behind it, then a P0: the scheduler cancels and restarts.
-    running = store.start_activation("worker-1", "Polish part A.", [])["id"]
+    running = coordination.start_activation(store, "worker-1", "Polish part A.", [])["id"]
     page.goto(team.control_room())
     wait_until(lambda: page.evaluate("location.hash") == "#/demo/team", 10, message="Team as the default view")
     running_bar = page.locator(f'[data-testid="team-bar"][data-activation-id="{running}"]')

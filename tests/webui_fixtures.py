@@ -12,7 +12,9 @@ from pathlib import Path
 import yaml
 from api_fixtures import init_project
 from conftest import wait_until
+from store_fixtures import config_of
 
+import suzumio_coordination as coordination
 import suzumio_records
 
 log = logging.getLogger(__name__)
@@ -100,9 +102,9 @@ def seed_demo(root, directory, controller_url, name="demo"):
     store = init_project(root, directory / name, project_text(
         name, controller_url, task=DEMO_TASK, agents=DEMO_AGENTS, toolpacks="[core, shell]"))
     store.start()
-    store.send_message("user", "Please plan the survey.", recipient="pm", priority="P3")
-    pending = [s["id"] for s in store.pending_signals("pm")]
-    act1 = store.start_activation("pm", "# New signals\n\nPlease plan the survey.", pending)["id"]  # row 1
+    coordination.send_message(store, config_of(store), "user", "Please plan the survey.", recipient="pm", priority="P3")
+    pending = [s["id"] for s in coordination.pending_signals(store, config_of(store), "pm")]
+    act1 = coordination.start_activation(store, "pm", "# New signals\n\nPlease plan the survey.", pending)["id"]  # row 1
     store.record_activation_context(act1, "pm", {
         "version": 1, "kind": "model-context", "recordedAt": suzumio_records.now_ts(), "selectedModel": "offline",
         "model": "team", "apiModel": "team", "firstPrompt": True, "messageCount": len(CONTEXT_MESSAGES),
@@ -110,21 +112,21 @@ def seed_demo(root, directory, controller_url, name="demo"):
         "messages": [{**m, "chars": len(m["content"])} for m in CONTEXT_MESSAGES]})
     for command in ("ls /workspace", "wc -l notes.md"):  # rows 2–5
         call = store.start_tool_call("pm", act1, "shell.exec", {"command": command})["toolCallId"]
-        store.finish_tool_call("pm", act1, call, "completed", output=f"$ {command}\nok")
-    store.send_message("pm", "Survey plan drafted; details follow.", recipient="user",
+        coordination.finish_tool_call(store, "pm", act1, call, "completed", output=f"$ {command}\nok")
+    coordination.send_message(store, config_of(store), "pm", "Survey plan drafted; details follow.", recipient="user",
                        source_agent="pm", source_activation=act1)
     while store.history_page("pm", limit=1)["messages"][0]["sequence"] < 21:  # rows 6–21
         store.append_history("pm", act1, "assistant", "assistant_text", "Working through the survey notes.")
-    compaction = store.compact_history("pm", act1, "Summary of the first twenty rows: plan drafted.",
+    compaction = coordination.compact_history(store, "pm", act1, "Summary of the first twenty rows: plan drafted.",
                                        keep_tail=1, reason="seed")["compaction"]["id"]  # row 22
-    store.complete_activation(act1, "pm", "Plan drafted and shared.", usage=USAGE)
-    newest = store.send_message("user", LONG_BODY, recipient="pm", priority="P1")
-    pending = [s["id"] for s in store.pending_signals("pm")]
-    act2 = store.start_activation("pm", "# New signals\n\nRead the long briefing.", pending)["id"]  # row 23
+    coordination.complete_activation(store, config_of(store), act1, "pm", "Plan drafted and shared.", usage=USAGE)
+    newest = coordination.send_message(store, config_of(store), "user", LONG_BODY, recipient="pm", priority="P1")
+    pending = [s["id"] for s in coordination.pending_signals(store, config_of(store), "pm")]
+    act2 = coordination.start_activation(store, "pm", "# New signals\n\nRead the long briefing.", pending)["id"]  # row 23
     for index in range(24, 101):
         role = "assistant" if index % 2 else "user"
         store.append_history("pm", act2, role, f"{role}_text", f"Row {index}: briefing notes, part {index}.")
-    store.complete_activation(act2, "pm", "Briefing read.")
+    coordination.complete_activation(store, config_of(store), act2, "pm", "Briefing read.")
     store.set_status("initialized")
     return DemoSeed(newest_message_id=newest["id"], compaction_id=compaction,
                     activation_with_context=act1, activation_without_context=act2)
@@ -134,7 +136,7 @@ def seed_beta(root, directory, controller_url, name="beta"):
     """webui.md §10 `beta`: toolpack core, agent pm, a submitted report, status `submitted`."""
     store = init_project(root, directory / name, project_text(
         name, controller_url, task="Write the beta report.", agents=BETA_AGENTS, toolpacks="[core]"))
-    store.submit_report("pm", None, "# Beta report\n\nEverything checked.")
+    coordination.submit_report(store, "pm", None, "# Beta report\n\nEverything checked.")
     return store
 
 
@@ -151,7 +153,7 @@ def seed_xss(root, directory, controller_url, name="xss"):
               "    tools: [messages.send]\n")
     store = init_project(root, directory / name, project_text(
         name, controller_url, task="Render everything as text.", agents=agents, toolpacks="[core]"))
-    store.send_message("user", XSS_BODY, recipient="pm")
+    coordination.send_message(store, config_of(store), "user", XSS_BODY, recipient="pm")
     return store
 
 
@@ -162,7 +164,7 @@ def seed_large(root, directory, controller_url, *, messages=5000, history=20000,
         name, controller_url, task="Scale check.", agents=DEMO_AGENTS, toolpacks="[core, shell]"))
     body = f"{MESSAGE_MARKER} " * 44
     for index in range(messages):
-        store.send_message("user", f"{index}: {body}", recipient="researcher")
+        coordination.send_message(store, config_of(store), "user", f"{index}: {body}", recipient="researcher")
     content = f"{HISTORY_MARKER} " * 16
     for index in range(history):
         store.append_history("pm", None, "assistant", "assistant_text", f"{index}: {content}")
@@ -213,15 +215,15 @@ def seed_team_scale(root, directory, controller_url, *, activations=2000, messag
     for index in range(activations):
         agent = f"agent{index % 6}"
         clock += timedelta(seconds=9)
-        act = store.start_activation(agent, f"Work item {index}.", [], now=clock)["id"]
+        act = coordination.start_activation(store, agent, f"Work item {index}.", [], now=clock)["id"]
         for step in range(per_activation if index < activations - 1 else messages - sent):
             recipient = f"agent{(index + step + 1) % 6}"
-            store.send_message(agent, f"Item {index}, note {step}: handing over the next piece.",
+            coordination.send_message(store, config_of(store), agent, f"Item {index}, note {step}: handing over the next piece.",
                                recipient=recipient, priority=("P1", "P2", "P3", "P3")[step % 4],
                                source_agent=agent, source_activation=act,
                                now=clock + timedelta(milliseconds=800 * (step + 1)))
             sent += 1
-        store.complete_activation(act, agent, f"Item {index} done.", usage=USAGE,
+        coordination.complete_activation(store, config_of(store), act, agent, f"Item {index} done.", usage=USAGE,
                                   now=clock + timedelta(seconds=6))
     log.info("seeded %s: %d activations, %d messages", name, activations, sent)
     return store

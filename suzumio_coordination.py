@@ -1,0 +1,588 @@
+"""Coordination rules over the store's rows (store.md §4–8, scheduler.md §3.2, §7): message routing and
+the communication policy, signal validation and channel fan-out, signal selection, activation start and
+completion, P1 tool-boundary delivery, stop/approve, the token-budget pause, wait and submit, history
+compaction, and every nudge and monitor with their one backoff. Each rule is one function that opens one
+`store.write(now)`, so its rows, events and files commit together or not at all. Imported by the
+scheduler, toolpacks, the HTTP routes and the CLI; imports the store, records, errors and the typed
+ProjectConfig's defaults (config readers receive the ProjectConfig)."""
+import json
+import logging
+import math
+import re
+from datetime import timedelta
+
+import suzumio_config
+from suzumio_errors import BadRequest, Conflict
+from suzumio_records import (
+    ACT_COMPLETED,
+    ACT_RUNNING,
+    AGENT_FAILED,
+    AGENT_QUIET,
+    APPROVE_REASON,
+    BOUNDARY_LIMIT,
+    BUDGET_SENDER,
+    ENDING_TOOLS,
+    KIND_ALL_QUIET_NUDGE,
+    KIND_BUDGET_EXCEEDED,
+    KIND_FAILED_NUDGE,
+    KIND_MESSAGE,
+    KIND_NO_EFFECT_NUDGE,
+    KIND_RESUME_AFTER_STOP,
+    KIND_SUBMITTED,
+    KIND_WAIT,
+    PRIORITIES,
+    PROJECT_RUNNING,
+    RECORDABLE_SIGNAL_STATUSES,
+    RESUME_AFTER_STOP_MESSAGE,
+    SIGNAL_CLOSED,
+    SIGNAL_PENDING,
+    STOP_REASON,
+    TOOL_CALL_END_STATUSES,
+    TOOL_COMPLETED,
+    WAIT_PREFIX,
+    budget_message,
+    checked_priority,
+    default_useful_effect,
+    describe,
+    format_ts,
+    no_effect_message,
+    nudge_attempt,
+    omit_none,
+    parse_ts,
+    render_boundary_text,
+    to_datetime,
+)
+from suzumio_store import require_running
+
+log = logging.getLogger(__name__)
+
+QUIET_MONITOR_EVENT = "scheduler.quiet_agent_monitor.message_sent"
+FAILED_MONITOR_EVENT = "scheduler.failed_agent_monitor.message_sent"
+URGENT = ("P0", "P1")  # delivered together, up to the per-activation limit (store.md §4.5)
+ROUTINE = ("P2", "P3")  # delivered one at a time, when nothing urgent is ready
+DEFAULT_KEEP_TAIL = 12
+
+
+# ---------------------------------------------------------------- messages (store.md §4.2, §4.3)
+
+def check_policy(config, caller, recipient, channel, priority):
+    """store.md §4.3 for the messages.send tool: what a non-coordinator agent may send."""
+    communication = config.communication
+    coordinator = communication.coordinator_agent
+    if not communication.restrict_non_coordinator_to_coordinator or caller == coordinator:
+        return
+    max_priority = communication.non_coordinator_max_priority
+    if channel is not None:
+        raise BadRequest("Communication policy: channels are not allowed for non-coordinator agents; "
+                         f"send a direct message to {coordinator}.")
+    if recipient != coordinator:
+        raise BadRequest(f"Communication policy: non-coordinator agents may message only {coordinator}.")
+    if PRIORITIES.index(priority) < PRIORITIES.index(max_priority):
+        raise BadRequest(f"Communication policy: non-coordinator agents may use {max_priority} or lower; "
+                         f"{priority} is not allowed.")
+
+
+def send_message(store, config, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
+                 source_activation=None, now=None):
+    """store.md §4.2: validate and route, then the message row, its event and its signal(s), in one
+    transaction. Returns the Message JSON."""
+    with store.write(now) as tx:
+        return _send(store, config, tx, sender, body, recipient, channel, priority, source_agent,
+                     source_activation)
+
+
+def _send(store, config, tx, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
+          source_activation=None):
+    """`config` is read only to route a channel message."""
+    if not isinstance(body, str) or not body.strip():
+        raise BadRequest("body is required")
+    priority = checked_priority(priority)
+    if not isinstance(sender, str) or not sender:
+        raise BadRequest("sender is required")
+    recipient = recipient or None
+    channel = channel or None
+    if recipient is None and channel is None:
+        raise BadRequest("Message needs recipient or channel")
+    if recipient is not None and channel is not None:
+        raise BadRequest("Message cannot have both recipient and channel")
+    if recipient is not None and recipient != "user" and store.agent_row(recipient) is None:
+        raise BadRequest(f"Unknown agent: {recipient}")
+    if channel is not None and channel not in config.channels:
+        raise BadRequest(f"Unknown channel: {channel}")
+    message = store.insert_message(tx, sender, body, recipient, channel, priority)
+    _fan_out(store, config, tx, KIND_MESSAGE, source_agent=source_agent, source_activation=source_activation,
+             target_agent=recipient, target_channel=channel, priority=priority, payload=message)
+    return message
+
+
+# ---------------------------------------------------------------- signals (store.md §4.4, §4.5)
+
+def record_signal(store, config, kind, *, source_agent=None, source_activation=None, target_agent=None,
+                  target_channel=None, priority=None, payload=None, status=None, useful_effect=None,
+                  not_before=None, now=None):
+    """store.md §4.4: one row and one signal.created event per target (a channel fans out to every agent
+    but the source); returns the Signal JSON list."""
+    with store.write(now) as tx:
+        return _fan_out(store, config, tx, kind, source_agent=source_agent, source_activation=source_activation,
+                        target_agent=target_agent, target_channel=target_channel, priority=priority,
+                        payload=payload, status=status, useful_effect=useful_effect, not_before=not_before)
+
+
+def _fan_out(store, config, tx, kind, *, source_agent=None, source_activation=None, target_agent=None,
+             target_channel=None, priority=None, payload=None, status=None, useful_effect=None, not_before=None):
+    if not isinstance(kind, str) or not kind.strip():
+        raise BadRequest("kind is required")
+    # payload and usefulEffect are checked first, as POST /runner/signals does (http-api.md §9.4)
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise BadRequest("payload must be an object")
+    if useful_effect is not None and not isinstance(useful_effect, bool):
+        raise BadRequest(f"Expected boolean, got {describe(useful_effect)}")
+    for value, names in ((target_agent, "agent"), (target_channel, "channel")):
+        if value is not None and not isinstance(value, str):
+            raise BadRequest(f"Unknown {names}: {describe(value)}")
+    if target_agent == "user" or target_agent == "":
+        target_agent = None
+    target_channel = target_channel or None
+    if target_agent is not None:
+        if store.agent_row(target_agent) is None:
+            raise BadRequest(f"Unknown agent: {target_agent}")
+        targets = [target_agent]
+    elif target_channel is not None:
+        if target_channel not in config.channels:
+            raise BadRequest(f"Unknown channel: {target_channel}")
+        targets = [agent_id for agent_id in store.agent_ids() if agent_id != source_agent]
+    else:
+        targets = []
+    if status is not None and status not in RECORDABLE_SIGNAL_STATUSES:
+        raise BadRequest(f"Invalid signal status: {describe(status)}")
+    if status == SIGNAL_CLOSED and targets:
+        raise BadRequest("Targeted signals cannot be closed; omit the target or omit status")
+    priority = checked_priority(priority)
+    not_before = format_ts(to_datetime(not_before)) if not_before is not None else None
+    rows = [(t, SIGNAL_PENDING) for t in targets] or [(None, SIGNAL_CLOSED)]
+    return [store.insert_signal(tx, kind, target_agent=target, status=row_status,
+                                useful_effect=default_useful_effect(kind, row_status) if useful_effect is None
+                                else useful_effect,
+                                source_agent=source_agent, source_activation=source_activation,
+                                target_channel=target_channel, priority=priority, payload=payload,
+                                not_before=not_before)
+            for target, row_status in rows]
+
+
+def _emit(store, tx, kind, target_agent=None, priority="P3", payload=None, useful_effect=None, not_before=None,
+          source_agent=None, source_activation=None):
+    """A signal the rules themselves raise: pending for `target_agent` (an agent that exists), or one
+    closed record without a target."""
+    status = SIGNAL_PENDING if target_agent is not None else SIGNAL_CLOSED
+    useful = default_useful_effect(kind, status) if useful_effect is None else useful_effect
+    return store.insert_signal(tx, kind, target_agent=target_agent, status=status, useful_effect=useful,
+                               source_agent=source_agent, source_activation=source_activation,
+                               priority=priority, payload=payload or {}, not_before=not_before)
+
+
+def pending_signals(store, config, agent_id, now=None):
+    """store.md §4.5: every ready P0/P1 signal up to scheduler.maxSignalsPerActivation, else the single
+    oldest ready P2, else P3."""
+    with store.snapshot():
+        urgent = store.ready_signals(agent_id, URGENT, config.scheduler.max_signals_per_activation, now)
+        return urgent or store.ready_signals(agent_id, ROUTINE, 1, now)
+
+
+# ---------------------------------------------------------------- activations (store.md §5)
+
+def start_activation(store, agent_id, prompt, signals, now=None):
+    """createActivation (one running activation per agent, only in a running project), the selected
+    signals delivered to it, and the activation_prompt history row; Conflict when it cannot start."""
+    signals = list(signals or [])
+    with store.write(now) as tx:
+        agent = store.require_agent(agent_id)
+        act_id = tx.id("act")
+        if not store.claim_agent(tx, agent_id, act_id):
+            project = store.project()
+            if project["status"] != PROJECT_RUNNING:
+                raise Conflict(f"Project {store.project_id} is {project['status']}; no activation can start")
+            if agent["active_activation_id"]:
+                raise Conflict(f"Agent {agent_id} already has a running activation "
+                               f"{agent['active_activation_id']}")
+            raise Conflict(f"Agent {agent_id} is {agent['status']}; no activation can start")
+        store.insert_activation(tx, act_id, agent_id, prompt)
+        ids = [s["id"] if isinstance(s, dict) else s for s in signals]
+        delivered = store.deliver_signals(tx, agent_id, ids, act_id)
+        if len(delivered) != len(ids):
+            missing = [i for i in ids if i not in delivered]
+            raise Conflict(f"Signals are no longer pending for {agent_id}: {', '.join(missing)}")
+        priorities = [store.signal(i)["priority"] for i in ids]
+        store.add_history(tx, agent_id, act_id, "user", "activation_prompt", prompt,
+                          {"delivery": "activation_start", "signalIds": ids, "priorities": priorities})
+        return store.activation(act_id)
+
+
+def complete_activation(store, config, activation_id, agent_id, text, usage=None, now=None):
+    """store.md §5.3 with the no-effect nudge (scheduler.md §7.1); a non-running activation is returned
+    unchanged."""
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequest("output.text is required")
+    usage = usage if isinstance(usage, dict) else {}
+    with store.write(now) as tx:
+        row = store.owned_activation(tx.conn, agent_id, activation_id)
+        agent_id = row["agent_id"]
+        if not store.mark_completed(tx, activation_id, agent_id, text, usage):
+            return {"status": row["status"], "activationId": activation_id}
+        done = store.activation(activation_id)
+        useful = store.useful_effects(activation_id)
+        store.add_event(tx, "activation.completed", {"activationId": activation_id, "agentId": agent_id,
+                                                     "emittedMessages": done["emittedMessages"],
+                                                     "usefulEffects": useful})
+        if useful == 0:
+            _no_effect_nudge(store, config, tx, agent_id, activation_id)
+        return {"status": ACT_COMPLETED, "activationId": activation_id}
+
+
+def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, output=None, error=None, now=None):
+    """store.md §5.6 finish plus P1 tool-boundary delivery (scheduler.md §3.2): after a completed call of
+    a running activation (not one that ends it), ready P1 signals ride on the tool result."""
+    if status not in TOOL_CALL_END_STATUSES:
+        raise BadRequest(f"Invalid tool call status: {status}")
+    output = None if output is None else str(output)
+    error = None if error in (None, "") else str(error)
+    with store.write(now) as tx:
+        store.owned_activation(tx.conn, agent_id, activation_id)
+        target, tool = store.record_tool_result(tx, agent_id, activation_id, tool_call_id, status, output, error)
+        result = {"status": target}
+        if (target != TOOL_COMPLETED or store.activation(activation_id)["status"] != ACT_RUNNING
+                or tool in ENDING_TOOLS):
+            return result
+        signals = store.ready_signals(agent_id, ("P1",), BOUNDARY_LIMIT, tx.now)
+        if not signals:
+            return result
+        text = render_boundary_text(signals)
+        ids = store.deliver_signals(tx, agent_id, [s["id"] for s in signals], activation_id)
+        store.add_history(tx, agent_id, activation_id, "user", "tool_boundary_signals", text,
+                          {"delivery": "tool_boundary", "signalIds": ids})
+        result.update(deliveredSignals=len(ids), signalText=text)
+        return result
+
+
+# ---------------------------------------------------------------- project control (store.md §8)
+
+def stop(store, now=None):
+    """store.md §8.1 step 1: stopped, cancel running activations, a P2 resume signal for each. Returns
+    the cancelled activations (the caller stops their runners)."""
+    return _halt(store, "stop", STOP_REASON, True, now)
+
+
+def approve(store, now=None):
+    """Like stop with status completed, reason `Project approved`, and no resume signals."""
+    return _halt(store, "approve", APPROVE_REASON, False, now)
+
+
+def _halt(store, trigger, reason, resume, now):
+    cancelled = []
+    with store.write(now) as tx:
+        store.set_project_status(tx, trigger)
+        for running in store.running_activations():
+            act = store.cancel_in(tx, running["id"], reason)
+            if act is None:
+                continue
+            cancelled.append(act)
+            if resume:
+                interrupted = [s["id"] for s in store.signals_delivered_to(act["id"])]
+                _emit(store, tx, KIND_RESUME_AFTER_STOP, act["agentId"], "P2", useful_effect=False,
+                      payload={"cancelledActivationId": act["id"], "interruptedSignalIds": interrupted,
+                               "message": RESUME_AFTER_STOP_MESSAGE})
+    return cancelled
+
+
+def pause_for_budget(store, max_tokens, now=None):
+    """Stop a running project whose window used max_tokens or more: status, `project.budget_exceeded`
+    and the P2 message to the user in one transaction. Running activations are left to finish.
+    Returns the event data, or None when the project was not running or is within budget."""
+    with store.snapshot():
+        if store.project()["status"] != PROJECT_RUNNING or store.window_tokens() < max_tokens:
+            return None
+    with store.write(now) as tx:
+        # re-checked under the write lock: a concurrent tick or `start` may have moved the window
+        if store.project()["status"] != PROJECT_RUNNING:
+            return None
+        used = store.window_tokens()
+        if used < max_tokens:
+            return None
+        store.set_project_status(tx, "budget_exceeded")
+        data = {"maxTokens": max_tokens, "usedTokens": used}
+        store.add_event(tx, KIND_BUDGET_EXCEEDED, data)
+        _send(store, None, tx, BUDGET_SENDER, budget_message(store.project_id, max_tokens, used),
+              recipient="user", priority="P2")
+        return data
+
+
+def request_changes(store, config, body, recipient=None, now=None):
+    """http-api.md §8.4: running again, and a P2 user message (to the coordinator by default)."""
+    if not isinstance(body, str) or not body.strip():
+        raise BadRequest("body is required")
+    recipient = recipient or config.communication.coordinator_agent
+    if recipient != "user" and store.agent_row(recipient) is None:
+        raise BadRequest(f"Unknown agent: {recipient}")
+    with store.write(now) as tx:
+        store.set_project_status(tx, "request_changes")
+        return _send(store, config, tx, "user", body, recipient=recipient, priority="P2")
+
+
+# ---------------------------------------------------------------- core tool effects (store.md §5.7, §5.8)
+
+def submit_report(store, agent_id, activation_id, report, now=None):
+    """store.md §5.7: final-report.md, project submitted, closed completion.submitted signal. The report
+    file is replaced only when the transaction commits."""
+    if not isinstance(report, str) or not report.strip():
+        raise BadRequest("report is required")
+    path = store.report_path
+    with store.write(now) as tx:
+        store.require_agent(agent_id)
+        if activation_id is not None:
+            require_running(store.owned_activation(tx.conn, agent_id, activation_id), "tool")
+        tx.write_file(path, report.strip() + "\n")
+        store.set_project_status(tx, "submit", {"submitted_report": str(path)})
+        store.add_event(tx, "project.submitted", {"agentId": agent_id, "reportPath": str(path)})
+        signal = _emit(store, tx, KIND_SUBMITTED, source_agent=agent_id, source_activation=activation_id,
+                       payload={"reportPath": str(path)}, useful_effect=True)
+    return {"reportPath": str(path), "signal": signal}
+
+
+def declare_wait(store, config, agent_id, activation_id, reason=None, pm=None, notify_pm=None, now=None):
+    """store.md §5.8: an optional P3 notice to the coordinator plus a closed wait signal."""
+    reason = reason.strip() if isinstance(reason, str) and reason.strip() else WAIT_PREFIX
+    pm = pm or config.communication.coordinator_agent
+    notify = (agent_id != pm) if notify_pm is None else bool(notify_pm)
+    with store.write(now) as tx:
+        store.require_agent(agent_id)
+        if activation_id is not None:
+            require_running(store.owned_activation(tx.conn, agent_id, activation_id), "tool")
+        message = None
+        if notify and agent_id != pm and store.agent_row(pm) is not None:
+            message = _send(store, config, tx, agent_id, f"{WAIT_PREFIX}\n\nReason: {reason}", recipient=pm,
+                            priority="P3", source_agent=agent_id, source_activation=activation_id)
+        payload = omit_none({"reason": reason, "notifiedAgent": pm if message else None,
+                             "messageId": message["id"] if message else None})
+        signal = _emit(store, tx, KIND_WAIT, source_agent=agent_id, source_activation=activation_id,
+                       payload=payload, useful_effect=True)
+    return omit_none({"reason": reason, "notifiedAgent": payload.get("notifiedAgent"),
+                      "message": message, "signal": signal})
+
+
+# ---------------------------------------------------------------- history compaction (store.md §7.4)
+
+def compact_history(store, agent_id, activation_id, summary, keep_tail=None, reason=None, selected_model=None,
+                    now=None):
+    """Archive the head of active history behind one compaction marker, keeping the last `keep_tail`
+    rows (1–100, default 12). The archive file appears only when the transaction commits."""
+    if not isinstance(summary, str) or not summary.strip():
+        raise BadRequest("summary is required")
+    summary = summary.strip()
+    keep = DEFAULT_KEEP_TAIL if keep_tail is None else min(100, max(1, math.floor(keep_tail)))
+    with store.write(now) as tx:
+        store.require_agent(agent_id)
+        if activation_id is not None:
+            require_running(store.owned_activation(tx.conn, agent_id, activation_id), "history")
+        active = store.active_history_rows(tx.conn, agent_id)
+        head = active[:-keep] if len(active) > keep else []
+        if not head:
+            return {"status": "unchanged", "history": active}
+        cmp_id = tx.id("cmp")
+        path = store.history_archive_path(agent_id, cmp_id)
+        archive = omit_none({"version": 1, "compactionId": cmp_id, "project": store.project_id,
+                             "agentId": agent_id, "activationId": activation_id, "reason": reason,
+                             "selectedModel": selected_model, "createdAt": tx.ts, "messages": head})
+        text = json.dumps(archive, indent=2, ensure_ascii=False) + "\n"
+        tx.write_file(path, text)
+        sequences = [m["sequence"] for m in head]
+        marker = store.add_history(
+            tx, agent_id, activation_id, "compaction", "history_compaction", summary,
+            omit_none({"compactionId": cmp_id, "archivePath": str(path), "archivedMessageCount": len(head),
+                       "startSequence": min(sequences), "endSequence": max(sequences), "reason": reason,
+                       "selectedModel": selected_model}),
+            [{"type": "compaction", "text": summary, "metadata": {"compactionId": cmp_id, "archivePath": str(path)}}])
+        compaction = store.archive_history(tx, cmp_id, agent_id, activation_id, marker["id"], path, head,
+                                           len(text), summary, reason, selected_model)
+        history = store.active_history_rows(tx.conn, agent_id)
+    return {"status": "compacted", "compaction": compaction, "history": history}
+
+
+# ---------------------------------------------------------------- nudges and monitors (scheduler.md §7)
+
+def backoff_ms(rule, step):
+    """The one backoff of every nudge: initialDelayMs × backoffFactor^step, capped at maxDelayMs."""
+    return int(min(rule.max_delay_ms, math.floor(rule.initial_delay_ms * rule.backoff_factor ** step)))
+
+
+def _nudge_payload(rule, previous_activation, attempt, delay, now):
+    not_before = format_ts(now + timedelta(milliseconds=delay)) if delay > 0 else None
+    payload = {"previousActivationId": previous_activation, "attempt": attempt,
+               "maxConsecutive": rule.max_consecutive, "delayMs": delay}
+    if not_before is not None:
+        payload["notBefore"] = not_before
+    return payload, not_before
+
+
+def _no_effect_nudge(store, config, tx, agent_id, activation_id):
+    """scheduler.md §7.1, inside completion: the first nudge at once, later ones backing off."""
+    rule = config.scheduler.no_effect_nudge
+    if not rule.enabled:
+        return None
+    woke = store.latest_delivered(activation_id, KIND_NO_EFFECT_NUDGE)
+    previous = nudge_attempt(woke["payload"]) if woke else 0
+    if rule.max_consecutive and previous >= rule.max_consecutive:
+        return None
+    attempt = previous + 1
+    delay = backoff_ms(rule, attempt - 2) if attempt > 1 else 0
+    payload, not_before = _nudge_payload(rule, activation_id, attempt, delay, tx.now)
+    payload["message"] = no_effect_message(agent_id)
+    return _emit(store, tx, KIND_NO_EFFECT_NUDGE, agent_id, rule.priority, payload, useful_effect=False,
+                 not_before=not_before)
+
+
+def nudge_and_monitor(store, config, now):
+    """Steps 6–9 of a tick (scheduler.md §5): failed nudges, the failed- and quiet-agent monitors, the
+    all-quiet nudge. Returns the times at which a waiting monitor or nudge becomes due."""
+    agents = store.list_agents()
+    _failed_nudges(store, config, agents, now)
+    dues = []
+    _monitor_rules(store, config, agents, now, failed=True, dues=dues)
+    _monitor_rules(store, config, agents, now, failed=False, dues=dues)
+    _all_quiet_nudge(store, config, now, dues)
+    return dues
+
+
+def _failed_nudges(store, config, agents, now):
+    """scheduler.md §7.2 (step 6)."""
+    rule = config.scheduler.failed_nudge
+    if not rule.enabled:
+        return
+    for agent in agents:
+        if agent["status"] != AGENT_FAILED:
+            continue
+        if store.has_pending_signals_for_agent(agent["id"], include_delayed=True, now=now):
+            continue
+        latest = store.latest_failed_activation(agent["id"])
+        if latest is None:
+            continue
+        woke = store.latest_delivered(latest["id"], KIND_FAILED_NUDGE)
+        previous = nudge_attempt(woke["payload"]) if woke else 0
+        if rule.max_consecutive and previous >= rule.max_consecutive:
+            continue
+        attempt = previous + 1
+        payload, not_before = _nudge_payload(rule, latest["id"], attempt, backoff_ms(rule, attempt - 1), now)
+        payload["error"] = latest.get("error") or ""
+        payload["message"] = rule.message or suzumio_config.FAILED_NUDGE_MESSAGE
+        with store.write(now) as tx:
+            _emit(store, tx, KIND_FAILED_NUDGE, agent["id"], rule.priority, payload, useful_effect=False,
+                  not_before=not_before)
+
+
+def ms_between(earlier_text, now):
+    """Milliseconds from a stored timestamp to `now`."""
+    return int((now - parse_ts(earlier_text)).total_seconds() * 1000)
+
+
+def render_template(template, values):
+    """Replace `{{ name }}` placeholders; unknown names stay verbatim."""
+    def replace(match):
+        name = match.group(1)
+        return str(values[name]) if name in values else match.group(0)
+    return re.sub(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}", replace, template)
+
+
+def _short_error(text):
+    text = " ".join((text or "").split())
+    return text[:697] + "..." if len(text) > 700 else text
+
+
+def _due(dues, since, delay_ms):
+    if dues is not None:
+        dues.append(since + timedelta(milliseconds=delay_ms))
+
+
+def _monitor_rules(store, config, agents, now, *, failed, dues=None):
+    """scheduler.md §7.3 (failed=True, step 7) and §7.4 (failed=False, step 8)."""
+    monitor = config.scheduler.failed_agent_monitor if failed else config.scheduler.quiet_agent_monitor
+    if not monitor.enabled:
+        return
+    event_type = FAILED_MONITOR_EVENT if failed else QUIET_MONITOR_EVENT
+    by_id = {a["id"]: a for a in agents}
+    for rule in monitor.rules:
+        if rule.enabled is False:
+            continue
+        agent = by_id.get(rule.agent)
+        if agent is None or agent["status"] != (AGENT_FAILED if failed else AGENT_QUIET):
+            continue
+        if rule.recipient != "user" and rule.recipient not in by_id:
+            continue
+        latest = store.latest_failed_activation(agent["id"]) if failed else None
+        if failed and latest is None:
+            continue
+        since = (latest.get("completedAt") if failed else None) or agent["updatedAt"]
+        try:
+            elapsed = ms_between(since, now)
+        except (TypeError, ValueError):
+            continue
+        if elapsed < 0:
+            continue
+        match = {"ruleKey": rule.key, "agent": agent["id"]}
+        match.update({"failedActivationId": latest["id"]} if failed else {"quietSince": since})
+        last = store.latest_event(event_type, match)
+        if last is None and elapsed < rule.initial_delay_ms:
+            _due(dues, parse_ts(since), rule.initial_delay_ms)
+            continue
+        if last is not None and ms_between(last["created_at"], now) < rule.repeat_delay_ms:
+            _due(dues, parse_ts(last["created_at"]), rule.repeat_delay_ms)
+            continue
+        attempt = int(last["data"].get("attempt") or 0) + 1 if last else 1
+        values = {"project": store.project_id, "agent": agent["id"], "agentId": agent["id"],
+                  "recipient": rule.recipient, "sender": rule.sender, "now": format_ts(now),
+                  "initialDelayMs": rule.initial_delay_ms, "repeatDelayMs": rule.repeat_delay_ms,
+                  "attempt": attempt, "ruleId": rule.id or rule.key}
+        if failed:
+            values.update(failedMs=elapsed, failedMinutes=elapsed // 60000, failedSince=since,
+                          activationId=latest["id"], error=_short_error(latest.get("error")))
+        else:
+            values.update(quietMs=elapsed, quietMinutes=elapsed // 60000, quietSince=since)
+        data = {"ruleKey": rule.key}
+        if rule.id is not None:
+            data["ruleId"] = rule.id
+        data["agent"] = agent["id"]
+        if failed:
+            data["failedActivationId"] = latest["id"]
+        data.update(recipient=rule.recipient, sender=rule.sender, priority=rule.priority)
+        if failed:
+            data.update(failedSince=since, failedMs=elapsed)
+        else:
+            data.update(quietSince=since, quietMs=elapsed)
+        data.update(initialDelayMs=rule.initial_delay_ms, repeatDelayMs=rule.repeat_delay_ms, attempt=attempt)
+        with store.write(now) as tx:  # the message and the event that dedupes it commit together
+            message = _send(store, config, tx, rule.sender, render_template(rule.message, values),
+                            recipient=rule.recipient, priority=rule.priority)
+            store.add_event(tx, event_type, {**data, "messageId": message["id"]})
+        _due(dues, now, rule.repeat_delay_ms)
+
+
+def _all_quiet_nudge(store, config, now, dues=None):
+    """scheduler.md §7.5 (step 9), on a freshly loaded agent list."""
+    rule = config.scheduler.all_quiet_nudge
+    if not rule.enabled:
+        return
+    agents = store.list_agents()
+    if not agents or rule.target_agent not in {a["id"] for a in agents}:
+        return
+    if any(a["status"] != AGENT_QUIET for a in agents):
+        return
+    if store.has_pending_signals(now=now):
+        return
+    previous = store.latest_signal(KIND_ALL_QUIET_NUDGE, target_agent=rule.target_agent)
+    if previous and ms_between(previous["createdAt"], now) < rule.cooldown_ms:
+        _due(dues, parse_ts(previous["createdAt"]), rule.cooldown_ms)
+        return
+    with store.write(now) as tx:
+        _emit(store, tx, KIND_ALL_QUIET_NUDGE, rule.target_agent, rule.priority, useful_effect=True, payload={
+            "message": rule.message or suzumio_config.ALL_QUIET_MESSAGE,
+            "reason": "all agents quiet and no pending signals",
+            "agentStatuses": [{"id": a["id"], "status": a["status"]} for a in agents]})

@@ -1,0 +1,307 @@
+"""HTTP plumbing shared by the user listener (suzumio_api) and the runner listener
+(suzumio_runner_support): JSON encoding and bodies, the one error shape and its boundary, the base Bottle
+app, and the argument readers that validate a request's fields once, where they arrive (http-api.md §2).
+Imported by suzumio_api, suzumio_runner_support, suzumio_toolpacks, suzumio_webui_panels and
+suzumio_mcp_server; imports bottle, suzumio_errors, suzumio_records and suzumio_resources."""
+import json
+import logging
+import math
+import re
+import threading
+import urllib.parse
+import uuid
+from json.encoder import encode_basestring as _quote_json
+
+import bottle
+
+from suzumio_errors import BadRequest, SuzumioError
+from suzumio_records import describe, format_ts, parse_ts
+from suzumio_resources import VERSION
+
+log = logging.getLogger(__name__)
+VERSION_HEADER = "Suzumio-Version"  # on every answer: the one version string (suzumio_resources)
+
+JSON_TYPE = "application/json; charset=utf-8"
+TEXT_TYPE = "text/plain; charset=utf-8"
+MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_JSON_DEPTH = 200
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
+
+# ---------------------------------------------------------------- HTTP conventions (http-api.md §2)
+
+def encode_json(value):
+    """http-api.md §2.2: 2-space indentation, UTF-8 text, one trailing newline. The same text as
+    json.dumps(value, indent=2, ensure_ascii=False), about twice as fast on a history page: with an
+    indent, json falls back to pure-Python generators."""
+    out = []
+    _write_json(value, out, "\n")
+    out.append("\n")
+    return "".join(out).encode("utf-8")
+
+
+_JSON_LITERALS = {True: "true", False: "false", None: "null"}
+
+
+def _json_key(key):
+    """Dict keys as json.dumps converts them."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, float):
+        return json.dumps(key)
+    if key is True or key is False or key is None:
+        return _JSON_LITERALS[key]
+    if isinstance(key, int):
+        return int.__repr__(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _write_json(value, out, pad):
+    if isinstance(value, str):
+        out.append(_quote_json(value))
+    elif value is None or value is True or value is False:
+        out.append(_JSON_LITERALS[value])
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(json.dumps(value))
+    elif isinstance(value, (dict, list, tuple)):
+        if not value:
+            out.append("{}" if isinstance(value, dict) else "[]")
+            return
+        inner = pad + "  "
+        is_dict = isinstance(value, dict)
+        separator = ("{" if is_dict else "[") + inner
+        for item in value.items() if is_dict else value:
+            out.append(separator)
+            if is_dict:
+                key, item = item
+                out.append(_quote_json(_json_key(key)))
+                out.append(": ")
+            _write_json(item, out, inner)
+            separator = "," + inner
+        out.append(pad + ("}" if is_dict else "]"))
+    else:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def json_response(value, status=200):
+    return bottle.HTTPResponse(encode_json(value), status, {"Content-Type": JSON_TYPE, NOSNIFF[0]: NOSNIFF[1]})
+
+
+def text_response(text):
+    if not text.endswith("\n"):
+        text += "\n"
+    return bottle.HTTPResponse(text.encode("utf-8"), 200, {"Content-Type": TEXT_TYPE, NOSNIFF[0]: NOSNIFF[1]})
+
+
+def error_response(status, message):
+    return json_response({"error": message}, status)
+
+
+def read_body():
+    """The request body parsed as JSON whatever its Content-Type; empty or blank → {} (§2.1)."""
+    length = bottle.request.content_length
+    if length > MAX_BODY_BYTES:
+        raise BadRequest(f"Request body too large (limit {MAX_BODY_BYTES} bytes)")
+    raw = bottle.request.body.read(MAX_BODY_BYTES + 1)
+    if len(raw) > MAX_BODY_BYTES:
+        raise BadRequest(f"Request body too large (limit {MAX_BODY_BYTES} bytes)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from None
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise BadRequest(f"Invalid JSON body: {exc}") from None
+    except RecursionError:
+        raise BadRequest(f"Invalid JSON body: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    problem = unusable_json(value)
+    if problem:
+        raise BadRequest(f"Invalid JSON body: {problem}")
+    return value
+
+
+def unusable_json(value):
+    """Why a parsed body cannot be stored or answered: nesting deeper than MAX_JSON_DEPTH (it could
+    exhaust the stack later) or a lone surrogate escape such as \\ud800 (it has no UTF-8 form).
+    Checked without recursion; None when the value is fine."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, str):
+            if LONE_SURROGATE.search(item):
+                return "lone surrogate escapes are not valid text"
+        elif isinstance(item, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                return f"nested deeper than {MAX_JSON_DEPTH} levels"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return None
+
+
+def read_fields():
+    """The body as an object; any other JSON value counts as an object without fields (§2.1)."""
+    body = read_body()
+    return body if isinstance(body, dict) else {}
+
+
+def raw_path(environ):
+    """The request path still percent-encoded, so `a%2Fb` stays one segment (§2.4)."""
+    uri = environ.get("REQUEST_URI")
+    if uri:
+        # An origin-form target is a path: urlsplit would read `//x/y` as host `x` and path `/y`.
+        if uri.startswith("/"):
+            return uri.split("?", 1)[0].split("#", 1)[0]
+        return urllib.parse.urlsplit(uri).path or "/"
+    return urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin1"), safe="/:@!$&'()*+,;=")
+
+
+def base_app(stopping=None):
+    """A Bottle app with what both listeners share: no JSON plugin, the error boundary, the raw path,
+    nosniff on every answer, and JSON errors for unmatched paths (a wrong method is a 404, never a
+    405). `stopping` (a threading.Event, set by Server.close) ends long answers such as SSE."""
+    app = bottle.Bottle(catchall=True)
+    app.uninstall(bottle.JSONPlugin)
+    app.install(ErrorBoundary())
+    app.config["suzumio.stopping"] = stopping or threading.Event()
+
+    @app.hook("before_request")
+    def keep_raw_path():
+        environ = bottle.request.environ
+        environ["PATH_INFO"] = raw_path(environ)
+
+    @app.hook("after_request")
+    def after_request():
+        bottle.response.set_header(*NOSNIFF)
+        bottle.response.set_header(VERSION_HEADER, VERSION)
+
+    # Bottle calls these for unmatched routes and for exceptions that escape the route boundary
+    # (hooks); they must encode the JSON themselves.
+    def error_page(message):
+        def handler(error):
+            bottle.response.content_type = JSON_TYPE
+            bottle.response.set_header(*NOSNIFF)
+            bottle.response.set_header(VERSION_HEADER, VERSION)
+            return encode_json({"error": message})
+        return handler
+
+    not_found = error_page("not found")
+
+    def wrong_method(error):
+        bottle.response.status = 404
+        del bottle.response.headers["Allow"]
+        return not_found(error)
+
+    app.error_handler[404] = not_found
+    app.error_handler[405] = wrong_method
+    app.error_handler[500] = error_page("internal error")
+    return app
+
+
+class ErrorBoundary:
+    """Bottle plugin: percent-decodes path arguments and turns every failure into {"error": …}."""
+
+    name = "suzumio-error-boundary"
+    api = 2
+
+    def apply(self, callback, route):
+        def boundary(**args):
+            decoded = {key: urllib.parse.unquote(value, errors="replace") for key, value in args.items()}
+            try:
+                return callback(**decoded)
+            except bottle.HTTPResponse:
+                raise
+            except SuzumioError as exc:
+                return error_response(exc.status, exc.message)
+            except Exception:
+                # The answer names an id, never the exception: its text may carry paths or secrets.
+                error_id = uuid.uuid4().hex[:12]
+                log.exception("%s %s failed (error id %s)", bottle.request.method, bottle.request.path, error_id)
+                return error_response(500, f"Internal error (id {error_id})")
+        return boundary
+
+
+# ---------------------------------------------------------------- argument readers (http-api.md §2.5, tools.md §1.1)
+
+def finite_number(value, strings=True):
+    """The one numeric parser: a finite int or float (never a boolean), or with `strings` a numeric
+    string, as a float; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and strings:
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def floored(value):
+    """A number or numeric string, floored; None when it is neither."""
+    number = finite_number(value)
+    return None if number is None else math.floor(number)
+
+
+def limit_param(raw, default, cap=500):
+    """A `limit` query value: finite and > 0 → min(cap, floor(value)); anything else → default."""
+    number = finite_number(raw)
+    if number is None or number <= 0:
+        return default
+    return min(cap, math.floor(number))
+
+
+def timestamp_param(raw, name):
+    """An ISO-8601 query value as a stored timestamp (UTC, milliseconds, Z); absent → None."""
+    if raw is None or raw == "":
+        return None
+    try:
+        return format_ts(parse_ts(raw))
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO-8601 timestamp") from None
+
+
+def object_input(value):
+    if not isinstance(value, dict):
+        raise BadRequest("Tool input must be an object")
+    return value
+
+
+def required_string(data, key):
+    value = data.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise BadRequest(f"{key} is required")
+    return value
+
+
+def optional_string(value):
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def optional_text(body, field):
+    value = body.get(field)
+    return value if isinstance(value, str) else None
+
+
+def optional_boolean(data, key):
+    if key not in data:
+        return None
+    value = data[key]
+    if not isinstance(value, bool):
+        raise BadRequest(f"Expected boolean, got {describe(value)}")
+    return value
+
+
+def bounded_input(data, key, default, cap):
+    """tools.md §1.1 positive number: absent → default; finite > 0 → min(floor, cap), at least 1."""
+    if key not in data:
+        return default
+    number = finite_number(data[key], strings=False)
+    if number is None or number <= 0:
+        raise BadRequest("Expected a positive number")
+    return max(1, min(math.floor(number), cap))
