@@ -140,7 +140,7 @@ def test_a_burst_larger_than_the_replay_limit_arrives_whole_and_in_order(service
         wait_until(lambda: len(client.snapshot()) == 2, 2, message="the replay")
         with demo.write() as tx:
             for index in range(250):
-                demo._event(tx, "burst", {"n": index})  # one transaction: all share one millisecond
+                demo.add_event(tx, "burst", {"n": index})  # one transaction: all share one millisecond
         wait_until(lambda: len(client.snapshot()) >= 252, 5, message="the burst")
         burst = [e for e in client.snapshot() if e["event"] == "burst"]
         assert [json.loads(e["data"]["data_json"])["n"] for e in burst] == list(range(250))
