@@ -22,19 +22,16 @@ from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
 from suzumio_records import (
     ACT_FAILED,
     ACT_RUNNING,
-    ACTIVATION_STATUSES,
     ACTIVATION_TRANSITIONS,
     AGENT_FAILED,
     AGENT_QUIET,
     AGENT_RUNNING,
-    AGENT_STATUSES,
     AGENT_TRANSITIONS,
     HISTORY_CLOSED,
     HISTORY_ROLES,
     KIND_MESSAGE,
     KIND_SUBMITTED,
     KIND_WAIT,
-    PRIORITIES,
     PROJECT_INITIALIZED,
     PROJECT_RUNNING,
     PROJECT_STATUSES,
@@ -42,7 +39,6 @@ from suzumio_records import (
     SIGNAL_PENDING,
     SIGNAL_STATUSES,
     SIGNAL_TRANSITIONS,
-    TOOL_CALL_STATUSES,
     TOOL_CALL_TRANSITIONS,
     TOOL_CALLS_CLOSED,
     TOOL_COMPLETED,
@@ -349,57 +345,58 @@ class _Undo:
 
 
 # ---------------------------------------------------------------------------------------------
-# Schema (store.md §2). Shipped migrations are never edited; later changes are new entries.
+# Schema (store.md §2). Shipped migrations are frozen literal SQL and never edited: a new status, column or
+# table is a new entry appended to MIGRATIONS (tests/test_store.py checks the result against SCHEMA_FINGERPRINT).
 
 _MIGRATION_1 = [
-    f"""CREATE TABLE projects (
+    """CREATE TABLE projects (
         id TEXT PRIMARY KEY, name TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN {PROJECT_STATUSES!r}),
+        status TEXT NOT NULL CHECK (status IN ('initialized', 'running', 'submitted', 'completed', 'stopped', 'failed')),
         task TEXT NOT NULL, config_json TEXT NOT NULL, submitted_report TEXT,
-        created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
-    f"""CREATE TABLE agents (
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",  # noqa: E501  (frozen text)
+    """CREATE TABLE agents (
         id TEXT NOT NULL, project TEXT NOT NULL, role TEXT NOT NULL, display_name TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN {AGENT_STATUSES!r}),
+        status TEXT NOT NULL CHECK (status IN ('quiet', 'ready', 'running', 'failed', 'stopped')),
         prompt TEXT NOT NULL, model TEXT, tools_json TEXT NOT NULL, workspace_path TEXT NOT NULL,
         token TEXT NOT NULL, active_activation_id TEXT, container_name TEXT,
         created_at TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (project, id))""",
-    f"""CREATE TABLE messages (
+    """CREATE TABLE messages (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, sender TEXT NOT NULL, recipient TEXT, channel TEXT,
-        priority TEXT NOT NULL CHECK (priority IN {PRIORITIES!r}), body TEXT NOT NULL,
+        priority TEXT NOT NULL CHECK (priority IN ('P0', 'P1', 'P2', 'P3')), body TEXT NOT NULL,
         created_at TEXT NOT NULL)""",
     "CREATE INDEX idx_messages_project_created ON messages (project, created_at)",
-    f"""CREATE TABLE signals (
+    """CREATE TABLE signals (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, kind TEXT NOT NULL, source_agent TEXT,
         source_activation TEXT, target_agent TEXT, target_channel TEXT,
-        priority TEXT NOT NULL CHECK (priority IN {PRIORITIES!r}), payload_json TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN {SIGNAL_STATUSES!r}),
+        priority TEXT NOT NULL CHECK (priority IN ('P0', 'P1', 'P2', 'P3')), payload_json TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'closed')),
         useful_effect INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, not_before TEXT,
         delivered_at TEXT, delivered_activation_id TEXT)""",
     "CREATE INDEX idx_signals_project_target ON signals (project, target_agent, status, created_at)",
     ("CREATE INDEX idx_signals_project_target_ready "
      "ON signals (project, target_agent, status, not_before, created_at)"),
     "CREATE INDEX idx_signals_project_source ON signals (project, source_activation, useful_effect)",
-    f"""CREATE TABLE activations (
+    """CREATE TABLE activations (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN {ACTIVATION_STATUSES!r}),
+        status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
         prompt TEXT NOT NULL, input_path TEXT NOT NULL, output_path TEXT NOT NULL, container_name TEXT,
         started_at TEXT NOT NULL, completed_at TEXT, text TEXT, error TEXT,
         emitted_messages INTEGER NOT NULL DEFAULT 0, usage_json TEXT, context_json TEXT)""",
     "CREATE INDEX idx_activations_project_started ON activations (project, started_at)",
-    f"""CREATE TABLE tool_calls (
+    """CREATE TABLE tool_calls (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
         tool TEXT NOT NULL, input_json TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN {TOOL_CALL_STATUSES!r}),
+        status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed')),
         output TEXT, error TEXT, created_at TEXT NOT NULL, completed_at TEXT)""",
     """CREATE TABLE events (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, type TEXT NOT NULL, data_json TEXT NOT NULL,
         created_at TEXT NOT NULL)""",
     "CREATE INDEX idx_events_project_created ON events (project, created_at)",
-    f"""CREATE TABLE agent_history_messages (
+    """CREATE TABLE agent_history_messages (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT,
-        role TEXT NOT NULL CHECK (role IN {HISTORY_ROLES!r}), kind TEXT NOT NULL, content TEXT NOT NULL,
-        sequence INTEGER NOT NULL, metadata_json TEXT NOT NULL DEFAULT '{{}}', compaction_id TEXT,
-        created_at TEXT NOT NULL)""",
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool_call', 'tool_result', 'compaction')), kind TEXT NOT NULL, content TEXT NOT NULL,
+        sequence INTEGER NOT NULL, metadata_json TEXT NOT NULL DEFAULT '{}', compaction_id TEXT,
+        created_at TEXT NOT NULL)""",  # noqa: E501  (frozen text)
     ("CREATE UNIQUE INDEX idx_agent_history_project_agent_sequence "
      "ON agent_history_messages (project, agent_id, sequence)"),
     ("CREATE INDEX idx_agent_history_project_agent_active "

@@ -201,6 +201,58 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
     again.close()
 
 
+EXPECTED_SCHEMA = Path(__file__).parent / "schema" / "expected.sql"
+
+
+def schema_text(store):
+    """The database's schema in the layout of tests/schema/expected.sql."""
+    lines = [line for line in EXPECTED_SCHEMA.read_text(encoding="utf-8").splitlines()[:3]] + [""]
+    for row in rows(store, "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+                           "ORDER BY type, name"):
+        lines += [f"-- {row['type']} {row['name']} on {row['tbl_name']}", row["sql"] + ";", ""]
+    return "\n".join(lines)
+
+
+def test_a_blank_database_has_the_checked_in_schema(tmp_path):
+    store = st.ProjectStore("blank", tmp_path)
+    assert schema_text(store) == EXPECTED_SCHEMA.read_text(encoding="utf-8")
+    store.close()
+
+
+def test_frozen_migration_1_then_the_later_migrations_give_the_same_schema(tmp_path, monkeypatch):
+    monkeypatch.setattr(st, "MIGRATIONS", st.MIGRATIONS[:1])  # a database made by the first release
+    first = st.ProjectStore("old", tmp_path)
+    assert [r["id"] for r in rows(first, "SELECT id FROM _migrations")] == [1]
+    first.close()
+    monkeypatch.undo()
+    upgraded = st.ProjectStore("old", tmp_path)
+    assert [r["id"] for r in rows(upgraded, "SELECT id FROM _migrations ORDER BY id")] == \
+        [number for number, _, _ in st.MIGRATIONS]
+    assert schema_text(upgraded) == EXPECTED_SCHEMA.read_text(encoding="utf-8")
+    upgraded.close()
+
+
+def test_migration_1_is_literal_sql_whose_checks_match_the_status_constants(tmp_path):
+    # Frozen text: no statement is built from a live constant, so adding a status cannot rewrite it ...
+    assert all(isinstance(statement, str) for statement in st.MIGRATIONS[0][2])
+    source = Path(st.__file__).read_text(encoding="utf-8")
+    frozen = source[source.index("_MIGRATION_1 = ["):source.index("_MIGRATION_2 = [")]
+    assert "{" not in frozen.replace("'{}'", "") and 'f"""' not in frozen
+    # ... and the constants the code writes are exactly what the schema accepts (a new status needs a
+    # new migration, and this test says so).
+    store = st.ProjectStore("blank", tmp_path)
+    checks = {}
+    for row in rows(store, "SELECT name, sql FROM sqlite_master WHERE type = 'table'"):
+        for column, values in re.findall(r"(\w+) TEXT NOT NULL CHECK \(\w+ IN \(([^)]*)\)\)", row["sql"]):
+            checks[(row["name"], column)] = tuple(v.strip().strip("'") for v in values.split(","))
+    store.close()
+    assert checks == {
+        ("projects", "status"): rec.PROJECT_STATUSES, ("agents", "status"): rec.AGENT_STATUSES,
+        ("messages", "priority"): rec.PRIORITIES, ("signals", "priority"): rec.PRIORITIES,
+        ("signals", "status"): rec.SIGNAL_STATUSES, ("activations", "status"): rec.ACTIVATION_STATUSES,
+        ("tool_calls", "status"): rec.TOOL_CALL_STATUSES, ("agent_history_messages", "role"): rec.HISTORY_ROLES}
+
+
 # -- ids, timestamps ----------------------------------------------------------------------------
 
 def test_ids_and_timestamps_have_the_documented_format(demo):
@@ -730,6 +782,49 @@ def test_submit_report_writes_file_and_closed_useful_signal(demo):
     assert signal["usefulEffect"] is True and signal["sourceActivation"] == act["id"]
     assert signal["payload"] == {"reportPath": str(path)}
     assert demo.latest_event("project.submitted")["data"] == {"agentId": "pm", "reportPath": str(path)}
+
+
+def files_under(directory):
+    return sorted(str(path.relative_to(directory)) for path in directory.rglob("*") if path.is_file())
+
+
+def test_a_submission_that_rolls_back_leaves_the_old_report_and_no_file(demo):
+    act = coordination.start_activation(demo, "pm", "p", [])
+    coordination.submit_report(demo, "pm", act["id"], "# First")
+    # A real failure late in the transaction: SQLite refuses the closed completion signal.
+    demo.db_run("CREATE TRIGGER refuse_submit BEFORE INSERT ON signals WHEN NEW.kind = 'completion.submitted' "
+                "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+    before, files = snapshot(demo), files_under(demo.dir)
+    with pytest.raises(sqlite3.DatabaseError, match="refused by the test"):
+        coordination.submit_report(demo, "pm", act["id"], "# Second")
+    assert (demo.dir / "final-report.md").read_text() == "# First\n"
+    assert files_under(demo.dir) == files and snapshot(demo) == before
+
+
+def test_a_compaction_that_rolls_back_writes_no_archive(demo):
+    act = _fill_history(demo, "worker", 20)
+    demo.db_run("CREATE TRIGGER refuse_compaction BEFORE INSERT ON agent_history_compactions "
+                "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+    before, files = snapshot(demo), files_under(demo.dir)
+    with pytest.raises(sqlite3.DatabaseError, match="refused by the test"):
+        coordination.compact_history(demo, "worker", act["id"], "summary", keep_tail=4)
+    assert files_under(demo.dir) == files and snapshot(demo) == before
+    demo.db_run("DROP TRIGGER refuse_compaction")
+    done = coordination.compact_history(demo, "worker", act["id"], "summary", keep_tail=4)
+    assert files_under(demo.dir) == sorted(files + [f"history/worker/{done['compaction']['id']}.json"])
+
+
+def test_a_file_staged_in_a_rolled_back_write_never_appears(demo):
+    target = demo.dir / "staged.txt"
+    with pytest.raises(RuntimeError, match="late failure"), demo.write() as tx:
+        tx.write_file(target, "text")
+        assert files_under(demo.dir) != [] and not target.exists()  # only the temp file, beside it
+        raise RuntimeError("late failure")
+    assert not target.exists() and not [p for p in demo.dir.iterdir() if p.name.startswith(".staged.txt")]
+    with demo.write() as tx:
+        tx.write_file(target, "text")
+        assert not target.exists()  # appears only after COMMIT
+    assert target.read_text() == "text"
 
 
 def test_wait_declaration_notifies_pm_only_from_others(demo):

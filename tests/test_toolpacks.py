@@ -3,6 +3,7 @@ steps, a real local toolpack run by the real Node host, WebUI entries and contro
 the store facade callbacks (§16 scenarios)."""
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from api_fixtures import init_project, running_activation, serving
@@ -10,6 +11,7 @@ from conftest import require, wait_until
 from store_fixtures import config_of
 
 import suzumio_coordination as coordination
+import suzumio_node
 import suzumio_toolpacks
 
 pytestmark = pytest.mark.timeout(120)
@@ -293,6 +295,28 @@ def test_local_controller_module_runs_with_store_callbacks(service, demo, node):
     many = support(service, "reviewer", reviewer, "review.summarize", {"summary": "x", "loop": True},
                    toolpack="review-tools")
     assert many.status_code == 200
+
+
+FIXTURES = Path(__file__).resolve().parent / "toolpack_fixtures"
+
+
+@pytest.mark.parametrize("tool", ["probe.delete_through_all", "probe.delete_through_get"])
+def test_a_local_toolpack_cannot_write_through_the_read_path(demo, node, tool):
+    """store.db.all / store.db.get run on the store's query_only readers: a DELETE fails, nothing changes."""
+    host = suzumio_node.NodeHost()
+    module = str(FIXTURES / "controller_store_writes.mjs")
+    context = {"project": demo.project_id, "paths": suzumio_toolpacks.store_paths(demo)}
+    try:
+        callbacks = suzumio_toolpacks.facade_callbacks(demo, config_of(demo))
+        before = demo.db_all("SELECT * FROM events ORDER BY rowid")
+        assert before
+        with pytest.raises(suzumio_node.ToolpackError, match="readonly"):
+            host.support(module, "probe", tool, {}, context, callbacks)
+        assert demo.db_all("SELECT * FROM events ORDER BY rowid") == before
+        counted = host.support(module, "probe", "probe.count", {}, context, callbacks)
+        assert counted["output"] == f"events {len(before)}"
+    finally:
+        host.close()
 
 
 def test_local_handler_error_is_a_500_with_its_message(service, demo, node):

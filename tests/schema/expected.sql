@@ -1,0 +1,116 @@
+-- The schema after every migration (suzumio_store.MIGRATIONS), as SQLite stores it: one statement per
+-- object, ordered by type and name. tests/test_store.py builds a blank database and compares. A new
+-- migration adds its objects here; a change to an existing statement means a shipped migration was edited.
+
+-- index idx_activations_project_started on activations
+CREATE INDEX idx_activations_project_started ON activations (project, started_at);
+
+-- index idx_agent_history_compactions_agent on agent_history_compactions
+CREATE INDEX idx_agent_history_compactions_agent ON agent_history_compactions (project, agent_id, created_at);
+
+-- index idx_agent_history_parts_message on agent_history_parts
+CREATE INDEX idx_agent_history_parts_message ON agent_history_parts (project, message_id, part_index);
+
+-- index idx_agent_history_project_agent_active on agent_history_messages
+CREATE INDEX idx_agent_history_project_agent_active ON agent_history_messages (project, agent_id, compaction_id, sequence);
+
+-- index idx_agent_history_project_agent_sequence on agent_history_messages
+CREATE UNIQUE INDEX idx_agent_history_project_agent_sequence ON agent_history_messages (project, agent_id, sequence);
+
+-- index idx_events_project_created on events
+CREATE INDEX idx_events_project_created ON events (project, created_at);
+
+-- index idx_messages_project_created on messages
+CREATE INDEX idx_messages_project_created ON messages (project, created_at);
+
+-- index idx_model_calls_project_activation on model_calls
+CREATE INDEX idx_model_calls_project_activation ON model_calls (project, activation_id);
+
+-- index idx_signals_project_source on signals
+CREATE INDEX idx_signals_project_source ON signals (project, source_activation, useful_effect);
+
+-- index idx_signals_project_target on signals
+CREATE INDEX idx_signals_project_target ON signals (project, target_agent, status, created_at);
+
+-- index idx_signals_project_target_ready on signals
+CREATE INDEX idx_signals_project_target_ready ON signals (project, target_agent, status, not_before, created_at);
+
+-- table _migrations on _migrations
+CREATE TABLE _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);
+
+-- table activations on activations
+CREATE TABLE activations (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
+        prompt TEXT NOT NULL, input_path TEXT NOT NULL, output_path TEXT NOT NULL, container_name TEXT,
+        started_at TEXT NOT NULL, completed_at TEXT, text TEXT, error TEXT,
+        emitted_messages INTEGER NOT NULL DEFAULT 0, usage_json TEXT, context_json TEXT);
+
+-- table agent_history_compactions on agent_history_compactions
+CREATE TABLE agent_history_compactions (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT,
+        summary_message_id TEXT NOT NULL, archive_path TEXT NOT NULL, start_sequence INTEGER NOT NULL,
+        end_sequence INTEGER NOT NULL, archived_message_count INTEGER NOT NULL, raw_chars INTEGER NOT NULL,
+        summary TEXT NOT NULL, reason TEXT, selected_model TEXT, created_at TEXT NOT NULL);
+
+-- table agent_history_messages on agent_history_messages
+CREATE TABLE agent_history_messages (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT,
+        role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool_call', 'tool_result', 'compaction')), kind TEXT NOT NULL, content TEXT NOT NULL,
+        sequence INTEGER NOT NULL, metadata_json TEXT NOT NULL DEFAULT '{}', compaction_id TEXT,
+        created_at TEXT NOT NULL);
+
+-- table agent_history_parts on agent_history_parts
+CREATE TABLE agent_history_parts (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, message_id TEXT NOT NULL,
+        activation_id TEXT, part_index INTEGER NOT NULL, type TEXT NOT NULL, text TEXT, tool_call_id TEXT,
+        tool_name TEXT, input_json TEXT, output TEXT, error TEXT,
+        metadata_json TEXT NOT NULL DEFAULT '{}', created_at TEXT NOT NULL);
+
+-- table agents on agents
+CREATE TABLE agents (
+        id TEXT NOT NULL, project TEXT NOT NULL, role TEXT NOT NULL, display_name TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('quiet', 'ready', 'running', 'failed', 'stopped')),
+        prompt TEXT NOT NULL, model TEXT, tools_json TEXT NOT NULL, workspace_path TEXT NOT NULL,
+        token TEXT NOT NULL, active_activation_id TEXT, container_name TEXT,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (project, id));
+
+-- table events on events
+CREATE TABLE events (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, type TEXT NOT NULL, data_json TEXT NOT NULL,
+        created_at TEXT NOT NULL);
+
+-- table messages on messages
+CREATE TABLE messages (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, sender TEXT NOT NULL, recipient TEXT, channel TEXT,
+        priority TEXT NOT NULL CHECK (priority IN ('P0', 'P1', 'P2', 'P3')), body TEXT NOT NULL,
+        created_at TEXT NOT NULL);
+
+-- table model_calls on model_calls
+CREATE TABLE model_calls (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
+        provider_id TEXT NOT NULL, preset_id TEXT NOT NULL, status INTEGER NOT NULL,
+        tokens INTEGER NOT NULL, usage_json TEXT NOT NULL, created_at TEXT NOT NULL);
+
+-- table projects on projects
+CREATE TABLE projects (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('initialized', 'running', 'submitted', 'completed', 'stopped', 'failed')),
+        task TEXT NOT NULL, config_json TEXT NOT NULL, submitted_report TEXT,
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+
+-- table signals on signals
+CREATE TABLE signals (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, kind TEXT NOT NULL, source_agent TEXT,
+        source_activation TEXT, target_agent TEXT, target_channel TEXT,
+        priority TEXT NOT NULL CHECK (priority IN ('P0', 'P1', 'P2', 'P3')), payload_json TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'delivered', 'closed')),
+        useful_effect INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, not_before TEXT,
+        delivered_at TEXT, delivered_activation_id TEXT);
+
+-- table tool_calls on tool_calls
+CREATE TABLE tool_calls (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
+        tool TEXT NOT NULL, input_json TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed')),
+        output TEXT, error TEXT, created_at TEXT NOT NULL, completed_at TEXT);
