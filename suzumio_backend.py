@@ -32,7 +32,7 @@ HOST_FILE = "suzumio_toolpack_host.mjs"
 # Everything the runner needs, mounted read-only under /opt/suzumio (README decision 2). The entry
 # script stays small and imports the rest from modules beside it, which get a bytecode cache where
 # the directory is writable (docs/spec-notes.md entry 6).
-RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_models.py",
+RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_runner_models.py",
                 HOST_FILE, "suzumio_runner_mcp.py")
 # The local runner's interpreter flags. -S (no `site`): the runner is standard library only and imports
 # its own modules from beside the script, so site-packages (an installed or editable suzumio, .pth

@@ -3,7 +3,7 @@ this module resolves the provider and preset from the project's ProjectConfig, a
 secret headers from the controller's own environment, forwards through the controller's proxies with the
 provider's timeouts, and reads the token usage from the provider's answer. Imported by
 suzumio_runner_support and the composition root; takes the ProjectConfig it is given and imports only
-errors and the runner's standard-library HTTP client (suzumio_models, importing nothing of the
+errors and the runner's standard-library HTTP client (suzumio_runner_models, importing nothing of the
 controller)."""
 import json
 import logging
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from suzumio_errors import BadGateway, BadRequest, Forbidden, NotFound
-from suzumio_models import TransportError, chat_completions_usage, http_request, model_timeouts, proxy_for
+from suzumio_runner_models import TransportError, chat_completions_usage, http_request, model_timeouts, proxy_for
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The runner's entry script, `python3 suzumio_runner.py --input <input.json>` (backend-runner.md §7.1):
 arguments, input.json, redacted warnings, SIGTERM, the exit status. The activation itself lives in the
-modules beside it (suzumio_runner_loop, suzumio_runner_tools, suzumio_models): a script run directly is
+modules beside it (suzumio_runner_loop, suzumio_runner_tools, suzumio_runner_models): a script run directly is
 compiled on every start, imported modules get a bytecode cache, so this file stays small. Standard
 library only, CPython >= 3.9; nothing imports it but tests."""
 
@@ -9,10 +9,10 @@ import os
 import signal
 import sys
 
-RUNNER_MODULES = ("suzumio_models", "suzumio_runner_tools", "suzumio_runner_loop")
+RUNNER_MODULES = ("suzumio_runner_models", "suzumio_runner_tools", "suzumio_runner_loop")
 
 try:
-    from suzumio_models import provider_secrets
+    from suzumio_runner_models import provider_secrets
     from suzumio_runner_loop import Runner, RunnerError
     from suzumio_runner_tools import ProcessGroups
 except ModuleNotFoundError as missing:  # the backend must deliver the runner files side by side

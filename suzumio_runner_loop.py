@@ -13,7 +13,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from suzumio_models import (
+from suzumio_runner_models import (
     HttpResponse,
     ModelError,
     TransportError,

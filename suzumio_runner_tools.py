@@ -13,7 +13,7 @@ import stat
 import time
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from suzumio_models import TransportError, http_request, proxy_for
+from suzumio_runner_models import TransportError, http_request, proxy_for
 
 MAX_SAFE_INTEGER = 2**53 - 1
 LINE_LIMIT = 2000

@@ -35,7 +35,7 @@ from runner_fixtures import (
 )
 
 import suzumio_backend
-import suzumio_models as models
+import suzumio_runner_models as models
 import suzumio_runner as runner
 import suzumio_runner_loop as loop
 import suzumio_runner_tools as tools
@@ -1224,7 +1224,7 @@ RUNNER_MODULES = (
     "suzumio_runner.py",
     "suzumio_runner_loop.py",
     "suzumio_runner_tools.py",
-    "suzumio_models.py",
+    "suzumio_runner_models.py",
 )
 # Imported only by an activation whose agent has a sandbox-side MCP server (issue 15).
 ALL_RUNNER_MODULES = (*RUNNER_MODULES, "suzumio_runner_mcp.py")

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from conftest import wait_until
 from fake_model import RecordingProxy
 
-import suzumio_models as models
+import suzumio_runner_models as models
 import suzumio_runner_tools as tools
 from suzumio_runner_tools import ToolError
 
