@@ -19,6 +19,18 @@ BUILTIN_TOOLPACKS = ("core", "shell", "web")
 MANIFEST_NAME = "suzumio.toolpack.json"
 
 
+def check_json_schema(schema, where):
+    """A manifest's inputSchema must be a JSON Schema its draft's meta-schema accepts (jsonschema)."""
+    import jsonschema  # imported only when a local manifest is read: `config render` of the rest stays light
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        at = "/".join(str(part) for part in exc.path)
+        raise ConfigError(f"{where}: inputSchema is not a valid JSON Schema: {exc.message}"
+                          + (f" (at {at})" if at else "")) from None
+
+
 def packaged_toolpacks_dir():
     """The directory holding the packaged toolpacks: `toolpacks/` beside the controller modules, else
     the one a wheel installed under <prefix>/share/suzumio (suzumio_resources)."""
@@ -506,6 +518,7 @@ def load_local_toolpack(root, config_id=None, packaged=None):
             raise ConfigError("Manifest field tool.name is required")
         if _blank(tool.get("description")):
             raise ConfigError("Manifest field tool.description is required")
+        check_json_schema(tool["inputSchema"], f"Manifest tool {tool['name']}")
         tools.append(ToolSpec(tool["name"], tool["description"], toolpack_id, False, frozen_json(tool["inputSchema"])))
     entries = manifest.get("webui")
     if entries is None:
@@ -527,6 +540,8 @@ def load_local_toolpack(root, config_id=None, packaged=None):
         schema = entry.get("inputSchema")
         if schema is not None and not isinstance(schema, dict):
             raise ConfigError("Manifest webui inputSchema must be an object")
+        if schema is not None:
+            check_json_schema(schema, f"Manifest webui entry {entry_id}")
         if _blank(entry.get("title")):
             raise ConfigError("Manifest field webui.title is required")
         kind = entry.get("kind")

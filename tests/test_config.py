@@ -1489,6 +1489,13 @@ def local_failure(tmp_path, manifest, runner=True, controller=True, entry=None):
     ({"id": "x", "tools": [], "webui": [{"id": "a", "title": "T", "inputSchema": []}]},
      "Manifest webui inputSchema must be an object"),
     ({"id": "x", "tools": [], "webui": [{"id": "a"}]}, "Manifest field webui.title is required"),
+    ({"id": "x", "tools": [{"name": "t", "description": "d", "inputSchema": {"type": "objekt"}}]},
+     "Manifest tool t: inputSchema is not a valid JSON Schema: 'objekt' is not valid under any of the given "
+     "schemas (at type)"),
+    ({"id": "x", "tools": [], "webui": [{"id": "a", "title": "T",
+                                          "inputSchema": {"properties": {"n": {"minimum": "1"}}}}]},
+     "Manifest webui entry a: inputSchema is not a valid JSON Schema: '1' is not of type 'number' "
+     "(at properties/n/minimum)"),
     ({"id": "x", "tools": [], "webui": [{"id": "a", "title": "T", "kind": "form"}]}, "Invalid WebUI entry kind: form"),
     ({"id": "x", "tools": []}, "Toolpack x has neither tools nor WebUI entries"),
     ({"id": "x", "tools": [], "webui": []}, "Toolpack x has neither tools nor WebUI entries"),
@@ -1677,3 +1684,18 @@ def test_strict_makes_unknown_keys_one_error_and_clean_files_pass(tmp_path):
     assert "strict" not in load(tmp_path, BASE).data
     assert config.unknown_keys({"name": "x", "nmae": "y", "agents": {"pm": {"tolls": 1}}}) == [
         "nmae: unknown key (did you mean name?)", "agents.pm.tolls: unknown key (did you mean tools?)"]
+
+
+def test_every_built_in_input_schema_passes_the_json_schema_check():
+    project = config.ProjectConfig.from_data(
+        {"name": "x", "task": "t", "agents": {"pm": {}}, "tools": {"toolpacks": ["core", "shell", "web"]}})
+    checked = 0
+    for pack in project.toolpacks:
+        for tool in pack.tools:
+            registry.check_json_schema(tool.input_schema, tool.name)
+            checked += 1
+        for entry in pack.webui:
+            if entry.input_schema is not None:
+                registry.check_json_schema(entry.input_schema, entry.id)
+                checked += 1
+    assert checked > 10
