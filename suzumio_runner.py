@@ -12,8 +12,8 @@ import sys
 RUNNER_MODULES = ("suzumio_runner_models", "suzumio_runner_tools", "suzumio_runner_loop")
 
 try:
-    from suzumio_runner_models import provider_secrets
     from suzumio_runner_loop import Runner, RunnerError
+    from suzumio_runner_models import provider_secrets
     from suzumio_runner_tools import ProcessGroups
 except ModuleNotFoundError as missing:  # the backend must deliver the runner files side by side
     if missing.name not in RUNNER_MODULES:

@@ -72,7 +72,8 @@ class ControllerStub:
         agent = self.store.agent(body["agentId"], include_token=True)
         if agent["token"] != body["token"]:
             return 403, {"error": "Invalid agent token"}
-        return 200, coordination.complete_activation(self.store, config_of(self.store), body["activationId"], body["agentId"],
+        return 200, coordination.complete_activation(self.store, config_of(self.store), body["activationId"],
+                                                     body["agentId"],
                                                    body["output"]["text"], body["output"].get("usage"))
 
     def close(self):

@@ -227,7 +227,8 @@ class World:
         self.demo.record_activation_context(done["id"], "pm", CONTEXT)
         coordination.complete_activation(self.demo, config_of(self.demo), done["id"], "pm", "done")
         self.demo_activation = done["id"]
-        self.demo_message = coordination.send_message(self.demo, config_of(self.demo), "user", "hello", recipient="pm")["id"]
+        self.demo_message = coordination.send_message(self.demo, config_of(self.demo), "user", "hello",
+                                                      recipient="pm")["id"]
         # Agent status `stopped` has no transition out of it: ticks skip these agents for good.
         self.demo.db_run("UPDATE agents SET status = 'stopped' WHERE project = ?", ["demo"])
         self.demo.set_status("stopped")

@@ -84,7 +84,8 @@ def test_project_list_gives_light_summaries_without_secrets(service):
 
 
 def test_project_detail_has_stats_and_recent_messages_oldest_first(service, demo):
-    ids = [coordination.send_message(demo, config_of(demo), "user", f"m{i}" + "b" * 13000, recipient="worker")["id"] for i in range(12)]
+    ids = [coordination.send_message(demo, config_of(demo), "user", f"m{i}" + "b" * 13000,
+                                     recipient="worker")["id"] for i in range(12)]
     detail = service.get("/api/projects/demo").json()
     assert set(detail["stats"]) == {"messageCount", "activationCount", "failedActivationCount",
                                     "runningActivationCount", "toolCallCount", "historyMessageCount",
@@ -95,7 +96,8 @@ def test_project_detail_has_stats_and_recent_messages_oldest_first(service, demo
 
 
 def test_message_list_limit_returns_newest_oldest_first(service, demo):
-    ids = [coordination.send_message(demo, config_of(demo), "user", f"m{i}", recipient="worker")["id"] for i in range(1, 4)]
+    ids = [coordination.send_message(demo, config_of(demo), "user", f"m{i}",
+                                     recipient="worker")["id"] for i in range(1, 4)]
     assert [m["id"] for m in service.get("/api/projects/demo/messages?limit=2").json()] == ids[1:]
     assert len(service.get("/api/projects/demo/messages?limit=0").json()) == 3
     assert len(service.get("/api/projects/demo/messages?limit=abc").json()) == 3

@@ -260,7 +260,8 @@ def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client, p
         scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now(), CONFIGS)
         [first] = env.store.running_activations()
         wait_until(lambda: container_of(client, env.store, first["id"]).status == "running", 30)
-        message = coordination.send_message(env.store, config_of(env.store), "user", "stop now", recipient="worker", priority="P0")
+        message = coordination.send_message(env.store, config_of(env.store), "user", "stop now", recipient="worker",
+                                            priority="P0")
         scheduler.tick(env.store, env.backends, scheduler.NoHooks(), utc_now(), CONFIGS)
         p0 = next(s for s in env.store.list_signals(limit=100) if s["payload"].get("id") == message["id"])
         assert env.store.activation(first["id"])["error"] == f"Interrupted by P0 signal {p0['id']}"

@@ -170,7 +170,8 @@ def test_budget_reached_stops_the_project_once_and_lets_the_running_activation_f
         assert env.store.list_signals(kind="scheduler.resume_after_stop") == []
 
         provider_used(env, running, 50)
-        coordination.complete_activation(env.store, config_of(env.store), running["id"], "worker", "finished", usage={"tokens": {"total": 50}})
+        coordination.complete_activation(env.store, config_of(env.store), running["id"], "worker", "finished",
+                                         usage={"tokens": {"total": 50}})
         tick(env)
         assert env.store.activation(running["id"])["status"] == "completed"
         assert env.store.agent("worker")["status"] == "quiet"
@@ -215,7 +216,8 @@ def test_the_runners_own_report_is_not_counted_and_every_forwarded_call_is(tmp_p
     env = budget_env(tmp_path, 1000)
     try:
         act = open_activation(env, "pm")
-        coordination.complete_activation(env.store, config_of(env.store), act["id"], "pm", "done", usage={"tokens": {"total": 1_000_000}})
+        coordination.complete_activation(env.store, config_of(env.store), act["id"], "pm", "done",
+                                         usage={"tokens": {"total": 1_000_000}})
         tick(env)
         assert env.store.project()["status"] == "running", "a runner's report proves nothing"
         assert env.store.window_tokens() == 0
@@ -225,7 +227,8 @@ def test_the_runners_own_report_is_not_counted_and_every_forwarded_call_is(tmp_p
             provider_used(env, act, total)
         env.store.record_model_call(act["id"], "worker", "g", "main", 429, {})
         assert env.store.window_tokens() == 0, "a running activation counts once it ends"
-        coordination.complete_activation(env.store, config_of(env.store), act["id"], "worker", "done", usage={"tokens": {"total": 0}})
+        coordination.complete_activation(env.store, config_of(env.store), act["id"], "worker", "done",
+                                         usage={"tokens": {"total": 0}})
         assert env.store.window_tokens() == 700
         assert env.store.model_usage(act["id"]) == {
             "calls": 3, "tokens": {"input": 698, "output": 2, "total": 700}}
@@ -276,8 +279,10 @@ def test_start_grants_a_fresh_window_and_a_later_overrun_pauses_again(tmp_path):
         # an activation that was running across the restart counts in the new window
         provider_used(env, running, 600)
         provider_used(env, resumed, 300)
-        coordination.complete_activation(env.store, config_of(env.store), running["id"], "worker", "done", usage={"tokens": {"total": 600}})
-        coordination.complete_activation(env.store, config_of(env.store), resumed["id"], "pm", "done", usage={"tokens": {"total": 300}})
+        coordination.complete_activation(env.store, config_of(env.store), running["id"], "worker", "done",
+                                         usage={"tokens": {"total": 600}})
+        coordination.complete_activation(env.store, config_of(env.store), resumed["id"], "pm", "done",
+                                         usage={"tokens": {"total": 300}})
         tick(env)
         assert env.store.project()["status"] == "running" and env.store.window_tokens() == 900
         finish(env, "pm", 100)

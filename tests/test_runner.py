@@ -35,9 +35,9 @@ from runner_fixtures import (
 )
 
 import suzumio_backend
-import suzumio_runner_models as models
 import suzumio_runner as runner
 import suzumio_runner_loop as loop
+import suzumio_runner_models as models
 import suzumio_runner_tools as tools
 
 CHAT = "/v1/chat/completions"

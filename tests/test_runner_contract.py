@@ -39,7 +39,7 @@ def project_config(toolpacks=("core", "shell", "web")):
 def test_the_runner_knows_the_built_in_tools_the_controller_registers():
     registry = project_config().registry
     controller = {pack.id: tuple(pack.tool_names) for pack in registry.toolpacks if pack.builtin}
-    assert loop.BUILTIN_TOOLS == controller
+    assert controller == loop.BUILTIN_TOOLS
     assert loop.ENDING_TOOLS == suzumio_records.ENDING_TOOLS
     assert loop.SUPPORT_TOOLS == suzumio_registry.SUPPORT_BACKED_BUILTIN_TOOLS
 

@@ -161,7 +161,8 @@ def test_tool_call_finish_checks_status_and_ownership(service, demo, act):
 
 
 def test_p1_signals_reach_a_running_activation_at_the_next_completed_tool_call(service, demo, act):
-    message = coordination.send_message(demo, config_of(demo), "pm", "Stop and check the proof.", recipient="worker", priority="P1")
+    message = coordination.send_message(demo, config_of(demo), "pm", "Stop and check the proof.", recipient="worker",
+                                        priority="P1")
     coordination.send_message(demo, config_of(demo), "pm", "Later work.", recipient="worker", priority="P2")
     body = ident(service, "worker", act)
     tool_call_id = service.post("/runner/tool-calls/start", {**body, "tool": "shell.exec"}).json()["toolCallId"]

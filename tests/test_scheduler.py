@@ -51,7 +51,8 @@ def activations_of(env, agent_id):
 
 
 def send(env, recipient, priority="P3", body="Do it", **kw):
-    return coordination.send_message(env.store, config_of(env.store), "user", body, recipient=recipient, priority=priority, **kw)
+    return coordination.send_message(env.store, config_of(env.store), "user", body, recipient=recipient,
+                                     priority=priority, **kw)
 
 
 def signal_of(env, message):
@@ -140,10 +141,12 @@ def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
         assert (f"## {sig['id']} message.created\nMessage: {direct['id']}\nFrom: user\nTo: pm\nPriority: P3\n"
                 f"Time: {direct['createdAt']}\n\nDo it") in prompt
         wait_settled(env, "pm")
-        channel = coordination.send_message(env.store, config_of(env.store), "user", "Hello all", channel="#project", priority="P2")
+        channel = coordination.send_message(env.store, config_of(env.store), "user", "Hello all", channel="#project",
+                                            priority="P2")
         tick(env)
         assert "Channel: #project" in activations_of(env, "worker")[-1]["prompt"]
-        [custom] = coordination.record_signal(env.store, config_of(env.store), "review.ready", target_agent="verifier", priority="P1",
+        [custom] = coordination.record_signal(env.store, config_of(env.store), "review.ready",
+                                              target_agent="verifier", priority="P1",
                                            payload={"file": "a.md"})
         wait_settled(env, "verifier")
         tick(env)
@@ -438,7 +441,8 @@ def test_all_quiet_nudge_and_cooldown(tmp_path):
 def test_hook_runs_after_delivery_and_its_signal_waits_for_the_next_tick(tmp_path):
     with project(tmp_path, script="sleep") as env:
         send(env, "worker")
-        hooks = RecordingHooks(lambda store: coordination.record_signal(store, config_of(store), "review.ready", target_agent="verifier"))
+        hooks = RecordingHooks(lambda store: coordination.record_signal(store, config_of(store), "review.ready",
+                                                                        target_agent="verifier"))
         tick(env, hooks=hooks)
         assert hooks.calls[0]["worker"] == "running", "hooks observe post-delivery state"
         assert activations_of(env, "verifier") == []

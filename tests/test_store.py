@@ -257,7 +257,8 @@ def test_migration_1_is_literal_sql_whose_checks_match_the_status_constants(tmp_
 
 def test_ids_and_timestamps_have_the_documented_format(demo):
     act = coordination.start_activation(demo, "worker", "p", [])
-    coordination.send_message(demo, config_of(demo), "worker", "hi", recipient="pm", source_agent="worker", source_activation=act["id"])
+    coordination.send_message(demo, config_of(demo), "worker", "hi", recipient="pm", source_agent="worker",
+                              source_activation=act["id"])
     call = demo.start_tool_call("worker", act["id"], "shell.exec", {"cmd": "ls"})
     for _ in range(15):
         demo.append_history("worker", act["id"], "assistant", "assistant_output", "x")
@@ -396,23 +397,28 @@ def test_useful_effect_defaults(demo, kind, target, explicit, expected):
 
 def test_pending_signals_selection_p1_batch_else_one_routine(demo):
     coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P3", now=at(1))
-    p2 = [coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P2", now=at(2 + i))[0] for i in range(3)]
+    p2 = [coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P2",
+                                     now=at(2 + i))[0] for i in range(3)]
     assert [s["id"] for s in coordination.pending_signals(demo, config_of(demo), "worker", now=at(60))] == [p2[0]["id"]]
-    p1 = [coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P1", now=at(10 + i))[0] for i in range(2)]
-    assert [s["id"] for s in coordination.pending_signals(demo, config_of(demo), "worker", now=at(60))] == [s["id"] for s in p1]
+    p1 = [coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P1",
+                                     now=at(10 + i))[0] for i in range(2)]
+    assert [s["id"] for s in coordination.pending_signals(demo, config_of(demo), "worker",
+                                                          now=at(60))] == [s["id"] for s in p1]
     p0 = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", priority="P0", now=at(20))[0]
     two = suzumio_config.ProjectConfig.from_data(dict(demo.config(), scheduler={"maxSignalsPerActivation": 2}))
     assert [s["id"] for s in coordination.pending_signals(demo, two, "worker", now=at(60))] == [p0["id"], p1[0]["id"]]
 
 
 def test_delayed_signal_is_invisible_until_not_before(demo):
-    (signal,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", not_before=at(3600), now=T0)
+    (signal,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker", not_before=at(3600),
+                                           now=T0)
     assert signal["notBefore"] == at(3600)
     assert coordination.pending_signals(demo, config_of(demo), "worker", now=at(10)) == []
     assert not demo.has_pending_signals(now=at(10))
     assert not demo.has_pending_signals_for_agent("worker", now=at(10))
     assert demo.has_pending_signals_for_agent("worker", include_delayed=True, now=at(10))
-    assert [s["id"] for s in coordination.pending_signals(demo, config_of(demo), "worker", now=at(3600))] == [signal["id"]]
+    assert [s["id"] for s in coordination.pending_signals(demo, config_of(demo), "worker",
+                                                          now=at(3600))] == [signal["id"]]
     (plain,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="pm", now=T0)
     assert "notBefore" not in plain
 
@@ -476,9 +482,11 @@ def test_start_activation_rolls_back_when_a_signal_is_no_longer_pending(demo):
 
 def test_completion_counts_messages_and_effects_without_nudge(demo):
     act = coordination.start_activation(demo, "worker", "p", [], now=at(1))
-    coordination.send_message(demo, config_of(demo), "worker", "result", recipient="pm", source_agent="worker", source_activation=act["id"],
+    coordination.send_message(demo, config_of(demo), "worker", "result", recipient="pm", source_agent="worker",
+                              source_activation=act["id"],
                       now=at(2))
-    result = coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done", {"totalTokens": 5}, now=at(3))
+    result = coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done", {"totalTokens": 5},
+                                              now=at(3))
     assert result == {"status": "completed", "activationId": act["id"]}
     done = demo.activation(act["id"])
     assert done["emittedMessages"] == 1 and done["text"] == "done" and done["usage"] == {"totalTokens": 5}
@@ -494,7 +502,8 @@ def test_completion_of_non_running_activation_changes_nothing(demo):
     act = coordination.start_activation(demo, "worker", "p", [])
     demo.cancel_activation(act["id"], "Interrupted")
     before = snapshot(demo)
-    assert coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "late", {}) == {"status": "cancelled",
+    assert coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "late",
+                                            {}) == {"status": "cancelled",
                                                                          "activationId": act["id"]}
     assert snapshot(demo) == before
     with pytest.raises(Forbidden, match=f"^Activation {act['id']} does not belong to pm$"):
@@ -679,7 +688,8 @@ def test_completion_after_useful_tools_records_no_nudge(demo, effect):
     elif effect == "wait":
         coordination.declare_wait(demo, config_of(demo), agent, act["id"], notify_pm=False)
     else:
-        coordination.record_signal(demo, config_of(demo), "x", source_agent=agent, source_activation=act["id"], useful_effect=True)
+        coordination.record_signal(demo, config_of(demo), "x", source_agent=agent, source_activation=act["id"],
+                                   useful_effect=True)
     coordination.complete_activation(demo, config_of(demo), act["id"], agent, "done")
     assert demo.list_signals(kind="scheduler.no_effect_nudge") == []
 
@@ -739,8 +749,10 @@ def test_tool_call_start_and_finish_write_row_and_history(demo):
 
 def test_p1_delivered_at_tool_boundary_after_tool_result(demo):
     act = coordination.start_activation(demo, "worker", "p", [])
-    message = coordination.send_message(demo, config_of(demo), "pm", "Urgent fix", recipient="worker", priority="P1", source_agent="pm")
-    coordination.record_signal(demo, config_of(demo), "later", target_agent="worker", priority="P1", not_before=at(3600, rec.now_ts()))
+    message = coordination.send_message(demo, config_of(demo), "pm", "Urgent fix", recipient="worker", priority="P1",
+                                        source_agent="pm")
+    coordination.record_signal(demo, config_of(demo), "later", target_agent="worker", priority="P1",
+                               not_before=at(3600, rec.now_ts()))
     coordination.record_signal(demo, config_of(demo), "routine", target_agent="worker", priority="P2")
     failed = demo.start_tool_call("worker", act["id"], "shell.exec")
     assert coordination.finish_tool_call(demo, "worker", act["id"], failed["toolCallId"], "failed", error="x") == {
@@ -869,7 +881,8 @@ def test_stop_cancels_running_work_and_records_resume_signal(demo):
     assert [s["kind"] for s in chosen] == ["scheduler.resume_after_stop"]
     act2 = coordination.start_activation(demo, "worker", "p", chosen, now=at(5))
     assert demo.signal(resume["id"])["deliveredActivationId"] == act2["id"]
-    assert coordination.pending_signals(demo, config_of(demo), "worker", now=at(6))[0]["payload"]["body"] == "later work"
+    assert coordination.pending_signals(demo, config_of(demo), "worker",
+                                        now=at(6))[0]["payload"]["body"] == "later work"
     assert "## " + resume["id"] + " scheduler.resume_after_stop" in rec.render_signal(resume)
 
 
@@ -1194,7 +1207,8 @@ def test_the_typed_config_supplies_the_defaults_the_rules_read():
 
 def test_reads_used_by_the_scheduler(demo):
     assert not demo.agent_has_activations("worker")
-    (signal,) = coordination.record_signal(demo, config_of(demo), "scheduler.failed_nudge", target_agent="worker", priority="P2",
+    (signal,) = coordination.record_signal(demo, config_of(demo), "scheduler.failed_nudge", target_agent="worker",
+                                           priority="P2",
                                    payload={"attempt": 1}, now=at(1))
     act = coordination.start_activation(demo, "worker", "p", [signal], now=at(2))
     assert demo.agent_has_activations("worker")

@@ -237,14 +237,16 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     assert paths == {"/api/projects", "/api/projects/demo/stream"}
 
     before = len(tab.requests)
-    coordination.send_message(fresh.store(), config_of(fresh.store()), "user", "A message written after the page loaded.", recipient="researcher")
+    coordination.send_message(fresh.store(), config_of(fresh.store()), "user",
+                              "A message written after the page loaded.", recipient="researcher")
     started = time.monotonic()
     expect(metric(page, "messages")).to_have_text("4", timeout=LIVE_UPDATE_MS)
     print(f"overview live update after {time.monotonic() - started:.2f}s")
 
     page.get_by_role("tab", name="Messages").click()
     expect(page.get_by_test_id("message-card")).to_have_count(4)
-    coordination.send_message(fresh.store(), config_of(fresh.store()), "pm", "Another one, shown live.", recipient="user")
+    coordination.send_message(fresh.store(), config_of(fresh.store()), "pm", "Another one, shown live.",
+                              recipient="user")
     started = time.monotonic()
     expect(page.get_by_test_id("message-card").first.get_by_test_id("message-body")).to_have_text(
         "Another one, shown live.", timeout=LIVE_UPDATE_MS)
@@ -273,7 +275,8 @@ def test_roster_and_activations_follow_a_running_activation_live(tabs, fresh):
 
     page.get_by_role("tab", name="Activations + context").click()
     expect(page.get_by_test_id("activation-item")).to_have_count(3)
-    coordination.complete_activation(store, config_of(store), activation, "researcher", "Survey done.", usage={"tokens": {"input": 10, "output": 5}})
+    coordination.complete_activation(store, config_of(store), activation, "researcher", "Survey done.",
+                                     usage={"tokens": {"input": 10, "output": 5}})
     newest = page.get_by_test_id("activation-item").first
     expect(newest.get_by_test_id("activation-result")).to_have_text("Survey done.", timeout=LIVE_UPDATE_MS)
     expect(newest.get_by_test_id("activation-usage")).to_contain_text("15 tokens")
@@ -340,7 +343,8 @@ def test_failing_project_list_shows_banner_on_next_live_refresh_and_clears_after
     page = tab.open("#/demo/overview")
     tab.wait_live()
     page.route(is_project_list, lambda route: route.abort())
-    coordination.send_message(fresh.store(), config_of(fresh.store()), "user", "Wake the list refresh.", recipient="researcher")
+    coordination.send_message(fresh.store(), config_of(fresh.store()), "user", "Wake the list refresh.",
+                              recipient="researcher")
     expect(page.get_by_test_id("error-banner")).to_be_visible(timeout=LIVE_UPDATE_MS)
     page.unroute(is_project_list)
     coordination.send_message(fresh.store(), config_of(fresh.store()), "user", "And again.", recipient="researcher")

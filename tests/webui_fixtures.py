@@ -104,7 +104,8 @@ def seed_demo(root, directory, controller_url, name="demo"):
     store.start()
     coordination.send_message(store, config_of(store), "user", "Please plan the survey.", recipient="pm", priority="P3")
     pending = [s["id"] for s in coordination.pending_signals(store, config_of(store), "pm")]
-    act1 = coordination.start_activation(store, "pm", "# New signals\n\nPlease plan the survey.", pending)["id"]  # row 1
+    act1 = coordination.start_activation(store, "pm", "# New signals\n\nPlease plan the survey.",
+                                         pending)["id"]  # row 1
     store.record_activation_context(act1, "pm", {
         "version": 1, "kind": "model-context", "recordedAt": suzumio_records.now_ts(), "selectedModel": "offline",
         "model": "team", "apiModel": "team", "firstPrompt": True, "messageCount": len(CONTEXT_MESSAGES),
@@ -122,7 +123,8 @@ def seed_demo(root, directory, controller_url, name="demo"):
     coordination.complete_activation(store, config_of(store), act1, "pm", "Plan drafted and shared.", usage=USAGE)
     newest = coordination.send_message(store, config_of(store), "user", LONG_BODY, recipient="pm", priority="P1")
     pending = [s["id"] for s in coordination.pending_signals(store, config_of(store), "pm")]
-    act2 = coordination.start_activation(store, "pm", "# New signals\n\nRead the long briefing.", pending)["id"]  # row 23
+    act2 = coordination.start_activation(store, "pm", "# New signals\n\nRead the long briefing.",
+                                         pending)["id"]  # row 23
     for index in range(24, 101):
         role = "assistant" if index % 2 else "user"
         store.append_history("pm", act2, role, f"{role}_text", f"Row {index}: briefing notes, part {index}.")
@@ -218,7 +220,8 @@ def seed_team_scale(root, directory, controller_url, *, activations=2000, messag
         act = coordination.start_activation(store, agent, f"Work item {index}.", [], now=clock)["id"]
         for step in range(per_activation if index < activations - 1 else messages - sent):
             recipient = f"agent{(index + step + 1) % 6}"
-            coordination.send_message(store, config_of(store), agent, f"Item {index}, note {step}: handing over the next piece.",
+            coordination.send_message(store, config_of(store), agent,
+                                      f"Item {index}, note {step}: handing over the next piece.",
                                recipient=recipient, priority=("P1", "P2", "P3", "P3")[step % 4],
                                source_agent=agent, source_activation=act,
                                now=clock + timedelta(milliseconds=800 * (step + 1)))
