@@ -956,7 +956,7 @@ def _fill_history(store, agent, count_rows):
 def test_compaction_archives_head_and_keeps_tail(demo):
     act = _fill_history(demo, "worker", 20)
     result = coordination.compact_history(demo, "worker", act["id"], "  The summary.  ", keep_tail=12,
-                                  reason="provider_context_overflow", selected_model="main")
+                                          reason="provider_context_overflow", selected_model="main")
     assert result["status"] == "compacted"
     compaction = result["compaction"]
     assert compaction["archivedMessageCount"] == 8

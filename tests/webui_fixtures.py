@@ -115,11 +115,11 @@ def seed_demo(root, directory, controller_url, name="demo"):
         call = store.start_tool_call("pm", act1, "shell.exec", {"command": command})["toolCallId"]
         coordination.finish_tool_call(store, "pm", act1, call, "completed", output=f"$ {command}\nok")
     coordination.send_message(store, config_of(store), "pm", "Survey plan drafted; details follow.", recipient="user",
-                       source_agent="pm", source_activation=act1)
+                              source_agent="pm", source_activation=act1)
     while store.history_page("pm", limit=1)["messages"][0]["sequence"] < 21:  # rows 6–21
         store.append_history("pm", act1, "assistant", "assistant_text", "Working through the survey notes.")
     compaction = coordination.compact_history(store, "pm", act1, "Summary of the first twenty rows: plan drafted.",
-                                       keep_tail=1, reason="seed")["compaction"]["id"]  # row 22
+                                              keep_tail=1, reason="seed")["compaction"]["id"]  # row 22
     coordination.complete_activation(store, config_of(store), act1, "pm", "Plan drafted and shared.", usage=USAGE)
     newest = coordination.send_message(store, config_of(store), "user", LONG_BODY, recipient="pm", priority="P1")
     pending = [s["id"] for s in coordination.pending_signals(store, config_of(store), "pm")]
@@ -227,6 +227,6 @@ def seed_team_scale(root, directory, controller_url, *, activations=2000, messag
                                now=clock + timedelta(milliseconds=800 * (step + 1)))
             sent += 1
         coordination.complete_activation(store, config_of(store), act, agent, f"Item {index} done.", usage=USAGE,
-                                  now=clock + timedelta(seconds=6))
+                                         now=clock + timedelta(seconds=6))
     log.info("seeded %s: %d activations, %d messages", name, activations, sent)
     return store
