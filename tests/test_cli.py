@@ -203,12 +203,17 @@ def test_status_after_init(demo):
         assert re.fullmatch(rf"  {agent} +quiet  -  (just now|\d+s ago)", line), line
 
 
-def test_status_columns_align_and_times_are_relative(demo):
+def running_pm(demo):
+    """Start the demo project and one activation of pm from a user message: (store, activation)."""
     store = suzumio_store.Root(demo).open_project("demo")
     store.start()
     coordination.send_message(store, config_of(store), "user", "go", recipient="pm")
     pending = coordination.pending_signals(store, config_of(store), "pm")
-    activation = coordination.start_activation(store, "pm", "prompt", pending)
+    return store, coordination.start_activation(store, "pm", "prompt", pending)
+
+
+def test_status_columns_align_and_times_are_relative(demo):
+    store, activation = running_pm(demo)
     later = suzumio_records.parse_ts(store.agent("pm")["updatedAt"]) + datetime.timedelta(minutes=5, seconds=3)
     out = suzumio.main(["status", "demo", "--root", str(demo)], out=(buffer := io.StringIO()), now=later)
     assert out == 0
@@ -426,11 +431,7 @@ def test_double_dash_protects_a_body_word(demo):
 
 
 def test_stop_without_docker_records_stop_failed(demo):
-    store = suzumio_store.Root(demo).open_project("demo")
-    store.start()
-    coordination.send_message(store, config_of(store), "user", "go", recipient="pm")
-    pending = coordination.pending_signals(store, config_of(store), "pm")
-    activation = coordination.start_activation(store, "pm", "prompt", pending)
+    store, activation = running_pm(demo)
     store.set_activation_container(activation["id"], "suzumio-demo-pm-gone")
     result = cli("stop", "demo", "--root", str(demo), env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert (result.returncode, result.stdout) == (0, "demo: stopped\n")
