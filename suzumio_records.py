@@ -1,7 +1,8 @@
 """Pure records of the durable store (store.md): status constants and their allowed transitions, signal
-kinds, timestamps and ids, the JSON shapes of stored rows, signal rendering, useful-effect and nudge
-defaults, token-budget and truncation helpers. No I/O and no sqlite3: any controller module may import it
-(the store, scheduler, backend, toolpacks and HTTP routes do); it imports only suzumio_errors."""
+kinds, timestamps and ids, the JSON shapes of stored rows, signal rendering, useful-effect defaults and
+nudge texts, priority checks, token-budget and truncation helpers. No I/O and no sqlite3: any controller
+module may import it (the store, coordination, scheduler, backend, toolpacks and HTTP routes do); it
+imports only suzumio_errors."""
 import json
 import math
 import uuid
