@@ -74,7 +74,7 @@ class ControllerStub:
             return 403, {"error": "Invalid agent token"}
         return 200, coordination.complete_activation(self.store, config_of(self.store), body["activationId"],
                                                      body["agentId"],
-                                                   body["output"]["text"], body["output"].get("usage"))
+                                                     body["output"]["text"], body["output"].get("usage"))
 
     def close(self):
         self.server.shutdown()

@@ -147,7 +147,7 @@ def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
         assert "Channel: #project" in activations_of(env, "worker")[-1]["prompt"]
         [custom] = coordination.record_signal(env.store, config_of(env.store), "review.ready",
                                               target_agent="verifier", priority="P1",
-                                           payload={"file": "a.md"})
+                                              payload={"file": "a.md"})
         wait_settled(env, "verifier")
         tick(env)
         prompt = activations_of(env, "verifier")[-1]["prompt"]

@@ -484,7 +484,7 @@ def test_completion_counts_messages_and_effects_without_nudge(demo):
     act = coordination.start_activation(demo, "worker", "p", [], now=at(1))
     coordination.send_message(demo, config_of(demo), "worker", "result", recipient="pm", source_agent="worker",
                               source_activation=act["id"],
-                      now=at(2))
+                              now=at(2))
     result = coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "done", {"totalTokens": 5},
                                               now=at(3))
     assert result == {"status": "completed", "activationId": act["id"]}
@@ -1209,7 +1209,7 @@ def test_reads_used_by_the_scheduler(demo):
     assert not demo.agent_has_activations("worker")
     (signal,) = coordination.record_signal(demo, config_of(demo), "scheduler.failed_nudge", target_agent="worker",
                                            priority="P2",
-                                   payload={"attempt": 1}, now=at(1))
+                                           payload={"attempt": 1}, now=at(1))
     act = coordination.start_activation(demo, "worker", "p", [signal], now=at(2))
     assert demo.agent_has_activations("worker")
     assert demo.model_alive_agents() == ["worker"]

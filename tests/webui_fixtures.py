@@ -222,9 +222,9 @@ def seed_team_scale(root, directory, controller_url, *, activations=2000, messag
             recipient = f"agent{(index + step + 1) % 6}"
             coordination.send_message(store, config_of(store), agent,
                                       f"Item {index}, note {step}: handing over the next piece.",
-                               recipient=recipient, priority=("P1", "P2", "P3", "P3")[step % 4],
-                               source_agent=agent, source_activation=act,
-                               now=clock + timedelta(milliseconds=800 * (step + 1)))
+                                      recipient=recipient, priority=("P1", "P2", "P3", "P3")[step % 4],
+                                      source_agent=agent, source_activation=act,
+                                      now=clock + timedelta(milliseconds=800 * (step + 1)))
             sent += 1
         coordination.complete_activation(store, config_of(store), act, agent, f"Item {index} done.", usage=USAGE,
                                          now=clock + timedelta(seconds=6))
