@@ -1,4 +1,4 @@
-"""Store-level message ingest: messages/s through `ProjectStore.send_message` for a direct message (one
+"""Store-level message ingest: messages/s through `suzumio_coordination.send_message` for a direct message (one
 message, one signal, two events) and a channel message fanned out to 10 agents (one message, 10
 signals, 11 events), each against bare SQLite inserts of the same rows (same tables, same settings: WAL,
 synchronous=NORMAL, one transaction per message) made on a plain connection in the same run.
