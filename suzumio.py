@@ -743,10 +743,9 @@ def glibc():
     """The C library when it is glibc (mallopt and malloc_trim exist), else None (musl, macOS)."""
     try:
         libc = ctypes.CDLL(None)
-        libc.mallopt, libc.malloc_trim
-    except (OSError, AttributeError):
+    except OSError:
         return None
-    return libc
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
 def tune_malloc(arenas=MALLOC_ARENAS, mmap_threshold=MMAP_THRESHOLD_BYTES):
