@@ -17,6 +17,7 @@ import signal
 import stat
 import sys
 import threading
+import time
 from pathlib import Path
 
 import suzumio_config
@@ -30,8 +31,11 @@ log = logging.getLogger(__name__)
 DEFAULT_LIMIT = 50
 SIGNAL_POLL_SECONDS = 0.2
 LOW_DESCRIPTOR_LIMIT = 4096
-M_ARENA_MAX = -8  # glibc's mallopt parameter number
+M_ARENA_MAX = -8  # glibc's mallopt parameter numbers
+M_MMAP_THRESHOLD = -3
 MALLOC_ARENAS = 2
+MMAP_THRESHOLD_BYTES = 128 * 1024
+TRIM_INTERVAL_SECONDS = 60.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 RUNNER_SOCKET = "runner.sock"
 # sun_path holds 108 bytes on Linux and 104 on macOS, both with the terminating NUL.
@@ -738,18 +742,32 @@ def raise_descriptor_limit(err):
     return soft
 
 
-def limit_malloc_arenas(count=MALLOC_ARENAS):
-    """Cap glibc's malloc arenas before the worker threads start. With one arena per busy thread (up to
-    8 per core), memory freed by the HTTP workers' short-lived large buffers (runner bodies, activation
-    histories) stays spread over dozens of arenas and the resident size climbs for hours although the
-    live heap is flat (bench/soak_teams.py: 174 -> 305 MiB in 6 minutes; with 2 arenas 107 -> 134 MiB).
-    Not glibc (musl, macOS): nothing to do."""
+def glibc():
+    """The C library when it is glibc (mallopt and malloc_trim exist), else None (musl, macOS)."""
     try:
         libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+def tune_malloc(arenas=MALLOC_ARENAS, mmap_threshold=MMAP_THRESHOLD_BYTES):
+    """Make glibc's malloc give freed memory back, before the worker threads start. With one arena per
+    busy thread (up to 8 per core) and a mmap threshold that rises with every large buffer freed, the
+    HTTP workers' short-lived large buffers (runner bodies, activation histories) end up spread over
+    dozens of arenas and the resident size climbs for hours although the live heap is flat
+    (bench/soak_teams.py: 174 -> 305 MiB in 6 minutes). Two arenas and a fixed threshold (larger buffers
+    are mapped and unmapped on their own) keep it level; release_free_memory() returns the rest."""
+    libc = glibc()
+    if libc is None:
         return False
-    return bool(mallopt(M_ARENA_MAX, count))
+    return bool(libc.mallopt(M_ARENA_MAX, arenas)) and bool(libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold))
+
+
+def release_free_memory():
+    """Give the free pages inside malloc's arenas back to the system (serve calls it every minute)."""
+    libc = glibc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False
 
 
 def open_stores(root):
@@ -801,7 +819,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         if stale is not None:
             stale.unlink()
     descriptors = raise_descriptor_limit(err)
-    limit_malloc_arenas()
+    tune_malloc()
     liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
     runtime = Runtime(root, socket_path, on_fatal=liveness.died)
     servers = []
@@ -852,8 +870,11 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         runtime.backends.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
         if scheduler_enabled:
             runtime.scheduler.start()
+        trimmed = time.monotonic()
         while not received and not liveness.dead.wait(SIGNAL_POLL_SECONDS):
-            pass
+            if time.monotonic() - trimmed >= TRIM_INTERVAL_SECONDS:
+                release_free_memory()
+                trimmed = time.monotonic()
         if received:
             log.info("signal %s: shutting down", received[0])
     finally:

@@ -28,8 +28,10 @@ from suzumio_http import (
     JSON_TYPE,
     NOSNIFF,
     base_app,
+    encode_json_item,
     error_response,
     floored,
+    join_json_items,
     json_response,
     limit_param,
     optional_string,
@@ -171,6 +173,27 @@ def _named_secret_map(path):
 
 # ---------------------------------------------------------------- the app
 
+class ProjectListText:
+    """The text of GET /api/projects, each project's part encoded once for as long as the root serves
+    the same summary from its cache (with hundreds of projects, encoding is most of the answer's cost)."""
+
+    def __init__(self):
+        self._parts = {}  # project id -> (summary, text)
+        self._lock = threading.Lock()
+
+    def encode(self, summaries):
+        texts = []
+        with self._lock:
+            parts = {}
+            for summary in summaries:
+                cached = self._parts.get(summary["id"])
+                text = cached[1] if cached is not None and cached[0] is summary else encode_json_item(summary)
+                parts[summary["id"]] = (summary, text)
+                texts.append(text)
+            self._parts = parts
+        return join_json_items(texts)
+
+
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
              poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
@@ -204,6 +227,7 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
 
 def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     """Routes of §4.1 and §5–§8."""
+    project_list = ProjectListText()
 
     def tick(store):
         run_tick(scheduler.tick, store.project_id)
@@ -229,8 +253,8 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
 
     @app.get("/api/projects")
     def projects():
-        return json_response([root.open_project(name).project_summary(full=False)
-                              for name in root.list_projects()])
+        return bottle.HTTPResponse(project_list.encode(root.project_summaries()), 200,
+                                   {"Content-Type": JSON_TYPE, NOSNIFF[0]: NOSNIFF[1]})
 
     @app.get("/api/projects/<project>")
     def project(project):

@@ -43,6 +43,21 @@ def encode_json(value):
 _JSON_LITERALS = {True: "true", False: "false", None: "null"}
 
 
+def encode_json_item(value):
+    """The text of `value` as one item of a top-level list laid out as encode_json lays it out, so a
+    list of cached items can be joined (join_json_items) instead of encoded again."""
+    out = []
+    _write_json(value, out, "\n  ")
+    return "".join(out)
+
+
+def join_json_items(texts):
+    """encode_json(items) from the items' encode_json_item texts."""
+    if not texts:
+        return b"[]\n"
+    return ("[\n  " + ",\n  ".join(texts) + "\n]\n").encode("utf-8")
+
+
 def _json_key(key):
     """Dict keys as json.dumps converts them."""
     if isinstance(key, str):

@@ -99,8 +99,7 @@ class SuzumioMcp:
         return result
 
     def tool_list_projects(self, args):
-        return {"projects": [self.root.open_project(name).project_summary(full=False)
-                             for name in self.root.list_projects()]}
+        return {"projects": self.root.project_summaries()}
 
     def tool_project_status(self, args):
         return self._store(args).project_summary(full=True)

@@ -13,6 +13,7 @@ import secrets
 import shutil
 import sqlite3
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -207,6 +208,9 @@ class Root:
         self._recent = OrderedDict()  # project name -> store, least recently used first
         self._recent_lock = threading.Lock()
         self.changes = Changes()
+        self._summaries = {}  # project name -> (key, summary) for project_summaries()
+        self._summaries_lock = threading.Lock()
+        self._computing = {}  # project name -> the lock held while its summary is computed
 
     def _used(self, store):
         with self._recent_lock:
@@ -234,6 +238,66 @@ class Root:
             return []
         return sorted(entry.name for entry in self.path.iterdir()
                       if entry.is_dir() and (entry / DB_FILE).is_file())
+
+    def project_summaries(self):
+        """The short summary of every project (http-api.md §5.1), each computed again only when the
+        project changed since: a commit in this process bumps its version, one from another process (a
+        CLI command beside `serve`) changes its database files. The project list is what every control
+        room polls; with hundreds of idle projects it costs a few stat() calls each instead of opening
+        every database and counting its rows."""
+        names = self.list_projects()
+        summaries = []
+        for name in names:
+            summary = self._cached_summary(name)
+            if summary is None:
+                # One request computes a changed project's summary; those arriving meanwhile wait for it
+                # (a control room's clients all come at once, after a restart, with a cold cache).
+                with self._summaries_lock:
+                    computing = self._computing.setdefault(name, threading.Lock())
+                with computing:
+                    summary = self._cached_summary(name) or self._computed_summary(name)
+            if summary is not None:
+                summaries.append(summary)
+        with self._summaries_lock:
+            for gone in set(self._summaries) - set(names):
+                del self._summaries[gone]
+                self._computing.pop(gone, None)
+        return summaries
+
+    def _cached_summary(self, name):
+        key = self._summary_key(name)
+        with self._summaries_lock:
+            cached = self._summaries.get(name)
+        return cached[1] if key is not None and cached is not None and cached[0] == key else None
+
+    def _computed_summary(self, name):
+        key = self._summary_key(name)
+        try:
+            summary = self.open_project(name).project_summary(full=False)
+        except NotFound:
+            return None  # removed between the listing and the read
+        if key is not None:
+            with self._summaries_lock:
+                self._summaries[name] = (key, summary)
+        return summary
+
+    def _summary_key(self, name):
+        """What identifies a project's state for the summary cache, read before the summary is: its
+        in-process version and the size and change time of its database and WAL files. None (not
+        cacheable) while a file changed within the last second, where a coarse file clock could give a
+        later write from another process the same time."""
+        key = [self.changes.version(name)]
+        now = time.time_ns()
+        for path in (self.path / name / DB_FILE, self.path / name / (DB_FILE + "-wal")):
+            try:
+                info = os.stat(path)
+            except FileNotFoundError:
+                key.append(None)
+                continue
+            if now - info.st_mtime_ns < 1_000_000_000:
+                return None
+            key.append((info.st_size, info.st_mtime_ns, info.st_ino))
+        return tuple(key)
 
     def project_dir(self, name):
         if not valid_project_name(name):

@@ -73,9 +73,12 @@ def run_idle(folder, count, clients, requests_each):
     try:
         idle = serve.descriptors()
         sampler = Sampler(serve)
+        # One client first: the cold list (every summary computed), then the same list from the cache.
+        _statuses, cold = browse(serve, 1, 1)
+        _statuses, alone = browse(serve, 1, 5)
         statuses, latencies = browse(serve, clients, requests_each, sampler=sampler)
         healthy = serve.healthy()
-        return idle, statuses, latencies, sampler, healthy
+        return idle, statuses, latencies, sampler, healthy, cold[0], benchlib.median(alone)
     finally:
         serve.stop()
 
@@ -110,10 +113,14 @@ def main():
     results.add("peak threads while loaded", sampler.peak_threads, "count")
 
     with tempfile.TemporaryDirectory(prefix="suzumio-load-") as folder:
-        idle, statuses, latencies, sampler, healthy = run_idle(Path(folder), args.idle, args.clients, args.requests)
+        idle, statuses, latencies, sampler, healthy, cold, alone = run_idle(Path(folder), args.idle, args.clients,
+                                                                            args.requests)
     ok = sum(status == 200 for status in statuses)
     results.add(f"{args.idle} idle projects: answered 200 of {len(statuses)}", ok, "count")
-    results.add(f"{args.idle} idle projects, {args.clients} clients: list median", benchlib.median(latencies), "s")
+    results.add(f"{args.idle} idle projects: first list after start (cold), one client", cold, "s")
+    results.add(f"{args.idle} idle projects: list, one client", alone, "s")
+    results.add(f"{args.idle} idle projects, {args.clients} clients: list median", benchlib.median(latencies), "s",
+                alone)
     results.add(f"{args.idle} idle projects, {args.clients} clients: list p95",
                 benchlib.percentile(latencies, 0.95), "s")
     results.add("descriptors at start (idle root)", idle, "count")

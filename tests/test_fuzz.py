@@ -500,3 +500,19 @@ def test_unknown_tool_names_with_line_breaks_stay_on_one_line(tmp_path):
     path.write_text(valid_config_text().replace("tools: [messages.send,", 'tools: ["m\\nessages.send",', 1))
     error = load_outcome(path)
     assert error.message.startswith('agents.pm.tools.0: unknown tool "m\\nessages.send" (registered: ')
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20)
+
+
+@fuzz_settings(200)
+@given(st.lists(JSON_VALUES, max_size=6))
+def test_a_list_joined_from_cached_items_is_the_list_encoded_at_once(values):
+    # GET /api/projects joins the cached text of each project's summary.
+    from suzumio_http import encode_json, encode_json_item, join_json_items
+    tried("cached list items")
+    joined = join_json_items([encode_json_item(value) for value in values])
+    assert joined == encode_json(values) == (json.dumps(values, indent=2, ensure_ascii=False) + "\n").encode()

@@ -131,9 +131,10 @@ def test_serve_without_faults_keeps_running_and_exits_0_on_sigterm(serve_root):
     assert serve.process.returncode == 0
 
 
-def test_serve_caps_glibc_malloc_arenas():
-    # glibc accepts the cap (mallopt answers 1); the soak bench measures what it saves.
+def test_serve_tunes_glibc_malloc():
+    # glibc accepts the arena cap and the fixed mmap threshold (mallopt answers 1); the soak bench
+    # measures what they and the periodic trim save.
     import platform
 
     import suzumio
-    assert suzumio.limit_malloc_arenas() is (platform.libc_ver()[0] == "glibc")
+    assert suzumio.tune_malloc() is (platform.libc_ver()[0] == "glibc")

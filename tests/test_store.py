@@ -1,8 +1,10 @@
 """Store tests on a real SQLite file: store.md §9 acceptance scenarios plus transactions and threads."""
 import json
 import re
+import shutil
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -1313,3 +1315,33 @@ def test_read_connections_refuse_writes_so_a_read_path_changes_nothing(demo):
         demo.db_get("UPDATE projects SET status = 'failed'")
     assert count(demo, "events") == before
     assert demo.project()["status"] == "running"
+
+
+def test_project_summaries_follow_writes_from_this_process_and_others(tmp_path):
+    """The project list's summaries are cached per project and computed again after any commit: one made
+    through the same root (its version) or through another root on the same files (another process)."""
+    root, store = init_demo(tmp_path)
+    other = st.Root(tmp_path)
+    try:
+        def message_count():
+            return root.project_summaries()[0]["stats"]["messageCount"]
+
+        assert message_count() == 0
+        elsewhere = other.open_project("demo")
+        coordination.send_message(elsewhere, config_of(elsewhere), "user", "from another process", recipient="pm")
+        assert message_count() == 1  # the WAL just changed: not served from the cache
+        time.sleep(1.1)  # the files settle: their summary is cached from now on
+        first = root.project_summaries()[0]
+        assert root.project_summaries()[0] is first and first["stats"]["messageCount"] == 1
+        coordination.send_message(store, config_of(store), "user", "from this process", recipient="pm")
+        assert message_count() == 2  # this root's version moved
+        time.sleep(1.1)
+        root.project_summaries()
+        coordination.send_message(elsewhere, config_of(elsewhere), "user", "again", recipient="pm")
+        assert message_count() == 3
+        store.close()
+        shutil.rmtree(tmp_path / "demo")
+        assert root.project_summaries() == []
+    finally:
+        other.close()
+        root.close()
