@@ -14,6 +14,7 @@ from json.encoder import encode_basestring as _quote_json
 
 import bottle
 
+import suzumio_approvals
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_model_proxy import ModelProxy
 from suzumio_records import (
@@ -381,8 +382,21 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         call = authorize(root, read_fields(), ("tool",), running=TOOL_CALLS_CLOSED)
         tool = call.body["tool"]
         toolpacks.check_tool_call(call.store, call.agent, tool)
-        return json_response(call.store.start_tool_call(call.agent_id, call.activation_id, tool,
-                                                        call.body.get("input")))
+        # Issue 16: a call that an approval rule matches is recorded with a pending approval request.
+        return json_response(suzumio_approvals.start_tool_call(
+            call.store, toolpacks.configs.get(call.store), call.agent_id, call.activation_id, tool,
+            call.body.get("input")))
+
+    @app.post("/runner/approvals/wait")
+    def approval_wait():
+        """Issue 16: the runner waits for the decision on its request (long-poll, asked again)."""
+        call = authorize(root, read_fields(), ("approvalId",))
+        wait_ms = call.body.get("waitMs", suzumio_approvals.MAX_WAIT_S * 1000)
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or not math.isfinite(wait_ms) \
+                or wait_ms < 0:
+            raise BadRequest("waitMs must be a non-negative number")
+        return json_response(suzumio_approvals.wait_for_decision(
+            call.store, root.changes, call.agent_id, call.activation_id, call.body["approvalId"], wait_ms / 1000))
 
     @app.post("/runner/tool-calls/finish")
     def tool_call_finish():
@@ -417,6 +431,9 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     @app.post("/toolpacks/<toolpack_id>/support")
     def toolpack_support(toolpack_id):
         call = authorize(root, read_fields(), ("tool",), running=TOOL_CALLS_CLOSED)
+        # Issue 16: a gated tool runs on the controller only after its approval (never by calling here).
+        suzumio_approvals.claim_controller_call(call.store, toolpacks.configs.get(call.store), call.agent_id,
+                                                call.activation_id, call.body["tool"], call.body.get("input", {}))
         result = toolpacks.support(call.store, call.agent, call.activation_id, toolpack_id,
                                    call.body["tool"], call.body.get("input", {}))
         return json_response(result)
