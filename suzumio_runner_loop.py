@@ -872,7 +872,7 @@ class Runner:
             if not decision.get("run"):
                 text = decision.get("output") or "Tool call did not run: {}".format(decision.get("status"))
                 signal_text = decision.get("signalText")
-                return "{}\n\n{}".format(text, signal_text) if signal_text else text
+                return f"{text}\n\n{signal_text}" if signal_text else text
         try:
             result = tool.handler(args)
         except (ToolError, ControllerError, OSError, ValueError) as error:
