@@ -143,7 +143,8 @@ USAGE = ("Suzumio\n\nCommands:\n"
 COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
-    "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None), "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1),
+    "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
+    "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1),
 }
 
 

@@ -133,7 +133,7 @@ def test_a_matching_call_gets_a_pending_request_and_others_do_not(served):
 
 def test_concurrent_decisions_apply_exactly_once(served):
     service, store = served
-    who, started = start_gated(service, store)
+    _who, started = start_gated(service, store)
     approval_id = started["approval"]["id"]
     answers = []
 
@@ -224,7 +224,7 @@ def test_another_agent_cannot_wait_on_or_use_a_request(served):
 
 def test_an_ended_activation_cancels_its_pending_requests(served):
     service, store = served
-    who, started = start_gated(service, store)
+    who, _started = start_gated(service, store)
     store.cancel_activation(who["activationId"], "Interrupted by P0 signal sig_x")
     [row] = service.get("/api/projects/demo/approvals").json()
     assert (row["status"], row["decidedBy"]) == ("cancelled", "system")
