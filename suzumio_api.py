@@ -379,16 +379,16 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
         status = bottle.request.query.get("status") or None
         return json_response(suzumio_approvals.list_approvals(store, status=status, limit=limit_query(200)))
 
-    @app.get("/api/projects/<project>/approvals/<approval_id>")
-    def approval(project, approval_id):
-        return json_response(suzumio_approvals.approval(root.open_project(project), approval_id))
+    @app.get("/api/projects/<project>/approvals/<approval>")
+    def approval_request(project, approval):
+        return json_response(suzumio_approvals.approval(root.open_project(project), approval))
 
-    @app.post("/api/projects/<project>/approvals/<approval_id>")
-    def decide_approval(project, approval_id):
+    @app.post("/api/projects/<project>/approvals/<approval>")
+    def decide_approval(project, approval):
         store = root.open_project(project)
         decision, note = suzumio_approvals.check_decision(read_body())
         via = bottle.request.get_header(DECIDER_HEADER, "api").strip().lower()
-        return json_response(suzumio_approvals.decide(store, approval_id, decision, note,
+        return json_response(suzumio_approvals.decide(store, approval, decision, note,
                                                       via=via if via in ("api", "webui") else "api"))
 
     @app.post("/api/projects/<project>/messages")

@@ -171,7 +171,7 @@ def segments(draw, name, fuzz):
     valid = {
         "project": ["demo"], "agent": ["pm", "worker", "ghost"], "message": [fuzz.demo_message, "msg_x"],
         "activation": [fuzz.demo_activation, "act_x"], "compaction": ["cmp_x"],
-        "approval_id": ["apr_x", "apr_1_deadbeef"],
+        "approval": ["apr_x", "apr_1_deadbeef"],
         "toolpack_id": ["core", "shell", "web", "nope", "core%2F..", "co%72e"],
         "entry_id": ["project.stats", "messages.send", "messages.conversation", "coordination.signals",
                      "completion.report", "file.activity", "shell.activity", "nope"],
@@ -351,7 +351,7 @@ def test_oversized_bodies_are_refused_before_they_are_parsed(fuzz, routes):
         if method != "POST" or rule in ignored:
             continue
         target = fill(rule, {"project": "demo", "toolpack_id": "core", "entry_id": "messages.send",
-                             "approval_id": "apr_x"})
+                             "approval": "apr_x"})
         tried("oversized bodies")
         reply = exchange(fuzz, "POST", target, huge, {"Content-Type": JSON_TYPE})
         too_large = f"Request body too large (limit {MAX_BODY_BYTES} bytes)"
