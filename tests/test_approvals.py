@@ -299,3 +299,29 @@ def test_cli_lists_allows_and_denies(served, tmp_path):
     assert rows[second["approval"]["id"]]["decidedBy"] == "cli"
     code, out, _ = run_cli("approvals", "demo", "--root", root)
     assert "  note: Keep the build." in out
+
+
+# ---------------------------------------------------------------- MCP server
+
+def mcp_call(service, name, arguments):
+    reply = service.post("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": name, "arguments": arguments}},
+                         headers={"Accept": "application/json, text/event-stream"})
+    assert reply.status_code == 200, reply.text
+    return reply.json()["result"]
+
+
+def test_the_mcp_server_lists_and_decides_approvals(served):
+    service, store = served
+    _who, started = start_gated(service, store)
+    approval_id = started["approval"]["id"]
+    listed = mcp_call(service, "list_approvals", {"project": "demo", "status": "pending"})
+    assert [r["id"] for r in listed["structuredContent"]["approvals"]] == [approval_id]
+    bad = mcp_call(service, "decide_approval", {"project": "demo", "approvalId": approval_id, "decision": "maybe"})
+    assert bad["isError"] is True and "decision must be one of" in bad["content"][0]["text"]
+    decided = mcp_call(service, "decide_approval", {"project": "demo", "approvalId": approval_id,
+                                                    "decision": "deny", "note": "Not today."})
+    assert (decided["structuredContent"]["status"], decided["structuredContent"]["decidedBy"]) == ("denied", "mcp")
+    twice = mcp_call(service, "decide_approval", {"project": "demo", "approvalId": approval_id, "decision": "allow"})
+    assert twice["isError"] is True
+    assert twice["content"][0]["text"] == f"Approval {approval_id} is already denied"
