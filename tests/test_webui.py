@@ -953,3 +953,56 @@ def test_control_room_url_token_is_kept_for_the_session_and_dropped_from_the_add
         prompt = wrong.get_by_test_id("token-prompt")
         expect(prompt.get_by_role("alert")).to_have_text("Invalid API token")
         assert "nope" not in wrong.url
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 16: the pending-approvals card, live from the stream, in real Chromium against a real team.
+
+def test_pending_approval_card_appears_live_and_allow_runs_the_tool(tabs, tmp_path):
+    from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, call, running_team
+
+    agents = {"pm": {"model": "pm", "tools": PM_TOOLS},
+              "worker-1": {"model": "worker", "tools": WORKER_TOOLS,
+                           "approve": [{"tool": "shell.exec", "match": {"command": "deploy"}}]}}
+    with running_team(tmp_path, "local", agents=agents) as team:
+        marker = team.store.artifacts_dir("worker-1") / "deployed.txt"
+        command = f"printf '<b>x</b>' > {marker}  # deploy <img src=x onerror=alert(1)>"
+        team.model.enqueue(tool_calls=[call("shell.exec", command=command)], model="worker-1")
+        team.model.enqueue(content="Deployed.", model="worker-1")
+        tab = tabs(team.service)
+        page = tab.open(f"#/{team.name}/overview")
+        tab.wait_live()
+        expect(page.get_by_test_id("approvals-card")).to_have_count(0)
+        team.send("worker-1", "Deploy.")
+        card = page.get_by_test_id("approvals-card")
+        expect(card).to_be_visible(timeout=LIVE_UPDATE_MS + 5000)
+        item = card.get_by_test_id("approval-item")
+        expect(item).to_have_count(1)
+        expect(item.get_by_test_id("approval-tool")).to_have_text("shell.exec")
+        expect(item.get_by_test_id("approval-agent")).to_have_text("worker-1")
+        # the input is text: the markup in it is shown, never parsed
+        expect(item.get_by_test_id("approval-input")).to_contain_text("<img src=x onerror=alert(1)>")
+        assert item.locator("img, b").count() == 0
+        tab.screenshot("approvals-card", full_page=False)  # docs/images/approvals-card.png is a copy
+        assert not marker.exists()
+
+        # the agent's own view shows the same request
+        page.get_by_role("tab", name="History").click()
+        page.locator("#history-agent").select_option("worker-1")
+        expect(page.get_by_test_id("approvals-card").get_by_test_id("approval-item")).to_have_count(1)
+        page.locator("#history-agent").select_option("pm")
+        expect(page.get_by_test_id("approvals-card")).to_have_count(0)
+        page.locator("#history-agent").select_option("worker-1")
+
+        decide = tab.page.expect_request(lambda r: r.method == "POST" and "/approvals/" in r.url)
+        with decide as request:
+            page.get_by_test_id("approvals-card").get_by_role("button", name="Allow", exact=True).click()
+        assert post_json(request.value) == {"decision": "allow"}
+        assert request.value.headers.get("suzumio-client") == "webui"
+        expect(page.get_by_test_id("approvals-card")).to_have_count(0, timeout=LIVE_UPDATE_MS + 5000)
+        [activation] = team.wait_activations("worker-1", 1)
+        assert activation["status"] == "completed"
+        assert marker.read_text() == "<b>x</b>"
+        [row] = team.service.get(f"/api/projects/{team.name}/approvals").json()
+        assert (row["status"], row["decidedBy"]) == ("allowed", "webui")
+
