@@ -25,6 +25,8 @@ DECISION_STATUS = {ALLOW: ALLOWED, ALLOW_ALWAYS: ALLOWED, DENY: DENIED}
 DECIDERS = ("api", "cli", "webui", "mcp")
 MAX_NOTE_CHARS = 4000
 MAX_WAIT_S = 25.0  # longest one runner long-poll is held open; the runner asks again
+MAX_LONG_POLLS = 8  # runner long-polls held at once per runner listener; more are answered at once
+RETRY_AFTER_MS = 1000  # how long a runner answered at once waits before it asks again
 POLL_S = 0.5  # a decision made by another process (the CLI beside `serve`) is seen within this
 LIST_LIMIT = 200
 

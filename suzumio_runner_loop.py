@@ -919,6 +919,9 @@ class Runner:
                 continue
             if isinstance(answer, dict) and answer.get("status") != "pending":
                 return answer
+            retry_ms = answer.get("retryAfterMs") if isinstance(answer, dict) else None
+            if isinstance(retry_ms, (int, float)) and not isinstance(retry_ms, bool) and retry_ms > 0:
+                self.sleep(min(retry_ms / 1000, 5.0))  # the controller holds too many waits already
 
     def _fail_tool_call(self, tool_call_id, message):
         try:

@@ -357,6 +357,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     `model_proxy` (a suzumio_model_proxy.ModelProxy, by default one over the controller's environment)
     forwards `/runner/model`; `tracer` (suzumio_telemetry) gets a span for every model and tool call."""
     model_proxy = model_proxy or ModelProxy()
+    long_polls = threading.BoundedSemaphore(suzumio_approvals.MAX_LONG_POLLS)  # issue 16
 
     @app.post("/runner/model")
     def runner_model():
@@ -395,8 +396,18 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or not math.isfinite(wait_ms) \
                 or wait_ms < 0:
             raise BadRequest("waitMs must be a non-negative number")
-        return json_response(suzumio_approvals.wait_for_decision(
-            call.store, root.changes, call.agent_id, call.activation_id, call.body["approvalId"], wait_ms / 1000))
+        # A long-poll holds a worker thread: past MAX_LONG_POLLS at once, answer now and let it ask later.
+        held = long_polls.acquire(blocking=False)
+        try:
+            answer = suzumio_approvals.wait_for_decision(
+                call.store, root.changes, call.agent_id, call.activation_id, call.body["approvalId"],
+                wait_ms / 1000 if held else 0)
+        finally:
+            if held:
+                long_polls.release()
+        if not held and answer["status"] == suzumio_approvals.PENDING:
+            answer["retryAfterMs"] = suzumio_approvals.RETRY_AFTER_MS
+        return json_response(answer)
 
     @app.post("/runner/tool-calls/finish")
     def tool_call_finish():

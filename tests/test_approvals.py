@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from api_fixtures import init_project, running_activation, serving
+from conftest import wait_until
 
 import suzumio
 import suzumio_approvals
@@ -325,3 +326,24 @@ def test_the_mcp_server_lists_and_decides_approvals(served):
     twice = mcp_call(service, "decide_approval", {"project": "demo", "approvalId": approval_id, "decision": "allow"})
     assert twice["isError"] is True
     assert twice["content"][0]["text"] == f"Approval {approval_id} is already denied"
+
+
+def test_past_the_long_poll_limit_a_wait_is_answered_at_once_with_a_retry_hint(served):
+    service, store = served
+    who, started = start_gated(service, store)
+    approval_id = started["approval"]["id"]
+    holders = [threading.Thread(target=service.post, args=("/runner/approvals/wait",
+                                                            {**who, "approvalId": approval_id, "waitMs": 4000}),
+                                kwargs={"timeout": 30})
+               for _ in range(suzumio_approvals.MAX_LONG_POLLS)]
+    for holder in holders:
+        holder.start()
+    try:
+        def quick_answer():
+            reply = service.post("/runner/approvals/wait", {**who, "approvalId": approval_id, "waitMs": 0}).json()
+            return reply if "retryAfterMs" in reply else None
+        answer = wait_until(quick_answer, 10, message="an answer with retryAfterMs")
+        assert answer["status"] == "pending" and answer["retryAfterMs"] == suzumio_approvals.RETRY_AFTER_MS
+    finally:
+        for holder in holders:
+            holder.join(30)
