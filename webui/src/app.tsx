@@ -195,6 +195,12 @@ export function App() {
   const [historyPulse, setHistoryPulse] = useState<{ agentId: string; n: number } | null>(null);
   // Issue 16: bumped by approval events and by each project-list load; the approvals cards reload on it.
   const [approvalPulse, setApprovalPulse] = useState(0);
+  const liveRef = useRef<LiveMode>('connecting');
+  useEffect(() => {
+    // A stream that (re)opens may have missed approval events: the cards reload once.
+    if (live === 'live' && liveRef.current !== 'live') setApprovalPulse((n) => n + 1);
+    liveRef.current = live;
+  }, [live]);
 
   // Event handlers (hashchange, timers, the stream) read current values through this ref.
   const current = useRef({
@@ -230,7 +236,8 @@ export function App() {
       if (request !== projectSeq.current) return true;
       current.current.projects = list;
       setProjects(list);
-      setApprovalPulse((n) => n + 1);
+      // Issue 16: while the stream is live, approval events drive the cards; otherwise each poll does.
+      if (liveRef.current !== 'live') setApprovalPulse((n) => n + 1);
       setLastUpdated(new Date());
       setError(null);
       const wanted = current.current.selected ?? current.current.preferred;
