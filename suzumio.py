@@ -119,6 +119,14 @@ COMMAND_TABLE = (
     Command("artifacts", "<project>", "List the files agents wrote to their artifact directories.",
             [ROOT, JSON]),
     Command("events", "<project>", "Show a project's newest events, oldest first.", [LIMIT, ROOT, JSON]),
+    # Issue 16: approval gates
+    Command("approvals", "<project>", "Show a project's approval requests: pending ones first, then decided ones.",
+            [LIMIT, ROOT, JSON]),
+    Command("allow", "<project> <approval-id>", "Allow a pending tool call (with --always: the same rule for that "
+            "agent from now on).", [Option("--always", None, "allow-always: no more requests for this agent and rule"),
+                                   ROOT, JSON]),
+    Command("deny", "<project> <approval-id> [note...]", "Deny a pending tool call; the note tells the agent why.",
+            [ROOT, JSON]),
     Command("tick", "[project]", "Run one scheduler pass over one project or all of them.", [ROOT]),
     Command("toolpacks", "<project>", "List a project's toolpacks with their tools and state (MCP servers "
             "included).", [ROOT]),
@@ -139,7 +147,8 @@ USAGE = ("Suzumio\n\nCommands:\n"
 COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
-    "artifacts": (1, 1), "events": (1, 1), "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1),
+    "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
+    "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1),
 }
 
 
@@ -631,6 +640,50 @@ def cmd_approve(rest, options, out, err, now):
     return cmd_stop(rest, options, out, err, now, approve=True)
 
 
+def approval_line(row, now):
+    """One approval request in `approvals` text: id, status, agent, tool, time, then the input as JSON."""
+    decided = f" {row['decision']} via {row['decidedBy']}" if row.get("decidedBy") else ""
+    when = row.get("decidedAt") or row["createdAt"]
+    head = (f"{row['id']} {row['status']}{decided} {row['agentId']} {row['tool']} "
+            f"({relative_time(when, now)})")
+    lines = [head, "  input: " + json.dumps(row["input"], ensure_ascii=False, sort_keys=True)]
+    if row["status"] == "pending":
+        lines.append(f"  expires: {row['expiresAt']}")
+    if row.get("note"):
+        lines.append(f"  note: {row['note']}")
+    return "\n".join(lines)
+
+
+def cmd_approvals(rest, options, out, err, now):
+    import suzumio_approvals
+
+    with project_store(options, rest[0]) as store:
+        rows = suzumio_approvals.list_approvals(store, limit=parse_limit(options.limit))
+    if options.json:
+        print_json(rows, out)
+        return 0
+    if not rows:
+        print("No approval requests.", file=out)
+    for row in rows:
+        print(approval_line(row, now), file=out)
+    return 0
+
+
+def cmd_decide(rest, options, out, err, now, *, decision):
+    import suzumio_approvals
+
+    note = " ".join(rest[2:]).strip() or None if decision == "deny" else None
+    if decision == "allow" and options.always:
+        decision = "allow-always"
+    with project_store(options, rest[0]) as store:
+        row = suzumio_approvals.decide(store, rest[1], decision, note, via="cli")
+    if options.json:
+        print_json(row, out)
+    else:
+        print(f"{row['id']}: {row['status']} ({row['decision']})", file=out)
+    return 0
+
+
 def cmd_tick(rest, options, out, err, now):
     return tick_projects(options, rest, err, every=not rest)
 
@@ -919,7 +972,8 @@ COMMANDS = {
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
     "messages": cmd_messages, "activations": cmd_activations, "turns": cmd_activations,
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
-    "toolpacks": cmd_toolpacks, "mcp": cmd_mcp,
+    "toolpacks": cmd_toolpacks, "mcp": cmd_mcp, "approvals": cmd_approvals,
+    "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
     "gc": cmd_gc,
 }
 

@@ -18,6 +18,7 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
+import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_mcp_server
 import suzumio_openapi
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 WEBUI_DIR = resource_path("webui_dist")  # beside the modules, or under <prefix>/share/suzumio
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+DECIDER_HEADER = "Suzumio-Client"  # issue 16: `webui` when the control room decides an approval
 MCP_PATH = "/mcp"  # Suzumio as an MCP server (issue 15)
 STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
 ASSET_TYPES = {
@@ -365,6 +367,25 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
                                      recipient=optional_string(body.get("recipient")))
         tick(store)
         return json_response(store.project_summary(full=True))
+
+    # Issue 16: approval requests; deciding is a user route only (never on the runner listener).
+    @app.get("/api/projects/<project>/approvals")
+    def approvals(project):
+        store = root.open_project(project)
+        status = bottle.request.query.get("status") or None
+        return json_response(suzumio_approvals.list_approvals(store, status=status, limit=limit_query(200)))
+
+    @app.get("/api/projects/<project>/approvals/<approval>")
+    def approval_request(project, approval):
+        return json_response(suzumio_approvals.approval(root.open_project(project), approval))
+
+    @app.post("/api/projects/<project>/approvals/<approval>")
+    def decide_approval(project, approval):
+        store = root.open_project(project)
+        decision, note = suzumio_approvals.check_decision(read_body())
+        via = bottle.request.get_header(DECIDER_HEADER, "api").strip().lower()
+        return json_response(suzumio_approvals.decide(store, approval, decision, note,
+                                                      via=via if via in ("api", "webui") else "api"))
 
     @app.post("/api/projects/<project>/messages")
     def send_message(project):

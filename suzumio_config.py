@@ -605,6 +605,29 @@ _BACKEND = _Obj(
     ), _FULL),
 )
 
+class _ApprovalRuleObj(_Obj):
+    """Issue 16: one approval rule; every `match` pattern must compile (Python `re`, searched)."""
+
+    def rules(self, rule, path, issues):
+        ok = True
+        for field_name, pattern in rule.get("match", {}).items():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                issues.add(path + ["match", field_name], f"invalid regular expression {pattern!r}: {exc}")
+                ok = False
+        return ok
+
+
+# Issue 16: `agents.<id>.approve` and `tools.approve`; absent stays absent (rendered only when written).
+DEFAULT_APPROVAL_TIMEOUT_MS = 1800000
+_APPROVE = _List(_ApprovalRuleObj(
+    ("tool", _TEXT, _REQUIRED),
+    ("match", _Record(_Str()), _OMIT),
+    ("timeoutMs", _INT_GT0, DEFAULT_APPROVAL_TIMEOUT_MS),
+    ("onExpiry", _Enum("deny", "allow"), "deny"),
+))
+
 _AGENT = _Obj(
     ("role", _Str(), _OMIT),
     ("displayName", _Str(), _OMIT),
@@ -617,6 +640,7 @@ _AGENT = _Obj(
     ("env", _Record(_Str()), {}),
     ("network", _Bool(), _OMIT),
     ("docker", _Obj(*_container_fields(_OMIT, _OMIT, _OMIT, _OMIT, _OMIT)), _OMIT),
+    ("approve", _APPROVE, _OMIT),  # issue 16
 )
 
 _PROJECT = _Obj(
@@ -628,7 +652,8 @@ _PROJECT = _Obj(
     ("backend", _BACKEND, _FULL),
     ("agents", _Record(_AGENT), {}),
     ("channels", _List(_Str()), list(DEFAULT_CHANNELS)),
-    ("tools", _Obj(("toolpacks", _List(_ToolpackEntry()), ["core", "web"])), _FULL),
+    ("tools", _Obj(("toolpacks", _List(_ToolpackEntry()), ["core", "web"]),
+                   ("approve", _APPROVE, _OMIT)), _FULL),  # issue 16: approve
     ("platforms", _List(_Any()), []),
     ("observability", _Obj(
         ("http", _Obj(
@@ -1157,6 +1182,38 @@ def _check_allowlists(data, registry):
             raise ConfigError(f"agents.{key}.tools.{index}: {_unknown_tool_message(entry, registry)}")
 
 
+def _check_approval_rules(data, registry):
+    """Issue 16: every rule's `tool` is `*`, a registered tool or an `x.*` pattern, as in allowlists."""
+    lists = [("tools.approve", data["tools"].get("approve", []))]
+    lists += [(f"agents.{key}.approve", agent.get("approve", [])) for key, agent in data["agents"].items()]
+    for path, rules in lists:
+        for index, rule in enumerate(rules):
+            if registry.unknown_allowlist_entry([rule["tool"]]) is not None:
+                raise ConfigError(f"{path}.{index}.tool: {_unknown_tool_message(rule['tool'], registry)}")
+
+
+@dataclass(frozen=True)
+class ApprovalRule:
+    """Issue 16: one approval rule of an agent (its own first, then the project's `tools.approve`).
+    `key` names the rule for `allow-always`; `source` is `agent` or `project`."""
+
+    tool: str
+    match: FrozenMapping
+    timeout_ms: int
+    on_expiry: str
+    source: str
+    index: int
+
+    @property
+    def key(self):
+        return json.dumps({"source": self.source, "index": self.index, "tool": self.tool,
+                           "match": dict(self.match)}, sort_keys=True, separators=(",", ":"))
+
+    def as_json(self):
+        return {"tool": self.tool, "match": dict(self.match), "timeoutMs": self.timeout_ms,
+                "onExpiry": self.on_expiry, "source": self.source, "index": self.index}
+
+
 def _script_error(path, message):
     return ConfigError(f"{_format_path(path)}: {message}")
 
@@ -1273,6 +1330,7 @@ def _post_validate(data, merged, base_dir, env, packaged_dir, mcp_tools=None):
     models = data["backend"]["runner"]["models"]
     _check_presets(models)
     _check_allowlists(data, registry)
+    _check_approval_rules(data, registry)  # issue 16
     for provider_id, provider in models["providers"].items():
         if provider["type"] != "scripted":
             continue
@@ -1559,6 +1617,15 @@ class ProjectConfig:
 
     def tool(self, name):
         return self.registry.tool(name)
+
+    def approval_rules(self, agent_id):
+        """Issue 16: the agent's approval rules in matching order (its own, then `tools.approve`)."""
+        data = self.data
+        own = data["agents"].get(self.agent(agent_id).key, {}).get("approve", [])
+        return tuple(ApprovalRule(rule["tool"], _ro(rule.get("match", {})), rule["timeoutMs"], rule["onExpiry"],
+                                  source, index)
+                     for source, rules in (("agent", own), ("project", data["tools"].get("approve", [])))
+                     for index, rule in enumerate(rules))
 
     def allowed_tools(self, agent_id):
         """The registered tools an agent may see, in registration order (tools.md §2.3, §2.4)."""

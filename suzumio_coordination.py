@@ -240,9 +240,11 @@ def complete_activation(store, config, activation_id, agent_id, text, usage=None
         return {"status": ACT_COMPLETED, "activationId": activation_id}
 
 
-def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, output=None, error=None, now=None):
+def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, output=None, error=None, now=None,
+                     boundary=False):
     """store.md §5.6 finish plus P1 tool-boundary delivery (scheduler.md §3.2): after a completed call of
-    a running activation (not one that ends it), ready P1 signals ride on the tool result."""
+    a running activation (not one that ends it), ready P1 signals ride on the tool result. `boundary`:
+    deliver them although the call failed (issue 16: a denied approval is a tool boundary)."""
     if status not in TOOL_CALL_END_STATUSES:
         raise BadRequest(f"Invalid tool call status: {status}")
     output = None if output is None else str(output)
@@ -251,7 +253,7 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
         store.owned_activation(tx.conn, agent_id, activation_id)
         target, tool = store.record_tool_result(tx, agent_id, activation_id, tool_call_id, status, output, error)
         result = {"status": target}
-        if (target != TOOL_COMPLETED or store.activation(activation_id)["status"] != ACT_RUNNING
+        if ((target != TOOL_COMPLETED and not boundary) or store.activation(activation_id)["status"] != ACT_RUNNING
                 or tool in ENDING_TOOLS):
             return result
         signals = store.ready_signals(agent_id, ("P1",), BOUNDARY_LIMIT, tx.now)

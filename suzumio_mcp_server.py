@@ -1,8 +1,9 @@
 """Suzumio as an MCP server (issue 15): tools to list projects, read status, agents, messages and the
-report, send a message, start, stop, approve and request changes, and resources for reports and
-artifacts. One JSON-RPC dispatcher serves `POST /mcp` on `serve` (streamable HTTP, JSON responses,
-behind the user API token) and `suzumio mcp` over stdio, without the MCP SDK. Imports the store
-rules (suzumio_scheduler, suzumio_toolpacks); imported by suzumio_api (the route) and suzumio.py."""
+report, send a message, start, stop, approve and request changes, list and decide approval requests
+(issue 16), and resources for reports and artifacts. One JSON-RPC dispatcher serves `POST /mcp` on
+`serve` (streamable HTTP, JSON responses, behind the user API token) and `suzumio mcp` over stdio,
+without the MCP SDK. Imports the store rules (suzumio_scheduler, suzumio_approvals, suzumio_toolpacks);
+imported by suzumio_api (the route) and suzumio.py."""
 import base64
 import json
 import logging
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
@@ -53,6 +55,16 @@ TOOLS = (
     ("approve_project", "Approve a project's submitted report: the project completes.", _object(_PROJECT, ["project"])),
     ("request_changes", "Reject the submitted report with feedback; the coordinator (or recipient) is woken.",
      _object({**_PROJECT, "body": {"type": "string"}, "recipient": {"type": "string"}}, ["project", "body"])),
+    # issue 16: approval gates
+    ("list_approvals", "A project's approval requests: tool calls waiting for a person (pending first), then "
+     "decided ones.",
+     _object({**_PROJECT, "status": {"type": "string", "enum": list(suzumio_approvals.APPROVAL_STATUSES)}},
+             ["project"])),
+    ("decide_approval", "Allow, deny (with a note the agent reads) or allow-always one pending tool call.",
+     _object({**_PROJECT, "approvalId": {"type": "string"},
+              "decision": {"type": "string", "enum": list(suzumio_approvals.DECISIONS)},
+              "note": {"type": "string", "description": "Why; the agent's model reads it when denied"}},
+             ["project", "approvalId", "decision"])),
 )
 
 
@@ -150,6 +162,17 @@ class SuzumioMcp:
                                      recipient=optional_string(args.get("recipient")))
         self.tick(store.project_id)
         return store.project_summary(full=True)
+
+    def tool_list_approvals(self, args):
+        return {"approvals": suzumio_approvals.list_approvals(self._store(args), status=args.get("status"))}
+
+    def tool_decide_approval(self, args):
+        store = self._store(args)
+        approval_id = args.get("approvalId")
+        if not isinstance(approval_id, str) or not approval_id:
+            raise BadRequest("approvalId is required")
+        decision, note = suzumio_approvals.check_decision(args)
+        return suzumio_approvals.decide(store, approval_id, decision, note, via="mcp")
 
     # -- resources: suzumio://projects/<p>/report and suzumio://projects/<p>/artifacts/<agent>/<path>
 

@@ -88,6 +88,19 @@ SCHEMAS = {
                                    "channel": STRING, "sender": STRING,
                                    "priority": {"enum": ["P0", "P1", "P2", "P3"]}},
                     "description": "Exactly one of recipient (an agent id) and channel (a #channel)."},
+    # issue 16
+    "Approval": {"type": "object", "required": ["id", "agentId", "activationId", "toolCallId", "tool", "input",
+                                                "status", "onExpiry", "expiresAt", "createdAt"],
+                 "properties": {"id": STRING, "agentId": STRING, "activationId": STRING, "toolCallId": STRING,
+                                "tool": STRING, "input": {}, "rule": {"type": "object"},
+                                "status": {"enum": ["pending", "allowed", "denied", "expired", "cancelled"]},
+                                "decision": {"enum": ["allow", "deny", "allow-always"]},
+                                "decidedBy": {"enum": ["api", "cli", "webui", "mcp", "timeout", "system"]},
+                                "note": STRING, "onExpiry": {"enum": ["allow", "deny"]}, "expiresAt": STRING,
+                                "createdAt": STRING, "decidedAt": STRING, "usedAt": STRING}},
+    "ApprovalDecision": {"type": "object", "required": ["decision"],
+                         "properties": {"decision": {"enum": ["allow", "deny", "allow-always"]},
+                                        "note": {"type": "string", "maxLength": 4000}}},
     "RequestChanges": {"type": "object", "required": ["body"],
                        "properties": {"body": {"type": "string", "minLength": 1}, "recipient": STRING}},
 }
@@ -177,6 +190,17 @@ PATHS = {
     "/api/projects/{project}/approve": _post("Approve the result and complete the project", PROJECT_ANSWER),
     "/api/projects/{project}/request-changes": _post(
         "Send the coordinator a change request", PROJECT_ANSWER, _ref("RequestChanges")),
+    "/api/projects/{project}/approvals": _get(
+        "Approval requests: pending ones oldest first, then decided ones newest first (issue 16)",
+        _json(_array("Approval"), "Approval requests"),
+        [PROJECT, LIMIT, {"name": "status", "in": "query", "required": False, "schema": STRING,
+                          "description": "pending, allowed, denied, expired or cancelled"}]),
+    "/api/projects/{project}/approvals/{approval}": {
+        **_get("One approval request", _json(_ref("Approval"), "The request"),
+               [PROJECT, _path_param("approval", "Approval id")]),
+        **_post("Decide a pending approval request, exactly once (409 when it is no longer pending)",
+                _json(_ref("Approval"), "The decided request"), _ref("ApprovalDecision"),
+                [PROJECT, _path_param("approval", "Approval id")])},
     "/api/projects/{project}/stream": {"get": {
         "summary": "Server-sent events: the newest events replayed, then each new one as it is stored",
         "description": "Each frame is `id: <rowid>`, `event: <type>`, `data: <event JSON>`; a comment "

@@ -38,6 +38,8 @@ from suzumio_runner_tools import (
 
 CONTROLLER_CONNECT_TIMEOUT_S = 60.0
 CONTROLLER_READ_TIMEOUT_S = 300.0
+APPROVAL_WAIT_MS = 20000  # issue 16: one long-poll for a decision; the controller holds it at most 25 s
+APPROVAL_RETRY_S = 1.0  # pause before asking again a controller that did not answer
 ENDING_TOOLS = ("coordination.wait_for_signal", "completion.submit")
 BUILTIN_TOOLS = {
     "core": (
@@ -863,6 +865,14 @@ class Runner:
         except ControllerError as error:
             return str(error)
         tool_call_id = started.get("toolCallId") if isinstance(started, dict) else None
+        pending = started.get("approval") if isinstance(started, dict) else None
+        if isinstance(pending, dict) and isinstance(pending.get("id"), str):
+            # Issue 16: a person decides first; a call that does not run was finished by the controller.
+            decision = self.wait_for_approval(pending["id"])
+            if not decision.get("run"):
+                text = decision.get("output") or "Tool call did not run: {}".format(decision.get("status"))
+                signal_text = decision.get("signalText")
+                return f"{text}\n\n{signal_text}" if signal_text else text
         try:
             result = tool.handler(args)
         except (ToolError, ControllerError, OSError, ValueError) as error:
@@ -890,6 +900,28 @@ class Runner:
             state.end_output = result["output"]
         shown = {key: result[key] for key in ("title", "output", "metadata") if key in result}
         return compact_json(shown)
+
+    def wait_for_approval(self, approval_id):
+        """Issue 16: ask the controller for the decision until there is one. The agent keeps running; a
+        controller that is down (restarting) is asked again, so a restarted `serve` delivers it."""
+        while True:
+            try:
+                answer = self.client.post(
+                    "/runner/approvals/wait",
+                    {"approvalId": approval_id, "waitMs": APPROVAL_WAIT_MS},
+                    read_timeout=APPROVAL_WAIT_MS / 1000 + 30,
+                )
+            except ControllerError as error:
+                if error.status is not None and error.status < 500:
+                    return {"run": False, "status": "error", "output": str(error)}
+                self.warn("waiting for approval %s: %s (asking again)", approval_id, error)
+                self.sleep(APPROVAL_RETRY_S)
+                continue
+            if isinstance(answer, dict) and answer.get("status") != "pending":
+                return answer
+            retry_ms = answer.get("retryAfterMs") if isinstance(answer, dict) else None
+            if isinstance(retry_ms, (int, float)) and not isinstance(retry_ms, bool) and retry_ms > 0:
+                self.sleep(min(retry_ms / 1000, 5.0))  # the controller holds too many waits already
 
     def _fail_tool_call(self, tool_call_id, message):
         try:

@@ -5,7 +5,10 @@ The HTTP conventions both apps share are suzumio_http's. Imported by suzumio_api
 import hmac
 import json
 import logging
+import math
+import threading
 
+import suzumio_approvals
 import suzumio_coordination as coordination
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (
@@ -138,6 +141,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     `model_proxy` (a suzumio_model_proxy.ModelProxy, by default one over the controller's environment)
     forwards `/runner/model`; `tracer` (suzumio_telemetry) gets a span for every model and tool call."""
     model_proxy = model_proxy or ModelProxy()
+    long_polls = threading.BoundedSemaphore(suzumio_approvals.MAX_LONG_POLLS)  # issue 16
 
     @app.post("/runner/model")
     def runner_model():
@@ -163,8 +167,31 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         call = authorize(root, read_fields(), ("tool",), running=TOOL_CALLS_CLOSED)
         tool = call.body["tool"]
         toolpacks.check_tool_call(call.store, call.agent, tool)
-        return json_response(call.store.start_tool_call(call.agent_id, call.activation_id, tool,
-                                                        call.body.get("input")))
+        # Issue 16: a call that an approval rule matches is recorded with a pending approval request.
+        return json_response(suzumio_approvals.start_tool_call(
+            call.store, toolpacks.configs.get(call.store), call.agent_id, call.activation_id, tool,
+            call.body.get("input")))
+
+    @app.post("/runner/approvals/wait")
+    def approval_wait():
+        """Issue 16: the runner waits for the decision on its request (long-poll, asked again)."""
+        call = authorize(root, read_fields(), ("approvalId",))
+        wait_ms = call.body.get("waitMs", suzumio_approvals.MAX_WAIT_S * 1000)
+        if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or not math.isfinite(wait_ms) \
+                or wait_ms < 0:
+            raise BadRequest("waitMs must be a non-negative number")
+        # A long-poll holds a worker thread: past MAX_LONG_POLLS at once, answer now and let it ask later.
+        held = long_polls.acquire(blocking=False)
+        try:
+            answer = suzumio_approvals.wait_for_decision(
+                call.store, root.changes, call.agent_id, call.activation_id, call.body["approvalId"],
+                wait_ms / 1000 if held else 0)
+        finally:
+            if held:
+                long_polls.release()
+        if not held and answer["status"] == suzumio_approvals.PENDING:
+            answer["retryAfterMs"] = suzumio_approvals.RETRY_AFTER_MS
+        return json_response(answer)
 
     @app.post("/runner/tool-calls/finish")
     def tool_call_finish():
@@ -193,6 +220,9 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     @app.post("/toolpacks/<toolpack_id>/support")
     def toolpack_support(toolpack_id):
         call = authorize(root, read_fields(), ("tool",), running=TOOL_CALLS_CLOSED)
+        # Issue 16: a gated tool runs on the controller only after its approval (never by calling here).
+        suzumio_approvals.claim_controller_call(call.store, toolpacks.configs.get(call.store), call.agent_id,
+                                                call.activation_id, call.body["tool"], call.body.get("input", {}))
         result = toolpacks.support(call.store, call.agent, call.activation_id, toolpack_id,
                                    call.body["tool"], call.body.get("input", {}))
         return json_response(result)

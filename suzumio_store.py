@@ -490,7 +490,25 @@ _MIGRATION_2 = [
     "CREATE INDEX idx_model_calls_project_activation ON model_calls (project, activation_id)",
 ]
 
-MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2)]
+# Issue 16: approval requests (suzumio_approvals owns the rules and the decisions). One row per gated tool
+# call: pending until a person decides, it expires or its activation ends; `rule_key` names the rule an
+# `allow-always` decision keeps allowing for that agent; `used_at` marks the controller-side run it allowed.
+_MIGRATION_3 = [
+    """CREATE TABLE approvals (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL, tool TEXT NOT NULL, input_json TEXT NOT NULL,
+        rule_json TEXT NOT NULL, rule_key TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'allowed', 'denied', 'expired', 'cancelled')),
+        decision TEXT CHECK (decision IN ('allow', 'deny', 'allow-always')),
+        decided_by TEXT, note TEXT, on_expiry TEXT NOT NULL CHECK (on_expiry IN ('allow', 'deny')),
+        expires_at TEXT NOT NULL, created_at TEXT NOT NULL, decided_at TEXT, used_at TEXT)""",
+    "CREATE INDEX idx_approvals_project_status ON approvals (project, status, created_at)",
+    "CREATE INDEX idx_approvals_project_activation ON approvals (project, activation_id, status)",
+    "CREATE INDEX idx_approvals_project_grant ON approvals (project, agent_id, rule_key, decision)",
+]
+
+MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
+              (3, "approval requests", _MIGRATION_3)]
 
 
 class _Tx:
@@ -1294,7 +1312,23 @@ class ProjectStore:
         if cursor.rowcount and self._observer is not None:
             ended = activation_json(self.activation_row(activation_id, tx.conn))
             tx.after_commit.append(lambda: self._observer.activation_ended(ended))
+        if cursor.rowcount:
+            self._cancel_approvals(tx, activation_id, f"Activation {activation_id} is {target}")  # issue 16
         return cursor.rowcount
+
+    def _cancel_approvals(self, tx, activation_id, reason):
+        """Issue 16: an activation that ends takes its pending approval requests with it."""
+        rows = tx.all("SELECT id, agent_id, tool FROM approvals WHERE project = ? AND activation_id = ? "
+                      "AND status = 'pending'", (self.project_id, activation_id))
+        if not rows:
+            return
+        tx.execute("UPDATE approvals SET status = 'cancelled', decided_by = 'system', note = ?, decided_at = ? "
+                   "WHERE project = ? AND activation_id = ? AND status = 'pending'",
+                   (reason, tx.ts, self.project_id, activation_id))
+        for row in rows:
+            self.add_event(tx, "approval.cancelled", {"id": row["id"], "agentId": row["agent_id"],
+                                                      "activationId": activation_id, "tool": row["tool"],
+                                                      "reason": reason})
 
     def fail_activation(self, activation_id, error, now=None):
         """store.md §5.4. Returns the failed activation, or None when it was already terminal."""

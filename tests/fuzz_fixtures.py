@@ -60,6 +60,12 @@ ERROR_TEXTS = [
     (r"Model preset \S+ is a model list; .*|Model preset \S+ uses provider \S+, not .*", {400}),
     (r"Provider \S+ is scripted: .*|Provider type \S+ is not supported by this version .*", {400}),
     (r"Method not allowed: POST JSON-RPC messages to /mcp", {405}),
+    # approvals (issue 16)
+    (r"Unknown approval: .*|Unknown approval for activation: .*", {404}),
+    (r"decision must be one of .*|note must be a string|note is longer than \d+ characters", {400}),
+    (r"Expected a JSON object with decision|Invalid approval status: .*|waitMs must be a non-negative number",
+     {400}),
+    (r"Approval \S+ is already \w+|Tool call \S+ needs an approval that was not given", {409}),
 ]
 ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
 # Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text (§2.3).

@@ -12,6 +12,7 @@ import sys
 import threading
 
 import pytest
+import requests
 import yaml
 from api_fixtures import init_project, running_activation, serving
 from conftest import require, wait_until
@@ -34,13 +35,17 @@ from crash_fixtures import (
     process_gone,
     remove_containers,
     runner_alive,
+    stop_leftover_runners,
     write_crash_toolpack,
+    write_project,
 )
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 from store_fixtures import config_of
 
+import suzumio
 import suzumio_backend
 import suzumio_coordination as coordination
+import suzumio_store
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -309,3 +314,66 @@ def test_first_docker_sdk_use_from_two_threads_at_once_imports_cleanly():
         result = subprocess.run([sys.executable, "-c", FIRST_SDK_USE], cwd=REPO, capture_output=True, text=True,
                                 check=False, timeout=120)
         assert result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------- a pending approval survives the controller (issue 16)
+
+def approval_config(kind, image):
+    config = crash_config(0, kind=kind, image=image, failed_nudge=False)
+    config["scheduler"] = {"noEffectNudge": {"enabled": False}}
+    config["agents"] = {"worker": {"prompt": "Deploy when asked.", "tools": ["shell.exec"],
+                                   "approve": [{"tool": "shell.exec", "match": {"command": "deploy"}}]}}
+    command = "printf 'ran\\n' >> {artifacts}/deploy.log  # deploy"
+    script = {"agents": {"worker": [{"steps": [{"tools": [{"name": "shell.exec", "input": {"command": command}}]},
+                                               {"say": "Deployed."}]}]}}
+    return config, script
+
+
+@pytest.mark.parametrize("kind", [pytest.param("local"), pytest.param("docker-chat", marks=pytest.mark.docker)])
+def test_killed_controller_keeps_a_pending_approval_and_the_allowed_tool_runs_exactly_once(tmp_path, kind):
+    image = None
+    if kind == "docker-chat":
+        runner_image_or_skip(docker_client_or_skip())
+        image = RUNNER_IMAGE
+    config, script = approval_config(kind, image)
+    root_path = tmp_path / "root"
+    init_root(root_path, write_project(tmp_path / "project", config, script))
+    controller = Controller(root_path, free_port(), tmp_path / "serve.log")
+    root = suzumio_store.Root(root_path)
+    store = root.open_project(PROJECT)
+    token = {}
+    try:
+        controller.start()
+        token["Authorization"] = f"Bearer {suzumio.read_api_token(root_path)}"
+        assert controller.post(f"/api/projects/{PROJECT}/start").status_code == 200
+        assert controller.post(f"/api/projects/{PROJECT}/messages",
+                               {"recipient": "worker", "body": "Deploy."}).status_code == 200
+
+        def pending():
+            answer = requests.get(f"{controller.url}/api/projects/{PROJECT}/approvals?status=pending",
+                                  headers=token, timeout=5)
+            return answer.json() if answer.status_code == 200 and answer.json() else None
+
+        [request] = wait_until(pending, 90, message="a pending approval request")
+        activation = store.activation(request["activationId"])
+        controller.kill()
+        assert runner_alive(activation)  # the runner keeps waiting (asking again) while serve is down
+        controller.start()
+        [still] = pending()
+        assert still["id"] == request["id"]
+        assert store.activation(activation["id"])["status"] == "running"  # adopted, not restarted
+        decided = controller.post(f"/api/projects/{PROJECT}/approvals/{request['id']}", {"decision": "allow"})
+        assert decided.status_code == 200, decided.text
+        wait_until(lambda: store.activation(activation["id"])["status"] != "running", 90, message="completion")
+        assert store.activation(activation["id"])["status"] == "completed"
+        assert (store.artifacts_dir("worker") / "deploy.log").read_text() == "ran\n"  # exactly once
+        assert [a["id"] for a in store.list_activations(100)] == [activation["id"]]
+        assert [(c["tool"], c["status"]) for c in store.list_tool_calls(10)] == [("shell.exec", "completed")]
+        again = controller.post(f"/api/projects/{PROJECT}/approvals/{request['id']}", {"decision": "allow"})
+        assert again.status_code == 409
+    finally:
+        controller.stop()
+        stop_leftover_runners(store)
+        if kind == "docker-chat":
+            remove_containers(store)
+        root.close()

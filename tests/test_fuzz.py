@@ -171,6 +171,7 @@ def segments(draw, name, fuzz):
     valid = {
         "project": ["demo"], "agent": ["pm", "worker", "ghost"], "message": [fuzz.demo_message, "msg_x"],
         "activation": [fuzz.demo_activation, "act_x"], "compaction": ["cmp_x"],
+        "approval": ["apr_x", "apr_1_deadbeef"],
         "toolpack_id": ["core", "shell", "web", "nope", "core%2F..", "co%72e"],
         "entry_id": ["project.stats", "messages.send", "messages.conversation", "coordination.signals",
                      "completion.report", "file.activity", "shell.activity", "nope"],
@@ -256,11 +257,12 @@ def requests_for(draw, fuzz, route):
 
 def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     rules = {rule for _method, rule in routes}
-    assert len(routes) == 40, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
-    # (8f), /api/version and /api/openapi.json (17b), GET and POST /mcp (8n)
+    assert len(routes) == 44, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
+    # (8f), /api/version and /api/openapi.json (17b), GET and POST /mcp (8n), the approvals list, one
+    # approval, its decision and /runner/approvals/wait (issue 16)
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
-    assert len(runner_rules) == 9
+    assert len(runner_rules) == 10
     for _method, rule in routes:
         for name in placeholders(rule):
             segments(name, fuzz)  # raises for a placeholder the fuzzer cannot fill
@@ -334,7 +336,8 @@ def test_path_like_project_fields_of_runner_routes_are_unknown_projects(fuzz, ro
         for project in ("..", "../demo", "a/b", "demo\u0000", "\\", "." * 3, "x" * 5000, "side/..", "/"):
             body = {**fuzz.identity(), "project": project, "tool": "shell.exec", "toolCallId": "t", "status": "failed",
                     "kind": "x.note", "role": "user", "content": "c", "summary": "s", "context": CONTEXT,
-                    "output": {"text": "done"}, "providerId": "replay", "presetId": "offline", "body": {}}
+                    "output": {"text": "done"}, "providerId": "replay", "presetId": "offline", "body": {},
+                    "approvalId": "apr_x"}
             tried("hostile project fields")
             reply = exchange(fuzz, "POST", fill(path, {"toolpack_id": "core"}), json.dumps(body).encode())
             assert (reply.status, reply.json()) == (404, {"error": f"Unknown project: {project}"}), path
@@ -347,7 +350,8 @@ def test_oversized_bodies_are_refused_before_they_are_parsed(fuzz, routes):
     for method, rule in routes:
         if method != "POST" or rule in ignored:
             continue
-        target = fill(rule, {"project": "demo", "toolpack_id": "core", "entry_id": "messages.send"})
+        target = fill(rule, {"project": "demo", "toolpack_id": "core", "entry_id": "messages.send",
+                             "approval": "apr_x"})
         tried("oversized bodies")
         reply = exchange(fuzz, "POST", target, huge, {"Content-Type": JSON_TYPE})
         too_large = f"Request body too large (limit {MAX_BODY_BYTES} bytes)"

@@ -35,6 +35,7 @@ ROUTE_FIELDS = {
     "/runner/history/messages": {"role": "assistant", "kind": "assistant_output", "content": "hi"},
     "/runner/history/compact": {"summary": "s"},
     "/runner/model": {"providerId": "replay", "presetId": "offline", "body": {"messages": []}},
+    "/runner/approvals/wait": {"approvalId": "apr_x", "waitMs": 0},
     "/activation-context": {"context": CONTEXT},
     "/activation-output": {"output": {"text": "done"}},
 }
@@ -157,7 +158,7 @@ def test_no_route_is_served_on_both_listeners_and_each_refuses_the_others(iso, r
 def user_requests(routes):
     """(method, target) of every non-runner route, filled with values that exist."""
     values = {"project": "demo", "agent": "pm", "message": "msg_x", "activation": "act_x", "compaction": "cmp_x",
-              "toolpack_id": "core", "entry_id": "project.stats", "asset": "missing.js"}
+              "toolpack_id": "core", "entry_id": "project.stats", "asset": "missing.js", "approval": "apr_x"}
     return [(method, fill(rule, {name: values[name] for name in placeholders(rule)}))
             for method, rule in routes if not is_runner_rule(rule)]
 
@@ -166,7 +167,8 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
     with world(tmp_path, api_token="s3cret", webui_dir=suzumio_api.WEBUI_DIR) as iso:
         routes = app_routes(iso.service)
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
-        assert len(api) == 26  # http-api.md §3, the timeline (9a), /api/version and /api/openapi.json (17b)
+        assert len(api) == 29  # http-api.md §3, the timeline (9a), /api/version and /api/openapi.json (17b),
+        # the approvals list, one approval and its decision (issue 16)
         before = iso.snapshot()
         for method, target in api:
             body = b"{}" if method == "POST" else None
@@ -193,7 +195,7 @@ def first_asset():
 
 def test_every_post_route_refuses_foreign_origins_and_hosts_without_side_effects(iso, routes):
     posts = [(m, t) for m, t in user_requests(routes) if m == "POST"]
-    assert len(posts) == 7  # http-api.md §3 and POST /mcp (spec-notes 8n)
+    assert len(posts) == 8  # http-api.md §3, POST /mcp (spec-notes 8n), the approval decision (issue 16)
     before = iso.snapshot()
     for method, target in posts:
         body = json.dumps({"recipient": "pm", "body": "x"}).encode()

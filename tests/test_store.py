@@ -11,6 +11,7 @@ import pytest
 from store_fixtures import T0, at, config_of, expanded_agents, init_demo, make_config
 
 import suzumio_config
+import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_records as rec
 import suzumio_store as st
@@ -133,7 +134,8 @@ def test_failed_init_leaves_no_files(tmp_path):
 def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store = st.ProjectStore("blank", tmp_path)
     migrations = rows(store, "SELECT id, name FROM _migrations")
-    assert migrations == [{"id": 1, "name": "initial schema"}, {"id": 2, "name": "model calls"}]
+    assert migrations == [{"id": 1, "name": "initial schema"}, {"id": 2, "name": "model calls"},
+                          {"id": 3, "name": "approval requests"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -161,6 +163,9 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                                       "selected_model", "created_at"],
         "model_calls": ["id", "project", "activation_id", "agent_id", "provider_id", "preset_id", "status",
                         "tokens", "usage_json", "created_at"],
+        "approvals": ["id", "project", "agent_id", "activation_id", "tool_call_id", "tool", "input_json",
+                      "rule_json", "rule_key", "status", "decision", "decided_by", "note", "on_expiry",
+                      "expires_at", "created_at", "decided_at", "used_at"],
     }
     for table, columns in expected.items():
         assert [c["name"] for c in rows(store, f"PRAGMA table_info({table})")] == columns, table
@@ -176,6 +181,9 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "idx_agent_history_parts_message": ["project", "message_id", "part_index"],
         "idx_agent_history_compactions_agent": ["project", "agent_id", "created_at"],
         "idx_model_calls_project_activation": ["project", "activation_id"],
+        "idx_approvals_project_status": ["project", "status", "created_at"],
+        "idx_approvals_project_activation": ["project", "activation_id", "status"],
+        "idx_approvals_project_grant": ["project", "agent_id", "rule_key", "decision"],
     }
     for name, columns in indexes.items():
         assert [c["name"] for c in rows(store, f"PRAGMA index_info({name})")] == columns, name
@@ -187,7 +195,19 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 2
+    assert count(again, "_migrations") == 3
+    again.close()
+
+
+def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_path):
+    store = st.ProjectStore("older", tmp_path)
+    with store.write() as tx:
+        tx.execute("DROP TABLE approvals")
+        tx.execute("DELETE FROM _migrations WHERE id = 3")
+    store.close()
+    again = st.ProjectStore("older", tmp_path)
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3]
+    assert count(again, "approvals") == 0
     again.close()
 
 
@@ -198,7 +218,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id = 2")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3]
     assert count(again, "model_calls") == 0
     again.close()
 
@@ -252,7 +272,9 @@ def test_migration_1_is_literal_sql_whose_checks_match_the_status_constants(tmp_
         ("projects", "status"): rec.PROJECT_STATUSES, ("agents", "status"): rec.AGENT_STATUSES,
         ("messages", "priority"): rec.PRIORITIES, ("signals", "priority"): rec.PRIORITIES,
         ("signals", "status"): rec.SIGNAL_STATUSES, ("activations", "status"): rec.ACTIVATION_STATUSES,
-        ("tool_calls", "status"): rec.TOOL_CALL_STATUSES, ("agent_history_messages", "role"): rec.HISTORY_ROLES}
+        ("tool_calls", "status"): rec.TOOL_CALL_STATUSES, ("agent_history_messages", "role"): rec.HISTORY_ROLES,
+        ("approvals", "status"): suzumio_approvals.APPROVAL_STATUSES,
+        ("approvals", "on_expiry"): (suzumio_approvals.ALLOW, suzumio_approvals.DENY)}
 
 
 # -- ids, timestamps ----------------------------------------------------------------------------

@@ -234,7 +234,8 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     assert tab.open_streams() == [fresh.base_url + tab.stream_path("demo")]
     expect(page.get_by_test_id("last-updated")).to_have_text(re.compile(r"^Updated \d{2}:\d{2}:\d{2}( [AP]M)?$"))
     paths = {urllib.parse.urlsplit(r.url).path for r in tab.api()}
-    assert paths == {"/api/projects", "/api/projects/demo/stream"}
+    # the overview's pending-approvals card loads once (issue 16); approval events drive it after that
+    assert paths == {"/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals"}
 
     before = len(tab.requests)
     coordination.send_message(fresh.store(), config_of(fresh.store()), "user",
@@ -335,7 +336,8 @@ def test_failing_project_list_shows_banner_until_next_poll_while_stream_is_unava
     # The fallback polls the list about every 5 s, and nothing else runs periodically.
     assert 4.0 <= recovered_at - failed_at <= 6.5, recovered_at - failed_at
     others = {urllib.parse.urlsplit(r.url).path for r in tab.api(since=mark)} - {"/api/projects"}
-    assert others <= {"/api/projects/demo/stream"}
+    # without a stream the pending-approvals card follows the list poll (issue 16)
+    assert others <= {"/api/projects/demo/stream", "/api/projects/demo/approvals"}
 
 
 def test_failing_project_list_shows_banner_on_next_live_refresh_and_clears_after_it(tabs, fresh):
@@ -399,7 +401,7 @@ def test_overview_metrics_and_hero_come_from_the_project_list(tab):
     expect(hero.get_by_role("heading")).to_have_text("demo")
     expect(hero.get_by_role("button", name="Start project")).to_be_visible()
     assert {urllib.parse.urlsplit(r.url).path for r in tab.api()} <= {
-        "/api/projects", "/api/projects/demo/stream"}
+        "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals"}  # the card (issue 16)
     tab.screenshot("overview")
 
 
@@ -960,3 +962,56 @@ def test_control_room_url_token_is_kept_for_the_session_and_dropped_from_the_add
         prompt = wrong.get_by_test_id("token-prompt")
         expect(prompt.get_by_role("alert")).to_have_text("Invalid API token")
         assert "nope" not in wrong.url
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 16: the pending-approvals card, live from the stream, in real Chromium against a real team.
+
+def test_pending_approval_card_appears_live_and_allow_runs_the_tool(tabs, tmp_path):
+    from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, call, running_team
+
+    agents = {"pm": {"model": "pm", "tools": PM_TOOLS},
+              "worker-1": {"model": "worker", "tools": WORKER_TOOLS,
+                           "approve": [{"tool": "shell.exec", "match": {"command": "deploy"}}]}}
+    with running_team(tmp_path, "local", agents=agents) as team:
+        marker = team.store.artifacts_dir("worker-1") / "deployed.txt"
+        command = f"printf '<b>x</b>' > {marker}  # deploy <img src=x onerror=alert(1)>"
+        team.model.enqueue(tool_calls=[call("shell.exec", command=command)], model="worker-1")
+        team.model.enqueue(content="Deployed.", model="worker-1")
+        tab = tabs(team.service)
+        page = tab.open(f"#/{team.name}/overview")
+        tab.wait_live()
+        expect(page.get_by_test_id("approvals-card")).to_have_count(0)
+        team.send("worker-1", "Deploy.")
+        card = page.get_by_test_id("approvals-card")
+        expect(card).to_be_visible(timeout=LIVE_UPDATE_MS + 5000)
+        item = card.get_by_test_id("approval-item")
+        expect(item).to_have_count(1)
+        expect(item.get_by_test_id("approval-tool")).to_have_text("shell.exec")
+        expect(item.get_by_test_id("approval-agent")).to_have_text("worker-1")
+        # the input is text: the markup in it is shown, never parsed
+        expect(item.get_by_test_id("approval-input")).to_contain_text("<img src=x onerror=alert(1)>")
+        assert item.locator("img, b").count() == 0
+        tab.screenshot("approvals-card", full_page=False)  # docs/images/approvals-card.png is a copy
+        assert not marker.exists()
+
+        # the agent's own view shows the same request
+        page.get_by_role("tab", name="History").click()
+        page.locator("#history-agent").select_option("worker-1")
+        expect(page.get_by_test_id("approvals-card").get_by_test_id("approval-item")).to_have_count(1)
+        page.locator("#history-agent").select_option("pm")
+        expect(page.get_by_test_id("approvals-card")).to_have_count(0)
+        page.locator("#history-agent").select_option("worker-1")
+
+        decide = tab.page.expect_request(lambda r: r.method == "POST" and "/approvals/" in r.url)
+        with decide as request:
+            page.get_by_test_id("approvals-card").get_by_role("button", name="Allow", exact=True).click()
+        assert post_json(request.value) == {"decision": "allow"}
+        assert request.value.headers.get("suzumio-client") == "webui"
+        expect(page.get_by_test_id("approvals-card")).to_have_count(0, timeout=LIVE_UPDATE_MS + 5000)
+        [activation] = team.wait_activations("worker-1", 1)
+        assert activation["status"] == "completed"
+        assert marker.read_text() == "<b>x</b>"
+        [row] = team.service.get(f"/api/projects/{team.name}/approvals").json()
+        assert (row["status"], row["decidedBy"]) == ("allowed", "webui")
+

@@ -17,6 +17,15 @@ CREATE INDEX idx_agent_history_project_agent_active ON agent_history_messages (p
 -- index idx_agent_history_project_agent_sequence on agent_history_messages
 CREATE UNIQUE INDEX idx_agent_history_project_agent_sequence ON agent_history_messages (project, agent_id, sequence);
 
+-- index idx_approvals_project_activation on approvals
+CREATE INDEX idx_approvals_project_activation ON approvals (project, activation_id, status);
+
+-- index idx_approvals_project_grant on approvals
+CREATE INDEX idx_approvals_project_grant ON approvals (project, agent_id, rule_key, decision);
+
+-- index idx_approvals_project_status on approvals
+CREATE INDEX idx_approvals_project_status ON approvals (project, status, created_at);
+
 -- index idx_events_project_created on events
 CREATE INDEX idx_events_project_created ON events (project, created_at);
 
@@ -74,6 +83,16 @@ CREATE TABLE agents (
         prompt TEXT NOT NULL, model TEXT, tools_json TEXT NOT NULL, workspace_path TEXT NOT NULL,
         token TEXT NOT NULL, active_activation_id TEXT, container_name TEXT,
         created_at TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (project, id));
+
+-- table approvals on approvals
+CREATE TABLE approvals (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL, tool TEXT NOT NULL, input_json TEXT NOT NULL,
+        rule_json TEXT NOT NULL, rule_key TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'allowed', 'denied', 'expired', 'cancelled')),
+        decision TEXT CHECK (decision IN ('allow', 'deny', 'allow-always')),
+        decided_by TEXT, note TEXT, on_expiry TEXT NOT NULL CHECK (on_expiry IN ('allow', 'deny')),
+        expires_at TEXT NOT NULL, created_at TEXT NOT NULL, decided_at TEXT, used_at TEXT);
 
 -- table events on events
 CREATE TABLE events (

@@ -323,11 +323,11 @@ async function getText(path: string): Promise<string> {
   return response.text();
 }
 
-async function postJson<T>(path: string, body?: unknown): Promise<T> {
+async function postJson<T>(path: string, body?: unknown, extraHeaders?: Record<string, string>): Promise<T> {
   const init: RequestInit = { method: 'POST' };
   if (body !== undefined) {
     init.body = JSON.stringify(body);
-    init.headers = { 'content-type': 'application/json' };
+    init.headers = { 'content-type': 'application/json', ...(extraHeaders ?? {}) };
   }
   const response = await send(path, init);
   const text = await response.text();
@@ -364,6 +364,36 @@ export interface SendMessageBody {
 
 export const sendMessage = (project: string, body: SendMessageBody) =>
   postJson<Message>(`${projectPath(project)}/messages`, body);
+
+// Approval requests (issue 16).
+export type ApprovalDecision = 'allow' | 'deny' | 'allow-always';
+
+export interface Approval {
+  id: string;
+  agentId: string;
+  activationId: string;
+  toolCallId: string;
+  tool: string;
+  input: unknown;
+  status: string;
+  decision?: ApprovalDecision;
+  decidedBy?: string;
+  note?: string;
+  expiresAt: string;
+  createdAt: string;
+  decidedAt?: string;
+}
+
+export const listPendingApprovals = (project: string) =>
+  getJson<Approval[]>(`${projectPath(project)}/approvals?status=pending`);
+
+/** The decision is recorded as made in the control room (`Suzumio-Client: webui`). */
+export const decideApproval = (project: string, id: string, decision: ApprovalDecision, note?: string) =>
+  postJson<Approval>(
+    `${projectPath(project)}/approvals/${enc(id)}`,
+    note === undefined ? { decision } : { decision, note },
+    { 'suzumio-client': 'webui' },
+  );
 
 export const listMessages = (project: string) =>
   getJson<Message[]>(`${projectPath(project)}/messages?limit=100`);

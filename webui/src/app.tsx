@@ -72,6 +72,11 @@ const STREAM_EVENT_TYPES = [
   'scheduler.quiet_agent_monitor.message_sent',
   'scheduler.failed_agent_monitor.message_sent',
   'scheduler.hook_failed',
+  'approval.requested',
+  'approval.decided',
+  'approval.expired',
+  'approval.cancelled',
+  'approval.auto_allowed',
   'message',
 ];
 
@@ -188,6 +193,14 @@ export function App() {
   const [live, setLive] = useState<LiveMode>('connecting');
   const [now, setNow] = useState(() => Date.now());
   const [historyPulse, setHistoryPulse] = useState<{ agentId: string; n: number } | null>(null);
+  // Issue 16: bumped by approval events and by each project-list load; the approvals cards reload on it.
+  const [approvalPulse, setApprovalPulse] = useState(0);
+  const liveRef = useRef<LiveMode>('connecting');
+  useEffect(() => {
+    // A stream that (re)opens may have missed approval events: the cards reload once.
+    if (live === 'live' && liveRef.current !== 'live') setApprovalPulse((n) => n + 1);
+    liveRef.current = live;
+  }, [live]);
 
   // Event handlers (hashchange, timers, the stream) read current values through this ref.
   const current = useRef({
@@ -223,6 +236,8 @@ export function App() {
       if (request !== projectSeq.current) return true;
       current.current.projects = list;
       setProjects(list);
+      // Issue 16: while the stream is live, approval events drive the cards; otherwise each poll does.
+      if (liveRef.current !== 'live') setApprovalPulse((n) => n + 1);
       setLastUpdated(new Date());
       setError(null);
       const wanted = current.current.selected ?? current.current.preferred;
@@ -417,6 +432,7 @@ export function App() {
         for (const listener of teamListeners.current) listener(teamEvent);
       }
       for (const target of streamTargets(type)) pendingTargets.current.add(target);
+      if (type.startsWith('approval.')) setApprovalPulse((n) => n + 1);
       if (type.startsWith('agent_history.')) {
         const agentId = eventAgent(row);
         if (agentId) setHistoryPulse((pulse) => ({ agentId, n: (pulse?.n ?? 0) + 1 }));
@@ -537,7 +553,12 @@ export function App() {
             <Tabs view={view} onSelect={chooseView} />
             <div class="view" id="view-panel" role="tabpanel">
               {view === 'overview' && (
-                <Overview key={project.id} project={project} onSent={() => void loadProjects()} />
+                <Overview
+                  key={project.id}
+                  project={project}
+                  approvalPulse={approvalPulse}
+                  onSent={() => void loadProjects()}
+                />
               )}
               {view === 'team' && <TeamView key={project.id} project={project} subscribe={subscribeTeam} refresh={viewNonce} />}
               {view === 'messages' && (
@@ -550,7 +571,14 @@ export function App() {
                 />
               )}
               {view === 'history' && (
-                <HistoryView key={project.id} project={project.id} agents={project.agents ?? []} now={now} pulse={historyPulse} />
+                <HistoryView
+                  key={project.id}
+                  project={project.id}
+                  agents={project.agents ?? []}
+                  now={now}
+                  pulse={historyPulse}
+                  approvalPulse={approvalPulse}
+                />
               )}
               {view === 'activations' && (
                 <ActivationsView

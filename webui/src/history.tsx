@@ -11,6 +11,7 @@ import {
   type HistoryArchive,
   type HistoryRow,
 } from './api';
+import { ApprovalsCard } from './approvals';
 import { Chip, Empty, ErrorBox, Panel } from './components';
 import { count, prettyJson, relativeTime } from './format';
 import { agentLabel } from './overview';
@@ -61,6 +62,8 @@ export function HistoryView(props: {
   now: number;
   /** Agent ids whose history changed, bumped by the live stream. */
   pulse: { agentId: string; n: number } | null;
+  /** Issue 16: reloads the agent's pending approvals. */
+  approvalPulse: number;
 }) {
   const firstAgent = props.agents[0]?.id ?? '';
   const [agentId, setAgentId] = useState(firstAgent);
@@ -156,6 +159,7 @@ export function HistoryView(props: {
 
   return (
     <div class="stack">
+      {agentId && <ApprovalsCard project={props.project} agentId={agentId} pulse={props.approvalPulse} />}
       <Panel
         title="Agent history"
         subtitle="Model-visible history of one agent, newest first, 80 rows per page."

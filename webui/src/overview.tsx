@@ -2,6 +2,7 @@
 // Rendered only from the lightweight project-list element; the composer posts one message.
 import { useEffect, useState } from 'preact/hooks';
 import { errorText, isTokenError, sendMessage, type Agent, type Project } from './api';
+import { ApprovalsCard } from './approvals';
 import { ErrorBox, Panel, StatusPill } from './components';
 import { initials } from './format';
 
@@ -11,10 +12,11 @@ export function agentLabel(agent: Agent): string {
   return `${agent.displayName || agent.id} / ${agent.id}`;
 }
 
-export function Overview(props: { project: Project; onSent: () => void }) {
+export function Overview(props: { project: Project; approvalPulse: number; onSent: () => void }) {
   return (
     <div class="overview">
       <MetricStrip project={props.project} />
+      <ApprovalsCard project={props.project.id} pulse={props.approvalPulse} />
       <div class="overview-grid">
         <Roster agents={props.project.agents ?? []} />
         <Composer project={props.project} onSent={props.onSent} />

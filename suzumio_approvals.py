@@ -1,0 +1,298 @@
+"""Approval gates (issue 16): which tool calls wait for a person (the `approve` rules of the config), the
+durable request and decision rows of the `approvals` table, expiry, `allow-always` grants, what a waiting
+runner is told, and the check that a controller-side call was allowed. Imported by the runner routes
+(suzumio_runner_support), the user routes (suzumio_api), the MCP server and the CLI; imports the store's
+write path, records and errors only."""
+import json
+import logging
+import re
+import time
+from datetime import timedelta
+
+import suzumio_coordination as coordination
+from suzumio_errors import BadRequest, Conflict, NotFound
+from suzumio_records import dump_json, format_ts, load_json, omit_none, to_datetime, utc_now
+
+log = logging.getLogger(__name__)
+
+PENDING, ALLOWED, DENIED, EXPIRED, CANCELLED = "pending", "allowed", "denied", "expired", "cancelled"
+APPROVAL_STATUSES = (PENDING, ALLOWED, DENIED, EXPIRED, CANCELLED)
+ALLOW, DENY, ALLOW_ALWAYS = "allow", "deny", "allow-always"
+DECISIONS = (ALLOW, DENY, ALLOW_ALWAYS)
+# The one transition table: a request leaves `pending` exactly once, by a decision, expiry or the end of
+# its activation (suzumio_store._cancel_approvals); the status a decision leads to.
+DECISION_STATUS = {ALLOW: ALLOWED, ALLOW_ALWAYS: ALLOWED, DENY: DENIED}
+# Who decided: the surface of a person, `timeout` for expiry, `system` for an activation that ended.
+DECIDERS = ("api", "cli", "webui", "mcp")
+MAX_NOTE_CHARS = 4000
+MAX_WAIT_S = 25.0  # longest one runner long-poll is held open; the runner asks again
+MAX_LONG_POLLS = 8  # runner long-polls held at once per runner listener; more are answered at once
+RETRY_AFTER_MS = 1000  # how long a runner answered at once waits before it asks again
+POLL_S = 0.5  # a decision made by another process (the CLI beside `serve`) is seen within this
+LIST_LIMIT = 200
+
+
+# ---------------------------------------------------------------- rules
+
+def _field_text(value):
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def rule_matches(rule, tool, tool_input):
+    """A rule matches a call when its tool pattern does (`*`, exact, `x.*`) and every `match` pattern is
+    found (re.search) in the input field of that name; a missing field never matches."""
+    if not (rule.tool == "*" or rule.tool == tool or (rule.tool.endswith(".*") and tool.startswith(rule.tool[:-1]))):
+        return False
+    fields = tool_input if isinstance(tool_input, dict) else {}
+    for name, pattern in rule.match.items():
+        if name not in fields or fields[name] is None:
+            return False
+        if re.search(pattern, _field_text(fields[name])) is None:
+            return False
+    return True
+
+
+def matching_rule(config, agent_id, tool, tool_input):
+    """The first of the agent's rules (its own, then the project's) that matches the call, or None."""
+    for rule in config.approval_rules(agent_id):
+        if rule_matches(rule, tool, tool_input):
+            return rule
+    return None
+
+
+# ---------------------------------------------------------------- rows
+
+def approval_json(row):
+    """The public shape of one approval request (http-api, CLI --json, WebUI, MCP)."""
+    return omit_none({
+        "id": row["id"], "agentId": row["agent_id"], "activationId": row["activation_id"],
+        "toolCallId": row["tool_call_id"], "tool": row["tool"], "input": load_json(row["input_json"], {}),
+        "rule": load_json(row["rule_json"], {}), "status": row["status"], "decision": row["decision"],
+        "decidedBy": row["decided_by"], "note": row["note"], "onExpiry": row["on_expiry"],
+        "expiresAt": row["expires_at"], "createdAt": row["created_at"], "decidedAt": row["decided_at"],
+        "usedAt": row["used_at"]})
+
+
+def _row(store, approval_id):
+    row = store.db_get("SELECT * FROM approvals WHERE project = ? AND id = ?", (store.project_id, approval_id))
+    if row is None:
+        raise NotFound(f"Unknown approval: {approval_id}")
+    return row
+
+
+def approval(store, approval_id):
+    return approval_json(_row(store, approval_id))
+
+
+def list_approvals(store, status=None, limit=LIST_LIMIT, now=None):
+    """Pending requests first (oldest first), then decided ones (newest first); expiry applied first."""
+    expire_due(store, now)
+    if status is not None and status not in APPROVAL_STATUSES:
+        raise BadRequest(f"Invalid approval status: {status} (expected one of {', '.join(APPROVAL_STATUSES)})")
+    where, params = "project = ?", [store.project_id]
+    if status is not None:
+        where += " AND status = ?"
+        params.append(status)
+    pending = store.db_all(f"SELECT * FROM approvals WHERE {where} AND status = 'pending' "
+                           "ORDER BY created_at, rowid", params)
+    decided = store.db_all(f"SELECT * FROM approvals WHERE {where} AND status <> 'pending' "
+                           "ORDER BY decided_at DESC, rowid DESC LIMIT ?", [*params, int(limit)])
+    return [approval_json(r) for r in pending + decided]
+
+
+def has_grant(store, agent_id, rule_key):
+    """The id of an `allow-always` decision for this agent and rule, or None."""
+    row = store.db_get("SELECT id FROM approvals WHERE project = ? AND agent_id = ? AND rule_key = ? "
+                       "AND decision = 'allow-always' ORDER BY decided_at LIMIT 1",
+                       (store.project_id, agent_id, rule_key))
+    return row["id"] if row else None
+
+
+# ---------------------------------------------------------------- the runner's side
+
+def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, now=None):
+    """`/runner/tool-calls/start` with the gate: the running tool call row and, when a rule matches and
+    no `allow-always` covers it, a pending approval request, in one transaction. The answer carries
+    `approval` (id, status, expiresAt) when the runner must wait for a decision."""
+    rule = matching_rule(config, agent_id, tool, tool_input)
+    with store.write(now) as tx:
+        started = store.start_tool_call(agent_id, activation_id, tool, tool_input)
+        if rule is None:
+            return started
+        grant = has_grant(store, agent_id, rule.key)
+        if grant is not None:
+            store.append_event("approval.auto_allowed", {"toolCallId": started["toolCallId"], "agentId": agent_id,
+                                                          "activationId": activation_id, "tool": tool,
+                                                          "grantId": grant})
+            return started
+        approval_id = tx.id("apr")
+        expires = format_ts(tx.now + timedelta(milliseconds=rule.timeout_ms))
+        tx.execute("INSERT INTO approvals (id, project, agent_id, activation_id, tool_call_id, tool, input_json, "
+                   "rule_json, rule_key, status, decision, decided_by, note, on_expiry, expires_at, created_at, "
+                   "decided_at, used_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?, "
+                   "NULL, NULL)",
+                   (approval_id, store.project_id, agent_id, activation_id, started["toolCallId"], tool,
+                    dump_json({} if tool_input is None else tool_input), dump_json(rule.as_json()), rule.key,
+                    rule.on_expiry, expires, tx.ts))
+        store.append_event("approval.requested", {"id": approval_id, "agentId": agent_id,
+                                                  "activationId": activation_id, "toolCallId": started["toolCallId"],
+                                                  "tool": tool, "expiresAt": expires})
+    log.info("approval %s requested: %s/%s %s", approval_id, store.project_id, agent_id, tool)
+    return {**started, "approval": {"id": approval_id, "status": PENDING, "expiresAt": expires}}
+
+
+def outcome_text(row):
+    """The tool result a model sees for a call that did not run."""
+    tool = row["tool"]
+    if row["status"] == DENIED:
+        who = f" (via {row['decided_by']})" if row["decided_by"] else ""
+        reason = f" Reason: {row['note']}" if row["note"] else " No reason was given."
+        return f"Tool call {tool} was denied by a person{who}; the tool did not run.{reason}"
+    if row["status"] == EXPIRED:
+        return (f"Tool call {tool} was not approved before its approval request {row['id']} expired "
+                f"({row['expires_at']}); it was denied and the tool did not run.")
+    return f"Tool call {tool} did not run: its approval request {row['id']} was cancelled ({row['note'] or ''})."
+
+
+def runs(row):
+    """Whether the decision lets the call run."""
+    return row["status"] in (ALLOWED, EXPIRED) and row["decision"] in (ALLOW, ALLOW_ALWAYS)
+
+
+def _settle_for_runner(store, row, now=None):
+    """The wait answer for a decided request. A call that does not run is finished here, once (the
+    failed tool call with the decision's text; P1 signals are delivered at this boundary)."""
+    answer = omit_none({"approvalId": row["id"], "status": row["status"], "decision": row["decision"],
+                        "note": row["note"], "decidedBy": row["decided_by"], "run": runs(row)})
+    if answer["run"] or row["status"] == CANCELLED:
+        return answer
+    text = outcome_text(row)
+    answer["output"] = text
+    with store.write(now) as tx:
+        claimed = tx.execute("UPDATE approvals SET used_at = ? WHERE project = ? AND id = ? AND used_at IS NULL",
+                             (tx.ts, store.project_id, row["id"])).rowcount
+        if claimed:
+            finished = coordination.finish_tool_call(store, row["agent_id"], row["activation_id"],
+                                                     row["tool_call_id"], "failed", error=text, boundary=True)
+            if finished.get("signalText"):
+                answer["signalText"] = finished["signalText"]
+    return answer
+
+
+def wait_for_decision(store, changes, agent_id, activation_id, approval_id, wait_s, clock=utc_now):
+    """The runner's long-poll: the decision as soon as there is one (or expiry applies), else after
+    `wait_s` seconds (at most MAX_WAIT_S) `{"status": "pending"}`. Wakes on this process's commits and
+    polls every POLL_S for other processes' (the CLI)."""
+    deadline = time.monotonic() + max(0.0, min(float(wait_s), MAX_WAIT_S))
+    while True:
+        expire_due(store, clock())
+        row = _row(store, approval_id)
+        if row["agent_id"] != agent_id or row["activation_id"] != activation_id:
+            raise NotFound(f"Unknown approval for activation: {approval_id}")
+        if row["status"] != PENDING:
+            return _settle_for_runner(store, row)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return {"approvalId": approval_id, "status": PENDING, "expiresAt": row["expires_at"]}
+        seen = changes.version(store.project_id) if changes is not None else 0
+        until_expiry = (to_datetime(row["expires_at"]) - clock()).total_seconds()
+        pause = max(0.01, min(POLL_S, remaining, until_expiry + 0.01))
+        if changes is not None:
+            changes.wait(store.project_id, seen, pause)
+        else:
+            time.sleep(pause)
+
+
+def claim_controller_call(store, config, agent_id, activation_id, tool, tool_input, now=None):
+    """Before a controller-side run (`/toolpacks/:id/support`): a gated call needs an allowed request of
+    this activation for the tool that no run has used yet (it is used now), or an `allow-always` grant.
+    The activation cannot skip the gate by calling support directly. Raises Conflict otherwise."""
+    rule = matching_rule(config, agent_id, tool, tool_input)
+    if rule is None or has_grant(store, agent_id, rule.key) is not None:
+        return
+    with store.write(now) as tx:
+        row = tx.one("SELECT id FROM approvals WHERE project = ? AND activation_id = ? AND agent_id = ? AND tool = ? "
+                     "AND status IN ('allowed', 'expired') AND decision IN ('allow', 'allow-always') "
+                     "AND used_at IS NULL ORDER BY created_at, rowid LIMIT 1",
+                     (store.project_id, activation_id, agent_id, tool))
+        if row is None:
+            raise Conflict(f"Tool call {tool} needs an approval that was not given")
+        tx.execute("UPDATE approvals SET used_at = ? WHERE project = ? AND id = ? AND used_at IS NULL",
+                   (tx.ts, store.project_id, row["id"]))
+
+
+# ---------------------------------------------------------------- a person's side
+
+def check_decision(body):
+    """The validated (decision, note) of a decision body."""
+    if not isinstance(body, dict):
+        raise BadRequest("Expected a JSON object with decision")
+    decision = body.get("decision")
+    if not isinstance(decision, str) or decision not in DECISIONS:
+        raise BadRequest(f"decision must be one of {', '.join(DECISIONS)}")
+    note = body.get("note")
+    if note is not None and not isinstance(note, str):
+        raise BadRequest("note must be a string")
+    if note is not None and len(note) > MAX_NOTE_CHARS:
+        raise BadRequest(f"note is longer than {MAX_NOTE_CHARS} characters")
+    return decision, (note.strip() or None) if note is not None else None
+
+
+def decide(store, approval_id, decision, note=None, via="api", now=None):
+    """Apply a person's decision to a pending request, exactly once (one conditional UPDATE); a request
+    that is no longer pending is a Conflict naming its status. `allow-always` also allows the agent's
+    other pending requests under the same rule. Returns the decided request."""
+    if decision not in DECISIONS:
+        raise BadRequest(f"decision must be one of {', '.join(DECISIONS)}")
+    if via not in DECIDERS:
+        raise BadRequest(f"Unknown decider: {via}")
+    expire_due(store, now)
+    with store.write(now) as tx:
+        changed = tx.execute("UPDATE approvals SET status = ?, decision = ?, note = ?, decided_by = ?, "
+                             "decided_at = ? WHERE project = ? AND id = ? AND status = 'pending'",
+                             (DECISION_STATUS[decision], decision, note, via, tx.ts, store.project_id,
+                              approval_id)).rowcount
+        row = _row(store, approval_id)
+        if not changed:
+            raise Conflict(f"Approval {approval_id} is already {row['status']}")
+        decided = [row]
+        if decision == ALLOW_ALWAYS:
+            others = tx.all("SELECT id FROM approvals WHERE project = ? AND agent_id = ? AND rule_key = ? "
+                            "AND status = 'pending'", (store.project_id, row["agent_id"], row["rule_key"]))
+            for other in others:
+                tx.execute("UPDATE approvals SET status = 'allowed', decision = 'allow', note = ?, decided_by = ?, "
+                           "decided_at = ? WHERE project = ? AND id = ? AND status = 'pending'",
+                           (f"allowed always by {approval_id}", via, tx.ts, store.project_id, other["id"]))
+                decided.append(_row(store, other["id"]))
+        for item in decided:
+            store.append_event("approval.decided", omit_none({
+                "id": item["id"], "agentId": item["agent_id"], "activationId": item["activation_id"],
+                "tool": item["tool"], "decision": item["decision"], "decidedBy": via, "note": item["note"]}))
+    log.info("approval %s of %s: %s via %s", approval_id, store.project_id, decision, via)
+    return approval_json(row)
+
+
+def expire_due(store, now=None):
+    """Requests past `expires_at` take their rule's decision on expiry (default deny); returns how many."""
+    ts = format_ts(to_datetime(now))
+    if store.db_get("SELECT 1 FROM approvals WHERE project = ? AND status = 'pending' AND expires_at <= ? LIMIT 1",
+                    (store.project_id, ts)) is None:
+        return 0  # the common case stays a read: no write lock for an idle list or wait
+    with store.write(now) as tx:
+        rows = tx.all("SELECT * FROM approvals WHERE project = ? AND status = 'pending' AND expires_at <= ?",
+                      (store.project_id, tx.ts))
+        for row in rows:
+            tx.execute("UPDATE approvals SET status = 'expired', decision = on_expiry, decided_by = 'timeout', "
+                       "decided_at = ? WHERE project = ? AND id = ? AND status = 'pending'",
+                       (tx.ts, store.project_id, row["id"]))
+            store.append_event("approval.expired", {"id": row["id"], "agentId": row["agent_id"],
+                                                    "activationId": row["activation_id"], "tool": row["tool"],
+                                                    "decision": row["on_expiry"]})
+    return len(rows)
+
+
+def pending_count(store):
+    row = store.db_get("SELECT COUNT(*) AS n FROM approvals WHERE project = ? AND status = 'pending'",
+                       (store.project_id,))
+    return row["n"]
+
