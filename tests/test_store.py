@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from store_fixtures import T0, at, config_of, expanded_agents, init_demo, make_config
 
-import suzumio_config
 import suzumio_approvals
+import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_records as rec
 import suzumio_store as st
