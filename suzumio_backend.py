@@ -405,7 +405,18 @@ def local_runner_alive(pid, activation_id):
         return False
     except PermissionError:
         pass
-    return activation_id in read_cmdline(pid)
+    cmdline = read_cmdline(pid)
+    if activation_id in cmdline:
+        return True
+    # A claimed prepared runner (issue 18) writes to its activation's runner.log from then on.
+    return f" {suzumio_warm.SLOT_FLAG} " in cmdline and activation_id in runner_log_target(pid)
+
+
+def runner_log_target(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""
 
 
 def local_pid(container_name):

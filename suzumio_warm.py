@@ -358,20 +358,25 @@ class WarmPool:
         except (ValueError, KeyError, TypeError):
             self._drop(connection)
             return
+        self._pending.pop(connection, None)
+        self._selector.unregister(connection)
         with self._lock:
             slot = self._slots.get(slot_id)
             known = (slot is not None and slot.connection is None and not slot.dead
                      and hmac.compare_digest(slot.key.encode(), key.encode()))
-            if known:
-                slot.connection = connection
-                self._lock.notify_all()
-        self._pending.pop(connection, None)
-        self._selector.unregister(connection)
         if not known:
             connection.close()
             return
-        # Watch for its hang-up: a runner that died while waiting is replaced.
+        # Watched for its hang-up from now on (a runner that died while waiting is replaced); watched
+        # before it is handed out, since a claim may take and close it at once.
         self._selector.register(connection, selectors.EVENT_READ, slot)
+        with self._lock:
+            if not (slot.dead or slot.taken):
+                slot.connection = connection
+                self._lock.notify_all()
+                return
+        self._selector.unregister(connection)
+        connection.close()
 
     def _hang_up(self, connection, slot):
         """A prepared runner's connection became readable: it hung up (it never sends more)."""

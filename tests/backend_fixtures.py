@@ -218,6 +218,11 @@ def process_group_alive(pgid):
 SCRIPTS = {
     # one scripted turn that only answers: the activation completes with the text "done"
     "done": [{"steps": [{"say": "done"}]}],
+    # a turn that reports to the user through a tool, then answers (test_warm)
+    "report": [{"steps": [
+        {"say": "Reporting.", "tools": [{"name": "messages.send",
+                                         "input": {"recipient": "user", "body": "Part A is done."}}]},
+        {"say": "done"}]}],
     # a turn that runs a five-minute shell command: the activation stays running until it is stopped
     "sleep": [{"steps": [{"tools": [{"name": "shell.exec",
                                      "input": {"command": "sleep 300", "timeoutMs": 300000}}]}]}],
