@@ -79,6 +79,29 @@ def test_restarted_controller_adopts_live_runners_and_their_activations_complete
         assert team.check() == []
 
 
+def prepared_containers():
+    """(name, state) of the crash project's prepared containers not yet claimed (issue 18)."""
+    return suzumio_backend.DockerBackend().warm_containers(project=PROJECT)
+
+
+def test_prepared_containers_of_a_killed_controller_are_removed_and_the_team_still_submits(tmp_path):
+    client = docker_client_or_skip()
+    runner_image_or_skip(client)
+    with CrashTeam(tmp_path, kind=suzumio_backend.KIND_DOCKER, image=RUNNER_IMAGE) as team:
+        team.kickoff()
+        left = wait_until(lambda: [name for name, state in prepared_containers() if state == "running"], 90,
+                          message="prepared containers waiting")
+        team.controller.kill()
+        assert {name for name, _state in prepared_containers()} >= set(left)  # SIGKILL removes nothing
+        team.controller.start()
+        wait_until(lambda: not set(left) & {name for name, _state in prepared_containers()}, 90,
+                   message="the killed controller's prepared containers removed")
+        team.wait_done(180)
+        assert team.check() == []
+        team.controller.stop()  # SIGTERM: the shutdown removes what the new controller prepared
+        assert prepared_containers() == []
+
+
 def test_runner_dying_after_a_controller_restart_fails_and_the_failed_nudge_retries_it(tmp_path):
     with CrashTeam(tmp_path, worker_sleep=3.0) as team:
         team.kickoff()
