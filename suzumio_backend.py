@@ -893,6 +893,8 @@ class Backends:
         count = config.backend.warm
         if not count:
             return []
+        if config.backend.kind == KIND_LOCAL and not Path("/proc/self").exists():
+            return []  # a claimed local runner is known by its log file in /proc (local_runner_alive)
         agents = [a for a in store.list_agents(include_tokens=True) if a["status"] != AGENT_STOPPED]
         agents.sort(key=lambda a: (store.has_pending_signals_for_agent(a["id"], include_delayed=True),
                                    a.get("updatedAt") or ""), reverse=True)
