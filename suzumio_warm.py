@@ -178,6 +178,11 @@ class WarmPool:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    # Never said hello (its runner died first, or its hello was crowded out): replace it.
+                    slot.dead = True
+                    if project not in self._queue:
+                        self._queue.append(project)
+                    self._lock.notify_all()
                     return None
                 self._lock.wait(remaining)
             del self._slots[slot.id]
