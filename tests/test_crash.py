@@ -38,7 +38,9 @@ from crash_fixtures import (
 )
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 
+import suzumio
 import suzumio_backend
+import suzumio_warm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -100,6 +102,27 @@ def test_prepared_containers_of_a_killed_controller_are_removed_and_the_team_sti
         assert team.check() == []
         team.controller.stop()  # SIGTERM: the shutdown removes what the new controller prepared
         assert prepared_containers() == []
+
+
+def prepared_processes(root):
+    """Pids of live prepared local runners waiting on this root's warm socket (issue 18)."""
+    marker = f"--warm {suzumio_warm.warm_socket_path(suzumio.runner_socket_path(root))} "
+    return {pid for pid, text in suzumio_backend.command_lines()
+            if marker in text and not process_gone(pid)}
+
+
+def test_prepared_local_runners_of_a_killed_controller_end_and_the_team_still_submits(tmp_path):
+    with CrashTeam(tmp_path) as team:
+        team.kickoff()
+        left = wait_until(lambda: prepared_processes(team.root), 60, message="prepared runners waiting")
+        team.controller.kill()
+        # Their warm socket closed with the controller: they end instead of waiting for ever.
+        wait_until(lambda: not left & prepared_processes(team.root), 30, message="prepared runners ended")
+        team.controller.start()
+        team.wait_done(120)
+        assert team.check() == []
+        team.controller.stop()
+        assert prepared_processes(team.root) == set()
 
 
 def test_runner_dying_after_a_controller_restart_fails_and_the_failed_nudge_retries_it(tmp_path):
