@@ -23,6 +23,7 @@ from pathlib import Path
 import suzumio_config
 import suzumio_resources
 import suzumio_store
+import suzumio_warm
 from suzumio_errors import SuzumioError
 from suzumio_records import parse_ts, to_datetime, utc_now
 
@@ -106,6 +107,8 @@ COMMAND_TABLE = (
                "root's runner socket (remote engines)"),
         Option("--otlp-endpoint", "URL", "export traces over OTLP/HTTP to URL "
                "(default: $OTEL_EXPORTER_OTLP_ENDPOINT; off when neither is set)"),
+        Option("--warm", "N", "prepared runners kept ready for likely next activations, all projects "
+               "together; 0 for none (default 8)", shown="8"),
     ]),
     Command("start", "<project>", "Start (or resume) a project and run one scheduler pass.", [ROOT]),
     Command("stop", "<project>", "Stop a project: cancel its running activations and their runners.", [ROOT]),
@@ -280,7 +283,8 @@ def prepare_runner_socket_dir(socket_path):
     if info.st_uid != os.getuid():
         raise SuzumioError(f"Runner socket directory {directory} belongs to another user")
     os.chmod(directory, 0o755)
-    others = sorted(name for name in os.listdir(directory) if name != socket_path.name)
+    # The warm socket (issue 18) lives beside the runner socket: prepared runners reach it there.
+    others = sorted(name for name in os.listdir(directory) if name not in (socket_path.name, suzumio_warm.WARM_SOCKET))
     if others:
         raise SuzumioError(f"Runner socket directory {directory} holds other files ({', '.join(others[:3])}); "
                            "it is mounted into every container, so it may hold only the socket")
@@ -340,7 +344,7 @@ class Runtime:
     Imported lazily so that `config render`, `status` and friends never load Docker or Bottle.
     `runner_socket`: where runners reach the controller (None: backend.controllerUrl)."""
 
-    def __init__(self, root, runner_socket=None, on_fatal=None):
+    def __init__(self, root, runner_socket=None, on_fatal=None, warm_limit=0):
         import suzumio_backend
         import suzumio_mcp
         import suzumio_model_proxy
@@ -352,7 +356,9 @@ class Runtime:
         # the one ConfigCache of the process: ticks, routes and toolpacks read the same ProjectConfig
         self.configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(self.configs, mcp=self.mcp)
-        self.backends = suzumio_backend.Backends(runner_socket=runner_socket)
+        # Prepared runners (issue 18) only in serve: a CLI command's process ends before one is claimed.
+        self.backends = suzumio_backend.Backends(runner_socket=runner_socket, warm_limit=warm_limit,
+                                                 configs=self.configs)
         self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, self.configs, hooks=self.toolpacks,
                                                      on_fatal=on_fatal)
@@ -757,9 +763,13 @@ def cmd_serve(rest, options, out, err, now):
     else:
         api_token = root_api_token(root.path)
     host = options.host or "127.0.0.1"
+    warm_text = options.warm if options.warm is not None else str(suzumio_warm.DEFAULT_LIMIT)
+    if not warm_text.isdigit():
+        raise SuzumioError(f"Invalid --warm: {warm_text} (expected a whole number)")
     return serve(root, host=host, port=int(port_text), threads=int(options.threads or 32),
                  scheduler_enabled=not options.no_scheduler, allowed_hosts=tuple(options.allow_host or ()),
-                 api_token=api_token, runner_listen=runner_listen, out=out, err=err, tracer=tracer)
+                 api_token=api_token, runner_listen=runner_listen, out=out, err=err, tracer=tracer,
+                 warm=int(warm_text))
 
 
 class Liveness:
@@ -851,7 +861,7 @@ def warn_unused_controller_urls(root, err):
 
 
 def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err,
-          runner_listen=None, tracer=None):
+          runner_listen=None, tracer=None, warm=0):
     """Run the controller until SIGINT/SIGTERM: the user listener (host:port), the runner listener (the
     root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (cli.md §3.3, §4).
     Returns 1 when one of its loops died (Liveness), else 0."""
@@ -874,7 +884,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     descriptors = raise_descriptor_limit(err)
     tune_malloc()
     liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
-    runtime = Runtime(root, socket_path, on_fatal=liveness.died)
+    runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm)
     servers = []
     received = []
     previous = {}

@@ -3,6 +3,7 @@ runner as a host subprocess in its own session). Owns input.json, launching, exi
 runners (P0 restart, stop, approve, timeout) and the reconciliation pass of `serve`.
 Imported by the scheduler and the composition root; imports config, registry and records (docker only lazily)."""
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -19,9 +20,10 @@ from pathlib import Path
 
 import suzumio_config
 import suzumio_registry
+import suzumio_warm
 from suzumio_config import RESERVED_MOUNT_TARGETS
 from suzumio_errors import NotFound
-from suzumio_records import ACT_RUNNING, parse_ts, utc_now
+from suzumio_records import ACT_RUNNING, AGENT_STOPPED, PROJECT_RUNNING, parse_ts, utc_now
 from suzumio_resources import resource_path
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,28 @@ def safe_name(text):
 
 def container_name_for(project, agent_id, activation_id):
     return safe_name(f"suzumio_{project}_{agent_id}_{activation_id}")
+
+
+WARM_MARK = "warm-"  # a prepared container's name: suzumio_<project>_<agent>_warm-<slot> until claimed
+INPUT_TARGET = "/activation/input.json"
+
+
+def warm_container_name(project, agent_id, slot_id):
+    return safe_name(f"suzumio_{project}_{agent_id}_{WARM_MARK}{slot_id}")
+
+
+def container_activation(name, labels, project, agent_id):
+    """The activation a container ran: its label, or for a claimed prepared container (created before
+    its activation existed, then renamed) the end of its name; '' for an unclaimed one."""
+    if labels.get("suzumio.activation"):
+        return labels["suzumio.activation"]
+    prefix = safe_name(f"suzumio_{project}_{agent_id}_")
+    rest = name[len(prefix):] if name.startswith(prefix) else ""
+    return "" if rest.startswith(WARM_MARK) else rest
+
+
+def digest(value):
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:32]
 
 
 def is_timed_out(activation, timeout_ms, now):
@@ -275,17 +299,28 @@ class Launch:
         self.support_dir = Path(support_dir)
         self.project = config.name
         self.project_dir = Path(store.dir)
-        self.activation_dir = store.activation_dir(activation["id"])
-        self.input_path = self.activation_dir / "input.json"
         self.workspace = Path(agent["workspacePath"])
         self.artifacts = store.artifacts_root
-        self.env = activation_env(config, agent, activation["id"], environ, rewrite_proxy=self.kind == KIND_DOCKER)
         self.secrets = secret_values(config, agent, environ)
         self.toolpack_mounts = []
+        self.data = None  # input.json as written
+        if activation is None:  # a prepared runner (issue 18): the activation comes with its claim
+            self.activation_dir = self.input_path = None
+            self.env = {}
+            self.toolpack_mounts = runner_toolpack_specs(config, agent, self.kind)[1]
+            return
+        self.activation_dir = store.activation_dir(activation["id"])
+        self.input_path = self.activation_dir / "input.json"
+        self.env = activation_env(config, agent, activation["id"], environ, rewrite_proxy=self.kind == KIND_DOCKER)
 
     @property
     def activation_id(self):
         return self.activation["id"]
+
+    def config_digest(self):
+        """What identifies the configuration a prepared runner was made for: the stored config and the
+        local toolpack manifests (any change makes prepared runners stale)."""
+        return digest([self.store.config(), suzumio_config.manifest_stamps(self.config)])
 
     def runner_files(self):
         """The runner's files, or `Runner file not found: <path>`."""
@@ -350,15 +385,38 @@ def read_cmdline(pid):
         time.sleep(0.01)
 
 
+def runner_marker(store, activation_id):
+    """What a local runner's command line holds for this activation: the activation id, or for a
+    prepared runner (spawned before its activation existed) its `--warm-slot <slot>` (issue 18), as
+    recorded in activations/<id>/runner.slot when it was claimed."""
+    try:
+        slot = (store.activation_dir(activation_id) / "runner.slot").read_text(encoding="utf-8").strip()
+    except OSError:
+        return activation_id
+    return f"{suzumio_warm.SLOT_FLAG} {slot}" if slot else activation_id
+
+
 def local_runner_alive(pid, activation_id):
-    """backend-runner.md §3A.5: the pid exists and its command line names the activation."""
+    """backend-runner.md §3A.5: the pid exists and its command line names the activation (or the
+    `runner_marker` of a prepared runner)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    return activation_id in read_cmdline(pid)
+    cmdline = read_cmdline(pid)
+    if activation_id in cmdline:
+        return True
+    # A claimed prepared runner (issue 18) writes to its activation's runner.log from then on.
+    return f" {suzumio_warm.SLOT_FLAG} " in cmdline and activation_id in runner_log_target(pid)
+
+
+def runner_log_target(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""
 
 
 def local_pid(container_name):
@@ -430,6 +488,36 @@ class LocalBackend:
             os.close(fd)
         return process
 
+    def base_env(self):
+        return {name: self._environ[name] for name in LOCAL_BASE_ENV if self._environ.get(name)}
+
+    def fingerprint(self, launch):
+        return digest([sys.executable, str(launch.runner_files()[0]), os.path.realpath(launch.workspace),
+                       self.base_env(), launch.config_digest()])
+
+    def prepare(self, launch, slot, warm_socket):
+        """Spawn the runner of a future activation: the same interpreter, flags, workspace, session and
+        base environment as `launch`, waiting on the warm socket (issue 18). Its log and the rest of its
+        environment come with the claim."""
+        runner_path = launch.runner_files()[0]
+        env = self.base_env()
+        env.update({"PYTHONUNBUFFERED": "1", suzumio_warm.KEY_ENV: slot.key})
+        slot.process = subprocess.Popen(
+            [sys.executable, *LOCAL_RUNNER_FLAGS, str(runner_path), "--warm", str(warm_socket),
+             suzumio_warm.SLOT_FLAG, slot.id],
+            cwd=os.path.realpath(launch.workspace), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True)
+
+    @staticmethod
+    def discard(slot):
+        if slot.process is None:
+            return
+        try:
+            os.killpg(slot.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        slot.process.wait(timeout=10)
+
     def log_tail(self, activation_dir):
         try:
             text = (Path(activation_dir) / "runner.log").read_text(encoding="utf-8", errors="replace")
@@ -438,7 +526,8 @@ class LocalBackend:
         return tail_lines(text)
 
     def stop(self, container_name, activation_id):
-        """§3A.4: SIGTERM to the group, SIGKILL after 2 s; a vanished process counts as stopped."""
+        """§3A.4: SIGTERM to the group, SIGKILL after 2 s; a vanished process counts as stopped.
+        `activation_id`: the activation id or its runner_marker."""
         pid = local_pid(container_name)
         if pid is None or not local_runner_alive(pid, activation_id):
             return
@@ -492,6 +581,12 @@ def _http_status(error):
 UNPRIVILEGED_IDS = (65532, 65532)
 
 
+def warm_owner(runner_socket):
+    """The `suzumio.warm` label of one controller's prepared containers: its runner socket's path, hashed
+    (one per root), so a reconciler removes only what it or an earlier serve of its root left."""
+    return hashlib.sha256(os.fsencode(os.path.abspath(runner_socket))).hexdigest()[:16]
+
+
 def container_user(configured, host_uid, host_gid):
     """The `user` of an activation container: the configured one, else the controller's uid:gid, else
     (the controller is root) a fixed unprivileged uid:gid that then owns the agent's writable folders."""
@@ -541,7 +636,8 @@ def own_writable_folders(launch, user):
     if ids is None or ids[0] == 0:
         return
     uid, gid = ids
-    os.chown(launch.input_path, uid, gid, follow_symlinks=False)
+    if launch.input_path is not None:  # a prepared container has none (issue 18)
+        os.chown(launch.input_path, uid, gid, follow_symlinks=False)
     for folder in (launch.workspace, launch.artifacts / launch.agent["id"]):
         info = os.lstat(folder)
         if (info.st_uid, info.st_gid) != (uid, gid):
@@ -568,9 +664,10 @@ class DockerBackend:
             return self._client
 
     def mounts(self, launch, agent_ids):
-        """backend-runner.md §3.3 rows 1-7 as (source, target, read_only), validated (§3.4)."""
-        rows = [(str(launch.input_path), "/activation/input.json", True),
-                (str(launch.workspace), "/workspace", False)]
+        """backend-runner.md §3.3 rows 1-7 as (source, target, read_only), validated (§3.4). A prepared
+        container (no activation yet) gets no input.json: its input comes over the warm socket."""
+        rows = [] if launch.input_path is None else [(str(launch.input_path), INPUT_TARGET, True)]
+        rows.append((str(launch.workspace), "/workspace", False))
         for other in agent_ids:
             rows.append((str(launch.artifacts / other), f"/artifacts/{other}", other != launch.agent["id"]))
         for mount in launch.config.mounts_for(launch.agent["id"]):
@@ -611,16 +708,35 @@ class DockerBackend:
             options["network_mode"] = network
         return options
 
-    def create(self, launch, agent_ids):
-        """§3.2-3.7: build and create (not start) the container; returns its name."""
+    def fingerprint(self, launch, agent_ids):
+        """Everything a container gets at creation but its activation's input and environment: a prepared
+        container serves an activation only when this is the same for both (issue 18)."""
+        rows = [row for row in self.mounts(launch, agent_ids) if row[1] != INPUT_TARGET]
+        options = self.sandbox_options(launch, launch.config.sandbox(launch.agent["id"]))
+        return digest([launch.config.backend.image, rows, options, launch.config_digest()])
+
+    def create(self, launch, agent_ids, slot=None, warm_socket=None):
+        """§3.2-3.7: build and create (not start) the container; returns its name. With a warm `slot`,
+        the container of a future activation (issue 18): the same image, mounts (but input.json), user,
+        limits and network, waiting on the warm socket, and only the environment a runner needs to get
+        there; the activation's environment and input come with the claim."""
         Mount = docker_sdk().types.Mount
         rows = self.mounts(launch, agent_ids)
         backend = launch.config.backend
-        name = container_name_for(launch.project, launch.agent["id"], launch.activation_id)
         options = self.sandbox_options(launch, launch.config.sandbox(launch.agent["id"]))
         if self._host_ids[0] == 0:
             own_writable_folders(launch, options["user"])
-        environment = dict(launch.env)
+        labels = {"suzumio.managed": "true", "suzumio.project": launch.project, "suzumio.agent": launch.agent["id"]}
+        if slot is None:
+            name = container_name_for(launch.project, launch.agent["id"], launch.activation_id)
+            environment = dict(launch.env)
+            command = ["--input", INPUT_TARGET]
+            labels["suzumio.activation"] = launch.activation_id
+        else:
+            name = warm_container_name(launch.project, launch.agent["id"], slot.id)
+            environment = {"PYTHONUNBUFFERED": "1", suzumio_warm.KEY_ENV: slot.key}
+            command = ["--warm", f"{CONTAINER_RUN_DIR}/{Path(warm_socket).name}", suzumio_warm.SLOT_FLAG, slot.id]
+            labels["suzumio.warm"] = warm_owner(launch.runner_socket)
         if not suzumio_config.is_root_user(options["user"]):
             # A uid without a passwd entry gets HOME=/, where it cannot write (caches, tool settings).
             environment.setdefault("HOME", CONTAINER_HOME)
@@ -628,15 +744,32 @@ class DockerBackend:
             backend.image,
             name=name,
             entrypoint=["python3", f"{CONTAINER_SUPPORT_DIR}/{RUNNER_FILE}"],
-            command=["--input", "/activation/input.json"],
+            command=command,
             working_dir="/workspace",
             environment=environment,
-            labels={"suzumio.managed": "true", "suzumio.project": launch.project,
-                    "suzumio.agent": launch.agent["id"], "suzumio.activation": launch.activation_id},
+            labels=labels,
             mounts=[Mount(target, source, type="bind", read_only=ro) for source, target, ro in rows],
             extra_hosts={"host.docker.internal": "host-gateway"},
             auto_remove=False, tty=False, stdin_open=False, detach=True, **options)
         return name
+
+    def rename(self, name, new_name):
+        self.client.api.rename(name, new_name)
+
+    def warm_containers(self, owner=None, project=None):
+        """(name, state) of prepared containers not yet claimed (their name still has WARM_MARK), of one
+        controller (`owner`, warm_owner of its runner socket) or of one project."""
+        labels = ["suzumio.managed=true", "suzumio.warm" + ("" if owner is None else f"={owner}")]
+        if project is not None:
+            labels.append(f"suzumio.project={project}")
+        found = []
+        for container in self.client.api.containers(all=True, filters={"label": labels}):
+            name = container["Names"][0].lstrip("/")
+            container_labels = container.get("Labels") or {}
+            if not container_activation(name, container_labels, container_labels.get("suzumio.project", ""),
+                                        container_labels.get("suzumio.agent", "")):
+                found.append((name, container.get("State", "")))
+        return found
 
     def start(self, name):
         self.client.api.start(name)
@@ -655,18 +788,28 @@ class DockerBackend:
             return ""
         return tail_lines(raw.decode("utf-8", "replace"))
 
-    def find(self, project, activation_id):
-        """The name of the container labelled with this activation, or None."""
+    def find(self, project, activation_id, agent_id=None):
+        """The name of the container labelled with this activation, or None. With `agent_id`, also a
+        claimed prepared container, which has the activation only in its name (issue 18)."""
         labels = ["suzumio.managed=true", f"suzumio.project={project}", f"suzumio.activation={activation_id}"]
         for container in self.client.api.containers(all=True, filters={"label": labels}):
             return container["Names"][0].lstrip("/")
+        if agent_id is not None:
+            for name, found, _state in self.agent_containers(project, agent_id):
+                if found == activation_id:
+                    return name
         return None
 
     def agent_containers(self, project, agent_id):
-        """(name, activation id, state) of an agent's containers, newest activation first (ids sort by time)."""
+        """(name, activation id, state) of an agent's activation containers, newest activation first (ids
+        sort by time); prepared containers not yet claimed are not among them."""
         labels = ["suzumio.managed=true", f"suzumio.project={project}", f"suzumio.agent={agent_id}"]
-        rows = [(c["Names"][0].lstrip("/"), c.get("Labels", {}).get("suzumio.activation", ""), c.get("State", ""))
-                for c in self.client.api.containers(all=True, filters={"label": labels})]
+        rows = []
+        for container in self.client.api.containers(all=True, filters={"label": labels}):
+            name = container["Names"][0].lstrip("/")
+            activation_id = container_activation(name, container.get("Labels") or {}, project, agent_id)
+            if activation_id or "suzumio.warm" not in (container.get("Labels") or {}):
+                rows.append((name, activation_id, container.get("State", "")))
         return sorted(rows, key=lambda row: row[1], reverse=True)
 
     def remove(self, name):
@@ -674,6 +817,8 @@ class DockerBackend:
         try:
             self.client.api.remove_container(name, force=True)
         except engine_errors() as error:
+            if _http_status(error) == 404:
+                return
             log.warning("removing container %s failed: %s", name, error)
 
     def state(self, name):
@@ -709,10 +854,12 @@ class Backends:
     """Starts, watches, stops and reconciles activations; picks `local` or `docker-chat` by
     `backend.kind` at start and by the recorded container name afterwards."""
 
-    def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None, runner_socket=None):
+    def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None, runner_socket=None,
+                 warm_limit=0, configs=None):
         """`runner_socket`: the path of the controller's runner socket, which every runner then
         reaches; None when the runner routes are on TCP (`serve --runner-listen`), reached through
-        `backend.controllerUrl`."""
+        `backend.controllerUrl`. `warm_limit`: how many prepared runners this process may hold (issue 18;
+        0, or no runner socket: none, every activation starts cold); `configs`: a ConfigCache."""
         self.support_dir = Path(support_dir)
         self.runner_socket = None if runner_socket is None else Path(runner_socket)
         self._environ = dict(os.environ if environ is None else environ)
@@ -724,6 +871,72 @@ class Backends:
         self._threads = []
         self._closed = threading.Event()
         self._reconciler = None
+        self.warm = None
+        if warm_limit and self.runner_socket is not None:
+            self.warm = suzumio_warm.WarmPool(self, self.runner_socket, warm_limit, configs).start()
+
+    # -- warm activations (issue 18)
+
+    def prepare_next(self, store):
+        """The scheduler ticked this project: prepare the runners of its likely next activations (or
+        remove them when it no longer runs); a no-op without a warm pool."""
+        if self.warm is not None:
+            self.warm.hint(store)
+
+    def wanted(self, store, configs=None):
+        """For WarmPool: [(agent, kind, fingerprint, config)] of the agents whose next activation should
+        have a prepared runner, best first: agents with pending signals, then the most recently active,
+        up to backend.warm of them; [] for a project that is not running or has warm runners off."""
+        if store.project()["status"] != PROJECT_RUNNING:
+            return []
+        config = configs.get(store) if configs is not None else suzumio_config.ProjectConfig.from_data(store.config())
+        count = config.backend.warm
+        if not count:
+            return []
+        if config.backend.kind == KIND_LOCAL and not Path("/proc/self").exists():
+            return []  # a claimed local runner is known by its log file in /proc (local_runner_alive)
+        agents = [a for a in store.list_agents(include_tokens=True) if a["status"] != AGENT_STOPPED]
+        agents.sort(key=lambda a: (store.has_pending_signals_for_agent(a["id"], include_delayed=True),
+                                   a.get("updatedAt") or ""), reverse=True)
+        agent_ids = store.agent_ids()
+        wanted = []
+        for agent in agents[:count]:
+            launch = Launch(store, config, None, agent, self.support_dir, self._environ, self.runner_socket)
+            wanted.append((agent, launch.kind, self._fingerprint(launch, agent_ids), config))
+        return wanted
+
+    def _fingerprint(self, launch, agent_ids):
+        if launch.kind == KIND_LOCAL:
+            return self.local.fingerprint(launch)
+        return self.docker.fingerprint(launch, agent_ids)
+
+    def prepare(self, store, config, agent, slot):
+        """For WarmPool: create and start the container, or spawn the process, of `slot`."""
+        launch = Launch(store, config, None, agent, self.support_dir, self._environ, self.runner_socket)
+        if launch.kind == KIND_LOCAL:
+            self.local.prepare(launch, slot, self.warm.path)
+            return
+        agent_ids = store.agent_ids()
+        for other in agent_ids:
+            store.artifacts_dir(other).mkdir(parents=True, exist_ok=True)
+        name = warm_container_name(launch.project, agent["id"], slot.id)
+        slot.name = name  # before the create: a close meanwhile removes it
+        self.docker.create(launch, agent_ids, slot=slot, warm_socket=self.warm.path)
+        self.docker.start(name)
+
+    def discard(self, slot):
+        """For WarmPool: remove a prepared runner no activation will use."""
+        if slot.kind == KIND_LOCAL:
+            self.local.discard(slot)
+        elif slot.name is not None:
+            self.docker.remove(slot.name)
+
+    def _claim(self, store, launch, agent_ids):
+        """A prepared runner for this launch, taken from the pool, or None (start cold)."""
+        if self.warm is None:
+            return None
+        fingerprint = self._fingerprint(launch, agent_ids)
+        return self.warm.take(store.project_id, launch.agent["id"], launch.kind, fingerprint)
 
     # -- start
 
@@ -745,25 +958,46 @@ class Backends:
         agent_ids = store.agent_ids()
         make_private_dir(store.activations_root)
         make_private_dir(launch.activation_dir)
-        write_private_json(launch.input_path, launch.input_data())
+        launch.data = launch.input_data()
+        write_private_json(launch.input_path, launch.data)
         for other in agent_ids:
             store.artifacts_dir(other).mkdir(parents=True, exist_ok=True)
+        slot = self._claim(store, launch, agent_ids)
         if launch.kind == KIND_LOCAL:
-            self._start_local(store, launch)
+            self._start_local(store, launch, slot)
         else:
-            self._start_docker(store, launch, agent_ids)
+            self._start_docker(store, launch, agent_ids, slot)
 
-    def _start_local(self, store, launch):
-        process = self.local.launch(launch)
+    def _start_local(self, store, launch, slot=None):
+        process = self._start_prepared_local(store, launch, slot) if slot is not None else None
+        if process is None:
+            process = self.local.launch(launch)
         name = f"{LOCAL_PREFIX}{process.pid}"
         try:
             store.set_activation_container(launch.activation_id, name)
         finally:
             self._watch(self._watch_child, store, launch, process)
         if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
-            self.local.stop(name, launch.activation_id)
+            self.local.stop(name, runner_marker(store, launch.activation_id))
 
-    def _start_docker(self, store, launch, agent_ids):
+    def _start_prepared_local(self, store, launch, slot):
+        """Hand a prepared process its activation: its slot is recorded first (runner.slot, what its
+        command line names), then it gets its log file, environment and input; None when it is gone."""
+        log_path = launch.activation_dir / "runner.log"
+        os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        (launch.activation_dir / "runner.slot").write_text(slot.id + "\n", encoding="utf-8")
+        try:
+            suzumio_warm.deliver(slot, {"input": launch.data, "env": launch.env, "log": str(log_path)})
+        except OSError as error:
+            log.info("prepared runner of %s was gone (%s); starting cold", launch.activation_id, error)
+            (launch.activation_dir / "runner.slot").unlink()
+            self.local.discard(slot)
+            return None
+        return slot.process
+
+    def _start_docker(self, store, launch, agent_ids, slot=None):
+        if slot is not None and self._start_prepared_docker(store, launch, slot):
+            return
         name = self.docker.create(launch, agent_ids)
         try:
             store.set_activation_container(launch.activation_id, name)
@@ -778,6 +1012,34 @@ class Backends:
         self.docker.start(name)
         self._watch(self._watch_container, store, launch.activation_id, name, launch.secrets,
                     launch.config.backend.docker.keep)
+
+    def _start_prepared_docker(self, store, launch, slot):
+        """Hand a prepared container its activation: renamed to the activation's container name (what
+        the reconciler and retention go by), given its environment and input, then recorded. False when
+        it was gone before it got its input (the caller starts cold)."""
+        name = container_name_for(launch.project, launch.agent["id"], launch.activation_id)
+        try:
+            self.docker.rename(slot.name, name)
+            slot.name = name
+            if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
+                log.info("activation %s was cancelled before its container started", launch.activation_id)
+                self.docker.remove(name)
+                return True
+            suzumio_warm.deliver(slot, {"input": launch.data, "env": launch.env})
+        except (OSError, *engine_errors()) as error:
+            log.info("prepared container of %s unusable (%s); starting cold", launch.activation_id, error)
+            self.docker.remove(slot.name)
+            return False
+        try:
+            store.set_activation_container(launch.activation_id, name)
+        except Exception:
+            self.docker.remove(name)  # it runs an activation nothing would settle
+            raise
+        if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
+            self.docker.stop(name, launch.activation_id)
+        self._watch(self._watch_container, store, launch.activation_id, name, launch.secrets,
+                    launch.config.backend.docker.keep)
+        return True
 
     # -- monitors
 
@@ -886,6 +1148,10 @@ class Backends:
         saved first), and containers that were created but never started for an activation that is no
         longer running (a controller that crashed between create and start). Returns the count removed."""
         removed = 0
+        for name, state in self.docker.warm_containers(project=store.project_id):
+            if state != "running":  # a live serve's prepared runners are running; a dead one's ended
+                self.docker.remove(name)
+                removed += 1
         secrets_by_agent = {}
         for agent in store.list_agents(include_tokens=True):
             secrets_by_agent[agent["id"]] = secret_values(config, agent, self._environ)
@@ -904,8 +1170,9 @@ class Backends:
         return removed
 
     def _watch_adopted_process(self, store, activation_id, pid):
+        marker = runner_marker(store, activation_id)
         while not self._closed.wait(ADOPT_POLL_SECONDS):
-            if not local_runner_alive(pid, activation_id):
+            if not local_runner_alive(pid, marker):
                 self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
                 return
 
@@ -919,7 +1186,7 @@ class Backends:
             return
         try:
             if local_pid(name) is not None:
-                self.local.stop(name, activation["id"])
+                self.local.stop(name, runner_marker(store, activation["id"]))
             else:
                 self.docker.stop(name, activation["id"])
         except Exception as error:  # noqa: BLE001 - any engine or OS error is recorded; the store change stands
@@ -937,11 +1204,29 @@ class Backends:
 
     def reconcile(self, stores, now=None):
         """One pass: the timeout check on every running activation, then adoption of unwatched ones."""
+        docker_used = False
         for store in stores:
             try:
+                docker_used = docker_used or store.config()["backend"]["kind"] == KIND_DOCKER
                 self._reconcile_project(store, now or utc_now())
             except Exception as error:  # noqa: BLE001 - isolation: one project's error never stops the pass
                 log.warning("reconciling project %s failed: %s", store.project_id, error)
+        if docker_used and self.runner_socket is not None:
+            self.sweep_prepared()
+
+    def sweep_prepared(self):
+        """Remove the prepared containers of this root that this process's pool does not hold: those a
+        killed or crashed serve left (their runners ended when its warm socket closed). Returns them."""
+        removed = []
+        try:
+            for name, _state in self.docker.warm_containers(owner=warm_owner(self.runner_socket)):
+                if self.warm is None or not self.warm.owns(name):
+                    log.info("removing prepared container %s left by an earlier controller", name)
+                    self.docker.remove(name)
+                    removed.append(name)
+        except engine_errors() as error:
+            log.warning("cannot look for prepared containers: %s", error)
+        return removed
 
     def _reconcile_project(self, store, now):
         config = suzumio_config.ProjectConfig.from_data(store.config())
@@ -973,7 +1258,7 @@ class Backends:
             store.set_activation_container(activation_id, name)
         pid = local_pid(name)
         if pid is not None:
-            if local_runner_alive(pid, activation_id):
+            if local_runner_alive(pid, runner_marker(store, activation_id)):
                 self._watch(self._watch_adopted_process, store, activation_id, pid)
             else:
                 self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
@@ -987,7 +1272,7 @@ class Backends:
         if config.backend.kind == KIND_LOCAL:
             pid = find_local_runner(store.activation_dir(activation_id) / "input.json", activation_id)
             return None if pid is None else f"{LOCAL_PREFIX}{pid}"
-        return self.docker.find(config.name, activation_id)
+        return self.docker.find(config.name, activation_id, store.activation(activation_id)["agentId"])
 
     def _adopt_container(self, store, config, activation, name):
         activation_id = activation["id"]
@@ -1037,7 +1322,10 @@ class Backends:
         self._reconciler.start()
 
     def close(self):
-        """Stop the watchers and the reconciler; runners keep going and the next serve adopts them."""
+        """Remove the prepared runners no activation claimed, then stop the watchers and the reconciler;
+        runners keep going and the next serve adopts them."""
+        if self.warm is not None:
+            self.warm.close()
         self._closed.set()
         # One deadline for all: Docker watchers block in wait() by design and end with the process.
         deadline = time.monotonic() + CLOSE_GRACE_SECONDS

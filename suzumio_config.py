@@ -46,6 +46,7 @@ LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
 DEFAULT_MEMORY = "4g"
 DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024
+DEFAULT_WARM = 2  # prepared runners per running project (issue 18); false or 0 turns them off
 DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
 NETWORK_TOOL = "web.fetch"
 
@@ -577,6 +578,7 @@ _BACKEND = _Obj(
     ("image", _Str(), "suzumio-runner:dev"),
     ("controllerUrl", _Str(), DEFAULT_CONTROLLER_URL),
     ("activationTimeoutMs", _INT_GT0, 3600000),
+    ("warm", _OrFalse(_INT_GE0), _OMIT),  # issue 18: prepared runners per project (DEFAULT_WARM)
     ("docker", _Obj(
         *_container_fields(network=_OMIT, memory=DEFAULT_MEMORY, cpus=DEFAULT_CPUS, pids_limit=DEFAULT_PIDS_LIMIT,
                            cap_add=[]),
@@ -942,6 +944,7 @@ class BackendConfig:
     activation_timeout_ms: int
     docker: DockerConfig
     runner: RunnerConfig
+    warm: int = DEFAULT_WARM  # prepared runners per running project, 0 for none (issue 18)
 
 
 @dataclass(frozen=True)
@@ -1031,7 +1034,8 @@ def _backend_config(data):
                      runner.get("budget", {}).get("maxTokens"),
                      FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),
                      FrozenMapping({k: _preset_config(k, v) for k, v in models["presets"].items()}),
-                     frozen_json(runner)))
+                     frozen_json(runner)),
+        warm=int(data.get("warm", DEFAULT_WARM) or 0))
 
 
 def _trailing_index_stripped(agent_id):

@@ -7,6 +7,7 @@ library only, CPython >= 3.9; nothing imports it but tests."""
 import json
 import os
 import signal
+import socket
 import sys
 
 RUNNER_MODULES = ("suzumio_runner_models", "suzumio_runner_tools", "suzumio_runner_loop")
@@ -68,9 +69,45 @@ def parse_args(argv):
             raise RunnerError(f"Arguments are --name value pairs; got {name}")
         options[name[2:]] = argv[index + 1]
         index += 2
-    if not options.get("input"):
+    if not options.get("input") and not (options.get("warm") and options.get("warm-slot")):
         raise RunnerError("--input is required")
     return options
+
+
+WARM_KEY_ENV = "SUZUMIO_WARM_KEY"
+RELEASED = "Prepared runner released before it received an activation"
+
+
+def receive_input(socket_path, slot):
+    """A prepared runner (`--warm <socket> --warm-slot <slot>`, issue 18): imports done, it says which
+    slot it is on the controller's warm socket and waits for its activation: the input, the rest of its
+    environment and, on the local backend, its log file. The controller ends the stream after it, or
+    without one when it releases the runner."""
+    key = os.environ.pop(WARM_KEY_ENV, "")
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(socket_path)
+        connection.sendall(json.dumps({"slot": slot, "key": key}).encode("utf-8") + b"\n")
+        chunks = []
+        while True:
+            chunk = connection.recv(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError as error:
+        raise RunnerError(f"Cannot reach the warm socket {socket_path}") from error
+    finally:
+        connection.close()
+    if not chunks:
+        raise RunnerError(RELEASED)
+    claim = json.loads(b"".join(chunks).decode("utf-8"))
+    if claim.get("log"):
+        fd = os.open(claim["log"], os.O_WRONLY | os.O_APPEND)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    os.environ.update({str(k): str(v) for k, v in (claim.get("env") or {}).items()})
+    return claim["input"]
 
 
 def load_input(path):
@@ -102,10 +139,13 @@ def main(argv=None):
         os._exit(143)
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    env = dict(os.environ)
     try:
         options = parse_args(sys.argv[1:] if argv is None else argv)
-        activation = load_input(options["input"])
+        if options.get("input"):
+            activation = load_input(options["input"])
+        else:
+            activation = receive_input(options["warm"], options["warm-slot"])
+        env = dict(os.environ)
         redactor.add([activation.get("token"), env.get("SUZUMIO_TOKEN")])
         models = (activation.get("runner") or {}).get("models")
         if isinstance(models, dict):

@@ -302,7 +302,10 @@ class Scheduler:
         """One tick of the named project; waits for a tick of it that is already running. Returns the
         project's next due time (tick)."""
         with self._project_lock(name):
-            return tick(self.root.open_project(name), self.backends, self.hooks, to_datetime(now), self._configs)
+            store = self.root.open_project(name)
+            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs)
+            self.backends.prepare_next(store)  # issue 18: warm activations (suzumio_warm; no-op when off)
+            return due
 
     def trigger(self, name):
         """The tick HTTP routes ask for: it runs now and returns once it has run (scheduler.md §2.1)."""

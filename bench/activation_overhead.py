@@ -1,12 +1,17 @@
 """Activation start overhead: the median time from a pending signal (one scheduler tick starts here) to
 the real runner's first request reaching the controller (`POST /activation-context`, the runner's first
-act once its interpreter, imports and input are ready), for the `local` and `docker-chat` backends. The
+act once its interpreter, imports and input are ready) and to its first model request (`POST
+/runner/model`), for the `local` and `docker-chat` backends, started cold and warm (a prepared runner
+waiting on the warm socket, issue 18; the pool is given time to prepare it between activations, as an
+idle agent's runner is prepared before its next signal). The
 bare cost, measured in the same run, is the same first request made by a minimal stdlib Python script
 (`http.client` + `json`) spawned the same way: a subprocess of this interpreter with the local runner's
 flags, or `docker run` of the runner image. Both go over the default transport, the runner socket (a
 Unix socket; `docker run --network none` with its folder mounted at /run/suzumio, as activations get
 it); `--tcp` measures `serve --runner-listen` instead (TCP to 127.0.0.1, containers on the host
-network). Ratio target <= 1.5x. The tick's own share is printed separately.
+network). Targets: cold first request <= 1.5x; warm first model request <= 0.5x of a bare `docker run`
+and <= 1.0x of a bare spawn. The tick's own share is printed separately. `--tcp` has no warm runs
+(prepared runners wait on the warm socket beside the runner socket).
 Usage: .venv/bin/python bench/activation_overhead.py [--runs 9] [--skip-docker] [--tcp] [--json]"""
 import argparse
 import http.server
@@ -44,6 +49,10 @@ connection.request("POST", "/activation-context", json.dumps({"activationId": sy
 connection.getresponse().read()
 """
 SOCKET_NAME = "runner.sock"
+MODEL_PATH = "/runner/model"
+# The runner's model requests go to the controller (docs/spec-notes.md 8f), so the stand-in sees the
+# first one; it answers `{}`, the runner fails the activation, and the next run begins.
+PROVIDER = 'replay: {type: openai-compatible, baseURL: "http://127.0.0.1:9/v1"}'
 
 
 class Arrivals:
@@ -54,16 +63,16 @@ class Arrivals:
         self.first = {}
         self.changed = threading.Condition()
 
-    def record(self, activation_id, moment):
+    def record(self, activation_id, moment, path="/activation-context"):
         with self.changed:
-            self.first.setdefault(activation_id, moment)
+            self.first.setdefault((path, activation_id), moment)
             self.changed.notify_all()
 
-    def wait_for(self, activation_id, timeout=60.0):
+    def wait_for(self, activation_id, timeout=60.0, path="/activation-context"):
         with self.changed:
-            if not self.changed.wait_for(lambda: activation_id in self.first, timeout):
-                raise TimeoutError(f"no request from activation {activation_id}")
-            return self.first[activation_id]
+            if not self.changed.wait_for(lambda: (path, activation_id) in self.first, timeout):
+                raise TimeoutError(f"no {path} request from activation {activation_id}")
+            return self.first[(path, activation_id)]
 
 
 class TcpArrivals(Arrivals, http.server.ThreadingHTTPServer):
@@ -97,8 +106,8 @@ class ArrivalHandler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         arrived = time.time()
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path == "/activation-context":
-            self.server.record(json.loads(body).get("activationId"), arrived)
+        if self.path in ("/activation-context", MODEL_PATH):
+            self.server.record(json.loads(body).get("activationId"), arrived, self.path)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", "2")
@@ -109,19 +118,24 @@ class ArrivalHandler(http.server.BaseHTTPRequestHandler):
         return
 
 
-def activation_latencies(kind, runs, controller):
-    """(start-to-first-request samples, tick-duration samples) over `runs` activations of one agent."""
+def activation_latencies(kind, runs, controller, warm=False):
+    """(start-to-first-request samples, start-to-first-model-request samples, tick-duration samples)
+    over `runs` activations of one agent, cold or from prepared runners (`warm`)."""
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         root = suzumio_store.Root(scratch / "root")
-        store = benchlib.init_project(root, scratch / "src",
-                                      benchlib.project_text("bench", ["worker"], kind=kind, image=IMAGE,
-                                                            controller_url=controller.url))
-        backends = suzumio_backend.Backends(runner_socket=controller.runner_socket)
+        text = benchlib.project_text("bench", ["worker"], kind=kind, image=IMAGE, controller_url=controller.url)
+        text = text.replace("replay: {type: scripted, script: {agents: {}}}", PROVIDER)
+        store = benchlib.init_project(root, scratch / "src", text)
+        backends = suzumio_backend.Backends(runner_socket=controller.runner_socket, warm_limit=4 if warm else 0)
         hooks = suzumio_scheduler.NoHooks()
-        started, ticks = [], []
+        started, modelled, ticks = [], [], []
         try:
             for index in range(runs + 1):
+                if warm:  # what Scheduler.tick asks after every tick; an idle agent's runner is ready
+                    backends.prepare_next(store)
+                    if not backends.warm.wait_ready("bench", "worker", 60):
+                        raise SystemExit("no prepared runner became ready")
                 coordination.send_message(store, config_of(store), "user", f"job {index}", recipient="worker")
                 began = time.time()
                 tick_began = time.perf_counter()
@@ -131,8 +145,10 @@ def activation_latencies(kind, runs, controller):
                 if activation_id is None:
                     raise SystemExit(f"no activation started: {store.list_activations(1)}")
                 arrived = controller.wait_for(activation_id)
+                asked = controller.wait_for(activation_id, path=MODEL_PATH)
                 if index:  # the first run warms the page cache and the interpreter's bytecode cache
                     started.append(arrived - began)
+                    modelled.append(asked - began)
                     ticks.append(tick_took)
                 wait_until_ended(store, activation_id)
         finally:
@@ -140,7 +156,7 @@ def activation_latencies(kind, runs, controller):
             if kind == "docker-chat":
                 remove_containers(store)
             root.close()
-        return started, ticks
+        return started, modelled, ticks
 
 
 def remove_containers(store):
@@ -213,13 +229,19 @@ def main(argv=None):
     threading.Thread(target=controller.serve_forever, name="bench-controller", daemon=True).start()
     results.note(f"transport: {'TCP (serve --runner-listen)' if options.tcp else 'the runner socket'}")
     try:
-        kinds = [("local", bare_local)] + ([] if options.skip_docker else [("docker-chat", bare_docker)])
-        for kind, bare in kinds:
-            activation, ticks = activation_latencies(kind, options.runs, controller)
+        kinds = [("local", bare_local, 1.0)] + ([] if options.skip_docker else [("docker-chat", bare_docker, 0.5)])
+        for kind, bare, warm_target in kinds:
+            activation, modelled, ticks = activation_latencies(kind, options.runs, controller)
+            warm = None if options.tcp else activation_latencies(kind, options.runs, controller, warm=True)
             baseline = benchlib.median(bare(options.runs, controller))
             results.add(f"{kind}: signal -> runner's first request", benchlib.median(activation), "s", baseline,
                         target=1.5)
+            results.add(f"{kind}: signal -> first model request (cold)", benchlib.median(modelled), "s", baseline)
             results.add(f"{kind}: of which the tick (start included)", benchlib.median(ticks), "s")
+            if warm is not None:
+                results.add(f"{kind}: signal -> first model request (warm)", benchlib.median(warm[1]), "s",
+                            baseline, target=warm_target)
+                results.add(f"{kind}: warm tick (claim included)", benchlib.median(warm[2]), "s")
     finally:
         controller.shutdown()
         controller.server_close()

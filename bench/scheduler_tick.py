@@ -2,11 +2,17 @@
 (every agent quiet, nothing pending) and busy (every agent running an activation, one P3 signal pending
 for each), against a bare baseline: one plain SQLite read per project of the rows a tick looks at
 (project, agents, pending signals, running activations), on connections kept open.
-Usage: .venv/bin/python bench/scheduler_tick.py [--projects 50] [--agents 10] [--passes 15] [--json]"""
+Then the scheduler as `serve` runs it (issue 18, event-driven): its thread's CPU time over `--window`
+seconds of an idle root (one full pass, the safety net, and whatever the thread does while waiting),
+against the CPU time of the plain reads a poller would need over the same window (one bare pass every
+2 s, the old tick interval). Target <= 2x.
+Usage: .venv/bin/python bench/scheduler_tick.py [--projects 50] [--agents 10] [--passes 15] [--window 30] [--json]"""
 import argparse
 import sqlite3
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import benchlib
@@ -33,6 +39,32 @@ def bare_pass(connections):
             conn.execute(sql, (name,)).fetchall()
 
 
+POLL_SECONDS = 2.0  # the scheduler's tick interval before issue 18
+
+
+def idle_thread_cpu(scheduler, window):
+    """CPU seconds of the scheduler thread over `window` seconds from its start on an idle root."""
+    scheduler.start()
+    clock = time.pthread_getcpuclockid(scheduler._thread.ident)
+    began = time.clock_gettime(clock)
+    threading.Event().wait(window)
+    spent = time.clock_gettime(clock) - began
+    scheduler.stop()
+    return spent
+
+
+def thread_cpu_samples(function, repeat):
+    """CPU seconds of this thread per call (CPU time, like idle_thread_cpu: on a shared machine wall
+    time would count the waits for a core as cost)."""
+    function()
+    samples = []
+    for _ in range(repeat):
+        began = time.thread_time()
+        function()
+        samples.append(time.thread_time() - began)
+    return samples
+
+
 def make_busy(store):
     for agent_id in store.agent_ids():
         coordination.start_activation(store, agent_id, "Work.", [])
@@ -44,6 +76,7 @@ def main(argv=None):
     parser.add_argument("--projects", type=int, default=50)
     parser.add_argument("--agents", type=int, default=10)
     parser.add_argument("--passes", type=int, default=15)
+    parser.add_argument("--window", type=float, default=suzumio_scheduler.SAFETY_INTERVAL_SECONDS - 0.5)
     parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     options = parser.parse_args(argv)
     results = benchlib.Results("scheduler_tick")
@@ -63,6 +96,13 @@ def main(argv=None):
             bare = benchlib.median(benchlib.timed(lambda: bare_pass(connections), options.passes))
             idle = benchlib.median(benchlib.timed(scheduler.tick_all, options.passes))
             results.add(f"tick_all, idle ({label})", idle, "s", bare)
+            # Its own Scheduler (a stopped one's tick_all returns at once) with the same parsed configs, as
+            # a long-running serve has them: the window holds one full pass (at start) and the waits.
+            thread_scheduler = suzumio_scheduler.Scheduler(root, backends, hooks=toolpacks, configs=scheduler._configs)
+            spent = idle_thread_cpu(thread_scheduler, options.window)
+            bare_cpu = benchlib.median(thread_cpu_samples(lambda: bare_pass(connections), options.passes))
+            results.add(f"scheduler thread CPU, idle {options.window:.0f} s (vs 2 s polls)", spent, "s",
+                        bare_cpu * options.window / POLL_SECONDS, target=2.0)
             for name in names:
                 make_busy(root.open_project(name))
             bare = benchlib.median(benchlib.timed(lambda: bare_pass(connections), options.passes))

@@ -157,7 +157,7 @@ class Service:
 
 @contextlib.contextmanager
 def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
-            mcp=None, **app_options):
+            mcp=None, warm_limit=0, **app_options):
     """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
     at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
     None: no token), the runner app
@@ -171,7 +171,7 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
         suzumio.prepare_runner_socket_dir(socket_path)
     # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
     token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
-    backend = suzumio_backend.Backends(runner_socket=socket_path)
+    backend = suzumio_backend.Backends(runner_socket=socket_path, warm_limit=warm_limit)  # warm: issue 18
     # Like serve: scheduler and routes share one config cache (listing MCP tools with an McpHub, test_mcp).
     configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing if mcp is not None else None)
     toolpacks = suzumio_toolpacks.ToolpackRuntime(configs, mcp=mcp)

@@ -221,6 +221,11 @@ def process_group_alive(pgid):
 SCRIPTS = {
     # one scripted turn that only answers: the activation completes with the text "done"
     "done": [{"steps": [{"say": "done"}]}],
+    # a turn that reports to the user through a tool, then answers (test_warm)
+    "report": [{"steps": [
+        {"say": "Reporting.", "tools": [{"name": "messages.send",
+                                         "input": {"recipient": "user", "body": "Part A is done."}}]},
+        {"say": "done"}]}],
     # a turn that runs a five-minute shell command: the activation stays running until it is stopped
     "sleep": [{"steps": [{"tools": [{"name": "shell.exec",
                                      "input": {"command": "sleep 300", "timeoutMs": 300000}}]}]}],
@@ -232,12 +237,12 @@ class ServedEnv:
     app on the root's runner socket, a Scheduler and ToolpackRuntime, and Backends that start the real
     suzumio_runner.py, which reaches the controller over that socket."""
 
-    def __init__(self, tmp_path, config):
+    def __init__(self, tmp_path, config, warm_limit=0):
         self.tmp_path = tmp_path
         self.root = suzumio_store.Root(tmp_path / "root")
         socket_path = suzumio.runner_socket_path(self.root.path)
         suzumio.prepare_runner_socket_dir(socket_path)
-        self.backends = suzumio_backend.Backends(runner_socket=socket_path)
+        self.backends = suzumio_backend.Backends(runner_socket=socket_path, warm_limit=warm_limit)
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(CONFIGS)
         self.scheduler = suzumio_scheduler.Scheduler(self.root, self.backends, CONFIGS, hooks=self.toolpacks)
         app = suzumio_api.make_app(self.root, self.scheduler, self.backends, self.toolpacks)
@@ -261,7 +266,7 @@ class ServedEnv:
 
 
 @contextlib.contextmanager
-def served_project(tmp_path, *, agents, script="done", scheduler=None, **options):
+def served_project(tmp_path, *, agents, script="done", scheduler=None, warm_limit=0, **options):
     """A running project whose activations run the real runner against the real controller; every
     agent plays SCRIPTS[script] through the scripted provider. The no-effect nudge is off unless
     `scheduler` turns it on, so completions start nothing a test did not ask for."""
@@ -274,7 +279,7 @@ def served_project(tmp_path, *, agents, script="done", scheduler=None, **options
     keys = [f"{agent_id}-*" if spec.get("count") else agent_id for agent_id, spec in agents.items()]
     config["backend"]["runner"]["models"]["providers"]["replay"]["script"] = {
         "agents": {key: SCRIPTS[script] for key in keys}}
-    env = ServedEnv(tmp_path, config)
+    env = ServedEnv(tmp_path, config, warm_limit=warm_limit)
     try:
         yield env
     finally:

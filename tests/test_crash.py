@@ -46,6 +46,7 @@ import suzumio
 import suzumio_backend
 import suzumio_coordination as coordination
 import suzumio_store
+import suzumio_warm
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,6 +85,50 @@ def test_restarted_controller_adopts_live_runners_and_their_activations_complete
             assert [store.activation(a["id"])["status"] for a in busy] == ["completed", "completed"]
             assert failure_kinds(store) == {}
         assert team.check() == []
+
+
+def prepared_containers():
+    """(name, state) of the crash project's prepared containers not yet claimed (issue 18)."""
+    return suzumio_backend.DockerBackend().warm_containers(project=PROJECT)
+
+
+def test_prepared_containers_of_a_killed_controller_are_removed_and_the_team_still_submits(tmp_path):
+    client = docker_client_or_skip()
+    runner_image_or_skip(client)
+    with CrashTeam(tmp_path, kind=suzumio_backend.KIND_DOCKER, image=RUNNER_IMAGE) as team:
+        team.kickoff()
+        left = wait_until(lambda: [name for name, state in prepared_containers() if state == "running"], 90,
+                          message="prepared containers waiting")
+        team.controller.kill()
+        assert {name for name, _state in prepared_containers()} >= set(left)  # SIGKILL removes nothing
+        team.controller.start()
+        wait_until(lambda: not set(left) & {name for name, _state in prepared_containers()}, 90,
+                   message="the killed controller's prepared containers removed")
+        team.wait_done(180)
+        assert team.check() == []
+        team.controller.stop()  # SIGTERM: the shutdown removes what the new controller prepared
+        assert prepared_containers() == []
+
+
+def prepared_processes(root):
+    """Pids of live prepared local runners waiting on this root's warm socket (issue 18)."""
+    marker = f"--warm {suzumio_warm.warm_socket_path(suzumio.runner_socket_path(root))} "
+    return {pid for pid, text in suzumio_backend.command_lines()
+            if marker in text and not process_gone(pid)}
+
+
+def test_prepared_local_runners_of_a_killed_controller_end_and_the_team_still_submits(tmp_path):
+    with CrashTeam(tmp_path) as team:
+        team.kickoff()
+        left = wait_until(lambda: prepared_processes(team.root), 60, message="prepared runners waiting")
+        team.controller.kill()
+        # Their warm socket closed with the controller: they end instead of waiting for ever.
+        wait_until(lambda: not left & prepared_processes(team.root), 30, message="prepared runners ended")
+        team.controller.start()
+        team.wait_done(120)
+        assert team.check() == []
+        team.controller.stop()
+        assert prepared_processes(team.root) == set()
 
 
 def test_runner_dying_after_a_controller_restart_fails_and_the_failed_nudge_retries_it(tmp_path):

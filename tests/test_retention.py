@@ -8,6 +8,7 @@ import pytest
 from e2e_fixtures import call, running_team
 
 import suzumio
+import suzumio_backend
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -15,6 +16,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 def agent_containers(team, agent_id):
     labels = ["suzumio.managed=true", f"suzumio.project={team.name}", f"suzumio.agent={agent_id}"]
     return team.docker.containers.list(all=True, filters={"label": labels})
+
+
+def activation_of(team, container):
+    """The activation a container ran: its label, or (a claimed prepared container) its name."""
+    return suzumio_backend.container_activation(container.name, container.labels, team.name, "worker-1")
 
 
 def run_activations(team, count):
@@ -31,12 +37,32 @@ def test_only_the_newest_containers_stay_and_every_log_tail_is_kept(tmp_path):
         activations = run_activations(team, 6)
 
         team.wait_for(lambda: len(agent_containers(team, "worker-1")) <= 2, 30, "containers retired")
-        kept = {c.labels["suzumio.activation"] for c in agent_containers(team, "worker-1")}
+        kept = {activation_of(team, c) for c in agent_containers(team, "worker-1")}
         newest = sorted((a["id"] for a in activations), reverse=True)[:2]
         assert kept == set(newest)
         for index, activation in enumerate(sorted(activations, key=lambda a: a["id"])):
             log_path = team.store.activation_dir(activation["id"]) / "runner.log"
             assert log_path.stat().st_mode & 0o777 == 0o600
+            assert f"model error number {index}" in log_path.read_text(encoding="utf-8")
+            assert activation["status"] == "failed"
+
+
+def test_after_200_warm_activations_the_engine_holds_only_the_kept_ones_and_every_log_tail(tmp_path):
+    """Issue 18's check, with prepared containers on: 200 activations of one agent, `keep: 3`."""
+    with running_team(tmp_path, "docker-chat", docker={"keep": 3}, warm_limit=4) as team:
+        activations = run_activations(team, 200)
+
+        def finished():
+            return [c for c in agent_containers(team, "worker-1") if activation_of(team, c)]
+        team.wait_for(lambda: len(finished()) <= 3, 60, "containers retired")
+        newest = sorted((a["id"] for a in activations), reverse=True)[:3]
+        assert {activation_of(team, c) for c in finished()} == set(newest)
+        # Besides them at most the one prepared container of the agent's next activation.
+        assert len(agent_containers(team, "worker-1")) <= 4
+        # The kept ones ran in prepared containers: created before their activation, so unlabelled.
+        assert any("suzumio.activation" not in c.labels for c in finished())
+        for index, activation in enumerate(sorted(activations, key=lambda a: a["id"])):
+            log_path = team.store.activation_dir(activation["id"]) / "runner.log"
             assert f"model error number {index}" in log_path.read_text(encoding="utf-8")
             assert activation["status"] == "failed"
 
