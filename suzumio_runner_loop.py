@@ -14,7 +14,7 @@ import time
 from datetime import datetime, timezone
 
 from suzumio_models import (
-    HttpResponse,
+    ProxyAnswer,
     ModelError,
     TransportError,
     api_model,
@@ -599,7 +599,8 @@ class Runner:
         if not isinstance(status, int) or isinstance(status, bool) or not isinstance(text, str):
             raise ModelError(f"Invalid model answer from the controller for provider {provider_id}")
         headers = {str(k).lower(): str(v) for k, v in headers.items()}
-        return HttpResponse(status, "", headers, text.encode("utf-8"))
+        overflow = answer.get("overflow") if isinstance(answer.get("overflow"), bool) else None
+        return ProxyAnswer(status, "", headers, text.encode("utf-8"), overflow)
 
     def run_attempt(self, attempt, selected):
         provider = create_provider(attempt, self.input, self.model_request, sleep=self.sleep, warn=self.warn)

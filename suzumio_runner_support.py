@@ -7,6 +7,7 @@ import hmac
 import json
 import logging
 import math
+import os
 import re
 import threading
 import urllib.parse
@@ -15,8 +16,11 @@ from json.encoder import encode_basestring as _quote_json
 import bottle
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
+from suzumio_cost import call_cost  # issue 14
+from suzumio_live import DELTA_EVENT  # issue 14
 from suzumio_model_proxy import ModelProxy
 from suzumio_records import (
+    KIND_MODEL_RETRY,
     ACT_RUNNING,
     HISTORY_CLOSED,
     HISTORY_ROLES,
@@ -364,17 +368,31 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         provider_id, preset_id = call.body["providerId"], call.body["presetId"]
         config = toolpacks.configs.get(call.store)
         started = utc_now()
+        # Issue 14: each retry is an event; streamed deltas go live on the project's SSE stream.
+        live_base = {"type": DELTA_EVENT, "activationId": call.activation_id, "agentId": call.agent_id,
+                     "presetId": preset_id, "callId": f"live_{os.urandom(6).hex()}"}
+
+        def publish(delta):
+            root.live.publish(call.store.project_id, dict(live_base, **delta))
+
+        def on_retry(info):
+            call.store.append_event(KIND_MODEL_RETRY, dict(info, activationId=call.activation_id,
+                                                           agentId=call.agent_id))
+
         try:
-            answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"])
+            answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"],
+                                         publish=publish, on_retry=on_retry)
         except SuzumioError as error:
             trace_model_call(tracer, call, config, provider_id, preset_id, started, None, error.message)
             raise
         # Recorded whatever the activation's status by now: the provider counted these tokens.
         call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
-                                     answer.status, answer.usage)
+                                     answer.status, answer.usage,
+                                     cost_usd=call_cost(config.runner.presets.get(preset_id), answer.usage))
         trace_model_call(tracer, call, config, provider_id, preset_id, started, answer,
                          None if 200 <= answer.status < 300 else f"HTTP {answer.status}")
-        return json_response({"status": answer.status, "headers": answer.headers, "body": answer.body})
+        return json_response({"status": answer.status, "headers": answer.headers, "body": answer.body,
+                              "overflow": answer.overflow is not None})
 
     @app.post("/runner/tool-calls/start")
     def tool_call_start():

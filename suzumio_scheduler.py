@@ -189,9 +189,14 @@ def tick(store, backend, hooks, now, configs=None):
         return None
     config = configs.get(store) if configs is not None else suzumio_config.ProjectConfig.from_data(store.config())
     max_tokens = config.backend.runner.budget_max_tokens
-    if max_tokens is not None and store.pause_for_budget(max_tokens, now) is not None:
-        log.warning("project %s paused: token budget of %s used up", store.project_id, max_tokens)
+    max_cost = config.backend.runner.budget_max_cost_usd  # issue 14
+    if (max_tokens is not None or max_cost is not None) and store.pause_for_budget(
+            max_tokens, now, max_cost_usd=max_cost) is not None:
+        log.warning("project %s paused: budget (maxTokens %s, maxCostUsd %s) used up", store.project_id,
+                    max_tokens, max_cost)
         return None
+    if (max_tokens is not None or max_cost is not None) and store.warn_for_budget(max_tokens, max_cost, now):
+        log.warning("project %s: 80%% of its budget is used", store.project_id)
     agents = store.list_agents()
     for agent in agents:
         _tick_agent(store, backend, config, project["task"], agents, agent, now)

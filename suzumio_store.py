@@ -19,6 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
+from suzumio_cost import budget_state, budget_warning_message, cost_exceeded_message  # issue 14
+from suzumio_live import LiveEvents  # issue 14: the ephemeral model deltas of the SSE stream
 from suzumio_records import (
     ACT_COMPLETED,
     ACT_FAILED,
@@ -37,6 +39,7 @@ from suzumio_records import (
     HISTORY_CLOSED,
     HISTORY_ROLES,
     KIND_BUDGET_EXCEEDED,
+    KIND_BUDGET_WARNING,
     KIND_MESSAGE,
     KIND_NO_EFFECT_NUDGE,
     KIND_RESUME_AFTER_STOP,
@@ -237,6 +240,7 @@ class Root:
         self._recent = OrderedDict()  # project name -> store, least recently used first
         self._recent_lock = threading.Lock()
         self.changes = Changes()
+        self.live = LiveEvents(self.changes)  # issue 14
 
     def _used(self, store):
         with self._recent_lock:
@@ -455,7 +459,11 @@ _MIGRATION_2 = [
     "CREATE INDEX idx_model_calls_project_activation ON model_calls (project, activation_id)",
 ]
 
-MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2)]
+# Issue 14: the cost in USD of each model call from its preset's pricing (NULL without prices).
+_MIGRATION_4 = ["ALTER TABLE model_calls ADD COLUMN cost_usd REAL"]
+
+MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
+              (4, "model call cost", _MIGRATION_4)]
 
 
 class _Tx:
@@ -891,46 +899,125 @@ class ProjectStore:
                 "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
                 (self.project_id, started)).fetchone()[0]
 
-    def record_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage, now=None):
-        """One forwarded model request and the usage the provider reported in its answer."""
+    def record_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage, now=None,
+                          cost_usd=None):
+        """One forwarded model request, the usage the provider reported in its answer and its cost."""
         usage = usage if isinstance(usage, dict) else {}
         with self.write(now) as tx:
             self._owned_activation(tx.conn, agent_id, activation_id)
             tx.execute("INSERT INTO model_calls (id, project, activation_id, agent_id, provider_id, preset_id, "
-                       "status, tokens, usage_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       "status, tokens, usage_json, created_at, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (tx.id("mcall"), self.project_id, activation_id, agent_id, provider_id, preset_id,
-                        int(status), usage_tokens({"tokens": usage}), dump_json(usage), tx.ts))
+                        int(status), usage_tokens({"tokens": usage}), dump_json(usage), tx.ts, cost_usd))
 
     def model_usage(self, activation_id):
-        """The controller-observed usage of one activation: its model calls and their summed tokens."""
-        rows = self._query("SELECT usage_json FROM model_calls WHERE project = ? AND activation_id = ? "
+        """The controller-observed usage of one activation: its model calls, their summed tokens and cost
+        (`costUsd`, present when a preset has prices)."""
+        rows = self._query("SELECT usage_json, cost_usd FROM model_calls WHERE project = ? AND activation_id = ? "
                            "ORDER BY rowid", (self.project_id, activation_id))
         tokens = {}
         for row in rows:
             for field, value in load_json(row["usage_json"], {}).items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     tokens[field] = tokens.get(field, 0) + value
-        return {"calls": len(rows), "tokens": tokens}
+        usage = {"calls": len(rows), "tokens": tokens}
+        costs = [row["cost_usd"] for row in rows if row["cost_usd"] is not None]
+        if costs:
+            usage["costUsd"] = round(sum(costs), 10)
+        return usage
 
-    def pause_for_budget(self, max_tokens, now=None):
-        """Stop a running project whose window used max_tokens or more: status, `project.budget_exceeded`
-        and the P2 message to the user in one transaction. Running activations are left to finish.
-        Returns the event data, or None when the project was not running or is within budget."""
+    def model_costs(self):
+        """Issue 14: controller-observed tokens and cost per activation, per agent and for the project:
+        {"project": {...}, "agents": {id: {...}}, "activations": {id: {...}}}, each {"calls", "tokens",
+        "costUsd"} (costUsd null when no call was priced)."""
+        rows = self._query("SELECT activation_id, agent_id, COUNT(*) AS calls, SUM(tokens) AS tokens, "
+                           "SUM(cost_usd) AS cost FROM model_calls WHERE project = ? "
+                           "GROUP BY activation_id, agent_id", (self.project_id,))
+        out = {"project": {"calls": 0, "tokens": 0, "costUsd": None}, "agents": {}, "activations": {}}
+
+        def add(total, row):
+            total["calls"] += row["calls"]
+            total["tokens"] += row["tokens"] or 0
+            if row["cost"] is not None:
+                total["costUsd"] = round((total["costUsd"] or 0) + row["cost"], 10)
+
+        for row in rows:
+            add(out["project"], row)
+            add(out["agents"].setdefault(row["agent_id"], {"calls": 0, "tokens": 0, "costUsd": None}), row)
+            add(out["activations"].setdefault(row["activation_id"], {"calls": 0, "tokens": 0, "costUsd": None}), row)
+        return out
+
+    def window_cost(self, conn=None):
+        """Issue 14: USD of the model calls of the budget window (as window_tokens counts tokens)."""
+        with self._reading(conn) as conn:
+            started = self._window_start(conn)
+            return conn.execute(
+                "SELECT COALESCE(SUM(m.cost_usd), 0) FROM events e JOIN model_calls m ON m.project = e.project "
+                "AND m.activation_id = json_extract(e.data_json, '$.activationId') "
+                "WHERE e.project = ? AND e.rowid > ? "
+                "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
+                (self.project_id, started)).fetchone()[0]
+
+    def _window_start(self, conn):
+        return conn.execute(
+            "SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ? AND type = 'project.status' "
+            "AND json_extract(data_json, '$.status') = ?", (self.project_id, PROJECT_RUNNING)).fetchone()[0]
+
+    def warn_for_budget(self, max_tokens, max_cost_usd=None, now=None):
+        """Issue 14: once per budget window, when 80% of a limit is used by a running project, the
+        `project.budget_warning` event and a P2 message to the user. Returns the event data or None."""
         with self._snapshot() as conn:
-            if self._project_row(conn)["status"] != PROJECT_RUNNING or self.window_tokens(conn) < max_tokens:
+            if (self._project_row(conn)["status"] != PROJECT_RUNNING
+                    or budget_state(max_tokens, max_cost_usd, self.window_tokens(conn), self.window_cost(conn))
+                    != "warning"):
+                return None
+        with self.write(now) as tx:
+            if self._project_row(tx.conn)["status"] != PROJECT_RUNNING:
+                return None
+            used, cost = self.window_tokens(tx.conn), self.window_cost(tx.conn)
+            if budget_state(max_tokens, max_cost_usd, used, cost) != "warning":
+                return None
+            warned = tx.conn.execute("SELECT 1 FROM events WHERE project = ? AND type = ? AND rowid > ?",
+                                     (self.project_id, KIND_BUDGET_WARNING, self._window_start(tx.conn))).fetchone()
+            if warned:
+                return None
+            data = omit_none({"maxTokens": max_tokens, "usedTokens": used if max_tokens is not None else None,
+                              "maxCostUsd": max_cost_usd,
+                              "usedCostUsd": round(cost, 6) if max_cost_usd is not None else None})
+            self._event(tx, KIND_BUDGET_WARNING, data)
+            self._send_message(tx, BUDGET_SENDER, budget_warning_message(self.project_id, data),
+                               recipient="user", priority="P2")
+            return data
+
+    def pause_for_budget(self, max_tokens, now=None, max_cost_usd=None):
+        """Stop a running project whose window used max_tokens or more (or, issue 14, max_cost_usd or more):
+        status, `project.budget_exceeded` and the P2 message to the user in one transaction. Running
+        activations are left to finish. Returns the event data, or None when the project was not running
+        or is within budget."""
+        def over(conn):
+            used = self.window_tokens(conn) if max_tokens is not None else 0
+            cost = self.window_cost(conn) if max_cost_usd is not None else 0
+            return used, cost, budget_state(max_tokens, max_cost_usd, used, cost) == "exceeded"
+
+        with self._snapshot() as conn:
+            if self._project_row(conn)["status"] != PROJECT_RUNNING or not over(conn)[2]:
                 return None
         with self.write(now) as tx:
             # re-checked under the write lock: a concurrent tick or `start` may have moved the window
             if self._project_row(tx.conn)["status"] != PROJECT_RUNNING:
                 return None
-            used = self.window_tokens(tx.conn)
-            if used < max_tokens:
+            used, cost, exceeded = over(tx.conn)
+            if not exceeded:
                 return None
             self._set_project_status(tx, "budget_exceeded")
-            data = {"maxTokens": max_tokens, "usedTokens": used}
+            if max_tokens is not None and used >= max_tokens:
+                data = {"maxTokens": max_tokens, "usedTokens": used}
+                text = budget_message(self.project_id, max_tokens, used)
+            else:
+                data = {"maxCostUsd": max_cost_usd, "usedCostUsd": round(cost, 6)}
+                text = cost_exceeded_message(self.project_id, max_cost_usd, cost)
             self._event(tx, KIND_BUDGET_EXCEEDED, data)
-            self._send_message(tx, BUDGET_SENDER, budget_message(self.project_id, max_tokens, used),
-                               recipient="user", priority="P2")
+            self._send_message(tx, BUDGET_SENDER, text, recipient="user", priority="P2")
             return data
 
     def request_changes(self, body, recipient=None, now=None):
