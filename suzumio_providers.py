@@ -84,7 +84,8 @@ def retry_delay(headers, retry, rng=random.random, now=time.time):
 # Context overflow: one row per server, matched on the status and the lowercased error body
 
 OVERFLOW_TABLE = (
-    ("openai", re.compile(r"context_length_exceeded|maximum context length is \d+")),  # also Azure, Groq, DeepSeek, vLLM
+    # OpenAI's code and text, also answered by Azure OpenAI, Groq, DeepSeek and vLLM
+    ("openai", re.compile(r"context_length_exceeded|maximum context length is \d+")),
     ("llama.cpp", re.compile(r"exceed_context_size_error|exceeds the available context size")),
     ("ollama", re.compile(r"exceeded max context length|input length exceeds (the )?(maximum )?context length")),
     ("lm-studio", re.compile(r"when context the overflows|loaded with context length of only")),
@@ -124,7 +125,7 @@ def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, dead
             return seconds
         remaining = deadline - clock()
         if remaining <= 0:
-            raise socket.timeout("timed out")
+            raise TimeoutError("timed out")
         return remaining if seconds is None else min(seconds, remaining)
 
     conn, connected = None, False
@@ -141,7 +142,7 @@ def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, dead
             conn.close()
         # Waiting for an answer the server may be computing is not retried (it would double long waits);
         # a refused or reset connection, or a connect that timed out, is.
-        if connected and isinstance(error, socket.timeout):  # noqa: UP041
+        if connected and isinstance(error, socket.timeout):
             raise TransportError(_reason(error)) from None
         raise EarlyTransportError(_reason(error)) from None
     response_headers = {key.lower(): value for key, value in response.getheaders()}

@@ -14,8 +14,8 @@ import time
 from datetime import datetime, timezone
 
 from suzumio_models import (
-    ProxyAnswer,
     ModelError,
+    ProxyAnswer,
     TransportError,
     api_model,
     create_provider,

@@ -15,15 +15,15 @@ from json.encoder import encode_basestring as _quote_json
 
 import bottle
 
-from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_cost import call_cost  # issue 14
+from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_live import DELTA_EVENT  # issue 14
 from suzumio_model_proxy import ModelProxy
 from suzumio_records import (
-    KIND_MODEL_RETRY,
     ACT_RUNNING,
     HISTORY_CLOSED,
     HISTORY_ROLES,
+    KIND_MODEL_RETRY,
     TOOL_CALL_END_STATUSES,
     TOOL_CALLS_CLOSED,
     utc_now,

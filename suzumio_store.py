@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
 from suzumio_cost import budget_state, budget_warning_message, cost_exceeded_message  # issue 14
+from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
 from suzumio_live import LiveEvents  # issue 14: the ephemeral model deltas of the SSE stream
 from suzumio_records import (
     ACT_COMPLETED,

@@ -91,6 +91,9 @@ class _ModelHandler(BaseHTTPRequestHandler):
         reply = fake._next(body)
         if reply.delay and fake._closing.wait(reply.delay):
             return
+        if reply.status == 0:  # enqueue_drop: the connection closes before any byte of an answer
+            self.close_connection = True
+            return
         if callable(reply.body):
             reply = reply._replace(body=reply.body(body))
         if reply.status == 200 and isinstance(reply.body, dict) and isinstance(body, dict) and body.get("stream"):
@@ -112,6 +115,8 @@ class _ModelHandler(BaseHTTPRequestHandler):
                     return
                 self.wfile.write(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n")
                 self.wfile.flush()
+                if "content" in chunk["choices"][0]["delta"] if chunk.get("choices") else False:
+                    fake._token_written(chunk["choices"][0]["delta"]["content"])
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -185,6 +190,7 @@ class FakeModel:
         assert flavor in FLAVORS
         self.flavor = flavor
         self.requests = []
+        self.token_times = []  # time.monotonic() of every streamed content chunk written
         self._queues = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -254,6 +260,16 @@ class FakeModel:
                 }
             },
         )
+
+    def enqueue_drop(self, model=None):
+        """Queue a connection that closes without an answer (a retriable transport failure)."""
+        with self._lock:
+            self._queues.setdefault(model, []).append(Reply(0, {}, None, 0))
+
+    def _token_written(self, text):
+        if text:
+            with self._lock:
+                self.token_times.append(time.monotonic())
 
     def _refusal(self, request):
         """The 400 message this flavor answers a request it refuses, or None."""
