@@ -301,6 +301,11 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     def activations(project):
         return json_response(root.open_project(project).list_activations(limit_query(100)))
 
+    @app.get("/api/projects/<project>/costs")
+    def costs(project):
+        """Issue 14: controller-observed tokens and USD per activation, per agent and for the project."""
+        return json_response(root.open_project(project).model_costs())
+
     @app.get("/api/projects/<project>/timeline")
     def timeline(project):
         query = bottle.request.query
