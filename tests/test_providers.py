@@ -6,6 +6,9 @@ the Anthropic Messages dialect; and cost from preset prices with the maxCostUsd 
 are checked by the official `openai` and `anthropic` clients parsing the same bytes."""
 import http.client
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ from suzumio_model_proxy import ModelProxy
 
 pytestmark = pytest.mark.timeout(180)
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((Path(__file__).parent / "model_errors").glob("*.json"))
 KEY = "sk-provider-key-31337"
 BODY = {"model": "ignored", "messages": [{"role": "system", "content": "Be brief."},
@@ -187,6 +191,7 @@ def test_each_overflow_fixture_compacts_the_history_and_retries(tmp_path, path):
         assert compaction["reason"] == "provider_context_overflow"
         assert compaction["summary"] == "Summary of the first activation."
         overflowed, summary, retried = team.model_requests("pm")[2:]
+        assert overflowed.body["messages"] != retried.body["messages"]
         assert "tools" not in summary.body and "tools" in retried.body
         assert retried.body["messages"][0]["content"].startswith("# Compacted Agent History")
 
@@ -561,3 +566,41 @@ def test_cost_per_activation_agent_and_project_and_max_cost_usd_warns_then_pause
         assert any(b.startswith("Budget warning for project e2e") for b in to_user)
         assert any(b.startswith("Cost budget reached for project e2e") for b in to_user)
         assert len(team.events("project.budget_warning")) == 1, "warned once per window"
+
+
+# ---------------------------------------------------------------- suzumio watch and status
+
+def test_watch_prints_the_streamed_text_and_tool_calls_of_a_running_activation(tmp_path):
+    presets = {"pm": {"provider": "fake", "model": "pm",
+                      "pricing": {"inputPerMTok": 1.0, "outputPerMTok": 2.0}}}
+    agents = {"pm": {"model": "pm", "tools": PM_TOOLS}}
+    with running_team(tmp_path, "local", agents=agents, presets=presets) as team:
+        token = team.service.auth_headers["Authorization"].split(" ", 1)[1]
+        environ = {**os.environ, "WATCH_TOKEN": token}
+        watcher = subprocess.Popen(
+            [sys.executable, str(ROOT / "suzumio.py"), "watch", team.name, "--url", team.service.base_url,
+             "--api-token-env", "WATCH_TOKEN", "--once"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=environ)
+        try:
+            assert watcher.stdout.readline().startswith(f"watching {team.name} at ")
+            team.model.enqueue(content="Let me tell the user.", chunk_delay=0.05, model="pm",
+                               tool_calls=[call("messages.send", recipient="user", body="Hello there")],
+                               usage=(1000, 500, 1500))
+            team.model.enqueue(content="Told them.", model="pm", usage=(1000, 0, 1000))
+            team.send("pm", "Start.")
+            out, err = watcher.communicate(timeout=60)
+        finally:
+            watcher.kill()
+        assert watcher.returncode == 0, err
+        assert "[pm act_" in out and "Let me tell the user." in out and "Told them." in out
+        assert '-> messages_send({"recipient": "user", "body": "Hello there"})' in out
+        assert "* activation.completed act_" in out
+        status = subprocess.run([sys.executable, str(ROOT / "suzumio.py"), "status", team.name, "--root",
+                                 str(team.service.root.path), "--json"], capture_output=True, text=True, check=True)
+        [project] = json.loads(status.stdout)
+        # 2000 input at $1/M + 500 output at $2/M
+        assert project["tokens"] == 2500 and project["costUsd"] == pytest.approx(0.003)
+        assert project["agents"][0]["costUsd"] == pytest.approx(0.003)
+        text = subprocess.run([sys.executable, str(ROOT / "suzumio.py"), "status", team.name, "--root",
+                               str(team.service.root.path)], capture_output=True, text=True, check=True).stdout
+        assert text.splitlines()[0].endswith("2500 tokens  $0.0030")
