@@ -604,3 +604,34 @@ def test_watch_prints_the_streamed_text_and_tool_calls_of_a_running_activation(t
         text = subprocess.run([sys.executable, str(ROOT / "suzumio.py"), "status", team.name, "--root",
                                str(team.service.root.path)], capture_output=True, text=True, check=True).stdout
         assert text.splitlines()[0].endswith("2500 tokens  $0.0030")
+
+
+# ---------------------------------------------------------------- WebUI
+
+def test_the_webui_shows_a_running_activations_text_and_tool_calls_as_they_stream_and_the_cost(tmp_path):
+    from playwright.sync_api import expect
+    from provisioning_fixtures import chromium_browser
+
+    presets = {"pm": {"provider": "fake", "model": "pm", "pricing": {"inputPerMTok": 1.0, "outputPerMTok": 2.0}}}
+    words = " ".join(f"word{i}" for i in range(30))
+    with running_team(tmp_path, "local", agents={"pm": {"model": "pm", "tools": PM_TOOLS}}, presets=presets) as team, \
+            chromium_browser() as browser:
+        token = team.service.auth_headers["Authorization"].split(" ", 1)[1]
+        page = browser.new_page()
+        page.goto(f"{team.service.base_url}/?token={token}#/{team.name}/overview")
+        expect(page.get_by_test_id("last-updated")).to_contain_text("Updated")
+        team.model.enqueue(content=words, chunk_delay=0.15, model="pm", usage=(1000, 500, 1500),
+                           tool_calls=[call("messages.send", recipient="user", body="Streamed hello")])
+        team.model.enqueue(content="Done.", model="pm", usage=(1000, 0, 1000))
+        team.send("pm", "Start.")
+        live = page.get_by_test_id("live-text")
+        expect(live).to_contain_text("word3", timeout=10000)
+        assert team.store.running_activations(), "the text showed while the activation still ran"
+        assert "word29" not in live.inner_text(), "shown as it came, not at the end"
+        expect(page.get_by_test_id("live-tool")).to_contain_text('→ messages_send({"recipient": "user"',
+                                                                  timeout=10000)
+        [activation] = team.wait_activations("pm", 1)
+        assert activation["status"] == "completed", activation.get("error")
+        expect(page.get_by_test_id("live-output")).to_have_count(0, timeout=10000)
+        # 2000 input at $1/M + 500 output at $2/M
+        expect(page.get_by_test_id("metric-cost")).to_contain_text("$0.0030", timeout=10000)
