@@ -1,10 +1,10 @@
 """The controller's model proxy: a runner sends the Chat Completions body it built to `POST /runner/model`;
 this module resolves the provider and preset from the project's ProjectConfig, adds the key and the
-secret headers from the controller's own environment, forwards through the controller's proxies with the
-provider's timeouts, and reads the token usage from the provider's answer. Imported by
-suzumio_runner_support and the composition root; takes the ProjectConfig it is given and imports only
-errors and the runner's standard-library HTTP client (suzumio_models, importing nothing of the
-controller)."""
+secret headers from the controller's own environment, and forwards through the controller's proxies with
+the provider's timeouts, retrying and streaming as suzumio_providers describes (issue 14: also the
+Anthropic Messages dialect); it answers the final status, a Chat Completions body, the usage and its
+overflow verdict. Imported by suzumio_runner_support and the composition root; takes the ProjectConfig it
+is given and imports only errors, suzumio_providers and the runner's standard-library HTTP client."""
 import json
 import logging
 import os
