@@ -75,7 +75,7 @@ SCHEMAS = {
                              "recentActivations", "recentMessages"],
                 "properties": {"id": STRING, "name": STRING, "status": STRING, "task": STRING,
                                "submitted_report": NULLABLE_STRING, "created_at": STRING, "updated_at": STRING,
-                               "stats": _ref("Stats"), "agents": _array("Agent"),
+                               "stats": _ref("Stats"), "spend": _ref("Spend"), "agents": _array("Agent"),
                                "recentActivations": _array("Activation"), "recentMessages": _array("Message")}},
     "HistoryPage": {"type": "object", "required": ["agentId", "messages"],
                     "properties": {"agentId": STRING, "nextBefore": INTEGER,

@@ -947,6 +947,14 @@ class ProjectStore:
             add(out["activations"].setdefault(row["activation_id"], {"calls": 0, "tokens": 0, "costUsd": None}), row)
         return out
 
+    def project_spend(self):
+        """Issue 14: {"calls", "tokens", "costUsd"} over every model call of the project (costUsd None
+        when none was priced), for the project summaries the control room lists."""
+        row = self._query_one("SELECT COUNT(*) AS calls, COALESCE(SUM(tokens), 0) AS tokens, SUM(cost_usd) AS cost "
+                              "FROM model_calls WHERE project = ?", (self.project_id,))
+        return {"calls": row["calls"], "tokens": row["tokens"],
+                "costUsd": None if row["cost"] is None else round(row["cost"], 10)}
+
     def window_cost(self, conn=None):
         """Issue 14: USD of the model calls of the budget window (as window_tokens counts tokens)."""
         with self._reading(conn) as conn:
@@ -1053,6 +1061,7 @@ class ProjectStore:
             if not full:
                 data["task"] = truncate(data["task"], 1000)
             data["stats"] = self.project_stats()
+            data["spend"] = self.project_spend()  # issue 14
             data["agents"] = self.public_agents()
             data["recentActivations"] = self.list_activations(10) if full else []
             data["recentMessages"] = self.list_messages(10) if full else []

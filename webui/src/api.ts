@@ -38,6 +38,8 @@ export interface Project {
   created_at?: string;
   updated_at?: string;
   stats?: ProjectStats;
+  /** Issue 14: tokens and USD of the project's model calls. */
+  spend?: Spend;
   agents?: Agent[];
 }
 

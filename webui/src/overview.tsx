@@ -1,16 +1,7 @@
 // Overview view (webui.md §5.1): metric strip, agent roster and the message composer.
 // Rendered only from the lightweight project-list element; the composer posts one message.
 import { useEffect, useState } from 'preact/hooks';
-import {
-  errorText,
-  formatCost,
-  getCosts,
-  isTokenError,
-  sendMessage,
-  type Agent,
-  type Costs,
-  type Project,
-} from './api';
+import { errorText, formatCost, isTokenError, sendMessage, type Agent, type Project } from './api';
 import { ErrorBox, Panel, StatusPill } from './components';
 import { initials } from './format';
 
@@ -34,23 +25,8 @@ export function Overview(props: { project: Project; onSent: () => void }) {
 
 function MetricStrip(props: { project: Project }) {
   const stats = props.project.stats ?? {};
-  // Issue 14: spend, reloaded whenever the project's activation counts move.
-  const [costs, setCosts] = useState<Costs | null>(null);
-  const activationKey = `${stats.activationCount ?? 0}/${stats.runningActivationCount ?? 0}`;
-  useEffect(() => {
-    let cancelled = false;
-    getCosts(props.project.id).then(
-      (answer) => {
-        if (!cancelled) setCosts(answer);
-      },
-      () => {
-        if (!cancelled) setCosts(null);
-      },
-    );
-    return () => {
-      cancelled = true;
-    };
-  }, [props.project.id, activationKey]);
+  // Issue 14: what the controller saw the models spend (part of the project-list element).
+  const spend = props.project.spend;
   const agents = props.project.agents ?? [];
   const runningAgents = agents.filter((agent) => agent.status === 'running').length;
   const failed = stats.failedActivationCount ?? 0;
@@ -65,11 +41,11 @@ function MetricStrip(props: { project: Project }) {
         tone={failed > 0 ? 'red' : 'blue'}
       />
       <Metric label="Tools" value={stats.toolCallCount ?? 0} note="open Tool status for details" tone="blue" />
-      {costs !== null && costs.project.calls > 0 && (
+      {spend !== undefined && spend.calls > 0 && (
         <Metric
           label="Cost"
-          value={formatCost(costs.project.costUsd) || '—'}
-          note={`${costs.project.tokens} tokens in ${costs.project.calls} model calls`}
+          value={formatCost(spend.costUsd) || '—'}
+          note={`${spend.tokens} tokens in ${spend.calls} model calls`}
           tone="amber"
         />
       )}
