@@ -164,7 +164,8 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
     with world(tmp_path, api_token="s3cret", webui_dir=suzumio_api.WEBUI_DIR) as iso:
         routes = app_routes(iso.service)
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
-        assert len(api) == 26  # http-api.md §3, the timeline (9a), /api/version and /api/openapi.json (17b)
+        # http-api.md §3, the timeline (9a), /api/version and /api/openapi.json (17b), …/costs (14f)
+        assert len(api) == 27
         before = iso.snapshot()
         for method, target in api:
             body = b"{}" if method == "POST" else None

@@ -20,7 +20,8 @@ def agent_containers(team, agent_id):
 def run_activations(team, count):
     """`count` activations of worker-1, one after another, each failing with its own model error."""
     for index in range(count):
-        team.model.enqueue_error(500, f"model error number {index}", model="worker-1")
+        # a 400: not retried by the controller (issue 14), so each activation fails on its own error
+        team.model.enqueue_error(400, f"model error number {index}", model="worker-1")
         team.send("worker-1", f"Task {index}.")
         team.wait_activations("worker-1", index + 1)
     return team.activations("worker-1")
