@@ -4,6 +4,7 @@ all; `suzumio gc` removes what is left over. Real engine, real runner image, the
 import io
 import json
 
+import docker.errors
 import pytest
 from e2e_fixtures import call, running_team
 
@@ -14,6 +15,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 def agent_containers(team, agent_id):
     labels = ["suzumio.managed=true", f"suzumio.project={team.name}", f"suzumio.agent={agent_id}"]
+    for _ in range(5):
+        try:
+            return team.docker.containers.list(all=True, filters={"label": labels})
+        except docker.errors.NotFound:  # retired between the listing and the SDK's inspect of it
+            continue
     return team.docker.containers.list(all=True, filters={"label": labels})
 
 
