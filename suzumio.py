@@ -134,6 +134,16 @@ COMMAND_TABLE = (
     Command("toolpacks", "<project>", "List a project's toolpacks with their tools and state (MCP servers "
             "included).", [ROOT]),
     Command("mcp", "", "Serve Suzumio's MCP tools and resources over stdio, for desktop MCP clients.", [ROOT]),
+    # issue 14: the live model output of a running controller
+    Command("watch", "<project>", "Follow a project live on a running controller: each activation's model "
+            "text and tool calls as they stream, and its events.", [
+                ROOT,
+                Option("--url", "URL", "the controller's user API (default http://127.0.0.1:39400)",
+                       shown="http://127.0.0.1:39400"),
+                Option("--api-token-env", "NAME", "take the user API token from this environment variable "
+                       "(default: <root>/api-token)"),
+                Option("--once", None, "exit when the first activation seen ends"),
+            ]),
     Command("gc", "[project]", "Remove the activation containers a project no longer needs (backend.docker.keep), "
             "keeping their log tails.", [ROOT]),
 )
@@ -151,7 +161,7 @@ COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
     "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
-    "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1),
+    "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
 }
 
 
@@ -447,25 +457,39 @@ def cmd_status(rest, options, out, err, now):
         projects = []
         for name in rest or root.list_projects():
             store = root.open_project(name)
-            projects.append((store.project(), store.list_agents()))
+            projects.append((store.project(), store.list_agents(), store.model_costs()))
     finally:
         root.close()
     if options.json:
+        # issue 14: tokens and USD the controller saw, per project and agent (costUsd null without prices)
         print_json([{"id": project["id"], "status": project["status"], "updatedAt": project["updated_at"],
-                     "agents": [{key: agent.get(key) for key in STATUS_AGENT_FIELDS} for agent in agents]}
-                    for project, agents in projects], out)
+                     "tokens": costs["project"]["tokens"], "costUsd": costs["project"]["costUsd"],
+                     "agents": [{**{key: agent.get(key) for key in STATUS_AGENT_FIELDS},
+                                 "costUsd": costs["agents"].get(agent["id"], {}).get("costUsd")}
+                                for agent in agents]}
+                    for project, agents, costs in projects], out)
         return 0
-    for project, agents in projects:
-        print(f"{project['id']}  {project['status']}", file=out)
+    for project, agents, costs in projects:
+        spent = costs["project"]
+        usage = f"  {spent['tokens']} tokens{money(spent['costUsd'], '  ')}" if spent["calls"] else ""
+        print(f"{project['id']}  {project['status']}{usage}", file=out)
         if agents:
+            priced = spent["costUsd"] is not None  # the cost column only once some call had prices
             rows = [(agent["id"], agent["status"], agent.get("activeActivationId") or "-",
-                     relative_time(agent.get("updatedAt"), now)) for agent in agents]
+                     relative_time(agent.get("updatedAt"), now))
+                    + ((money(costs["agents"].get(agent["id"], {}).get("costUsd")) or "-",) if priced else ())
+                    for agent in agents]
             for line in columns(rows, indent="  "):
                 print(line, file=out)
     return 0
 
 
 STATUS_AGENT_FIELDS = ("id", "status", "role", "activeActivationId", "updatedAt")
+
+
+def money(cost, prefix=""):
+    """`$0.0123` for a cost in USD, "" when nothing was priced (issue 14)."""
+    return "" if cost is None else f"{prefix}${cost:.4f}"
 
 
 def cmd_messages(rest, options, out, err, now):
@@ -977,6 +1001,23 @@ def cmd_mcp(rest, options, out, err, now):
     return suzumio_mcp_server.serve_stdio(open_root(options), sys.stdin, out)
 
 
+def cmd_watch(rest, options, out, err, now):
+    """Issue 14: print the project's live stream (suzumio_watch) until the controller closes it."""
+    import suzumio_watch
+    root_path = suzumio_store.resolve_root(options.root, os.environ)
+    if options.api_token_env:
+        token = os.environ.get(options.api_token_env)
+        if not token:
+            raise SuzumioError(f"--api-token-env {options.api_token_env}: the variable is not set")
+    else:
+        token = read_api_token(root_path)
+    try:
+        return suzumio_watch.watch(options.url or "http://127.0.0.1:39400", rest[0], token, out,
+                                   once=bool(options.once))
+    except KeyboardInterrupt:
+        return 0
+
+
 COMMANDS = {
     "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
@@ -984,7 +1025,7 @@ COMMANDS = {
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
     "toolpacks": cmd_toolpacks, "mcp": cmd_mcp, "approvals": cmd_approvals,
     "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
-    "gc": cmd_gc,
+    "gc": cmd_gc, "watch": cmd_watch,
 }
 
 

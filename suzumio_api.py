@@ -302,6 +302,11 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     def activations(project):
         return json_response(root.open_project(project).list_activations(limit_query(100)))
 
+    @app.get("/api/projects/<project>/costs")
+    def costs(project):
+        """Issue 14: controller-observed tokens and USD per activation, per agent and for the project."""
+        return json_response(root.open_project(project).model_costs())
+
     @app.get("/api/projects/<project>/timeline")
     def timeline(project):
         query = bottle.request.query
@@ -429,7 +434,7 @@ def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
         bottle.response.set_header("Cache-Control", "no-cache")
         bottle.response.set_header(*NOSNIFF)
         client = StreamClient(feeds.get(store), root.changes, cursor, stopping, disconnected, poll_seconds,
-                              keep_alive_seconds)
+                              keep_alive_seconds, live=root.live)
         return client.frames(replay)
 
 
@@ -509,8 +514,12 @@ class StreamClient:
     """One SSE client: frames from its project's feed after its own cursor; woken by the project's
     commits, with keep-alives, until it disconnects or the server shuts down."""
 
-    def __init__(self, feed, changes, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds):
+    def __init__(self, feed, changes, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds,
+                 live=None):
         self.feed = feed
+        # Issue 14: ephemeral model deltas (suzumio_live) published after this client connected.
+        self.live = live
+        self.live_cursor = live.cursor(feed.project_id) if live is not None else 0
         self.changes = changes
         self.cursor = cursor
         self.stopping = stopping
@@ -541,15 +550,19 @@ class StreamClient:
                 version = self.changes.wait(self.feed.project_id, version, min(self.poll_seconds, STREAM_WAKE_SECONDS))
 
     def next_batch(self, version):
-        """Every frame after the cursor, oldest first, however many arrived since the last batch."""
+        """Every frame after the cursor, oldest first, however many arrived since the last batch, then the
+        live deltas published since the last batch."""
+        live = b""
+        if self.live is not None:
+            live, self.live_cursor = self.live.after(self.feed.project_id, self.live_cursor)
         batch, self.cursor = self.feed.after(self.cursor, version, self.poll_seconds)
         if batch is not None:
-            return batch
+            return batch + live
         store = self.feed.root.open_project(self.feed.project_id)
         rows = store.events_after(self.cursor, SSE_BATCH)  # a client behind the shared buffer
         if rows:
             self.cursor = rows[-1][0]
-        return b"".join(sse_frame(row) for _rowid, row in rows)
+        return b"".join(sse_frame(row) for _rowid, row in rows) + live
 
 
 # ---------------------------------------------------------------- static WebUI (webui.md §1.5)

@@ -38,7 +38,7 @@ RESERVED_AGENT_ID = "user"
 # Used by runners only when `serve --runner-listen` moves the runner routes onto TCP.
 DEFAULT_CONTROLLER_URL = "http://host.docker.internal:39400"
 RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio", "/run/suzumio")
-UNSUPPORTED_PROVIDER_TYPES = ("openai", "anthropic", "google")
+UNSUPPORTED_PROVIDER_TYPES = ("openai", "google")  # issue 14: anthropic is supported
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
 LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
 # Limits every activation container gets unless backend.docker or agents.<id>.docker say otherwise;
@@ -297,6 +297,14 @@ class _PresetObj(_Obj):
             issues.add(path, "model-list cannot be empty")
             ok = False
         return ok
+
+
+class _BudgetObj(_Obj):
+    def rules(self, budget, path, issues):
+        if "maxTokens" not in budget and "maxCostUsd" not in budget:
+            issues.add(path, "budget needs maxTokens or maxCostUsd")
+            return False
+        return True
 
 
 class _ProviderObj(_Obj):
@@ -559,6 +567,14 @@ _PRESET = _PresetObj(
     ("toolChoice", _Enum("auto", "required", "none"), _OMIT),
     ("providerOptions", _Record(_Any()), {}),
     ("headers", _Record(_Str()), {}),
+    # issue 14: retries of this preset (overrides the provider's options.maxRetries) and its prices
+    ("maxRetries", _INT_GE0, _OMIT),
+    ("pricing", _Obj(
+        ("inputPerMTok", _Num(ge=0), _REQUIRED),
+        ("outputPerMTok", _Num(ge=0), _REQUIRED),
+        ("cacheReadPerMTok", _Num(ge=0), _OMIT),
+        ("cacheWritePerMTok", _Num(ge=0), _OMIT),
+    ), _OMIT),
 )
 
 def _container_fields(network, memory, cpus, pids_limit, cap_add):
@@ -599,7 +615,7 @@ _BACKEND = _Obj(
         ("model", _Str(), _OMIT),
         ("maxIterations", _INT_GT0, _OMIT),
         ("maxToolCalls", _INT_GT0, _OMIT),
-        ("budget", _Obj(("maxTokens", _INT_GT0, _REQUIRED)), _OMIT),
+        ("budget", _BudgetObj(("maxTokens", _INT_GT0, _OMIT), ("maxCostUsd", _Num(gt=0), _OMIT)), _OMIT),
         ("models", _Obj(
             ("providers", _Record(_PROVIDER), {}),
             ("presets", _Record(_PRESET), {}),
@@ -910,6 +926,8 @@ class PresetConfig:
     tool_choice: str = None
     provider_options: FrozenMapping = None
     headers: FrozenMapping = None
+    max_retries: int = None  # issue 14
+    pricing: FrozenMapping = None  # issue 14: USD per million tokens (suzumio_cost)
 
     @property
     def is_list(self):
@@ -926,6 +944,7 @@ class RunnerConfig:
     providers: FrozenMapping
     presets: FrozenMapping
     _json: str = field(repr=False)
+    budget_max_cost_usd: float = None  # issue 14: backend.runner.budget.maxCostUsd
 
     def as_json(self):
         """`backend.runner` verbatim in internal spelling, as `input.json` carries it (backend-runner.md §5.1)."""
@@ -1015,7 +1034,8 @@ def _preset_config(preset_id, data):
         preset_id, data.get("provider"), data.get("model"), None if model_list is None else tuple(model_list),
         data.get("apiModel"), data.get("reasoningEffort"), data.get("temperature"), data.get("topP"),
         data.get("topK"), data.get("maxOutputTokens"), data.get("contextLimit", 260000), data.get("toolChoice"),
-        _ro(data.get("providerOptions", {})), _ro(data.get("headers", {})))
+        _ro(data.get("providerOptions", {})), _ro(data.get("headers", {})), data.get("maxRetries"),
+        None if data.get("pricing") is None else _ro(data["pricing"]))
 
 
 def _backend_config(data):
@@ -1034,7 +1054,7 @@ def _backend_config(data):
                      runner.get("budget", {}).get("maxTokens"),
                      FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),
                      FrozenMapping({k: _preset_config(k, v) for k, v in models["presets"].items()}),
-                     frozen_json(runner)),
+                     frozen_json(runner), runner.get("budget", {}).get("maxCostUsd")),
         warm=int(data.get("warm", DEFAULT_WARM) or 0))
 
 
@@ -1115,7 +1135,7 @@ def _check_models(data):
     for provider_id, provider in models["providers"].items():
         if provider["type"] in UNSUPPORTED_PROVIDER_TYPES:
             raise ConfigError(f"backend.runner.models.providers.{provider_id}.type: Provider type {provider['type']} "
-                              "is not supported by this version (use openai-compatible or scripted)")
+                              "is not supported by this version (use openai-compatible, anthropic or scripted)")
     for agent_id, agent in data["agents"].items():
         selected = agent.get("model", runner.get("model"))
         if selected is None:

@@ -12,6 +12,7 @@ import re
 from datetime import timedelta
 
 import suzumio_config
+from suzumio_cost import budget_state, budget_warning_message, cost_exceeded_message
 from suzumio_errors import BadRequest, Conflict
 from suzumio_records import (
     ACT_COMPLETED,
@@ -24,6 +25,7 @@ from suzumio_records import (
     ENDING_TOOLS,
     KIND_ALL_QUIET_NUDGE,
     KIND_BUDGET_EXCEEDED,
+    KIND_BUDGET_WARNING,
     KIND_FAILED_NUDGE,
     KIND_MESSAGE,
     KIND_NO_EFFECT_NUDGE,
@@ -297,25 +299,60 @@ def _halt(store, trigger, reason, resume, now):
     return cancelled
 
 
-def pause_for_budget(store, max_tokens, now=None):
-    """Stop a running project whose window used max_tokens or more: status, `project.budget_exceeded`
-    and the P2 message to the user in one transaction. Running activations are left to finish.
-    Returns the event data, or None when the project was not running or is within budget."""
+def _budget_use(store, max_tokens, max_cost_usd):
+    """(tokens, USD, state) of the budget window: state "ok", "warning" (80%) or "exceeded"."""
+    used = store.window_tokens() if max_tokens is not None else 0
+    cost = store.window_cost() if max_cost_usd is not None else 0
+    return used, cost, budget_state(max_tokens, max_cost_usd, used, cost)
+
+
+def warn_for_budget(store, max_tokens, max_cost_usd=None, now=None):
+    """Issue 14: once per budget window, when 80% of a limit is used by a running project, the
+    `project.budget_warning` event and a P2 message to the user. Returns the event data or None."""
     with store.snapshot():
-        if store.project()["status"] != PROJECT_RUNNING or store.window_tokens() < max_tokens:
+        if (store.project()["status"] != PROJECT_RUNNING
+                or _budget_use(store, max_tokens, max_cost_usd)[2] != "warning"):
+            return None
+    with store.write(now) as tx:
+        if store.project()["status"] != PROJECT_RUNNING:
+            return None
+        used, cost, state = _budget_use(store, max_tokens, max_cost_usd)
+        if state != "warning" or store.budget_warned():
+            return None
+        data = omit_none({"maxTokens": max_tokens, "usedTokens": used if max_tokens is not None else None,
+                          "maxCostUsd": max_cost_usd,
+                          "usedCostUsd": round(cost, 6) if max_cost_usd is not None else None})
+        store.add_event(tx, KIND_BUDGET_WARNING, data)
+        _send(store, None, tx, BUDGET_SENDER, budget_warning_message(store.project_id, data),
+              recipient="user", priority="P2")
+        return data
+
+
+def pause_for_budget(store, max_tokens, now=None, max_cost_usd=None):
+    """Stop a running project whose window used max_tokens or more (or, issue 14, max_cost_usd or more):
+    status, `project.budget_exceeded` and the P2 message to the user in one transaction. Running
+    activations are left to finish. Returns the event data, or None when the project was not running
+    or is within budget."""
+    with store.snapshot():
+        if (store.project()["status"] != PROJECT_RUNNING
+                or _budget_use(store, max_tokens, max_cost_usd)[2] != "exceeded"):
             return None
     with store.write(now) as tx:
         # re-checked under the write lock: a concurrent tick or `start` may have moved the window
         if store.project()["status"] != PROJECT_RUNNING:
             return None
-        used = store.window_tokens()
-        if used < max_tokens:
+        used, cost, state = _budget_use(store, max_tokens, max_cost_usd)
+        if state != "exceeded":
             return None
         store.set_project_status(tx, "budget_exceeded")
-        data = {"maxTokens": max_tokens, "usedTokens": used}
+        if max_tokens is not None and used >= max_tokens:
+            data = {"maxTokens": max_tokens, "usedTokens": used}
+            text = budget_message(store.project_id, max_tokens, used)
+        else:
+            data = {"maxCostUsd": max_cost_usd, "usedCostUsd": round(cost, 6)}
+            text = cost_exceeded_message(store.project_id, max_cost_usd, cost)
         store.add_event(tx, KIND_BUDGET_EXCEEDED, data)
-        _send(store, None, tx, BUDGET_SENDER, budget_message(store.project_id, max_tokens, used),
-              recipient="user", priority="P2")
+        _send(store, None, tx, BUDGET_SENDER, text, recipient="user", priority="P2")
         return data
 
 

@@ -1,10 +1,11 @@
 """The controller's model proxy: a runner sends the Chat Completions body it built to `POST /runner/model`;
 this module resolves the provider and preset from the project's ProjectConfig, adds the key and the
-secret headers from the controller's own environment, forwards through the controller's proxies with the
-provider's timeouts, and reads the token usage from the provider's answer. Imported by
-suzumio_runner_support and the composition root; takes the ProjectConfig it is given and imports only
-errors and the runner's standard-library HTTP client (suzumio_runner_models, importing nothing of the
-controller)."""
+secret headers from the controller's own environment, and forwards through the controller's proxies with
+the provider's timeouts, retrying and streaming as suzumio_providers describes (issue 14: also the
+Anthropic Messages dialect); it answers the final status, a Chat Completions body, the usage and its
+overflow verdict. Imported by suzumio_runner_support and the composition root; takes the ProjectConfig it
+is given and imports only errors, suzumio_providers and the runner's standard-library HTTP client
+(suzumio_runner_models, importing nothing of the controller)."""
 import json
 import logging
 import os
@@ -16,8 +17,9 @@ from collections import namedtuple
 from collections.abc import Mapping
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+import suzumio_providers as providers
 from suzumio_errors import BadGateway, BadRequest, Forbidden, NotFound
-from suzumio_runner_models import TransportError, chat_completions_usage, http_request, model_timeouts, proxy_for
+from suzumio_runner_models import TransportError, chat_completions_usage, model_timeouts, proxy_for
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +28,18 @@ HOST_GATEWAY = "host.docker.internal"
 # Placeholder keys of local servers ("EMPTY", "none") are no secret, and replacing them would rewrite
 # the model's text; real keys are far longer.
 MIN_REDACTED_LENGTH = 8
-# Provider options the proxy applies; `maxRetries` is the runner's (it retries through the proxy).
-FORWARD_OPTIONS = ("apiKey", "baseURL", "headers", "queryParams")
-RUNNER_OPTIONS = ("maxRetries",)
+# Provider options the proxy applies (issue 14: retries, streaming and its usage chunk are the proxy's).
+FORWARD_OPTIONS = ("apiKey", "baseURL", "headers", "queryParams", "maxRetries", "retryWindowMs", "stream",
+                   "streamOptions")
+RUNNER_OPTIONS = ()
+SUPPORTED_TYPES = ("openai-compatible", "anthropic")
 # Answer headers the runner's retry logic reads; nothing else of the upstream headers reaches it.
 RETRY_HEADERS = ("retry-after", "retry-after-ms")
 SECRET_HEADER = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
 
-ModelAnswer = namedtuple("ModelAnswer", "status headers body usage")
-Upstream = namedtuple("Upstream", "url headers proxy timeouts api_model secrets")
+ModelAnswer = namedtuple("ModelAnswer", "status headers body usage overflow", defaults=(None,))
+Upstream = namedtuple("Upstream", "url headers proxy timeouts api_model secrets kind retry stream include_usage",
+                      defaults=("openai-compatible", providers.RetryPolicy(0, 0.0), False, False))
 
 
 def is_secret_header(name):
@@ -46,9 +51,13 @@ class ModelProxy:
     """Forwards runner model requests to their provider; `environ` is the controller's environment
     (read at each call, as the backends read it at each activation start)."""
 
-    def __init__(self, environ=None, clock=time.monotonic, resolve=socket.getaddrinfo):
+    def __init__(self, environ=None, clock=time.monotonic, resolve=socket.getaddrinfo, sleep=time.sleep):
         self._environ = os.environ if environ is None else environ
         self._clock = clock
+        self._sleep = sleep
+        # (provider, model, feature) a server refused with a 400 (max_tokens, stream_options, stream):
+        # later requests go without it at once.
+        self._refused = set()
         self._resolve = resolve
         self._lock = threading.Lock()
         self._gateway_resolves = None
@@ -85,9 +94,9 @@ class ModelProxy:
         provider = config.runner.providers[provider_id]
         if provider.type == "scripted":
             raise BadRequest(f"Provider {provider_id} is scripted: the runner replays it without a model call")
-        if provider.type != "openai-compatible":
+        if provider.type not in SUPPORTED_TYPES:
             raise BadRequest(f"Provider type {provider.type} is not supported by this version "
-                             "(use openai-compatible or scripted)")
+                             "(use openai-compatible, anthropic or scripted)")
         options = dict(provider.options or {})
         self._warn_ignored(config.name, provider_id, options)
         environ = self._environ
@@ -95,9 +104,12 @@ class ModelProxy:
                or (environ.get(provider.api_key_env) if provider.api_key_env else None) or None)
         base_url = (options.get("baseURL") or provider.base_url
                     or (environ.get(provider.base_url_env) if provider.base_url_env else None) or None)
+        if not base_url and provider.type == "anthropic":
+            base_url = providers.ANTHROPIC_BASE_URL
         if not base_url:
             raise BadGateway(f"Provider {provider_id} has no baseURL")
-        url = self.controller_base_url(base_url).rstrip("/") + "/chat/completions"
+        path = "/messages" if provider.type == "anthropic" else "/chat/completions"
+        url = self.controller_base_url(base_url).rstrip("/") + path
         query = options.get("queryParams")
         if isinstance(query, dict) and query:
             url += "?" + urlencode({str(k): str(v) for k, v in query.items()})
@@ -108,6 +120,8 @@ class ModelProxy:
         for extra in (provider.headers, options.get("headers"), preset.headers):
             if isinstance(extra, Mapping):
                 headers.update((str(k), str(v)) for k, v in extra.items())
+        if provider.type == "anthropic":
+            headers = providers.anthropic_headers(headers, key)
         secrets = [key] + [v for k, v in headers.items() if is_secret_header(k)]
         proxy_env = dict(config.proxy_environment(environ, rewrite_hosts=False))
         try:
@@ -117,7 +131,9 @@ class ModelProxy:
         timeouts = model_timeouts({"timeoutMs": provider.timeout_ms, "chunkTimeoutMs": provider.chunk_timeout_ms})
         secrets = sorted({s for s in secrets if isinstance(s, str) and len(s) >= MIN_REDACTED_LENGTH},
                          key=len, reverse=True)
-        return Upstream(url, headers, proxy, timeouts, preset.api_model or preset.model, secrets)
+        retry = providers.retry_policy(options, getattr(preset, "max_retries", None))
+        return Upstream(url, headers, proxy, timeouts, preset.api_model or preset.model, secrets, provider.type,
+                        retry, options.get("stream") is not False, options.get("streamOptions") is not False)
 
     def _warn_ignored(self, project, provider_id, options):
         """Once per project, provider and option: an option the proxy does not apply."""
@@ -130,26 +146,73 @@ class ModelProxy:
                 self._warned.add((project, provider_id, name))
             log.warning("project %s provider %s: option %s is ignored", project, provider_id, name)
 
-    def forward(self, config, agent_id, provider_id, preset_id, body):
-        """Send one Chat Completions request; any upstream status is an answer, a transport failure a 502."""
+    def forward(self, config, agent_id, provider_id, preset_id, body, publish=None, on_retry=None):
+        """Send one model request, retrying 429, 5xx and connections that failed before any byte within
+        the preset's retry policy (each retry told to `on_retry(info)`); streamed where the server
+        accepts it, the deltas handed to `publish(delta)`. Answers the final status and a Chat Completions
+        body whatever the provider's dialect; a transport failure left after the retries is a 502."""
         if not isinstance(body, dict):
             raise BadRequest("body must be an object")
         upstream = self.upstream(config, agent_id, provider_id, preset_id)
-        # The preset decides the model and the proxy reads whole answers: a runner cannot pick another
-        # model under this preset's name, nor ask for a stream the proxy would not parse.
-        payload = dict(body, model=upstream.api_model, stream=False)
+        started = self._clock()
+        retry = 0
+        while True:
+            try:
+                status, headers, text, usage = self._exchange(provider_id, upstream, body, publish)
+                reason = f"HTTP {status}"
+            except providers.EarlyTransportError as error:
+                status, headers, text, usage, reason = None, {}, str(error), {}, f"connection failed: {error}"
+            except TransportError as error:
+                raise BadGateway(f"Request to provider {provider_id} failed: {error}") from None
+            overflow = providers.overflow_server(status, text) if status is not None else None
+            if status is not None and (200 <= status < 300 or overflow or not providers.retriable_status(status)):
+                break
+            delay = providers.retry_delay(headers, retry)
+            within = self._clock() - started + delay <= upstream.retry.window_s
+            if retry >= upstream.retry.max_retries or not within:
+                if status is None:
+                    raise BadGateway(f"Request to provider {provider_id} failed: {text}") from None
+                break
+            retry += 1
+            log.warning("project %s agent %s provider %s: %s; retry %d/%d in %.1f s", config.name, agent_id,
+                        provider_id, reason, retry, upstream.retry.max_retries, delay)
+            if on_retry is not None:
+                on_retry({"providerId": provider_id, "presetId": preset_id, "retry": retry,
+                          "maxRetries": upstream.retry.max_retries, "reason": redact(reason, upstream.secrets),
+                          "status": status, "delayMs": int(delay * 1000)})
+            self._sleep(delay)
+        headers = {name: headers[name] for name in RETRY_HEADERS if name in headers}
+        return ModelAnswer(status, redact(headers, upstream.secrets), redact(text, upstream.secrets), usage,
+                           overflow)
+
+    def _exchange(self, provider_id, upstream, body, publish):
+        """One upstream exchange in the provider's dialect: (status, headers, Chat Completions text, usage).
+        A 400 refusing `max_tokens`, `stream_options` or `stream` is resent at once without it."""
         connect, idle, overall = upstream.timeouts
-        deadline = self._clock() + overall if overall is not None else None
-        try:
-            response = http_request("POST", upstream.url, upstream.headers, json.dumps(payload).encode("utf-8"),
-                                    upstream.proxy, connect, idle, deadline)
-        except TransportError as error:
-            raise BadGateway(f"Request to provider {provider_id} failed: {error}") from None
-        text = response.body.decode("utf-8", "replace")
-        usage = answer_usage(text) if 200 <= response.status < 300 else {}
-        headers = {name: response.headers[name] for name in RETRY_HEADERS if name in response.headers}
-        return ModelAnswer(response.status, redact(headers, upstream.secrets), redact(text, upstream.secrets),
-                           usage)
+        while True:
+            refused = {f for p, m, f in self._refused if (p, m) == (provider_id, upstream.api_model)}
+            stream = upstream.stream and "stream" not in refused
+            if upstream.kind == "anthropic":
+                payload = providers.anthropic_payload(body, upstream.api_model, stream)
+            else:
+                payload = providers.openai_payload(body, upstream.api_model, stream,
+                                                   upstream.include_usage and "stream_options" not in refused,
+                                                   "max_tokens" in refused)
+            deadline = self._clock() + overall if overall is not None else None
+            status, headers, chunks = providers.open_exchange(
+                upstream.url, upstream.headers, json.dumps(payload).encode("utf-8"), upstream.proxy, connect, idle,
+                deadline, self._clock)
+            deltas = providers.Deltas(publish if stream else None, self._clock)
+            status, text, usage = providers.answer_of(upstream.kind, status, headers, chunks, deltas)
+            feature = providers.refused_feature(status, text) if upstream.kind != "anthropic" else None
+            sent = {"max_tokens": "max_tokens" in payload, "stream_options": "stream_options" in payload,
+                    "stream": stream}
+            if feature is None or not sent.get(feature):
+                return status, headers, text, usage
+            log.warning("provider %s model %s refuses %s; resending without it", provider_id, upstream.api_model,
+                        feature)
+            with self._lock:
+                self._refused.add((provider_id, upstream.api_model, feature))
 
 
 def answer_usage(text):

@@ -75,7 +75,7 @@ SCHEMAS = {
                              "recentActivations", "recentMessages"],
                 "properties": {"id": STRING, "name": STRING, "status": STRING, "task": STRING,
                                "submitted_report": NULLABLE_STRING, "created_at": STRING, "updated_at": STRING,
-                               "stats": _ref("Stats"), "agents": _array("Agent"),
+                               "stats": _ref("Stats"), "spend": _ref("Spend"), "agents": _array("Agent"),
                                "recentActivations": _array("Activation"), "recentMessages": _array("Message")}},
     "HistoryPage": {"type": "object", "required": ["agentId", "messages"],
                     "properties": {"agentId": STRING, "nextBefore": INTEGER,
@@ -101,6 +101,23 @@ SCHEMAS = {
     "ApprovalDecision": {"type": "object", "required": ["decision"],
                          "properties": {"decision": {"enum": ["allow", "deny", "allow-always"]},
                                         "note": {"type": "string", "maxLength": 4000}}},
+    # issue 14: controller-observed spend; costUsd is null when no call of the group had prices
+    "Spend": {"type": "object", "required": ["calls", "tokens", "costUsd"],
+              "properties": {"calls": INTEGER, "tokens": INTEGER, "costUsd": {"type": ["number", "null"]}}},
+    "Costs": {"type": "object", "required": ["project", "agents", "activations"],
+              "properties": {"project": _ref("Spend"),
+                             "agents": {"type": "object", "additionalProperties": _ref("Spend")},
+                             "activations": {"type": "object", "additionalProperties": _ref("Spend")}}},
+    "ActivationDelta": {
+        "type": "object", "required": ["type", "activationId", "agentId", "presetId", "callId"],
+        "description": "An ephemeral `activation.delta` SSE frame (no `id:` line, never stored or replayed): "
+                       "model output of a running activation as the server streams it.",
+        "properties": {"type": {"const": "activation.delta"}, "activationId": STRING, "agentId": STRING,
+                       "presetId": STRING, "callId": STRING, "text": STRING, "reasoning": STRING,
+                       "toolCalls": {"type": "array", "items": {
+                           "type": "object", "properties": {"index": INTEGER, "id": NULLABLE_STRING,
+                                                            "name": NULLABLE_STRING, "arguments": STRING}}},
+                       "done": {"type": "boolean"}}},
     "RequestChanges": {"type": "object", "required": ["body"],
                        "properties": {"body": {"type": "string", "minLength": 1}, "recipient": STRING}},
 }
@@ -159,6 +176,9 @@ PATHS = {
                                            [PROJECT, LIMIT]),
     "/api/projects/{project}/activations": _get(
         "The newest activations", _json(_array("Activation"), "Activations, oldest first"), [PROJECT, LIMIT]),
+    "/api/projects/{project}/costs": _get(
+        "Tokens and USD per activation, agent and project, from the model calls the controller forwarded",
+        _json(_ref("Costs"), "The spend"), [PROJECT]),
     "/api/projects/{project}/timeline": _get(
         "A time-range page of the Team view, newest first (docs/http-api.md)",
         _json({"type": "object", "required": ["activations", "messages", "waits", "approvals"], "properties": {
@@ -205,7 +225,11 @@ PATHS = {
         "summary": "Server-sent events: the newest events replayed, then each new one as it is stored",
         "description": "Each frame is `id: <rowid>`, `event: <type>`, `data: <event JSON>`; a comment "
                        "line keeps the connection alive. Send Last-Event-ID to resume. Browsers that cannot "
-                       "set a header may pass the API token as the `token` query parameter.",
+                       "set a header may pass the API token as the `token` query parameter. Running "
+                       "activations also send ephemeral `activation.delta` frames without an `id:` line "
+                       "(components.schemas.ActivationDelta): never stored, never replayed. Stored events "
+                       "include `model.retry` (a retried model request and its reason), "
+                       "`project.budget_warning` and `project.budget_exceeded`.",
         "parameters": [PROJECT, LIMIT,
                        {"name": "Last-Event-ID", "in": "header", "required": False, "schema": STRING},
                        {"name": "token", "in": "query", "required": False, "schema": STRING}],

@@ -14,8 +14,8 @@ import time
 from datetime import datetime, timezone
 
 from suzumio_runner_models import (
-    HttpResponse,
     ModelError,
+    ProxyAnswer,
     TransportError,
     api_model,
     create_provider,
@@ -601,7 +601,8 @@ class Runner:
         if not isinstance(status, int) or isinstance(status, bool) or not isinstance(text, str):
             raise ModelError(f"Invalid model answer from the controller for provider {provider_id}")
         headers = {str(k).lower(): str(v) for k, v in headers.items()}
-        return HttpResponse(status, "", headers, text.encode("utf-8"))
+        overflow = answer.get("overflow") if isinstance(answer.get("overflow"), bool) else None
+        return ProxyAnswer(status, "", headers, text.encode("utf-8"), overflow)
 
     def run_attempt(self, attempt, selected):
         provider = create_provider(attempt, self.input, self.model_request, sleep=self.sleep, warn=self.warn)

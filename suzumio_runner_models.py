@@ -20,7 +20,6 @@ from urllib.parse import unquote, urlsplit
 DEFAULT_MODEL_TIMEOUT_S = 300.0
 READ_CHUNK = 65536
 MAX_ERROR_BODY = 4000
-MAX_RETRY_DELAY_S = 60.0
 MODEL_CALL_MARGIN_S = 30.0
 PROXY_NAMES = {
     "https": ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"),
@@ -39,10 +38,18 @@ OVERFLOW_NEEDLES = (
     "prompt is too long",
     "request too large",
 )
-LATER_PROVIDER_TYPES = ("openai", "anthropic", "google")
+LATER_PROVIDER_TYPES = ("openai", "google")
+# Provider types whose requests the runner writes as Chat Completions bodies: the controller's model proxy
+# translates them for the server's dialect (issue 14: anthropic Messages) and answers Chat Completions.
+PROXIED_PROVIDER_TYPES = ("openai-compatible", "anthropic")
+# The controller retries (issue 14); the runner waits for at most this many tries plus the retry window.
+PROXY_RETRIES = 3
+PROXY_RETRY_WINDOW_S = 60.0
 SKIPPED_PROVIDER_OPTIONS = ("reasoningEffort", "user", "textVerbosity")
 
 HttpResponse = namedtuple("HttpResponse", "status reason headers body")
+# The controller's answer to one model request (issue 14: `overflow` is its verdict on an error).
+ProxyAnswer = namedtuple("ProxyAnswer", "status reason headers body overflow")
 ToolCall = namedtuple("ToolCall", "id name arguments")
 Attempt = namedtuple("Attempt", "preset_id preset provider_id provider")
 
@@ -59,11 +66,13 @@ class TransportError(Exception):
 
 
 class ModelError(Exception):
-    """A model attempt failed; `status` is the provider's HTTP status when there was one."""
+    """A model attempt failed; `status` is the provider's HTTP status when there was one; `overflow` is
+    the controller's verdict (issue 14: its table of context-overflow errors), None when it gave none."""
 
-    def __init__(self, message, status=None):
+    def __init__(self, message, status=None, overflow=None):
         super().__init__(message)
         self.status = status
+        self.overflow = overflow
 
 
 class ModelTurn:
@@ -86,6 +95,8 @@ def is_context_overflow(error):
     """True when the error text (with any wrapped cause) says the request exceeded the context."""
     texts = []
     while error is not None and len(texts) < 5:
+        if getattr(error, "overflow", None) is not None:
+            return bool(error.overflow)  # the controller recognised the server's overflow error, or not
         texts.append(str(error))
         error = error.__cause__ or error.__context__
     lowered = "\n".join(texts).lower()
@@ -295,7 +306,7 @@ def create_provider(attempt, activation, transport, sleep=time.sleep, warn=stder
     """The provider client for one concrete attempt; `activation` is the parsed input.json and
     `transport(provider_id, preset_id, body, timeout)` sends a request body through the controller."""
     kind = attempt.provider.get("type")
-    if kind == "openai-compatible":
+    if kind in PROXIED_PROVIDER_TYPES:
         return OpenAICompatibleProvider(attempt, transport, sleep=sleep, warn=warn)
     if kind == "scripted":
         return ScriptedProvider(attempt, activation)
@@ -327,40 +338,30 @@ def _error_text(body):
     return f"{message}\n{raw}" if message else raw
 
 
-def _retry_delay(response, retry):
-    try:
-        seconds = float((response.headers.get("retry-after-ms") or "").strip()) / 1000.0
-    except ValueError:
-        try:
-            seconds = float((response.headers.get("retry-after") or "").strip())
-        except ValueError:
-            seconds = min(MAX_RETRY_DELAY_S, 1.0 * (2**retry))
-    return max(0.0, min(seconds, MAX_RETRY_DELAY_S))
-
-
 def model_call_timeout(provider):
     """How long the runner waits for the controller's answer to one model request: the provider's
     overall deadline plus a margin, or no limit when only the controller's idle timeouts bound it."""
     overall = model_timeouts(provider)[2]
-    return None if overall is None else overall + MODEL_CALL_MARGIN_S
+    if overall is None:
+        return None
+    options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
+    retries = options.get("maxRetries", PROXY_RETRIES)
+    tries = 1 + (int(retries) if _positive_number(retries) else 0)
+    return overall * tries + PROXY_RETRY_WINDOW_S + MODEL_CALL_MARGIN_S
 
 
 class OpenAICompatibleProvider:
     """Chat Completions (§10.3): the runner builds the request body and the controller's model proxy
     adds the key and headers and forwards it (`transport`), answering the provider's status and body.
-    `options.maxRetries` (default 0: no retries, as the spec's parity rule) retries 429 and 5xx answers
-    with backoff, honouring `Retry-After-Ms` or `Retry-After`."""
+    Retries (429, 5xx, failed connections) and the dialect of the server (Anthropic Messages, streaming)
+    are the controller's (issue 14); its answer says whether an error was a context overflow."""
 
     def __init__(self, attempt, transport, sleep=time.sleep, warn=stderr_warning):
         self.attempt = attempt
         self.transport = transport
         self.sleep = sleep
         self.warn = warn
-        provider = attempt.provider
-        options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
-        retries = options.get("maxRetries", 0)
-        self.max_retries = int(retries) if _positive_number(retries) else 0
-        self.timeout = model_call_timeout(provider)
+        self.timeout = model_call_timeout(attempt.provider)
 
     def request_body(self, messages, tools, tool_choice, max_output_tokens=None):
         preset = self.attempt.preset
@@ -402,31 +403,14 @@ class OpenAICompatibleProvider:
         return body
 
     def complete(self, messages, tools, tool_choice, max_output_tokens=None):
-        """One non-streaming request; raises ModelError on any failure."""
+        """One request through the controller; raises ModelError on any failure."""
         body = self.request_body(messages, tools, tool_choice, max_output_tokens)
-        retry = 0
-        while True:
-            response = self.transport(self.attempt.provider_id, self.attempt.preset_id, body, self.timeout)
-            if 200 <= response.status < 300:
-                return self._parse(response)
-            retriable = response.status == 429 or response.status >= 500
-            if not retriable or retry >= self.max_retries:
-                raise ModelError(
-                    f"Provider {self.attempt.provider_id} returned HTTP {response.status}: "
-                    f"{_error_text(response.body)}",
-                    response.status,
-                )
-            delay = _retry_delay(response, retry)
-            self.warn(
-                "Provider %s returned HTTP %s; retrying in %.1f s (%d/%d)",
-                self.attempt.provider_id,
-                response.status,
-                delay,
-                retry + 1,
-                self.max_retries,
-            )
-            self.sleep(delay)
-            retry += 1
+        response = self.transport(self.attempt.provider_id, self.attempt.preset_id, body, self.timeout)
+        if 200 <= response.status < 300:
+            return self._parse(response)
+        raise ModelError(
+            f"Provider {self.attempt.provider_id} returned HTTP {response.status}: {_error_text(response.body)}",
+            response.status, getattr(response, "overflow", None))
 
     def _parse(self, response):
         try:

@@ -6,10 +6,12 @@ import hmac
 import json
 import logging
 import math
+import os
 import threading
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+from suzumio_cost import call_cost  # issue 14
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (
     base_app,
@@ -19,11 +21,13 @@ from suzumio_http import (
     read_fields,
     required_string,
 )
+from suzumio_live import DELTA_EVENT  # issue 14
 from suzumio_model_proxy import ModelProxy
 from suzumio_records import (
     ACT_RUNNING,
     HISTORY_CLOSED,
     HISTORY_ROLES,
+    KIND_MODEL_RETRY,
     TOOL_CALL_END_STATUSES,
     TOOL_CALLS_CLOSED,
     utc_now,
@@ -150,17 +154,31 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         provider_id, preset_id = call.body["providerId"], call.body["presetId"]
         config = toolpacks.configs.get(call.store)
         started = utc_now()
+        # Issue 14: each retry is an event; streamed deltas go live on the project's SSE stream.
+        live_base = {"type": DELTA_EVENT, "activationId": call.activation_id, "agentId": call.agent_id,
+                     "presetId": preset_id, "callId": f"live_{os.urandom(6).hex()}"}
+
+        def publish(delta):
+            root.live.publish(call.store.project_id, dict(live_base, **delta))
+
+        def on_retry(info):
+            call.store.append_event(KIND_MODEL_RETRY, dict(info, activationId=call.activation_id,
+                                                           agentId=call.agent_id))
+
         try:
-            answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"])
+            answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"],
+                                         publish=publish, on_retry=on_retry)
         except SuzumioError as error:
             trace_model_call(tracer, call, config, provider_id, preset_id, started, None, error.message)
             raise
         # Recorded whatever the activation's status by now: the provider counted these tokens.
         call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
-                                     answer.status, answer.usage)
+                                     answer.status, answer.usage,
+                                     cost_usd=call_cost(config.runner.presets.get(preset_id), answer.usage))
         trace_model_call(tracer, call, config, provider_id, preset_id, started, answer,
                          None if 200 <= answer.status < 300 else f"HTTP {answer.status}")
-        return json_response({"status": answer.status, "headers": answer.headers, "body": answer.body})
+        return json_response({"status": answer.status, "headers": answer.headers, "body": answer.body,
+                              "overflow": answer.overflow is not None})
 
     @app.post("/runner/tool-calls/start")
     def tool_call_start():

@@ -177,9 +177,15 @@ def tick(store, backend, hooks, now, configs):
         return None
     config = configs.get(store)
     max_tokens = config.backend.runner.budget_max_tokens
-    if max_tokens is not None and coordination.pause_for_budget(store, max_tokens, now) is not None:
-        log.warning("project %s paused: token budget of %s used up", store.project_id, max_tokens)
+    max_cost = config.backend.runner.budget_max_cost_usd  # issue 14
+    if (max_tokens is not None or max_cost is not None) and coordination.pause_for_budget(
+            store, max_tokens, now, max_cost_usd=max_cost) is not None:
+        log.warning("project %s paused: budget (maxTokens %s, maxCostUsd %s) used up", store.project_id,
+                    max_tokens, max_cost)
         return None
+    if (max_tokens is not None or max_cost is not None) and coordination.warn_for_budget(
+            store, max_tokens, max_cost, now):
+        log.warning("project %s: 80%% of its budget is used", store.project_id)
     agents = store.list_agents()
     for agent in agents:
         _tick_agent(store, backend, config, project["task"], agents, agent, now)

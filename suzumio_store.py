@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound
+from suzumio_live import LiveEvents  # issue 14: the ephemeral model deltas of the SSE stream
 from suzumio_records import (
     ACT_FAILED,
     ACT_RUNNING,
@@ -30,6 +31,7 @@ from suzumio_records import (
     AGENT_TRANSITIONS,
     HISTORY_CLOSED,
     HISTORY_ROLES,
+    KIND_BUDGET_WARNING,
     KIND_MESSAGE,
     KIND_SUBMITTED,
     KIND_WAIT,
@@ -211,6 +213,7 @@ class Root:
         self._summaries = {}  # project name -> (key, summary) for project_summaries()
         self._summaries_lock = threading.Lock()
         self._computing = {}  # project name -> the lock held while its summary is computed
+        self.live = LiveEvents(self.changes)  # issue 14
 
     def _used(self, store):
         with self._recent_lock:
@@ -507,8 +510,11 @@ _MIGRATION_3 = [
     "CREATE INDEX idx_approvals_project_grant ON approvals (project, agent_id, rule_key, decision)",
 ]
 
+# Issue 14: the cost in USD of each model call from its preset's pricing (NULL without prices).
+_MIGRATION_4 = ["ALTER TABLE model_calls ADD COLUMN cost_usd REAL"]
+
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
-              (3, "approval requests", _MIGRATION_3)]
+              (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4)]
 
 
 class _Tx:
@@ -928,26 +934,83 @@ class ProjectStore:
                 "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
                 (self.project_id, started)).fetchone()[0]
 
-    def record_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage, now=None):
-        """One forwarded model request and the usage the provider reported in its answer."""
+    def record_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage, now=None,
+                          cost_usd=None):
+        """One forwarded model request, the usage the provider reported in its answer and its cost."""
         usage = usage if isinstance(usage, dict) else {}
         with self.write(now) as tx:
             self.owned_activation(tx.conn, agent_id, activation_id)
             tx.execute("INSERT INTO model_calls (id, project, activation_id, agent_id, provider_id, preset_id, "
-                       "status, tokens, usage_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       "status, tokens, usage_json, created_at, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (tx.id("mcall"), self.project_id, activation_id, agent_id, provider_id, preset_id,
-                        int(status), usage_tokens({"tokens": usage}), dump_json(usage), tx.ts))
+                        int(status), usage_tokens({"tokens": usage}), dump_json(usage), tx.ts, cost_usd))
 
     def model_usage(self, activation_id):
-        """The controller-observed usage of one activation: its model calls and their summed tokens."""
-        rows = self._query("SELECT usage_json FROM model_calls WHERE project = ? AND activation_id = ? "
+        """The controller-observed usage of one activation: its model calls, their summed tokens and cost
+        (`costUsd`, present when a preset has prices)."""
+        rows = self._query("SELECT usage_json, cost_usd FROM model_calls WHERE project = ? AND activation_id = ? "
                            "ORDER BY rowid", (self.project_id, activation_id))
         tokens = {}
         for row in rows:
             for field, value in load_json(row["usage_json"], {}).items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     tokens[field] = tokens.get(field, 0) + value
-        return {"calls": len(rows), "tokens": tokens}
+        usage = {"calls": len(rows), "tokens": tokens}
+        costs = [row["cost_usd"] for row in rows if row["cost_usd"] is not None]
+        if costs:
+            usage["costUsd"] = round(sum(costs), 10)
+        return usage
+
+    def model_costs(self):
+        """Issue 14: controller-observed tokens and cost per activation, per agent and for the project:
+        {"project": {...}, "agents": {id: {...}}, "activations": {id: {...}}}, each {"calls", "tokens",
+        "costUsd"} (costUsd null when no call was priced)."""
+        rows = self._query("SELECT activation_id, agent_id, COUNT(*) AS calls, SUM(tokens) AS tokens, "
+                           "SUM(cost_usd) AS cost FROM model_calls WHERE project = ? "
+                           "GROUP BY activation_id, agent_id", (self.project_id,))
+        out = {"project": {"calls": 0, "tokens": 0, "costUsd": None}, "agents": {}, "activations": {}}
+
+        def add(total, row):
+            total["calls"] += row["calls"]
+            total["tokens"] += row["tokens"] or 0
+            if row["cost"] is not None:
+                total["costUsd"] = round((total["costUsd"] or 0) + row["cost"], 10)
+
+        for row in rows:
+            add(out["project"], row)
+            add(out["agents"].setdefault(row["agent_id"], {"calls": 0, "tokens": 0, "costUsd": None}), row)
+            add(out["activations"].setdefault(row["activation_id"], {"calls": 0, "tokens": 0, "costUsd": None}), row)
+        return out
+
+    def project_spend(self):
+        """Issue 14: {"calls", "tokens", "costUsd"} over every model call of the project (costUsd None
+        when none was priced), for the project summaries the control room lists."""
+        row = self._query_one("SELECT COUNT(*) AS calls, COALESCE(SUM(tokens), 0) AS tokens, SUM(cost_usd) AS cost "
+                              "FROM model_calls WHERE project = ?", (self.project_id,))
+        return {"calls": row["calls"], "tokens": row["tokens"],
+                "costUsd": None if row["cost"] is None else round(row["cost"], 10)}
+
+    def window_cost(self, conn=None):
+        """Issue 14: USD of the model calls of the budget window (as window_tokens counts tokens)."""
+        with self._reading(conn) as conn:
+            started = self._window_start(conn)
+            return conn.execute(
+                "SELECT COALESCE(SUM(m.cost_usd), 0) FROM events e JOIN model_calls m ON m.project = e.project "
+                "AND m.activation_id = json_extract(e.data_json, '$.activationId') "
+                "WHERE e.project = ? AND e.rowid > ? "
+                "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
+                (self.project_id, started)).fetchone()[0]
+
+    def budget_warned(self, conn=None):
+        """Issue 14: whether this budget window already has its `project.budget_warning` event."""
+        with self._reading(conn) as conn:
+            return conn.execute("SELECT 1 FROM events WHERE project = ? AND type = ? AND rowid > ?",
+                                (self.project_id, KIND_BUDGET_WARNING, self._window_start(conn))).fetchone() is not None
+
+    def _window_start(self, conn):
+        return conn.execute(
+            "SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ? AND type = 'project.status' "
+            "AND json_extract(data_json, '$.status') = ?", (self.project_id, PROJECT_RUNNING)).fetchone()[0]
 
     def project_stats(self):
         """http-api.md §6.2 stats object."""
@@ -971,6 +1034,7 @@ class ProjectStore:
             if not full:
                 data["task"] = truncate(data["task"], 1000)
             data["stats"] = self.project_stats()
+            data["spend"] = self.project_spend()  # issue 14
             data["agents"] = self.public_agents()
             data["recentActivations"] = self.list_activations(10) if full else []
             data["recentMessages"] = self.list_messages(10) if full else []

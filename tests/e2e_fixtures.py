@@ -41,7 +41,7 @@ def call(tool, **arguments):
 
 def project_config(kind, controller_url, model_url, *, agents=None, presets=None, model="pm",
                    toolpacks=("core", "shell", "web"), scheduler=None, providers=None, extra=None,
-                   fake_provider=None, docker=None):
+                   fake_provider=None, docker=None, runner=None):
     """A project file as a user would write it; every agent names its own preset, so the FakeModel's
     per-model queues route replies to agents. `fake_provider` updates the FakeModel's provider entry
     (a None value removes the field, e.g. the inline `apiKey`)."""
@@ -54,7 +54,7 @@ def project_config(kind, controller_url, model_url, *, agents=None, presets=None
     backend = {"kind": kind, "runner": {
         "model": model,
         "models": {"providers": {"fake": fake, **(providers or {})},
-                   "presets": presets}}}
+                   "presets": presets}, **(runner or {})}}
     if controller_url:
         backend["controllerUrl"] = controller_url
     if kind == "docker-chat":
@@ -185,12 +185,13 @@ def remove_containers(client, store):
 
 
 @contextlib.contextmanager
-def running_team(tmp_path, kind, *, runner_listen=None, mcp=None, warm_limit=0, **options):
+def running_team(tmp_path, kind, *, runner_listen=None, mcp=None, warm_limit=0, flavor="openai", **options):
     """Serve the controller, initialize project `e2e` for `kind`, start it, and yield a Team. The
     runners reach the controller over its runner socket, or, with `runner_listen` (host, port), over
-    TCP at the URL written as backend.controllerUrl. `mcp`: an McpHub for MCP toolpacks (test_mcp)."""
+    TCP at the URL written as backend.controllerUrl. `mcp`: an McpHub for MCP toolpacks (test_mcp);
+    `flavor`: the FakeModel's server flavor (fake_model.FLAVORS)."""
     client = require_engine(kind)
-    model = FakeModel()
+    model = FakeModel(flavor)
     try:
         with serving(tmp_path / "root", runner_listen=runner_listen, mcp=mcp, warm_limit=warm_limit) as service:
             controller_url = service.runner_url if runner_listen else None

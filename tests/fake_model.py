@@ -4,6 +4,7 @@ HTTP forward proxy that records what passed through it. Imported by tests only."
 
 import http.client
 import json
+import re
 import threading
 import time
 from collections import namedtuple
@@ -18,11 +19,15 @@ OVERFLOW_MESSAGE = (
 )
 
 RecordedRequest = namedtuple("RecordedRequest", "path headers body")
-Reply = namedtuple("Reply", "status headers body delay")
+Reply = namedtuple("Reply", "status headers body delay chunk_delay", defaults=(0.0,))
+FLAVORS = ("openai", "vllm", "llamacpp", "ollama", "nostream", "nostreamoptions", "completiontokens")
+WORDS = re.compile(r"\S+\s*|\s+")
 
 
-def _chat_body(model, number, content, tool_calls, usage, finish_reason):
+def _chat_body(model, number, content, tool_calls, usage, finish_reason, reasoning=None, flavor="openai"):
     message = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning" if flavor == "ollama" else "reasoning_content"] = reasoning
     if tool_calls:
         message["tool_calls"] = []
         for index, call in enumerate(tool_calls):
@@ -79,12 +84,43 @@ class _ModelHandler(BaseHTTPRequestHandler):
         fake._record(RecordedRequest(path, {k.lower(): v for k, v in self.headers.items()}, body))
         if path not in CHAT_PATHS:
             return self._send(Reply(404, {}, {"error": {"message": f"no route {path}"}}, 0))
+        refusal = fake._refusal(body)
+        if refusal is not None:
+            return self._send(Reply(400, {}, {"error": {"message": refusal, "type": "invalid_request_error",
+                                                        "code": None}}, 0))
         reply = fake._next(body)
         if reply.delay and fake._closing.wait(reply.delay):
             return
+        if reply.status == 0:  # enqueue_drop: the connection closes before any byte of an answer
+            self.close_connection = True
+            return
         if callable(reply.body):
             reply = reply._replace(body=reply.body(body))
+        if reply.status == 200 and isinstance(reply.body, dict) and isinstance(body, dict) and body.get("stream"):
+            return self._stream(reply, body)
         self._send(reply)
+
+    def _stream(self, reply, request):
+        """The reply as Chat Completions chunks in the fake's flavor, `chunk_delay` seconds apart."""
+        fake = self.server.fake
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for chunk in stream_chunks(reply.body, request, fake.flavor):
+                if reply.chunk_delay and fake._closing.wait(reply.chunk_delay):
+                    return
+                self.wfile.write(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n")
+                self.wfile.flush()
+                if "content" in chunk["choices"][0]["delta"] if chunk.get("choices") else False:
+                    fake._token_written(chunk["choices"][0]["delta"]["content"])
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _send(self, reply):
         payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode("utf-8")
@@ -101,12 +137,60 @@ class _ModelHandler(BaseHTTPRequestHandler):
             pass
 
 
+def stream_chunks(answer, request, flavor):
+    """The chunks a server of `flavor` streams for a whole Chat Completions `answer`: vLLM and OpenAI send a
+    role chunk first and usage only when asked (`stream_options.include_usage`); llama.cpp always puts
+    usage (with `timings`) on its last chunk; Ollama sends each tool call whole and its reasoning as
+    `reasoning`."""
+    base = {"id": answer["id"], "object": "chat.completion.chunk", "created": answer["created"],
+            "model": answer["model"]}
+    choice = answer["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta, finish=None):
+        return dict(base, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
+
+    if flavor != "ollama":
+        yield chunk({"role": "assistant", "content": ""})
+    for field in ("reasoning_content", "reasoning"):
+        for word in WORDS.findall(message.get(field) or ""):
+            yield chunk({field: word})
+    for word in WORDS.findall(message.get("content") or ""):
+        yield chunk({"content": word} if flavor != "ollama" else {"role": "assistant", "content": word})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        if flavor == "ollama":
+            yield chunk({"tool_calls": [dict(call, index=index)]})
+            continue
+        yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                     "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        arguments = call["function"]["arguments"]
+        for start in range(0, len(arguments), 7):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[start:start + 7]}}]})
+    last = chunk({}, choice["finish_reason"])
+    usage = answer.get("usage")
+    if flavor == "llamacpp":
+        if usage:
+            last["usage"] = usage
+        last["timings"] = {"prompt_n": (usage or {}).get("prompt_tokens", 0), "predicted_ms": 1.0}
+        yield last
+        return
+    yield last
+    if usage and ((request.get("stream_options") or {}).get("include_usage")):
+        yield dict(base, choices=[], usage=usage)
+
+
 class FakeModel:
     """A Chat Completions server on 127.0.0.1:<port>. Replies are taken from the queue of the requested
-    model when one was enqueued for it, else from the shared queue; an empty queue answers 500."""
+    model when one was enqueued for it, else from the shared queue; an empty queue answers 500. A request
+    with `stream: true` is answered as Server-Sent Events in the server `flavor` (FLAVORS): `nostream`
+    refuses streaming, `nostreamoptions` refuses `stream_options`, `completiontokens` refuses `max_tokens`
+    (as OpenAI's reasoning models do)."""
 
-    def __init__(self):
+    def __init__(self, flavor="openai"):
+        assert flavor in FLAVORS
+        self.flavor = flavor
         self.requests = []
+        self.token_times = []  # time.monotonic() of every streamed content chunk written
         self._queues = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -132,6 +216,8 @@ class FakeModel:
         delay=0.0,
         model=None,
         finish_reason=None,
+        reasoning=None,
+        chunk_delay=0.0,
     ):
         """Queue one reply: assistant `content` and/or `tool_calls` [(name, args) or {name, arguments, id}],
         `usage` (prompt, completion, total) or a raw dict; or an error `status` with a JSON `body`
@@ -143,10 +229,11 @@ class FakeModel:
 
             def body(request, number=number):
                 return _chat_body(
-                    (request or {}).get("model"), number, content, tool_calls, usage, finish_reason
+                    (request or {}).get("model"), number, content, tool_calls, usage, finish_reason, reasoning,
+                    self.flavor,
                 )
 
-        reply = Reply(status, headers or {}, body, delay)
+        reply = Reply(status, headers or {}, body, delay, chunk_delay)
         with self._lock:
             self._queues.setdefault(model, []).append(reply)
 
@@ -173,6 +260,28 @@ class FakeModel:
                 }
             },
         )
+
+    def enqueue_drop(self, model=None):
+        """Queue a connection that closes without an answer (a retriable transport failure)."""
+        with self._lock:
+            self._queues.setdefault(model, []).append(Reply(0, {}, None, 0))
+
+    def _token_written(self, text):
+        if text:
+            with self._lock:
+                self.token_times.append(time.monotonic())
+
+    def _refusal(self, request):
+        """The 400 message this flavor answers a request it refuses, or None."""
+        request = request if isinstance(request, dict) else {}
+        if self.flavor == "nostream" and request.get("stream"):
+            return "Streaming is not supported by this server"
+        if self.flavor == "nostreamoptions" and "stream_options" in request:
+            return "Unrecognized request argument supplied: stream_options"
+        if self.flavor == "completiontokens" and "max_tokens" in request:
+            return ("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                    "Use 'max_completion_tokens' instead.")
+        return None
 
     def pending(self):
         with self._lock:

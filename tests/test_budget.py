@@ -84,7 +84,7 @@ def test_absent_budget_means_no_limit_and_is_not_rendered(tmp_path):
 
 
 @pytest.mark.parametrize("budget, issue", [
-    ({}, "backend.runner.budget.maxTokens: Required"),
+    ({}, "backend.runner.budget: budget needs maxTokens or maxCostUsd"),
     ({"maxTokens": 0}, "backend.runner.budget.maxTokens: Number must be greater than 0"),
     ({"maxTokens": -5}, "backend.runner.budget.maxTokens: Number must be greater than 0"),
     ({"maxTokens": 1.5}, "backend.runner.budget.maxTokens: Expected integer, received float"),
@@ -148,7 +148,9 @@ def finish(env, agent_id, total, now=None):
 
 
 def budget_messages(env):
-    return [m for m in env.store.list_messages(1000, full_body=True) if m["sender"] == "scheduler"]
+    """The pause notices to the user (issue 14's 80% warnings are counted apart)."""
+    return [m for m in env.store.list_messages(1000, full_body=True)
+            if m["sender"] == "scheduler" and not m["body"].startswith("Budget warning")]
 
 
 def test_budget_reached_stops_the_project_once_and_lets_the_running_activation_finish(tmp_path):
@@ -404,7 +406,8 @@ def test_real_runner_usage_pauses_the_project_and_start_resumes_it(tmp_path):
             [exceeded] = [e for e in events if e["type"] == "project.budget_exceeded"]
             assert json.loads(exceeded["data_json"]) == {"maxTokens": 100, "usedTokens": 150}
             messages = service.get("/api/projects/demo/messages").json()
-            [notice] = [m for m in messages if m["sender"] == "scheduler"]
+            warning, notice = [m for m in messages if m["sender"] == "scheduler"]
+            assert warning["body"].startswith("Budget warning for project demo: 80 of 100 tokens")
             assert notice["recipient"] == "user" and notice["priority"] == "P2"
             assert "`suzumio start demo`" in notice["body"]
 
@@ -417,7 +420,7 @@ def test_real_runner_usage_pauses_the_project_and_start_resumes_it(tmp_path):
                        message="the resumed activation completed")
             assert demo.project()["status"] == "running"
             assert demo.window_tokens() == 15
-            assert len([m for m in demo.list_messages(100) if m["sender"] == "scheduler"]) == 1
+            assert len([m for m in demo.list_messages(100) if m["sender"] == "scheduler"]) == 2, "warning, pause"
             assert len(model.requests) == 3
     finally:
         model.close()

@@ -889,13 +889,13 @@ def test_provider_fields_and_timeout_union(tmp_path):
     assert error(tmp_path, data).endswith("providers.g.timeoutMs: Number must be greater than 0")
 
 
-@pytest.mark.parametrize("provider_type", ["openai", "anthropic", "google"])
+@pytest.mark.parametrize("provider_type", ["openai", "google"])
 def test_provider_types_of_later_versions_are_rejected(tmp_path, provider_type):
     data = base()
     data["backend"]["runner"]["models"]["providers"]["g"]["type"] = provider_type
     assert error(tmp_path, data) == (
         f"backend.runner.models.providers.g.type: Provider type {provider_type} is not supported by this version "
-        "(use openai-compatible or scripted)")
+        "(use openai-compatible, anthropic or scripted)")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -257,9 +257,9 @@ def requests_for(draw, fuzz, route):
 
 def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     rules = {rule for _method, rule in routes}
-    assert len(routes) == 44, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
+    assert len(routes) == 45, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
     # (8f), /api/version and /api/openapi.json (17b), GET and POST /mcp (8n), the approvals list, one
-    # approval, its decision and /runner/approvals/wait (issue 16)
+    # approval, its decision and /runner/approvals/wait (issue 16), GET …/costs (14f)
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
     assert len(runner_rules) == 10

@@ -167,8 +167,9 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
     with world(tmp_path, api_token="s3cret", webui_dir=suzumio_api.WEBUI_DIR) as iso:
         routes = app_routes(iso.service)
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
-        assert len(api) == 29  # http-api.md §3, the timeline (9a), /api/version and /api/openapi.json (17b),
-        # the approvals list, one approval and its decision (issue 16)
+        # http-api.md §3, the timeline (9a), /api/version and /api/openapi.json (17b), the approvals list,
+        # one approval and its decision (issue 16), …/costs (14f)
+        assert len(api) == 30
         before = iso.snapshot()
         for method, target in api:
             body = b"{}" if method == "POST" else None

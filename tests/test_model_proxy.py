@@ -70,8 +70,9 @@ def test_forwards_with_the_key_from_the_controller_environment_and_reads_the_usa
     assert request.path == "/v1/chat/completions"
     assert request.headers["authorization"] == f"Bearer {KEY}"
     assert request.headers["content-type"] == "application/json"
-    # the preset decides the model and the proxy reads whole answers, whatever the runner asked
-    assert (request.body["model"], request.body["stream"]) == ("remote-main", False)
+    # the preset decides the model; the proxy streams (asking for the usage chunk) and answers whole
+    assert (request.body["model"], request.body["stream"]) == ("remote-main", True)
+    assert request.body["stream_options"] == {"include_usage": True}
     assert request.body["messages"] == BODY["messages"]
 
 
@@ -90,7 +91,7 @@ def test_provider_option_and_preset_headers_and_query_parameters_are_added_later
     assert (request.headers["x-provider"], request.headers["x-option"], request.headers["x-preset"]) == ("1", "o", "p")
     assert request.headers["x-both"] == "option" and request.headers["x-api-key"] == HEADER_SECRET
     assert request.path == "/v1/chat/completions"
-    assert len(model.requests) == 1, "retries are the runner's (maxRetries), never the proxy's"
+    assert len(model.requests) == 1
 
 
 def test_an_inline_option_key_wins_and_no_key_sends_no_authorization(model):
@@ -105,7 +106,7 @@ def test_an_inline_option_key_wins_and_no_key_sends_no_authorization(model):
 
 
 def test_rate_limits_and_overflow_answers_reach_the_runner_unchanged(model):
-    config = models_config(model.base_url)
+    config = models_config(model.base_url, provider={"options": {"maxRetries": 0}})
     proxy = ModelProxy({"KEY_VAR": KEY})
     model.enqueue_error(429, "slow down", headers={"Retry-After": "3", "Retry-After-Ms": "3000", "X-Other": "x"})
     limited = proxy.forward(config, "pm", "gw", "main", BODY)
@@ -116,6 +117,7 @@ def test_rate_limits_and_overflow_answers_reach_the_runner_unchanged(model):
     overflow = proxy.forward(config, "pm", "gw", "main", BODY)
     assert overflow.status == 400 and OVERFLOW_MESSAGE in overflow.body
     assert json.loads(overflow.body)["error"]["code"] == "context_length_exceeded"
+    assert (limited.overflow, overflow.overflow) == (None, "openai")
 
 
 def test_an_echoed_key_or_secret_header_is_redacted_from_the_answer(model):
@@ -268,20 +270,20 @@ def test_the_route_answers_status_headers_and_body_and_records_the_usage(route, 
     service, store = route
     act = running_activation(store, "pm")
     model.enqueue(content="Routed", usage=(40, 2, 42))
-    model.enqueue_error(429, "later", headers={"Retry-After": "1"})
+    model.enqueue_error(400, "later")
     first = service.post("/runner/model", identity(service, store, "pm", act["id"]))
     assert first.status_code == 200, first.text
     answer = first.json()
     assert (answer["status"], answer["headers"]) == (200, {})
     assert json.loads(answer["body"])["choices"][0]["message"]["content"] == "Routed"
     second = service.post("/runner/model", identity(service, store, "pm", act["id"])).json()
-    assert (second["status"], second["headers"]) == (429, {"retry-after": "1"})
+    assert (second["status"], second["headers"], second["overflow"]) == (400, {}, False)
     assert json.loads(second["body"])["error"]["message"] == "later"
     assert [r.headers["authorization"] for r in model.requests] == [f"Bearer {KEY}"] * 2
     assert model.requests[0].headers["x-api-key"] == HEADER_SECRET
     assert store.model_usage(act["id"]) == {"calls": 2, "tokens": {"input": 40, "output": 2, "total": 42}}
     calls = store.db_all("SELECT agent_id, provider_id, preset_id, status, tokens FROM model_calls ORDER BY rowid")
-    assert [tuple(c.values()) for c in calls] == [("pm", "gw", "main", 200, 42), ("pm", "gw", "main", 429, 0)]
+    assert [tuple(c.values()) for c in calls] == [("pm", "gw", "main", 200, 42), ("pm", "gw", "main", 400, 0)]
 
 
 def test_the_route_refuses_like_every_runner_route(route, model):

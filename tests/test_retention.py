@@ -4,6 +4,7 @@ all; `suzumio gc` removes what is left over. Real engine, real runner image, the
 import io
 import json
 
+import docker.errors
 import pytest
 from e2e_fixtures import call, running_team
 
@@ -15,6 +16,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 def agent_containers(team, agent_id):
     labels = ["suzumio.managed=true", f"suzumio.project={team.name}", f"suzumio.agent={agent_id}"]
+    for _ in range(5):
+        try:
+            return team.docker.containers.list(all=True, filters={"label": labels})
+        except docker.errors.NotFound:  # retired between the listing and the SDK's inspect of it
+            continue
     return team.docker.containers.list(all=True, filters={"label": labels})
 
 
@@ -26,7 +32,8 @@ def activation_of(team, container):
 def run_activations(team, count):
     """`count` activations of worker-1, one after another, each failing with its own model error."""
     for index in range(count):
-        team.model.enqueue_error(500, f"model error number {index}", model="worker-1")
+        # a 400: not retried by the controller (issue 14), so each activation fails on its own error
+        team.model.enqueue_error(400, f"model error number {index}", model="worker-1")
         team.send("worker-1", f"Task {index}.")
         team.wait_activations("worker-1", index + 1)
     return team.activations("worker-1")

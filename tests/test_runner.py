@@ -157,7 +157,8 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
     [forwarded] = controller.bodies("/runner/model")
     assert (forwarded["providerId"], forwarded["presetId"]) == ("gw", "main")
     body = request.body
-    assert (body["model"], body["tool_choice"], body["stream"]) == ("m1", "auto", False)
+    # the controller streams upstream (issue 14) and hands the runner the whole answer
+    assert (body["model"], body["tool_choice"], body["stream"]) == ("m1", "auto", True)
     names = [tool["function"]["name"] for tool in body["tools"]]
     assert names[:4] == ["messages_send", "coordination_wait_for_signal", "completion_submit", "file_read"]
     assert "shell_exec" in names and "web_fetch" in names
@@ -375,9 +376,10 @@ def test_failed_context_post_only_warns(tmp_path, model, setup):
 
 def test_model_http_500_fails_the_run_without_output(tmp_path, model, setup):
     controller, activation = setup()
-    model.enqueue_error(500, "upstream exploded")
+    for _ in range(4):  # the first try and the controller's three retries (issue 14)
+        model.enqueue_error(500, "upstream exploded")
     result = run_runner(tmp_path, activation)
-    assert result.returncode == 1
+    assert result.returncode == 1 and len(model.requests) == 4
     assert "All model attempts failed" in result.stderr
     assert "main: Provider gw returned HTTP 500: upstream exploded" in result.stderr
     assert "/activation-output" not in controller.paths()
@@ -386,11 +388,12 @@ def test_model_http_500_fails_the_run_without_output(tmp_path, model, setup):
 
 def test_model_list_falls_back_to_the_next_preset(tmp_path, model, setup):
     controller, activation = setup(runner_config=two_presets(model.base_url))
-    model.enqueue_error(503, "overloaded", model="a")
+    for _ in range(4):  # three 503s after the first: the controller's retries are used up, then the fallback
+        model.enqueue_error(503, "overloaded", model="a", headers={"Retry-After": "0"})
     model.enqueue(content="OK", model="b")
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
-    assert [r.body["model"] for r in model.requests] == ["a", "b"]
+    assert [r.body["model"] for r in model.requests] == ["a", "a", "a", "a", "b"]
     assert controller.output["text"] == "OK"
     assert (controller.output["usage"]["selectedModel"], controller.output["usage"]["model"]) == ("list", "b")
     contexts = controller.bodies("/activation-context")
@@ -398,7 +401,7 @@ def test_model_list_falls_back_to_the_next_preset(tmp_path, model, setup):
     assert "Model attempt a failed" in result.stderr
 
 
-def test_http_429_and_5xx_are_retried_with_backoff_when_max_retries_is_set(tmp_path, model, setup):
+def test_http_429_and_5xx_are_retried_by_the_controller_within_max_retries(tmp_path, model, setup):
     controller, activation = setup(
         runner_config={
             "mode": "ai",
@@ -416,7 +419,7 @@ def test_http_429_and_5xx_are_retried_with_backoff_when_max_retries_is_set(tmp_p
     assert result.returncode == 0, result.stderr
     assert len(model.requests) == 3
     assert controller.output["text"] == "third time"
-    assert "returned HTTP 429; retrying in 0.0 s (1/2)" in result.stderr
+    assert "Model attempt main failed" not in result.stderr
 
 
 def attempt_for(base_url, preset=None, **provider_extra):
@@ -444,33 +447,17 @@ def straight_to(model, sent=None):
     return transport
 
 
-def test_backoff_doubles_and_honours_retry_after_without_sleeping(model):
-    delays = []
+def test_the_runner_itself_never_retries_the_controller_has(model):
     provider = models.OpenAICompatibleProvider(
-        attempt_for(model.base_url, options={"maxRetries": 4}), straight_to(model), sleep=delays.append
+        attempt_for(model.base_url, options={"maxRetries": 3}), straight_to(model), sleep=pytest.fail
     )
-    model.enqueue_error(429, "slow")
-    model.enqueue_error(500, "boom")
-    model.enqueue_error(429, "slow", headers={"Retry-After": "7"})
-    model.enqueue_error(503, "busy", headers={"Retry-After": "9", "Retry-After-Ms": "250"})
-    model.enqueue(content="done")
-    assert provider.complete([{"role": "user", "content": "x"}], [], None).text == "done"
-    assert delays == [1.0, 2.0, 7.0, 0.25], "Retry-After-Ms wins over Retry-After"
-
-
-def test_retries_are_off_by_default_and_never_apply_to_4xx(model):
-    delays = []
-    provider = models.OpenAICompatibleProvider(attempt_for(model.base_url), straight_to(model), sleep=delays.append)
     model.enqueue_error(429, "slow")
     with pytest.raises(models.ModelError, match="HTTP 429"):
         provider.complete([{"role": "user", "content": "x"}], [], None)
-    retrying = models.OpenAICompatibleProvider(
-        attempt_for(model.base_url, options={"maxRetries": 3}), straight_to(model), sleep=delays.append
-    )
     model.enqueue_error(400, "bad request")
     with pytest.raises(models.ModelError, match="HTTP 400"):
-        retrying.complete([{"role": "user", "content": "x"}], [], None)
-    assert delays == [] and len(model.requests) == 2
+        provider.complete([{"role": "user", "content": "x"}], [], None)
+    assert len(model.requests) == 2
 
 
 def test_provider_timeout_fails_the_attempt_and_the_next_preset_runs(tmp_path, model, setup):
@@ -531,18 +518,21 @@ def test_request_body_maps_preset_and_provider_options(model):
         }
     ]
     # the runner names provider and preset; it waits for the controller past the provider's deadline
-    assert sent == [("gw", "main", 2.0 + models.MODEL_CALL_MARGIN_S)]
+    assert sent == [("gw", "main", 2.0 * 4 + models.PROXY_RETRY_WINDOW_S + models.MODEL_CALL_MARGIN_S)]
 
 
 def test_the_runner_waits_without_limit_when_the_controller_bounds_the_call_by_idle_timeouts():
     assert models.model_call_timeout({}) is None
     assert models.model_call_timeout({"timeoutMs": False, "chunkTimeoutMs": 100}) is None
-    assert models.model_call_timeout({"timeoutMs": 500}) == 0.5 + models.MODEL_CALL_MARGIN_S
+    # the controller may try four times (three retries) and wait out its retry window
+    margin = models.PROXY_RETRY_WINDOW_S + models.MODEL_CALL_MARGIN_S
+    assert models.model_call_timeout({"timeoutMs": 500}) == 0.5 * 4 + margin
+    assert models.model_call_timeout({"timeoutMs": 500, "options": {"maxRetries": 0}}) == 0.5 + margin
 
 
 def test_later_provider_types_fail_the_attempt():
-    attempt = models.Attempt("main", {}, "an", {"type": "anthropic"})
-    with pytest.raises(models.ModelError, match="Provider type anthropic is not supported by this version"):
+    attempt = models.Attempt("main", {}, "gg", {"type": "google"})
+    with pytest.raises(models.ModelError, match="Provider type google is not supported by this version"):
         models.create_provider(attempt, {}, None)
 
 
@@ -706,7 +696,7 @@ def test_second_overflow_fails_the_attempt(tmp_path, model, setup):
 def test_summary_failure_posts_the_deterministic_fallback_and_retries(tmp_path, model, setup):
     controller, activation = setup(history=twenty_rows())
     model.enqueue_context_overflow()
-    model.enqueue_error(500, "summary broke")
+    model.enqueue_error(400, "summary broke")
     model.enqueue(content="after fallback")
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
@@ -1091,9 +1081,9 @@ def test_missing_input_argument_exits_1(tmp_path):
         ),
         (lambda a: a["agent"].update(model="ghost"), "Model preset not found: ghost"),
         (
-            lambda a: a["runner"]["models"]["providers"]["gw"].update(type="anthropic"),
+            lambda a: a["runner"]["models"]["providers"]["gw"].update(type="google"),
             (
-                "All model attempts failed:\nmain: Provider type anthropic is not supported by this version "
+                "All model attempts failed:\nmain: Provider type google is not supported by this version "
                 "(use openai-compatible or scripted)"
             ),
         ),

@@ -135,7 +135,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store = st.ProjectStore("blank", tmp_path)
     migrations = rows(store, "SELECT id, name FROM _migrations")
     assert migrations == [{"id": 1, "name": "initial schema"}, {"id": 2, "name": "model calls"},
-                          {"id": 3, "name": "approval requests"}]
+                          {"id": 3, "name": "approval requests"}, {"id": 4, "name": "model call cost"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -162,7 +162,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                                       "archived_message_count", "raw_chars", "summary", "reason",
                                       "selected_model", "created_at"],
         "model_calls": ["id", "project", "activation_id", "agent_id", "provider_id", "preset_id", "status",
-                        "tokens", "usage_json", "created_at"],
+                        "tokens", "usage_json", "created_at", "cost_usd"],
         "approvals": ["id", "project", "agent_id", "activation_id", "tool_call_id", "tool", "input_json",
                       "rule_json", "rule_key", "status", "decision", "decided_by", "note", "on_expiry",
                       "expires_at", "created_at", "decided_at", "used_at"],
@@ -195,7 +195,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 3
+    assert count(again, "_migrations") == 4
     again.close()
 
 
@@ -206,7 +206,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -215,10 +215,10 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
     store = st.ProjectStore("older", tmp_path)
     with store.write() as tx:
         tx.execute("DROP TABLE model_calls")
-        tx.execute("DELETE FROM _migrations WHERE id = 2")
+        tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4]
     assert count(again, "model_calls") == 0
     again.close()
 

@@ -109,7 +109,7 @@ CREATE TABLE messages (
 CREATE TABLE model_calls (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
         provider_id TEXT NOT NULL, preset_id TEXT NOT NULL, status INTEGER NOT NULL,
-        tokens INTEGER NOT NULL, usage_json TEXT NOT NULL, created_at TEXT NOT NULL);
+        tokens INTEGER NOT NULL, usage_json TEXT NOT NULL, created_at TEXT NOT NULL, cost_usd REAL);
 
 -- table projects on projects
 CREATE TABLE projects (

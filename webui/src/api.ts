@@ -38,6 +38,8 @@ export interface Project {
   created_at?: string;
   updated_at?: string;
   stats?: ProjectStats;
+  /** Issue 14: tokens and USD of the project's model calls. */
+  spend?: Spend;
   agents?: Agent[];
 }
 
@@ -344,6 +346,26 @@ function projectPath(project: string): string {
 // Routes.
 
 export const listProjects = () => getJson<Project[]>('/api/projects');
+
+/** Issue 14: tokens and USD the controller saw; costUsd is null when no call had prices. */
+export interface Spend {
+  calls: number;
+  tokens: number;
+  costUsd: number | null;
+}
+
+export interface Costs {
+  project: Spend;
+  agents: Record<string, Spend>;
+  activations: Record<string, Spend>;
+}
+
+export const getCosts = (project: string) => getJson<Costs>(`${projectPath(project)}/costs`);
+
+/** `$0.0123`, or '' when nothing was priced. */
+export function formatCost(cost: number | null | undefined): string {
+  return typeof cost === 'number' ? `$${cost.toFixed(4)}` : '';
+}
 
 /** The full task; the server ends every text body with one `\n` when missing (http-api.md §2.2); it is not task text. */
 export async function getTask(project: string): Promise<string> {

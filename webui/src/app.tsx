@@ -26,6 +26,7 @@ import {
 } from './api';
 import { ActivationsView } from './activations';
 import { HistoryView } from './history';
+import { applyDelta, endActivation, LivePanel, type ActivationDelta, type LiveOutput } from './live';
 import { MessagesView } from './messages';
 import { Overview } from './overview';
 import {
@@ -380,6 +381,8 @@ export function App() {
     [],
   );
   const flushTimer = useRef<number | undefined>(undefined);
+  // Issue 14: streamed model output of the selected project's running activations.
+  const [liveOutput, setLiveOutput] = useState<LiveOutput>({});
 
   function flushStreamTargets() {
     flushTimer.current = undefined;
@@ -427,6 +430,10 @@ export function App() {
         row = {};
       }
       const type = typeof row.type === 'string' ? row.type : event.type;
+      if (type === 'activation.completed' || type === 'activation.failed' || type === 'activation.cancelled') {
+        const ended = eventData(row).activationId;
+        setLiveOutput((live) => endActivation(live, typeof ended === 'string' ? ended : undefined));
+      }
       if (teamListeners.current.size > 0) {
         const teamEvent = { type, data: eventData(row) };
         for (const listener of teamListeners.current) listener(teamEvent);
@@ -470,7 +477,17 @@ export function App() {
         }
       };
       for (const type of STREAM_EVENT_TYPES) stream.addEventListener(type, onEvent as EventListener);
+      // Ephemeral frames (no id, never replayed): folded into the live panel, never a refresh.
+      stream.addEventListener('activation.delta', ((event: MessageEvent) => {
+        try {
+          const delta = JSON.parse(String(event.data)) as ActivationDelta;
+          if (typeof delta.activationId === 'string') setLiveOutput((live) => applyDelta(live, delta));
+        } catch {
+          // a frame that is not JSON shows nothing
+        }
+      }) as EventListener);
     };
+    setLiveOutput({});
     connect();
     return () => {
       window.clearTimeout(retry);
@@ -551,6 +568,7 @@ export function App() {
           <>
             <Hero project={project} busy={loading} now={now} onAction={runAction} />
             <Tabs view={view} onSelect={chooseView} />
+            <LivePanel live={liveOutput} />
             <div class="view" id="view-panel" role="tabpanel">
               {view === 'overview' && (
                 <Overview

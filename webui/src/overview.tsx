@@ -1,7 +1,7 @@
 // Overview view (webui.md §5.1): metric strip, agent roster and the message composer.
 // Rendered only from the lightweight project-list element; the composer posts one message.
 import { useEffect, useState } from 'preact/hooks';
-import { errorText, isTokenError, sendMessage, type Agent, type Project } from './api';
+import { errorText, formatCost, isTokenError, sendMessage, type Agent, type Project } from './api';
 import { ApprovalsCard } from './approvals';
 import { ErrorBox, Panel, StatusPill } from './components';
 import { initials } from './format';
@@ -27,6 +27,8 @@ export function Overview(props: { project: Project; approvalPulse: number; onSen
 
 function MetricStrip(props: { project: Project }) {
   const stats = props.project.stats ?? {};
+  // Issue 14: what the controller saw the models spend (part of the project-list element).
+  const spend = props.project.spend;
   const agents = props.project.agents ?? [];
   const runningAgents = agents.filter((agent) => agent.status === 'running').length;
   const failed = stats.failedActivationCount ?? 0;
@@ -41,11 +43,19 @@ function MetricStrip(props: { project: Project }) {
         tone={failed > 0 ? 'red' : 'blue'}
       />
       <Metric label="Tools" value={stats.toolCallCount ?? 0} note="open Tool status for details" tone="blue" />
+      {spend !== undefined && spend.calls > 0 && (
+        <Metric
+          label="Cost"
+          value={formatCost(spend.costUsd) || '—'}
+          note={`${spend.tokens} tokens in ${spend.calls} model calls`}
+          tone="amber"
+        />
+      )}
     </div>
   );
 }
 
-function Metric(props: { label: string; value: number; note: string; tone: string }) {
+function Metric(props: { label: string; value: number | string; note: string; tone: string }) {
   return (
     <div class="metric" data-testid={`metric-${props.label.toLowerCase()}`}>
       <div class="metric-label">{props.label}</div>

@@ -1,0 +1,562 @@
+"""Model server dialects for the controller's model proxy (issue 14): retries with backoff, the table of
+context-overflow error bodies per server, streamed requests assembled into one Chat Completions answer
+(with live deltas), and the Anthropic Messages translation. Imported by suzumio_model_proxy only; imports
+nothing of the controller but the runner's standard-library HTTP helpers (suzumio_runner_models)."""
+
+import email.utils
+import http.client
+import json
+import random
+import re
+import socket
+import time
+from collections import namedtuple
+
+from suzumio_runner_models import READ_CHUNK, TransportError, _connection, chat_completions_usage
+
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_RETRY_WINDOW_S = 60.0
+BASE_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 8.0
+ANTHROPIC_VERSION = "2023-06-01"
+ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
+DEFAULT_ANTHROPIC_MAX_TOKENS = 8192
+# Live deltas are coalesced: a fast stream publishes at most this often (each publish wakes SSE readers).
+LIVE_INTERVAL_S = 0.1
+MAX_ERROR_TEXT = 4000
+
+RetryPolicy = namedtuple("RetryPolicy", "max_retries window_s")
+Exchange = namedtuple("Exchange", "status headers body usage")
+
+
+class EarlyTransportError(TransportError):
+    """The exchange failed before any byte of the answer arrived: safe to send again."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Retries
+
+
+def retry_policy(provider_options, preset_max_retries=None):
+    """The retry bounds of one preset: the preset's `maxRetries`, else the provider's `options.maxRetries`,
+    else 3; `options.retryWindowMs` bounds the total time spent waiting (60 s)."""
+    options = provider_options or {}
+    retries = preset_max_retries if preset_max_retries is not None else options.get("maxRetries")
+    if not _non_negative(retries):
+        retries = DEFAULT_MAX_RETRIES
+    window = options.get("retryWindowMs")
+    window_s = window / 1000.0 if _non_negative(window) else DEFAULT_RETRY_WINDOW_S
+    return RetryPolicy(int(retries), window_s)
+
+
+def _non_negative(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def retriable_status(status):
+    """429 and every 5xx (Anthropic's 529 overloaded among them) are retried."""
+    return status == 429 or status >= 500
+
+
+def retry_delay(headers, retry, rng=random.random, now=time.time):
+    """Seconds before retry number `retry` (0-based): `retry-after-ms`, else `retry-after` (seconds or an
+    HTTP date), else exponential backoff from 0.5 s capped at 8 s with full jitter in its upper half."""
+    headers = headers or {}
+    try:
+        return max(0.0, float(str(headers.get("retry-after-ms", "")).strip()) / 1000.0)
+    except ValueError:
+        pass
+    value = str(headers.get("retry-after", "")).strip()
+    if value:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+                return max(0.0, when.timestamp() - now())
+            except (TypeError, ValueError):
+                pass
+    backoff = min(MAX_BACKOFF_S, BASE_BACKOFF_S * (2 ** retry))
+    return backoff * (0.5 + rng() / 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Context overflow: one row per server, matched on the status and the lowercased error body
+
+OVERFLOW_TABLE = (
+    # OpenAI's code and text, also answered by Azure OpenAI, Groq, DeepSeek and vLLM
+    ("openai", re.compile(r"context_length_exceeded|maximum context length is \d+")),
+    ("llama.cpp", re.compile(r"exceed_context_size_error|exceeds the available context size")),
+    ("ollama", re.compile(r"exceeded max context length|input length exceeds (the )?(maximum )?context length")),
+    ("lm-studio", re.compile(r"when context the overflows|loaded with context length of only")),
+    ("litellm", re.compile(r"contextwindowexceedederror")),
+    ("anthropic", re.compile(r"prompt is too long|\"request_too_large\"")),
+    ("gemini", re.compile(r"input token count.{0,40} exceeds the maximum number of tokens")),
+    ("mistral", re.compile(r"too large for model with \d+ maximum context length")),
+)
+OVERFLOW_STATUSES = (400, 413, 422, 500)
+
+
+def overflow_server(status, text):
+    """The table row's server when an error answer says the request exceeded the context, else None.
+    Rate limits phrased like a size ("Request too large … tokens per minute") are not overflow."""
+    if status not in OVERFLOW_STATUSES or not text:
+        return None
+    lowered = text.lower()
+    if "rate_limit" in lowered or "tokens per minute" in lowered:
+        return None
+    for server, pattern in OVERFLOW_TABLE:
+        if pattern.search(lowered):
+            return server
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP with a streamed body
+
+
+def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, deadline, clock=time.monotonic):
+    """POST `body` and return (status, lowercased headers, chunk iterator); the idle timeout applies to
+    every read, so between the chunks of a stream. Raises EarlyTransportError when nothing of the answer
+    arrived, TransportError when it broke off later."""
+
+    def limit(seconds):
+        if deadline is None:
+            return seconds
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise TimeoutError("timed out")
+        return remaining if seconds is None else min(seconds, remaining)
+
+    conn, connected = None, False
+    try:
+        conn, target, extra = _connection(url, proxy, limit(connect_timeout))
+        conn.connect()
+        connected = True
+        sock = conn.sock  # http.client drops conn.sock once a `Connection: close` answer owns it
+        sock.settimeout(limit(idle_timeout))
+        conn.request("POST", target, body=body, headers={**headers, **extra})
+        response = conn.getresponse()
+    except (OSError, http.client.HTTPException) as error:
+        if conn is not None:
+            conn.close()
+        # Waiting for an answer the server may be computing is not retried (it would double long waits);
+        # a refused or reset connection, or a connect that timed out, is.
+        if connected and isinstance(error, socket.timeout):
+            raise TransportError(_reason(error)) from None
+        raise EarlyTransportError(_reason(error)) from None
+    response_headers = {key.lower(): value for key, value in response.getheaders()}
+
+    def chunks():
+        try:
+            while True:
+                sock.settimeout(limit(idle_timeout))
+                data = response.read1(READ_CHUNK)
+                if not data:
+                    return
+                yield data
+        except (OSError, http.client.HTTPException) as error:
+            raise TransportError(_reason(error)) from None
+        finally:
+            response.close()
+            conn.close()
+
+    return response.status, response_headers, chunks()
+
+
+def _reason(error):
+    reason = str(error) or error.__class__.__name__
+    return f"timed out ({reason})" if "timed out" in reason.lower() and reason != "timed out" else reason
+
+
+def sse_events(chunks):
+    """(event name or None, data text) of each Server-Sent Event in a byte stream."""
+    buffer = b""
+    event, data = None, []
+    for chunk in chunks:
+        buffer += chunk
+        while True:
+            cut = buffer.find(b"\n")
+            if cut < 0:
+                break
+            line, buffer = buffer[:cut].rstrip(b"\r").decode("utf-8", "replace"), buffer[cut + 1:]
+            if not line:
+                if data:
+                    yield event, "\n".join(data)
+                event, data = None, []
+            elif line.startswith(":"):
+                continue
+            elif line.startswith("event:"):
+                event = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:][1:] if line[5:].startswith(" ") else line[5:])
+    if data:
+        yield event, "\n".join(data)
+
+
+class Deltas:
+    """Collects the deltas of one streamed answer and hands them to `publish` (a callable taking a dict
+    of `text`, `reasoning` and `toolCalls`), at most every LIVE_INTERVAL_S and once at the end."""
+
+    def __init__(self, publish, clock=time.monotonic):
+        self.publish = publish
+        self.clock = clock
+        self.last = None
+        self.pending = {}
+
+    def add(self, kind, value):
+        if self.publish is None or not value:
+            return
+        if kind == "toolCalls":
+            self.pending.setdefault("toolCalls", []).append(value)
+        else:
+            self.pending[kind] = self.pending.get(kind, "") + value
+        if self.last is None or self.clock() - self.last >= LIVE_INTERVAL_S:
+            self.flush()
+
+    def flush(self, done=False):
+        if self.publish is None or (not self.pending and not done):
+            return
+        payload, self.pending = self.pending, {}
+        if done:
+            payload["done"] = True
+        self.last = self.clock()
+        self.publish(payload)
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI-compatible Chat Completions
+
+
+def openai_payload(body, model, stream, include_usage, completion_tokens):
+    """The upstream body: the preset's model, stream flags, `max_completion_tokens` for models that refuse
+    `max_tokens`, and no `reasoning_content` replayed (servers such as DeepSeek reject it in input)."""
+    payload = dict(body, model=model, stream=bool(stream))
+    payload.pop("stream_options", None)
+    if stream and include_usage:
+        payload["stream_options"] = {"include_usage": True}
+    if completion_tokens and "max_tokens" in payload:
+        payload["max_completion_tokens"] = payload.pop("max_tokens")
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        payload["messages"] = [
+            {k: v for k, v in m.items() if k not in ("reasoning_content", "reasoning")} if isinstance(m, dict) else m
+            for m in messages]
+    return payload
+
+
+def refused_feature(status, text):
+    """Which request feature a 400 refuses, when the fix is to resend without it: `max_tokens` (use
+    max_completion_tokens), `stream_options`, or `stream`; None otherwise."""
+    if status not in (400, 422) or not text:
+        return None
+    lowered = text.lower()
+    if "max_completion_tokens" in lowered and "max_tokens" in lowered:
+        return "max_tokens"
+    if "stream_options" in lowered or "include_usage" in lowered:
+        return "stream_options"
+    if re.search(r"stream(ing)? (is )?(not supported|unsupported)|does not support stream|"
+                 r"'stream' is not supported|stream.{0,20}not allowed", lowered):
+        return "stream"
+    return None
+
+
+def openai_stream_answer(events, deltas):
+    """One Chat Completions answer (as JSON text) assembled from its streamed chunks, as the server would
+    have answered without streaming. Tool calls are keyed by `index` (Ollama sends them whole)."""
+    first, content, reasoning, calls, finish, usage = None, [], [], {}, None, None
+    for _name, data in events:
+        if data.strip() == "[DONE]":
+            break
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            continue
+        if not isinstance(chunk, dict):
+            continue
+        if isinstance(chunk.get("error"), (dict, str)):
+            return None, json.dumps(chunk)
+        first = first or chunk
+        if isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                content.append(delta["content"])
+                deltas.add("text", delta["content"])
+            think = delta.get("reasoning_content", delta.get("reasoning"))
+            if isinstance(think, str):
+                reasoning.append(think)
+                deltas.add("reasoning", think)
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                index = call.get("index", position) if isinstance(call, dict) else position
+                slot = calls.setdefault(index, {"id": None, "type": "function",
+                                                "function": {"name": "", "arguments": ""}})
+                function = call.get("function") or {}
+                slot["id"] = slot["id"] or call.get("id")
+                if function.get("name"):
+                    slot["function"]["name"] += function["name"]
+                arguments = function.get("arguments")
+                if arguments is not None and not isinstance(arguments, str):
+                    arguments = json.dumps(arguments)
+                if arguments:
+                    slot["function"]["arguments"] += arguments
+                deltas.add("toolCalls", {"index": index, "id": call.get("id"), "name": function.get("name"),
+                                         "arguments": arguments or ""})
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
+    deltas.flush(done=True)
+    if first is None:
+        return None, "stream ended without a chunk"
+    message = {"role": "assistant", "content": "".join(content) if content or not calls else None}
+    if reasoning:
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    answer = {"id": first.get("id"), "object": "chat.completion", "created": first.get("created"),
+              "model": first.get("model"),
+              "choices": [{"index": 0, "message": message, "logprobs": None,
+                           "finish_reason": finish or ("tool_calls" if calls else "stop")}]}
+    if usage is not None:
+        answer["usage"] = usage
+    return answer, None
+
+
+def openai_usage(answer):
+    return chat_completions_usage(answer.get("usage")) if isinstance(answer, dict) else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Anthropic Messages
+
+
+def _text(content):
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def anthropic_payload(body, model, stream):
+    """A Chat Completions request body as an Anthropic Messages request: system prompt apart, tool calls
+    as `tool_use` blocks, tool answers as `tool_result` blocks in a user turn, consecutive turns of one
+    role merged, and cache breakpoints on the system prompt, the tools and the last turn (prompt caching)."""
+    system, turns = [], []
+
+    def push(role, blocks):
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": list(blocks)})
+
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role in ("system", "developer"):
+            text = _text(message.get("content"))
+            if text:
+                system.append({"type": "text", "text": text})
+        elif role == "tool":
+            push("user", [{"type": "tool_result", "tool_use_id": message.get("tool_call_id") or "",
+                           "content": _text(message.get("content")) or "(empty)"}])
+        elif role == "assistant":
+            blocks = []
+            text = _text(message.get("content"))
+            if text:
+                blocks.append({"type": "text", "text": text})
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                try:
+                    arguments = json.loads(function.get("arguments") or "{}")
+                except ValueError:
+                    arguments = {}
+                blocks.append({"type": "tool_use", "id": call.get("id") or "", "name": function.get("name") or "",
+                               "input": arguments if isinstance(arguments, dict) else {"value": arguments}})
+            push("assistant", blocks or [{"type": "text", "text": "(no text)"}])
+        else:
+            push("user", [{"type": "text", "text": _text(message.get("content")) or "(empty)"}])
+    if turns and turns[-1]["content"]:
+        turns[-1]["content"][-1] = dict(turns[-1]["content"][-1], cache_control={"type": "ephemeral"})
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_ANTHROPIC_MAX_TOKENS
+    payload = {"model": model, "max_tokens": max_tokens, "messages": turns}
+    if system:
+        system[-1] = dict(system[-1], cache_control={"type": "ephemeral"})
+        payload["system"] = system
+    for name in ("temperature", "top_p", "top_k", "stop_sequences", "metadata", "thinking"):
+        if body.get(name) is not None:
+            payload[name] = body[name]
+    tools = [t.get("function") or {} for t in body.get("tools") or [] if isinstance(t, dict)]
+    choice = body.get("tool_choice")
+    if tools and choice != "none":
+        payload["tools"] = [{"name": t.get("name", ""), "description": t.get("description", ""),
+                             "input_schema": t.get("parameters") or {"type": "object"}} for t in tools]
+        payload["tools"][-1]["cache_control"] = {"type": "ephemeral"}
+        payload["tool_choice"] = {"type": "any"} if choice == "required" else {"type": "auto"}
+    if stream:
+        payload["stream"] = True
+    return payload
+
+
+def anthropic_headers(headers, key):
+    """The Messages API's auth: `x-api-key` instead of a bearer token, and the API version."""
+    out = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    if key:
+        out["x-api-key"] = key
+    out.setdefault("anthropic-version", ANTHROPIC_VERSION)
+    return out
+
+
+STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
+                "pause_turn": "stop", "refusal": "content_filter"}
+
+
+def anthropic_usage(raw):
+    """Suzumio usage of an Anthropic `usage` object; `input` counts cached prompt tokens too, as the
+    Chat Completions `prompt_tokens` does."""
+    raw = raw if isinstance(raw, dict) else {}
+
+    def count(name):
+        value = raw.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    read, write = count("cache_read_input_tokens"), count("cache_creation_input_tokens")
+    prompt = count("input_tokens") + read + write
+    usage = {"input": prompt, "output": count("output_tokens"), "total": prompt + count("output_tokens")}
+    if read:
+        usage["cacheRead"] = read
+    if write:
+        usage["cacheWrite"] = write
+    return usage
+
+
+def anthropic_to_chat(message):
+    """An Anthropic message (whole) as a Chat Completions answer; thinking becomes `reasoning_content`."""
+    texts, thinking, calls = [], [], []
+    for block in message.get("content") or []:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(block.get("text") or "")
+        elif kind == "thinking":
+            thinking.append(block.get("thinking") or "")
+        elif kind == "tool_use":
+            calls.append({"id": block.get("id"), "type": "function",
+                          "function": {"name": block.get("name") or "",
+                                       "arguments": json.dumps(block.get("input") or {})}})
+    chat_message = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if thinking:
+        chat_message["reasoning_content"] = "".join(thinking)
+    if calls:
+        chat_message["tool_calls"] = calls
+    usage = anthropic_usage(message.get("usage"))
+    details = {"cached_tokens": usage.get("cacheRead", 0)}
+    return {"id": message.get("id"), "object": "chat.completion", "created": int(time.time()),
+            "model": message.get("model"),
+            "choices": [{"index": 0, "message": chat_message, "logprobs": None,
+                         "finish_reason": STOP_REASONS.get(message.get("stop_reason"), "stop")}],
+            "usage": {"prompt_tokens": usage["input"], "completion_tokens": usage["output"],
+                      "total_tokens": usage["total"], "prompt_tokens_details": details},
+            "stop_reason": message.get("stop_reason")}, usage
+
+
+def anthropic_stream_message(events, deltas):
+    """The whole Anthropic message rebuilt from its stream events; an `error` event (such as
+    `overloaded_error` mid-stream) is returned as the error body instead."""
+    message, blocks, partial = None, {}, {}
+    for name, data in events:
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        kind = event.get("type") if isinstance(event, dict) else name
+        if kind == "error":
+            return None, json.dumps(event)
+        if kind == "message_start":
+            message = dict(event.get("message") or {}, content=[])
+        elif kind == "content_block_start":
+            index = event.get("index", len(blocks))
+            blocks[index] = dict(event.get("content_block") or {})
+            if blocks[index].get("type") == "tool_use":
+                partial[index] = ""
+                deltas.add("toolCalls", {"index": index, "id": blocks[index].get("id"),
+                                         "name": blocks[index].get("name"), "arguments": ""})
+        elif kind == "content_block_delta":
+            index, delta = event.get("index", 0), event.get("delta") or {}
+            block = blocks.setdefault(index, {"type": "text", "text": ""})
+            if delta.get("type") == "text_delta":
+                block["text"] = block.get("text", "") + delta.get("text", "")
+                deltas.add("text", delta.get("text", ""))
+            elif delta.get("type") == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+                deltas.add("reasoning", delta.get("thinking", ""))
+            elif delta.get("type") == "input_json_delta":
+                partial[index] = partial.get(index, "") + delta.get("partial_json", "")
+                deltas.add("toolCalls", {"index": index, "arguments": delta.get("partial_json", "")})
+        elif kind == "content_block_stop":
+            index = event.get("index", 0)
+            if index in partial and index in blocks:
+                try:
+                    blocks[index]["input"] = json.loads(partial[index] or "{}")
+                except ValueError:
+                    blocks[index]["input"] = {}
+        elif kind == "message_delta" and message is not None:
+            message.update({k: v for k, v in (event.get("delta") or {}).items() if v is not None})
+            usage = dict(message.get("usage") or {})
+            usage.update(event.get("usage") or {})
+            message["usage"] = usage
+        elif kind == "message_stop":
+            break
+    deltas.flush(done=True)
+    if message is None:
+        return None, "stream ended without message_start"
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return message, None
+
+
+# ---------------------------------------------------------------------------------------------
+# One exchange in a dialect
+
+
+def answer_of(kind, status, headers, chunks, deltas):
+    """(status, body text, usage) of an upstream answer in Chat Completions terms; streamed answers are
+    assembled, error bodies pass through unchanged (Anthropic stream errors become 529 or 500 answers)."""
+    is_stream = "text/event-stream" in headers.get("content-type", "")
+    if not 200 <= status < 300 or not is_stream:
+        raw = b"".join(chunks).decode("utf-8", "replace")
+        if not 200 <= status < 300:
+            return status, raw, {}
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return status, raw, {}
+        if kind == "anthropic" and isinstance(data, dict) and data.get("type") == "message":
+            answer, usage = anthropic_to_chat(data)
+            return status, json.dumps(answer), usage
+        return status, raw, openai_usage(data)
+    events = sse_events(chunks)
+    if kind == "anthropic":
+        message, error = anthropic_stream_message(events, deltas)
+        if message is None:
+            return stream_error_status(error), error, {}
+        answer, usage = anthropic_to_chat(message)
+        return status, json.dumps(answer), usage
+    answer, error = openai_stream_answer(events, deltas)
+    if answer is None:
+        return stream_error_status(error), error, {}
+    return status, json.dumps(answer), openai_usage(answer)
+
+
+def stream_error_status(text):
+    """An error inside a 200 stream as the status a whole answer would have had: overloaded is 529,
+    an overflow 400, anything else 500 (both retriable or compacting as their plain counterparts)."""
+    lowered = (text or "").lower()
+    if "overloaded" in lowered:
+        return 529
+    if overflow_server(400, text):
+        return 400
+    if "rate_limit" in lowered:
+        return 429
+    return 500
