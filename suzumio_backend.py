@@ -1131,12 +1131,14 @@ class Backends:
                 self.save_log_tail(store, *exited, secrets)
             if keep == "all":
                 return 0
+            # Only this root's: another root on the same engine may have a project and agent of the
+            # same names, and its containers are not ours to remove (their activations are not here).
             finished = [(name, activation_id) for name, activation_id, state
                         in self.docker.agent_containers(store.project_id, agent_id)
-                        if state in FINISHED_STATES]
+                        if state in FINISHED_STATES and activation_id
+                        and store.activation_dir(activation_id).is_dir()]
             for name, activation_id in finished[keep:]:
-                if activation_id and store.activation_dir(activation_id).is_dir():
-                    self.save_log_tail(store, activation_id, name, secrets)
+                self.save_log_tail(store, activation_id, name, secrets)
                 self.docker.client.api.remove_container(name)
                 removed += 1
         except (OSError, *engine_errors()) as error:
@@ -1163,7 +1165,7 @@ class Backends:
                 try:
                     running = store.activation(activation_id)["status"] == ACT_RUNNING
                 except NotFound:
-                    running = False
+                    continue  # another root's activation (same project and agent names on this engine)
                 if not running:
                     self.docker.remove(name)
                     removed += 1

@@ -113,3 +113,26 @@ def test_gc_removes_a_created_container_whose_activation_ended(tmp_path):
             for container in agent_containers(team, "worker-1"):
                 if container.id == orphan.id:
                     container.remove(force=True)
+
+
+def test_retention_and_gc_leave_another_roots_containers_alone(tmp_path):
+    # Two roots on one engine can hold projects and agents of the same names: one's retention and gc
+    # remove only containers of its own activations.
+    with running_team(tmp_path, "docker-chat", docker={"keep": 0}) as team:
+        foreign = [team.docker.containers.create(
+            "suzumio-runner:dev", command=["true"], name=f"suzumio_{team.name}_worker-1_act_other{state}",
+            labels={"suzumio.managed": "true", "suzumio.project": team.name, "suzumio.agent": "worker-1",
+                    "suzumio.activation": f"act_other{state}"}) for state in ("created", "exited")]
+        try:
+            foreign[1].start()
+            foreign[1].wait(timeout=60)
+            run_activations(team, 2)
+            team.wait_for(lambda: all(activation_of(team, c).startswith("act_other")
+                                      for c in agent_containers(team, "worker-1")), 30, "own containers retired")
+            out = io.StringIO()
+            assert suzumio.main(["gc", team.name, "--root", str(team.service.root.path)], out=out) == 0
+            remaining = {c.id for c in agent_containers(team, "worker-1")}
+            assert {c.id for c in foreign} <= remaining
+        finally:
+            for container in foreign:
+                container.remove(force=True)
