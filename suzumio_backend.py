@@ -859,7 +859,9 @@ class Backends:
         """`runner_socket`: the path of the controller's runner socket, which every runner then
         reaches; None when the runner routes are on TCP (`serve --runner-listen`), reached through
         `backend.controllerUrl`. `warm_limit`: how many prepared runners this process may hold (issue 18;
-        0, or no runner socket: none, every activation starts cold); `configs`: a ConfigCache."""
+        0, or no runner socket: none, every activation starts cold); `configs`: the runtime's ConfigCache
+        (serve shares its one; a CLI command's or a test's Backends keep their own)."""
+        self.configs = configs if configs is not None else suzumio_config.ConfigCache()
         self.support_dir = Path(support_dir)
         self.runner_socket = None if runner_socket is None else Path(runner_socket)
         self._environ = dict(os.environ if environ is None else environ)
@@ -873,7 +875,7 @@ class Backends:
         self._reconciler = None
         self.warm = None
         if warm_limit and self.runner_socket is not None:
-            self.warm = suzumio_warm.WarmPool(self, self.runner_socket, warm_limit, configs).start()
+            self.warm = suzumio_warm.WarmPool(self, self.runner_socket, warm_limit, self.configs).start()
 
     # -- warm activations (issue 18)
 
@@ -889,7 +891,7 @@ class Backends:
         up to backend.warm of them; [] for a project that is not running or has warm runners off."""
         if store.project()["status"] != PROJECT_RUNNING:
             return []
-        config = configs.get(store) if configs is not None else suzumio_config.ProjectConfig.from_data(store.config())
+        config = (configs or self.configs).get(store)
         count = config.backend.warm
         if not count:
             return []
@@ -953,7 +955,7 @@ class Backends:
     def _start(self, store, activation_id, config):
         activation = store.activation(activation_id)
         agent = store.agent(activation["agentId"], include_token=True)
-        config = config or suzumio_config.ProjectConfig.from_data(store.config())
+        config = config or self.configs.get(store)
         launch = Launch(store, config, activation, agent, self.support_dir, self._environ, self.runner_socket)
         agent_ids = store.agent_ids()
         make_private_dir(store.activations_root)
@@ -1231,7 +1233,7 @@ class Backends:
         return removed
 
     def _reconcile_project(self, store, now):
-        config = suzumio_config.ProjectConfig.from_data(store.config())
+        config = self.configs.get(store)
         timeout_ms = config.backend.activation_timeout_ms
         for activation in store.running_activations():
             if is_timed_out(activation, timeout_ms, now):

@@ -301,8 +301,7 @@ def _halt(store, trigger, reason, resume, now):
 
 def _budget_use(store, max_tokens, max_cost_usd):
     """(tokens, USD, state) of the budget window: state "ok", "warning" (80%) or "exceeded"."""
-    used = store.window_tokens() if max_tokens is not None else 0
-    cost = store.window_cost() if max_cost_usd is not None else 0
+    used, cost = store.window_usage()
     return used, cost, budget_state(max_tokens, max_cost_usd, used, cost)
 
 

@@ -919,20 +919,23 @@ class ProjectStore:
             self.set_project_status(tx, "start")
         return self.project()
 
-    def window_tokens(self, conn=None):
-        """Tokens the controller saw providers report for activations that completed, failed or were
-        cancelled since the project was last set running (or since init): the token budget's window.
-        Event rowids order the window exactly; what a runner reports about itself is not counted."""
+    def window_usage(self, conn=None):
+        """(tokens, USD) the controller saw providers report for activations that completed, failed or were
+        cancelled since the project was last set running (or since init): the budget's window. Event
+        rowids order the window exactly; what a runner reports about itself is not counted."""
         with self._reading(conn) as conn:
-            started = conn.execute(
-                "SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ? AND type = 'project.status' "
-                "AND json_extract(data_json, '$.status') = ?", (self.project_id, PROJECT_RUNNING)).fetchone()[0]
-            return conn.execute(
-                "SELECT COALESCE(SUM(m.tokens), 0) FROM events e JOIN model_calls m ON m.project = e.project "
+            tokens, cost = conn.execute(
+                "SELECT COALESCE(SUM(m.tokens), 0), COALESCE(SUM(m.cost_usd), 0) FROM events e "
+                "JOIN model_calls m ON m.project = e.project "
                 "AND m.activation_id = json_extract(e.data_json, '$.activationId') "
                 "WHERE e.project = ? AND e.rowid > ? "
                 "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
-                (self.project_id, started)).fetchone()[0]
+                (self.project_id, self._window_start(conn))).fetchone()
+            return tokens, cost
+
+    def window_tokens(self, conn=None):
+        """The tokens of the budget's window (window_usage)."""
+        return self.window_usage(conn)[0]
 
     def record_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage, now=None,
                           cost_usd=None):
@@ -989,17 +992,6 @@ class ProjectStore:
                               "FROM model_calls WHERE project = ?", (self.project_id,))
         return {"calls": row["calls"], "tokens": row["tokens"],
                 "costUsd": None if row["cost"] is None else round(row["cost"], 10)}
-
-    def window_cost(self, conn=None):
-        """Issue 14: USD of the model calls of the budget window (as window_tokens counts tokens)."""
-        with self._reading(conn) as conn:
-            started = self._window_start(conn)
-            return conn.execute(
-                "SELECT COALESCE(SUM(m.cost_usd), 0) FROM events e JOIN model_calls m ON m.project = e.project "
-                "AND m.activation_id = json_extract(e.data_json, '$.activationId') "
-                "WHERE e.project = ? AND e.rowid > ? "
-                "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
-                (self.project_id, started)).fetchone()[0]
 
     def budget_warned(self, conn=None):
         """Issue 14: whether this budget window already has its `project.budget_warning` event."""
