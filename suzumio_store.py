@@ -986,12 +986,19 @@ class ProjectStore:
         return out
 
     def project_spend(self):
-        """Issue 14: {"calls", "tokens", "costUsd"} over every model call of the project (costUsd None
-        when none was priced), for the project summaries the control room lists."""
-        row = self._query_one("SELECT COUNT(*) AS calls, COALESCE(SUM(tokens), 0) AS tokens, SUM(cost_usd) AS cost "
-                              "FROM model_calls WHERE project = ?", (self.project_id,))
-        return {"calls": row["calls"], "tokens": row["tokens"],
-                "costUsd": None if row["cost"] is None else round(row["cost"], 10)}
+        """Issue 14: ({"calls", "tokens", "costUsd"} over every model call of the project, the same per
+        agent id) for the project summaries the control room lists; costUsd None when none was priced."""
+        rows = self._query("SELECT agent_id, COUNT(*) AS calls, COALESCE(SUM(tokens), 0) AS tokens, "
+                           "SUM(cost_usd) AS cost FROM model_calls WHERE project = ? GROUP BY agent_id ORDER BY "
+                           "agent_id", (self.project_id,))
+        agents = {row["agent_id"]: {"calls": row["calls"], "tokens": row["tokens"],
+                                    "costUsd": None if row["cost"] is None else round(row["cost"], 10)}
+                  for row in rows}
+        costs = [spend["costUsd"] for spend in agents.values() if spend["costUsd"] is not None]
+        total = {"calls": sum(spend["calls"] for spend in agents.values()),
+                 "tokens": sum(spend["tokens"] for spend in agents.values()),
+                 "costUsd": round(sum(costs), 10) if costs else None}
+        return total, agents
 
     def budget_warned(self, conn=None):
         """Issue 14: whether this budget window already has its `project.budget_warning` event."""
@@ -1026,7 +1033,7 @@ class ProjectStore:
             if not full:
                 data["task"] = truncate(data["task"], 1000)
             data["stats"] = self.project_stats()
-            data["spend"] = self.project_spend()  # issue 14
+            data["spend"], data["agentSpend"] = self.project_spend()  # issue 14
             data["agents"] = self.public_agents()
             data["recentActivations"] = self.list_activations(10) if full else []
             data["recentMessages"] = self.list_messages(10) if full else []

@@ -40,6 +40,8 @@ export interface Project {
   stats?: ProjectStats;
   /** Issue 14: tokens and USD of the project's model calls. */
   spend?: Spend;
+  /** Issue 14: the same per agent id, for the agents that made a model call. */
+  agentSpend?: Record<string, Spend>;
   agents?: Agent[];
 }
 

@@ -1,7 +1,7 @@
 // Overview view (webui.md §5.1): metric strip, agent roster and the message composer.
 // Rendered only from the lightweight project-list element; the composer posts one message.
 import { useEffect, useState } from 'preact/hooks';
-import { errorText, formatCost, isTokenError, sendMessage, type Agent, type Project } from './api';
+import { errorText, formatCost, isTokenError, sendMessage, type Agent, type Project, type Spend } from './api';
 import { ApprovalsCard } from './approvals';
 import { ErrorBox, Panel, StatusPill } from './components';
 import { initials } from './format';
@@ -18,7 +18,7 @@ export function Overview(props: { project: Project; approvalPulse: number; onSen
       <MetricStrip project={props.project} />
       <ApprovalsCard project={props.project.id} pulse={props.approvalPulse} />
       <div class="overview-grid">
-        <Roster agents={props.project.agents ?? []} />
+        <Roster agents={props.project.agents ?? []} spend={props.project.agentSpend ?? {}} />
         <Composer project={props.project} onSent={props.onSent} />
       </div>
     </div>
@@ -74,7 +74,7 @@ function agentTone(status: string): string {
   return 'quiet';
 }
 
-function Roster(props: { agents: Agent[] }) {
+function Roster(props: { agents: Agent[]; spend: Record<string, Spend> }) {
   return (
     <Panel
       title="Agent roster"
@@ -88,6 +88,7 @@ function Roster(props: { agents: Agent[] }) {
         <ul class="roster" role="list">
           {props.agents.map((agent) => {
             const name = agent.displayName || agent.id;
+            const cost = formatCost(props.spend[agent.id]?.costUsd);
             return (
               <li class={`agent-card agent-${agentTone(agent.status)}`} key={agent.id} data-testid="agent-card">
                 <span class="avatar" aria-hidden="true" data-testid="agent-avatar">
@@ -106,6 +107,11 @@ function Roster(props: { agents: Agent[] }) {
                   <div class="agent-id mono" data-testid="agent-id">
                     {agent.activeActivationId ? `${agent.id} - ${agent.activeActivationId}` : agent.id}
                   </div>
+                  {cost && (
+                    <div class="agent-cost" data-testid="agent-cost">
+                      {cost} in {props.spend[agent.id].calls} model calls
+                    </div>
+                  )}
                 </div>
               </li>
             );
