@@ -637,3 +637,6 @@ def test_the_webui_shows_a_running_activations_text_and_tool_calls_as_they_strea
         expect(page.get_by_test_id("metric-cost")).to_contain_text("$0.0030", timeout=10000)
         # ... and on pm's roster card: its own spend
         expect(page.get_by_test_id("agent-cost")).to_have_text("$0.0030 in 2 model calls", timeout=10000)
+        # ... and on the activation's line in the Activations view
+        page.goto(f"{team.service.base_url}/#/{team.name}/activations")
+        expect(page.get_by_test_id("activation-line")).to_contain_text(" - $0.0030", timeout=10000)

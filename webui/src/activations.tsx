@@ -1,12 +1,15 @@
 // Activations + context view (webui.md §5.4): recent work cycles newest first, with reported token
 // usage, and the model context window of one activation fetched on demand.
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import {
   errorText,
+  formatCost,
   getActivationContext,
+  getCosts,
   isTokenError,
   type Activation,
   type ActivationContext,
+  type Costs,
 } from './api';
 import { Chip, Empty, ErrorBox, Panel, StatusPill } from './components';
 import { count, readUsage, relativeTime, type TokenUsage } from './format';
@@ -20,6 +23,17 @@ export function ActivationsView(props: {
   const [context, setContext] = useState<ActivationContext | null>(null);
   const [contextLoading, setContextLoading] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
+  // Issue 14: what the controller saw each activation's model calls cost (only when a preset has prices).
+  const [costs, setCosts] = useState<Costs | null>(null);
+  useEffect(() => {
+    let current = true;
+    getCosts(props.project)
+      .then((result) => current && setCosts(result))
+      .catch(() => current && setCosts(null));
+    return () => {
+      current = false;
+    };
+  }, [props.project, props.activations]);
   const list = props.activations ?? [];
   const newestFirst = [...list].reverse();
   const totalTokens = list.reduce((sum, activation) => sum + (readUsage(activation)?.total ?? 0), 0);
@@ -64,6 +78,7 @@ export function ActivationsView(props: {
                 now={props.now}
                 loading={contextLoading === activation.id}
                 selected={context?.activation?.id === activation.id}
+                cost={formatCost(costs?.activations[activation.id]?.costUsd)}
                 onView={viewContext}
               />
             ))}
@@ -86,6 +101,7 @@ function ActivationItem(props: {
   now: number;
   loading: boolean;
   selected: boolean;
+  cost: string;
   onView: (id: string) => void;
 }) {
   const { activation } = props;
@@ -93,6 +109,7 @@ function ActivationItem(props: {
   const result = activation.error ?? activation.text ?? 'No result text recorded.';
   let line = `${relativeTime(activation.startedAt, props.now)} - ${activation.emittedMessages ?? 0} emitted messages`;
   if (activation.hasContext) line += ' - context recorded';
+  if (props.cost) line += ` - ${props.cost}`;
   return (
     <li
       class={`activation-item status-${activation.status}${props.selected ? ' is-selected' : ''}`}
