@@ -905,6 +905,7 @@ class Runner:
     def wait_for_approval(self, approval_id):
         """Issue 16: ask the controller for the decision until there is one. The agent keeps running; a
         controller that is down (restarting) is asked again, so a restarted `serve` delivers it."""
+        self.warn("waiting for approval %s", approval_id)
         while True:
             try:
                 answer = self.client.post(

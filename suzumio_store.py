@@ -213,6 +213,7 @@ class Root:
         self._summaries = {}  # project name -> (key, summary) for project_summaries()
         self._summaries_lock = threading.Lock()
         self._computing = {}  # project name -> the lock held while its summary is computed
+        self.clock_ns = time.time_ns  # the summary cache's clock (a test moves it on)
         self.live = LiveEvents(self.changes)  # issue 14
 
     def _used(self, store):
@@ -290,7 +291,7 @@ class Root:
         cacheable) while a file changed within the last second, where a coarse file clock could give a
         later write from another process the same time."""
         key = [self.changes.version(name)]
-        now = time.time_ns()
+        now = self.clock_ns()
         for path in (self.path / name / DB_FILE, self.path / name / (DB_FILE + "-wal")):
             try:
                 info = os.stat(path)

@@ -234,6 +234,16 @@ def runner_alive(activation):
     return state is not None and state[0] == "running"
 
 
+def runner_log(store, activation):
+    """What the activation's runner wrote to stderr so far: its runner.log (local), its container's log
+    (docker-chat)."""
+    name = activation.get("containerName") or ""
+    if suzumio_backend.local_pid(name) is not None:
+        path = store.activation_dir(activation["id"]) / "runner.log"
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+    return suzumio_backend.DockerBackend().log_tail(name)
+
+
 def unsettled(store):
     """Running activations whose runner is gone (none must remain once the project settles)."""
     return [a for a in store.running_activations() if not runner_alive(a)]

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import requests
@@ -36,6 +35,7 @@ from crash_fixtures import (
     process_gone,
     remove_containers,
     runner_alive,
+    runner_log,
     stop_leftover_runners,
     write_crash_toolpack,
     write_project,
@@ -404,8 +404,9 @@ def test_killed_controller_keeps_a_pending_approval_and_the_allowed_tool_runs_ex
         activation = store.activation(request["activationId"])
         # Known gap (closing note of session 3): a kill between the request's commit and the runner's
         # receipt of that answer loses the call (the runner takes it as failed). This test is about a
-        # runner already waiting for its decision, so it gives the answer time to arrive.
-        time.sleep(1.0)
+        # runner already waiting for its decision.
+        wait_until(lambda: f"waiting for approval {request['id']}" in runner_log(store, activation), 30,
+                   message="the runner waiting for its decision")
         controller.kill()
         assert runner_alive(activation)  # the runner keeps waiting (asking again) while serve is down
         controller.start()

@@ -1352,12 +1352,11 @@ def test_project_summaries_follow_writes_from_this_process_and_others(tmp_path):
         elsewhere = other.open_project("demo")
         coordination.send_message(elsewhere, config_of(elsewhere), "user", "from another process", recipient="pm")
         assert message_count() == 1  # the WAL just changed: not served from the cache
-        time.sleep(1.1)  # the files settle: their summary is cached from now on
+        root.clock_ns = lambda: time.time_ns() + 2_000_000_000  # the files settle: cached from now on
         first = root.project_summaries()[0]
         assert root.project_summaries()[0] is first and first["stats"]["messageCount"] == 1
         coordination.send_message(store, config_of(store), "user", "from this process", recipient="pm")
         assert message_count() == 2  # this root's version moved
-        time.sleep(1.1)
         root.project_summaries()
         coordination.send_message(elsewhere, config_of(elsewhere), "user", "again", recipient="pm")
         assert message_count() == 3
