@@ -316,6 +316,8 @@ def test_wait_for_quiet_job_waits_while_its_recipient_runs(tmp_path):
         [sent] = team.wait_for(lambda: messages_from(team, "scheduler"), message="the held job")
         assert (sent["recipient"], sent["body"]) == ("pm", "When you are free.")
         assert parse_ts(sent["createdAt"]) >= parse_ts(done["completedAt"])
+        # the hook saves jobs.json right after the message commits: wait for that write, not a race
+        team.wait_for(lambda: jobs(team)[0]["status"] == "done", message="the job marked done")
         assert [(j["status"], j["sentCount"]) for j in jobs(team)] == [("done", 1)]
 
 
