@@ -110,13 +110,17 @@ def has_grant(store, agent_id, rule_key):
 
 # ---------------------------------------------------------------- the runner's side
 
-def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, now=None):
+def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, now=None, call_key=None):
     """`/runner/tool-calls/start` with the gate: the running tool call row and, when a rule matches and
     no `allow-always` covers it, a pending approval request, in one transaction. The answer carries
-    `approval` (id, status, expiresAt) when the runner must wait for a decision."""
+    `approval` (id, status, expiresAt) when the runner must wait for a decision. Asked again with the
+    same `call_key` (the runner lost the answer), it answers the call and request recorded then, in
+    their current status, and records nothing (spec-notes 16k)."""
     rule = matching_rule(config, agent_id, tool, tool_input)
     with store.write(now) as tx:
-        started = store.start_tool_call(agent_id, activation_id, tool, tool_input)
+        started = store.start_tool_call(agent_id, activation_id, tool, tool_input, call_key=call_key)
+        if started.pop("replayed", False):
+            return _replayed_start(store, tx, started)
         if rule is None:
             return started
         grant = has_grant(store, agent_id, rule.key)
@@ -139,6 +143,14 @@ def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, no
                                                   "tool": tool, "expiresAt": expires})
     log.info("approval %s requested: %s/%s %s", approval_id, store.project_id, agent_id, tool)
     return {**started, "approval": {"id": approval_id, "status": PENDING, "expiresAt": expires}}
+
+
+def _replayed_start(store, tx, started):
+    row = tx.one("SELECT id, status, expires_at FROM approvals WHERE project = ? AND tool_call_id = ?",
+                 (store.project_id, started["toolCallId"]))
+    if row is None:  # the call was not gated, or an allow-always grant covered it
+        return started
+    return {**started, "approval": {"id": row["id"], "status": row["status"], "expiresAt": row["expires_at"]}}
 
 
 def outcome_text(row):

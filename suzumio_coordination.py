@@ -246,15 +246,23 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
                      boundary=False):
     """store.md §5.6 finish plus P1 tool-boundary delivery (scheduler.md §3.2): after a completed call of
     a running activation (not one that ends it), ready P1 signals ride on the tool result. `boundary`:
-    deliver them although the call failed (issue 16: a denied approval is a tool boundary)."""
+    deliver them although the call failed (issue 16: a denied approval is a tool boundary). The same
+    finish asked again (a runner retrying after a lost answer) answers the first one's result, signal
+    text included, and records nothing (spec-notes 16l)."""
     if status not in TOOL_CALL_END_STATUSES:
         raise BadRequest(f"Invalid tool call status: {status}")
     output = None if output is None else str(output)
     error = None if error in (None, "") else str(error)
     with store.write(now) as tx:
         store.owned_activation(tx.conn, agent_id, activation_id)
-        target, tool = store.record_tool_result(tx, agent_id, activation_id, tool_call_id, status, output, error)
+        target, tool, replayed = store.record_tool_result(tx, agent_id, activation_id, tool_call_id, status,
+                                                          output, error)
         result = {"status": target}
+        if replayed:
+            delivered = store.boundary_delivery(tx, activation_id, tool_call_id)
+            if delivered is not None:
+                result.update(deliveredSignals=len(delivered[1]), signalText=delivered[0])
+            return result
         if ((target != TOOL_COMPLETED and not boundary) or store.activation(activation_id)["status"] != ACT_RUNNING
                 or tool in ENDING_TOOLS):
             return result
@@ -264,7 +272,7 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
         text = render_boundary_text(signals)
         ids = store.deliver_signals(tx, agent_id, [s["id"] for s in signals], activation_id)
         store.add_history(tx, agent_id, activation_id, "user", "tool_boundary_signals", text,
-                          {"delivery": "tool_boundary", "signalIds": ids})
+                          {"delivery": "tool_boundary", "signalIds": ids, "toolCallId": tool_call_id})
         result.update(deliveredSignals=len(ids), signalText=text)
         return result
 

@@ -39,7 +39,11 @@ from suzumio_runner_tools import (
 CONTROLLER_CONNECT_TIMEOUT_S = 60.0
 CONTROLLER_READ_TIMEOUT_S = 300.0
 APPROVAL_WAIT_MS = 20000  # issue 16: one long-poll for a decision; the controller holds it at most 25 s
-APPROVAL_RETRY_S = 1.0  # pause before asking again a controller that did not answer
+CONTROLLER_RETRY_S = 1.0  # pause before asking again a controller that did not answer
+# Issue 16 (spec-notes 16k): how long a tool call's start or finish keeps asking a controller that is
+# down or answers 5xx (`serve` restarting) before the call counts as failed; both are safe to repeat.
+RESTART_WINDOW_S = 120.0
+CALL_KEY_BYTES = 16
 ENDING_TOOLS = ("coordination.wait_for_signal", "completion.submit")
 BUILTIN_TOOLS = {
     "core": (
@@ -188,6 +192,11 @@ class ControllerClient:
         return (f"The Suzumio server must be running and reachable at {self.base_url} (runners use "
                 "backend.controllerUrl only with `suzumio serve --runner-listen HOST:PORT`; it must name "
                 "that listener at an address runners can reach)")
+
+
+def new_call_key():
+    """The key of one model tool call (spec-notes 16k): 32 random hex digits."""
+    return os.urandom(CALL_KEY_BYTES).hex()
 
 
 def error_message(text, status):
@@ -861,8 +870,10 @@ class Runner:
         max_calls = self.runner_config.get("maxToolCalls")
         if max_calls and state.tool_calls > max_calls:
             return f"Exceeded maxToolCalls: {max_calls}"
+        # One key per model tool call: a start asked again after a lost answer gets the call recorded then.
+        fields = {"tool": tool.name, "input": args, "callKey": new_call_key()}
         try:
-            started = self.client.post("/runner/tool-calls/start", {"tool": tool.name, "input": args})
+            started = self.post_through_restarts("/runner/tool-calls/start", fields)
         except ControllerError as error:
             return str(error)
         tool_call_id = started.get("toolCallId") if isinstance(started, dict) else None
@@ -884,7 +895,7 @@ class Runner:
             self.warn("Tool %s failed unexpectedly\n%s", tool.name, traceback.format_exc().rstrip())
             return self._fail_tool_call(tool_call_id, str(error) or error.__class__.__name__)
         try:
-            finished = self.client.post(
+            finished = self.post_through_restarts(
                 "/runner/tool-calls/finish",
                 {"toolCallId": tool_call_id, "status": "completed", "output": result["output"]},
             )
@@ -917,7 +928,7 @@ class Runner:
                 if error.status is not None and error.status < 500:
                     return {"run": False, "status": "error", "output": str(error)}
                 self.warn("waiting for approval %s: %s (asking again)", approval_id, error)
-                self.sleep(APPROVAL_RETRY_S)
+                self.sleep(CONTROLLER_RETRY_S)
                 continue
             if isinstance(answer, dict) and answer.get("status") != "pending":
                 return answer
@@ -925,9 +936,23 @@ class Runner:
             if isinstance(retry_ms, (int, float)) and not isinstance(retry_ms, bool) and retry_ms > 0:
                 self.sleep(min(retry_ms / 1000, 5.0))  # the controller holds too many waits already
 
+    def post_through_restarts(self, path, fields):
+        """POST a call that is safe to repeat (a keyed tool-call start, a finish): a controller that did
+        not answer or answered 5xx (down, restarting, killed after its commit) is asked again every
+        CONTROLLER_RETRY_S for up to RESTART_WINDOW_S; then, or on a 4xx, the error is raised."""
+        deadline = time.monotonic() + RESTART_WINDOW_S
+        while True:
+            try:
+                return self.client.post(path, fields)
+            except ControllerError as error:
+                if (error.status is not None and error.status < 500) or time.monotonic() >= deadline:
+                    raise
+                self.warn("%s: %s (asking again)", path, error)
+            self.sleep(CONTROLLER_RETRY_S)
+
     def _fail_tool_call(self, tool_call_id, message):
         try:
-            self.client.post(
+            self.post_through_restarts(
                 "/runner/tool-calls/finish",
                 {"toolCallId": tool_call_id, "status": "failed", "error": message},
             )

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 
 import suzumio_approvals
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 IDENTITY_FIELDS = ("project", "agentId", "activationId", "token")
 MODEL_CALLS_CLOSED = "no more model calls are accepted"
+MAX_CALL_KEY_CHARS = 128
+CALL_KEY = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_CALL_KEY_CHARS}}}")
 
 
 # ---------------------------------------------------------------- authorization (http-api.md §9.1)
@@ -93,6 +96,14 @@ def check_context(body):
 def check_model_request(body):
     if not isinstance(body.get("body"), dict):
         raise BadRequest("body is required")
+
+
+def check_call_key(body):
+    """Issue 16 (spec-notes 16k): `callKey`, the runner's key for one model tool call, is optional (a
+    runner without it gets no retry safety) and a short token when given."""
+    key = body.get("callKey")
+    if key is not None and (not isinstance(key, str) or CALL_KEY.fullmatch(key) is None):
+        raise BadRequest(f"callKey must be 1 to {MAX_CALL_KEY_CHARS} letters, digits, '.', '_', ':' or '-'")
 
 
 def check_output(body):
@@ -182,13 +193,14 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
 
     @app.post("/runner/tool-calls/start")
     def tool_call_start():
-        call = authorize(root, read_fields(), ("tool",), running=TOOL_CALLS_CLOSED)
+        call = authorize(root, read_fields(), ("tool",), body_checks=check_call_key, running=TOOL_CALLS_CLOSED)
         tool = call.body["tool"]
         toolpacks.check_tool_call(call.store, call.agent, tool)
-        # Issue 16: a call that an approval rule matches is recorded with a pending approval request.
+        # Issue 16: a call that an approval rule matches is recorded with a pending approval request; a
+        # start asked again with its callKey answers what was recorded.
         return json_response(suzumio_approvals.start_tool_call(
             call.store, toolpacks.configs.get(call.store), call.agent_id, call.activation_id, tool,
-            call.body.get("input")))
+            call.body.get("input"), call_key=call.body.get("callKey")))
 
     @app.post("/runner/approvals/wait")
     def approval_wait():

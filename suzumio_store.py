@@ -514,8 +514,15 @@ _MIGRATION_3 = [
 # Issue 14: the cost in USD of each model call from its preset's pricing (NULL without prices).
 _MIGRATION_4 = ["ALTER TABLE model_calls ADD COLUMN cost_usd REAL"]
 
+# Issue 16 (spec-notes 16k): the runner's key for one model tool call. A start asked again with a key its
+# activation already used answers the call recorded then; rows of runners without keys keep NULL, which
+# the unique index allows any number of times.
+_MIGRATION_5 = ["ALTER TABLE tool_calls ADD COLUMN call_key TEXT",
+                "CREATE UNIQUE INDEX idx_tool_calls_activation_call_key ON tool_calls (activation_id, call_key)"]
+
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
-              (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4)]
+              (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
+              (5, "tool call keys", _MIGRATION_5)]
 
 
 class _Tx:
@@ -1491,8 +1498,9 @@ class ProjectStore:
 
     # -- tool calls ------------------------------------------------------------------------------
 
-    def start_tool_call(self, agent_id, activation_id, tool, input=None, now=None):
-        """store.md §5.6 start: running row, tool.called event, tool_call history row."""
+    def start_tool_call(self, agent_id, activation_id, tool, input=None, now=None, call_key=None):
+        """store.md §5.6 start: running row, tool.called event, tool_call history row. A `call_key` the
+        activation already used answers that call again (`replayed: True`) and records nothing (16k)."""
         if not isinstance(tool, str) or not tool:
             raise BadRequest("tool is required")
         input_value = {} if input is None else input
@@ -1501,11 +1509,14 @@ class ProjectStore:
             require_running(row, "tool")
             call_id = tx.id("tool")
             input_json = dump_json(input_value)
-            tx.execute("INSERT INTO tool_calls (id, project, activation_id, agent_id, tool, input_json, "
-                       "status, output, error, created_at, completed_at) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
-                       (call_id, self.project_id, activation_id, agent_id, tool, input_json, TOOL_RUNNING,
-                        tx.ts))
+            inserted = tx.execute("INSERT INTO tool_calls (id, project, activation_id, agent_id, tool, input_json, "
+                                  "status, output, error, created_at, completed_at, call_key) "
+                                  "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, NULL, ?) "
+                                  "ON CONFLICT (activation_id, call_key) DO NOTHING",
+                                  (call_id, self.project_id, activation_id, agent_id, tool, input_json, TOOL_RUNNING,
+                                   tx.ts, call_key)).rowcount
+            if not inserted:
+                return self._replayed_start(tx, activation_id, call_key, tool, input_json)
             self.add_event(tx, "tool.called", {"id": call_id, "activationId": activation_id, "agentId": agent_id,
                                             "tool": tool, "status": TOOL_RUNNING})
             content = f"# Tool Call\nTool: {tool}\n\n" + json.dumps(input_value, indent=2, ensure_ascii=False)
@@ -1515,17 +1526,31 @@ class ProjectStore:
                                    "inputJson": input_json}])
         return {"toolCallId": call_id}
 
+    def _replayed_start(self, tx, activation_id, call_key, tool, input_json):
+        prior = tx.one("SELECT id, tool, input_json FROM tool_calls WHERE activation_id = ? AND call_key = ?",
+                       (activation_id, call_key))
+        if (prior["tool"], prior["input_json"]) != (tool, input_json):
+            raise Conflict(f"callKey {call_key} was already used for another tool call")
+        return {"toolCallId": prior["id"], "replayed": True}
+
     def record_tool_result(self, tx, agent_id, activation_id, tool_call_id, status, output=None, error=None):
         """store.md §5.6 finish: the row, its tool.<status> event and the tool_result history row.
-        Returns (the final status, the tool's name)."""
+        Returns (the final status, the tool's name, replayed). The same finish asked again (status,
+        output and error as recorded: a runner retrying after a lost answer) changes and records nothing
+        and says `replayed`; a different one overwrites the result (tools.md §13, spec-notes 16l)."""
         sources, target = TOOL_CALL_TRANSITIONS["complete" if status == TOOL_COMPLETED else "fail"]
+        owned = "project = ? AND id = ? AND agent_id = ? AND activation_id = ?"
+        key = (self.project_id, tool_call_id, agent_id, activation_id)
         cursor = tx.execute(f"UPDATE tool_calls SET status = ?, output = ?, error = ?, completed_at = ? "
-                            f"WHERE project = ? AND id = ? AND agent_id = ? AND activation_id = ? "
-                            f"AND status IN ({','.join('?' * len(sources))})",
-                            (target, output, error, tx.ts, self.project_id, tool_call_id, agent_id,
-                             activation_id, *sources))
+                            f"WHERE {owned} AND status IN ({','.join('?' * len(sources))}) "
+                            f"AND NOT (status = ? AND output IS ? AND error IS ?)",
+                            (target, output, error, tx.ts, *key, *sources, target, output, error))
         if cursor.rowcount == 0:
-            raise NotFound(f"Unknown tool call for activation: {tool_call_id}")
+            same = tx.one(f"SELECT tool FROM tool_calls WHERE {owned} AND status = ? AND output IS ? AND error IS ?",
+                          (*key, target, output, error))
+            if same is None:
+                raise NotFound(f"Unknown tool call for activation: {tool_call_id}")
+            return target, same["tool"], True
         tool = tx.one("SELECT tool FROM tool_calls WHERE id = ?", (tool_call_id,))["tool"]
         self.add_event(tx, f"tool.{target}", omit_none({"id": tool_call_id, "output": output, "error": error}))
         lines = [f"# Tool Result\nTool: {tool}\nStatus: {target}"]
@@ -1538,7 +1563,18 @@ class ProjectStore:
                          {"toolCallId": tool_call_id, "tool": tool, "status": target},
                          [omit_none({"type": "tool_result", "toolCallId": tool_call_id,
                                      "toolName": tool, "output": output, "error": error})])
-        return target, tool
+        return target, tool, False
+
+    def boundary_delivery(self, tx, activation_id, tool_call_id):
+        """The P1 signals delivered after this tool call's result (its `tool_boundary_signals` history
+        row) as (text, signal ids), or None."""
+        row = tx.one("SELECT content, metadata_json FROM agent_history_messages WHERE project = ? "
+                     "AND activation_id = ? AND kind = 'tool_boundary_signals' "
+                     "AND json_extract(metadata_json, '$.toolCallId') = ? ORDER BY sequence DESC LIMIT 1",
+                     (self.project_id, activation_id, tool_call_id))
+        if row is None:
+            return None
+        return row["content"], load_json(row["metadata_json"], {}).get("signalIds") or []
 
     def tool_call(self, tool_call_id):
         row = self._query_one("SELECT * FROM tool_calls WHERE project = ? AND id = ?",

@@ -162,14 +162,15 @@ class Controller:
         self.process = None
         self.starts = 0
 
-    def start(self, timeout=30.0):
-        """Start serve and wait until /health answers."""
+    def start(self, timeout=30.0, launcher=None):
+        """Start serve and wait until /health answers. `launcher`: a script run instead of suzumio.py
+        with its arguments (a fault-injecting serve such as tests/serve_killed_after_start.py)."""
         env = dict(os.environ, SUZUMIO_LOG_LEVEL="INFO")
         with open(self.log_path, "a", encoding="utf-8") as log_file:
             log_file.write(f"---- serve start {self.starts + 1}\n")
             log_file.flush()
             self.process = subprocess.Popen(
-                [sys.executable, str(REPO / "suzumio.py"), "serve", "--root", str(self.root),
+                [sys.executable, str(launcher or REPO / "suzumio.py"), "serve", "--root", str(self.root),
                  "--port", str(self.port)],
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, env=env, cwd=str(REPO))
         self.starts += 1
@@ -182,6 +183,10 @@ class Controller:
             return requests.get(self.url + "/health", timeout=1).status_code == 200
         except requests.RequestException:
             return False
+
+    def exited(self):
+        """Whether the serve process has ended (and was reaped)."""
+        return self.process is not None and self.process.poll() is not None
 
     def kill(self):
         """SIGKILL the controller (its runners live on in their own sessions) and reap it."""

@@ -91,9 +91,10 @@ class FakeController:
             self.environ = environ
         return suzumio_backend.runner_section(self.config)
 
-    def fail_route(self, path, status, message):
-        """Answer `path` with `status` and `{"error": message}` from now on."""
-        self.fail[path] = (status, message)
+    def fail_route(self, path, status, message, times=None):
+        """Answer `path` with `status` and `{"error": message}` from now on, or only the next `times`
+        requests (then the route answers as usual again)."""
+        self.fail[path] = (status, message, times)
 
     def close(self):
         self._http.close()
@@ -102,7 +103,12 @@ class FakeController:
         with self._lock:
             self.calls.append(Call(path, body))
             if path in self.fail:
-                raise RouteError(*self.fail[path])
+                status, message, times = self.fail[path]
+                if times is not None and times <= 1:
+                    del self.fail[path]
+                elif times is not None:
+                    self.fail[path] = (status, message, times - 1)
+                raise RouteError(status, message)
             if not isinstance(body, dict):
                 raise RouteError(400, "Invalid JSON body: expected an object")
             for field in IDENTITY:

@@ -66,6 +66,9 @@ ERROR_TEXTS = [
     (r"Expected a JSON object with decision|Invalid approval status: .*|waitMs must be a non-negative number",
      {400}),
     (r"Approval \S+ is already \w+|Tool call \S+ needs an approval that was not given", {409}),
+    # tool-call keys (spec-notes 16k)
+    (r"callKey must be 1 to \d+ letters, digits, '\.', '_', ':' or '-'", {400}),
+    (r"callKey \S+ was already used for another tool call", {409}),
 ]
 ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
 # Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text (§2.3).

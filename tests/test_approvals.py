@@ -134,6 +134,70 @@ def test_a_matching_call_gets_a_pending_request_and_others_do_not(served):
     assert parse_ts(row["expiresAt"]) - parse_ts(row["createdAt"]) == timedelta(milliseconds=60000)
 
 
+def written(store):
+    return {table: store.db_get(f"SELECT COUNT(*) AS n FROM {table}")["n"]
+            for table in ("tool_calls", "approvals", "events", "agent_history_messages", "signals")}
+
+
+def events_of(store, kind):
+    return [e for e in store.list_events(1000) if e["type"] == kind]
+
+
+def test_a_start_asked_again_with_its_call_key_answers_the_same_call_and_request(served):
+    service, store = served
+    who = identity(service, store, "worker", running_activation(store, "worker")["id"])
+    call = {**who, "tool": "shell.exec", "input": {"command": "git push origin main"}, "callKey": "c0ffee-1"}
+    first = service.post("/runner/tool-calls/start", call)
+    assert first.status_code == 200 and first.json()["approval"]["status"] == "pending"
+    before = written(store)
+    again = service.post("/runner/tool-calls/start", call)  # the runner lost the first answer
+    assert (again.status_code, again.json()) == (200, first.json())
+    assert written(store) == before
+    assert before["tool_calls"] == before["approvals"] == len(events_of(store, "approval.requested")) == 1
+    # decided meanwhile: the same request, in its current status; the runner's wait then answers at once
+    approval_id = first.json()["approval"]["id"]
+    assert service.post(f"/api/projects/demo/approvals/{approval_id}", {"decision": "allow-always"}).status_code == 200
+    decided = service.post("/runner/tool-calls/start", call).json()
+    assert decided == {"toolCallId": first.json()["toolCallId"],
+                       "approval": {"id": approval_id, "status": "allowed",
+                                    "expiresAt": first.json()["approval"]["expiresAt"]}}
+    waited = service.post("/runner/approvals/wait", {**who, "approvalId": approval_id, "waitMs": 0}).json()
+    assert (waited["status"], waited["run"]) == ("allowed", True)
+    # a call the grant covers, asked twice: one row, one approval.auto_allowed event, no request
+    covered = {**call, "input": {"command": "git push origin next"}, "callKey": "c0ffee-2"}
+    answers = [service.post("/runner/tool-calls/start", covered).json() for _ in range(2)]
+    assert answers[0] == answers[1] and set(answers[0]) == {"toolCallId"}
+    assert len(events_of(store, "approval.auto_allowed")) == 1
+    # the key names one call: another input under it is refused, and writes nothing
+    before = written(store)
+    reused = service.post("/runner/tool-calls/start", {**call, "input": {"command": "rm -rf /"}})
+    assert (reused.status_code, reused.json()) == (409, {"error": "callKey c0ffee-1 was already used for another "
+                                                                  "tool call"})
+    assert written(store) == before
+    assert [c["tool"] for c in store.list_tool_calls(10)] == ["shell.exec", "shell.exec"]
+
+
+def test_a_bad_call_key_is_refused_with_the_one_error_shape_and_nothing_is_written(served):
+    service, store = served
+    who = identity(service, store, "worker", running_activation(store, "worker")["id"])
+    before = written(store)
+    for key in ("", 7, True, ["k"], {"k": 1}, "x" * 129, "has space", "k\n", "ключ"):
+        reply = service.post("/runner/tool-calls/start", {**who, "tool": "shell.exec",
+                                                           "input": {"command": "git push"}, "callKey": key})
+        assert (reply.status_code, reply.json()) == (
+            400, {"error": "callKey must be 1 to 128 letters, digits, '.', '_', ':' or '-'"}), key
+    assert written(store) == before
+    # null is no key (an older runner): today's behaviour
+    for _ in range(2):
+        reply = service.post("/runner/tool-calls/start", {**who, "tool": "shell.exec", "input": {"command": "ls"},
+                                                           "callKey": None})
+        assert reply.status_code == 200
+    longest = service.post("/runner/tool-calls/start", {**who, "tool": "shell.exec", "input": {"command": "ls"},
+                                                         "callKey": "A-z_0.9:" * 16})
+    assert longest.status_code == 200
+    assert written(store)["tool_calls"] == 3
+
+
 def test_concurrent_decisions_apply_exactly_once(served):
     service, store = served
     _who, started = start_gated(service, store)

@@ -3,6 +3,7 @@ running team, of one activation's runner (a `local` process group, a `docker-cha
 the controller's Node host during a support call and a hook. Real serve subprocesses, real runners with
 the scripted provider, a real Docker engine and real node. `make soak` runs many more controller trials
 (bench/soak_crash.py); SUZUMIO_CRASH_TRIALS sets how many run here."""
+import io
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ from crash_fixtures import (
     ChaosTrial,
     Controller,
     CrashTeam,
+    all_history,
     busy_runner,
     check_settled,
     child_pids,
@@ -44,6 +46,7 @@ from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_im
 from store_fixtures import config_of
 
 import suzumio
+import suzumio_approvals
 import suzumio_backend
 import suzumio_coordination as coordination
 import suzumio_store
@@ -364,12 +367,11 @@ def test_first_docker_sdk_use_from_two_threads_at_once_imports_cleanly():
 
 # ---------------------------------------------------------------- a pending approval survives the controller (issue 16)
 
-def approval_config(kind, image):
+def approval_config(kind, image, command="printf 'ran\\n' >> {artifacts}/deploy.log  # deploy"):
     config = crash_config(0, kind=kind, image=image, failed_nudge=False)
     config["scheduler"] = {"noEffectNudge": {"enabled": False}}
     config["agents"] = {"worker": {"prompt": "Deploy when asked.", "tools": ["shell.exec"],
                                    "approve": [{"tool": "shell.exec", "match": {"command": "deploy"}}]}}
-    command = "printf 'ran\\n' >> {artifacts}/deploy.log  # deploy"
     script = {"agents": {"worker": [{"steps": [{"tools": [{"name": "shell.exec", "input": {"command": command}}]},
                                                {"say": "Deployed."}]}]}}
     return config, script
@@ -402,9 +404,8 @@ def test_killed_controller_keeps_a_pending_approval_and_the_allowed_tool_runs_ex
 
         [request] = wait_until(pending, 90, message="a pending approval request")
         activation = store.activation(request["activationId"])
-        # Known gap (closing note of session 3): a kill between the request's commit and the runner's
-        # receipt of that answer loses the call (the runner takes it as failed). This test is about a
-        # runner already waiting for its decision.
+        # A runner already waiting for its decision; the kill between the request's commit and the
+        # runner's receipt of that answer is the next test.
         wait_until(lambda: f"waiting for approval {request['id']}" in runner_log(store, activation), 30,
                    message="the runner waiting for its decision")
         controller.kill()
@@ -427,4 +428,66 @@ def test_killed_controller_keeps_a_pending_approval_and_the_allowed_tool_runs_ex
         stop_leftover_runners(store)
         if kind == "docker-chat":
             remove_containers(store)
+        root.close()
+
+
+KILLED_AFTER_START = REPO / "tests" / "serve_killed_after_start.py"
+
+
+def test_controller_killed_between_the_start_commit_and_its_answer_runs_the_allowed_tool_once(tmp_path):
+    """Spec-notes 16k: serve dies after /runner/tool-calls/start committed the call and its request but
+    before the runner read the answer (a test-only serve kills itself there). The runner asks again with
+    its call key until the next serve answers the same call and request; allowed by the CLI, the tool
+    runs once and its real output is the call's result."""
+    config, script = approval_config("local", None, "printf 'ran\\n' >> {artifacts}/deploy.log; echo deployed")
+    root_path = tmp_path / "root"
+    init_root(root_path, write_project(tmp_path / "project", config, script))
+    controller = Controller(root_path, free_port(), tmp_path / "serve.log")
+    root = suzumio_store.Root(root_path)
+    store = root.open_project(PROJECT)
+    try:
+        controller.start(launcher=KILLED_AFTER_START)
+        # The message first: once the project runs, the worker's tool call may kill serve before the
+        # answer to any request in flight (the project start's included) is written.
+        assert controller.post(f"/api/projects/{PROJECT}/messages",
+                               {"recipient": "worker", "body": "Deploy."}).status_code == 200
+        try:
+            started = controller.post(f"/api/projects/{PROJECT}/start").status_code
+        except requests.ConnectionError:
+            started = None  # serve died before it wrote this answer
+        assert started in (200, None)
+        wait_until(controller.exited, 90, message=f"serve killed after the start commit ({controller.log_path})")
+        assert controller.process.returncode == -signal.SIGKILL
+        assert store.project()["status"] == "running"
+        # Committed before the kill: the running call and its pending request. The runner has no answer.
+        [call] = store.list_tool_calls(10)
+        [request] = suzumio_approvals.list_approvals(store, status="pending")
+        assert (call["status"], request["toolCallId"]) == ("running", call["id"])
+        activation = store.activation(request["activationId"])
+        wait_until(lambda: "/runner/tool-calls/start: Suzumio controller request failed" in
+                   runner_log(store, activation), 30, message="the runner asking again for its start")
+        assert runner_alive(activation)
+        assert f"waiting for approval {request['id']}" not in runner_log(store, activation)
+        controller.start()
+        wait_until(lambda: f"waiting for approval {request['id']}" in runner_log(store, activation), 60,
+                   message="the runner waiting for the request its repeated start was answered")
+        out, err = io.StringIO(), io.StringIO()
+        assert suzumio.main(["allow", PROJECT, request["id"], "--root", str(root_path)], out=out, err=err) == 0, \
+            err.getvalue()
+        wait_until(lambda: store.activation(activation["id"])["status"] != "running", 90, message="completion")
+        assert store.activation(activation["id"])["status"] == "completed"
+        assert (store.artifacts_dir("worker") / "deploy.log").read_text() == "ran\n"  # exactly once
+        [finished] = store.list_tool_calls(10)
+        assert (finished["id"], finished["status"]) == (call["id"], "completed")
+        assert finished["output"].endswith("[stdout]\ndeployed")  # what the runner returned to the model
+        assert [a["id"] for a in suzumio_approvals.list_approvals(store)] == [request["id"]]
+        events = [e["type"] for e in store.list_events(1000)]
+        assert (events.count("tool.called"), events.count("approval.requested"), events.count("approval.decided"),
+                events.count("tool.completed"), events.count("tool.failed")) == (1, 1, 1, 1, 0)
+        results = [h for h in all_history(store, "worker") if h["role"] == "tool_result"]
+        assert [(h["kind"], h["metadata"]["toolCallId"]) for h in results] == [("tool_result", call["id"])]
+        assert results[0]["content"].endswith("[stdout]\ndeployed")
+    finally:
+        controller.stop()
+        stop_leftover_runners(store)
         root.close()

@@ -111,7 +111,8 @@ json_values = st.recursive(
 
 ROUTE_FIELDS = {
     "/runner/tool-calls/start": {"tool": ["shell.exec", "messages.send", "nope", "file.read"],
-                                 "input": [{"command": "ls"}, {}, [1]]},
+                                 "input": [{"command": "ls"}, {}, [1]],
+                                 "callKey": ["k-1", "k-1", None, "", "x" * 129, "a b", 7]},
     "/runner/tool-calls/finish": {"toolCallId": ["tool_x"], "status": ["completed", "failed", "done"],
                                   "output": ["x"], "error": ["E"]},
     "/runner/signals": {"kind": ["x.note", "review.ready"], "targetAgent": ["pm", "user", "ghost"],

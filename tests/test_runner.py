@@ -312,6 +312,40 @@ def test_rejected_tool_start_is_a_tool_error_and_the_handler_does_not_run(tmp_pa
     assert not Path(activation["workspace"], "x.txt").exists()
 
 
+def test_a_start_and_a_finish_that_got_a_5xx_are_asked_again_with_the_same_call_key(tmp_path, model, setup):
+    controller, activation = setup()
+    controller.fail_route("/runner/tool-calls/start", 503, "Service Unavailable", times=2)
+    controller.fail_route("/runner/tool-calls/finish", 502, "Bad Gateway", times=1)
+    model.enqueue(tool_calls=[("shell_exec", {"command": "echo ran >> runs.txt; echo done"})])
+    model.enqueue(tool_calls=[("file_read", {"path": "runs.txt"})])
+    model.enqueue(content="ok")
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    starts = controller.bodies("/runner/tool-calls/start")
+    assert [b["tool"] for b in starts] == ["shell.exec"] * 3 + ["file.read"]
+    keys = [b["callKey"] for b in starts]
+    assert len(set(keys[:3])) == 1 and keys[3] != keys[0] and all(len(k) == 32 for k in keys)
+    assert Path(activation["workspace"], "runs.txt").read_text() == "ran\n"  # the tool ran once
+    finishes = controller.bodies("/runner/tool-calls/finish")
+    assert finishes[0] == finishes[1] and len(finishes) == 3
+    shell_message = tool_messages(model.requests[1])[0]
+    assert "done" in json.loads(shell_message["content"])["output"]  # the real output, not the 503
+    assert result.stderr.count("/runner/tool-calls/start: Service Unavailable (asking again)") == 2
+    assert "/runner/tool-calls/finish: Bad Gateway (asking again)" in result.stderr
+
+
+def test_a_start_the_controller_never_answers_fails_the_call_after_the_restart_window(tmp_path, monkeypatch):
+    monkeypatch.setattr(loop, "RESTART_WINDOW_S", 0.2)
+    pauses, ran = [], []
+    tool = loop.RegisteredTool("shell.exec", "shell_exec", "", {}, ran.append)
+    runner = loop.Runner(make_input(tmp_path, "http://127.0.0.1:9"), {}, sleep=pauses.append,
+                         warn=lambda *args: None)
+    content = runner.execute_tool_call(loop.RequestState(), models.ToolCall("c1", "shell_exec", "{}"),
+                                       {"shell_exec": tool})
+    assert content.startswith("Suzumio controller request failed:")
+    assert ran == [] and pauses and set(pauses) == {loop.CONTROLLER_RETRY_S}
+
+
 def test_max_iterations_bounds_the_number_of_model_requests(tmp_path, model, setup):
     controller, activation = setup(
         runner_config={

@@ -11,6 +11,7 @@ import suzumio_records
 import suzumio_registry
 import suzumio_runner_loop as loop
 import suzumio_runner_models as models
+import suzumio_runner_support
 from suzumio_errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,6 +58,12 @@ def test_the_runner_expands_presets_as_the_controller_does(selected):
         return
     attempts = models.expand_preset(runner_models, selected)
     assert [(a.preset_id, a.provider_id, a.preset["model"]) for a in attempts] == expected
+
+
+def test_the_runners_call_keys_are_ones_the_controller_accepts():
+    keys = {loop.new_call_key() for _ in range(200)}
+    assert len(keys) == 200  # one per model tool call, never reused
+    assert all(suzumio_runner_support.CALL_KEY.fullmatch(key) for key in keys)
 
 
 def test_every_runner_file_has_the_runner_prefix_and_is_mounted():

@@ -178,6 +178,21 @@ def test_p1_signals_reach_a_running_activation_at_the_next_completed_tool_call(s
     assert message["priority"] == "P1"
 
 
+def test_a_finish_asked_again_answers_the_first_result_and_records_nothing(service, demo, act):
+    coordination.send_message(demo, config_of(demo), "pm", "Stop and check the proof.", recipient="worker",
+                              priority="P1")
+    body = ident(service, "worker", act)
+    started = service.post("/runner/tool-calls/start", {**body, "tool": "shell.exec", "callKey": "k1"}).json()
+    finish = {**body, "toolCallId": started["toolCallId"], "status": "completed", "output": "x"}
+    first = service.post("/runner/tool-calls/finish", finish)
+    assert first.status_code == 200 and first.json()["deliveredSignals"] == 1
+    before = counts(demo)
+    again = service.post("/runner/tool-calls/finish", finish)  # the runner lost the first answer
+    expect(again, 200, first.json())
+    assert counts(demo) == before
+    assert [e["type"] for e in demo.list_events(100)].count("tool.completed") == 1
+
+
 def test_finishing_wait_for_signal_delivers_no_p1(service, demo, act):
     coordination.send_message(demo, config_of(demo), "pm", "Urgent.", recipient="worker", priority="P1")
     body = ident(service, "worker", act)

@@ -135,7 +135,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store = st.ProjectStore("blank", tmp_path)
     migrations = rows(store, "SELECT id, name FROM _migrations")
     assert migrations == [{"id": 1, "name": "initial schema"}, {"id": 2, "name": "model calls"},
-                          {"id": 3, "name": "approval requests"}, {"id": 4, "name": "model call cost"}]
+                          {"id": 3, "name": "approval requests"}, {"id": 4, "name": "model call cost"},
+                          {"id": 5, "name": "tool call keys"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -150,7 +151,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                         "container_name", "started_at", "completed_at", "text", "error", "emitted_messages",
                         "usage_json", "context_json"],
         "tool_calls": ["id", "project", "activation_id", "agent_id", "tool", "input_json", "status", "output",
-                       "error", "created_at", "completed_at"],
+                       "error", "created_at", "completed_at", "call_key"],
         "events": ["id", "project", "type", "data_json", "created_at"],
         "agent_history_messages": ["id", "project", "agent_id", "activation_id", "role", "kind", "content",
                                    "sequence", "metadata_json", "compaction_id", "created_at"],
@@ -184,18 +185,21 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "idx_approvals_project_status": ["project", "status", "created_at"],
         "idx_approvals_project_activation": ["project", "activation_id", "status"],
         "idx_approvals_project_grant": ["project", "agent_id", "rule_key", "decision"],
+        "idx_tool_calls_activation_call_key": ["activation_id", "call_key"],
     }
     for name, columns in indexes.items():
         assert [c["name"] for c in rows(store, f"PRAGMA index_info({name})")] == columns, name
     unique = {r["name"]: r["unique"] for r in rows(store, "PRAGMA index_list(agent_history_messages)")}
     assert unique["idx_agent_history_project_agent_sequence"] == 1
+    assert {r["name"]: r["unique"] for r in rows(store, "PRAGMA index_list(tool_calls)")}[
+        "idx_tool_calls_activation_call_key"] == 1
     assert store.db_get("PRAGMA journal_mode")["journal_mode"] == "wal"
     assert store.db_get("PRAGMA foreign_keys")["foreign_keys"] == 1
     schema = rows(store, "SELECT type, name, sql FROM sqlite_master ORDER BY name")
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 4
+    assert count(again, "_migrations") == 5
     again.close()
 
 
@@ -206,7 +210,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -218,7 +222,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5]
     assert count(again, "model_calls") == 0
     again.close()
 
@@ -790,8 +794,53 @@ def test_p1_delivered_at_tool_boundary_after_tool_result(demo):
     assert delivered["payload"]["id"] == message["id"] and delivered["deliveredActivationId"] == act["id"]
     history = demo.active_history("worker")
     assert [h["kind"] for h in history[-2:]] == ["tool_result", "tool_boundary_signals"]
-    assert history[-1]["metadata"] == {"delivery": "tool_boundary", "signalIds": [delivered["id"]]}
+    assert history[-1]["metadata"] == {"delivery": "tool_boundary", "signalIds": [delivered["id"]],
+                                       "toolCallId": call["toolCallId"]}
     assert history[-1]["content"] == result["signalText"]
+
+
+def test_a_start_asked_again_with_its_call_key_answers_the_recorded_call_and_records_nothing(demo):
+    act = coordination.start_activation(demo, "worker", "p", [])
+    first = demo.start_tool_call("worker", act["id"], "shell.exec", {"command": "ls"}, call_key="k-1")
+    before = snapshot(demo)
+    again = demo.start_tool_call("worker", act["id"], "shell.exec", {"command": "ls"}, call_key="k-1")
+    assert again == {"toolCallId": first["toolCallId"], "replayed": True}
+    assert snapshot(demo) == before
+    with pytest.raises(Conflict, match=r"^callKey k-1 was already used for another tool call$"):
+        demo.start_tool_call("worker", act["id"], "shell.exec", {"command": "rm -rf /"}, call_key="k-1")
+    assert snapshot(demo) == before
+    # without a key every start is a new call (runners before 16k); a key is scoped to its activation
+    plain = [demo.start_tool_call("worker", act["id"], "shell.exec", {"command": "ls"}) for _ in range(2)]
+    other = coordination.start_activation(demo, "pm", "p", [])
+    elsewhere = demo.start_tool_call("pm", other["id"], "shell.exec", {"command": "ls"}, call_key="k-1")
+    ids = {first["toolCallId"], elsewhere["toolCallId"], *(c["toolCallId"] for c in plain)}
+    assert len(ids) == 4 and count(demo, "tool_calls") == 4
+
+
+def test_the_same_finish_asked_again_answers_the_first_result_and_records_nothing(demo):
+    act = coordination.start_activation(demo, "worker", "p", [])
+    coordination.send_message(demo, config_of(demo), "pm", "Urgent fix", recipient="worker", priority="P1",
+                              source_agent="pm")
+    call = demo.start_tool_call("worker", act["id"], "shell.exec")
+    first = coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "ok")
+    assert first["deliveredSignals"] == 1
+    coordination.send_message(demo, config_of(demo), "pm", "Another", recipient="worker", priority="P1",
+                              source_agent="pm")
+    before = snapshot(demo)
+    again = coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "ok")
+    assert again == first  # the signal text of the first answer, not the signal that came since
+    assert snapshot(demo) == before
+    failed = demo.start_tool_call("worker", act["id"], "shell.exec")
+    assert coordination.finish_tool_call(demo, "worker", act["id"], failed["toolCallId"], "failed",
+                                         error="E") == {"status": "failed"}
+    before = snapshot(demo)
+    assert coordination.finish_tool_call(demo, "worker", act["id"], failed["toolCallId"], "failed",
+                                         error="E") == {"status": "failed"}
+    assert snapshot(demo) == before
+    # a different result still overwrites the first and appends its row (tools.md §13)
+    coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "changed")
+    assert demo.tool_call(call["toolCallId"])["output"] == "changed"
+    assert [h["kind"] for h in demo.active_history("worker")].count("tool_result") == 2
 
 
 @pytest.mark.parametrize("tool", ["coordination.wait_for_signal", "completion.submit"])

@@ -44,6 +44,9 @@ CREATE INDEX idx_signals_project_target ON signals (project, target_agent, statu
 -- index idx_signals_project_target_ready on signals
 CREATE INDEX idx_signals_project_target_ready ON signals (project, target_agent, status, not_before, created_at);
 
+-- index idx_tool_calls_activation_call_key on tool_calls
+CREATE UNIQUE INDEX idx_tool_calls_activation_call_key ON tool_calls (activation_id, call_key);
+
 -- table _migrations on _migrations
 CREATE TABLE _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);
 
@@ -132,4 +135,4 @@ CREATE TABLE tool_calls (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
         tool TEXT NOT NULL, input_json TEXT NOT NULL,
         status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed')),
-        output TEXT, error TEXT, created_at TEXT NOT NULL, completed_at TEXT);
+        output TEXT, error TEXT, created_at TEXT NOT NULL, completed_at TEXT, call_key TEXT);
