@@ -63,6 +63,10 @@ STREAM_WAKE_SECONDS = 0.5  # longest a stream sleeps between checks of disconnec
 # streams woken by every commit took the GIL from the writer 30 times per event; now each gathers what
 # arrived meanwhile into one write. The first event after a pause is written at once.
 STREAM_COALESCE_SECONDS = 0.003
+# Once a write carried a burst (this many frames or more), the next waits the longer interval: what a
+# stream costs the controller is then per write, not per event, and a person cannot tell 25 ms apart.
+STREAM_BURST_FRAMES = 8
+STREAM_BURST_SECONDS = 0.025
 KEEP_ALIVE = b": keep-alive\n\n"
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_KEEP_ALIVE_SECONDS = 15.0
@@ -531,16 +535,19 @@ class StreamClient:
         # Bottle sends headers with the first non-empty chunk, so an empty replay sends a comment.
         yield b"".join(sse_frame(row) for _rowid, row in replay) or KEEP_ALIVE
         last_write = time.monotonic()
+        interval = STREAM_COALESCE_SECONDS
         version = self.changes.version(self.feed.project_id)
         while not self.stopping.is_set() and not self.disconnected():
             since = time.monotonic() - last_write
-            if since < STREAM_COALESCE_SECONDS:
-                self.stopping.wait(STREAM_COALESCE_SECONDS - since)
+            if since < interval:
+                self.stopping.wait(interval - since)
             version = self.changes.version(self.feed.project_id)  # before the read: a later commit wakes the wait
             batch = self.next_batch(version)
             if batch:
                 yield batch
                 last_write = time.monotonic()
+                burst = batch.count(b"\n\n") >= STREAM_BURST_FRAMES
+                interval = STREAM_BURST_SECONDS if burst else STREAM_COALESCE_SECONDS
             elif time.monotonic() - last_write >= self.keep_alive_seconds:
                 yield KEEP_ALIVE
                 last_write = time.monotonic()

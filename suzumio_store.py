@@ -79,6 +79,10 @@ RUN_DIR = "run"
 API_TOKEN_FILE = "api-token"
 BUSY_TIMEOUT_S = 5
 # Descriptor bounds (each connection holds the database and its WAL; a project adds its -shm once).
+# The rowid cursors of the events table walk its rowids: `+project` keeps SQLite off the (project,
+# created_at) index, which every event of a project file matches, so a read of the newest events costs
+# the events read, not a scan and a sort of all of them (issue 18: an SSE refresh grew with the project).
+BY_ROWID = "+project = ?"
 IDLE_READERS = 2  # pooled reader connections kept per project; a burst beyond it closes its extras
 MAX_OPEN_PROJECTS = 64  # projects whose connections stay open; the least recently used are released
 
@@ -822,7 +826,7 @@ class ProjectStore:
 
     def events_after(self, cursor_rowid, limit=None):
         """Events inserted after the rowid cursor, oldest first, as (rowid, raw row) pairs."""
-        sql = "SELECT rowid AS rid, * FROM events WHERE project = ? AND rowid > ? ORDER BY rowid"
+        sql = f"SELECT rowid AS rid, * FROM events WHERE {BY_ROWID} AND rowid > ? ORDER BY rowid"
         params = [self.project_id, int(cursor_rowid)]
         if limit is not None:
             sql += " LIMIT ?"
@@ -832,16 +836,17 @@ class ProjectStore:
     def event_replay(self, limit):
         """SSE start (http-api.md §10): the newest `limit` events oldest first, and the cursor."""
         with self.snapshot() as conn:
-            rows = conn.execute("SELECT rowid AS rid, * FROM events WHERE project = ? ORDER BY rowid DESC "
+            rows = conn.execute(f"SELECT rowid AS rid, * FROM events WHERE {BY_ROWID} ORDER BY rowid DESC "
                                 "LIMIT ?", (self.project_id, int(limit))).fetchall()
-            cursor = conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ?",
-                                  (self.project_id,)).fetchone()[0]
+            cursor = self.latest_event_rowid(conn)
         return [(r["rid"], event_row_json(r)) for r in reversed(rows)], cursor
 
-    def latest_event_rowid(self):
+    def latest_event_rowid(self, conn=None):
         """The rowid of the project's newest event, 0 when there is none."""
-        return self._query_one("SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ?",
-                               (self.project_id,))[0]
+        with self._reading(conn) as conn:
+            row = conn.execute(f"SELECT rowid FROM events WHERE {BY_ROWID} ORDER BY rowid DESC LIMIT 1",
+                               (self.project_id,)).fetchone()
+        return row[0] if row else 0
 
     def event_rowid(self, event_id):
         """The rowid of an event of this project (Last-Event-ID), or None."""
@@ -936,7 +941,7 @@ class ProjectStore:
                 "SELECT COALESCE(SUM(m.tokens), 0), COALESCE(SUM(m.cost_usd), 0) FROM events e "
                 "JOIN model_calls m ON m.project = e.project "
                 "AND m.activation_id = json_extract(e.data_json, '$.activationId') "
-                "WHERE e.project = ? AND e.rowid > ? "
+                "WHERE +e.project = ? AND e.rowid > ? "
                 "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
                 (self.project_id, self._window_start(conn))).fetchone()
             return tokens, cost
@@ -1011,13 +1016,15 @@ class ProjectStore:
     def budget_warned(self, conn=None):
         """Issue 14: whether this budget window already has its `project.budget_warning` event."""
         with self._reading(conn) as conn:
-            return conn.execute("SELECT 1 FROM events WHERE project = ? AND type = ? AND rowid > ?",
+            return conn.execute(f"SELECT 1 FROM events WHERE {BY_ROWID} AND type = ? AND rowid > ?",
                                 (self.project_id, KIND_BUDGET_WARNING, self._window_start(conn))).fetchone() is not None
 
     def _window_start(self, conn):
-        return conn.execute(
-            "SELECT COALESCE(MAX(rowid), 0) FROM events WHERE project = ? AND type = 'project.status' "
-            "AND json_extract(data_json, '$.status') = ?", (self.project_id, PROJECT_RUNNING)).fetchone()[0]
+        row = conn.execute(
+            f"SELECT rowid FROM events WHERE {BY_ROWID} AND type = 'project.status' "
+            "AND json_extract(data_json, '$.status') = ? ORDER BY rowid DESC LIMIT 1",
+            (self.project_id, PROJECT_RUNNING)).fetchone()
+        return row[0] if row else 0
 
     def project_stats(self):
         """http-api.md §6.2 stats object."""

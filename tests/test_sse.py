@@ -221,3 +221,48 @@ def test_closing_the_server_ends_open_streams(tmp_path):
     assert time.monotonic() - started < 8
     client.thread.join(5)
     assert not client.thread.is_alive()
+
+
+def test_a_stream_gathers_a_burst_into_few_writes_and_sends_a_lone_event_at_once(service, demo):
+    """Issue 18: during a burst a stream writes at most every STREAM_BURST_SECONDS, whatever arrived
+    meanwhile in one write; after a pause the next event goes out alone, without waiting."""
+    feeds = suzumio_api.ProjectFeeds(service.root)
+    stopping, writes = threading.Event(), []
+    client = suzumio_api.StreamClient(feeds.get(demo), service.root.changes, demo.latest_event_rowid(),
+                                      stopping, lambda: False, 1.0, 30.0)
+
+    moments = []
+
+    def consume():
+        for chunk in client.frames([]):
+            moments.append(time.monotonic())
+            writes.append(chunk)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: writes, 2, message="the first (empty replay) write")
+        for group in range(30):  # 30 commits of 10 events, one after another: every write is a burst's
+            with demo.write() as tx:
+                for index in range(10):
+                    demo.add_event(tx, "burst", {"n": group * 10 + index})
+        wait_until(lambda: b"".join(writes).count(b"event: burst\n") == 300, 10, message="the burst")
+        burst_writes = len(writes) - 1
+        assert burst_writes < 30, burst_writes  # fewer writes than commits
+        # A write that carried a burst is followed by the next one no sooner than the burst interval
+        # (a loaded machine only makes the gaps longer).
+        gaps = [moments[i + 1] - moments[i] for i in range(1, len(writes) - 1)
+                if writes[i].count(b"\n\n") >= suzumio_api.STREAM_BURST_FRAMES]
+        assert gaps and min(gaps) >= suzumio_api.STREAM_BURST_SECONDS * 0.95, gaps
+        frames = b"".join(writes[1:]).split(b"\n\n")[:-1]
+        assert [json.loads(json.loads(f.split(b"data: ", 1)[1])["data_json"])["n"] for f in frames] \
+            == list(range(300))
+
+        quiet = len(writes)
+        time.sleep(2 * suzumio_api.STREAM_BURST_SECONDS)  # let the burst interval lapse
+        demo.append_event("lone", {})
+        wait_until(lambda: len(writes) > quiet, 2, message="the lone event")
+        assert writes[quiet].count(b"\n\n") == 1 and b"event: lone\n" in writes[quiet]
+    finally:
+        stopping.set()
+        reader.join(5)
