@@ -733,7 +733,7 @@ def cmd_gc(rest, options, out, err, now):
             if config.backend.kind != suzumio_backend.KIND_DOCKER and not rest:
                 continue
             try:
-                removed = backends.collect_garbage(store, config)
+                removed = backends.collect_garbage(store, config, runner_socket_path(root.path))
             except suzumio_backend.engine_errors() as error:
                 raise SuzumioError(f"Docker engine unavailable: {error}") from None
             print(f"{store.project_id}: removed {removed} container{'' if removed == 1 else 's'}", file=out)

@@ -1147,12 +1147,15 @@ class Backends:
             log.warning("retiring the containers of %s/%s failed: %s", store.project_id, agent_id, error)
         return removed
 
-    def collect_garbage(self, store, config):
+    def collect_garbage(self, store, config, runner_socket):
         """`suzumio gc`: per agent, the exited containers beyond backend.docker.keep (their log tails
-        saved first), and containers that were created but never started for an activation that is no
-        longer running (a controller that crashed between create and start). Returns the count removed."""
+        saved first), containers that were created but never started for an activation that is no
+        longer running (a controller that crashed between create and start), and the prepared containers
+        that a `serve` of this root (`runner_socket`, its socket's path) left and no longer runs. Returns
+        the count removed."""
         removed = 0
-        for name, state in self.docker.warm_containers(project=store.project_id):
+        owner = warm_owner(runner_socket)
+        for name, state in self.docker.warm_containers(owner=owner, project=store.project_id):
             if state != "running":  # a live serve's prepared runners are running; a dead one's ended
                 self.docker.remove(name)
                 removed += 1

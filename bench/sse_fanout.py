@@ -6,7 +6,6 @@ The clients are threads of a separate process, so they never hold the server's G
 Usage: .venv/bin/python bench/sse_fanout.py [--clients 30] [--events 150] [--burst 2000] [--json]"""
 import argparse
 import concurrent.futures
-import json
 import multiprocessing
 import os
 import re

@@ -136,3 +136,27 @@ def test_retention_and_gc_leave_another_roots_containers_alone(tmp_path):
         finally:
             for container in foreign:
                 container.remove(force=True)
+
+
+def test_gc_removes_only_this_roots_stale_prepared_containers(tmp_path):
+    # A prepared container carries its root's hash (suzumio.warm); gc removes this root's stale ones
+    # and leaves another root's, of the same project and agent names, alone.
+    with running_team(tmp_path, "docker-chat") as team:
+        ours = suzumio_backend.warm_owner(suzumio.runner_socket_path(team.service.root.path))
+        prepared = {owner: team.docker.containers.create(
+            "suzumio-runner:dev", command=["true"], name=f"suzumio_{team.name}_worker-1_warm-gc{index}",
+            labels={"suzumio.managed": "true", "suzumio.project": team.name, "suzumio.agent": "worker-1",
+                    "suzumio.warm": owner}) for index, owner in enumerate((ours, "0123456789abcdef"))}
+        try:
+            out = io.StringIO()
+            assert suzumio.main(["gc", team.name, "--root", str(team.service.root.path)], out=out) == 0
+            assert out.getvalue() == f"{team.name}: removed 1 container\n"
+            left = {c.id for c in team.docker.containers.list(all=True, filters={"label": "suzumio.warm"})}
+            assert prepared[ours].id not in left
+            assert prepared["0123456789abcdef"].id in left
+        finally:
+            for container in prepared.values():
+                try:
+                    container.remove(force=True)
+                except docker.errors.NotFound:
+                    pass
