@@ -3,6 +3,7 @@ Completions from a queue of scripted replies and recording every request, and Re
 HTTP forward proxy that records what passed through it. Imported by tests only."""
 
 import http.client
+import itertools
 import json
 import re
 import threading
@@ -17,6 +18,9 @@ CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 OVERFLOW_MESSAGE = (
     "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
 )
+
+OVERFLOW_BODY = {"error": {"message": OVERFLOW_MESSAGE, "type": "invalid_request_error",
+                           "code": "context_length_exceeded"}}
 
 RecordedRequest = namedtuple("RecordedRequest", "path headers body")
 Reply = namedtuple("Reply", "status headers body delay chunk_delay", defaults=(0.0,))
@@ -179,16 +183,31 @@ def stream_chunks(answer, request, flavor):
         yield dict(base, choices=[], usage=usage)
 
 
+def answer(content=None, tool_calls=None):
+    """A reply for a responder (FakeModel(responder=...)): assistant `content` and/or `tool_calls`
+    [(name, args)], with call ids unique over the server's life."""
+    number = next(_ANSWERS)
+    return Reply(200, {}, lambda request: _chat_body((request or {}).get("model"), number, content, tool_calls,
+                                                     None, None), 0.0)
+
+
+_ANSWERS = itertools.count(1)
+OVERFLOW_REPLY = Reply(400, {}, OVERFLOW_BODY, 0)
+
+
 class FakeModel:
     """A Chat Completions server on 127.0.0.1:<port>. Replies are taken from the queue of the requested
-    model when one was enqueued for it, else from the shared queue; an empty queue answers 500. A request
+    model when one was enqueued for it, else from the shared queue; an empty queue asks `responder`
+    (request body -> Reply, e.g. answer(...)) when there is one, else answers 500. A request
     with `stream: true` is answered as Server-Sent Events in the server `flavor` (FLAVORS): `nostream`
     refuses streaming, `nostreamoptions` refuses `stream_options`, `completiontokens` refuses `max_tokens`
     (as OpenAI's reasoning models do)."""
 
-    def __init__(self, flavor="openai"):
+    def __init__(self, flavor="openai", responder=None, record=True):
         assert flavor in FLAVORS
         self.flavor = flavor
+        self.responder = responder
+        self.record = record  # False: keep no request (a soak's hours of them)
         self.requests = []
         self.token_times = []  # time.monotonic() of every streamed content chunk written
         self._queues = {}
@@ -249,17 +268,7 @@ class FakeModel:
 
     def enqueue_context_overflow(self, model=None):
         """Queue the 400 a provider answers when the prompt exceeds the context window."""
-        self.enqueue(
-            status=400,
-            model=model,
-            body={
-                "error": {
-                    "message": OVERFLOW_MESSAGE,
-                    "type": "invalid_request_error",
-                    "code": "context_length_exceeded",
-                }
-            },
-        )
+        self.enqueue(status=400, model=model, body=OVERFLOW_BODY)
 
     def enqueue_drop(self, model=None):
         """Queue a connection that closes without an answer (a retriable transport failure)."""
@@ -293,9 +302,13 @@ class FakeModel:
             for key in (model, None):
                 if self._queues.get(key):
                     return self._queues[key].pop(0)
+        if self.responder is not None:
+            return self.responder(request if isinstance(request, dict) else {})
         return Reply(500, {}, {"error": {"message": "fake model: no reply queued"}}, 0)
 
     def _record(self, request):
+        if not self.record:
+            return
         with self._lock:
             self.requests.append(request)
 
