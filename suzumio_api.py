@@ -28,6 +28,7 @@ from suzumio_errors import Forbidden, NotFound, SuzumioError, Unauthorized
 from suzumio_http import (
     JSON_TYPE,
     NOSNIFF,
+    SharedAnswer,
     base_app,
     encode_json_item,
     error_response,
@@ -238,6 +239,7 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
 def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     """Routes of §4.1 and §5–§8."""
     project_list = ProjectListText()
+    listing = SharedAnswer(lambda: project_list.encode(root.project_summaries()))
 
     def tick(store):
         run_tick(scheduler.tick, store.project_id)
@@ -263,7 +265,7 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
 
     @app.get("/api/projects")
     def projects():
-        return bottle.HTTPResponse(project_list.encode(root.project_summaries()), 200,
+        return bottle.HTTPResponse(listing.get(), 200,
                                    {"Content-Type": JSON_TYPE, NOSNIFF[0]: NOSNIFF[1]})
 
     @app.get("/api/projects/<project>")

@@ -240,6 +240,51 @@ class ErrorBoundary:
         return boundary
 
 
+class SharedAnswer:
+    """One computation for many concurrent askers of the same answer, none of them served stale: an
+    asker takes the result of a computation that started after it asked. Arriving while one is under
+    way, it waits for that one to end, then takes the next one's result (one asker among the waiting
+    starts it). 32 control rooms asking for a 500-project list at once cost two computations, not 32
+    (issue 20). An error is every waiting asker's error."""
+
+    def __init__(self, compute):
+        self._compute = compute
+        self._changed = threading.Condition()
+        self._started = 0  # computations started so far
+        self._finished = 0  # the number of the computation whose outcome is `_outcome`
+        self._running = False
+        self._outcome = (None, None)  # (value, error) of the newest finished computation
+
+    def get(self):
+        with self._changed:
+            wanted = self._started + 1  # the first computation to start after this call
+            while self._finished < wanted:
+                if not self._running:
+                    self._running = True
+                    self._started += 1
+                    number = self._started
+                    break
+                self._changed.wait()
+            else:
+                return self._result(self._outcome)
+        try:
+            outcome = (self._compute(), None)
+        except BaseException as error:  # noqa: BLE001 - handed to every asker, raised again below
+            outcome = (None, error)
+        with self._changed:
+            self._running = False
+            self._finished, self._outcome = number, outcome
+            self._changed.notify_all()
+        return self._result(outcome)
+
+    @staticmethod
+    def _result(outcome):
+        value, error = outcome
+        if error is not None:
+            raise error
+        return value
+
+
 # ---------------------------------------------------------------- argument readers (http-api.md §2.5, tools.md §1.1)
 
 def finite_number(value, strings=True):
