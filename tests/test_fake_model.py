@@ -5,7 +5,7 @@ import json
 
 import openai
 import pytest
-from fake_model import OVERFLOW_MESSAGE, FakeModel
+from fake_model import OVERFLOW_MESSAGE, OVERFLOW_REPLY, FakeModel, answer
 
 
 @pytest.fixture
@@ -120,3 +120,23 @@ def test_replies_routed_by_model_and_empty_queue_answers_500(fake):
     with pytest.raises(openai.InternalServerError) as caught:
         ask(client)
     assert "no reply queued" in str(caught.value)
+
+
+def test_a_responder_answers_what_no_queue_holds_and_keeps_no_request_when_asked():
+    def respond(request):
+        said = request["messages"][-1]["content"]
+        return answer(tool_calls=[("echo", {"text": said})]) if said == "call" else OVERFLOW_REPLY
+
+    server = FakeModel(responder=respond, record=False)
+    try:
+        client = client_for(server)
+        server.enqueue(content="queued first")
+        assert ask(client).choices[0].message.content == "queued first"
+        called = client.chat.completions.create(model="m1", messages=[{"role": "user", "content": "call"}])
+        [tool_call] = called.choices[0].message.tool_calls
+        assert (tool_call.function.name, json.loads(tool_call.function.arguments)) == ("echo", {"text": "call"})
+        with pytest.raises(openai.BadRequestError, match="maximum context length"):
+            ask(client)
+        assert server.requests == []
+    finally:
+        server.close()
