@@ -184,12 +184,14 @@ def main():
                 run_round(serve, names, number)
             warmup_rounds = number + 1
             first = figures(serve)
+            samples = []  # resident size every 25 rounds after the warm-up
             ends = time.monotonic() + args.minutes * 60
             while time.monotonic() < ends and number + 1 < args.rounds:
                 number += 1
                 run_round(serve, names, number)
                 if number % 25 == 0:
                     now = figures(serve)
+                    samples.append(now["rss_kib"])
                     results.note(f"after round {number}: {now['descriptors']} descriptors, {now['threads']} "
                                  f"threads, {now['rss_kib'] / 1024:.1f} MiB")
             last = figures(serve)
@@ -210,6 +212,13 @@ def main():
     results.add("descriptors: end against after warm-up", last["descriptors"], "count", first["descriptors"])
     results.add("threads: end against after warm-up", last["threads"], "count", first["threads"])
     results.add("resident memory: end against after warm-up", last["rss_kib"] / 1024, "MiB", first["rss_kib"] / 1024)
+    # One reading swings by a few MiB with what is in flight; medians of the first and last samples
+    # after the warm-up show the trend.
+    window = max(1, len(samples) // 4)
+    early = benchlib.median(samples[:window] or [first["rss_kib"]])
+    late = benchlib.median(samples[-window:] or [last["rss_kib"]])
+    results.add(f"resident memory: median of the last {window} samples against the first {window}",
+                late / 1024, "MiB", early / 1024)
     code = results.emit(args.json)
     grew = (last["descriptors"] > first["descriptors"] + 16 or last["threads"] > first["threads"] + 4
             or last["rss_kib"] > first["rss_kib"] * 1.25)
