@@ -524,9 +524,14 @@ _MIGRATION_4 = ["ALTER TABLE model_calls ADD COLUMN cost_usd REAL"]
 _MIGRATION_5 = ["ALTER TABLE tool_calls ADD COLUMN call_key TEXT",
                 "CREATE UNIQUE INDEX idx_tool_calls_activation_call_key ON tool_calls (activation_id, call_key)"]
 
+# The budget's reads find their few events by type (the latest `project.status` running, the budget
+# warning, the ended activations since): without this index each was a walk over every event of the
+# project on every tick of a project with a budget (31 ms at 100,000 events).
+_MIGRATION_6 = ["CREATE INDEX idx_events_project_type ON events (project, type)"]
+
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
               (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
-              (5, "tool call keys", _MIGRATION_5)]
+              (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6)]
 
 
 class _Tx:
@@ -941,7 +946,7 @@ class ProjectStore:
                 "SELECT COALESCE(SUM(m.tokens), 0), COALESCE(SUM(m.cost_usd), 0) FROM events e "
                 "JOIN model_calls m ON m.project = e.project "
                 "AND m.activation_id = json_extract(e.data_json, '$.activationId') "
-                "WHERE +e.project = ? AND e.rowid > ? "
+                "WHERE e.project = ? AND e.rowid > ? "
                 "AND e.type IN ('activation.completed', 'activation.failed', 'activation.cancelled')",
                 (self.project_id, self._window_start(conn))).fetchone()
             return tokens, cost
@@ -1016,12 +1021,12 @@ class ProjectStore:
     def budget_warned(self, conn=None):
         """Issue 14: whether this budget window already has its `project.budget_warning` event."""
         with self._reading(conn) as conn:
-            return conn.execute(f"SELECT 1 FROM events WHERE {BY_ROWID} AND type = ? AND rowid > ?",
+            return conn.execute("SELECT 1 FROM events WHERE project = ? AND type = ? AND rowid > ?",
                                 (self.project_id, KIND_BUDGET_WARNING, self._window_start(conn))).fetchone() is not None
 
     def _window_start(self, conn):
         row = conn.execute(
-            f"SELECT rowid FROM events WHERE {BY_ROWID} AND type = 'project.status' "
+            "SELECT rowid FROM events WHERE project = ? AND type = 'project.status' "
             "AND json_extract(data_json, '$.status') = ? ORDER BY rowid DESC LIMIT 1",
             (self.project_id, PROJECT_RUNNING)).fetchone()
         return row[0] if row else 0

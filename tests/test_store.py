@@ -136,7 +136,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     migrations = rows(store, "SELECT id, name FROM _migrations")
     assert migrations == [{"id": 1, "name": "initial schema"}, {"id": 2, "name": "model calls"},
                           {"id": 3, "name": "approval requests"}, {"id": 4, "name": "model call cost"},
-                          {"id": 5, "name": "tool call keys"}]
+                          {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -199,7 +199,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 5
+    assert count(again, "_migrations") == 6
     again.close()
 
 
@@ -210,7 +210,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -222,7 +222,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6]
     assert count(again, "model_calls") == 0
     again.close()
 
@@ -1415,3 +1415,26 @@ def test_project_summaries_follow_writes_from_this_process_and_others(tmp_path):
     finally:
         other.close()
         root.close()
+
+
+def test_event_cursors_and_budget_reads_never_walk_every_event(demo):
+    """Each project has its own file, so (project, created_at) matches every event: the rowid cursors walk
+    the rowids, the budget's reads seek their types, and none of them sorts (issue 18, issue 20)."""
+    with demo.snapshot() as conn:
+        statements = []
+        conn.set_trace_callback(statements.append)
+        try:
+            demo.events_after(0, 500)
+            demo.event_replay(100)
+            demo.latest_event_rowid()
+            demo.window_usage()
+            demo.budget_warned()
+        finally:
+            conn.set_trace_callback(None)
+        plans = {sql: " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql))
+                 for sql in statements if " events" in sql}
+    assert len(plans) >= 5, plans
+    for sql, plan in plans.items():
+        assert "TEMP B-TREE" not in plan and "idx_events_project_created" not in plan, (sql, plan)
+        assert "INTEGER PRIMARY KEY" in plan or "idx_events_project_type" in plan or \
+            ("ORDER BY rowid DESC LIMIT" in sql and plan.startswith("SCAN events")), (sql, plan)

@@ -29,6 +29,9 @@ CREATE INDEX idx_approvals_project_status ON approvals (project, status, created
 -- index idx_events_project_created on events
 CREATE INDEX idx_events_project_created ON events (project, created_at);
 
+-- index idx_events_project_type on events
+CREATE INDEX idx_events_project_type ON events (project, type);
+
 -- index idx_messages_project_created on messages
 CREATE INDEX idx_messages_project_created ON messages (project, created_at);
 
