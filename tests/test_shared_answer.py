@@ -46,20 +46,21 @@ def ask_in_threads(shared, count):
     return answers, threads
 
 
-def waiting(shared):
-    return len(shared._changed._waiters)
+def overlapping(shared, compute, count):
+    """One asker, then `count` more while its computation runs (held at the gate): their answers."""
+    first, first_threads = ask_in_threads(shared, 1)
+    assert compute.started.wait(5)
+    later, later_threads = ask_in_threads(shared, count)
+    wait_until(lambda: len(shared._changed._waiters) == count, 5, message=f"{count} askers waiting")
+    compute.gate.set()
+    for thread in first_threads + later_threads:
+        thread.join(5)
+    return first, later
 
 
 def test_askers_arriving_during_a_computation_share_the_next_one():
     compute = Counting()
-    shared = SharedAnswer(compute)
-    first, first_threads = ask_in_threads(shared, 1)
-    assert compute.started.wait(5)
-    later, later_threads = ask_in_threads(shared, 8)
-    wait_until(lambda: waiting(shared) == 8, 5, message="eight askers waiting")
-    compute.gate.set()
-    for thread in first_threads + later_threads:
-        thread.join(5)
+    first, later = overlapping(SharedAnswer(compute), compute, 8)
     assert first == [1]
     # They asked after run 1 had started, so none takes its result: one of them runs it again for all.
     assert later == [2] * 8
@@ -76,13 +77,7 @@ def test_an_asker_alone_computes_every_time():
 def test_a_failed_computation_is_the_error_of_every_asker_that_shared_it():
     compute = Counting(fail=True)
     shared = SharedAnswer(compute)
-    first, first_threads = ask_in_threads(shared, 1)
-    assert compute.started.wait(5)
-    later, later_threads = ask_in_threads(shared, 4)
-    wait_until(lambda: waiting(shared) == 4, 5, message="four askers waiting")
-    compute.gate.set()
-    for thread in first_threads + later_threads:
-        thread.join(5)
+    first, later = overlapping(shared, compute, 4)
     assert first == ["run 1 failed"]
     assert later == ["run 2 failed"] * 4
     compute.fail = False
