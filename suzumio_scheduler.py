@@ -187,8 +187,12 @@ def tick(store, backend, hooks, now, configs):
             store, max_tokens, max_cost, now):
         log.warning("project %s: 80%% of its budget is used", store.project_id)
     agents = store.list_agents()
+    # Who has a ready signal, read once; after any commit (this tick's own expiries, cancellations and
+    # starts, or anyone's) an agent's signals are read again as before.
+    seen, ready = store.commits, store.agents_with_ready_signals([agent["id"] for agent in agents], now)
     for agent in agents:
-        _tick_agent(store, backend, config, project["task"], agents, agent, now)
+        _tick_agent(store, backend, config, project["task"], agents, agent, now,
+                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen)
     try:
         hooks.run_hooks(store, config, now)
     except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (scheduler.md §6.1)
@@ -218,7 +222,12 @@ def next_due(store, config, now, dues):
     return max(min(candidates), now) if candidates else None
 
 
-def _tick_agent(store, backend, config, task, agents, agent, now):
+def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready=lambda: True):
+    """Steps 2-5 of §5 for one agent; `may_have_ready()` False (no ready pending signal when the tick read
+    them for all its agents at once, and nothing committed since) spares its signal selection."""
+    def pending():
+        return coordination.pending_signals(store, config, agent["id"], now) if may_have_ready() else []
+
     status = agent["status"]
     if status == AGENT_STOPPED:
         return
@@ -232,15 +241,15 @@ def _tick_agent(store, backend, config, task, agents, agent, now):
         elif act is None or act["status"] != ACT_RUNNING:
             status = store.clear_stale_binding(agent["id"]) or store.agent(agent["id"])["status"]
         else:
-            pending = coordination.pending_signals(store, config, agent["id"], now)
-            p0 = [s for s in pending if s["priority"] == "P0"]
+            selected = pending()
+            p0 = [s for s in selected if s["priority"] == "P0"]
             if not p0:
                 return
             store.cancel_activation(act["id"], f"Interrupted by P0 signal {p0[0]['id']}")
             backend.stop_runner(store, store.activation(act["id"]))
-            status, candidates = AGENT_QUIET, pending
+            status, candidates = AGENT_QUIET, selected
     if candidates is None:
-        candidates = coordination.pending_signals(store, config, agent["id"], now)
+        candidates = pending()
     if not candidates:
         if status not in (AGENT_QUIET, AGENT_FAILED):
             store.set_agent_status(agent["id"], AGENT_QUIET)

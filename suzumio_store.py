@@ -589,6 +589,7 @@ class ProjectStore:
         self._pool_lock = threading.Lock()
         self._on_use = on_use
         self._on_commit = on_commit  # told the project id after every committed write transaction
+        self.commits = 0  # write transactions this store committed (a tick sees whether it wrote meanwhile)
         self._config = None
         self._writer = _connect(self.db_path)
         try:
@@ -734,6 +735,7 @@ class ProjectStore:
                 self._local.tx = None
             for temp, final in tx.files:
                 os.replace(temp, final)  # same directory: atomic, and the rows naming it are committed
+            self.commits += 1
             if self._on_commit is not None:
                 self._on_commit(self.project_id)
             for callback in tx.after_commit:  # observers only queue work; they never fail the write
@@ -1224,6 +1226,17 @@ class ProjectStore:
                            f"ORDER BY priority, created_at, rowid LIMIT ?",
                            (self.project_id, agent_id, SIGNAL_PENDING, ts, *priorities, int(limit)))
         return [signal_json(r) for r in rows]
+
+    def agents_with_ready_signals(self, agent_ids, now=None):
+        """The ids among `agent_ids` that have a pending signal whose not_before has come: one statement
+        for a tick's agents, so that an idle agent costs no ready_signals query (issue 18)."""
+        if not agent_ids:
+            return set()
+        rows = self._query(f"SELECT DISTINCT target_agent FROM signals WHERE project = ? "
+                           f"AND target_agent IN ({','.join('?' * len(agent_ids))}) AND status = ? "
+                           f"AND not_before <= ?",
+                           (self.project_id, *agent_ids, SIGNAL_PENDING, format_ts(to_datetime(now))))
+        return {row[0] for row in rows}
 
     def latest_delivered(self, activation_id, kind):
         """The newest signal of a kind delivered to one activation, or None."""

@@ -498,3 +498,47 @@ def test_completion_without_effect_leaves_a_no_effect_nudge_that_the_completion_
         assert nudge["deliveredActivationId"] == second["id"]
         assert f"## {nudge['id']} scheduler.no_effect_nudge" in second["prompt"]
         assert second["text"] == "No scripted turn for pm."
+
+
+# ---------------------------------------------------------------- one read of who has ready signals
+
+def counting_ready_signals(env):
+    calls = []
+    real = env.store.ready_signals
+
+    def counted(agent_id, *args, **kwargs):
+        calls.append(agent_id)
+        return real(agent_id, *args, **kwargs)
+
+    env.store.ready_signals = counted
+    return calls
+
+
+def test_an_idle_tick_reads_who_has_ready_signals_once_and_selects_only_for_them(tmp_path):
+    with project(tmp_path) as env:
+        calls = counting_ready_signals(env)
+        tick(env)
+        assert calls == []  # nobody has a pending signal: no per-agent selection at all
+        send(env, "worker")
+        tick(env)
+        assert set(calls) == {"worker"}
+        [started] = activations_of(env, "worker")
+        assert started["status"] in ("running", "completed")
+
+
+def test_a_signal_committed_after_that_read_is_still_selected_in_the_same_tick(tmp_path):
+    # The race a real part cannot be made to hit on demand: a route commits a message for "worker" just
+    # after the tick read who had ready signals (nobody). The commit counter sends the tick back to reading.
+    with project(tmp_path) as env:
+        real = env.store.agents_with_ready_signals
+        sent = []
+
+        def read_then_commit(agent_ids, now=None):
+            ready = real(agent_ids, now)
+            sent.append(send(env, "worker"))
+            return ready
+
+        env.store.agents_with_ready_signals = read_then_commit
+        tick(env, later(seconds=5))  # a tick whose clock is past the message's time
+        [started] = activations_of(env, "worker")
+        assert signal_of(env, sent[0])["deliveredActivationId"] == started["id"]
