@@ -4,13 +4,10 @@ error bodies per server (tests/model_errors) driving compaction; streamed upstre
 into the answer the server would have given whole, their deltas live on the project's SSE stream;
 the Anthropic Messages dialect; and cost from preset prices with the maxCostUsd budget. The fake servers
 are checked by the official `openai` and `anthropic` clients parsing the same bytes."""
-import http.client
 import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import anthropic
@@ -19,6 +16,7 @@ import pytest
 from e2e_fixtures import PM_TOOLS, call, kind_params, running_team
 from fake_anthropic import OVERFLOW_BODY, OVERLOADED_BODY, FakeAnthropic
 from fake_model import FakeModel
+from sse_fixtures import SseClient
 
 import suzumio_config
 import suzumio_cost
@@ -299,48 +297,6 @@ def test_the_idle_timeout_applies_between_chunks_not_to_the_whole_stream(model):
         ModelProxy({"KEY_VAR": KEY}).forward(slow, "pm", "gw", "main", BODY)
 
 
-class SseReader:
-    """A real client of GET /api/projects/<p>/stream recording each event with its arrival time."""
-
-    def __init__(self, service, project, last_event_id=None):
-        headers = {**service.auth_headers, "Host": f"127.0.0.1:{service.port}"}
-        if last_event_id:
-            headers["Last-Event-ID"] = last_event_id
-        self.connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=60)
-        self.connection.request("GET", f"/api/projects/{project}/stream", headers=headers)
-        self.response = self.connection.getresponse()
-        self.events = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        block = []
-        try:
-            while True:
-                line = self.response.readline()
-                if not line:
-                    return
-                text = line.decode("utf-8").rstrip("\r\n")
-                if text:
-                    block.append(text)
-                    continue
-                fields = dict(item.split(": ", 1) for item in block if not item.startswith(":"))
-                block = []
-                if "event" in fields:
-                    with self.lock:
-                        self.events.append((time.monotonic(), fields.get("id"), fields["event"],
-                                            json.loads(fields["data"])))
-        except (OSError, ValueError, http.client.HTTPException):
-            return
-
-    def of(self, event_type):
-        with self.lock:
-            return [e for e in self.events if e[2] == event_type]
-
-    def close(self):
-        self.connection.close()
-
-
 def history_rows(team):
     rows = team.store.history_page("pm", 100)["messages"]
     # prompts name the project's own paths and signal ids; everything the model produced must be equal
@@ -355,7 +311,7 @@ def test_a_5_s_streamed_generation_shows_its_first_delta_within_1_s_and_stores_t
         agents = {"pm": {"model": "pm", "tools": PM_TOOLS}}
         with running_team(tmp_path / str(stream), "local", agents=agents,
                           fake_provider={"options": {"stream": stream}}) as team:
-            reader = SseReader(team.service, team.name)
+            reader = SseClient(team.service, f"/api/projects/{team.name}/stream")
             team.model.enqueue(content=words, usage=(30, 50, 80), chunk_delay=0.1, model="pm")  # 5 s
             team.send("pm", "Start.")
             [activation] = team.wait_activations("pm", 1)
@@ -365,20 +321,21 @@ def test_a_5_s_streamed_generation_shows_its_first_delta_within_1_s_and_stores_t
             if stream:
                 team.wait_for(lambda reader=reader: reader.of("activation.completed"), 10, "the completion event")
                 first_token = team.model.token_times[0]
-                arrived = reader.of("activation.delta")[0][0]
+                arrived = reader.of("activation.delta")[0]["at"]
                 # the first delta reaches the SSE client well within a second of the server writing the
                 # first token (publishing coalesces at most LIVE_INTERVAL_S = 0.1 s)
                 assert arrived - first_token < 1.0, arrived - first_token
                 print(f"first delta on the SSE stream {1000 * (arrived - first_token):.0f} ms after the first token")
                 assert team.model.token_times[-1] - first_token > 4.0, "the generation really took ~5 s"
-                assert all(event_id is None for _t, event_id, _e, _d in deltas), "deltas carry no id"
-                data = [d for _t, _i, _e, d in deltas]
+                assert all(delta["id"] is None for delta in deltas), "deltas carry no id"
+                data = [delta["data"] for delta in deltas]
                 assert "".join(d.get("text", "") for d in data) == words
                 assert {(d["activationId"], d["agentId"]) for d in data} == {(activation["id"], "pm")}
                 assert data[-1]["done"] is True and len(data) > 10
                 # a client resuming by Last-Event-ID gets stored events only: deltas are not replayed
-                stored = [e for e in reader.events if e[1] is not None]
-                resumed = SseReader(team.service, team.name, last_event_id=stored[0][1])
+                stored = [e for e in reader.snapshot() if e["id"] is not None]
+                resumed = SseClient(team.service, f"/api/projects/{team.name}/stream",
+                                    headers={"Last-Event-ID": stored[0]["id"]})
                 team.wait_for(lambda resumed=resumed: resumed.of("activation.completed"), 10, "the replayed events")
                 assert resumed.of("activation.delta") == []
                 resumed.close()

@@ -1,75 +1,18 @@
 """The SSE stream (http-api.md §10): replay, rowid polling without loss or duplicates, Last-Event-ID
 resume, keep-alive comments, and many open streams beside ordinary requests."""
-import contextlib
-import http.client
 import itertools
 import json
-import socket
 import threading
 import time
 
 import pytest
 from api_fixtures import init_project, project_yaml, serving
 from conftest import wait_until
+from sse_fixtures import SseClient
 
 import suzumio_api
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class SseClient:
-    """A real HTTP/1.1 client reading the stream of a served app line by line on its own thread,
-    with the service's API token."""
-
-    def __init__(self, service, path, headers=None):
-        port = service.port
-        headers = {**service.auth_headers, **(headers or {})}
-        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.sock = self.connection.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.connection.request("GET", path, headers={"Host": f"127.0.0.1:{port}", **(headers or {})})
-        self.response = self.connection.getresponse()
-        self.events = []
-        self.comments = []
-        self.raw = []
-        self._lock = threading.Lock()
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        block = []
-        try:
-            while True:
-                line = self.response.readline()
-                if not line:
-                    return
-                text = line.decode("utf-8").rstrip("\n")
-                with self._lock:
-                    self.raw.append(text)
-                    if text == "":
-                        self._dispatch(block)
-                        block = []
-                    else:
-                        block.append(text)
-        except (OSError, ValueError, http.client.HTTPException):
-            return
-
-    def _dispatch(self, block):
-        if block and all(line.startswith(":") for line in block):
-            self.comments.extend(block)
-            return
-        fields = dict(line.split(": ", 1) for line in block)
-        self.events.append({"id": fields["id"], "event": fields["event"], "data": json.loads(fields["data"]),
-                            "lines": block})
-
-    def snapshot(self):
-        with self._lock:
-            return list(self.events)
-
-    def close(self):
-        """Really drop the TCP connection (the reader thread still holds the socket file)."""
-        with contextlib.suppress(OSError):  # the server may have closed it first
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.connection.close()
 
 
 @pytest.fixture
