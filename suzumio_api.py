@@ -3,14 +3,11 @@ actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the use
 app, which never serves a runner route (those are suzumio_runner_support.make_runner_app, on the
 runner listener); Server runs an app on Waitress, on TCP or a Unix socket. Nothing is built at import
 time. Imported by suzumio.py, tests and bench."""
-import bisect
 import hmac
-import json
 import logging
 import os
 import re
 import threading
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -23,11 +20,13 @@ import suzumio_coordination as coordination
 import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_scheduler
+import suzumio_sse
 import suzumio_yaml
 from suzumio_errors import Forbidden, NotFound, SuzumioError, Unauthorized
 from suzumio_http import (
     JSON_TYPE,
     NOSNIFF,
+    VERSION_HEADER,
     SharedAnswer,
     base_app,
     encode_json_item,
@@ -57,18 +56,6 @@ ASSET_TYPES = {
     ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".json": JSON_TYPE,
 }
 ASSET_MISSING = "webui asset not found. Run npm run build."
-SSE_BATCH = 500
-FEED_BUFFER = 2000  # encoded frames each project's feed keeps for its stream clients
-STREAM_WAKE_SECONDS = 0.5  # longest a stream sleeps between checks of disconnect and shutdown
-# A stream writes at most once per this interval while events keep coming (issue 18): in a burst, 30
-# streams woken by every commit took the GIL from the writer 30 times per event; now each gathers what
-# arrived meanwhile into one write. The first event after a pause is written at once.
-STREAM_COALESCE_SECONDS = 0.003
-# Once a write carried a burst (this many frames or more), the next waits the longer interval: what a
-# stream costs the controller is then per write, not per event, and a person cannot tell 25 ms apart.
-STREAM_BURST_FRAMES = 8
-STREAM_BURST_SECONDS = 0.025
-KEEP_ALIVE = b": keep-alive\n\n"
 DEFAULT_POLL_SECONDS = 1.0
 DEFAULT_KEEP_ALIVE_SECONDS = 15.0
 LOOP_POLL_SECONDS = 0.5  # how long the HTTP loop waits per poll; bounds shutdown latency
@@ -206,17 +193,17 @@ class ProjectListText:
 
 
 def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
-             bound_host="127.0.0.1", webui_dir=WEBUI_DIR, stopping=None,
+             bound_host="127.0.0.1", webui_dir=WEBUI_DIR,
              poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
     """The user listener's WSGI app: user routes, SSE, static WebUI, guards and the one error shape.
     Runner routes are not here (a 404): suzumio_runner_support.make_runner_app serves them.
 
     `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
-    and approve; `api_token` None turns the token check off (`serve --no-auth`); `stopping` (a
-    threading.Event) ends open SSE streams when set; `liveness()` names the state of each long-lived
-    loop of the process for /health (`up`, or why it is down)."""
-    stopping = stopping or threading.Event()
-    app = base_app(stopping)
+    and approve; `api_token` None turns the token check off (`serve --no-auth`); `poll_seconds` bounds how
+    late the streams see events written by another process, `keep_alive_seconds` how long a stream stays
+    silent; `liveness()` names the state of each long-lived loop of the process for /health (`up`, or why
+    it is down). Open streams end with Server.close()."""
+    app = base_app()
     guards = Guards(api_token, allowed_hosts, bound_host)
 
     @app.hook("before_request")
@@ -228,7 +215,9 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
             raise error_response(exc.status, exc.message) from None
 
     mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
-    mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds)
+    # Open streams are served by one hub thread (issue 18); Server.close() ends them.
+    hub = app.config["suzumio.streams"] = suzumio_sse.StreamHub(root, poll_seconds, keep_alive_seconds)
+    mount_stream(app, root, hub)
     # Suzumio as an MCP server (issue 15), behind the same guards and token as /api/.
     suzumio_mcp_server.mount_mcp(app, suzumio_mcp_server.SuzumioMcp(
         root, lambda project: run_tick(scheduler.tick, project), backend, toolpacks.configs))
@@ -417,13 +406,9 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
 
 # ---------------------------------------------------------------- SSE (§10)
 
-def sse_frame(row):
-    data = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {row['id']}\nevent: {row['type']}\ndata: {data}\n\n".encode()
-
-
-def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
-    feeds = ProjectFeeds(root)
+def mount_stream(app, root, hub):
+    """GET …/stream: checked and its replay read here, then the connection goes to `hub`
+    (suzumio_sse.StreamHub), which sends every later event; the worker thread is free at once."""
 
     @app.get("/api/projects/<project>/stream")
     def stream(project):
@@ -434,144 +419,19 @@ def mount_stream(app, root, stopping, poll_seconds, keep_alive_seconds):
             replay, cursor = store.event_replay(limit_param(bottle.request.query.get("limit"), 100))
         else:
             replay = []
-        disconnected = bottle.request.environ.get("waitress.client_disconnected", lambda: False)
-        bottle.response.content_type = "text/event-stream; charset=utf-8"
-        # No `Connection: keep-alive`: WSGI forbids hop-by-hop headers; HTTP/1.1 keeps the connection open.
-        bottle.response.set_header("Cache-Control", "no-cache")
-        bottle.response.set_header(*NOSNIFF)
-        client = StreamClient(feeds.get(store), root.changes, cursor, stopping, disconnected, poll_seconds,
-                              keep_alive_seconds, live=root.live)
-        return client.frames(replay)
-
-
-class ProjectFeeds:
-    """One ProjectFeed per project, made on first use."""
-
-    def __init__(self, root):
-        self.root = root
-        self._feeds = {}
-        self._lock = threading.Lock()
-
-    def get(self, store):
-        with self._lock:
-            feed = self._feeds.get(store.project_id)
-            if feed is None:
-                feed = self._feeds[store.project_id] = ProjectFeed(store.project_id, self.root)
-            return feed
-
-
-class ProjectFeed:
-    """The events of one project read once and encoded once for every stream client: a bounded buffer
-    of rowids and frames after `base`, refreshed by whichever client first finds it stale. A client's
-    batch is found by bisection and joined once for every client at the same cursor (issue 18: a scan
-    of the buffer and a join per client and commit made 30 clients each 2x slower than one)."""
-
-    def __init__(self, project_id, root, size=FEED_BUFFER):
-        self.project_id = project_id
-        self.root = root
-        self.size = size
-        self._lock = threading.Lock()
-        self._rowids = []  # ascending; trimmed to `size` once it holds twice that
-        self._frames = []
-        self._joined = (None, None, b"")  # (from index, to index, frames joined) of the latest batch
-        self.base = None  # every event after this rowid up to `cursor` is in the buffer
-        self.cursor = None
-        self._read_version = None
-        self._read_at = 0.0
-
-    def after(self, cursor, version, poll_seconds):
-        """(frames after `cursor` joined, the new cursor). Reads the store when the project committed since
-        the last read or `poll_seconds` passed (writes by other processes are only seen by that poll)."""
-        with self._lock:
-            stale = (self._read_version is None or version > self._read_version
-                     or time.monotonic() - self._read_at >= poll_seconds)
-            if stale:
-                self._refresh(version)
-            if cursor < self.base:
-                return None, cursor  # behind the buffer: the client reads the store itself
-            start, end = bisect.bisect_right(self._rowids, cursor), len(self._frames)
-            if self._joined[:2] != (start, end):
-                self._joined = (start, end, b"".join(self._frames[start:end]))
-            return self._joined[2], max(cursor, self.cursor)
-
-    def _refresh(self, version):
-        store = self.root.open_project(self.project_id)
-        if self.cursor is None:
-            self.base = self.cursor = store.latest_event_rowid()
-        while True:
-            rows = store.events_after(self.cursor, SSE_BATCH)
-            for rowid, row in rows:
-                self._rowids.append(rowid)
-                self._frames.append(sse_frame(row))
-            if rows:
-                self.cursor = rows[-1][0]
-            if len(rows) < SSE_BATCH:
-                break
-        if len(self._frames) > 2 * self.size:
-            cut = len(self._frames) - self.size
-            self.base = self._rowids[cut - 1]
-            del self._rowids[:cut], self._frames[:cut]
-            self._joined = (None, None, b"")
-        self._read_version = version
-        self._read_at = time.monotonic()
-
-
-class StreamClient:
-    """One SSE client: frames from its project's feed after its own cursor; woken by the project's
-    commits, with keep-alives, until it disconnects or the server shuts down."""
-
-    def __init__(self, feed, changes, cursor, stopping, disconnected, poll_seconds, keep_alive_seconds,
-                 live=None):
-        self.feed = feed
-        # Issue 14: ephemeral model deltas (suzumio_live) published after this client connected.
-        self.live = live
-        self.live_cursor = live.cursor(feed.project_id) if live is not None else 0
-        self.changes = changes
-        self.cursor = cursor
-        self.stopping = stopping
-        self.disconnected = disconnected
-        self.poll_seconds = poll_seconds
-        self.keep_alive_seconds = keep_alive_seconds
-
-    def frames(self, replay):
-        # Bottle sends headers with the first non-empty chunk, so an empty replay sends a comment.
-        yield b"".join(sse_frame(row) for _rowid, row in replay) or KEEP_ALIVE
-        last_write = time.monotonic()
-        interval = STREAM_COALESCE_SECONDS
-        version = self.changes.version(self.feed.project_id)
-        while not self.stopping.is_set() and not self.disconnected():
-            since = time.monotonic() - last_write
-            if since < interval:
-                self.stopping.wait(interval - since)
-            version = self.changes.version(self.feed.project_id)  # before the read: a later commit wakes the wait
-            batch = self.next_batch(version)
-            if batch:
-                yield batch
-                last_write = time.monotonic()
-                burst = batch.count(b"\n\n") >= STREAM_BURST_FRAMES
-                interval = STREAM_BURST_SECONDS if burst else STREAM_COALESCE_SECONDS
-            elif time.monotonic() - last_write >= self.keep_alive_seconds:
-                yield KEEP_ALIVE
-                last_write = time.monotonic()
-            else:
-                # Woken at once by a commit of this project; the timeout bounds how late a write by
-                # another process, a disconnect or the shutdown is noticed.
-                version = self.changes.wait(self.feed.project_id, version, min(self.poll_seconds, STREAM_WAKE_SECONDS))
-
-    def next_batch(self, version):
-        """Every frame after the cursor, oldest first, however many arrived since the last batch, then the
-        live deltas published since the last batch."""
-        live = b""
-        if self.live is not None:
-            live, self.live_cursor = self.live.after(self.feed.project_id, self.live_cursor)
-        batch, self.cursor = self.feed.after(self.cursor, version, self.poll_seconds)
-        if batch is not None:
-            return batch + live
-        store = self.feed.root.open_project(self.feed.project_id)
-        rows = store.events_after(self.cursor, SSE_BATCH)  # a client behind the shared buffer
-        if rows:
-            self.cursor = rows[-1][0]
-        return b"".join(sse_frame(row) for _rowid, row in rows) + live
+        # No `Connection: keep-alive`: a stream ends only with its connection.
+        headers = [("Cache-Control", "no-cache"), ("Content-Type", "text/event-stream; charset=utf-8"),
+                   NOSNIFF, (VERSION_HEADER, VERSION)]
+        environ = bottle.request.environ
+        hand_off = environ.get(suzumio_sse.HAND_OFF)
+        if hand_off is None or bottle.request.method == "HEAD":
+            return bottle.HTTPResponse(b"", 200, dict(headers))
+        sock = hand_off()
+        if sock is not None:  # None: the client left before its stream began
+            head, chunked = suzumio_sse.response_head(environ.get("SERVER_PROTOCOL"), headers)
+            hub.open(sock, store.project_id, cursor, head,
+                     b"".join(suzumio_sse.sse_frame(row) for _rowid, row in replay), chunked)
+        return bottle.HTTPResponse(b"", 200)
 
 
 # ---------------------------------------------------------------- static WebUI (webui.md §1.5)
@@ -621,6 +481,12 @@ class Server:
             app, threads=threads, send_bytes=1, channel_request_lookahead=1,
             clear_untrusted_proxy_headers=True, ident="suzumio", asyncore_use_poll=True,
             connection_limit=connection_limit, **where)
+        # SSE streams leave the worker threads for the app's hub (suzumio_sse), which the loop's fatal
+        # error handler also covers.
+        suzumio_sse.install_hand_off(self.server)
+        streams = app.config.get("suzumio.streams")
+        if streams is not None and on_fatal is not None:
+            streams.on_fatal = lambda error: on_fatal("http", error)
         self.port = None if unix_socket is not None else int(self.server.effective_port)
         # The socket this server bound, so that close() removes it only while it is still this one
         # (a newer serve may already have replaced it).
@@ -651,7 +517,9 @@ class Server:
     def close(self):
         """End open streams and let the worker threads finish (they wake the loop as they finish, so the
         trigger must still be open), then have the loop thread close every socket. Idempotent."""
-        self.app.config["suzumio.stopping"].set()
+        streams = self.app.config.get("suzumio.streams")
+        if streams is not None:
+            streams.close()
         self.server.task_dispatcher.shutdown()
         self._closing.set()
         if self.thread.is_alive():

@@ -175,14 +175,13 @@ def raw_path(environ):
     return urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin1"), safe="/:@!$&'()*+,;=")
 
 
-def base_app(stopping=None):
+def base_app():
     """A Bottle app with what both listeners share: no JSON plugin, the error boundary, the raw path,
     nosniff on every answer, and JSON errors for unmatched paths (a wrong method is a 404, never a
-    405). `stopping` (a threading.Event, set by Server.close) ends long answers such as SSE."""
+    405)."""
     app = bottle.Bottle(catchall=True)
     app.uninstall(bottle.JSONPlugin)
     app.install(ErrorBoundary())
-    app.config["suzumio.stopping"] = stopping or threading.Event()
 
     @app.hook("before_request")
     def keep_raw_path():

@@ -149,6 +149,7 @@ class Changes:
         self._foreign = {}
         self._foreign_total = 0
         self._local = threading.local()
+        self._listeners = ()
 
     def committed(self, project_id):
         with self._cond:
@@ -157,6 +158,19 @@ class Changes:
                 self._foreign[project_id] = self._foreign.get(project_id, 0) + 1
                 self._foreign_total += 1
             self._cond.notify_all()
+            listeners = self._listeners
+        for listener in listeners:
+            listener(project_id)
+
+    def listen(self, callback):
+        """Call `callback(project_id)` after every commit (quiet ones too), in the committing thread: it
+        must be quick and must not write (the SSE hub marks the project and wakes its thread)."""
+        with self._cond:
+            self._listeners = (*self._listeners, callback)
+
+    def unlisten(self, callback):
+        with self._cond:
+            self._listeners = tuple(listener for listener in self._listeners if listener != callback)
 
     @contextmanager
     def quiet(self):

@@ -1,7 +1,9 @@
 """The SSE stream (http-api.md §10): replay, rowid polling without loss or duplicates, Last-Event-ID
 resume, keep-alive comments, and many open streams beside ordinary requests."""
+import contextlib
 import itertools
 import json
+import socket
 import threading
 import time
 
@@ -11,6 +13,7 @@ from conftest import wait_until
 from sse_fixtures import SseClient
 
 import suzumio_api
+import suzumio_sse
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -167,46 +170,257 @@ def test_closing_the_server_ends_open_streams(tmp_path):
     assert not client.thread.is_alive()
 
 
-def test_a_stream_waits_the_burst_interval_after_a_burst_and_sends_a_lone_event_at_once(service, demo):
-    """Issue 18: after a write that carried a burst a stream writes again no sooner than
-    STREAM_BURST_SECONDS, whatever arrived meanwhile in one write; after a pause the next event goes
-    out alone, without waiting. Frames keep their order."""
-    feeds = suzumio_api.ProjectFeeds(service.root)
-    stopping, writes, moments = threading.Event(), [], []
-    client = suzumio_api.StreamClient(feeds.get(demo), service.root.changes, demo.latest_event_rowid(),
-                                      stopping, lambda: False, 1.0, 30.0)
+class RecordingSocket:
+    """One end of a real socket pair handed to a StreamHub, noting when each send() went out and what it
+    sent (the server side's own timing, which a reader's clock cannot give under load)."""
 
-    def consume():
-        for chunk in client.frames([]):
-            moments.append(time.monotonic())
-            writes.append(chunk)
+    def __init__(self, sock):
+        self.sock = sock
+        self.sends = []  # (time.monotonic(), bytes sent)
 
-    def burst_frames():
-        return b"".join(writes).count(b"event: burst\n")
+    def send(self, data):
+        sent = self.sock.send(data)
+        self.sends.append((time.monotonic(), bytes(data[:sent])))
+        return sent
 
-    reader = threading.Thread(target=consume, daemon=True)
-    reader.start()
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+@contextlib.contextmanager
+def hub_client(root, store, cursor, keep_alive_seconds=30.0):
+    """A StreamHub of `root` with one chunked client of `store` at `cursor`: (hub, recording socket, the
+    peer socket the test may read)."""
+    hub = suzumio_sse.StreamHub(root, poll_seconds=1.0, keep_alive_seconds=keep_alive_seconds)
+    ours, peer = socket.socketpair()
+    recording = RecordingSocket(ours)
+    drain = threading.Thread(target=lambda: all(iter(lambda: peer.recv(1 << 20), b"")), daemon=True)
+    drain.start()
     try:
-        wait_until(lambda: writes, 2, message="the first (empty replay) write")
-        groups = 4
-        for group in range(groups):  # each commit of 10 events right after the previous one went out
-            with demo.write() as tx:
-                for index in range(10):
-                    demo.add_event(tx, "burst", {"n": group * 10 + index})
-            wait_until(lambda count=(group + 1) * 10: burst_frames() == count, 5, message=f"group {group}")
-        assert [w.count(b"\n\n") for w in writes[1:]] == [10] * groups
-        # A loaded machine only makes the gaps longer.
-        gaps = [later - earlier for earlier, later in itertools.pairwise(moments[1:])]
-        assert min(gaps) >= suzumio_api.STREAM_BURST_SECONDS * 0.95, gaps
-        frames = b"".join(writes[1:]).split(b"\n\n")[:-1]
-        assert [json.loads(json.loads(f.split(b"data: ", 1)[1])["data_json"])["n"] for f in frames] \
-            == list(range(groups * 10))
-
-        quiet = len(writes)
-        time.sleep(2 * suzumio_api.STREAM_BURST_SECONDS)  # let the burst interval lapse
-        demo.append_event("lone", {})
-        wait_until(lambda: len(writes) > quiet, 2, message="the lone event")
-        assert writes[quiet].count(b"\n\n") == 1 and b"event: lone\n" in writes[quiet]
+        hub.open(recording, store.project_id, cursor, b"HEAD\r\n\r\n", b"", True)
+        yield hub, recording
     finally:
-        stopping.set()
-        reader.join(5)
+        hub.close()
+        drain.join(5)
+        peer.close()
+
+
+def chunk_frames(data):
+    """The SSE frames of one chunk of a chunked body (its size line stripped)."""
+    size, _, rest = data.partition(b"\r\n")
+    assert int(size, 16) == len(rest) - 2 and rest.endswith(b"\r\n"), data[:80]
+    return rest[:-2].split(b"\n\n")[:-1]
+
+
+def test_a_burst_is_sent_in_rounds_at_least_the_coalescing_interval_apart(service, demo):
+    """Issue 18: while commits keep coming, a client's writes are at least STREAM_COALESCE apart and each
+    carries everything that arrived meanwhile, in order; after a pause, the next event goes out at once
+    in its own write."""
+    with hub_client(service.root, demo, demo.latest_event_rowid()) as (hub, sock):
+        wait_until(lambda: sock.sends, 2, message="the head and the empty replay's keep-alive")
+        assert sock.sends[0][1] == b"HEAD\r\n\r\n" + suzumio_sse.chunk(suzumio_sse.KEEP_ALIVE)
+        for index in range(300):  # 300 commits as fast as this thread makes them
+            demo.append_event("burst", {"n": index})
+        wait_until(lambda: b"".join(data for _, data in sock.sends).count(b"event: burst\n") == 300, 5,
+                   message="the burst")
+        rounds = sock.sends[1:]
+        assert len(rounds) < 300  # commits that arrived while the hub waited went out together
+        gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(rounds)]
+        assert min(gaps) >= suzumio_sse.STREAM_COALESCE * 0.95, gaps  # a loaded machine only widens them
+        frames = [frame for _, data in rounds for frame in chunk_frames(data)]
+        assert [json.loads(json.loads(f.split(b"data: ", 1)[1])["data_json"])["n"] for f in frames] \
+            == list(range(300))
+
+        quiet = len(sock.sends)
+        time.sleep(0.3)  # the pause: far beyond any round's interval
+        demo.append_event("lone", {})
+        wait_until(lambda: len(sock.sends) > quiet, 2, message="the lone event")
+        assert len(sock.sends) == quiet + 1
+        (lone,) = chunk_frames(sock.sends[quiet][1])
+        assert b"event: lone\n" in lone
+
+
+def test_a_client_at_the_feed_gets_the_same_bytes_as_every_other(service, demo):
+    """One framed batch per round for every client at the feed's cursor: the hub sends the same bytes
+    object to all of them (no copy, no join per client)."""
+    hub = suzumio_sse.StreamHub(service.root, poll_seconds=1.0, keep_alive_seconds=30.0)
+    pairs = [socket.socketpair() for _ in range(3)]
+    recordings = [RecordingSocket(ours) for ours, _ in pairs]
+    sent_objects = []
+    for recording in recordings:
+        original = recording.send
+
+        def send(data, original=original):
+            sent_objects.append(data.obj if isinstance(data, memoryview) else data)
+            return original(data)
+        recording.send = send
+    try:
+        cursor = demo.latest_event_rowid()
+        for recording in recordings:
+            hub.open(recording, demo.project_id, cursor, b"", b"", True)
+        wait_until(lambda: len(sent_objects) == 3, 2, message="the three keep-alives")
+        demo.append_event("shared", {})
+        wait_until(lambda: len(sent_objects) == 6, 2, message="the event to all three")
+        assert sent_objects[3] is sent_objects[4] is sent_objects[5]
+        for _, peer in pairs:
+            peer.settimeout(5)
+            read_until(peer, b"event: shared\n")
+    finally:
+        hub.close()
+        for ours, peer in pairs:
+            ours.close()
+            peer.close()
+
+
+def test_more_streams_than_worker_threads_leave_the_api_answering(tmp_path):
+    """A stream holds a socket, not a worker thread: with the fewest threads serve allows (16), 50 open
+    streams still leave every route answering, and all 50 get the event."""
+    with serving(tmp_path / "root", threads=16) as service:
+        init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+        clients = [SseClient(service, "/api/projects/demo/stream") for _ in range(50)]
+        try:
+            wait_until(lambda: all(len(c.snapshot()) == 1 for c in clients), 10, message="fifty streams")
+            assert service.get("/api/projects", timeout=5).status_code == 200
+            posted = service.post("/api/projects/demo/messages", {"recipient": "pm", "body": "hi"}, timeout=5)
+            assert posted.status_code == 200
+            wait_until(lambda: all(c.of("message.created") for c in clients), 5,
+                       message="every stream to see the message")
+            assert service.server.app.config["suzumio.streams"].stream_count() == 50
+        finally:
+            for client in clients:
+                client.close()
+        wait_until(lambda: service.server.app.config["suzumio.streams"].stream_count() == 0, 5,
+                   message="the hub to let the closed streams go")
+
+
+def raw_stream(service, request):
+    """A socket that sent `request` (bytes, the Host and token headers added before the blank line)."""
+    sock = socket.create_connection(("127.0.0.1", service.port), timeout=10)
+    extra = "".join(f"{name}: {value}\r\n" for name, value in service.auth_headers.items())
+    head, _, body = request.partition(b"\r\n\r\n")
+    sock.sendall(head + f"\r\nHost: 127.0.0.1:{service.port}\r\n{extra}\r\n".encode() + body)
+    return sock
+
+
+def read_until(sock, needle, limit=5.0):
+    data, deadline = b"", time.monotonic() + limit
+    while needle not in data:
+        assert time.monotonic() < deadline, data[-300:]
+        more = sock.recv(1 << 16)
+        assert more, data[-300:]
+        data += more
+    return data
+
+
+def test_an_http_10_stream_is_not_chunked_and_ends_with_its_connection(service, demo):
+    sock = raw_stream(service, b"GET /api/projects/demo/stream?limit=1 HTTP/1.0\r\n\r\n")
+    try:
+        head = read_until(sock, b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200 OK\r\n")
+        assert b"Transfer-Encoding" not in head and b"Connection: close\r\n" in head
+        demo.append_event("plain", {})
+        data = head + read_until(sock, b"event: plain\n")
+        body = data.split(b"\r\n\r\n", 1)[1]
+        assert body.startswith(b"id: evt_")  # the replayed event, unframed
+    finally:
+        sock.close()
+
+
+def test_a_stream_after_another_answer_on_the_same_connection(service, demo):
+    """Keep-alive: the stream's connection first carried another request; its answer is sent whole
+    before the hub takes the connection."""
+    sock = raw_stream(service, b"GET /api/version HTTP/1.1\r\n\r\n")
+    try:
+        first = read_until(sock, b"}\n")
+        assert first.startswith(b"HTTP/1.1 200 OK")
+        extra = "".join(f"{name}: {value}\r\n" for name, value in service.auth_headers.items())
+        sock.sendall(f"GET /api/projects/demo/stream?limit=1 HTTP/1.1\r\nHost: 127.0.0.1:{service.port}\r\n"
+                     f"{extra}\r\n".encode())
+        second = read_until(sock, b"\r\n\r\n")
+        assert second.startswith(b"HTTP/1.1 200 OK\r\n") and b"Transfer-Encoding: chunked\r\n" in second
+        demo.append_event("after", {})
+        read_until(sock, b"event: after\n")
+    finally:
+        sock.close()
+
+
+def test_a_head_request_gets_the_stream_headers_and_no_body(service):
+    answer = service.call("HEAD", "/api/projects/demo/stream", timeout=5)
+    assert answer.status_code == 200
+    assert answer.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+    assert service.server.app.config["suzumio.streams"].stream_count() == 0
+
+
+def test_a_client_behind_the_feed_buffer_catches_up_from_the_store_in_order(service, demo):
+    """Last-Event-ID further back than the feed keeps: the missed events come from the store, a batch at
+    a time, then the client follows the feed like every other."""
+    first = stored_ids(demo)[-1]
+    count = suzumio_sse.FEED_BUFFER * 2 + 700
+    with demo.write() as tx:
+        for index in range(count):
+            demo.add_event(tx, "old", {"n": index})
+    watcher = SseClient(service, "/api/projects/demo/stream?limit=1")  # keeps the feed at the newest event
+    client = SseClient(service, "/api/projects/demo/stream", {"Last-Event-ID": first})
+    try:
+        wait_until(lambda: len(client.of("old")) == count, 20, message="the missed events")
+        demo.append_event("new", {})
+        wait_until(lambda: client.of("new") and watcher.of("new"), 5, message="the new event")
+        events = client.snapshot()
+        assert [json.loads(e["data"]["data_json"])["n"] for e in events if e["event"] == "old"] \
+            == list(range(count))
+        assert [e["id"] for e in events] == stored_ids_all(demo)[stored_ids_all(demo).index(first) + 1:]
+    finally:
+        client.close()
+        watcher.close()
+
+
+def stored_ids_all(store):
+    return [row["id"] for _rowid, row in store.events_after(0)]
+
+
+def test_a_client_that_stops_reading_is_dropped_and_the_others_go_on(service, demo, monkeypatch):
+    monkeypatch.setattr(suzumio_sse, "MAX_PENDING_BYTES", 256 * 1024)
+    stuck = socket.socket()
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the server's bytes wait
+    stuck.connect(("127.0.0.1", service.port))
+    extra = "".join(f"{name}: {value}\r\n" for name, value in service.auth_headers.items())
+    stuck.sendall(f"GET /api/projects/demo/stream HTTP/1.1\r\nHost: 127.0.0.1:{service.port}\r\n{extra}\r\n"
+                  .encode())
+    reader = SseClient(service, "/api/projects/demo/stream?limit=1")
+    hub = service.server.app.config["suzumio.streams"]
+    try:
+        wait_until(lambda: hub.stream_count() == 2, 5, message="both streams")
+        payload = "x" * 2000
+        for _ in range(20):
+            with demo.write() as tx:
+                for index in range(100):
+                    demo.add_event(tx, "bulk", {"n": index, "pad": payload})
+            if hub.stream_count() < 2:
+                break
+        wait_until(lambda: hub.stream_count() == 1, 10, message="the stuck client to be dropped")
+        demo.append_event("still", {})
+        wait_until(lambda: reader.of("still"), 5, message="the reading client to go on")
+    finally:
+        stuck.close()
+        reader.close()
+
+
+def test_a_failing_hub_reports_the_listener_down(tmp_path, monkeypatch):
+    """The hub's loop has one boundary: an error there (a bug; injected) reaches serve's liveness as the
+    user listener's failure, instead of streams going silent."""
+    failures = []
+
+    def broken_round(self, project_id, feed):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(suzumio_sse.StreamHub, "_round", broken_round)
+    with serving(tmp_path / "root") as service:
+        init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+        hub = service.server.app.config["suzumio.streams"]
+        hub.on_fatal = failures.append
+        client = SseClient(service, "/api/projects/demo/stream")
+        try:
+            service.store("demo").append_event("boom", {})
+            wait_until(lambda: failures, 5, message="the hub's failure")
+            assert isinstance(failures[0], RuntimeError)
+        finally:
+            client.close()

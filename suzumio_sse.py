@@ -1,0 +1,443 @@
+"""The SSE streams of the user listener (http-api.md §10), served off Waitress's worker threads (issue 18).
+
+A stream request is checked and its replay read by a worker thread like any route; then the route hands
+the connection over (`hand_off`, a Waitress task that can give up its socket) and the worker thread is
+free again. One hub thread holds every open stream: for each project with clients it reads each new event
+once, encodes it once, frames the batch once and sends that same bytes object to every client whose
+cursor is there, with non-blocking writes over an epoll selector. A stream costs a socket, not a thread,
+so no number of open control rooms can starve the routes of workers, and a burst costs one wake-up and
+one send per client per round instead of one thread switch, Waitress write and copy per client per
+batch.
+
+Rounds: the hub is woken by the project's commits in this process (`Changes.listen`); the first commit
+after a pause goes out at once; while commits keep coming a project's next round waits STREAM_COALESCE
+seconds and at least STREAM_DUTY times the CPU its last round took, so the fan-out never takes more than
+about 1/(1 + STREAM_DUTY) of the controller while appends keep it busy, however many clients listen.
+Writes by other processes (a CLI command beside `serve`) are found by a read at most every
+`poll_seconds`. A client that stops reading is dropped once MAX_PENDING_BYTES wait for it; its
+EventSource reconnects with Last-Event-ID and resumes from the store.
+
+Imported by suzumio_api; imports waitress and the standard library only (the root, its stores, its
+Changes and LiveEvents come in as objects)."""
+import bisect
+import collections
+import contextlib
+import email.utils
+import json
+import logging
+import os
+import selectors
+import threading
+import time
+
+import waitress.channel
+import waitress.task
+
+log = logging.getLogger(__name__)
+
+HAND_OFF = "suzumio.hand_off"  # environ key: the task's hand_off (absent outside suzumio_api.Server)
+SSE_BATCH = 500  # events read from a store at once
+FEED_BUFFER = 2000  # encoded frames each project's feed keeps for clients a little behind it
+KEEP_ALIVE = b": keep-alive\n\n"
+STREAM_COALESCE = 0.003  # seconds: the shortest gap between two rounds of one project
+STREAM_DUTY = 9  # a round waits at least this many times its own CPU time before the next one
+MAX_PENDING_BYTES = 16 * 1024 * 1024  # unsent bytes a client may have before it is dropped
+BEHIND_PENDING_BYTES = 1024 * 1024  # a client behind the feed gets its next store batch below this
+HAND_OFF_WAIT = 10.0  # seconds a hand-off waits for an earlier answer on the connection to be sent
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def sse_frame(row):
+    data = json.dumps(row, separators=(",", ":"), ensure_ascii=False)
+    return f"id: {row['id']}\nevent: {row['type']}\ndata: {data}\n\n".encode()
+
+
+def chunk(data):
+    """`data` as one chunk of a chunked HTTP/1.1 body."""
+    return b"%X\r\n%s\r\n" % (len(data), data)
+
+
+# ---------------------------------------------------------------- the hand-off from Waitress
+
+class HandOffTask(waitress.task.WSGITask):
+    """A Waitress task whose app may take the connection: environ[HAND_OFF]() returns a socket (a
+    duplicate of the connection's) that the caller then owns. Waitress writes nothing more for this
+    request and closes its own copy once the app returns; the connection lives on in the duplicate."""
+
+    def get_environment(self):
+        environ = super().get_environment()
+        environ[HAND_OFF] = self.hand_off
+        return environ
+
+    def hand_off(self):
+        """The connection's socket, once an earlier answer on it has been sent; None when the client is
+        gone (or that answer could not be sent within HAND_OFF_WAIT)."""
+        channel = self.channel
+        deadline = time.monotonic() + HAND_OFF_WAIT
+        with channel.outbuf_lock:
+            while channel.connected and channel.total_outbufs_len and time.monotonic() < deadline:
+                channel.server.pull_trigger()  # the loop flushes and notifies below the watermark
+                channel.outbuf_lock.wait(0.05)
+            if not channel.connected or channel.total_outbufs_len:
+                return None
+            sock = channel.socket.dup()
+        self.wrote_header = True  # Waitress must not write this answer's head (finish() skips it)
+        self.close_on_finish = True  # and closes its copy of the socket when the app returns
+        return sock
+
+
+class HandOffChannel(waitress.channel.HTTPChannel):
+    task_class = HandOffTask
+
+
+def install_hand_off(server):
+    """Make a Waitress server (one listener) create HandOffChannels for the connections it accepts."""
+    server.channel_class = HandOffChannel
+
+
+def response_head(protocol, headers):
+    """The head of a stream's answer as Waitress would write it: HTTP/1.1 chunked, HTTP/1.0 delimited by
+    the connection's close; `Connection: close` either way (a stream ends only with its connection)."""
+    chunked = protocol != "HTTP/1.0"
+    fields = [*headers, ("Connection", "close"), ("Date", email.utils.formatdate(usegmt=True)),
+              ("Server", "suzumio")]
+    if chunked:
+        fields.append(("Transfer-Encoding", "chunked"))
+    lines = [f"{'HTTP/1.1' if chunked else 'HTTP/1.0'} 200 OK"] + [f"{name}: {value}" for name, value in sorted(fields)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), chunked
+
+
+# ---------------------------------------------------------------- the hub
+
+class Client:
+    """One open stream: its socket, framing, event cursor, unsent bytes and last write."""
+
+    def __init__(self, sock, project_id, cursor, chunked):
+        self.sock = sock
+        self.project_id = project_id
+        self.cursor = cursor  # rowid of the last event sent
+        self.chunked = chunked
+        self.pending = collections.deque()  # memoryviews not yet sent, oldest first
+        self.pending_bytes = 0
+        self.last_write = time.monotonic()
+        self.open = True
+
+    def frame(self, data):
+        return chunk(data) if self.chunked else data
+
+
+class ProjectFeed:
+    """One project's events for the hub thread: the newest FEED_BUFFER (at least) encoded frames after
+    `base`, read from the store once for every client, its clients, and when its next round is due."""
+
+    def __init__(self, store, live_cursor):
+        self.base = self.cursor = store.latest_event_rowid()
+        self.rowids = []
+        self.frames = []
+        self.clients = []
+        self.live_cursor = live_cursor
+        self.read_at = time.monotonic()
+        self.next_round = 0.0  # monotonic time before which no round runs (coalescing)
+        self.behind = False  # some client is behind `base` and catches up from the store
+
+    def read(self, store):
+        """Read and encode the events after the cursor; the new frames."""
+        fresh = []
+        while True:
+            rows = store.events_after(self.cursor, SSE_BATCH)
+            for rowid, row in rows:
+                self.rowids.append(rowid)
+                fresh.append(sse_frame(row))
+            if rows:
+                self.cursor = rows[-1][0]
+            if len(rows) < SSE_BATCH:
+                break
+        self.frames += fresh
+        if len(self.frames) > 2 * FEED_BUFFER:
+            cut = len(self.frames) - FEED_BUFFER
+            self.base = self.rowids[cut - 1]
+            del self.rowids[:cut], self.frames[:cut]
+        self.read_at = time.monotonic()
+        return fresh
+
+    def after(self, cursor):
+        """The frames after `cursor` joined, when the buffer still holds them all; None otherwise."""
+        if cursor < self.base:
+            return None
+        return b"".join(self.frames[bisect.bisect_right(self.rowids, cursor):])
+
+
+class StreamHub:
+    """Every open stream of one listener, served by one thread (see the module's text). open() is called
+    by the worker thread that handed a connection over; everything else runs in the hub thread."""
+
+    def __init__(self, root, poll_seconds, keep_alive_seconds):
+        self.root = root
+        self.poll_seconds = poll_seconds
+        self.keep_alive_seconds = keep_alive_seconds
+        self.on_fatal = None  # called with the error if the hub's loop dies (set by the listener)
+        self._lock = threading.Lock()
+        self._arrivals = []  # (client, head and replay) handed over, not yet taken by the hub thread
+        self._dirty = set()  # projects with a commit since their last round began
+        self._watched = set()  # projects with clients
+        self._closing = False
+        self._thread = None
+        self._selector = None
+        self._wake_r = self._wake_w = None
+        self._feeds = {}
+        self._clients = set()
+        self._next_keep_alive = 0.0
+
+    # -- called from other threads
+
+    def open(self, sock, project_id, cursor, head, replay, chunked):
+        """Take a handed-over connection of `project_id` whose client has the events up to `cursor`:
+        send it `head` (the answer's head) and `replay` (frames), then every event after the cursor."""
+        sock.setblocking(False)
+        client = Client(sock, project_id, cursor, chunked)
+        with self._lock:
+            if self._closing:
+                sock.close()
+                return
+            if self._thread is None:
+                self._start()
+            self._arrivals.append((client, head + client.frame(replay or KEEP_ALIVE)))
+        self._wake()
+
+    def changed(self, project_id):
+        """Changes.listen callback: a commit of `project_id` in this process (any thread)."""
+        with self._lock:
+            if project_id in self._dirty or project_id not in self._watched:
+                return
+            self._dirty.add(project_id)
+        self._wake()
+
+    def close(self):
+        """End every stream (the last chunk, then the connection) and stop the thread. Idempotent."""
+        with self._lock:
+            self._closing = True
+            thread = self._thread
+        if thread is None:
+            return
+        self._wake()
+        thread.join(timeout=10)
+
+    def stream_count(self):
+        with self._lock:
+            return len(self._clients) + len(self._arrivals)
+
+    def _start(self):
+        self._selector = selectors.DefaultSelector()  # epoll on Linux: no select() ceiling
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self.root.changes.listen(self.changed)
+        self._thread = threading.Thread(target=self._serve, name="suzumio-sse", daemon=True)
+        self._thread.start()
+
+    def _wake(self):
+        with contextlib.suppress(BlockingIOError, OSError):  # a full pipe wakes the hub all the same
+            os.write(self._wake_w, b"\0")
+
+    # -- the hub thread
+
+    def _serve(self):
+        try:
+            while not self._closing:
+                self._step()
+        except BaseException as error:  # the loop's one boundary: the listener reports it as down
+            log.critical("SSE hub died", exc_info=True)
+            if self.on_fatal is not None:
+                self.on_fatal(error)
+        finally:
+            self._shut_down()
+
+    def _step(self):
+        for key, mask in self._selector.select(self._timeout()):
+            if key.data is None:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self._wake_r, 4096):
+                        pass
+                continue
+            client = key.data
+            if mask & selectors.EVENT_READ:
+                self._read(client)
+            if client.open and mask & selectors.EVENT_WRITE:
+                self._flush(client)
+        if self._closing:
+            return
+        self._admit()
+        now = time.monotonic()
+        with self._lock:
+            dirty = set(self._dirty)
+        for project_id, feed in list(self._feeds.items()):
+            due = (project_id in dirty or feed.behind) and now >= feed.next_round
+            if due or now - feed.read_at >= self.poll_seconds:
+                self._round(project_id, feed)
+        if now >= self._next_keep_alive:
+            self._keep_alive(now)
+
+    def _timeout(self):
+        """Seconds until the hub has something to do without being woken."""
+        if not self._clients:
+            return None  # woken by the next arrival
+        with self._lock:
+            dirty = set(self._dirty)
+        due = self._next_keep_alive
+        for project_id, feed in self._feeds.items():
+            due = min(due, feed.read_at + self.poll_seconds)
+            if project_id in dirty or feed.behind:
+                due = min(due, feed.next_round)
+        return max(0.0, due - time.monotonic())
+
+    def _admit(self):
+        with self._lock:
+            arrivals, self._arrivals = self._arrivals, []
+        for client, first in arrivals:
+            feed = self._feeds.get(client.project_id)
+            if feed is None:
+                store = self.root.open_project(client.project_id)
+                feed = self._feeds[client.project_id] = ProjectFeed(store, self.root.live.cursor(client.project_id))
+                with self._lock:
+                    self._watched.add(client.project_id)
+            feed.clients.append(client)
+            self._clients.add(client)
+            self._selector.register(client.sock, selectors.EVENT_READ, client)
+            self._send(client, first)
+            if client.open and client.cursor != feed.cursor:
+                feed.behind = feed.behind or client.cursor < feed.base
+                with self._lock:
+                    self._dirty.add(client.project_id)  # its next round brings it to the feed's cursor
+
+    def _round(self, project_id, feed):
+        """Send every client of the project what it lacks: the new events (read and encoded once, framed
+        once for every client at the feed's cursor) and the live deltas; a client behind the buffer gets
+        its next batch from the store instead."""
+        with self._lock:
+            self._dirty.discard(project_id)  # a commit from now on makes the project due again
+        store = self.root.open_project(project_id)
+        previous = feed.cursor
+        fresh = b"".join(feed.read(store))
+        live, feed.live_cursor = self.root.live.after(project_id, feed.live_cursor)
+        began = time.thread_time()  # the fan-out's own cost, which grows with the clients
+        shared = {}  # chunked or not -> the framed batch of the clients that were at `previous`
+        feed.behind = False
+        for client in list(feed.clients):
+            if client.cursor == previous:
+                if not fresh and not live:
+                    continue
+                framed = shared.get(client.chunked)
+                if framed is None:
+                    framed = shared[client.chunked] = client.frame(fresh + live)
+            else:
+                batch = feed.after(client.cursor)
+                if batch is None:
+                    self._catch_up(store, feed, client)
+                    continue
+                framed = client.frame(batch + live) if batch or live else None
+            client.cursor = feed.cursor
+            if framed:
+                self._send(client, framed)
+        if fresh or live:
+            spent = time.thread_time() - began
+            feed.next_round = time.monotonic() + max(STREAM_COALESCE, STREAM_DUTY * spent)
+
+    def _catch_up(self, store, feed, client):
+        """A client behind the feed's buffer (Last-Event-ID far back): its next SSE_BATCH events from the
+        store once it has read most of what it was sent."""
+        if client.pending_bytes < BEHIND_PENDING_BYTES:
+            rows = store.events_after(client.cursor, SSE_BATCH)
+            if rows:
+                client.cursor = rows[-1][0]
+                self._send(client, client.frame(b"".join(sse_frame(row) for _rowid, row in rows)))
+        feed.behind = feed.behind or (client.open and client.cursor < feed.base)
+
+    def _keep_alive(self, now):
+        for client in list(self._clients):
+            if now - client.last_write >= self.keep_alive_seconds:
+                self._send(client, client.frame(KEEP_ALIVE))
+        self._next_keep_alive = now + min(1.0, max(0.05, self.keep_alive_seconds / 4))
+
+    def _send(self, client, data):
+        if not client.open:
+            return
+        client.last_write = time.monotonic()
+        view = memoryview(data)
+        if not client.pending:
+            try:
+                sent = client.sock.send(view)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._drop(client)
+                return
+            view = view[sent:]
+            if not view:
+                return
+            self._selector.modify(client.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, client)
+        client.pending.append(view)
+        client.pending_bytes += len(view)
+        if client.pending_bytes > MAX_PENDING_BYTES:
+            log.info("SSE client of %s dropped: %d bytes unread", client.project_id, client.pending_bytes)
+            self._drop(client)
+
+    def _flush(self, client):
+        while client.pending:
+            view = client.pending[0]
+            try:
+                sent = client.sock.send(view)
+            except BlockingIOError:
+                return
+            except OSError:
+                self._drop(client)
+                return
+            client.pending_bytes -= sent
+            if sent < len(view):
+                client.pending[0] = view[sent:]
+                return
+            client.pending.popleft()
+        self._selector.modify(client.sock, selectors.EVENT_READ, client)
+
+    def _read(self, client):
+        """A stream's client sends nothing after its request: end of file (or an error) means it left."""
+        try:
+            data = client.sock.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(client)
+
+    def _drop(self, client):
+        if not client.open:
+            return
+        client.open = False
+        self._clients.discard(client)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(client.sock)
+        client.sock.close()
+        feed = self._feeds.get(client.project_id)
+        if feed is not None:
+            feed.clients.remove(client)
+            if not feed.clients:
+                del self._feeds[client.project_id]
+                with self._lock:
+                    self._watched.discard(client.project_id)
+                    self._dirty.discard(client.project_id)
+
+    def _shut_down(self):
+        with self._lock:
+            self._closing = True
+            arrivals, self._arrivals = self._arrivals, []
+        for client, _first in arrivals:
+            client.sock.close()
+        for client in list(self._clients):
+            if client.chunked and not client.pending:
+                with contextlib.suppress(OSError):
+                    client.sock.send(LAST_CHUNK)
+            self._drop(client)
+        self.root.changes.unlisten(self.changed)
+        self._selector.close()
+        for descriptor in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
