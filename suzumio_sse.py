@@ -202,7 +202,7 @@ class StreamHub:
             if self._thread is None:
                 self._start()
             self._arrivals.append((client, head + client.frame(replay or KEEP_ALIVE)))
-        self._wake()
+            self._wake()
 
     def changed(self, project_id):
         """Changes.listen callback: a commit of `project_id` in this process (any thread)."""
@@ -210,17 +210,16 @@ class StreamHub:
             if project_id in self._dirty or project_id not in self._watched:
                 return
             self._dirty.add(project_id)
-        self._wake()
+            self._wake()
 
     def close(self):
         """End every stream (the last chunk, then the connection) and stop the thread. Idempotent."""
         with self._lock:
             self._closing = True
             thread = self._thread
-        if thread is None:
-            return
-        self._wake()
-        thread.join(timeout=10)
+            self._wake()
+        if thread is not None:
+            thread.join(timeout=10)
 
     def stream_count(self):
         with self._lock:
@@ -235,8 +234,10 @@ class StreamHub:
         self._thread.start()
 
     def _wake(self):
-        with contextlib.suppress(BlockingIOError, OSError):  # a full pipe wakes the hub all the same
-            os.write(self._wake_w, b"\0")
+        """Under self._lock, so that the pipe is never written after _shut_down closed it."""
+        if self._wake_w is not None:
+            with contextlib.suppress(BlockingIOError):  # a full pipe wakes the hub all the same
+                os.write(self._wake_w, b"\0")
 
     # -- the hub thread
 
@@ -272,7 +273,12 @@ class StreamHub:
         for project_id, feed in list(self._feeds.items()):
             due = (project_id in dirty or feed.behind) and now >= feed.next_round
             if due or now - feed.read_at >= self.poll_seconds:
-                self._round(project_id, feed)
+                try:
+                    self._round(project_id, feed)
+                except Exception:  # one project's store failing ends its streams only
+                    log.exception("SSE round of %s failed; its streams end (clients reconnect)", project_id)
+                    for client in list(feed.clients):
+                        self._drop(client)
         if now >= self._next_keep_alive:
             self._keep_alive(now)
 
@@ -438,6 +444,7 @@ class StreamHub:
             self._drop(client)
         self.root.changes.unlisten(self.changed)
         self._selector.close()
-        for descriptor in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
+        with self._lock:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = None

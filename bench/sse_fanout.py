@@ -3,7 +3,7 @@ M events appended through the store: per-event delivery latency (append -> frame
 median and p99 over every client and event) at a steady append rate, and the delivery rate of a burst of
 M events (events delivered to all clients per second), each against the same run with a single client.
 The clients are read by one thread of a separate process, so they never hold the server's GIL.
-Usage: .venv/bin/python bench/sse_fanout.py [--clients 30] [--events 150] [--burst 2000] [--json]"""
+Usage: .venv/bin/python bench/sse_fanout.py [--clients 30] [--events 150] [--burst 2000] [--rounds 5] [--json]"""
 import argparse
 import concurrent.futures
 import multiprocessing
@@ -137,6 +137,7 @@ def main(argv=None):
     parser.add_argument("--events", type=int, default=150, help="events of the steady phase")
     parser.add_argument("--rate", type=float, default=50.0, help="appends per second in the steady phase")
     parser.add_argument("--burst", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5, help="bursts of each client count, alternating")
     parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     options = parser.parse_args(argv)
     results = benchlib.Results("sse_fanout")
@@ -145,30 +146,41 @@ def main(argv=None):
         with serving(scratch / "root", threads=max(32, options.clients + 16), api_token=None) as service:
             store = benchlib.init_project(service.root, scratch / "src", benchlib.project_text("sse", ["worker"]),
                                           start=False)
-            figures = {}
             seq = 0
+            steady = {}
             for clients in (1, options.clients):
-                steady, _, _ = run_case(service, store, clients, options.events, 1 / options.rate, seq)
+                latencies, _, _ = run_case(service, store, clients, options.events, 1 / options.rate, seq)
                 seq += options.events
-                _, burst, cpu = run_case(service, store, clients, options.burst, 0, seq)
-                seq += options.burst
-                figures[clients] = (benchlib.median(steady), benchlib.percentile(steady, 0.99), burst, cpu)
-            one, many = figures[1], figures[options.clients]
+                steady[clients] = (benchlib.median(latencies), benchlib.percentile(latencies, 0.99))
+            # The bursts alternate 1 and N clients, `--rounds` each: one burst is one noisy sample.
+            bursts = {1: [], options.clients: []}
+            for _ in range(options.rounds):
+                for clients in bursts:
+                    _, rate, cpu = run_case(service, store, clients, options.burst, 0, seq)
+                    seq += options.burst
+                    bursts[clients].append((rate / clients, cpu))
+            one, many = steady[1], steady[options.clients]
             results.add(f"delivery latency median, {options.clients} clients", many[0], "s", one[0])
             results.add(f"delivery latency p99, {options.clients} clients", many[1], "s", one[1])
-            results.add(f"burst of {options.burst}: events/s per client, {options.clients} clients",
-                        many[2] / options.clients, "/s", one[2], target=0.9, higher_is_better=True)
+            rates = {clients: benchlib.median([rate for rate, _ in runs]) for clients, runs in bursts.items()}
+            results.add(f"burst of {options.burst}: events/s per client, {options.clients} clients "
+                        f"(median of {options.rounds})", rates[options.clients], "/s", rates[1], target=0.9,
+                        higher_is_better=True)
             # Where the burst's time goes: CPU per delivered frame (one event to one client) in the server
-            # process (appends included) and in the clients' process, and how busy the machine's cores were.
+            # process (appends included) and in the clients' process, and how busy the machine's cores were
+            # (medians over the rounds).
             cores = os.cpu_count() or 1
             for label, count in (("1 client", 1), (f"{options.clients} clients", options.clients)):
-                server_cpu, client_cpu, wall = figures[count][3]
                 frames = options.burst * count
-                results.add(f"burst, {label}: server CPU per delivered frame", server_cpu / frames * 1e6, "us")
-                results.add(f"burst, {label}: client CPU per delivered frame", client_cpu / frames * 1e6, "us")
-                results.add(f"burst, {label}: cores busy (of {cores})", (server_cpu + client_cpu) / wall, "x")
-            results.note("(baselines: the same figures with 1 client; streams wake on the project's commits "
-                         "and share one feed that reads and encodes each event once)")
+                runs = [cpu for _, cpu in bursts[count]]
+                results.add(f"burst, {label}: server CPU per delivered frame",
+                            benchlib.median([server / frames * 1e6 for server, _, _ in runs]), "us")
+                results.add(f"burst, {label}: client CPU per delivered frame",
+                            benchlib.median([client / frames * 1e6 for _, client, _ in runs]), "us")
+                results.add(f"burst, {label}: cores busy (of {cores})",
+                            benchlib.median([(server + client) / wall for server, client, wall in runs]), "x")
+            results.note("(baselines: the same figures with 1 client; one hub thread reads, encodes and frames "
+                         "each event once and sends the same bytes to every client)")
     return results.emit(options.json)
 
 

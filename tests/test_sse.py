@@ -188,17 +188,17 @@ class RecordingSocket:
 
 
 @contextlib.contextmanager
-def hub_client(root, store, cursor, keep_alive_seconds=30.0):
-    """A StreamHub of `root` with one chunked client of `store` at `cursor`: (hub, recording socket, the
-    peer socket the test may read)."""
-    hub = suzumio_sse.StreamHub(root, poll_seconds=1.0, keep_alive_seconds=keep_alive_seconds)
+def hub_client(root, store, cursor):
+    """A StreamHub of `root` with one chunked client of `store` at `cursor`, whose peer end a thread
+    drains: the client's RecordingSocket."""
+    hub = suzumio_sse.StreamHub(root, poll_seconds=1.0, keep_alive_seconds=30.0)
     ours, peer = socket.socketpair()
     recording = RecordingSocket(ours)
     drain = threading.Thread(target=lambda: all(iter(lambda: peer.recv(1 << 20), b"")), daemon=True)
     drain.start()
     try:
         hub.open(recording, store.project_id, cursor, b"HEAD\r\n\r\n", b"", True)
-        yield hub, recording
+        yield recording
     finally:
         hub.close()
         drain.join(5)
@@ -216,7 +216,7 @@ def test_a_burst_is_sent_in_rounds_at_least_the_coalescing_interval_apart(servic
     """Issue 18: while commits keep coming, a client's writes are at least STREAM_COALESCE apart and each
     carries everything that arrived meanwhile, in order; after a pause, the next event goes out at once
     in its own write."""
-    with hub_client(service.root, demo, demo.latest_event_rowid()) as (hub, sock):
+    with hub_client(service.root, demo, demo.latest_event_rowid()) as sock:
         wait_until(lambda: sock.sends, 2, message="the head and the empty replay's keep-alive")
         assert sock.sends[0][1] == b"HEAD\r\n\r\n" + suzumio_sse.chunk(suzumio_sse.KEEP_ALIVE)
         for index in range(300):  # 300 commits as fast as this thread makes them
@@ -410,17 +410,42 @@ def test_a_failing_hub_reports_the_listener_down(tmp_path, monkeypatch):
     user listener's failure, instead of streams going silent."""
     failures = []
 
-    def broken_round(self, project_id, feed):
+    def broken_admit(self):
         raise RuntimeError("injected")
-    monkeypatch.setattr(suzumio_sse.StreamHub, "_round", broken_round)
+    monkeypatch.setattr(suzumio_sse.StreamHub, "_admit", broken_admit)
     with serving(tmp_path / "root") as service:
         init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
-        hub = service.server.app.config["suzumio.streams"]
-        hub.on_fatal = failures.append
-        client = SseClient(service, "/api/projects/demo/stream")
+        app = service.server.app
+        # The listener's fatal-error handler, as serve gives it (liveness.died).
+        extra = suzumio_api.Server(app, "127.0.0.1", 0, on_fatal=lambda *failure: failures.append(failure))
+        extra.server.close()
+        sock = raw_stream(service, b"GET /api/projects/demo/stream HTTP/1.1\r\n\r\n")
         try:
-            service.store("demo").append_event("boom", {})
             wait_until(lambda: failures, 5, message="the hub's failure")
-            assert isinstance(failures[0], RuntimeError)
+            component, error = failures[0]
+            assert component == "http" and isinstance(error, RuntimeError)
         finally:
-            client.close()
+            sock.close()
+
+
+def test_a_project_whose_store_fails_ends_its_streams_and_the_hub_goes_on(service, demo, monkeypatch):
+    """A round that cannot read its project (an injected store error) ends that project's streams, whose
+    clients reconnect; the hub serves the next stream as before."""
+    client = SseClient(service, "/api/projects/demo/stream")
+    wait_until(lambda: len(client.snapshot()) == 2, 2, message="the replay")
+
+    def failing_read(self, store):
+        raise OSError("injected: disk I/O error")
+    with monkeypatch.context() as patch:
+        patch.setattr(suzumio_sse.ProjectFeed, "read", failing_read)
+        demo.append_event("lost", {})
+        client.thread.join(5)
+        assert not client.thread.is_alive()  # its stream ended
+    client.close()
+    again = SseClient(service, "/api/projects/demo/stream?limit=1")
+    try:
+        wait_until(lambda: again.of("lost"), 2, message="the replay after the reconnect")
+        demo.append_event("later", {})
+        wait_until(lambda: again.of("later"), 2, message="the next event")
+    finally:
+        again.close()
