@@ -484,9 +484,10 @@ class Server:
         # SSE streams leave the worker threads for the app's hub (suzumio_sse), which the loop's fatal
         # error handler also covers.
         suzumio_sse.install_hand_off(self.server)
-        streams = app.config.get("suzumio.streams")
-        if streams is not None and on_fatal is not None:
-            streams.on_fatal = lambda error: on_fatal("http", error)
+        # A Bottle app of make_app has its hub in its config; any other WSGI callable has none.
+        self.streams = getattr(app, "config", {}).get("suzumio.streams")
+        if self.streams is not None and on_fatal is not None:
+            self.streams.on_fatal = lambda error: on_fatal("http", error)
         self.port = None if unix_socket is not None else int(self.server.effective_port)
         # The socket this server bound, so that close() removes it only while it is still this one
         # (a newer serve may already have replaced it).
@@ -517,9 +518,8 @@ class Server:
     def close(self):
         """End open streams and let the worker threads finish (they wake the loop as they finish, so the
         trigger must still be open), then have the loop thread close every socket. Idempotent."""
-        streams = self.app.config.get("suzumio.streams")
-        if streams is not None:
-            streams.close()
+        if self.streams is not None:
+            self.streams.close()
         self.server.task_dispatcher.shutdown()
         self._closing.set()
         if self.thread.is_alive():
