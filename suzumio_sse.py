@@ -11,9 +11,11 @@ batch.
 
 Rounds: the hub is woken by the project's commits in this process (`Changes.listen`); the first commit
 after a pause goes out at once; while commits keep coming a project's next round waits STREAM_COALESCE
-seconds and at least STREAM_DUTY times the CPU its last round took, so the fan-out never takes more than
-about 1/(1 + STREAM_DUTY) of the controller while appends keep it busy, however many clients listen.
-Writes by other processes (a CLI command beside `serve`) are found by a read at most every
+seconds and at least STREAM_DUTY times the CPU its last round's sending took, so the fan-out takes no more
+than about 1/(1 + STREAM_DUTY) of the controller while appends keep it busy, however many clients listen;
+once STREAM_QUIET passes without a commit the burst is over and what waits goes out at once. (Each send
+gives up the GIL and takes it back from the writer: fewer, larger rounds are what keeps 30 clients as
+fast as one.) Writes by other processes (a CLI command beside `serve`) are found by a read at most every
 `poll_seconds`. A client that stops reading is dropped once MAX_PENDING_BYTES wait for it; its
 EventSource reconnects with Last-Event-ID and resumes from the store.
 
@@ -25,6 +27,7 @@ import contextlib
 import email.utils
 import json
 import logging
+import math
 import os
 import selectors
 import threading
@@ -40,7 +43,8 @@ SSE_BATCH = 500  # events read from a store at once
 FEED_BUFFER = 2000  # encoded frames each project's feed keeps for clients a little behind it
 KEEP_ALIVE = b": keep-alive\n\n"
 STREAM_COALESCE = 0.003  # seconds: the shortest gap between two rounds of one project
-STREAM_DUTY = 9  # a round waits at least this many times its own CPU time before the next one
+STREAM_DUTY = 19  # a round waits at least this many times its own CPU time before the next one
+STREAM_QUIET = 0.005  # seconds without a commit that end a burst: its rest goes out without waiting
 MAX_PENDING_BYTES = 16 * 1024 * 1024  # unsent bytes a client may have before it is dropped
 BEHIND_PENDING_BYTES = 1024 * 1024  # a client behind the feed gets its next store batch below this
 HAND_OFF_WAIT = 10.0  # seconds a hand-off waits for an earlier answer on the connection to be sent
@@ -138,6 +142,8 @@ class ProjectFeed:
         self.live_cursor = live_cursor
         self.read_at = time.monotonic()
         self.next_round = 0.0  # monotonic time before which no round runs (coalescing)
+        self.quiet_at = None  # when to look again whether commits still come (see StreamHub._due)
+        self.seen_commits = 0
         self.behind = False  # some client is behind `base` and catches up from the store
 
     def read(self, store):
@@ -187,6 +193,8 @@ class StreamHub:
         self._feeds = {}
         self._clients = set()
         self._next_keep_alive = 0.0
+        self._wait = None  # seconds the next select may sleep (None: until woken)
+        self._commits = {}  # project -> commits seen by changed(), for the quiet check
 
     # -- called from other threads
 
@@ -207,7 +215,10 @@ class StreamHub:
     def changed(self, project_id):
         """Changes.listen callback: a commit of `project_id` in this process (any thread)."""
         with self._lock:
-            if project_id in self._dirty or project_id not in self._watched:
+            if project_id not in self._watched:
+                return
+            self._commits[project_id] = self._commits.get(project_id, 0) + 1
+            if project_id in self._dirty:
                 return
             self._dirty.add(project_id)
             self._wake()
@@ -253,7 +264,7 @@ class StreamHub:
             self._shut_down()
 
     def _step(self):
-        for key, mask in self._selector.select(self._timeout()):
+        for key, mask in self._selector.select(self._wait):
             if key.data is None:
                 with contextlib.suppress(BlockingIOError):
                     while os.read(self._wake_r, 4096):
@@ -268,32 +279,41 @@ class StreamHub:
             return
         self._admit()
         now = time.monotonic()
-        with self._lock:
-            dirty = set(self._dirty)
+        if now >= self._next_keep_alive:
+            self._keep_alive(now)
+        wake = self._next_keep_alive if self._clients else math.inf
         for project_id, feed in list(self._feeds.items()):
-            due = (project_id in dirty or feed.behind) and now >= feed.next_round
-            if due or now - feed.read_at >= self.poll_seconds:
+            if self._due(project_id, feed, now) <= now:
                 try:
                     self._round(project_id, feed)
                 except Exception:  # one project's store failing ends its streams only
                     log.exception("SSE round of %s failed; its streams end (clients reconnect)", project_id)
                     for client in list(feed.clients):
                         self._drop(client)
-        if now >= self._next_keep_alive:
-            self._keep_alive(now)
+                    continue
+            wake = min(wake, self._due(project_id, feed, time.monotonic()))
+        self._wait = None if wake == math.inf else max(0.0, wake - time.monotonic())
 
-    def _timeout(self):
-        """Seconds until the hub has something to do without being woken."""
-        if not self._clients:
-            return None  # woken by the next arrival
+    def _due(self, project_id, feed, now):
+        """When the project's next round runs: at once for news after a pause; while commits keep coming,
+        at `next_round`, or earlier once STREAM_QUIET passed without a commit (the burst is over: what
+        waits goes out instead of sitting out the interval); at the latest after `poll_seconds` (writes
+        by other processes)."""
         with self._lock:
-            dirty = set(self._dirty)
-        due = self._next_keep_alive
-        for project_id, feed in self._feeds.items():
-            due = min(due, feed.read_at + self.poll_seconds)
-            if project_id in dirty or feed.behind:
-                due = min(due, feed.next_round)
-        return max(0.0, due - time.monotonic())
+            dirty = project_id in self._dirty
+            commits = self._commits.get(project_id, 0)
+        due = feed.read_at + self.poll_seconds
+        if feed.behind:
+            return min(due, feed.next_round)
+        if not dirty:
+            return due
+        if now >= feed.next_round:
+            return now
+        if feed.quiet_at is not None and now >= feed.quiet_at and commits == feed.seen_commits:
+            return now
+        if feed.quiet_at is None or now >= feed.quiet_at:
+            feed.seen_commits, feed.quiet_at = commits, now + STREAM_QUIET
+        return min(due, feed.next_round, feed.quiet_at)
 
     def _admit(self):
         with self._lock:
@@ -320,6 +340,7 @@ class StreamHub:
         its next batch from the store instead."""
         with self._lock:
             self._dirty.discard(project_id)  # a commit from now on makes the project due again
+        feed.quiet_at = None
         store = self.root.open_project(project_id)
         previous = feed.cursor
         fresh = b"".join(feed.read(store))
@@ -430,6 +451,7 @@ class StreamHub:
                 with self._lock:
                     self._watched.discard(client.project_id)
                     self._dirty.discard(client.project_id)
+                    self._commits.pop(client.project_id, None)
 
     def _shut_down(self):
         with self._lock:

@@ -188,10 +188,10 @@ class RecordingSocket:
 
 
 @contextlib.contextmanager
-def hub_client(root, store, cursor):
+def hub_client(root, store, cursor, poll_seconds=1.0):
     """A StreamHub of `root` with one chunked client of `store` at `cursor`, whose peer end a thread
     drains: the client's RecordingSocket."""
-    hub = suzumio_sse.StreamHub(root, poll_seconds=1.0, keep_alive_seconds=30.0)
+    hub = suzumio_sse.StreamHub(root, poll_seconds=poll_seconds, keep_alive_seconds=30.0)
     ours, peer = socket.socketpair()
     recording = RecordingSocket(ours)
     drain = threading.Thread(target=lambda: all(iter(lambda: peer.recv(1 << 20), b"")), daemon=True)
@@ -238,6 +238,26 @@ def test_a_burst_is_sent_in_rounds_at_least_the_coalescing_interval_apart(servic
         assert len(sock.sends) == quiet + 1
         (lone,) = chunk_frames(sock.sends[quiet][1])
         assert b"event: lone\n" in lone
+
+
+def test_commits_that_keep_coming_wait_for_the_interval_and_a_pause_sends_them(service, demo, monkeypatch):
+    """Within a round's interval (made 1,000 s here, and the safety read as rare) commits less than
+    STREAM_QUIET apart are held back;
+    once the writer pauses for STREAM_QUIET, everything that waits goes out in one write, long before the
+    interval ends."""
+    monkeypatch.setattr(suzumio_sse, "STREAM_DUTY", 1e9)
+    monkeypatch.setattr(suzumio_sse, "STREAM_COALESCE", 1000.0)
+    monkeypatch.setattr(suzumio_sse, "STREAM_QUIET", 0.3)  # wide: a slow machine's hiccup is not a pause
+    with hub_client(service.root, demo, demo.latest_event_rowid(), poll_seconds=1000.0) as sock:
+        wait_until(lambda: sock.sends, 2, message="the head")
+        demo.append_event("first", {})
+        wait_until(lambda: len(sock.sends) == 2, 2, message="the first event, at once")
+        for index in range(10):  # 10 ms apart: the burst goes on
+            demo.append_event("held", {"n": index})
+            time.sleep(0.01)
+        assert len(sock.sends) == 2  # nothing went out while commits kept coming
+        wait_until(lambda: len(sock.sends) == 3, 5, message="the held events after the pause")
+        assert len(chunk_frames(sock.sends[2][1])) == 10
 
 
 def test_a_client_at_the_feed_gets_the_same_bytes_as_every_other(service, demo):
