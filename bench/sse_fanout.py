@@ -3,7 +3,7 @@ M events appended through the store: per-event delivery latency (append -> frame
 median and p99 over every client and event) at a steady append rate, and the delivery rate of a burst of
 M events (events delivered to all clients per second), each against the same run with a single client.
 The clients are read by one thread of a separate process, so they never hold the server's GIL.
-Usage: .venv/bin/python bench/sse_fanout.py [--clients 30] [--events 150] [--burst 2000] [--rounds 5] [--json]"""
+Usage: .venv/bin/python bench/sse_fanout.py [--clients 30] [--events 150] [--burst 2000] [--rounds 9] [--json]"""
 import argparse
 import concurrent.futures
 import multiprocessing
@@ -137,7 +137,7 @@ def main(argv=None):
     parser.add_argument("--events", type=int, default=150, help="events of the steady phase")
     parser.add_argument("--rate", type=float, default=50.0, help="appends per second in the steady phase")
     parser.add_argument("--burst", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=5, help="bursts of each client count, alternating")
+    parser.add_argument("--rounds", type=int, default=9, help="bursts of each client count, alternating")
     parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     options = parser.parse_args(argv)
     results = benchlib.Results("sse_fanout")
