@@ -28,12 +28,14 @@ class LiveEvents:
         self._frames = {}
         self._seq = {}
 
-    def publish(self, project_id, data):
+    def publish(self, project_id, data, after=0):
+        """`after`: the rowid of the newest stored event committed before this delta (the store's
+        event_watermark), so that the stream sends the delta after that event and before later ones."""
         with self._lock:
             seq = self._seq.get(project_id, 0) + 1
             self._seq[project_id] = seq
             ring = self._frames.setdefault(project_id, collections.deque(maxlen=self.size))
-            ring.append((seq, live_frame(data)))
+            ring.append((seq, after, live_frame(data)))
         with self.changes.quiet():
             self.changes.committed(project_id)
 
@@ -43,8 +45,9 @@ class LiveEvents:
             return self._seq.get(project_id, 0)
 
     def after(self, project_id, cursor):
-        """(frames after `cursor` joined, the new cursor); frames that left the ring are skipped."""
+        """([(event rowid it follows, frame)] published after `cursor`, oldest first; the new cursor).
+        Frames that left the ring are skipped."""
         with self._lock:
             ring = self._frames.get(project_id) or ()
-            frames = [frame for seq, frame in ring if seq > cursor]
-            return b"".join(frames), self._seq.get(project_id, cursor)
+            frames = [(after, frame) for seq, after, frame in ring if seq > cursor]
+            return frames, self._seq.get(project_id, cursor)

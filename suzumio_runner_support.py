@@ -170,7 +170,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
                      "presetId": preset_id, "callId": f"live_{os.urandom(6).hex()}"}
 
         def publish(delta):
-            root.live.publish(call.store.project_id, dict(live_base, **delta))
+            root.live.publish(call.store.project_id, dict(live_base, **delta), after=call.store.event_watermark)
 
         def on_retry(info):
             call.store.append_event(KIND_MODEL_RETRY, dict(info, activationId=call.activation_id,

@@ -56,6 +56,19 @@ def sse_frame(row):
     return f"id: {row['id']}\nevent: {row['type']}\ndata: {data}\n\n".encode()
 
 
+def in_order(events, live):
+    """The frames of new events ((rowid, frame), by rowid) and of live deltas ((rowid of the newest event
+    committed before it was published, frame), as published) joined in the order they happened."""
+    out, taken = [], 0
+    for after, frame in live:
+        while taken < len(events) and events[taken][0] <= after:
+            out.append(events[taken][1])
+            taken += 1
+        out.append(frame)
+    out += [frame for _rowid, frame in events[taken:]]
+    return b"".join(out)
+
+
 def chunk(data):
     """`data` as one chunk of a chunked HTTP/1.1 body."""
     return b"%X\r\n%s\r\n" % (len(data), data)
@@ -144,21 +157,19 @@ class ProjectFeed:
         self.next_round = 0.0  # monotonic time before which no round runs (coalescing)
         self.quiet_at = None  # when to look again whether commits still come (see StreamHub._due)
         self.seen_commits = 0
-        self.behind = False  # some client is behind `base` and catches up from the store
 
     def read(self, store):
-        """Read and encode the events after the cursor; the new frames."""
+        """Read and encode the events after the cursor; the new (rowid, frame) pairs."""
         fresh = []
         while True:
             rows = store.events_after(self.cursor, SSE_BATCH)
-            for rowid, row in rows:
-                self.rowids.append(rowid)
-                fresh.append(sse_frame(row))
+            fresh += [(rowid, sse_frame(row)) for rowid, row in rows]
             if rows:
                 self.cursor = rows[-1][0]
             if len(rows) < SSE_BATCH:
                 break
-        self.frames += fresh
+        self.rowids += [rowid for rowid, _frame in fresh]
+        self.frames += [frame for _rowid, frame in fresh]
         if len(self.frames) > 2 * FEED_BUFFER:
             cut = len(self.frames) - FEED_BUFFER
             self.base = self.rowids[cut - 1]
@@ -167,10 +178,11 @@ class ProjectFeed:
         return fresh
 
     def after(self, cursor):
-        """The frames after `cursor` joined, when the buffer still holds them all; None otherwise."""
+        """The (rowid, frame) pairs after `cursor`, when the buffer still holds them all; None otherwise."""
         if cursor < self.base:
             return None
-        return b"".join(self.frames[bisect.bisect_right(self.rowids, cursor):])
+        start = bisect.bisect_right(self.rowids, cursor)
+        return list(zip(self.rowids[start:], self.frames[start:], strict=True))
 
 
 class StreamHub:
@@ -182,6 +194,7 @@ class StreamHub:
         self.poll_seconds = poll_seconds
         self.keep_alive_seconds = keep_alive_seconds
         self.on_fatal = None  # called with the error if the hub's loop dies (set by the listener)
+        self.steps = 0  # passes of the hub's loop (an idle hub makes none)
         self._lock = threading.Lock()
         self._arrivals = []  # (client, head and replay) handed over, not yet taken by the hub thread
         self._dirty = set()  # projects with a commit since their last round began
@@ -194,6 +207,7 @@ class StreamHub:
         self._clients = set()
         self._next_keep_alive = 0.0
         self._wait = None  # seconds the next select may sleep (None: until woken)
+        self._safety_at = math.inf  # no feed's read for other processes' writes is due before this
         self._commits = {}  # project -> commits seen by changed(), for the quiet check
 
     # -- called from other threads
@@ -264,6 +278,7 @@ class StreamHub:
             self._shut_down()
 
     def _step(self):
+        self.steps += 1
         for key, mask in self._selector.select(self._wait):
             if key.data is None:
                 with contextlib.suppress(BlockingIOError):
@@ -282,7 +297,14 @@ class StreamHub:
         if now >= self._next_keep_alive:
             self._keep_alive(now)
         wake = self._next_keep_alive if self._clients else math.inf
-        for project_id, feed in list(self._feeds.items()):
+        # The projects with news, and every project when one's read for other processes' writes is due.
+        everyone = now >= self._safety_at
+        with self._lock:
+            candidates = set(self._feeds) if everyone else set(self._dirty)
+        for project_id in candidates:
+            feed = self._feeds.get(project_id)
+            if feed is None:
+                continue
             if self._due(project_id, feed, now) <= now:
                 try:
                     self._round(project_id, feed)
@@ -292,6 +314,10 @@ class StreamHub:
                         self._drop(client)
                     continue
             wake = min(wake, self._due(project_id, feed, time.monotonic()))
+        if everyone:
+            reads = [feed.read_at for feed in self._feeds.values()]
+            self._safety_at = min(reads) + self.poll_seconds if reads else math.inf
+        wake = min(wake, self._safety_at)
         self._wait = None if wake == math.inf else max(0.0, wake - time.monotonic())
 
     def _due(self, project_id, feed, now):
@@ -303,8 +329,6 @@ class StreamHub:
             dirty = project_id in self._dirty
             commits = self._commits.get(project_id, 0)
         due = feed.read_at + self.poll_seconds
-        if feed.behind:
-            return min(due, feed.next_round)
         if not dirty:
             return due
         if now >= feed.next_round:
@@ -323,6 +347,7 @@ class StreamHub:
             if feed is None:
                 store = self.root.open_project(client.project_id)
                 feed = self._feeds[client.project_id] = ProjectFeed(store, self.root.live.cursor(client.project_id))
+                self._safety_at = min(self._safety_at, feed.read_at + self.poll_seconds)
                 with self._lock:
                     self._watched.add(client.project_id)
             feed.clients.append(client)
@@ -330,9 +355,7 @@ class StreamHub:
             self._selector.register(client.sock, selectors.EVENT_READ, client)
             self._send(client, first)
             if client.open and client.cursor != feed.cursor:
-                feed.behind = feed.behind or client.cursor < feed.base
-                with self._lock:
-                    self._dirty.add(client.project_id)  # its next round brings it to the feed's cursor
+                self._mark(client.project_id)  # its next round brings it to the feed's cursor
 
     def _round(self, project_id, feed):
         """Send every client of the project what it lacks: the new events (read and encoded once, framed
@@ -343,24 +366,23 @@ class StreamHub:
         feed.quiet_at = None
         store = self.root.open_project(project_id)
         previous = feed.cursor
-        fresh = b"".join(feed.read(store))
+        fresh = feed.read(store)
         live, feed.live_cursor = self.root.live.after(project_id, feed.live_cursor)
         began = time.thread_time()  # the fan-out's own cost, which grows with the clients
         shared = {}  # chunked or not -> the framed batch of the clients that were at `previous`
-        feed.behind = False
         for client in list(feed.clients):
             if client.cursor == previous:
                 if not fresh and not live:
                     continue
                 framed = shared.get(client.chunked)
                 if framed is None:
-                    framed = shared[client.chunked] = client.frame(fresh + live)
+                    framed = shared[client.chunked] = client.frame(in_order(fresh, live))
             else:
                 batch = feed.after(client.cursor)
                 if batch is None:
                     self._catch_up(store, feed, client)
                     continue
-                framed = client.frame(batch + live) if batch or live else None
+                framed = client.frame(in_order(batch, live)) if batch or live else None
             client.cursor = feed.cursor
             if framed:
                 self._send(client, framed)
@@ -370,13 +392,20 @@ class StreamHub:
 
     def _catch_up(self, store, feed, client):
         """A client behind the feed's buffer (Last-Event-ID far back): its next SSE_BATCH events from the
-        store once it has read most of what it was sent."""
+        store once it has read most of what it was sent. While it is still behind, the next round comes
+        as soon as it may (the project stays marked), or once it has read enough (_flush marks it)."""
         if client.pending_bytes < BEHIND_PENDING_BYTES:
             rows = store.events_after(client.cursor, SSE_BATCH)
             if rows:
                 client.cursor = rows[-1][0]
                 self._send(client, client.frame(b"".join(sse_frame(row) for _rowid, row in rows)))
-        feed.behind = feed.behind or (client.open and client.cursor < feed.base)
+        if client.open and client.cursor != feed.cursor and client.pending_bytes < BEHIND_PENDING_BYTES:
+            self._mark(client.project_id)
+
+    def _mark(self, project_id):
+        """The project's next step runs a round as soon as its interval allows (from the hub thread)."""
+        with self._lock:
+            self._dirty.add(project_id)
 
     def _keep_alive(self, now):
         for client in list(self._clients):
@@ -423,6 +452,9 @@ class StreamHub:
                 return
             client.pending.popleft()
         self._selector.modify(client.sock, selectors.EVENT_READ, client)
+        feed = self._feeds.get(client.project_id)
+        if feed is not None and client.cursor != feed.cursor:  # a client catching up has room for more
+            self._mark(client.project_id)
 
     def _read(self, client):
         """A stream's client sends nothing after its request: end of file (or an error) means it left."""

@@ -604,6 +604,10 @@ class ProjectStore:
         self._on_use = on_use
         self._on_commit = on_commit  # told the project id after every committed write transaction
         self.commits = 0  # write transactions this store committed (a tick sees whether it wrote meanwhile)
+        # The rowid of the newest event this store committed (0: none yet): a live delta published now
+        # follows every event up to it on the SSE stream (suzumio_live, suzumio_sse).
+        self.event_watermark = 0
+        self._uncommitted_event = None  # the newest event of the open write transaction
         self._config = None
         self._writer = _connect(self.db_path)
         try:
@@ -738,6 +742,8 @@ class ProjectStore:
             try:
                 yield tx
                 conn.execute("COMMIT")
+                if self._uncommitted_event is not None:
+                    self.event_watermark = self._uncommitted_event
             except BaseException:
                 # SQLite may already have rolled back (e.g. disk full); only roll back what is open
                 if conn.in_transaction:
@@ -747,6 +753,7 @@ class ProjectStore:
                 raise
             finally:
                 self._local.tx = None
+                self._uncommitted_event = None
             for temp, final in tx.files:
                 os.replace(temp, final)  # same directory: atomic, and the rows naming it are committed
             self.commits += 1
@@ -822,8 +829,10 @@ class ProjectStore:
     # -- events ----------------------------------------------------------------------------------
 
     def add_event(self, tx, type_, data):
-        tx.execute("INSERT INTO events (id, project, type, data_json, created_at) VALUES (?, ?, ?, ?, ?)",
-                   (tx.id("evt"), self.project_id, type_, dump_json(data if data is not None else {}), tx.ts))
+        cursor = tx.execute("INSERT INTO events (id, project, type, data_json, created_at) VALUES (?, ?, ?, ?, ?)",
+                            (tx.id("evt"), self.project_id, type_, dump_json(data if data is not None else {}),
+                             tx.ts))
+        self._uncommitted_event = cursor.lastrowid  # under the write lock; becomes event_watermark at COMMIT
 
     def append_event(self, type_, data=None, now=None):
         """Append one event row (store.md §6)."""

@@ -260,6 +260,45 @@ def test_commits_that_keep_coming_wait_for_the_interval_and_a_pause_sends_them(s
         assert len(chunk_frames(sock.sends[2][1])) == 10
 
 
+def frame_types(frames):
+    return [frame.split(b"event: ", 1)[1].split(b"\n", 1)[0].decode() for frame in frames]
+
+
+def test_live_deltas_keep_their_place_among_the_events_of_one_round(service, demo, monkeypatch):
+    """One round carrying stored events and live deltas sends each delta after the events committed
+    before it was published and before later ones (`suzumio watch --once` stops at activation.completed:
+    a delta sent behind it was never printed)."""
+    monkeypatch.setattr(suzumio_sse, "STREAM_DUTY", 1e9)
+    monkeypatch.setattr(suzumio_sse, "STREAM_COALESCE", 1000.0)
+    monkeypatch.setattr(suzumio_sse, "STREAM_QUIET", 0.3)
+    with hub_client(service.root, demo, demo.latest_event_rowid(), poll_seconds=1000.0) as sock:
+        wait_until(lambda: sock.sends, 2, message="the head")
+        demo.append_event("opening", {})  # goes out at once; the next round waits for the pause
+        wait_until(lambda: len(sock.sends) == 2, 2, message="the opening event")
+        demo.append_event("before", {})
+        service.root.live.publish("demo", {"type": "activation.delta", "text": "mid"},
+                                  after=demo.event_watermark)
+        demo.append_event("after", {})
+        wait_until(lambda: len(sock.sends) == 3, 5, message="the round after the pause")
+        assert frame_types(chunk_frames(sock.sends[2][1])) == ["before", "activation.delta", "after"]
+
+
+def test_the_event_watermark_is_the_newest_committed_event(demo):
+    newest = demo.latest_event_rowid()
+    assert demo.event_watermark == newest  # init and start: events this store committed
+    demo.append_event("one", {})
+    assert demo.event_watermark == demo.latest_event_rowid() > newest
+    committed = demo.event_watermark
+    with pytest.raises(RuntimeError), demo.write() as tx:
+        demo.add_event(tx, "rolled.back", {})
+        raise RuntimeError("abort")
+    assert demo.event_watermark == committed
+    with demo.write() as tx:
+        demo.add_event(tx, "first", {})
+        demo.add_event(tx, "second", {})
+    assert demo.event_watermark == demo.latest_event_rowid() == committed + 2
+
+
 def test_a_client_at_the_feed_gets_the_same_bytes_as_every_other(service, demo):
     """One framed batch per round for every client at the feed's cursor: the hub sends the same bytes
     object to all of them (no copy, no join per client)."""
@@ -391,6 +430,41 @@ def test_a_client_behind_the_feed_buffer_catches_up_from_the_store_in_order(serv
         assert [e["id"] for e in events] == stored_ids_all(demo)[stored_ids_all(demo).index(first) + 1:]
     finally:
         client.close()
+        watcher.close()
+
+
+def test_a_client_catching_up_that_stops_reading_costs_the_hub_nothing_until_it_reads(service, demo,
+                                                                                       monkeypatch):
+    """A client behind the feed's buffer whose unread bytes reached the catch-up limit gets no more
+    store batches, and the hub does not spin while it waits: the next batch comes when the client has
+    read what it was sent."""
+    monkeypatch.setattr(suzumio_sse, "BEHIND_PENDING_BYTES", 64 * 1024)
+    first = stored_ids(demo)[-1]
+    count = suzumio_sse.FEED_BUFFER * 2 + 700
+    with demo.write() as tx:
+        for index in range(count):
+            demo.add_event(tx, "old", {"n": index, "pad": "x" * 500})
+    watcher = SseClient(service, "/api/projects/demo/stream?limit=1")  # keeps the feed at the newest event
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect(("127.0.0.1", service.port))
+    extra = "".join(f"{name}: {value}\r\n" for name, value in service.auth_headers.items())
+    slow.sendall(f"GET /api/projects/demo/stream HTTP/1.1\r\nHost: 127.0.0.1:{service.port}\r\n{extra}"
+                 f"Last-Event-ID: {first}\r\n\r\n".encode())
+    hub = service.server.app.config["suzumio.streams"]
+    try:
+        wait_until(lambda: hub.stream_count() == 2, 5, message="both streams")
+        time.sleep(0.5)  # the slow client's buffers fill
+        steps = hub.steps
+        time.sleep(1.0)
+        assert hub.steps - steps < 50  # a spinning loop makes tens of thousands
+        slow.settimeout(10)
+        data = read_until(slow, b'\\"n\\":%d,' % (count - 1), limit=20)
+        frames = [json.loads(json.loads(line[6:])["data_json"])["n"]
+                  for line in data.split(b"\n") if line.startswith(b"data: ")]
+        assert frames == list(range(count))
+    finally:
+        slow.close()
         watcher.close()
 
 
