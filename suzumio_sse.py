@@ -194,10 +194,10 @@ class StreamHub:
         self.poll_seconds = poll_seconds
         self.keep_alive_seconds = keep_alive_seconds
         self.on_fatal = None  # called with the error if the hub's loop dies (set by the listener)
-        self.steps = 0  # passes of the hub's loop (an idle hub makes none)
+        self.steps = 0  # passes of the hub's loop (an idle one makes about one a second, for keep-alives)
         self._lock = threading.Lock()
         self._arrivals = []  # (client, head and replay) handed over, not yet taken by the hub thread
-        self._dirty = set()  # projects with a commit since their last round began
+        self._dirty = set()  # projects with news (a commit, a client to bring up) since their last round
         self._watched = set()  # projects with clients
         self._closing = False
         self._thread = None
