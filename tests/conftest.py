@@ -1,5 +1,7 @@
-"""Shared fixtures: an isolated runtime root, and wait_until for other threads and processes."""
+"""Shared fixtures: an isolated runtime root, the served app with its `demo` project, free_port, and
+wait_until for other threads and processes."""
 import os
+import socket
 import time
 
 import pytest
@@ -33,3 +35,45 @@ def require(kind):
             pytest.fail(f"{reason} ({flag} is set)")
         pytest.skip(reason)
     return fail_or_skip
+
+
+def free_port():
+    """A port that was free a moment ago, for a child process that must be told its port up front."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def service_options():
+    """Keyword arguments of api_fixtures.serving for `service`; a test file overrides this fixture."""
+    return {}
+
+
+def started_demo(service, tmp_path):
+    """Initialize and start the default `demo` project in `service`; returns its store."""
+    from api_fixtures import init_project, project_yaml
+    store = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+    store.start()
+    return store
+
+
+@pytest.fixture
+def demo_project():
+    """How `service` creates its project `demo`: (service, tmp_path) -> store; a test file overrides it."""
+    return started_demo
+
+
+@pytest.fixture
+def service(tmp_path, service_options, demo_project):
+    """The real app on Waitress at port 0 over a fresh root, holding the started project `demo`."""
+    from api_fixtures import serving
+    with serving(tmp_path / "root", **service_options) as served:
+        demo_project(served, tmp_path)
+        yield served
+
+
+@pytest.fixture
+def demo(service):
+    """The `demo` project's store in `service`."""
+    return service.store("demo")

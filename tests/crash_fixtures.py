@@ -10,7 +10,6 @@ import logging
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import requests
 import yaml
-from conftest import wait_until
+from conftest import free_port, wait_until
 
 import suzumio
 import suzumio_backend
@@ -138,13 +137,6 @@ class _Sink:
 
     def flush(self):
         return None
-
-
-def free_port():
-    """A port that was free a moment ago; serve binds it again after every restart."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ---------------------------------------------------------------- the controller process

@@ -6,14 +6,13 @@ import http.client
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
-from conftest import wait_until
+from conftest import free_port, wait_until
 
 import suzumio
 import suzumio_config
@@ -37,12 +36,6 @@ backend:
       presets:
         main: {{provider: replay, model: m}}
 """
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def init_from_text(root, folder, text):

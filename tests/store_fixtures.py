@@ -56,3 +56,21 @@ CONFIGS = suzumio_config.ConfigCache()
 def config_of(store):
     """The store's typed ProjectConfig, as the runtime's one ConfigCache hands it to the rules."""
     return CONFIGS.get(store)
+
+
+def rows(store, sql, params=()):
+    return store.db_all(sql, params)
+
+
+def count(store, table, where="1=1", params=()):
+    return store.db_get(f"SELECT COUNT(*) AS n FROM {table} WHERE {where}", params)["n"]
+
+
+def snapshot(store):
+    """Every row of every table, to compare before/after a rejected operation."""
+    tables = [r["name"] for r in rows(store, "SELECT name FROM sqlite_master WHERE type='table'")]
+    return {t: rows(store, f"SELECT * FROM {t} ORDER BY rowid") for t in tables}
+
+
+def event_types(store):
+    return [e["type"] for e in reversed(store.list_events(1000))]

@@ -26,18 +26,15 @@ def webui_dir(tmp_path):
 
 
 @pytest.fixture
-def service(tmp_path, webui_dir):
-    with serving(tmp_path / "root", webui_dir=webui_dir) as service:
-        url = service.base_url
-        init_project(service.root, tmp_path / "alpha", project_yaml("alpha", url, task=LONG_TASK))
-        demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", url))
-        demo.start()
-        yield service
+def service_options(webui_dir):
+    return {"webui_dir": webui_dir}
 
 
 @pytest.fixture
-def demo(service):
-    return service.store("demo")
+def service(service, tmp_path):
+    """The shared service with a second, never started project `alpha` beside `demo`."""
+    init_project(service.root, tmp_path / "alpha", project_yaml("alpha", service.base_url, task=LONG_TASK))
+    return service
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import logging
 import re
 
 import pytest
-from api_fixtures import init_project, project_yaml, running_activation, serving
+from api_fixtures import running_activation
 from store_fixtures import config_of
 
 import suzumio_coordination as coordination
@@ -14,16 +14,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def service(tmp_path):
-    with serving(tmp_path / "root", webui_dir=tmp_path / "no-build") as service:
-        demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
-        demo.start()
-        yield service
-
-
-@pytest.fixture
-def demo(service):
-    return service.store("demo")
+def service_options(tmp_path):
+    return {"webui_dir": tmp_path / "no-build"}
 
 
 @pytest.fixture

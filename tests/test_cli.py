@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import wait_until
+from conftest import free_port, wait_until
 from store_fixtures import config_of
 
 import suzumio
@@ -460,12 +460,6 @@ def test_api_token_variable_must_be_set():
 
 
 # ---------------------------------------------------------------- scenarios with a running server
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 class Served:
     """A running `suzumio serve`: its process, the three lines it printed, and an HTTP session that

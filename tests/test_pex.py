@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from conftest import wait_until
+from conftest import free_port, wait_until
 from mcp_fixtures import install_mcp_servers
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 
@@ -38,12 +37,6 @@ TEAM = ("pm", "worker-1", "worker-2", "critic")
 TEAM_TIMEOUT = 150
 # The first test also waits for the build (about half a minute, much longer on a loaded machine).
 pytestmark = pytest.mark.timeout(900)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def build_inputs_hash():

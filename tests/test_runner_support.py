@@ -11,19 +11,6 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def service(tmp_path):
-    with serving(tmp_path / "root") as service:
-        demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
-        demo.start()
-        yield service
-
-
-@pytest.fixture
-def demo(service):
-    return service.store("demo")
-
-
-@pytest.fixture
 def act(demo):
     """A: worker's running activation, no process behind it."""
     return running_activation(demo, "worker")

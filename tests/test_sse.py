@@ -20,16 +20,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def service(tmp_path):
-    with serving(tmp_path / "root", threads=16, keep_alive_seconds=1.0) as service:
-        demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
-        demo.start()  # init + start: 2 events
-        yield service
-
-
-@pytest.fixture
-def demo(service):
-    return service.store("demo")
+def service_options():
+    return {"threads": 16, "keep_alive_seconds": 1.0}  # the demo project holds 2 events: init + start
 
 
 def add_events(store, count, prefix="test.event"):

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 from api_fixtures import init_project, running_activation, serving
-from conftest import wait_until
-from crash_fixtures import free_port
+from conftest import free_port, wait_until
 from fake_model import FakeModel
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,

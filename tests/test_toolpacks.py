@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from api_fixtures import init_project, running_activation, serving
+from api_fixtures import init_project, running_activation
 from conftest import require, wait_until
 from store_fixtures import config_of
 
@@ -130,9 +130,9 @@ def team(service, tmp_path, communication=""):
 
 
 @pytest.fixture
-def service(tmp_path):
-    with serving(tmp_path / "root") as service:
-        yield service
+def demo_project():
+    """Every test here builds its own `demo`, a team project with a local toolpack."""
+    return lambda service, tmp_path: None
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import wait_until
-from crash_fixtures import free_port
+from conftest import free_port, wait_until
 
 import suzumio_resources
 
