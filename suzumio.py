@@ -356,6 +356,7 @@ class Runtime:
 
     def __init__(self, root, runner_socket=None, on_fatal=None, warm_limit=0):
         import suzumio_backend
+        import suzumio_backend_reconcile
         import suzumio_mcp
         import suzumio_model_proxy
         import suzumio_scheduler
@@ -369,6 +370,7 @@ class Runtime:
         # Prepared runners (issue 18) only in serve: a CLI command's process ends before one is claimed.
         self.backends = suzumio_backend.Backends(runner_socket=runner_socket, warm_limit=warm_limit,
                                                  configs=self.configs)
+        self.reconciler = suzumio_backend_reconcile.Reconciler(self.backends)
         self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, self.configs, hooks=self.toolpacks,
                                                      on_fatal=on_fatal)
@@ -376,6 +378,7 @@ class Runtime:
     def close(self):
         """Shutdown order of STYLE.md after HTTP: scheduler, backend watchers, Node host, stores."""
         self.scheduler.stop()
+        self.reconciler.close()
         self.backends.close()
         self.toolpacks.close()
         self.root.close()
@@ -722,9 +725,11 @@ def cmd_gc(rest, options, out, err, now):
     """Remove the activation containers a project no longer needs (backend.docker.keep), or those of
     every project; their log tails are kept in the activation folders."""
     import suzumio_backend
+    import suzumio_backend_reconcile
 
     root = open_root(options)
     backends = suzumio_backend.Backends()
+    reconciler = suzumio_backend_reconcile.Reconciler(backends)
     try:
         names = rest or root.list_projects()
         stores = [root.open_project(name) for name in names]
@@ -733,7 +738,7 @@ def cmd_gc(rest, options, out, err, now):
             if config.backend.kind != suzumio_backend.KIND_DOCKER and not rest:
                 continue
             try:
-                removed = backends.collect_garbage(store, config, runner_socket_path(root.path))
+                removed = reconciler.collect_garbage(store, config, runner_socket_path(root.path))
             except suzumio_backend.engine_errors() as error:
                 raise SuzumioError(f"Docker engine unavailable: {error}") from None
             print(f"{store.project_id}: removed {removed} container{'' if removed == 1 else 's'}", file=out)
@@ -954,7 +959,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         print(f"suzumio listening on {base}", file=out)
         print(f"Control room: {base}/" + (f"?token={api_token}" if api_token else ""), file=out)
         print(f"Runner listener: {runner_url}", file=out, flush=True)
-        runtime.backends.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
+        runtime.reconciler.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
         if scheduler_enabled:
             runtime.scheduler.start()
         trimmed = time.monotonic()

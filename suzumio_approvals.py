@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import suzumio_coordination as coordination
 from suzumio_errors import BadRequest, Conflict, NotFound
-from suzumio_records import dump_json, format_ts, load_json, omit_none, to_datetime, utc_now
+from suzumio_records import format_ts, load_json, omit_none, to_datetime, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ APPROVAL_STATUSES = (PENDING, ALLOWED, DENIED, EXPIRED, CANCELLED)
 ALLOW, DENY, ALLOW_ALWAYS = "allow", "deny", "allow-always"
 DECISIONS = (ALLOW, DENY, ALLOW_ALWAYS)
 # The one transition table: a request leaves `pending` exactly once, by a decision, expiry or the end of
-# its activation (suzumio_store._cancel_approvals); the status a decision leads to.
+# its activation (suzumio_coordination.cancel_activation, fail_activation); the status a decision leads to.
 DECISION_STATUS = {ALLOW: ALLOWED, ALLOW_ALWAYS: ALLOWED, DENY: DENIED}
 # Who decided: the surface of a person, `timeout` for expiry, `system` for an activation that ended.
 DECIDERS = ("api", "cli", "webui", "mcp")
@@ -74,7 +74,7 @@ def approval_json(row):
 
 
 def _row(store, approval_id):
-    row = store.db_get("SELECT * FROM approvals WHERE project = ? AND id = ?", (store.project_id, approval_id))
+    row = store.approval_row(approval_id)
     if row is None:
         raise NotFound(f"Unknown approval: {approval_id}")
     return row
@@ -89,23 +89,12 @@ def list_approvals(store, status=None, limit=LIST_LIMIT, now=None):
     expire_due(store, now)
     if status is not None and status not in APPROVAL_STATUSES:
         raise BadRequest(f"Invalid approval status: {status} (expected one of {', '.join(APPROVAL_STATUSES)})")
-    where, params = "project = ?", [store.project_id]
-    if status is not None:
-        where += " AND status = ?"
-        params.append(status)
-    pending = store.db_all(f"SELECT * FROM approvals WHERE {where} AND status = 'pending' "
-                           "ORDER BY created_at, rowid", params)
-    decided = store.db_all(f"SELECT * FROM approvals WHERE {where} AND status <> 'pending' "
-                           "ORDER BY decided_at DESC, rowid DESC LIMIT ?", [*params, int(limit)])
-    return [approval_json(r) for r in pending + decided]
+    return [approval_json(r) for r in store.approval_rows(status, limit)]
 
 
 def has_grant(store, agent_id, rule_key):
     """The id of an `allow-always` decision for this agent and rule, or None."""
-    row = store.db_get("SELECT id FROM approvals WHERE project = ? AND agent_id = ? AND rule_key = ? "
-                       "AND decision = 'allow-always' ORDER BY decided_at LIMIT 1",
-                       (store.project_id, agent_id, rule_key))
-    return row["id"] if row else None
+    return store.approval_grant(agent_id, rule_key)
 
 
 # ---------------------------------------------------------------- the runner's side
@@ -129,15 +118,9 @@ def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, no
                                                           "activationId": activation_id, "tool": tool,
                                                           "grantId": grant})
             return started
-        approval_id = tx.id("apr")
         expires = format_ts(tx.now + timedelta(milliseconds=rule.timeout_ms))
-        tx.execute("INSERT INTO approvals (id, project, agent_id, activation_id, tool_call_id, tool, input_json, "
-                   "rule_json, rule_key, status, decision, decided_by, note, on_expiry, expires_at, created_at, "
-                   "decided_at, used_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, NULL, ?, ?, ?, "
-                   "NULL, NULL)",
-                   (approval_id, store.project_id, agent_id, activation_id, started["toolCallId"], tool,
-                    dump_json({} if tool_input is None else tool_input), dump_json(rule.as_json()), rule.key,
-                    rule.on_expiry, expires, tx.ts))
+        approval_id = store.insert_approval(tx, agent_id, activation_id, started["toolCallId"], tool, tool_input,
+                                            rule, rule.on_expiry, expires)
         store.append_event("approval.requested", {"id": approval_id, "agentId": agent_id,
                                                   "activationId": activation_id, "toolCallId": started["toolCallId"],
                                                   "tool": tool, "expiresAt": expires})
@@ -146,8 +129,7 @@ def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, no
 
 
 def _replayed_start(store, tx, started):
-    row = tx.one("SELECT id, status, expires_at FROM approvals WHERE project = ? AND tool_call_id = ?",
-                 (store.project_id, started["toolCallId"]))
+    row = store.approval_of_call(tx, started["toolCallId"])
     if row is None:  # the call was not gated, or an allow-always grant covered it
         return started
     return {**started, "approval": {"id": row["id"], "status": row["status"], "expiresAt": row["expires_at"]}}
@@ -181,9 +163,7 @@ def _settle_for_runner(store, row, now=None):
     text = outcome_text(row)
     answer["output"] = text
     with store.write(now) as tx:
-        claimed = tx.execute("UPDATE approvals SET used_at = ? WHERE project = ? AND id = ? AND used_at IS NULL",
-                             (tx.ts, store.project_id, row["id"])).rowcount
-        if claimed:
+        if store.use_approval(tx, row["id"]):
             finished = coordination.finish_tool_call(store, row["agent_id"], row["activation_id"],
                                                      row["tool_call_id"], "failed", error=text, boundary=True)
             if finished.get("signalText"):
@@ -223,14 +203,10 @@ def claim_controller_call(store, config, agent_id, activation_id, tool, tool_inp
     if rule is None or has_grant(store, agent_id, rule.key) is not None:
         return
     with store.write(now) as tx:
-        row = tx.one("SELECT id FROM approvals WHERE project = ? AND activation_id = ? AND agent_id = ? AND tool = ? "
-                     "AND status IN ('allowed', 'expired') AND decision IN ('allow', 'allow-always') "
-                     "AND used_at IS NULL ORDER BY created_at, rowid LIMIT 1",
-                     (store.project_id, activation_id, agent_id, tool))
+        row = store.unused_allowed_approval(tx, agent_id, activation_id, tool)
         if row is None:
             raise Conflict(f"Tool call {tool} needs an approval that was not given")
-        tx.execute("UPDATE approvals SET used_at = ? WHERE project = ? AND id = ? AND used_at IS NULL",
-                   (tx.ts, store.project_id, row["id"]))
+        store.use_approval(tx, row["id"])
 
 
 # ---------------------------------------------------------------- a person's side
@@ -260,22 +236,15 @@ def decide(store, approval_id, decision, note=None, via="api", now=None):
         raise BadRequest(f"Unknown decider: {via}")
     expire_due(store, now)
     with store.write(now) as tx:
-        changed = tx.execute("UPDATE approvals SET status = ?, decision = ?, note = ?, decided_by = ?, "
-                             "decided_at = ? WHERE project = ? AND id = ? AND status = 'pending'",
-                             (DECISION_STATUS[decision], decision, note, via, tx.ts, store.project_id,
-                              approval_id)).rowcount
+        changed = store.decide_approval(tx, approval_id, DECISION_STATUS[decision], decision, note, via)
         row = _row(store, approval_id)
         if not changed:
             raise Conflict(f"Approval {approval_id} is already {row['status']}")
         decided = [row]
         if decision == ALLOW_ALWAYS:
-            others = tx.all("SELECT id FROM approvals WHERE project = ? AND agent_id = ? AND rule_key = ? "
-                            "AND status = 'pending'", (store.project_id, row["agent_id"], row["rule_key"]))
-            for other in others:
-                tx.execute("UPDATE approvals SET status = 'allowed', decision = 'allow', note = ?, decided_by = ?, "
-                           "decided_at = ? WHERE project = ? AND id = ? AND status = 'pending'",
-                           (f"allowed always by {approval_id}", via, tx.ts, store.project_id, other["id"]))
-                decided.append(_row(store, other["id"]))
+            for other in store.pending_approvals_of_rule(tx, row["agent_id"], row["rule_key"]):
+                store.decide_approval(tx, other, ALLOWED, ALLOW, f"allowed always by {approval_id}", via)
+                decided.append(_row(store, other))
         for item in decided:
             store.append_event("approval.decided", omit_none({
                 "id": item["id"], "agentId": item["agent_id"], "activationId": item["activation_id"],
@@ -287,16 +256,11 @@ def decide(store, approval_id, decision, note=None, via="api", now=None):
 def expire_due(store, now=None):
     """Requests past `expires_at` take their rule's decision on expiry (default deny); returns how many."""
     ts = format_ts(to_datetime(now))
-    if store.db_get("SELECT 1 FROM approvals WHERE project = ? AND status = 'pending' AND expires_at <= ? LIMIT 1",
-                    (store.project_id, ts)) is None:
+    if not store.has_due_approvals(ts):
         return 0  # the common case stays a read: no write lock for an idle list or wait
     with store.write(now) as tx:
-        rows = tx.all("SELECT * FROM approvals WHERE project = ? AND status = 'pending' AND expires_at <= ?",
-                      (store.project_id, tx.ts))
+        rows = store.expire_approvals(tx)
         for row in rows:
-            tx.execute("UPDATE approvals SET status = 'expired', decision = on_expiry, decided_by = 'timeout', "
-                       "decided_at = ? WHERE project = ? AND id = ? AND status = 'pending'",
-                       (tx.ts, store.project_id, row["id"]))
             store.append_event("approval.expired", {"id": row["id"], "agentId": row["agent_id"],
                                                     "activationId": row["activation_id"], "tool": row["tool"],
                                                     "decision": row["on_expiry"]})
@@ -304,7 +268,5 @@ def expire_due(store, now=None):
 
 
 def pending_count(store):
-    row = store.db_get("SELECT COUNT(*) AS n FROM approvals WHERE project = ? AND status = 'pending'",
-                       (store.project_id,))
-    return row["n"]
+    return store.pending_approval_count()
 

@@ -19,11 +19,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import suzumio_config
+import suzumio_coordination as coordination
 import suzumio_registry
 import suzumio_warm
 from suzumio_config import RESERVED_MOUNT_TARGETS
-from suzumio_errors import NotFound
-from suzumio_records import ACT_RUNNING, AGENT_STOPPED, PROJECT_RUNNING, parse_ts, utc_now
+from suzumio_records import ACT_RUNNING, AGENT_STOPPED, PROJECT_RUNNING, parse_ts
 from suzumio_resources import resource_path
 
 log = logging.getLogger(__name__)
@@ -469,12 +469,12 @@ class LocalBackend:
     kind = KIND_LOCAL
 
     def __init__(self, environ):
-        self._environ = environ
+        self.environ = environ
 
     def launch(self, launch):
         """§3A.1 steps 5-7; returns the Popen, already recorded as `local-<pid>`."""
         runner_path = launch.runner_files()[0]
-        env = {name: self._environ[name] for name in LOCAL_BASE_ENV if self._environ.get(name)}
+        env = {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
         env.update(launch.env)
         log_path = launch.activation_dir / "runner.log"
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -489,7 +489,7 @@ class LocalBackend:
         return process
 
     def base_env(self):
-        return {name: self._environ[name] for name in LOCAL_BASE_ENV if self._environ.get(name)}
+        return {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
 
     def fingerprint(self, launch):
         return digest([sys.executable, str(launch.runner_files()[0]), os.path.realpath(launch.workspace),
@@ -848,11 +848,58 @@ class DockerBackend:
             raise
 
 
+# ---------------------------------------------------------------- container retention
+
+class Retention:
+    """Which exited containers are kept (backend.docker.keep): each one's log tail is saved as its
+    activation's runner.log before the container goes, so removing it loses nothing."""
+
+    def __init__(self, docker):
+        self.docker = docker
+
+    def save_log_tail(self, store, activation_id, name, secrets):
+        """Keep an exited container's log tail as activations/<id>/runner.log (0600, redacted), as the
+        local backend keeps its runner's log, so removing the container loses nothing."""
+        path = store.activation_dir(activation_id) / "runner.log"
+        if path.exists():
+            return
+        text = redact(self.docker.log_tail(name), secrets)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text + ("\n" if text else ""))
+
+
+    def retire_containers(self, store, agent_id, keep, secrets=(), exited=None):
+        """Save the log tail of the container that just exited (`exited`: activation id, name), then
+        remove the agent's exited containers beyond the newest `keep` after saving theirs. Returns the
+        number removed; an engine error is logged and leaves the containers for the next time."""
+        removed = 0
+        try:
+            if exited is not None:
+                self.save_log_tail(store, *exited, secrets)
+            if keep == "all":
+                return 0
+            # Only this root's: another root on the same engine may have a project and agent of the
+            # same names, and its containers are not ours to remove (their activations are not here).
+            finished = [(name, activation_id) for name, activation_id, state
+                        in self.docker.agent_containers(store.project_id, agent_id)
+                        if state in FINISHED_STATES and activation_id
+                        and store.activation_dir(activation_id).is_dir()]
+            for name, activation_id in finished[keep:]:
+                self.save_log_tail(store, activation_id, name, secrets)
+                self.docker.client.api.remove_container(name)
+                removed += 1
+        except (OSError, *engine_errors()) as error:
+            log.warning("retiring the containers of %s/%s failed: %s", store.project_id, agent_id, error)
+        return removed
+
+
 # ---------------------------------------------------------------- the facade the scheduler uses
 
 class Backends:
-    """Starts, watches, stops and reconciles activations; picks `local` or `docker-chat` by
-    `backend.kind` at start and by the recorded container name afterwards."""
+    """Starts, watches and stops activations' runners; picks `local` or `docker-chat` by `backend.kind`
+    at start and by the recorded container name afterwards. Reconciling what runs against the store is
+    suzumio_backend_reconcile's Reconciler, through this object's watch and stop methods."""
 
     def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None, runner_socket=None,
                  warm_limit=0, configs=None):
@@ -864,15 +911,15 @@ class Backends:
         self.configs = configs if configs is not None else suzumio_config.ConfigCache()
         self.support_dir = Path(support_dir)
         self.runner_socket = None if runner_socket is None else Path(runner_socket)
-        self._environ = dict(os.environ if environ is None else environ)
-        self.local = LocalBackend(self._environ)
+        self.environ = dict(os.environ if environ is None else environ)
+        self.local = LocalBackend(self.environ)
         self.docker = DockerBackend(docker_client)
         self._lock = threading.Lock()
         self._watched = set()
         self._starting = set()
         self._threads = []
-        self._closed = threading.Event()
-        self._reconciler = None
+        self.closed = threading.Event()  # set by close(): the watchers and the reconciler end
+        self.retention = Retention(self.docker)
         self.warm = None
         if warm_limit and self.runner_socket is not None:
             self.warm = suzumio_warm.WarmPool(self, self.runner_socket, warm_limit, self.configs).start()
@@ -903,7 +950,7 @@ class Backends:
         agent_ids = store.agent_ids()
         wanted = []
         for agent in agents[:count]:
-            launch = Launch(store, config, None, agent, self.support_dir, self._environ, self.runner_socket)
+            launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket)
             wanted.append((agent, launch.kind, self._fingerprint(launch, agent_ids), config))
         return wanted
 
@@ -914,7 +961,7 @@ class Backends:
 
     def prepare(self, store, config, agent, slot):
         """For WarmPool: create and start the container, or spawn the process, of `slot`."""
-        launch = Launch(store, config, None, agent, self.support_dir, self._environ, self.runner_socket)
+        launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket)
         if launch.kind == KIND_LOCAL:
             self.local.prepare(launch, slot, self.warm.path)
             return
@@ -950,13 +997,13 @@ class Backends:
                 self._start(store, activation_id, config)
             except Exception as error:  # noqa: BLE001 - the start boundary: every failure fails the activation
                 log.warning("activation %s failed to start: %s", activation_id, error)
-                store.fail_activation(activation_id, str(error) or type(error).__name__)
+                coordination.fail_activation(store, activation_id, str(error) or type(error).__name__)
 
     def _start(self, store, activation_id, config):
         activation = store.activation(activation_id)
         agent = store.agent(activation["agentId"], include_token=True)
         config = config or self.configs.get(store)
-        launch = Launch(store, config, activation, agent, self.support_dir, self._environ, self.runner_socket)
+        launch = Launch(store, config, activation, agent, self.support_dir, self.environ, self.runner_socket)
         agent_ids = store.agent_ids()
         make_private_dir(store.activations_root)
         make_private_dir(launch.activation_dir)
@@ -978,7 +1025,7 @@ class Backends:
         try:
             store.set_activation_container(launch.activation_id, name)
         finally:
-            self._watch(self._watch_child, store, launch, process)
+            self.watch(self._watch_child, store, launch, process)
         if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
             self.local.stop(name, runner_marker(store, launch.activation_id))
 
@@ -1012,7 +1059,7 @@ class Backends:
             log.info("activation %s was cancelled before its container started", launch.activation_id)
             return
         self.docker.start(name)
-        self._watch(self._watch_container, store, launch.activation_id, name, launch.secrets,
+        self.watch(self.watch_container, store, launch.activation_id, name, launch.secrets,
                     launch.config.backend.docker.keep)
 
     def _start_prepared_docker(self, store, launch, slot):
@@ -1039,7 +1086,7 @@ class Backends:
             raise
         if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
             self.docker.stop(name, launch.activation_id)
-        self._watch(self._watch_container, store, launch.activation_id, name, launch.secrets,
+        self.watch(self.watch_container, store, launch.activation_id, name, launch.secrets,
                     launch.config.backend.docker.keep)
         return True
 
@@ -1055,7 +1102,7 @@ class Backends:
             with self._lock:
                 group.discard(activation_id)
 
-    def _watch(self, target, store, *args):
+    def watch(self, target, store, *args):
         activation_id = args[0].activation_id if isinstance(args[0], Launch) else args[0]
         with self._lock:
             self._watched.add(activation_id)
@@ -1068,9 +1115,9 @@ class Backends:
         try:
             target(store, *args)
         except Exception as error:  # noqa: BLE001 - one boundary per thread: a monitoring exception fails the activation
-            if not self._closed.is_set():
+            if not self.closed.is_set():
                 log.warning("monitor of activation %s failed: %s", activation_id, error)
-                self._fail_if_running(store, activation_id, str(error) or type(error).__name__)
+                self.fail_if_running(store, activation_id, str(error) or type(error).__name__)
         finally:
             with self._lock:
                 self._watched.discard(activation_id)
@@ -1079,18 +1126,18 @@ class Backends:
         with self._lock:
             return activation_id in self._watched or activation_id in self._starting
 
-    def _fail_if_running(self, store, activation_id, error):
+    def fail_if_running(self, store, activation_id, error):
         if store.activation(activation_id)["status"] == ACT_RUNNING:
-            store.fail_activation(activation_id, error)
+            coordination.fail_activation(store, activation_id, error)
 
-    def _settle(self, store, activation_id, code, logs, secrets):
+    def settle(self, store, activation_id, code, logs, secrets):
         """backend-runner.md §3.9 steps 2-4, after the runner exited with `code`."""
-        if self._closed.is_set() or store.activation(activation_id)["status"] != ACT_RUNNING:
+        if self.closed.is_set() or store.activation(activation_id)["status"] != ACT_RUNNING:
             return
         if code != 0:
-            self._fail_if_running(store, activation_id, redact(exit_failure_text(code, logs()), secrets))
+            self.fail_if_running(store, activation_id, redact(exit_failure_text(code, logs()), secrets))
         else:
-            self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
+            self.fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
 
     def _watch_child(self, store, launch, process):
         while True:
@@ -1098,90 +1145,17 @@ class Backends:
                 returncode = process.wait(timeout=0.5)
                 break
             except subprocess.TimeoutExpired:
-                if self._closed.is_set():
+                if self.closed.is_set():
                     return
-        self._settle(store, launch.activation_id, exit_status(returncode),
+        self.settle(store, launch.activation_id, exit_status(returncode),
                      lambda: self.local.log_tail(launch.activation_dir), launch.secrets)
 
-    def _watch_container(self, store, activation_id, name, secrets, keep):
+    def watch_container(self, store, activation_id, name, secrets, keep):
         code = self.docker.wait(name)
-        self._settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
-        if not self._closed.is_set():
-            self.retire_containers(store, store.activation(activation_id)["agentId"], keep, secrets,
+        self.settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
+        if not self.closed.is_set():
+            self.retention.retire_containers(store, store.activation(activation_id)["agentId"], keep, secrets,
                                    exited=(activation_id, name))
-
-    # -- container retention (backend.docker.keep)
-
-    def save_log_tail(self, store, activation_id, name, secrets):
-        """Keep an exited container's log tail as activations/<id>/runner.log (0600, redacted), as the
-        local backend keeps its runner's log, so removing the container loses nothing."""
-        path = store.activation_dir(activation_id) / "runner.log"
-        if path.exists():
-            return
-        text = redact(self.docker.log_tail(name), secrets)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text + ("\n" if text else ""))
-
-    def retire_containers(self, store, agent_id, keep, secrets=(), exited=None):
-        """Save the log tail of the container that just exited (`exited`: activation id, name), then
-        remove the agent's exited containers beyond the newest `keep` after saving theirs. Returns the
-        number removed; an engine error is logged and leaves the containers for the next time."""
-        removed = 0
-        try:
-            if exited is not None:
-                self.save_log_tail(store, *exited, secrets)
-            if keep == "all":
-                return 0
-            # Only this root's: another root on the same engine may have a project and agent of the
-            # same names, and its containers are not ours to remove (their activations are not here).
-            finished = [(name, activation_id) for name, activation_id, state
-                        in self.docker.agent_containers(store.project_id, agent_id)
-                        if state in FINISHED_STATES and activation_id
-                        and store.activation_dir(activation_id).is_dir()]
-            for name, activation_id in finished[keep:]:
-                self.save_log_tail(store, activation_id, name, secrets)
-                self.docker.client.api.remove_container(name)
-                removed += 1
-        except (OSError, *engine_errors()) as error:
-            log.warning("retiring the containers of %s/%s failed: %s", store.project_id, agent_id, error)
-        return removed
-
-    def collect_garbage(self, store, config, runner_socket):
-        """`suzumio gc`: per agent, the exited containers beyond backend.docker.keep (their log tails
-        saved first), containers that were created but never started for an activation that is no
-        longer running (a controller that crashed between create and start), and the prepared containers
-        that a `serve` of this root (`runner_socket`, its socket's path) left and no longer runs. Returns
-        the count removed."""
-        removed = 0
-        owner = warm_owner(runner_socket)
-        for name, state in self.docker.warm_containers(owner=owner, project=store.project_id):
-            if state != "running":  # a live serve's prepared runners are running; a dead one's ended
-                self.docker.remove(name)
-                removed += 1
-        secrets_by_agent = {}
-        for agent in store.list_agents(include_tokens=True):
-            secrets_by_agent[agent["id"]] = secret_values(config, agent, self._environ)
-            removed += self.retire_containers(store, agent["id"], config.backend.docker.keep,
-                                              secrets_by_agent[agent["id"]])
-            for name, activation_id, state in self.docker.agent_containers(store.project_id, agent["id"]):
-                if state != "created" or self.watched(activation_id):
-                    continue
-                try:
-                    running = store.activation(activation_id)["status"] == ACT_RUNNING
-                except NotFound:
-                    continue  # another root's activation (same project and agent names on this engine)
-                if not running:
-                    self.docker.remove(name)
-                    removed += 1
-        return removed
-
-    def _watch_adopted_process(self, store, activation_id, pid):
-        marker = runner_marker(store, activation_id)
-        while not self._closed.wait(ADOPT_POLL_SECONDS):
-            if not local_runner_alive(pid, marker):
-                self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
-                return
 
     # -- stopping
 
@@ -1204,140 +1178,18 @@ class Backends:
 
     def expire(self, store, activation):
         """Fail a running activation with `activation timed out`, then stop its runner."""
-        store.fail_activation(activation["id"], TIMEOUT_ERROR)
+        coordination.fail_activation(store, activation["id"], TIMEOUT_ERROR)
         self.stop_runner(store, store.activation(activation["id"]))
-
-    # -- reconciliation (serve only)
-
-    def reconcile(self, stores, now=None):
-        """One pass: the timeout check on every running activation, then adoption of unwatched ones."""
-        docker_used = False
-        for store in stores:
-            try:
-                docker_used = docker_used or store.config()["backend"]["kind"] == KIND_DOCKER
-                self._reconcile_project(store, now or utc_now())
-            except Exception as error:  # noqa: BLE001 - isolation: one project's error never stops the pass
-                log.warning("reconciling project %s failed: %s", store.project_id, error)
-        if docker_used and self.runner_socket is not None:
-            self.sweep_prepared()
-
-    def sweep_prepared(self):
-        """Remove the prepared containers of this root that this process's pool does not hold: those a
-        killed or crashed serve left (their runners ended when its warm socket closed). Returns them."""
-        removed = []
-        try:
-            for name, _state in self.docker.warm_containers(owner=warm_owner(self.runner_socket)):
-                if self.warm is None or not self.warm.owns(name):
-                    log.info("removing prepared container %s left by an earlier controller", name)
-                    self.docker.remove(name)
-                    removed.append(name)
-        except engine_errors() as error:
-            log.warning("cannot look for prepared containers: %s", error)
-        return removed
-
-    def _reconcile_project(self, store, now):
-        config = self.configs.get(store)
-        timeout_ms = config.backend.activation_timeout_ms
-        for activation in store.running_activations():
-            if is_timed_out(activation, timeout_ms, now):
-                self.expire(store, activation)
-                continue
-            if self.watched(activation["id"]):
-                continue
-            self._adopt(store, config, activation, now)
-
-    def _adopt(self, store, config, activation, now):
-        activation_id, name = activation["id"], activation.get("containerName")
-        if not name:
-            try:
-                name = self._find_runner(store, config, activation_id)
-            except engine_errors() as error:
-                log.warning("cannot look for the container of activation %s: %s", activation_id, error)
-                return
-            if name is None:
-                age = now - parse_ts(activation["startedAt"])
-                if age > datetime.timedelta(milliseconds=NEVER_STARTED_GRACE_MS):
-                    self._fail_if_running(store, activation_id, NEVER_STARTED_ERROR)
-                return
-            if self.watched(activation_id):
-                return  # this process has just started it
-            log.info("activation %s: adopting its unrecorded runner %s", activation_id, name)
-            store.set_activation_container(activation_id, name)
-        pid = local_pid(name)
-        if pid is not None:
-            if local_runner_alive(pid, runner_marker(store, activation_id)):
-                self._watch(self._watch_adopted_process, store, activation_id, pid)
-            else:
-                self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
-            return
-        self._adopt_container(store, config, activation, name)
-
-    def _find_runner(self, store, config, activation_id):
-        """The runner of an activation whose name was never recorded (the controller died between
-        launching and recording it), looked for where the current backend.kind runs them: a live local
-        runner of the activation's input.json, or a container labelled with the activation; or None."""
-        if config.backend.kind == KIND_LOCAL:
-            pid = find_local_runner(store.activation_dir(activation_id) / "input.json", activation_id)
-            return None if pid is None else f"{LOCAL_PREFIX}{pid}"
-        return self.docker.find(config.name, activation_id, store.activation(activation_id)["agentId"])
-
-    def _adopt_container(self, store, config, activation, name):
-        activation_id = activation["id"]
-        try:
-            state = self.docker.state(name)
-            started = state is not None and state[0] == "created"
-            if started:
-                # The controller died between creating the container and starting it.
-                log.info("activation %s: starting its never started container %s", activation_id, name)
-                self.docker.start(name)
-        except engine_errors() as error:
-            log.warning("cannot inspect container %s of activation %s: %s", name, activation_id, error)
-            return
-        if state is None:
-            self._fail_if_running(store, activation_id, f"Runner container {name} not found")
-            return
-        current = store.activation(activation_id)
-        if started and current["status"] != ACT_RUNNING:
-            # Cancelled meanwhile, and its stop may have come before this start: stop it again.
-            self.stop_runner(store, current)
-            return
-        agent = store.agent(activation["agentId"], include_token=True)
-        secrets = secret_values(config, agent, self._environ)
-        status, code = state
-        if status in ("created", "running", "restarting", "paused"):
-            self._watch(self._watch_container, store, activation_id, name, secrets, config.backend.docker.keep)
-        else:
-            self._settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
-            self.retire_containers(store, activation["agentId"], config.backend.docker.keep, secrets,
-                                   exited=(activation_id, name))
-
-    def start_reconciling(self, list_stores, interval=RECONCILE_INTERVAL_SECONDS, on_fatal=None):
-        """Run `reconcile` now and then every `interval` seconds on a named thread until close();
-        `on_fatal(component, error)` hears of an error that ends the loop."""
-        def loop():
-            try:
-                while True:
-                    self.reconcile(list_stores())
-                    if self._closed.wait(interval):
-                        return
-            except BaseException as error:  # the thread's one boundary: a dead reconciler must be noticed
-                log.critical("reconciler thread died", exc_info=True)
-                if on_fatal is None:
-                    raise
-                on_fatal("reconciler", error)
-        self._reconciler = threading.Thread(target=loop, name="suzumio-reconciler", daemon=True)
-        self._reconciler.start()
 
     def close(self):
         """Remove the prepared runners no activation claimed, then stop the watchers and the reconciler;
         runners keep going and the next serve adopts them."""
         if self.warm is not None:
             self.warm.close()
-        self._closed.set()
+        self.closed.set()
         # One deadline for all: Docker watchers block in wait() by design and end with the process.
         deadline = time.monotonic() + CLOSE_GRACE_SECONDS
-        threads = [self._reconciler] if self._reconciler is not None else []
-        threads += [t for t in list(self._threads) if t is not threading.current_thread()]
+        threads = [t for t in list(self._threads) if t is not threading.current_thread()]
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         still = sum(thread.is_alive() for thread in threads)

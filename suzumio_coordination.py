@@ -15,7 +15,9 @@ import suzumio_config
 from suzumio_cost import budget_state, budget_warning_message, cost_exceeded_message
 from suzumio_errors import BadRequest, Conflict
 from suzumio_records import (
+    ACT_CANCELLED,
     ACT_COMPLETED,
+    ACT_FAILED,
     ACT_RUNNING,
     AGENT_FAILED,
     AGENT_QUIET,
@@ -52,9 +54,9 @@ from suzumio_records import (
     omit_none,
     parse_ts,
     render_boundary_text,
+    require_running,
     to_datetime,
 )
-from suzumio_store import require_running
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +234,7 @@ def complete_activation(store, config, activation_id, agent_id, text, usage=None
         agent_id = row["agent_id"]
         if not store.mark_completed(tx, activation_id, agent_id, text, usage):
             return {"status": row["status"], "activationId": activation_id}
+        _cancel_approvals(store, tx, activation_id, ACT_COMPLETED)
         done = store.activation(activation_id)
         useful = store.useful_effects(activation_id)
         store.add_event(tx, "activation.completed", {"activationId": activation_id, "agentId": agent_id,
@@ -277,6 +280,55 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
         return result
 
 
+def fail_activation(store, activation_id, error, now=None):
+    """A running activation -> failed with its error, the agent -> failed, a history row and the
+    activation.failed event. Returns the failed activation, or None when it had already ended."""
+    error = str(error)
+    with store.write(now) as tx:
+        row = store.activation_row(activation_id, tx.conn)
+        if not store.end_activation(tx, activation_id, "fail", ", error = ?", (error,)):
+            return None
+        _cancel_approvals(store, tx, activation_id, ACT_FAILED)
+        agent_id = row["agent_id"]
+        store.move_agent(tx, agent_id, "activation_failed", bound_to=activation_id)
+        store.add_history(tx, agent_id, activation_id, "assistant", "activation_failed",
+                          f"Activation {activation_id} failed.\n\n{error}", {"error": error})
+        store.add_event(tx, "activation.failed", {"activationId": activation_id, "agentId": agent_id,
+                                                  "error": error})
+        return store.activation(activation_id)
+
+
+def cancel_activation(store, activation_id, reason, now=None):
+    """A running activation -> cancelled (a P0 restart, stop, approve). Returns the cancelled
+    activation, or None when it had already ended."""
+    with store.write(now) as tx:
+        return _cancel_in(store, tx, activation_id, str(reason))
+
+
+def _cancel_in(store, tx, activation_id, reason):
+    row = store.activation_row(activation_id, tx.conn)
+    if not store.end_activation(tx, activation_id, "cancel", ", error = ?", (reason,)):
+        return None
+    _cancel_approvals(store, tx, activation_id, ACT_CANCELLED)
+    agent_id = row["agent_id"]
+    store.move_agent(tx, agent_id, "activation_cancelled", bound_to=activation_id)
+    store.add_history(tx, agent_id, activation_id, "assistant", "activation_cancelled",
+                      f"Activation {activation_id} was interrupted and cancelled.\n\nReason: {reason}",
+                      {"reason": reason})
+    store.add_event(tx, "activation.cancelled", {"activationId": activation_id, "agentId": agent_id,
+                                                 "reason": reason})
+    return store.activation(activation_id)
+
+
+def _cancel_approvals(store, tx, activation_id, status):
+    """An activation that ends takes its pending approval requests with it."""
+    reason = f"Activation {activation_id} is {status}"
+    for row in store.cancel_pending_approvals(tx, activation_id, reason):
+        store.add_event(tx, "approval.cancelled", {"id": row["id"], "agentId": row["agent_id"],
+                                                   "activationId": activation_id, "tool": row["tool"],
+                                                   "reason": reason})
+
+
 # ---------------------------------------------------------------- project control (store.md §8)
 
 def stop(store, now=None):
@@ -295,7 +347,7 @@ def _halt(store, trigger, reason, resume, now):
     with store.write(now) as tx:
         store.set_project_status(tx, trigger)
         for running in store.running_activations():
-            act = store.cancel_in(tx, running["id"], reason)
+            act = _cancel_in(store, tx, running["id"], reason)
             if act is None:
                 continue
             cancelled.append(act)

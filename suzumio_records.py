@@ -8,7 +8,7 @@ import math
 import uuid
 from datetime import UTC, datetime
 
-from suzumio_errors import BadRequest
+from suzumio_errors import BadRequest, Conflict
 
 # ---------------------------------------------------------------------------------------------
 # Status constants and the transitions the system performs (store.md §3).
@@ -454,3 +454,11 @@ def nudge_attempt(payload):
 def history_part_type(role):
     """The part type a history row of this role gets when no parts are given."""
     return role if role in ("tool_call", "tool_result", "compaction") else "text"
+
+
+def require_running(row, purpose):
+    """Conflict unless the activation row is running; `purpose` ("tool" or "history") names what its end
+    closed."""
+    if row["status"] != ACT_RUNNING:
+        why = HISTORY_CLOSED if purpose == "history" else TOOL_CALLS_CLOSED
+        raise Conflict(f"Activation {row['id']} is {row['status']}; {why}")

@@ -245,7 +245,7 @@ def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready
             p0 = [s for s in selected if s["priority"] == "P0"]
             if not p0:
                 return
-            store.cancel_activation(act["id"], f"Interrupted by P0 signal {p0[0]['id']}")
+            coordination.cancel_activation(store, act["id"], f"Interrupted by P0 signal {p0[0]['id']}")
             backend.stop_runner(store, store.activation(act["id"]))
             status, candidates = AGENT_QUIET, selected
     if candidates is None:

@@ -97,10 +97,7 @@ def conversation_panel(store, config, data):
 
 def direct_pairs(store):
     """The 12 most recently active (sender, recipient) pairs of direct messages."""
-    return store.db_all(
-        "SELECT sender, recipient, COUNT(*) AS count, MAX(created_at) AS lastAt FROM messages "
-        "WHERE project = ? AND channel IS NULL AND recipient IS NOT NULL GROUP BY sender, recipient "
-        "ORDER BY MAX(created_at) DESC, MAX(rowid) DESC LIMIT 12", [store.project_id])
+    return store.direct_pairs(12)
 
 
 def send_message_action(store, config, data):

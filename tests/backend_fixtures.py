@@ -149,7 +149,7 @@ class Env:
 
     def close(self):
         for activation in self.store.running_activations():
-            self.store.cancel_activation(activation["id"], "test over")
+            coordination.cancel_activation(self.store, activation["id"], "test over")
             self.backends.stop_runner(self.store, self.store.activation(activation["id"]))
         for backends in self._all_backends:
             backends.close()
@@ -255,7 +255,7 @@ class ServedEnv:
     def close(self):
         """Cancel what still runs and stop its runner first, so no runner outlives the test."""
         for activation in self.store.running_activations():
-            self.store.cancel_activation(activation["id"], "test over")
+            coordination.cancel_activation(self.store, activation["id"], "test over")
             self.backends.stop_runner(self.store, self.store.activation(activation["id"]))
         self.server.close()
         self.runner_server.close()

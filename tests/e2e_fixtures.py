@@ -16,6 +16,7 @@ from fake_model import FakeModel
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 
 import suzumio_backend
+import suzumio_coordination as coordination
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class Team:
     def stop_running(self):
         """Cancel what still runs (a failed test) and stop its runner, so teardown never waits."""
         for activation in self.store.running_activations():
-            self.store.cancel_activation(activation["id"], "test over")
+            coordination.cancel_activation(self.store, activation["id"], "test over")
             self.service.backend.stop_runner(self.store, self.store.activation(activation["id"]))
 
 

@@ -293,7 +293,7 @@ def test_another_agent_cannot_wait_on_or_use_a_request(served):
 def test_an_ended_activation_cancels_its_pending_requests(served):
     service, store = served
     who, _started = start_gated(service, store)
-    store.cancel_activation(who["activationId"], "Interrupted by P0 signal sig_x")
+    coordination.cancel_activation(store, who["activationId"], "Interrupted by P0 signal sig_x")
     [row] = service.get("/api/projects/demo/approvals").json()
     assert (row["status"], row["decidedBy"]) == ("cancelled", "system")
     waited = service.post("/runner/approvals/wait", {**who, "approvalId": row["id"]}).json()

@@ -23,6 +23,8 @@ from conftest import wait_until
 
 import suzumio_backend as backend
 import suzumio_config
+import suzumio_coordination as coordination
+from suzumio_backend_reconcile import Reconciler
 from suzumio_records import parse_ts
 
 GW = {"gw": {"type": "openai-compatible", "apiKeyEnv": "GW_KEY", "baseURL": "http://127.0.0.1:9/v1"}}
@@ -295,7 +297,7 @@ def test_local_cancel_terminates_the_process_group(tmp_path):
         env.backends.start(env.store, act["id"])
         pid = backend.local_pid(env.store.activation(act["id"])["containerName"])
         wait_until(lambda: (env.store.dir / "agents/worker/workspace/standin-seen.json").exists(), 10)
-        env.store.cancel_activation(act["id"], "Interrupted by P0 signal sig_x")
+        coordination.cancel_activation(env.store, act["id"], "Interrupted by P0 signal sig_x")
         env.backends.stop_runner(env.store, env.store.activation(act["id"]))
         wait_until(lambda: not process_group_alive(pid), 4, message="process group gone")
         assert env.store.activation(act["id"])["status"] == "cancelled"
@@ -307,7 +309,7 @@ def test_stopping_a_dead_or_foreign_local_runner_does_nothing(tmp_path):
         act = open_activation(env, "worker")
         # The test process's own pid: alive, but its command line lacks the activation id.
         env.store.set_activation_container(act["id"], f"local-{os.getpid()}")
-        env.store.cancel_activation(act["id"], "Project stopped")
+        coordination.cancel_activation(env.store, act["id"], "Project stopped")
         env.backends.stop_runner(env.store, env.store.activation(act["id"]))
         assert events_of(env.store, "activation.stop_failed") == []
 
@@ -318,7 +320,7 @@ def test_local_timeout_via_reconcile_fails_and_kills(tmp_path):
         env.backends.start(env.store, act["id"])
         pid = backend.local_pid(env.store.activation(act["id"])["containerName"])
         later = parse_ts(act["startedAt"]) + __import__("datetime").timedelta(seconds=2)
-        env.backends.reconcile([env.store], now=later)
+        Reconciler(env.backends).reconcile([env.store], now=later)
         final = env.store.activation(act["id"])
         assert final["status"] == "failed" and final["error"] == "activation timed out"
         wait_until(lambda: not process_group_alive(pid), 4, message="timed-out runner gone")
@@ -330,7 +332,7 @@ def test_adoption_after_restart_watches_live_runner_and_fails_dead_one(tmp_path)
         env.backends.start(env.store, first["id"])
         env.backends.close()  # controller A shuts down; the runner keeps going
         second_backends = env.new_backends()
-        second_backends.reconcile([env.store])
+        Reconciler(second_backends).reconcile([env.store])
         assert second_backends.watched(first["id"])
         wait_until(lambda: env.store.activation(first["id"])["status"] == "completed", 15)
         second_backends.close()
@@ -343,7 +345,7 @@ def test_adoption_after_restart_watches_live_runner_and_fails_dead_one(tmp_path)
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: not backend.local_runner_alive(pid, act["id"]), 5)
         fresh = env.new_backends()
-        fresh.reconcile([env.store])
+        Reconciler(fresh).reconcile([env.store])
         assert env.store.activation(act["id"])["error"] == backend.NO_OUTPUT_ERROR
         fresh.close()
 
@@ -353,9 +355,9 @@ def test_reconcile_fails_activation_that_never_got_a_runner(tmp_path):
     with local_project(tmp_path) as env:
         act = open_activation(env, "worker")
         start = parse_ts(act["startedAt"])
-        env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=30))
+        Reconciler(env.backends).reconcile([env.store], now=start + datetime.timedelta(seconds=30))
         assert env.store.activation(act["id"])["status"] == "running"
-        env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=61))
+        Reconciler(env.backends).reconcile([env.store], now=start + datetime.timedelta(seconds=61))
         assert env.store.activation(act["id"])["error"] == backend.NEVER_STARTED_ERROR
 
 
@@ -376,7 +378,7 @@ def test_restarted_controller_adopts_a_local_runner_whose_pid_was_never_recorded
         pid = wait_until(lambda: seen_path.exists() and json.loads(seen_path.read_text())["pid"], 10)
         assert not env.store.activation(act["id"]).get("containerName")
         fresh = env.new_backends(docker_client=NoEngine())
-        fresh.reconcile([env.store])
+        Reconciler(fresh).reconcile([env.store])
         assert env.store.activation(act["id"])["containerName"] == f"local-{pid}"
         assert env.store.agent("worker")["containerName"] == f"local-{pid}"
         assert fresh.watched(act["id"])
@@ -400,10 +402,10 @@ def test_processes_that_only_resemble_the_runner_are_not_adopted_and_the_grace_r
             assert all(backend.local_runner_alive(d.pid, act["id"]) for d in decoys)
             fresh = env.new_backends(docker_client=NoEngine())
             start = parse_ts(act["startedAt"])
-            fresh.reconcile([env.store], now=start + datetime.timedelta(seconds=30))
+            Reconciler(fresh).reconcile([env.store], now=start + datetime.timedelta(seconds=30))
             current = env.store.activation(act["id"])
             assert current["status"] == "running" and not current.get("containerName")
-            fresh.reconcile([env.store], now=start + datetime.timedelta(seconds=61))
+            Reconciler(fresh).reconcile([env.store], now=start + datetime.timedelta(seconds=61))
             assert env.store.activation(act["id"])["error"] == backend.NEVER_STARTED_ERROR
         finally:
             for decoy in decoys:

@@ -13,6 +13,7 @@ from store_fixtures import CONFIGS, config_of
 import suzumio_backend as backend
 import suzumio_coordination as coordination
 import suzumio_scheduler as scheduler
+from suzumio_backend_reconcile import Reconciler
 from suzumio_records import parse_ts, utc_now
 
 IMAGE = "suzumio-runner:dev"
@@ -275,7 +276,7 @@ def test_removed_container_counts_as_stopped_on_stop(tmp_path, client, project):
     with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}) as env:
         act = open_activation(env, "worker")
         env.backends.start(env.store, act["id"])
-        env.store.cancel_activation(act["id"], "Project stopped")
+        coordination.cancel_activation(env.store, act["id"], "Project stopped")
         container_of(client, env.store, act["id"]).remove(force=True)
         env.backends.stop_runner(env.store, env.store.activation(act["id"]))
         assert env.store.activation(act["id"])["status"] == "cancelled"
@@ -307,7 +308,7 @@ def test_restarted_controller_settles_every_activation_it_left(tmp_path, client,
         container_of(client, env.store, exited["id"]).kill()
         wait_until(lambda: container_of(client, env.store, exited["id"]).status == "exited", 30)
         fresh = env.new_backends()
-        fresh.reconcile([env.store])
+        Reconciler(fresh).reconcile([env.store])
         assert env.store.activation(exited["id"])["error"].startswith("Runner exited with 137")
         assert fresh.watched(running["id"])
         container_of(client, env.store, running["id"]).remove(force=True)
@@ -319,7 +320,7 @@ def test_reconcile_fails_activation_whose_container_is_gone(tmp_path, client, pr
         act = open_activation(env, "worker")
         vanished = f"suzumio_{project}_worker_vanished"
         env.store.set_activation_container(act["id"], vanished)
-        env.backends.reconcile([env.store])
+        Reconciler(env.backends).reconcile([env.store])
         assert env.store.activation(act["id"])["error"] == f"Runner container {vanished} not found"
 
 
@@ -380,7 +381,7 @@ def test_restarted_controller_starts_a_created_container_it_never_recorded(tmp_p
         act = open_activation(env, "worker")
         container = start_and_die_before_recording(env, client, act["id"])
         fresh = env.new_backends()
-        fresh.reconcile([env.store])
+        Reconciler(fresh).reconcile([env.store])
         assert env.store.activation(act["id"])["containerName"] == container.name
         assert env.store.agent("worker")["containerName"] == container.name
         wait_until(lambda: env.store.activation(act["id"])["status"] == "completed", 60,
@@ -394,7 +395,7 @@ def test_restarted_controller_watches_a_running_container_it_never_recorded(tmp_
         container.start()  # it was started, only its name is missing
         wait_until(lambda: (env.store.dir / "agents/worker/workspace/standin-seen.json").exists(), 30)
         fresh = env.new_backends()
-        fresh.reconcile([env.store])
+        Reconciler(fresh).reconcile([env.store])
         assert env.store.activation(act["id"])["containerName"] == container.name
         assert fresh.watched(act["id"])
         wait_until(lambda: env.store.activation(act["id"])["status"] == "completed", 60)
@@ -406,7 +407,7 @@ def test_restarted_controller_settles_an_exited_container_it_never_recorded(tmp_
         container = start_and_die_before_recording(env, client, act["id"])
         container.start()
         wait_until(lambda: client.containers.get(container.name).status == "exited", 30)
-        env.new_backends().reconcile([env.store])
+        Reconciler(env.new_backends()).reconcile([env.store])
         final = env.store.activation(act["id"])
         assert final["status"] == "failed" and final["containerName"] == container.name
         assert final["error"].startswith("Runner exited with 3") and "boom" in final["error"]
@@ -416,9 +417,9 @@ def test_without_a_container_the_never_started_grace_rule_applies(tmp_path, clie
     with docker_project(tmp_path, project) as env:
         act = open_activation(env, "worker")
         start = parse_ts(act["startedAt"])
-        env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=30))
+        Reconciler(env.backends).reconcile([env.store], now=start + datetime.timedelta(seconds=30))
         assert env.store.activation(act["id"])["status"] == "running"
-        env.backends.reconcile([env.store], now=start + datetime.timedelta(seconds=61))
+        Reconciler(env.backends).reconcile([env.store], now=start + datetime.timedelta(seconds=61))
         assert env.store.activation(act["id"])["error"] == backend.NEVER_STARTED_ERROR
 
 

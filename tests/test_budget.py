@@ -27,6 +27,7 @@ import suzumio_config as config
 import suzumio_coordination as coordination
 import suzumio_scheduler as scheduler
 import suzumio_yaml
+from suzumio_backend_reconcile import Reconciler
 from suzumio_errors import ConfigError
 from suzumio_records import parse_ts, to_datetime, usage_tokens
 
@@ -238,10 +239,10 @@ def test_the_runners_own_report_is_not_counted_and_every_forwarded_call_is(tmp_p
         # cancelled and failed activations spent their tokens too
         cancelled = open_activation(env, "pm")
         provider_used(env, cancelled, 200)
-        env.store.cancel_activation(cancelled["id"], "restarted")
+        coordination.cancel_activation(env.store, cancelled["id"], "restarted")
         failed = open_activation(env, "pm")
         provider_used(env, failed, 100)
-        env.store.fail_activation(failed["id"], "Runner exited with 1")
+        coordination.fail_activation(env.store, failed["id"], "Runner exited with 1")
         assert env.store.window_tokens() == 1000
         tick(env)
         assert env.store.project()["status"] == "stopped"
@@ -472,7 +473,7 @@ def test_docker_timeout_in_reconcile_fails_the_activation_and_stops_its_containe
         name = env.store.activation(act["id"])["containerName"]
         wait_until(lambda: client.containers.get(name).status == "running", 30, message="container running")
         env.store.set_status("submitted")  # reconcile applies the timeout whatever the project status
-        env.backends.reconcile([env.store], now=parse_ts(act["startedAt"]) + datetime.timedelta(seconds=2))
+        Reconciler(env.backends).reconcile([env.store], now=parse_ts(act["startedAt"]) + datetime.timedelta(seconds=2))
         final = env.store.activation(act["id"])
         assert final["status"] == "failed" and final["error"] == "activation timed out"
         assert client.containers.get(name).status == "exited"

@@ -226,7 +226,7 @@ def test_completion_counts_messages_and_effects_without_nudge(demo):
 
 def test_completion_of_non_running_activation_changes_nothing(demo):
     act = coordination.start_activation(demo, "worker", "p", [])
-    demo.cancel_activation(act["id"], "Interrupted")
+    coordination.cancel_activation(demo, act["id"], "Interrupted")
     before = snapshot(demo)
     assert coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "late",
                                             {}) == {"status": "cancelled",
@@ -241,7 +241,7 @@ def test_completion_of_non_running_activation_changes_nothing(demo):
 def test_failure_marks_agent_failed_and_keeps_delivered_signals(demo):
     (signal,) = coordination.record_signal(demo, config_of(demo), "w", target_agent="worker")
     act = coordination.start_activation(demo, "worker", "p", [signal])
-    failed = demo.fail_activation(act["id"], "provider timeout")
+    failed = coordination.fail_activation(demo, act["id"], "provider timeout")
     assert failed["status"] == "failed" and failed["error"] == "provider timeout"
     assert demo.agent("worker")["status"] == "failed"
     last = demo.active_history("worker")[-1]
@@ -249,13 +249,13 @@ def test_failure_marks_agent_failed_and_keeps_delivered_signals(demo):
     assert last["content"] == f"Activation {act['id']} failed.\n\nprovider timeout"
     assert last["metadata"] == {"error": "provider timeout"}
     assert demo.signal(signal["id"])["status"] == "delivered"
-    assert demo.fail_activation(act["id"], "again") is None
+    assert coordination.fail_activation(demo, act["id"], "again") is None
     assert demo.latest_event("activation.failed")["data"]["error"] == "provider timeout"
 
 
 def test_timeout_failure_records_no_nudge(demo):
     act = coordination.start_activation(demo, "worker", "p", [])
-    demo.fail_activation(act["id"], "activation timed out")
+    coordination.fail_activation(demo, act["id"], "activation timed out")
     assert demo.activation(act["id"])["error"] == "activation timed out"
     assert demo.agent("worker")["status"] == "failed"
     assert demo.active_history("worker")[-1]["kind"] == "activation_failed"
@@ -264,13 +264,13 @@ def test_timeout_failure_records_no_nudge(demo):
 
 def test_cancel_sets_quiet_with_history_row(demo):
     act = coordination.start_activation(demo, "worker", "p", [])
-    cancelled = demo.cancel_activation(act["id"], "Interrupted by P0 signal sig_1")
+    cancelled = coordination.cancel_activation(demo, act["id"], "Interrupted by P0 signal sig_1")
     assert cancelled["status"] == "cancelled" and cancelled["error"] == "Interrupted by P0 signal sig_1"
     assert demo.agent("worker")["status"] == "quiet"
     last = demo.active_history("worker")[-1]
     assert last["kind"] == "activation_cancelled" and "Interrupted by P0 signal sig_1" in last["content"]
     assert last["metadata"] == {"reason": "Interrupted by P0 signal sig_1"}
-    assert demo.cancel_activation(act["id"], "again") is None
+    assert coordination.cancel_activation(demo, act["id"], "again") is None
     assert demo.list_signals(kind="scheduler.no_effect_nudge") == []
 
 

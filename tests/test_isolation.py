@@ -106,9 +106,9 @@ def test_a_finished_activation_is_refused_where_a_running_one_is_required(iso, r
     if ending == "completed":
         coordination.complete_activation(iso.side, config_of(iso.side), activation, "worker", "done")
     elif ending == "failed":
-        iso.side.fail_activation(activation, "boom")
+        coordination.fail_activation(iso.side, activation, "boom")
     else:
-        iso.side.cancel_activation(activation, "Project stopped")
+        coordination.cancel_activation(iso.side, activation, "Project stopped")
     identity = {**iso.identity("worker"), "activationId": activation}
     before = iso.snapshot()
     for rule in runner_paths(routes):

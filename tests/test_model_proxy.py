@@ -13,6 +13,7 @@ from e2e_fixtures import call, running_team
 from fake_model import OVERFLOW_MESSAGE, FakeModel, RecordingProxy
 
 import suzumio_config
+import suzumio_coordination as coordination
 from suzumio_errors import BadGateway, BadRequest, Forbidden, NotFound
 from suzumio_model_proxy import ModelProxy
 
@@ -302,7 +303,7 @@ def test_the_route_refuses_like_every_runner_route(route, model):
     for body, status, message in cases:
         response = service.post("/runner/model", body)
         assert (response.status_code, response.json()) == (status, {"error": message}), body
-    store.cancel_activation(act["id"], "test")
+    coordination.cancel_activation(store, act["id"], "test")
     response = service.post("/runner/model", mine)
     assert response.status_code == 409
     assert response.json() == {"error": f"Activation {act['id']} is cancelled; no more model calls are accepted"}

@@ -298,7 +298,7 @@ def test_activation_output_is_the_idempotent_completion_path(service, demo, act)
 
 
 def test_output_for_a_failed_activation_reports_failed_and_changes_nothing(service, demo, act):
-    demo.fail_activation(act["id"], "activation timed out")
+    coordination.fail_activation(demo, act["id"], "activation timed out")
     body = ident(service, "worker", act, output={"text": "late"})
     expect(service.post("/activation-output", body), 200, {"status": "failed", "activationId": act["id"]})
     assert demo.activation(act["id"])["error"] == "activation timed out"

@@ -189,7 +189,7 @@ def test_running_agent_is_left_alone_without_p0(tmp_path):
 def test_failed_agent_with_ready_work_is_started(tmp_path):
     with project(tmp_path, script="sleep") as env:
         act = open_activation(env, "worker")
-        env.store.fail_activation(act["id"], "boom")
+        coordination.fail_activation(env.store, act["id"], "boom")
         send(env, "worker")
         tick(env)
         assert env.store.agent("worker")["status"] == "running"
@@ -358,7 +358,7 @@ def test_failed_nudge_backoff_chain_and_limit(tmp_path):
                             "maxDelayMs": 5000}}
     with project(tmp_path, scheduler=rule) as env:
         first = open_activation(env, "worker")
-        env.store.fail_activation(first["id"], "model timeout")
+        coordination.fail_activation(env.store, first["id"], "model timeout")
         now = later()
         tick(env, now)
         [nudge] = env.store.list_signals(kind="scheduler.failed_nudge")
@@ -368,12 +368,12 @@ def test_failed_nudge_backoff_chain_and_limit(tmp_path):
         tick(env, now)
         assert len(env.store.list_signals(kind="scheduler.failed_nudge")) == 1
         second = coordination.start_activation(env.store, "worker", "p", [nudge], now + datetime.timedelta(seconds=2))
-        env.store.fail_activation(second["id"], "again")
+        coordination.fail_activation(env.store, second["id"], "again")
         tick(env, now + datetime.timedelta(seconds=3))
         newest = env.store.list_signals(kind="scheduler.failed_nudge")[0]
         assert newest["payload"]["attempt"] == 2 and newest["payload"]["delayMs"] == 2000
         third = coordination.start_activation(env.store, "worker", "p", [newest], now + datetime.timedelta(seconds=6))
-        env.store.fail_activation(third["id"], "still")
+        coordination.fail_activation(env.store, third["id"], "still")
         tick(env, now + datetime.timedelta(seconds=7))
         assert len(env.store.list_signals(kind="scheduler.failed_nudge")) == 2
 
@@ -408,7 +408,7 @@ def test_failed_monitor_renders_error_and_activation(tmp_path):
     with project(tmp_path, scheduler=rule) as env:
         open_activation(env, "pm")
         act = open_activation(env, "worker")
-        env.store.fail_activation(act["id"], "model timeout")
+        coordination.fail_activation(env.store, act["id"], "model timeout")
         failed_at = parse_ts(env.store.activation(act["id"])["completedAt"])
         tick(env, failed_at + datetime.timedelta(minutes=31))
         [message] = [m for m in env.store.list_messages() if m["sender"] == "monitor"]
@@ -433,7 +433,7 @@ def test_all_quiet_nudge_and_cooldown(tmp_path):
 
     with project(tmp_path / "b", scheduler=rule) as env:
         act = open_activation(env, "worker")
-        env.store.fail_activation(act["id"], "x")
+        coordination.fail_activation(env.store, act["id"], "x")
         tick(env)
         assert env.store.list_signals(kind="scheduler.all_quiet_nudge") == []
 

@@ -330,7 +330,7 @@ def test_every_agent_status_change_appends_one_event_and_touches_updated_at(demo
     coordination.complete_activation(demo, config_of(demo), act["id"], "worker", "ok", now=at(3))
     assert demo.agent("worker")["updatedAt"] == at(3)
     act2 = coordination.start_activation(demo, "worker", "p", [], now=at(4))
-    demo.fail_activation(act2["id"], "boom", now=at(5))
+    coordination.fail_activation(demo, act2["id"], "boom", now=at(5))
     assert statuses() == [
         {"agentId": "worker", "status": "running", "activeActivationId": act["id"]},
         {"agentId": "worker", "status": "running", "activeActivationId": act["id"]},
@@ -419,7 +419,7 @@ def test_project_stats_and_summary_shapes(demo):
     call = demo.start_tool_call("worker", act["id"], "shell.exec")
     coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "x")
     act2 = coordination.start_activation(demo, "pm", "p", [])
-    demo.fail_activation(act2["id"], "boom")
+    coordination.fail_activation(demo, act2["id"], "boom")
     stats = demo.project_stats()
     assert list(stats) == ["messageCount", "activationCount", "failedActivationCount",
                            "runningActivationCount", "toolCallCount", "historyMessageCount",
@@ -570,7 +570,7 @@ def test_reads_used_by_the_scheduler(demo):
     assert demo.agent_has_activations("worker")
     assert demo.model_alive_agents() == ["worker"]
     assert [s["id"] for s in demo.signals_delivered_to(act["id"], "scheduler.failed_nudge")] == [signal["id"]]
-    demo.fail_activation(act["id"], "boom", now=at(3))
+    coordination.fail_activation(demo, act["id"], "boom", now=at(3))
     assert demo.latest_failed_activation("worker")["id"] == act["id"]
     assert demo.latest_failed_activation("pm") is None
     assert demo.model_alive_agents() == []
