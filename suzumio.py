@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import suzumio_config
+import suzumio_config_schema
 import suzumio_resources
 import suzumio_store
 import suzumio_warm
@@ -648,7 +649,7 @@ def stored_unknown_keys(store):
             (store.dir / "source.yaml").read_text(encoding="utf-8"), "source.yaml"))
     except (OSError, SuzumioError):
         return []
-    return suzumio_config.unknown_keys(tree)
+    return suzumio_config_schema.unknown_keys(tree)
 
 
 def cmd_stop(rest, options, out, err, now, *, approve=False):
@@ -884,7 +885,7 @@ def warn_unused_controller_urls(root, err):
             url = suzumio_config.ProjectConfig.from_data(root.open_project(name).config()).backend.controller_url
         except SuzumioError:
             continue
-        if url != suzumio_config.DEFAULT_CONTROLLER_URL:
+        if url != suzumio_config_schema.DEFAULT_CONTROLLER_URL:
             print(f"Warning: {name}: backend.controllerUrl ({url}) is not used: runners reach this controller "
                   "over its runner socket (it applies only with serve --runner-listen)", file=err)
 

@@ -11,7 +11,7 @@ import math
 import re
 from datetime import timedelta
 
-import suzumio_config
+import suzumio_config_schema
 from suzumio_cost import budget_state, budget_warning_message, cost_exceeded_message
 from suzumio_errors import BadRequest, Conflict
 from suzumio_records import (
@@ -571,7 +571,7 @@ def _failed_nudges(store, config, agents, now):
         attempt = previous + 1
         payload, not_before = _nudge_payload(rule, latest["id"], attempt, backoff_ms(rule, attempt - 1), now)
         payload["error"] = latest.get("error") or ""
-        payload["message"] = rule.message or suzumio_config.FAILED_NUDGE_MESSAGE
+        payload["message"] = rule.message or suzumio_config_schema.FAILED_NUDGE_MESSAGE
         with store.write(now) as tx:
             _emit(store, tx, KIND_FAILED_NUDGE, agent["id"], rule.priority, payload, useful_effect=False,
                   not_before=not_before)
@@ -681,6 +681,6 @@ def _all_quiet_nudge(store, config, now, dues=None):
         return
     with store.write(now) as tx:
         _emit(store, tx, KIND_ALL_QUIET_NUDGE, rule.target_agent, rule.priority, useful_effect=True, payload={
-            "message": rule.message or suzumio_config.ALL_QUIET_MESSAGE,
+            "message": rule.message or suzumio_config_schema.ALL_QUIET_MESSAGE,
             "reason": "all agents quiet and no pending signals",
             "agentStatuses": [{"id": a["id"], "status": a["status"]} for a in agents]})

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import suzumio_config as config
+import suzumio_config_schema as schema
 import suzumio_registry as registry
 import suzumio_yaml
 from suzumio_config import ProjectConfig, load_project
@@ -139,8 +140,8 @@ def test_base_config_materializes_every_default(tmp_path):
     assert out["backend"]["runner"]["models"]["presets"]["main"]["contextLimit"] == 260000
     assert out["backend"]["activationTimeoutMs"] == 3600000
     assert config_.warnings == []
-    assert out["scheduler"]["failedNudge"]["message"] == config.FAILED_NUDGE_MESSAGE
-    assert out["scheduler"]["allQuietNudge"]["message"] == config.ALL_QUIET_MESSAGE
+    assert out["scheduler"]["failedNudge"]["message"] == schema.FAILED_NUDGE_MESSAGE
+    assert out["scheduler"]["allQuietNudge"]["message"] == schema.ALL_QUIET_MESSAGE
 
 
 def test_rendered_keys_follow_schema_declaration_order(tmp_path):
@@ -1294,7 +1295,7 @@ def test_typed_accessors_mirror_the_data(tmp_path):
     config_ = load(tmp_path, data)
     nudge = config_.scheduler.no_effect_nudge
     assert (nudge.enabled, nudge.max_consecutive, nudge.backoff_factor, nudge.initial_delay_ms) == (True, 1, 1.5, 30000)
-    assert config_.scheduler.failed_nudge.message == config.FAILED_NUDGE_MESSAGE
+    assert config_.scheduler.failed_nudge.message == schema.FAILED_NUDGE_MESSAGE
     assert config_.communication.restrict_non_coordinator_to_coordinator is True
     assert (config_.runner.max_iterations, config_.runner.max_tool_calls, config_.runner.mode) == (5, 7, "ai")
     assert config_.observability == config.ObservabilityConfig(True, "127.0.0.1", 39400, True)
@@ -1669,7 +1670,7 @@ def test_free_form_maps_and_legacy_spellings_are_not_unknown_keys(tmp_path):
     data["scheduler"] = {"maxPromptMessages": 5}
     data["extends"] = []
     assert load(tmp_path, data).unknown_keys == ()
-    assert config.unknown_keys({**data, "platforms": [{"any": 1}]}) == []
+    assert schema.unknown_keys({**data, "platforms": [{"any": 1}]}) == []
 
 
 def test_strict_makes_unknown_keys_one_error_and_clean_files_pass(tmp_path):
@@ -1682,7 +1683,7 @@ def test_strict_makes_unknown_keys_one_error_and_clean_files_pass(tmp_path):
         load(tmp_path, {"strict": True, **typo})
     assert load(tmp_path, {"strict": True, **BASE}).data["strict"] is True
     assert "strict" not in load(tmp_path, BASE).data
-    assert config.unknown_keys({"name": "x", "nmae": "y", "agents": {"pm": {"tolls": 1}}}) == [
+    assert schema.unknown_keys({"name": "x", "nmae": "y", "agents": {"pm": {"tolls": 1}}}) == [
         "nmae: unknown key (did you mean name?)", "agents.pm.tolls: unknown key (did you mean tools?)"]
 
 

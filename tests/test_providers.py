@@ -19,6 +19,7 @@ from fake_model import FakeModel
 from sse_fixtures import SseClient
 
 import suzumio_config
+import suzumio_config_schema
 import suzumio_cost
 import suzumio_providers as providers
 from suzumio_errors import BadGateway
@@ -49,7 +50,7 @@ def models_config(base_url, type_="openai-compatible", options=None, preset=None
     if budget:
         runner["budget"] = budget
     data = {"name": "demo", "task": "T", "agents": {"pm": {}}, "backend": {"kind": "local", "runner": runner}}
-    data = suzumio_config.validate_schema(data)
+    data = suzumio_config_schema.validate_schema(data)
     return suzumio_config.ProjectConfig.from_data(data)
 
 
