@@ -1,7 +1,7 @@
 """Activation backends: `docker-chat` (one container per activation, Docker SDK) and `local` (the same
 runner as a host subprocess in its own session). Owns input.json, launching, exit monitors, stopping
-runners (P0 restart, stop, approve, timeout) and the reconciliation pass of `serve`.
-Imported by the scheduler and the composition root; imports config, registry and records (docker only lazily)."""
+runners (P0 restart, stop, approve, timeout) and container retention; reconciling what runs with the
+store is suzumio_backend_reconcile's."""
 import datetime
 import hashlib
 import json
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 SUPPORT_DIR = Path(__file__).resolve().parent
 RUNNER_FILE = "suzumio_runner.py"
 HOST_FILE = "suzumio_toolpack_host.mjs"
-# Everything the runner needs, mounted read-only under /opt/suzumio (README decision 2). The entry
+# Everything the runner needs, mounted read-only under /opt/suzumio (docs/design/runner.md). The entry
 # script stays small and imports the rest from modules beside it, which get a bytecode cache where
 # the directory is writable (docs/spec-notes.md entry 6).
 RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_runner_models.py",
@@ -100,13 +100,13 @@ def digest(value):
 
 
 def is_timed_out(activation, timeout_ms, now):
-    """True when a running activation has reached started_at + timeout (README decision 6)."""
+    """True when a running activation has reached started_at + timeout."""
     started = parse_ts(activation["startedAt"])
     return started + datetime.timedelta(milliseconds=timeout_ms) <= now
 
 
 def validate_mount(mount):
-    """backend-runner.md §3.4 for a config Mount: source exists, target absolute and not reserved."""
+    """docs/design/runner.md for a config Mount: source exists, target absolute and not reserved."""
     os.stat(mount.source)
     if not mount.target.startswith("/"):
         raise ValueError(f"Docker mount target must be absolute: {mount.target}")
@@ -139,7 +139,7 @@ def local_controller_url(url):
 
 
 def activation_env(config, agent, activation_id, environ, rewrite_proxy):
-    """backend-runner.md §3.5 items 1-8, in order; a later name replaces an earlier one. Item 5 (the
+    """docs/design/runner.md items 1-8, in order; a later name replaces an earlier one. Item 5 (the
     provider variables) is gone: model requests go through the controller, which reads the keys from
     its own environment, so no provider key reaches a runner (docs/spec-notes.md)."""
     env = {
@@ -155,7 +155,7 @@ def activation_env(config, agent, activation_id, environ, rewrite_proxy):
 
 
 def secret_values(config, agent, environ):
-    """Values replaced by <redacted> in stored failure text (backend-runner.md §3.9), longest first.
+    """Values replaced by <redacted> in stored failure text (docs/design/runner.md), longest first.
     `environ` is the controller's environment, where the `apiKeyEnv` keys live."""
     found = [agent.get("token")]
 
@@ -182,7 +182,7 @@ RUNNER_PROVIDER_OPTIONS = ("maxRetries",)
 
 
 def runner_section(config):
-    """`backend.runner` as input.json carries it (backend-runner.md §5.1) without any credential: no
+    """`backend.runner` as input.json carries it (docs/design/runner.md) without any credential: no
     `apiKey`, `apiKeyEnv`, `baseURL`, `baseURLEnv` or headers, and of the provider options only those
     the runner applies itself."""
     runner = config.runner.as_json()
@@ -236,13 +236,13 @@ MCP_SUPPORT_MODULE = "support:"  # runner-input marker: every tool of the spec i
 MCP_SANDBOX_MODULE = "mcp-stdio:"  # runner-input marker: the runner starts this MCP server itself
 
 def runner_toolpack_specs(config, agent, kind):
-    """Toolpacks with >=1 tool allowed for the agent, only the allowed tools (backend-runner.md §5.2).
+    """Toolpacks with >=1 tool allowed for the agent, only the allowed tools (docs/design/runner.md).
     Returns (specs, [(safe id, host root)] of the local toolpacks to mount on docker-chat)."""
     patterns = agent.get("tools") or []
     specs, mounts = [], []
     for pack in config.resolve_toolpacks().toolpacks:
         if pack.kind == "mcp" and pack.mcp_where == "runner":
-            # The runner starts the server in the sandbox and lists its tools there (issue 15).
+            # The runner starts the server in the sandbox and lists its tools there.
             allow = [p for p in patterns if p == "*" or p.startswith(pack.id + ".")]
             if allow:
                 mcp = {key: value for key, value in pack.mcp.items() if key in ("command", "env", "cwd")}
@@ -254,7 +254,7 @@ def runner_toolpack_specs(config, agent, kind):
             continue
         spec = {"id": pack.id, "tools": [tool.definition() for tool in allowed]}
         if pack.kind == "mcp":
-            # The controller owns the session: every call goes to the support route (issue 15).
+            # The controller owns the session: every call goes to the support route.
             spec["runnerModule"] = MCP_SUPPORT_MODULE
             spec["supportPath"] = pack.support_path
             specs.append(spec)
@@ -276,7 +276,7 @@ def runner_toolpack_specs(config, agent, kind):
 # ---------------------------------------------------------------- one launch request
 
 def activation_paths(kind, project_dir, workspace):
-    """(workspace, artifacts root) as the runner sees them (backend-runner.md §5.1)."""
+    """(workspace, artifacts root) as the runner sees them (docs/design/runner.md)."""
     if kind == KIND_DOCKER:
         return "/workspace", "/artifacts"
     return os.path.realpath(workspace), os.path.realpath(Path(project_dir) / "artifacts")
@@ -304,7 +304,7 @@ class Launch:
         self.secrets = secret_values(config, agent, environ)
         self.toolpack_mounts = []
         self.data = None  # input.json as written
-        if activation is None:  # a prepared runner (issue 18): the activation comes with its claim
+        if activation is None:  # a prepared runner: the activation comes with its claim
             self.activation_dir = self.input_path = None
             self.env = {}
             self.toolpack_mounts = runner_toolpack_specs(config, agent, self.kind)[1]
@@ -333,7 +333,7 @@ class Launch:
         return paths
 
     def input_data(self):
-        """The fields of backend-runner.md §5.1, in table order."""
+        """The fields of docs/design/runner.md, in table order."""
         agent = self.agent
         specs, self.toolpack_mounts = runner_toolpack_specs(self.config, agent, self.kind)
         workspace, artifacts_root = activation_paths(self.kind, self.project_dir, self.workspace)
@@ -387,7 +387,7 @@ def read_cmdline(pid):
 
 def runner_marker(store, activation_id):
     """What a local runner's command line holds for this activation: the activation id, or for a
-    prepared runner (spawned before its activation existed) its `--warm-slot <slot>` (issue 18), as
+    prepared runner (spawned before its activation existed) its `--warm-slot <slot>`, as
     recorded in activations/<id>/runner.slot when it was claimed."""
     try:
         slot = (store.activation_dir(activation_id) / "runner.slot").read_text(encoding="utf-8").strip()
@@ -397,7 +397,7 @@ def runner_marker(store, activation_id):
 
 
 def local_runner_alive(pid, activation_id):
-    """backend-runner.md §3A.5: the pid exists and its command line names the activation (or the
+    """docs/design/runner.md: the pid exists and its command line names the activation (or the
     `runner_marker` of a prepared runner)."""
     try:
         os.kill(pid, 0)
@@ -408,7 +408,7 @@ def local_runner_alive(pid, activation_id):
     cmdline = read_cmdline(pid)
     if activation_id in cmdline:
         return True
-    # A claimed prepared runner (issue 18) writes to its activation's runner.log from then on.
+    # A claimed prepared runner writes to its activation's runner.log from then on.
     return f" {suzumio_warm.SLOT_FLAG} " in cmdline and activation_id in runner_log_target(pid)
 
 
@@ -428,7 +428,7 @@ def local_pid(container_name):
 
 
 def command_lines():
-    """(pid, command line) of every process in sight: /proc on Linux, `ps` elsewhere (§3A.5)."""
+    """(pid, command line) of every process in sight: /proc on Linux, `ps` elsewhere."""
     if not Path("/proc/self").exists():
         result = subprocess.run(["ps", "-A", "-o", "pid=,args="], capture_output=True, text=True, check=False)
         for line in result.stdout.splitlines():
@@ -472,7 +472,7 @@ class LocalBackend:
         self.environ = environ
 
     def launch(self, launch):
-        """§3A.1 steps 5-7; returns the Popen, already recorded as `local-<pid>`."""
+        """Spawn the runner process; returns the Popen, already recorded as `local-<pid>`."""
         runner_path = launch.runner_files()[0]
         env = {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
         env.update(launch.env)
@@ -497,7 +497,7 @@ class LocalBackend:
 
     def prepare(self, launch, slot, warm_socket):
         """Spawn the runner of a future activation: the same interpreter, flags, workspace, session and
-        base environment as `launch`, waiting on the warm socket (issue 18). Its log and the rest of its
+        base environment as `launch`, waiting on the warm socket. Its log and the rest of its
         environment come with the claim."""
         runner_path = launch.runner_files()[0]
         env = self.base_env()
@@ -526,7 +526,7 @@ class LocalBackend:
         return tail_lines(text)
 
     def stop(self, container_name, activation_id):
-        """§3A.4: SIGTERM to the group, SIGKILL after 2 s; a vanished process counts as stopped.
+        """Stop the runner: SIGTERM to the group, SIGKILL after 2 s; a vanished process counts as stopped.
         `activation_id`: the activation id or its runner_marker."""
         pid = local_pid(container_name)
         if pid is None or not local_runner_alive(pid, activation_id):
@@ -636,7 +636,7 @@ def own_writable_folders(launch, user):
     if ids is None or ids[0] == 0:
         return
     uid, gid = ids
-    if launch.input_path is not None:  # a prepared container has none (issue 18)
+    if launch.input_path is not None:  # a prepared container has none
         os.chown(launch.input_path, uid, gid, follow_symlinks=False)
     for folder in (launch.workspace, launch.artifacts / launch.agent["id"]):
         info = os.lstat(folder)
@@ -664,7 +664,7 @@ class DockerBackend:
             return self._client
 
     def mounts(self, launch, agent_ids):
-        """backend-runner.md §3.3 rows 1-7 as (source, target, read_only), validated (§3.4). A prepared
+        """docs/design/runner.md rows 1-7 as (source, target, read_only), validated. A prepared
         container (no activation yet) gets no input.json: its input comes over the warm socket."""
         rows = [] if launch.input_path is None else [(str(launch.input_path), INPUT_TARGET, True)]
         rows.append((str(launch.workspace), "/workspace", False))
@@ -710,14 +710,14 @@ class DockerBackend:
 
     def fingerprint(self, launch, agent_ids):
         """Everything a container gets at creation but its activation's input and environment: a prepared
-        container serves an activation only when this is the same for both (issue 18)."""
+        container serves an activation only when this is the same for both."""
         rows = [row for row in self.mounts(launch, agent_ids) if row[1] != INPUT_TARGET]
         options = self.sandbox_options(launch, launch.config.sandbox(launch.agent["id"]))
         return digest([launch.config.backend.image, rows, options, launch.config_digest()])
 
     def create(self, launch, agent_ids, slot=None, warm_socket=None):
-        """§3.2-3.7: build and create (not start) the container; returns its name. With a warm `slot`,
-        the container of a future activation (issue 18): the same image, mounts (but input.json), user,
+        """Build and create (not start) the container; returns its name. With a warm `slot`,
+        the container of a future activation: the same image, mounts (but input.json), user,
         limits and network, waiting on the warm socket, and only the environment a runner needs to get
         there; the activation's environment and input come with the claim."""
         Mount = docker_sdk().types.Mount
@@ -790,7 +790,7 @@ class DockerBackend:
 
     def find(self, project, activation_id, agent_id=None):
         """The name of the container labelled with this activation, or None. With `agent_id`, also a
-        claimed prepared container, which has the activation only in its name (issue 18)."""
+        claimed prepared container, which has the activation only in its name."""
         labels = ["suzumio.managed=true", f"suzumio.project={project}", f"suzumio.activation={activation_id}"]
         for container in self.client.api.containers(all=True, filters={"label": labels}):
             return container["Names"][0].lstrip("/")
@@ -831,7 +831,7 @@ class DockerBackend:
         return attrs["State"]["Status"], attrs["State"].get("ExitCode")
 
     def stop(self, name, activation_id):
-        """§3.10 step 2: stop with 2 s grace; 304/404 are success; otherwise kill; else raise."""
+        """Stop the container with 2 s grace; 304/404 are success; otherwise kill; else raise."""
         docker = docker_sdk()
         try:
             self.client.api.stop(name, timeout=int(STOP_GRACE_SECONDS))
@@ -905,7 +905,7 @@ class Backends:
                  warm_limit=0, configs=None):
         """`runner_socket`: the path of the controller's runner socket, which every runner then
         reaches; None when the runner routes are on TCP (`serve --runner-listen`), reached through
-        `backend.controllerUrl`. `warm_limit`: how many prepared runners this process may hold (issue 18;
+        `backend.controllerUrl`. `warm_limit`: how many prepared runners this process may hold (
         0, or no runner socket: none, every activation starts cold); `configs`: the runtime's ConfigCache
         (serve shares its one; a CLI command's or a test's Backends keep their own)."""
         self.configs = configs if configs is not None else suzumio_config.ConfigCache()
@@ -924,7 +924,7 @@ class Backends:
         if warm_limit and self.runner_socket is not None:
             self.warm = suzumio_warm.WarmPool(self, self.runner_socket, warm_limit, self.configs).start()
 
-    # -- warm activations (issue 18)
+    # -- warm activations
 
     def prepare_next(self, store):
         """The scheduler ticked this project: prepare the runners of its likely next activations (or
@@ -1131,7 +1131,7 @@ class Backends:
             coordination.fail_activation(store, activation_id, error)
 
     def settle(self, store, activation_id, code, logs, secrets):
-        """backend-runner.md §3.9 steps 2-4, after the runner exited with `code`."""
+        """docs/design/runner.md, after the runner exited with `code`."""
         if self.closed.is_set() or store.activation(activation_id)["status"] != ACT_RUNNING:
             return
         if code != 0:
@@ -1160,7 +1160,7 @@ class Backends:
     # -- stopping
 
     def stop_runner(self, store, activation):
-        """Stop an ended activation's container or process (scheduler.md §3.3 step 3); a failure
+        """Stop an ended activation's container or process (docs/design/scheduler.md); a failure
         becomes an `activation.stop_failed` event and never propagates."""
         name = activation.get("containerName")
         if not name:

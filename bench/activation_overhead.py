@@ -2,7 +2,7 @@
 the real runner's first request reaching the controller (`POST /activation-context`, the runner's first
 act once its interpreter, imports and input are ready) and to its first model request (`POST
 /runner/model`), for the `local` and `docker-chat` backends, started cold and warm (a prepared runner
-waiting on the warm socket, issue 18; the pool is given time to prepare it between activations, as an
+waiting on the warm socket; the pool is given time to prepare it between activations, as an
 idle agent's runner is prepared before its next signal). The
 bare cost, measured in the same run, is the same first request made by a minimal stdlib Python script
 (`http.client` + `json`) spawned the same way: a subprocess of this interpreter with the local runner's
@@ -160,7 +160,7 @@ def activation_latencies(kind, runs, controller, warm=False):
 
 
 def remove_containers(store):
-    """The bench's own containers only (kept by the backend for inspection, backend-runner.md §3.11)."""
+    """The bench's own containers only (kept by the backend for inspection, docs/design/runner.md)."""
     import docker
 
     client = docker.from_env()

@@ -39,7 +39,7 @@ SCRIBE_ENTRIES = 40
 
 def crash_script(worker_sleep=WORKER_SLEEP_S, pm_sleep=PM_SLEEP_S, scribe_entries=SCRIBE_ENTRIES):
     """The scripted turns of the crash team. No entry has a `when`: a failed activation does not consume
-    its entry (scripted-provider.md rule 3), so the failed nudge replays the interrupted entry, and
+    its entry (docs/configuration.md rule 3), so the failed nudge replays the interrupted entry, and
     every completed activation plays the next one."""
     def shell(command):
         return {"name": "shell.exec", "input": {"command": command}}
@@ -219,7 +219,7 @@ def all_signals(store):
 
 
 def runner_alive(activation):
-    """The backend's own liveness test for a `local-<pid>` runner (backend-runner.md §3A.5); for a
+    """The backend's own liveness test for a `local-<pid>` runner (docs/design/runner.md); for a
     docker-chat container, whether the engine reports it running."""
     name = activation.get("containerName")
     if not name:
@@ -473,7 +473,7 @@ class ChaosTrial:
     """One trial: the crash team is kicked off, then serve is SIGKILLed 1..max_kills times after seeded
     random delays (and restarted after a seeded random pause) while a thread posts user notes to the
     scribe; afterwards the project must submit, every activation settle and check_settled pass.
-    A report delivered to an activation whose runner then died stays delivered (store.md §8.2) and
+    A report delivered to an activation whose runner then died stays delivered (docs/design/store.md) and
     reaches the retry only through history, which the scripted pm does not read; the all-quiet nudge
     then gives pm its next turn."""
 

@@ -1,5 +1,5 @@
 """Backend tests that need no Docker engine: environment, proxies, redaction, mounts validation, and
-the whole `local` backend (backend-runner.md §3A, §16 scenarios 53-57, 59, 60) with a stand-in runner."""
+the whole `local` backend (docs/design/runner.md scenarios 53-57, 59, 60) with a stand-in runner."""
 import json
 import os
 import signal
@@ -417,7 +417,7 @@ def test_input_controller_url_names_the_runner_socket_when_the_controller_serves
     socket_path = Path("/srv/root/run/runner.sock")
     assert backend.runner_controller_url("docker-chat", socket_path, "http://x:1") == "unix:///run/suzumio/runner.sock"
     assert backend.runner_controller_url("local", socket_path, "http://x:1") == "unix:///srv/root/run/runner.sock"
-    # serve --runner-listen: backend.controllerUrl, as before
+    # serve --runner-listen: backend.controllerUrl
     url = "http://host.docker.internal:39401"
     assert backend.runner_controller_url("docker-chat", None, url) == url
     assert backend.runner_controller_url("local", None, url) == "http://127.0.0.1:39401"

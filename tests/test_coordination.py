@@ -469,7 +469,7 @@ def test_the_same_finish_asked_again_answers_the_first_result_and_records_nothin
     assert coordination.finish_tool_call(demo, "worker", act["id"], failed["toolCallId"], "failed",
                                          error="E") == {"status": "failed"}
     assert snapshot(demo) == before
-    # a different result still overwrites the first and appends its row (tools.md §13)
+    # a different result still overwrites the first and appends its row (docs/design/tools.md)
     coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "changed")
     assert demo.tool_call(call["toolCallId"])["output"] == "changed"
     assert [h["kind"] for h in demo.active_history("worker")].count("tool_result") == 2

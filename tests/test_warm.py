@@ -1,4 +1,4 @@
-"""Warm activations (issue 18): prepared runners (a started container waiting on the warm socket, or a
+"""Warm activations: prepared runners (a started container waiting on the warm socket, or a
 spawned interpreter) serve exactly one activation each, give the same history and results as a cold
 start, stay within their bounds, and are removed on stop, approve, a config change and shutdown. Real
 controller (user app, runner socket, scheduler), real runner, real engine for docker-chat."""
