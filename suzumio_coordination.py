@@ -278,22 +278,18 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
         return result
 
 
+# How a running activation ends other than by its output: trigger -> (status, history kind and agent
+# trigger, event, the field that carries the why).
+_ENDINGS = {"fail": (ACT_FAILED, "activation_failed", "activation.failed", "error"),
+            "cancel": (ACT_CANCELLED, "activation_cancelled", "activation.cancelled", "reason")}
+
+
 def fail_activation(store, activation_id, error, now=None):
     """A running activation -> failed with its error, the agent -> failed, a history row and the
     activation.failed event. Returns the failed activation, or None when it had already ended."""
     error = str(error)
     with store.write(now) as tx:
-        row = store.activation_row(activation_id, tx.conn)
-        if not store.end_activation(tx, activation_id, "fail", ", error = ?", (error,)):
-            return None
-        _cancel_approvals(store, tx, activation_id, ACT_FAILED)
-        agent_id = row["agent_id"]
-        store.move_agent(tx, agent_id, "activation_failed", bound_to=activation_id)
-        store.add_history(tx, agent_id, activation_id, "assistant", "activation_failed",
-                          f"Activation {activation_id} failed.\n\n{error}", {"error": error})
-        store.add_event(tx, "activation.failed", {"activationId": activation_id, "agentId": agent_id,
-                                                  "error": error})
-        return store.activation(activation_id)
+        return _end_running(store, tx, activation_id, "fail", error, f"Activation {activation_id} failed.\n\n{error}")
 
 
 def cancel_activation(store, activation_id, reason, now=None):
@@ -304,17 +300,22 @@ def cancel_activation(store, activation_id, reason, now=None):
 
 
 def _cancel_in(store, tx, activation_id, reason):
+    return _end_running(store, tx, activation_id, "cancel", reason,
+                        f"Activation {activation_id} was interrupted and cancelled.\n\nReason: {reason}")
+
+
+def _end_running(store, tx, activation_id, trigger, why, text):
+    """End a running activation by `trigger` inside `tx`: its row, its pending approval requests, the
+    agent, a history row and the event; None when it had already ended."""
+    status, kind, event, field = _ENDINGS[trigger]
     row = store.activation_row(activation_id, tx.conn)
-    if not store.end_activation(tx, activation_id, "cancel", ", error = ?", (reason,)):
+    if not store.end_activation(tx, activation_id, trigger, ", error = ?", (why,)):
         return None
-    _cancel_approvals(store, tx, activation_id, ACT_CANCELLED)
+    _cancel_approvals(store, tx, activation_id, status)
     agent_id = row["agent_id"]
-    store.move_agent(tx, agent_id, "activation_cancelled", bound_to=activation_id)
-    store.add_history(tx, agent_id, activation_id, "assistant", "activation_cancelled",
-                      f"Activation {activation_id} was interrupted and cancelled.\n\nReason: {reason}",
-                      {"reason": reason})
-    store.add_event(tx, "activation.cancelled", {"activationId": activation_id, "agentId": agent_id,
-                                                 "reason": reason})
+    store.move_agent(tx, agent_id, kind, bound_to=activation_id)
+    store.add_history(tx, agent_id, activation_id, "assistant", kind, text, {field: why})
+    store.add_event(tx, event, {"activationId": activation_id, "agentId": agent_id, field: why})
     return store.activation(activation_id)
 
 

@@ -30,6 +30,7 @@ import benchlib
 from store_fixtures import CONFIGS, config_of
 
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_coordination as coordination
 import suzumio_scheduler
 import suzumio_store
@@ -182,10 +183,10 @@ def wait_until_ended(store, activation_id, timeout=60.0):
 
 def bare_local(runs, controller):
     samples = []
-    env = {name: os.environ[name] for name in suzumio_backend.LOCAL_BASE_ENV if os.environ.get(name)}
+    env = {name: os.environ[name] for name in suzumio_backend_local.LOCAL_BASE_ENV if os.environ.get(name)}
     for index in range(runs):
         began = time.time()
-        process = subprocess.Popen([sys.executable, *suzumio_backend.LOCAL_RUNNER_FLAGS, "-c", BARE_POST,
+        process = subprocess.Popen([sys.executable, *suzumio_backend_local.LOCAL_RUNNER_FLAGS, "-c", BARE_POST,
                                     controller.where, f"bare-{index}"],
                                    env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         samples.append(controller.wait_for(f"bare-{index}") - began)

@@ -22,6 +22,7 @@ from conftest import free_port, wait_until
 
 import suzumio
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_store
 
 log = logging.getLogger(__name__)
@@ -226,7 +227,7 @@ def runner_alive(activation):
         return False
     pid = suzumio_backend.local_pid(name)
     if pid is not None:
-        return suzumio_backend.local_runner_alive(pid, activation["id"])
+        return suzumio_backend_local.local_runner_alive(pid, activation["id"])
     state = suzumio_backend.DockerBackend().state(name)
     return state is not None and state[0] == "running"
 
@@ -313,7 +314,7 @@ def stop_leftover_runners(store):
     """Kill the process group of every runner still alive (never the runners of other projects)."""
     for activation in store.list_activations(limit=1_000_000):
         pid = suzumio_backend.local_pid(activation.get("containerName"))
-        if pid is not None and suzumio_backend.local_runner_alive(pid, activation["id"]):
+        if pid is not None and suzumio_backend_local.local_runner_alive(pid, activation["id"]):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -48,6 +48,7 @@ from store_fixtures import config_of
 import suzumio
 import suzumio_approvals
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_coordination as coordination
 import suzumio_store
 import suzumio_warm
@@ -117,7 +118,7 @@ def test_prepared_containers_of_a_killed_controller_are_removed_and_the_team_sti
 def prepared_processes(root):
     """Pids of live prepared local runners waiting on this root's warm socket."""
     marker = f"--warm {suzumio_warm.warm_socket_path(suzumio.runner_socket_path(root))} "
-    return {pid for pid, text in suzumio_backend.command_lines()
+    return {pid for pid, text in suzumio_backend_local.command_lines()
             if marker in text and not process_gone(pid)}
 
 

@@ -35,6 +35,7 @@ from runner_fixtures import (
 )
 
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_runner as runner
 import suzumio_runner_loop as loop
 import suzumio_runner_models as models
@@ -1291,7 +1292,7 @@ def test_runner_names_a_missing_runner_file(tmp_path, setup, missing):
     result = subprocess.run(
         [
             sys.executable,
-            *suzumio_backend.LOCAL_RUNNER_FLAGS,
+            *suzumio_backend_local.LOCAL_RUNNER_FLAGS,
             str(copy / "suzumio_runner.py"),
             "--input",
             str(write_input(tmp_path, activation)),
