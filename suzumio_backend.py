@@ -447,18 +447,22 @@ def command_lines():
         yield int(entry), raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
-def find_local_runner(input_path, activation_id):
-    """The pid of a live runner launched with `--input <input_path>` (its last arguments) that leads its
-    own session, or None: the runner of an activation whose pid was never recorded."""
-    marker = f" --input {Path(input_path).resolve()}"
+def find_local_runner(store, activation_id):
+    """The pid of a live runner of this activation that leads its own session, or None: the runner of
+    an activation whose pid was never recorded. A cold runner was launched with `--input
+    <activation dir>/input.json` (its last arguments); a claimed prepared runner with the `--warm-slot`
+    its activation's runner.slot records, written before it got its input."""
+    marker = runner_marker(store, activation_id)
+    if marker == activation_id:
+        marker = f"--input {(store.activation_dir(activation_id) / 'input.json').resolve()}"
     for pid, text in command_lines():
-        if not text.endswith(marker):
+        if not text.endswith(f" {marker}"):
             continue
         try:
             leads_session = os.getsid(pid) == pid
         except OSError:
             continue
-        if leads_session and local_runner_alive(pid, activation_id):
+        if leads_session and local_runner_alive(pid, marker):
             return pid
     return None
 
@@ -1254,6 +1258,11 @@ class Backends:
             except engine_errors() as error:
                 log.warning("cannot look for the container of activation %s: %s", activation_id, error)
                 return
+            if name is None and config.backend.kind == KIND_LOCAL and runner_marker(store, activation_id) != activation_id:
+                # Its prepared runner was claimed (runner.slot comes first) and has ended since: it
+                # cannot start later, so there is no grace to wait for.
+                self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
+                return
             if name is None:
                 age = now - parse_ts(activation["startedAt"])
                 if age > datetime.timedelta(milliseconds=NEVER_STARTED_GRACE_MS):
@@ -1277,7 +1286,7 @@ class Backends:
         launching and recording it), looked for where the current backend.kind runs them: a live local
         runner of the activation's input.json, or a container labelled with the activation; or None."""
         if config.backend.kind == KIND_LOCAL:
-            pid = find_local_runner(store.activation_dir(activation_id) / "input.json", activation_id)
+            pid = find_local_runner(store, activation_id)
             return None if pid is None else f"{LOCAL_PREFIX}{pid}"
         return self.docker.find(config.name, activation_id, store.activation(activation_id)["agentId"])
 
