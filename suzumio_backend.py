@@ -1258,7 +1258,8 @@ class Backends:
             except engine_errors() as error:
                 log.warning("cannot look for the container of activation %s: %s", activation_id, error)
                 return
-            if name is None and config.backend.kind == KIND_LOCAL and runner_marker(store, activation_id) != activation_id:
+            claimed = runner_marker(store, activation_id) != activation_id
+            if name is None and config.backend.kind == KIND_LOCAL and claimed:
                 # Its prepared runner was claimed (runner.slot comes first) and has ended since: it
                 # cannot start later, so there is no grace to wait for.
                 self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
