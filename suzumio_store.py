@@ -594,10 +594,10 @@ class _Tx:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        self.files.append((temp, path))  # first: a write that fails (a full disk) is removed on rollback
         write_durably(temp, text)
         self.conn.execute("INSERT INTO _staged_files (temp, final) VALUES (?, ?)",
                           (os.path.relpath(temp, self.base), os.path.relpath(path, self.base)))
-        self.files.append((temp, path))
 
     def execute(self, sql, params=()):
         return self.conn.execute(sql, params)
