@@ -47,6 +47,7 @@ DEFAULT_MEMORY = "4g"
 DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024
 DEFAULT_WARM = 2  # prepared runners per running project (issue 18); false or 0 turns them off
+DEFAULT_ARTIFACT_QUOTA = "2GiB"  # what one agent's artifacts folder may hold; a normal host has room for many
 DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
 NETWORK_TOOL = "web.fetch"
 
@@ -330,6 +331,35 @@ class _OrFalse:
         return self.node.check(value, path, issues)
 
 
+SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+SIZE_TEXT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value):
+    """Bytes of a size as written: a whole number of bytes, or a number with B, KB, MB, GB, TB (powers
+    of 1000) or KiB, MiB, GiB, TiB (powers of 1024), case-insensitive. None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    match = SIZE_TEXT.match(value) if isinstance(value, str) else None
+    if match is None or match.group(2).upper() not in SIZE_UNITS:
+        return None
+    size = int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
+    return size if size > 0 else None
+
+
+class _Size:
+    """A size > 0 (parse_size), kept as written."""
+
+    def check(self, value, path, issues):
+        if parse_size(value) is None:
+            issues.add(path, "Expected a size such as 2GiB, 500MB or a number of bytes")
+            return _INVALID
+        return value
+
+
 class _Keep:
     """A whole number >= 0, or "all"."""
 
@@ -595,6 +625,7 @@ _BACKEND = _Obj(
     ("controllerUrl", _Str(), DEFAULT_CONTROLLER_URL),
     ("activationTimeoutMs", _INT_GT0, 3600000),
     ("warm", _OrFalse(_INT_GE0), _OMIT),  # issue 18: prepared runners per project (DEFAULT_WARM)
+    ("artifactQuota", _OrFalse(_Size()), DEFAULT_ARTIFACT_QUOTA),  # per agent; agents.<id>.artifactQuota overrides
     ("docker", _Obj(
         *_container_fields(network=_OMIT, memory=DEFAULT_MEMORY, cpus=DEFAULT_CPUS, pids_limit=DEFAULT_PIDS_LIMIT,
                            cap_add=[]),
@@ -659,6 +690,7 @@ _AGENT = _Obj(
     ("network", _Bool(), _OMIT),
     ("docker", _Obj(*_container_fields(_OMIT, _OMIT, _OMIT, _OMIT, _OMIT)), _OMIT),
     ("approve", _APPROVE, _OMIT),  # issue 16
+    ("artifactQuota", _OrFalse(_Size()), _OMIT),
 )
 
 _PROJECT = _Obj(
@@ -767,6 +799,7 @@ class AgentSpec:
     count: int = 1
     network: bool = None  # agents.<id>.network as written; None: decided by backend.docker and the allowlist
     docker: FrozenMapping = None  # agents.<id>.docker: the container settings that replace backend.docker's
+    artifact_quota: object = None  # agents.<id>.artifactQuota as written (a size or false); None: the backend's
 
     def env_dict(self):
         return dict(self.env)
@@ -964,6 +997,7 @@ class BackendConfig:
     docker: DockerConfig
     runner: RunnerConfig
     warm: int = DEFAULT_WARM  # prepared runners per running project, 0 for none (issue 18)
+    artifact_quota: object = DEFAULT_ARTIFACT_QUOTA  # backend.artifactQuota as written (a size or false)
 
 
 @dataclass(frozen=True)
@@ -1055,7 +1089,8 @@ def _backend_config(data):
                      FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),
                      FrozenMapping({k: _preset_config(k, v) for k, v in models["presets"].items()}),
                      frozen_json(runner), runner.get("budget", {}).get("maxCostUsd")),
-        warm=int(data.get("warm", DEFAULT_WARM) or 0))
+        warm=int(data.get("warm", DEFAULT_WARM) or 0),
+        artifact_quota=data.get("artifactQuota", DEFAULT_ARTIFACT_QUOTA))
 
 
 def _trailing_index_stripped(agent_id):
@@ -1078,7 +1113,8 @@ def expand_agents(data):
                 agent_id, key, entry.get("role", key), display_name, entry.get("prompt", ""), entry.get("model"),
                 entry.get("model", default_model), tuple(entry.get("tools", [])),
                 tuple(Mount.from_data(m) for m in own.get("mounts", [])), _ro(own.get("env", {})), index, count,
-                network=own.get("network"), docker=_ro(own.get("docker", {}))))
+                network=own.get("network"), docker=_ro(own.get("docker", {})),
+                artifact_quota=own.get("artifactQuota")))
     return out
 
 
@@ -1616,6 +1652,13 @@ class ProjectConfig:
             if agent.id == agent_id:
                 return agent
         raise NotFound(f"Unknown agent: {agent_id}")
+
+    def artifact_quota(self, agent_id):
+        """Bytes the agent's artifacts folder may hold (agents.<id>.artifactQuota, else
+        backend.artifactQuota), or None when the quota is off."""
+        own = self.agent(agent_id).artifact_quota
+        written = self.backend.artifact_quota if own is None else own
+        return None if written is False else parse_size(written)
 
     @property
     def runner(self):

@@ -147,7 +147,8 @@ def test_rendered_keys_follow_schema_declaration_order(tmp_path):
     out = rendered(tmp_path, BASE)
     assert list(out) == ["name", "task", "scheduler", "communication", "backend", "agents", "channels", "tools",
                          "platforms", "observability"]
-    assert list(out["backend"]) == ["kind", "image", "controllerUrl", "activationTimeoutMs", "docker", "runner"]
+    assert list(out["backend"]) == ["kind", "image", "controllerUrl", "activationTimeoutMs", "artifactQuota", "docker",
+                                    "runner"]
     assert list(out["agents"]["pm"]) == ["prompt", "tools", "mounts", "env"]
 
 
