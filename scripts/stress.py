@@ -27,6 +27,15 @@ def stop_load(helpers):
         helper.wait(timeout=10)
 
 
+def failure_report(output, limit=300):
+    """The failures section of pytest's output (its tracebacks and summary), at most `limit` lines."""
+    lines = output.splitlines()
+    start = next((index for index, line in enumerate(lines) if "= FAILURES =" in line or "= ERRORS =" in line),
+                 max(0, len(lines) - 40))
+    shown = lines[start:]
+    return "\n".join(shown if len(shown) <= limit else shown[:limit // 2] + ["..."] + shown[-limit // 2:])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=int(os.environ.get("STRESS_RUNS", "20")))
@@ -47,8 +56,7 @@ def main(argv=None):
             print(f"run {run}/{options.runs}: exit {result.returncode} in {time.monotonic() - began:.0f} s: "
                   f"{summary}", flush=True)
             if result.returncode != 0:
-                failures = [line for line in result.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-                print("\n".join(failures or result.stdout.splitlines()[-30:]), flush=True)
+                print(failure_report(result.stdout), flush=True)
     finally:
         stop_load(helpers)
     print(f"test-stress: {passed} of {options.runs} runs passed with {options.load} busy-loop helper(s)")
