@@ -4,6 +4,7 @@ timing), runs pytest `--runs` times with them going, stops them, and prints each
 pass rate. Exit status 0 only when every run passed. Standard library only."""
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,6 +47,7 @@ def main(argv=None):
         parser.error("--runs must be at least 1 and --load at least 0")
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS, *options.pytest_args]
     passed = 0
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # the finally below stops the helpers
     helpers = start_load(options.load)
     try:
         for run in range(1, options.runs + 1):
