@@ -168,10 +168,10 @@ def test_prepared_local_runners_of_a_killed_controller_end_and_the_team_still_su
         team.kickoff()
         certain = wait_until(lambda: prepared_for_busy_agents(team), 60, message="prepared runners of busy agents")
         team.controller.kill()
-        # Read after the kill: a runner claimed since the look above runs its activation on (the next
-        # controller adopts it); what was still unclaimed when the controller died must end.
-        left = prepared_processes(team.root)
-        assert left >= certain
+        # Read after the kill as well: a runner claimed since the look above runs its activation on (the
+        # next controller adopts it) and drops out of prepared_processes; one the pool removed meanwhile
+        # has ended already; every other one, unclaimed when the controller died, must end.
+        left = certain | prepared_processes(team.root)
         # Their warm socket closed with the controller: they end instead of waiting for ever.
         wait_until(lambda: not left & prepared_processes(team.root), 30, message="prepared runners ended")
         team.controller.start()
