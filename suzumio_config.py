@@ -1485,7 +1485,7 @@ def boundary_warnings(config):
         lines = [LOCAL_WARNING]
         if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
             lines.append(LOCAL_MOUNTS_WARNING)
-        return lines
+        return lines + _quota_warnings(data)
     sandboxes = {agent.id: config.sandbox(agent.id) for agent in config.agents}
     lines = []
     if config.backend.docker.grant_network:
@@ -1498,6 +1498,17 @@ def boundary_warnings(config):
             continue
         mine = [agent.id for agent in config.agents if agent.key == key and sandboxes[agent.id].has_network]
         lines += _container_warnings(entry["docker"], f"agents.{key}.docker", mine)
+    return lines + _quota_warnings(data)
+
+
+def _quota_warnings(data):
+    """An artifact quota turned off lets an agent fill the disk of the host."""
+    lines = []
+    if data["backend"].get("artifactQuota") is False:
+        lines.append("Warning: backend.artifactQuota false lets an agent fill the host's disk")
+    for key, entry in data["agents"].items():
+        if entry.get("artifactQuota") is False:
+            lines.append(f"Warning: agents.{key}.artifactQuota false lets {key} fill the host's disk")
     return lines
 
 
