@@ -6,7 +6,7 @@ RUNTIME_STAMP := $(VENV)/.runtime-installed
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test lint demo pex webui soak clean
+.PHONY: venv test test-stress lint demo pex webui soak clean
 
 # Runtime dependencies only (enough for `make demo`); the test and dev extras come on top.
 $(RUNTIME_STAMP): pyproject.toml
@@ -26,6 +26,11 @@ test: $(STAMP)
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
 	exit $$rc
+
+# The crash, warm, SSE and end-to-end tests with one busy-loop helper per core saturating the CPU,
+# STRESS_RUNS times (default 20); prints each run and the pass rate (scripts/stress.py).
+test-stress: $(STAMP)
+	$(PY) scripts/stress.py --runs $${STRESS_RUNS:-20} -- $(PYTEST_ARGS)
 
 # The main job: an offline team of agents (scripted provider; Docker when an engine and image exist).
 demo: $(RUNTIME_STAMP)

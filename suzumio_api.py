@@ -6,6 +6,7 @@ import hmac
 import logging
 import os
 import re
+import shutil
 import threading
 import urllib.parse
 from pathlib import Path
@@ -224,6 +225,18 @@ def make_app(root, scheduler, backends, toolpacks, *, api_token=None, allowed_ho
     return app
 
 
+DISK_LOW_BYTES = 1 << 20  # below this, writes of the root are failing or about to (/health says so)
+
+
+def disk_state(path):
+    """`up`, or why the disk of the runtime root is not: what /health names as its `disk`."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError as error:
+        return f"unreadable ({error.strerror})"
+    return "up" if free >= DISK_LOW_BYTES else f"full ({free} bytes free)"
+
+
 def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
     """The user routes: health, projects, messages, history, activations, tools and control."""
     project_list = ProjectListText()
@@ -237,7 +250,10 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
 
     @app.get("/health")
     def health():
-        components = liveness() if liveness is not None else {}
+        components = dict(liveness() if liveness is not None else {})
+        disk = disk_state(root.path)
+        if disk != "up":
+            components["disk"] = disk
         down = {name: state for name, state in components.items() if state != "up"}
         if not down:
             return json_response({"healthy": True})

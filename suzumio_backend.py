@@ -55,6 +55,7 @@ CONTAINER_HOME = "/tmp"
 SECRET_NAME = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
 REDACTED = "<redacted>"
 ADOPT_POLL_SECONDS = 2.0
+QUOTA_POLL_SECONDS = 1.0  # how often a running activation's artifacts folder is measured
 NEVER_STARTED_GRACE_MS = 60_000
 RECONCILE_INTERVAL_SECONDS = 60.0
 CLOSE_GRACE_SECONDS = 5.0
@@ -655,6 +656,26 @@ class DockerBackend:
 
 # ---------------------------------------------------------------- container retention
 
+def folder_bytes(folder):
+    """Bytes of the files under `folder` (links not followed; files vanishing meanwhile skipped)."""
+    total = 0
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def format_size(size):
+    """2147483648 -> "2.0 GiB"; under 1 KiB, bytes."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
 class Retention:
     """Which exited containers are kept (backend.docker.keep): each one's log tail is saved as its
     activation's runner.log before the container goes, so removing it loses nothing."""
@@ -915,6 +936,40 @@ class Backends:
                                   name=f"suzumio-monitor-{activation_id}", daemon=True)
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
+        self._watch_quota(store, activation_id)
+
+    def _watch_quota(self, store, activation_id):
+        """Watch the activation's agent's artifacts folder (backend.artifactQuota) on its own thread:
+        the same host folder whether the runner is a process or a container."""
+        agent_id = store.activation(activation_id)["agentId"]
+        quota = self.configs.get(store).artifact_quota(agent_id)
+        if quota is None:
+            return
+        def run():
+            try:
+                self._enforce_quota(store, activation_id, agent_id, quota)
+            except Exception as error:  # noqa: BLE001 - the thread's boundary; the activation's own monitor goes on
+                log.warning("artifact quota watch of activation %s failed: %s", activation_id, error)
+
+        threading.Thread(target=run, name=f"suzumio-quota-{activation_id}", daemon=True).start()
+
+    def _enforce_quota(self, store, activation_id, agent_id, quota):
+        """Past its quota, the activation fails with `artifact quota exceeded (<used> of <quota>)`, an
+        `activation.artifact_quota_exceeded` event says so, and its runner is stopped."""
+        folder = store.artifacts_dir(agent_id)
+        while not self.closed.wait(QUOTA_POLL_SECONDS):
+            if store.activation(activation_id)["status"] != ACT_RUNNING:
+                return
+            used = folder_bytes(folder)
+            if used <= quota:
+                continue
+            error = f"artifact quota exceeded ({format_size(used)} of {format_size(quota)})"
+            log.warning("activation %s: %s", activation_id, error)
+            store.append_event("activation.artifact_quota_exceeded", {
+                "activationId": activation_id, "agentId": agent_id, "usedBytes": used, "quotaBytes": quota})
+            self.fail_if_running(store, activation_id, error)
+            self.stop_runner(store, store.activation(activation_id))
+            return
 
     def _run_monitor(self, target, store, activation_id, *args):
         try:

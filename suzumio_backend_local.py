@@ -119,18 +119,22 @@ def command_lines():
         yield int(entry), raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
-def find_local_runner(input_path, activation_id):
-    """The pid of a live runner launched with `--input <input_path>` (its last arguments) that leads its
-    own session, or None: the runner of an activation whose pid was never recorded."""
-    marker = f" --input {Path(input_path).resolve()}"
+def find_local_runner(store, activation_id):
+    """The pid of a live runner of this activation that leads its own session, or None: the runner of
+    an activation whose pid was never recorded. A cold runner was launched with `--input
+    <activation dir>/input.json` (its last arguments); a claimed prepared runner with the `--warm-slot`
+    its activation's runner.slot records, written before it got its input."""
+    marker = runner_marker(store, activation_id)
+    if marker == activation_id:
+        marker = f"--input {(store.activation_dir(activation_id) / 'input.json').resolve()}"
     for pid, text in command_lines():
-        if not text.endswith(marker):
+        if not text.endswith(f" {marker}"):
             continue
         try:
             leads_session = os.getsid(pid) == pid
         except OSError:
             continue
-        if leads_session and local_runner_alive(pid, activation_id):
+        if leads_session and local_runner_alive(pid, marker):
             return pid
     return None
 

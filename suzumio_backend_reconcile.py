@@ -106,6 +106,12 @@ class Reconciler:
             except engine_errors() as error:
                 log.warning("cannot look for the container of activation %s: %s", activation_id, error)
                 return
+            claimed = runner_marker(store, activation_id) != activation_id
+            if name is None and config.backend.kind == KIND_LOCAL and claimed:
+                # Its prepared runner was claimed (runner.slot comes first) and has ended since: it
+                # cannot start later, so there is no grace to wait for.
+                self.backends.fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
+                return
             if name is None:
                 age = now - parse_ts(activation["startedAt"])
                 if age > datetime.timedelta(milliseconds=NEVER_STARTED_GRACE_MS):
@@ -129,7 +135,7 @@ class Reconciler:
         launching and recording it), looked for where the current backend.kind runs them: a live local
         runner of the activation's input.json, or a container labelled with the activation; or None."""
         if config.backend.kind == KIND_LOCAL:
-            pid = find_local_runner(store.activation_dir(activation_id) / "input.json", activation_id)
+            pid = find_local_runner(store, activation_id)
             return None if pid is None else f"{LOCAL_PREFIX}{pid}"
         return self.docker.find(config.name, activation_id, store.activation(activation_id)["agentId"])
 

@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from suzumio_config_schema import (
+    DEFAULT_ARTIFACT_QUOTA,
     DEFAULT_KEEP,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_WARM,
     _format_path,
     _type_name,
+    parse_size,
     validate_schema,
 )
 from suzumio_errors import ConfigError, NotFound
@@ -108,6 +110,7 @@ class AgentSpec:
     count: int = 1
     network: bool = None  # agents.<id>.network as written; None: decided by backend.docker and the allowlist
     docker: FrozenMapping = None  # agents.<id>.docker: the container settings that replace backend.docker's
+    artifact_quota: object = None  # agents.<id>.artifactQuota as written (a size or false); None: the backend's
 
     def env_dict(self):
         return dict(self.env)
@@ -305,6 +308,7 @@ class BackendConfig:
     docker: DockerConfig
     runner: RunnerConfig
     warm: int = DEFAULT_WARM  # prepared runners per running project, 0 for none
+    artifact_quota: object = DEFAULT_ARTIFACT_QUOTA  # backend.artifactQuota as written (a size or false)
 
 
 @dataclass(frozen=True)
@@ -396,7 +400,8 @@ def _backend_config(data):
                      FrozenMapping({k: _provider_config(k, v) for k, v in models["providers"].items()}),
                      FrozenMapping({k: _preset_config(k, v) for k, v in models["presets"].items()}),
                      frozen_json(runner), runner.get("budget", {}).get("maxCostUsd")),
-        warm=int(data.get("warm", DEFAULT_WARM) or 0))
+        warm=int(data.get("warm", DEFAULT_WARM) or 0),
+        artifact_quota=data.get("artifactQuota", DEFAULT_ARTIFACT_QUOTA))
 
 
 def _trailing_index_stripped(agent_id):
@@ -419,7 +424,8 @@ def expand_agents(data):
                 agent_id, key, entry.get("role", key), display_name, entry.get("prompt", ""), entry.get("model"),
                 entry.get("model", default_model), tuple(entry.get("tools", [])),
                 tuple(Mount.from_data(m) for m in own.get("mounts", [])), _ro(own.get("env", {})), index, count,
-                network=own.get("network"), docker=_ro(own.get("docker", {}))))
+                network=own.get("network"), docker=_ro(own.get("docker", {})),
+                artifact_quota=own.get("artifactQuota")))
     return out
 
 
@@ -790,7 +796,7 @@ def boundary_warnings(config):
         lines = [LOCAL_WARNING]
         if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
             lines.append(LOCAL_MOUNTS_WARNING)
-        return lines
+        return lines + _quota_warnings(data)
     sandboxes = {agent.id: config.sandbox(agent.id) for agent in config.agents}
     lines = []
     if config.backend.docker.grant_network:
@@ -803,6 +809,17 @@ def boundary_warnings(config):
             continue
         mine = [agent.id for agent in config.agents if agent.key == key and sandboxes[agent.id].has_network]
         lines += _container_warnings(entry["docker"], f"agents.{key}.docker", mine)
+    return lines + _quota_warnings(data)
+
+
+def _quota_warnings(data):
+    """An artifact quota turned off lets an agent fill the disk of the host."""
+    lines = []
+    if data["backend"].get("artifactQuota") is False:
+        lines.append("Warning: backend.artifactQuota false lets an agent fill the host's disk")
+    for key, entry in data["agents"].items():
+        if entry.get("artifactQuota") is False:
+            lines.append(f"Warning: agents.{key}.artifactQuota false lets {key} fill the host's disk")
     return lines
 
 
@@ -957,6 +974,13 @@ class ProjectConfig:
             if agent.id == agent_id:
                 return agent
         raise NotFound(f"Unknown agent: {agent_id}")
+
+    def artifact_quota(self, agent_id):
+        """Bytes the agent's artifacts folder may hold (agents.<id>.artifactQuota, else
+        backend.artifactQuota), or None when the quota is off."""
+        own = self.agent(agent_id).artifact_quota
+        written = self.backend.artifact_quota if own is None else own
+        return None if written is False else parse_size(written)
 
     @property
     def runner(self):

@@ -23,6 +23,7 @@ DEFAULT_MEMORY = "4g"
 DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024
 DEFAULT_WARM = 2  # prepared runners per running project; false or 0 turns them off
+DEFAULT_ARTIFACT_QUOTA = "2GiB"  # what one agent's artifacts folder may hold; a normal host has room for many
 DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
 
 
@@ -305,6 +306,35 @@ class _OrFalse:
         return self.node.check(value, path, issues)
 
 
+SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+SIZE_TEXT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value):
+    """Bytes of a size as written: a whole number of bytes, or a number with B, KB, MB, GB, TB (powers
+    of 1000) or KiB, MiB, GiB, TiB (powers of 1024), case-insensitive. None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    match = SIZE_TEXT.match(value) if isinstance(value, str) else None
+    if match is None or match.group(2).upper() not in SIZE_UNITS:
+        return None
+    size = int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
+    return size if size > 0 else None
+
+
+class _Size:
+    """A size > 0 (parse_size), kept as written."""
+
+    def check(self, value, path, issues):
+        if parse_size(value) is None:
+            issues.add(path, "Expected a size such as 2GiB, 500MB or a number of bytes")
+            return _INVALID
+        return value
+
+
 class _Keep:
     """A whole number >= 0, or "all"."""
 
@@ -570,6 +600,7 @@ _BACKEND = _Obj(
     ("controllerUrl", _Str(), DEFAULT_CONTROLLER_URL),
     ("activationTimeoutMs", _INT_GT0, 3600000),
     ("warm", _OrFalse(_INT_GE0), _OMIT),  # Prepared runners per project (DEFAULT_WARM)
+    ("artifactQuota", _OrFalse(_Size()), DEFAULT_ARTIFACT_QUOTA),  # per agent; agents.<id>.artifactQuota overrides
     ("docker", _Obj(
         *_container_fields(network=_OMIT, memory=DEFAULT_MEMORY, cpus=DEFAULT_CPUS, pids_limit=DEFAULT_PIDS_LIMIT,
                            cap_add=[]),
@@ -634,6 +665,7 @@ _AGENT = _Obj(
     ("network", _Bool(), _OMIT),
     ("docker", _Obj(*_container_fields(_OMIT, _OMIT, _OMIT, _OMIT, _OMIT)), _OMIT),
     ("approve", _APPROVE, _OMIT),
+    ("artifactQuota", _OrFalse(_Size()), _OMIT),
 )
 
 _PROJECT = _Obj(

@@ -46,3 +46,27 @@ class BadGateway(SuzumioError):
     """The controller could not get an answer from an upstream service (a model provider)."""
 
     status = 502
+
+
+class InsufficientStorage(SuzumioError):
+    """A write failed because the disk (or the user's quota) of the runtime root is full."""
+
+    status = 507
+
+
+ENOSPC, EDQUOT = 28, 122  # errno values on Linux: no space left, quota exceeded
+SQLITE_FULL = 13
+
+
+def storage_error(error):
+    """An InsufficientStorage for `error` when it, or an error it came from, says the disk is full
+    (an OSError ENOSPC/EDQUOT, SQLite's SQLITE_FULL); else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (ENOSPC, EDQUOT):
+            return InsufficientStorage("Insufficient storage: no space left on the disk of the runtime root")
+        if getattr(error, "sqlite_errorcode", None) == SQLITE_FULL or "database or disk is full" in str(error):
+            return InsufficientStorage("Insufficient storage: the project database cannot grow (disk full)")
+        error = error.__cause__ or error.__context__
+    return None

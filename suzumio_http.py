@@ -13,7 +13,7 @@ from json.encoder import encode_basestring as _quote_json
 
 import bottle
 
-from suzumio_errors import BadRequest, SuzumioError
+from suzumio_errors import BadRequest, SuzumioError, storage_error
 from suzumio_records import describe, format_ts, parse_ts
 from suzumio_resources import VERSION
 
@@ -230,7 +230,11 @@ class ErrorBoundary:
                 raise
             except SuzumioError as exc:
                 return error_response(exc.status, exc.message)
-            except Exception:
+            except Exception as exc:
+                full = storage_error(exc)
+                if full is not None:  # the transaction rolled back; the client may ask again later
+                    log.warning("%s %s: %s", bottle.request.method, bottle.request.path, full.message)
+                    return error_response(full.status, full.message)
                 # The answer names an id, never the exception: its text may carry paths or secrets.
                 error_id = uuid.uuid4().hex[:12]
                 log.exception("%s %s failed (error id %s)", bottle.request.method, bottle.request.path, error_id)

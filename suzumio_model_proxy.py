@@ -145,8 +145,8 @@ class ModelProxy:
             log.warning("project %s provider %s: option %s is ignored", project, provider_id, name)
 
     def forward(self, config, agent_id, provider_id, preset_id, body, publish=None, on_retry=None):
-        """Send one model request, retrying 429, 5xx and connections that failed before any byte within
-        the preset's retry policy (each retry told to `on_retry(info)`); streamed where the server
+        """Send one model request, retrying 429, 5xx, connections that failed before any byte and streams
+        cut after some within the preset's retry policy (each retry told to `on_retry(info)`); streamed where the server
         accepts it, the deltas handed to `publish(delta)`. Answers the final status and a Chat Completions
         body whatever the provider's dialect; a transport failure left after the retries is a 502."""
         if not isinstance(body, dict):
@@ -160,6 +160,10 @@ class ModelProxy:
                 reason = f"HTTP {status}"
             except providers.EarlyTransportError as error:
                 status, headers, text, usage, reason = None, {}, str(error), {}, f"connection failed: {error}"
+            except providers.StreamCut as error:
+                # Cut after bytes arrived: the partial answer is dropped (never returned, its usage never
+                # counted) and the whole request asked again within the same budget.
+                status, headers, text, usage, reason = None, {}, str(error), {}, f"stream cut: {error}"
             except TransportError as error:
                 raise BadGateway(f"Request to provider {provider_id} failed: {error}") from None
             overflow = providers.overflow_server(status, text) if status is not None else None

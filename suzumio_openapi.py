@@ -151,7 +151,8 @@ PATHS = {
     "/health": {"get": {"summary": "Liveness of the controller's loops; never needs a token",
                         "security": [], "responses": {
                             "200": _json(_ref("Health"), "Every loop is up: exactly {\"healthy\": true}"),
-                            "503": _json(_ref("Health"), "A loop is down; components names each loop's state")}}},
+                            "503": _json(_ref("Health"), "A loop is down or the disk is full; components names each "
+                                         "loop's state and the disk's")}}},
     "/api/version": _get("The Suzumio version (also in the Suzumio-Version header of every answer)",
                          _json(_ref("Version"), "The version")),
     "/api/openapi.json": _get("This document", _json({"type": "object"}, "OpenAPI 3.1")),

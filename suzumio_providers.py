@@ -32,6 +32,11 @@ class EarlyTransportError(TransportError):
     """The exchange failed before any byte of the answer arrived: safe to send again."""
 
 
+class StreamCut(TransportError):
+    """An answer that broke off after some of it arrived (a reset, a close before its end), not by a
+    wait running out: asked again whole, as an early failure is."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Retries
 
@@ -154,8 +159,10 @@ def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, dead
                 if not data:
                     return
                 yield data
+        except TimeoutError as error:
+            raise TransportError(_reason(error)) from None  # waiting longer is not retried (see above)
         except (OSError, http.client.HTTPException) as error:
-            raise TransportError(_reason(error)) from None
+            raise StreamCut(_reason(error)) from None
         finally:
             response.close()
             conn.close()
@@ -263,9 +270,10 @@ def refused_feature(status, text):
 def openai_stream_answer(events, deltas):
     """One Chat Completions answer (as JSON text) assembled from its streamed chunks, as the server would
     have answered without streaming. Tool calls are keyed by `index` (Ollama sends them whole)."""
-    first, content, reasoning, calls, finish, usage = None, [], [], {}, None, None
+    first, content, reasoning, calls, finish, usage, ended = None, [], [], {}, None, None, False
     for _name, data in events:
         if data.strip() == "[DONE]":
+            ended = True
             break
         try:
             chunk = json.loads(data)
@@ -306,6 +314,10 @@ def openai_stream_answer(events, deltas):
                                          "arguments": arguments or ""})
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
+    if first is not None and not ended and finish is None:
+        # Closed after some chunks without [DONE] or a finish_reason: a cut, not an answer.
+        deltas.flush()
+        raise StreamCut("stream ended before the answer was complete")
     deltas.flush(done=True)
     if first is None:
         return None, "stream ended without a chunk"

@@ -4,6 +4,7 @@ file and the suzumio_store_<part>.py files whose row gateways ProjectStore is co
 statement lives in them. The rules that decide what the writes mean are suzumio_coordination's."""
 import logging
 import os
+import re
 import shutil
 import sqlite3
 import threading
@@ -62,7 +63,9 @@ def _connect(path, must_exist=False):
                            check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-    conn.execute("PRAGMA synchronous = NORMAL")
+    # FULL: in WAL mode every COMMIT syncs the log, so a committed write survives a power cut too
+    # (NORMAL keeps it only across a crash of the process). Its cost: BENCHMARKS.md#durable-commits.
+    conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA foreign_keys = ON")
     return conn
 
@@ -501,24 +504,53 @@ MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION
               (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6)]
 
 
+STAGED_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what _Tx.write_file stages
+# Staged files of committed transactions not yet renamed into place: bookkeeping like _migrations,
+# kept outside the numbered migrations.
+_STAGED_TABLE = "CREATE TABLE IF NOT EXISTS _staged_files (temp TEXT PRIMARY KEY, final TEXT NOT NULL)"
+
+
+def fsync_dir(path):
+    """Make the entries of directory `path` (a rename, a new file) durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path, text):
+    """Write `text` to `path` and fsync the file and its directory."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_dir(path.parent)
+
+
 class _Tx:
     """One open write transaction: its connection and the operation's clock."""
 
-    def __init__(self, conn, now, after_commit=None, files=None):
+    def __init__(self, conn, now, after_commit=None, files=None, base=None):
         self.conn = conn
         self.now = now
         self.ts = format_ts(now)
         self.after_commit = [] if after_commit is None else after_commit  # callables run after COMMIT
         self.files = [] if files is None else files  # (temp, final): renamed after COMMIT, else removed
+        self.base = base  # the project directory the staged paths are recorded relative to
 
     def write_file(self, path, text):
-        """Write `text` to `path` when this transaction commits: a temp file beside it now, renamed over
-        it after COMMIT, so a rollback leaves no file behind and never touches the old one."""
+        """Write `text` to `path` when this transaction commits: a temp file beside it now (synced, and
+        recorded in _staged_files by this transaction), renamed over it after COMMIT, so a rollback
+        leaves no file behind and never touches the old one, and a crash after the COMMIT leaves the
+        rename to the recovery of the next open (ProjectStore.recover_staged_files)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        temp.write_text(text, encoding="utf-8")
-        self.files.append((temp, path))
+        self.files.append((temp, path))  # first: a write that fails (a full disk) is removed on rollback
+        write_durably(temp, text)
+        self.conn.execute("INSERT INTO _staged_files (temp, final) VALUES (?, ?)",
+                          (os.path.relpath(temp, self.base), os.path.relpath(path, self.base)))
 
     def execute(self, sql, params=()):
         return self.conn.execute(sql, params)
@@ -573,6 +605,10 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         except BaseException:
             self._writer.close()
             raise
+        try:
+            self.recover_staged_files()
+        except (OSError, sqlite3.Error) as error:  # a full or read-only disk: the next open tries again
+            log.warning("store %s: recovering staged files failed: %s", self.project_id, error)
 
     # -- connections and transactions ----------------------------------------------------------
 
@@ -683,7 +719,8 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         """The one write path: lock, BEGIN IMMEDIATE, commit or roll back. Nested calls join."""
         outer = getattr(self._local, "tx", None)
         if outer is not None:
-            yield outer if now is None else _Tx(outer.conn, to_datetime(now), outer.after_commit, outer.files)
+            yield outer if now is None else _Tx(outer.conn, to_datetime(now), outer.after_commit, outer.files,
+                                                outer.base)
             return
         self._used()
         with self._lock:
@@ -694,7 +731,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
             conn = self._writer
             conn.execute("BEGIN IMMEDIATE")
             # the clock is read only after the write lock is held, so created_at follows rowid order
-            tx = _Tx(conn, to_datetime(now))
+            tx = _Tx(conn, to_datetime(now), base=self.dir)
             self._local.tx = tx
             try:
                 yield tx
@@ -711,19 +748,61 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
             finally:
                 self._local.tx = None
                 self._uncommitted_event = None
-            for temp, final in tx.files:
-                os.replace(temp, final)  # same directory: atomic, and the rows naming it are committed
+            if tx.files:
+                self._place_staged(tx.files)
             self.commits += 1
             if self._on_commit is not None:
                 self._on_commit(self.project_id)
             for callback in tx.after_commit:  # observers only queue work; they never fail the write
                 callback()
 
+    def _place_staged(self, files):
+        """After COMMIT: rename each staged file into place (same directory: atomic), sync its
+        directory, then forget it. A file gone already was placed by another process's recovery."""
+        for temp, final in files:
+            try:
+                os.replace(temp, final)
+            except FileNotFoundError:
+                continue
+            fsync_dir(final.parent)
+        try:
+            with self.write() as tx:
+                tx.conn.executemany("DELETE FROM _staged_files WHERE temp = ?",
+                                    [(os.path.relpath(temp, self.dir),) for temp, _final in files])
+        except sqlite3.Error as error:  # the rows only repeat a rename already done; the next open drops them
+            log.warning("store %s: staged files placed, their records stay: %s", self.project_id, error)
+
+    def recover_staged_files(self):
+        """Finish what a process killed around a COMMIT left: a staged file its committed transaction
+        recorded is renamed into place; any other staged file (its transaction rolled back or never
+        committed) is removed. Runs under the write lock, so no transaction of another process is open
+        (a transaction stages its files after it took the lock). Returns (placed, removed)."""
+        placed, removed = [], []
+        with self.write() as tx:
+            for temp, final in tx.all("SELECT temp, final FROM _staged_files"):
+                if (self.dir / temp).exists():
+                    os.replace(self.dir / temp, self.dir / final)
+                    fsync_dir((self.dir / final).parent)
+                    placed.append(final)
+            tx.execute("DELETE FROM _staged_files")
+            for folder in (self.dir, self.dir / "history"):
+                candidates = folder.glob("*") if folder == self.dir else folder.glob("*/*")
+                for path in candidates:
+                    if STAGED_NAME.match(path.name) and path.is_file():
+                        path.unlink()
+                        removed.append(os.path.relpath(path, self.dir))
+        for final in placed:
+            log.warning("store %s: placed %s, staged by a transaction committed before a crash", self.project_id, final)
+        for temp in removed:
+            log.info("store %s: removed %s, staged by a transaction that never committed", self.project_id, temp)
+        return placed, removed
+
     def _migrate(self):
         with self._lock:
             conn = self._writer
             conn.execute("CREATE TABLE IF NOT EXISTS _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
                          " applied_at TEXT NOT NULL)")
+            conn.execute(_STAGED_TABLE)
             for number, name, statements in MIGRATIONS:
                 with self.write() as tx:
                     if tx.one("SELECT 1 FROM _migrations WHERE id = ?", (number,)):

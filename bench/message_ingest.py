@@ -1,7 +1,7 @@
 """Store-level message ingest: messages/s through `suzumio_coordination.send_message` for a direct message (one
 message, one signal, two events) and a channel message fanned out to 10 agents (one message, 10
 signals, 11 events), each against bare SQLite inserts of the same rows (same tables, same settings: WAL,
-synchronous=NORMAL, one transaction per message) made on a plain connection in the same run.
+synchronous=FULL, one transaction per message) made on a plain connection in the same run.
 Usage: .venv/bin/python bench/message_ingest.py [--messages 1500] [--agents 10] [--json]"""
 import argparse
 import json
@@ -31,7 +31,7 @@ def store_rate(store, count, **target):
 def bare_rate(db_path, project, count, targets, channel):
     """The rows send_message writes, inserted as plainly as SQLite allows, one transaction each."""
     conn = sqlite3.connect(db_path, isolation_level=None)
-    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA synchronous = FULL")
     started = time.perf_counter()
     for index in range(count):
         message_id = f"msg_bare_{uuid.uuid4().hex}"

@@ -16,6 +16,7 @@ BENCHES = (
     ("api_throughput.py", [], ["--messages", "800"]),
     ("scheduler_tick.py", [], ["--passes", "7"]),
     ("message_ingest.py", [], ["--messages", "500", "--rounds", "2"]),
+    ("durable_commits.py", [], ["--messages", "300", "--reports", "60", "--rounds", "2"]),
     ("sse_fanout.py", [], ["--events", "60", "--burst", "2000"]),
     ("history_paging.py", [], ["--repeat", "15"]),
 )

@@ -381,10 +381,10 @@ class CrashTeam:
     def __exit__(self, *exc):
         self.close()
 
-    def kickoff(self):
-        """Serve, send the kick-off to pm while the project is not running yet, then start it (so the
-        all-quiet nudge cannot beat the kick-off)."""
-        self.controller.start()
+    def kickoff(self, launcher=None):
+        """Serve (`launcher`: as Controller.start), send the kick-off to pm while the project is not
+        running yet, then start it (so the all-quiet nudge cannot beat the kick-off)."""
+        self.controller.start(launcher=launcher)
         if self.post_message("pm", KICKOFF) is None:
             raise RuntimeError("the kick-off message was refused")
         self.controller.post(f"/api/projects/{PROJECT}/start").raise_for_status()

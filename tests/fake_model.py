@@ -23,7 +23,7 @@ OVERFLOW_BODY = {"error": {"message": OVERFLOW_MESSAGE, "type": "invalid_request
                            "code": "context_length_exceeded"}}
 
 RecordedRequest = namedtuple("RecordedRequest", "path headers body")
-Reply = namedtuple("Reply", "status headers body delay chunk_delay", defaults=(0.0,))
+Reply = namedtuple("Reply", "status headers body delay chunk_delay cut_after", defaults=(0.0, None))
 FLAVORS = ("openai", "vllm", "llamacpp", "ollama", "nostream", "nostreamoptions", "completiontokens")
 WORDS = re.compile(r"\S+\s*|\s+")
 
@@ -114,9 +114,11 @@ class _ModelHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         try:
-            for chunk in stream_chunks(reply.body, request, fake.flavor):
+            for index, chunk in enumerate(stream_chunks(reply.body, request, fake.flavor)):
                 if reply.chunk_delay and fake._closing.wait(reply.chunk_delay):
                     return
+                if reply.cut_after is not None and index >= reply.cut_after:
+                    return  # the connection closes mid-stream
                 self.wfile.write(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n")
                 self.wfile.flush()
                 if "content" in chunk["choices"][0]["delta"] if chunk.get("choices") else False:
@@ -237,8 +239,10 @@ class FakeModel:
         finish_reason=None,
         reasoning=None,
         chunk_delay=0.0,
+        cut_after=None,
     ):
-        """Queue one reply: assistant `content` and/or `tool_calls` [(name, args) or {name, arguments, id}],
+        """Queue one reply (`cut_after`: a streamed reply's connection closes after that many chunks, without
+        the rest or [DONE]): assistant `content` and/or `tool_calls` [(name, args) or {name, arguments, id}],
         `usage` (prompt, completion, total) or a raw dict; or an error `status` with a JSON `body`
         (bytes are sent as is); `delay` seconds before answering; `model` routes it to that model."""
         with self._lock:
@@ -252,7 +256,7 @@ class FakeModel:
                     self.flavor,
                 )
 
-        reply = Reply(status, headers or {}, body, delay, chunk_delay)
+        reply = Reply(status, headers or {}, body, delay, chunk_delay, cut_after)
         with self._lock:
             self._queues.setdefault(model, []).append(reply)
 

@@ -148,7 +148,8 @@ def test_rendered_keys_follow_schema_declaration_order(tmp_path):
     out = rendered(tmp_path, BASE)
     assert list(out) == ["name", "task", "scheduler", "communication", "backend", "agents", "channels", "tools",
                          "platforms", "observability"]
-    assert list(out["backend"]) == ["kind", "image", "controllerUrl", "activationTimeoutMs", "docker", "runner"]
+    assert list(out["backend"]) == ["kind", "image", "controllerUrl", "activationTimeoutMs", "artifactQuota", "docker",
+                                    "runner"]
     assert list(out["agents"]["pm"]) == ["prompt", "tools", "mounts", "env"]
 
 
@@ -1700,3 +1701,20 @@ def test_every_built_in_input_schema_passes_the_json_schema_check():
                 registry.check_json_schema(entry.input_schema, entry.id)
                 checked += 1
     assert checked > 10
+
+
+def test_artifact_quota_is_a_size_overridable_per_agent_and_false_warns(tmp_path):
+    data = docker_base({}, worker={"tools": [], "artifactQuota": "500MB"})
+    config_ = load(tmp_path, data)
+    assert config_.artifact_quota("pm") == 2 * 2**30  # the default, per agent
+    assert config_.artifact_quota("worker") == 500 * 10**6
+    assert config_.warnings == []
+    data["backend"]["artifactQuota"] = False
+    data["agents"]["worker"]["artifactQuota"] = 1024
+    config_ = load(tmp_path, data)
+    assert (config_.artifact_quota("pm"), config_.artifact_quota("worker")) == (None, 1024)
+    assert config_.warnings == ["Warning: backend.artifactQuota false lets an agent fill the host's disk"]
+    for bad in ("lots", "0", -5, "2 parsecs", True):
+        data["backend"]["artifactQuota"] = bad
+        with pytest.raises(config.ConfigError, match=r"backend\.artifactQuota"):
+            load(tmp_path, data)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import requests
@@ -92,41 +93,86 @@ def test_restarted_controller_adopts_live_runners_and_their_activations_complete
         assert team.check() == []
 
 
-def prepared_containers():
-    """(name, state) of the crash project's prepared containers not yet claimed."""
-    return suzumio_backend.DockerBackend().warm_containers(project=PROJECT)
+def prepared_containers(root):
+    """(name, state) of the crash project's prepared containers of this root's controller not yet
+    claimed (other roots on the same engine may run a project of the same name)."""
+    owner = suzumio_backend.warm_owner(suzumio.runner_socket_path(root))
+    return suzumio_backend.DockerBackend().warm_containers(owner=owner, project=PROJECT)
+
+
+def prepared_containers_of_busy_agents(team):
+    """Running prepared containers of agents inside a shell.exec call: none of them can be claimed
+    (renamed to an activation) before that call, its activation and a scheduler tick are over."""
+    def look(store):
+        busy = [agent for agent in ("pm", *WORKERS) if busy_runner(store, agent)]
+        return {name for name, state in prepared_containers(team.root) if state == "running"
+                and any(f"_{agent}_{suzumio_backend.WARM_MARK}" in name for agent in busy)}
+    return team.read(look)
 
 
 def test_prepared_containers_of_a_killed_controller_are_removed_and_the_team_still_submits(tmp_path):
     client = docker_client_or_skip()
     runner_image_or_skip(client)
-    with CrashTeam(tmp_path, kind=suzumio_backend.KIND_DOCKER, image=RUNNER_IMAGE) as team:
+    with CrashTeam(tmp_path, kind=suzumio_backend.KIND_DOCKER, image=RUNNER_IMAGE, worker_sleep=3.0) as team:
         team.kickoff()
-        left = wait_until(lambda: [name for name, state in prepared_containers() if state == "running"], 90,
-                          message="prepared containers waiting")
+        certain = wait_until(lambda: prepared_containers_of_busy_agents(team), 90,
+                             message="prepared containers of busy agents")
         team.controller.kill()
-        assert {name for name, _state in prepared_containers()} >= set(left)  # SIGKILL removes nothing
+        # Read after the kill: a container claimed since the look was renamed to its activation and
+        # runs on (the next controller adopts it); the unclaimed ones are the killed controller's leftovers.
+        left = {name for name, _state in prepared_containers(team.root)}
+        assert left >= certain  # SIGKILL removes nothing
         team.controller.start()
-        wait_until(lambda: not set(left) & {name for name, _state in prepared_containers()}, 90,
+        wait_until(lambda: not left & {name for name, _state in prepared_containers(team.root)}, 90,
                    message="the killed controller's prepared containers removed")
         team.wait_done(180)
         assert team.check() == []
         team.controller.stop()  # SIGTERM: the shutdown removes what the new controller prepared
-        assert prepared_containers() == []
+        assert prepared_containers(team.root) == []
 
 
 def prepared_processes(root):
-    """Pids of live prepared local runners waiting on this root's warm socket."""
+    """Pids of live prepared local runners waiting on this root's warm socket: started with `--warm`
+    and not yet claimed. A claimed runner keeps its command line, so its slot id (recorded in its
+    activation's runner.slot before it gets its input) tells it apart: it runs an activation that
+    outlives a killed controller on purpose, to be adopted by the next one."""
     marker = f"--warm {suzumio_warm.warm_socket_path(suzumio.runner_socket_path(root))} "
+    claimed = {path.read_text(encoding="utf-8").strip() for path in Path(root).glob("*/activations/*/runner.slot")}
     return {pid for pid, text in suzumio_backend_local.command_lines()
-            if marker in text and not process_gone(pid)}
+            if marker in text and warm_slot(text) not in claimed and not process_gone(pid)}
+
+
+def warm_slot(command_line):
+    words = command_line.split()
+    return words[words.index(suzumio_warm.SLOT_FLAG) + 1] if suzumio_warm.SLOT_FLAG in words[:-1] else None
+
+
+def prepared_agent(pid):
+    """The agent a prepared local runner was spawned for: it runs in that agent's workspace."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd")).parent.name
+    except OSError:
+        return None
+
+
+def prepared_for_busy_agents(team):
+    """Unclaimed prepared runners of agents inside a shell.exec call: none of them can be claimed before
+    that call, its activation and a scheduler tick are over."""
+    def look(store):
+        busy = {agent for agent in ("pm", *WORKERS) if busy_runner(store, agent)}
+        return {pid for pid in prepared_processes(team.root) if prepared_agent(pid) in busy}
+    return team.read(look)
 
 
 def test_prepared_local_runners_of_a_killed_controller_end_and_the_team_still_submits(tmp_path):
-    with CrashTeam(tmp_path) as team:
+    with CrashTeam(tmp_path, worker_sleep=3.0) as team:
         team.kickoff()
-        left = wait_until(lambda: prepared_processes(team.root), 60, message="prepared runners waiting")
+        certain = wait_until(lambda: prepared_for_busy_agents(team), 60, message="prepared runners of busy agents")
         team.controller.kill()
+        # Read after the kill as well: a runner claimed since the look above runs its activation on (the
+        # next controller adopts it) and drops out of prepared_processes; one the pool removed meanwhile
+        # has ended already; every other one, unclaimed when the controller died, must end.
+        left = certain | prepared_processes(team.root)
         # Their warm socket closed with the controller: they end instead of waiting for ever.
         wait_until(lambda: not left & prepared_processes(team.root), 30, message="prepared runners ended")
         team.controller.start()
@@ -134,6 +180,47 @@ def test_prepared_local_runners_of_a_killed_controller_end_and_the_team_still_su
         assert team.check() == []
         team.controller.stop()
         assert prepared_processes(team.root) == set()
+
+
+KILLED_AT_WARM_CLAIM = REPO / "tests" / "serve_killed_at_warm_claim.py"
+
+
+def claimed_activation(store):
+    """The activation a prepared runner was claimed for (its runner.slot written)."""
+    for activation in store.list_activations(limit=100):
+        if (store.activation_dir(activation["id"]) / "runner.slot").exists():
+            return activation
+    return None
+
+
+@pytest.mark.parametrize("kill_at", ["before", "after"])
+def test_controller_killed_at_a_warm_claim_leaves_no_activation_waiting(tmp_path, monkeypatch, kill_at):
+    """A test-only serve kills itself at the first claim of a prepared runner, before the runner got its
+    input or after it (before its pid was recorded). The next serve finds the claimed runner by the slot
+    its runner.slot records: adopted, the activation completes; gone, the activation fails at once as a
+    runner that gave no output (not after the grace of a runner that was never started), and the failed
+    nudge retries it."""
+    monkeypatch.setenv("SUZUMIO_TEST_KILL_AT", kill_at)
+    with CrashTeam(tmp_path) as team:
+        try:
+            team.kickoff(launcher=KILLED_AT_WARM_CLAIM)
+        except requests.ConnectionError:
+            pass  # serve died before it answered the project start
+        wait_until(team.controller.exited, 90, message=f"serve killed at a warm claim ({team.controller.log_path})")
+        assert team.controller.process.returncode == -signal.SIGKILL
+        claimed = team.read(claimed_activation)
+        assert claimed is not None and not claimed.get("containerName")
+        team.controller.start()
+        team.wait_done(120)
+        with team.store() as store:
+            settled = store.activation(claimed["id"])
+            if kill_at == "after":
+                assert settled["status"] == "completed"
+                assert settled["containerName"].startswith(suzumio_backend.LOCAL_PREFIX)
+            else:
+                assert (settled["status"], settled["error"]) == ("failed", suzumio_backend.NO_OUTPUT_ERROR)
+                assert retry_of(store, settled)["status"] == "completed"
+        assert team.check() == []
 
 
 def test_runner_dying_after_a_controller_restart_fails_and_the_failed_nudge_retries_it(tmp_path):

@@ -598,3 +598,18 @@ def test_the_webui_shows_a_running_activations_text_and_tool_calls_as_they_strea
         # ... and on the activation's line in the Activations view
         page.goto(f"{team.service.base_url}/#/{team.name}/activations")
         expect(page.get_by_test_id("activation-line")).to_contain_text(" - $0.0030", timeout=10000)
+
+
+def test_a_stream_cut_after_bytes_arrived_is_asked_again_and_only_the_whole_answer_counts(model):
+    delays, retries, deltas = [], [], []
+    proxy = ModelProxy({"KEY_VAR": KEY}, sleep=delays.append)
+    model.enqueue(content=" ".join(["partial"] * 12), usage=(50, 40, 90), cut_after=3)
+    model.enqueue(content="whole", usage=(5, 1, 6))
+    answer = proxy.forward(models_config(model.base_url), "pm", "gw", "main", BODY, publish=deltas.append,
+                           on_retry=retries.append)
+    assert answer.status == 200 and whole(answer.body)[0] == "whole"
+    assert answer.usage["input"] == 5 and answer.usage["output"] == 1  # the cut answer's usage never counts
+    assert len(model.requests) == 2 and len(delays) == 1
+    assert [(r["retry"], r["status"]) for r in retries] == [(1, None)]
+    assert retries[0]["reason"].startswith("stream cut: ")
+    assert any("partial" in str(delta) for delta in deltas)  # bytes had arrived before the cut

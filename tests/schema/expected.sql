@@ -53,6 +53,9 @@ CREATE UNIQUE INDEX idx_tool_calls_activation_call_key ON tool_calls (activation
 -- table _migrations on _migrations
 CREATE TABLE _migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL);
 
+-- table _staged_files on _staged_files
+CREATE TABLE _staged_files (temp TEXT PRIMARY KEY, final TEXT NOT NULL);
+
 -- table activations on activations
 CREATE TABLE activations (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL,
