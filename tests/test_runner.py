@@ -1251,7 +1251,7 @@ RUNNER_MODULES = (
     "suzumio_runner_models.py",
 )
 # Imported only by an activation whose agent has a sandbox-side MCP server (issue 15).
-ALL_RUNNER_MODULES = (*RUNNER_MODULES, "suzumio_runner_mcp.py")
+ALL_RUNNER_MODULES = (*RUNNER_MODULES, "suzumio_runner_mcp.py", "suzumio_runner_egress.py")
 
 
 @pytest.mark.parametrize("name", ALL_RUNNER_MODULES)
