@@ -228,3 +228,27 @@ def test_status_shows_egress_totals_per_agent(tmp_path, upstream, capsys):
     assert pm["egress"] == {"connections": 0, "denied": 0, "bytesIn": 0, "bytesOut": 0}
     row = next(line for line in text.splitlines() if line.strip().startswith("listed"))
     assert "egress 1 out, 1 denied" in row
+
+
+def test_the_control_room_shows_each_agents_egress_totals(tmp_path, upstream):
+    from playwright.sync_api import expect
+    from provisioning_fixtures import chromium_browser
+    from test_webui import SCREENSHOTS
+
+    names = {"upstream.test": ["127.0.0.1"]}
+    agents = {"pm": agent(), "listed": agent(egress=[f"127.0.0.1:{upstream.port}"])}
+    with sandbox_team(tmp_path, agents, resolver=names_resolver(names), kind="local") as team, \
+            chromium_browser() as browser:
+        shell_and_fetches(team, "listed", [curl(f"http://upstream.test:{upstream.port}/"), curl("http://nope.test/")],
+                          [])
+        totals = team.store.egress_totals()["listed"]
+        token = team.service.auth_headers["Authorization"].split(" ", 1)[1]
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(f"{team.service.base_url}/?token={token}#/{team.name}/overview")
+        card = page.get_by_test_id("agent-card").filter(has_text="listed")
+        size = totals["bytesIn"] + totals["bytesOut"]
+        expect(card.get_by_test_id("agent-egress")).to_have_text(f"egress 1 out, 1 denied, {size} B", timeout=10000)
+        expect(page.get_by_test_id("agent-egress")).to_have_count(1)  # pm made no connection
+        expect(page.get_by_test_id("metric-egress")).to_contain_text(f"1 denied, {size} B through the controller")
+        SCREENSHOTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "egress-overview.png"))
