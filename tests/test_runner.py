@@ -1249,9 +1249,10 @@ RUNNER_MODULES = (
     "suzumio_runner_loop.py",
     "suzumio_runner_tools.py",
     "suzumio_runner_models.py",
+    "suzumio_runner_egress.py",
 )
 # Imported only by an activation whose agent has a sandbox-side MCP server (issue 15).
-ALL_RUNNER_MODULES = (*RUNNER_MODULES, "suzumio_runner_mcp.py", "suzumio_runner_egress.py")
+ALL_RUNNER_MODULES = (*RUNNER_MODULES, "suzumio_runner_mcp.py")
 
 
 @pytest.mark.parametrize("name", ALL_RUNNER_MODULES)
