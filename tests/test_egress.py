@@ -252,3 +252,38 @@ def test_the_control_room_shows_each_agents_egress_totals(tmp_path, upstream):
         expect(page.get_by_test_id("metric-egress")).to_contain_text(f"1 denied, {size} B through the controller")
         SCREENSHOTS.mkdir(exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "egress-overview.png"))
+
+
+def test_limits_cap_an_activations_connections_and_bytes(tmp_path, upstream):
+    names = {"upstream.test": ["127.0.0.1"]}
+    entry = f"127.0.0.1:{upstream.port}"
+    agents = {"pm": agent(), "few": agent(egress=[entry], egressLimits={"connections": 2}),
+              "small": agent(egress=[entry], egressLimits={"bytes": 100})}
+    url = f"http://upstream.test:{upstream.port}/"
+    with sandbox_team(tmp_path, agents, resolver=names_resolver(names), kind="local") as team:
+        _, few, _ = shell_and_fetches(team, "few", [curl(url), curl(url), curl(url)], [])
+        _, again, _ = shell_and_fetches(team, "few", [curl(url)], [])  # counted per activation
+        _, small, _ = shell_and_fetches(team, "small", [curl(url)], [])
+        denied = [event["data"] for event in team.events("egress.denied")]
+        allowed = [event["data"] for event in team.events("egress.allowed") if event["data"]["agent"] == "small"]
+    limit = "egress connection limit (2) reached for few; raise agents.few.egressLimits.connections"
+    assert few.splitlines()[::2] == [f"200 000 {len(BODY)}", f"200 000 {len(BODY)}", f"429 000 {len(limit) + 1}"]
+    assert few.splitlines()[-1] == limit
+    assert again.splitlines()[0] == f"200 000 {len(BODY)}"
+    assert [(d["agent"], d["reason"]) for d in denied] == [("few", limit)]
+    # The request alone is under 100 bytes; the answer takes the activation over: the tunnel is cut.
+    assert not small.startswith("200 000 20")
+    [cut] = allowed
+    assert cut["error"] == "byte limit reached" and cut["bytesIn"] < len(BODY) + 200
+
+
+def test_the_egress_proxy_is_reached_over_tcp_when_the_runner_routes_are(tmp_path, upstream):
+    names = {"upstream.test": ["127.0.0.1"]}
+    agents = {"pm": agent(), "listed": agent(egress=[f"127.0.0.1:{upstream.port}"])}
+    with sandbox_team(tmp_path, agents, resolver=names_resolver(names), kind="local",
+                      runner_listen=("127.0.0.1", 0)) as team:
+        activation, stdout, _ = shell_and_fetches(team, "listed", [curl(f"http://upstream.test:{upstream.port}/")], [])
+        tcp_port = team.service.egress.tcp_address[1]
+        given = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())["egress"]
+    assert given == f"tcp://127.0.0.1:{tcp_port}"
+    assert stdout.splitlines() == [f"200 000 {len(BODY)}", BODY.decode().strip()]

@@ -44,17 +44,19 @@ def agent(*tools, **settings):
 
 
 @contextlib.contextmanager
-def sandbox_team(tmp_path, agents, docker=None, resolver=None, kind="docker-chat"):
+def sandbox_team(tmp_path, agents, docker=None, resolver=None, kind="docker-chat", runner_listen=None):
     """A served project on docker-chat with `agents` (each plays the FakeModel's `worker` queue in turn)
     and `backend.docker` set to `docker`; its containers are removed afterwards. Runners reach the
     controller over the mounted runner socket and the model through the controller, so an agent without
-    network needs none. `resolver`: the egress proxy's name resolution (suzumio_egress.resolve)."""
+    network needs none. `resolver`: the egress proxy's name resolution (suzumio_egress.resolve);
+    `runner_listen` (host, port): the runner routes and the egress proxy on TCP instead."""
     client = require_engine(kind)
     model = FakeModel()
     try:
-        with serving(tmp_path / "root", resolver=resolver) as service:
+        with serving(tmp_path / "root", resolver=resolver, runner_listen=runner_listen) as service:
             docker = dict(docker or {})
-            config = project_config(kind, service.base_url, model.base_url, agents=agents,
+            controller_url = service.runner_url if runner_listen else service.base_url
+            config = project_config(kind, controller_url, model.base_url, agents=agents,
                                     presets={"worker": {"provider": "fake", "model": "worker"}}, model="worker")
             config["backend"]["docker"] = docker
             store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
