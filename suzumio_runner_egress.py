@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 PREAMBLE = "SUZUMIO-EGRESS/1"
 MAX_CONNECTIONS = 64  # open tunnels per activation; one more is closed at once
-HIGH_WATER = 1 << 18  # bytes buffered for a slow reader before its writer is no longer read
-CHUNK = 1 << 16
+HIGH_WATER = 1 << 20  # bytes buffered for a slow reader before its writer is no longer read
+CHUNK = 1 << 18
 CONNECT_TIMEOUT_SECONDS = 10.0
 PROXY_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 NO_PROXY = "localhost,127.0.0.1,::1"
