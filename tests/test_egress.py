@@ -7,6 +7,7 @@ machine's own DNS cannot be made to produce); every other part is real."""
 import http.server
 import ipaddress
 import json
+import os
 import socket
 import threading
 
@@ -287,3 +288,37 @@ def test_the_egress_proxy_is_reached_over_tcp_when_the_runner_routes_are(tmp_pat
         given = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())["egress"]
     assert given == f"tcp://127.0.0.1:{tcp_port}"
     assert stdout.splitlines() == [f"200 000 {len(BODY)}", BODY.decode().strip()]
+
+
+def test_a_tunnel_needs_a_running_activations_token_and_the_proxy_joins_its_threads(tmp_path):
+    from api_fixtures import init_project, project_yaml, running_activation, serving
+
+    with serving(tmp_path / "root") as service:
+        store = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
+        store.start()
+        activation = running_activation(store, "worker")
+        token = store.agent("worker", include_token=True)["token"]
+        path = os.path.join(os.path.dirname(service.runner_socket), egress.EGRESS_SOCKET)
+
+        def tunnel(activation_id, given):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(10)
+                sock.connect(path)
+                sock.sendall(f"SUZUMIO-EGRESS/1 demo {activation_id} {given}\n".encode()
+                             + b"GET http://example.test/ HTTP/1.1\r\nHost: example.test\r\n\r\n")
+                return sock.makefile("rb").read().decode()
+
+        forged = tunnel(activation["id"], "not-the-token")
+        unknown = tunnel("act_missing", token)
+        listed = tunnel(activation["id"], token)  # the worker's egress is empty: refused and audited
+        store.cancel_activation(activation["id"], "over")
+        ended = tunnel(activation["id"], token)
+        events = [json.loads(e["data_json"]) for e in store.list_events(1000) if e["type"].startswith("egress.")]
+        threads = [t.name for t in threading.enumerate() if t.name.startswith("suzumio-egress")]
+    assert forged.startswith("HTTP/1.1 403 egress tunnel not authorized\r\n") and "Invalid agent token" in forged
+    assert unknown.startswith("HTTP/1.1 403 egress tunnel not authorized\r\n")
+    assert "Activation " in ended and "is cancelled" in ended
+    refusal = "egress to example.test:80 is not allowed for worker; add it to agents.worker.egress"
+    assert listed.startswith(f"HTTP/1.1 403 {refusal}\r\n") and listed.endswith(refusal + "\n")
+    assert [(e["agent"], e["activation"], e["reason"]) for e in events] == [("worker", activation["id"], refusal)]
+    assert threads and not [t for t in threading.enumerate() if t.name.startswith("suzumio-egress")]
