@@ -244,7 +244,7 @@ def answer(status, reason, body=""):
     body = (body or reason) + "\n"
     return (f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
             f"Content-Length: {len(body.encode('utf-8'))}\r\nConnection: close\r\n"
-            f"X-Suzumio-Egress: denied\r\n\r\n{body}").encode("utf-8")
+            f"X-Suzumio-Egress: denied\r\n\r\n{body}").encode()
 
 
 class _Usage:

@@ -21,7 +21,7 @@ NO_PROXY = "localhost,127.0.0.1,::1"
 
 def preamble(project, activation_id, token):
     """The line the controller reads before the client's bytes: who is connecting."""
-    return f"{PREAMBLE} {project} {activation_id} {token}\n".encode("utf-8")
+    return f"{PREAMBLE} {project} {activation_id} {token}\n".encode()
 
 
 def open_endpoint(url, timeout=CONNECT_TIMEOUT_SECONDS):

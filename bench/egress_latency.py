@@ -10,6 +10,7 @@ import http.client
 import http.server
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import benchlib
@@ -78,11 +79,9 @@ def main():
                 direct, plain, tunnel = [], [], []
                 url = f"http://127.0.0.1:{port}{path}"
                 for _ in range(runs):
-                    direct += benchlib.timed(lambda: check(get("127.0.0.1", port, path), size), 1, warmup=0)
-                    plain += benchlib.timed(lambda: check(get("127.0.0.1", forwarder.port, url), size), 1, warmup=0)
-                    tunnel += benchlib.timed(
-                        lambda: check(get("127.0.0.1", forwarder.port, path, ("127.0.0.1", port)), size), 1,
-                        warmup=0)
+                    direct.append(timed_get(size, "127.0.0.1", port, path))
+                    plain.append(timed_get(size, "127.0.0.1", forwarder.port, url))
+                    tunnel.append(timed_get(size, "127.0.0.1", forwarder.port, path, ("127.0.0.1", port)))
                 base = benchlib.median(direct)
                 results.add(f"GET {label}, direct", base, "s")
                 results.add(f"GET {label}, through the egress proxy (plain HTTP)", benchlib.median(plain), "s", base)
@@ -101,9 +100,14 @@ def main():
     return results.emit(args.json)
 
 
-def check(length, expected):
+def timed_get(expected, *where):
+    """Seconds of one `get(*where)`, whose body must be `expected` bytes long."""
+    started = time.perf_counter()
+    length = get(*where)
+    elapsed = time.perf_counter() - started
     if length != expected:
         raise SystemExit(f"short body: {length} of {expected} bytes")
+    return elapsed
 
 
 if __name__ == "__main__":

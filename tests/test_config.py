@@ -854,7 +854,8 @@ def test_render_lists_each_agents_network_and_egress_with_reasons(tmp_path):
         "Network: worker-2 gets bridge (agents.worker.network: true)",
         "Egress: worker-2 may reach *.example.com, 10.1.0.0/16 (agents.worker.egress)",
     ]
-    assert config_.warnings[:1] == [f"Warning: agents.worker.network true gives worker-1, worker-2 {config.ESCAPE_HATCH}"]
+    assert config_.warnings[:1] == [
+        f"Warning: agents.worker.network true gives worker-1, worker-2 {config.ESCAPE_HATCH}"]
     assert config_.warnings[-2:] == [
         "Warning: agents.worker.egress 10.1.0.0/16 lets worker-1 reach non-public addresses",
         "Warning: agents.worker.egress 10.1.0.0/16 lets worker-2 reach non-public addresses"]

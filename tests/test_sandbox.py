@@ -170,7 +170,8 @@ def test_without_network_no_outside_address_answers_while_the_activation_complet
             isolated = run_shell(team, "worker", probe)
             fetching = run_shell(team, "fetcher", probe)
             networked = run_shell(team, "hatch", probe)
-            modes = [container_attrs(team, name)["HostConfig"]["NetworkMode"] for name in ("worker", "fetcher", "hatch")]
+            modes = [container_attrs(team, name)["HostConfig"]["NetworkMode"]
+                     for name in ("worker", "fetcher", "hatch")]
     finally:
         listener.close()
     assert modes == ["none", "none", "host"]
