@@ -954,10 +954,9 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
                                                name="suzumio-runner-http")
             runner_url = f"http://{url_host(runner_listen[0])}:{runner_server.port}"
         servers.append(runner_server)
-        egress = suzumio_egress.EgressProxy(
-            root, runtime.configs,
-            own_listeners=lambda: [(host, server.port)] + ([tuple(runner_listen[:1]) + (runner_server.port,)]
-                                                           if runner_listen else []))
+        # The controller's own listeners are never a destination, whatever an allowlist says.
+        own = [(host, server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])
+        egress = suzumio_egress.EgressProxy(root, runtime.configs, own_listeners=lambda: own)
         if runner_listen is None:
             egress.listen_unix(socket_path.parent / suzumio_egress.EGRESS_SOCKET)
         else:
