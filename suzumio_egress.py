@@ -176,10 +176,11 @@ class Refused(SuzumioError):
 
     status = 403
 
-    def __init__(self, message, status=403, reason=None):
+    def __init__(self, message, status=403, reason=None, address=None):
         super().__init__(message)
         self.status = status
         self.reason = reason or message
+        self.address = address  # what the name resolved to, when that is why it was refused
 
 
 @dataclass
@@ -395,6 +396,7 @@ class EgressProxy:
             audit.update(host=request.host, port=request.port, method=request.method)
             address = self.check(config, agent_id, activation_id, request)
         except Refused as error:
+            audit["address"] = None if error.address is None else str(error.address)
             _send_and_close(client, answer(error.status, error.reason, str(error)))
             self.record(store, EVENT_DENIED, audit, started, 0, 0, reason=str(error))
             return
@@ -443,11 +445,11 @@ class EgressProxy:
         chosen = None
         for address in addresses:
             if self.is_own(address, request.port):
-                raise Refused(message)
+                raise Refused(message, address=address)
             if chosen is None and (rules.names_address(address, request.port) or (is_public(address) and named)):
                 chosen = address
         if chosen is None:
-            raise Refused(message)
+            raise Refused(message, address=addresses[0] if addresses else None)
         if not self.usage.connect(activation_id, egress.max_connections):
             raise Refused(f"egress connection limit ({egress.max_connections}) reached for {agent_id}; "
                           f"raise agents.{agent_id}.egressLimits.connections", 429, "egress connection limit")

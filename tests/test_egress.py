@@ -178,7 +178,9 @@ def test_an_allowlisted_host_is_reached_through_the_proxy_and_everything_else_is
     assert sorted((d["host"], d["port"]) for d in denied) == [
         ("unlisted.test", 80), ("unlisted.test", 80), ("upstream.test", api_port)]
     assert {d["reason"] for d in denied} == {refusal, own}
-    assert all(d["bytesIn"] == d["bytesOut"] == 0 and d["address"] is None for d in denied)
+    assert all(d["bytesIn"] == d["bytesOut"] == 0 for d in denied)
+    assert sorted((d["host"], d["address"]) for d in denied) == [
+        ("unlisted.test", None), ("unlisted.test", None), ("upstream.test", "127.0.0.1")]
 
 
 @pytest.mark.parametrize("kind", kind_params())
@@ -206,9 +208,10 @@ def test_public_refuses_metadata_loopback_and_names_that_resolve_to_private_addr
     assert refused("169.254.169.254", 80) in fetched[0]
     assert refused("private.test", 443) in fetched[1]
     assert [kind_ for kind_, _ in events] == ["egress.denied"] * 7
-    assert {(d["host"], d["port"]) for _, d in events} == {
-        ("169.254.169.254", 80), ("127.0.0.1", upstream.port), ("upstream.test", upstream.port),
-        ("private.test", 80), ("rebound.test", 443), ("private.test", 443)}
+    assert {(d["host"], d["port"], d["address"]) for _, d in events} == {
+        ("169.254.169.254", 80, "169.254.169.254"), ("127.0.0.1", upstream.port, "127.0.0.1"),
+        ("upstream.test", upstream.port, "127.0.0.1"), ("private.test", 80, "10.1.2.3"),
+        ("rebound.test", 443, "169.254.169.254"), ("private.test", 443, "10.1.2.3")}
 
 
 def test_status_shows_egress_totals_per_agent(tmp_path, upstream, capsys):
