@@ -397,16 +397,17 @@ class EgressProxy:
             address = self.check(config, agent_id, activation_id, request)
         except Refused as error:
             audit["address"] = None if error.address is None else str(error.address)
-            _send_and_close(client, answer(error.status, error.reason, str(error)))
+            # Recorded before the answer: whoever reads the refusal finds its event.
             self.record(store, EVENT_DENIED, audit, started, 0, 0, reason=str(error))
+            _send_and_close(client, answer(error.status, error.reason, str(error)))
             return
         audit["address"] = str(address)
         try:
             upstream = socket.create_connection((str(address), request.port), timeout=CONNECT_TIMEOUT_SECONDS)
         except OSError as error:
             reason = f"cannot connect to {request.host}:{request.port}: {error.strerror or error}"
-            _send_and_close(client, answer(502, "egress connect failed", reason))
             self.record(store, EVENT_ALLOWED, audit, started, 0, 0, error=reason)
+            _send_and_close(client, answer(502, "egress connect failed", reason))
             return
         self.relay(store, config, audit, started, client, upstream, request, rest)
 
