@@ -20,6 +20,7 @@ from pathlib import Path
 
 import suzumio_config
 import suzumio_config_schema
+import suzumio_egress
 import suzumio_resources
 import suzumio_store
 import suzumio_warm
@@ -292,8 +293,9 @@ def prepare_runner_socket_dir(socket_path):
     if info.st_uid != os.getuid():
         raise SuzumioError(f"Runner socket directory {directory} belongs to another user")
     os.chmod(directory, 0o755)
-    # The warm socket lives beside the runner socket: prepared runners reach it there.
-    others = sorted(name for name in os.listdir(directory) if name not in (socket_path.name, suzumio_warm.WARM_SOCKET))
+    # The warm and egress sockets live beside the runner socket: runners reach them there.
+    others = sorted(name for name in os.listdir(directory)
+                    if name not in (socket_path.name, suzumio_warm.WARM_SOCKET, suzumio_egress.EGRESS_SOCKET))
     if others:
         raise SuzumioError(f"Runner socket directory {directory} holds other files ({', '.join(others[:3])}); "
                            "it is mounted into every container, so it may hold only the socket")
@@ -459,7 +461,7 @@ def cmd_status(rest, options, out, err, now):
         projects = []
         for name in rest or root.list_projects():
             store = root.open_project(name)
-            projects.append((store.project(), store.list_agents(), store.model_costs()))
+            projects.append((store.project(), store.list_agents(), store.model_costs(), store.egress_totals()))
     finally:
         root.close()
     if options.json:
@@ -467,11 +469,12 @@ def cmd_status(rest, options, out, err, now):
         print_json([{"id": project["id"], "status": project["status"], "updatedAt": project["updated_at"],
                      "tokens": costs["project"]["tokens"], "costUsd": costs["project"]["costUsd"],
                      "agents": [{**{key: agent.get(key) for key in STATUS_AGENT_FIELDS},
-                                 "costUsd": costs["agents"].get(agent["id"], {}).get("costUsd")}
+                                 "costUsd": costs["agents"].get(agent["id"], {}).get("costUsd"),
+                                 "egress": egress.get(agent["id"], dict(NO_EGRESS))}
                                 for agent in agents]}
-                    for project, agents, costs in projects], out)
+                    for project, agents, costs, egress in projects], out)
         return 0
-    for project, agents, costs in projects:
+    for project, agents, costs, egress in projects:
         spent = costs["project"]
         usage = f"  {spent['tokens']} tokens{money(spent['costUsd'], '  ')}" if spent["calls"] else ""
         print(f"{project['id']}  {project['status']}{usage}", file=out)
@@ -480,6 +483,7 @@ def cmd_status(rest, options, out, err, now):
             rows = [(agent["id"], agent["status"], agent.get("activeActivationId") or "-",
                      relative_time(agent.get("updatedAt"), now))
                     + ((money(costs["agents"].get(agent["id"], {}).get("costUsd")) or "-",) if priced else ())
+                    + ((egress_summary(egress.get(agent["id"], NO_EGRESS)),) if egress else ())
                     for agent in agents]
             for line in columns(rows, indent="  "):
                 print(line, file=out)
@@ -487,6 +491,14 @@ def cmd_status(rest, options, out, err, now):
 
 
 STATUS_AGENT_FIELDS = ("id", "status", "role", "activeActivationId", "updatedAt")
+NO_EGRESS = {"connections": 0, "denied": 0, "bytesIn": 0, "bytesOut": 0}
+
+
+def egress_summary(totals):
+    """`egress 3 out, 1 denied, 12.5 kB`: an agent's connections through the egress proxy."""
+    size = totals["bytesIn"] + totals["bytesOut"]
+    amount = f"{size} B" if size < 1000 else f"{size / 1000:.1f} kB" if size < 10**6 else f"{size / 10**6:.1f} MB"
+    return f"egress {totals['connections']} out, {totals['denied']} denied, {amount}"
 
 
 def money(cost, prefix=""):
@@ -914,6 +926,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
     runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm)
     servers = []
+    egress = None
     received = []
     previous = {}
     try:
@@ -945,11 +958,20 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
                                                name="suzumio-runner-http")
             runner_url = f"http://{url_host(runner_listen[0])}:{runner_server.port}"
         servers.append(runner_server)
+        # The controller's own listeners are never a destination, whatever an allowlist says.
+        own = [(host, server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])
+        egress = suzumio_egress.EgressProxy(root, runtime.configs, own_listeners=lambda: own)
+        if runner_listen is None:
+            egress.listen_unix(socket_path.parent / suzumio_egress.EGRESS_SOCKET)
+        else:
+            egress.listen_tcp(runner_listen[0])
+            runtime.backends.egress_port = egress.tcp_address[1]
         # The handlers only record the signal: appending to a list takes no lock, so a signal can never
         # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.
         previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
         runner_server.start()
+        egress.start()
         if tracer is not None and tracer.enabled:
             tracer.start()
             print(f"suzumio exporting traces to {tracer.endpoint}", file=err, flush=True)
@@ -971,6 +993,8 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     finally:
         for server in servers:
             server.close()
+        if egress is not None:
+            egress.close()
         runtime.close()
         if tracer is not None:
             tracer.close()  # after the runtime: the last activation spans are exported

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import suzumio_config
 import suzumio_coordination as coordination
+import suzumio_egress
 import suzumio_registry
 import suzumio_warm
 from suzumio_backend_local import (
@@ -45,7 +46,7 @@ HOST_FILE = "suzumio_toolpack_host.mjs"
 # script stays small and imports the rest from modules beside it, which get a bytecode cache where
 # the directory is writable (docs/spec-notes.md entry 6).
 RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_runner_models.py",
-                HOST_FILE, "suzumio_runner_mcp.py")
+                HOST_FILE, "suzumio_runner_mcp.py", "suzumio_runner_egress.py")
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
 # docker-chat mounts the runner socket's directory (not the socket: a restarted controller's new
 # socket must be seen by the containers it adopts) here, read-only.
@@ -125,6 +126,18 @@ def runner_controller_url(kind, runner_socket, configured_url):
             return f"unix://{CONTAINER_RUN_DIR}/{Path(runner_socket).name}"
         return f"unix://{os.path.abspath(runner_socket)}"
     return configured_url if kind == KIND_DOCKER else local_controller_url(configured_url)
+
+
+def runner_egress_url(kind, runner_socket, controller_url, egress_port):
+    """Where the runner's forwarder reaches the egress proxy: its socket beside the runner socket, or
+    (serve --runner-listen) its TCP port on the host of the runner's controllerUrl; None without one."""
+    if runner_socket is not None:
+        path = Path(runner_socket).parent / suzumio_egress.EGRESS_SOCKET
+        return f"unix://{CONTAINER_RUN_DIR}/{path.name}" if kind == KIND_DOCKER else f"unix://{os.path.abspath(path)}"
+    if egress_port is None:
+        return None
+    host = urllib.parse.urlsplit(controller_url).hostname
+    return f"tcp://{host}:{egress_port}" if host and not controller_url.startswith("unix:") else None
 
 
 def local_controller_url(url):
@@ -279,10 +292,12 @@ def activation_paths(kind, project_dir, workspace):
 class Launch:
     """Everything one backend needs to start one activation, prepared by Backends.start."""
 
-    def __init__(self, store, config, activation, agent, support_dir, environ, runner_socket=None):
+    def __init__(self, store, config, activation, agent, support_dir, environ, runner_socket=None,
+                 egress_port=None):
         self.store = store
-        # The runner reaches the controller over the bind-mounted runner socket, so agents without
-        # network (no web.fetch, no grant) get `none` (DockerBackend.network_mode). Without a socket
+        self.egress_port = egress_port
+        # The runner reaches the controller over the bind-mounted runner socket, so containers get
+        # `none` (DockerBackend.network_mode) and go out through the egress proxy. Without a socket
         # (serve --runner-listen) it needs TCP: every container then gets its agent's configured network.
         self.runner_socket = runner_socket
         self.controller_over_network = runner_socket is None
@@ -346,6 +361,7 @@ class Launch:
             "readRoots": read_roots,
             "writeRoots": [workspace, f"{artifacts_root}/{agent['id']}"],
             "controllerUrl": controller_url,
+            "egress": runner_egress_url(self.kind, self.runner_socket, controller_url, self.egress_port),
             "token": agent["token"],
             "runner": runner_section(self.config),
             "tools": [tool for spec in specs for tool in spec["tools"]],
@@ -737,6 +753,7 @@ class Backends:
         self.configs = configs if configs is not None else suzumio_config.ConfigCache()
         self.support_dir = Path(support_dir)
         self.runner_socket = None if runner_socket is None else Path(runner_socket)
+        self.egress_port = None  # the egress proxy's TCP port with serve --runner-listen (set by serve)
         self.environ = dict(os.environ if environ is None else environ)
         self.local = LocalBackend(self.environ)
         self.docker = DockerBackend(docker_client)
@@ -776,7 +793,8 @@ class Backends:
         agent_ids = store.agent_ids()
         wanted = []
         for agent in agents[:count]:
-            launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket)
+            launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket,
+                            self.egress_port)
             wanted.append((agent, launch.kind, self._fingerprint(launch, agent_ids), config))
         return wanted
 
@@ -787,7 +805,8 @@ class Backends:
 
     def prepare(self, store, config, agent, slot):
         """For WarmPool: create and start the container, or spawn the process, of `slot`."""
-        launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket)
+        launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket,
+                            self.egress_port)
         if launch.kind == KIND_LOCAL:
             self.local.prepare(launch, slot, self.warm.path)
             return
@@ -829,7 +848,8 @@ class Backends:
         activation = store.activation(activation_id)
         agent = store.agent(activation["agentId"], include_token=True)
         config = config or self.configs.get(store)
-        launch = Launch(store, config, activation, agent, self.support_dir, self.environ, self.runner_socket)
+        launch = Launch(store, config, activation, agent, self.support_dir, self.environ, self.runner_socket,
+                            self.egress_port)
         agent_ids = store.agent_ids()
         make_private_dir(store.activations_root)
         make_private_dir(launch.activation_dir)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
+import suzumio_egress_policy
 from suzumio_config_schema import (
     DEFAULT_ARTIFACT_QUOTA,
     DEFAULT_KEEP,
@@ -45,6 +46,9 @@ RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks
 UNSUPPORTED_PROVIDER_TYPES = ("openai", "google")  # Anthropic is supported
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
 LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
+LOCAL_EGRESS_WARNING = ("Warning: backend.kind local sets the egress proxy variables, but they are advisory there: "
+                        "agent tools can connect directly, outside agents.<id>.egress and its audit")
+ESCAPE_HATCH = "a network of its own, outside the egress allowlist and its audit"
 NETWORK_TOOL = "web.fetch"
 
 
@@ -111,6 +115,8 @@ class AgentSpec:
     network: bool = None  # agents.<id>.network as written; None: decided by backend.docker and the allowlist
     docker: FrozenMapping = None  # agents.<id>.docker: the container settings that replace backend.docker's
     artifact_quota: object = None  # agents.<id>.artifactQuota as written (a size or false); None: the backend's
+    egress: tuple = None  # agents.<id>.egress as written; None: the default (public with web.fetch)
+    egress_limits: FrozenMapping = None
 
     def env_dict(self):
         return dict(self.env)
@@ -425,7 +431,9 @@ def expand_agents(data):
                 entry.get("model", default_model), tuple(entry.get("tools", [])),
                 tuple(Mount.from_data(m) for m in own.get("mounts", [])), _ro(own.get("env", {})), index, count,
                 network=own.get("network"), docker=_ro(own.get("docker", {})),
-                artifact_quota=own.get("artifactQuota")))
+                artifact_quota=own.get("artifactQuota"),
+                egress=tuple(own["egress"]) if "egress" in own else None,
+                egress_limits=_ro(own.get("egressLimits", {}))))
     return out
 
 
@@ -738,9 +746,10 @@ def externalize(data):
 # ---------------------------------------------------------------------------------------------------
 # The boundary of each agent's containers, and what config render says about it
 
-def agent_sandbox(docker, builtin_toolpacks, agent):
-    """The SandboxSettings of one expanded agent. Network: agents.<id>.network when written, else
-    backend.docker.grantNetwork, else whether its allowlist holds web.fetch (with the web toolpack)."""
+def agent_sandbox(docker, agent):
+    """The SandboxSettings of one expanded agent. No container has a network of its own: every
+    connection goes through the controller's egress proxy (agent_egress). `agents.<id>.network: true`
+    and `backend.docker.grantNetwork` are the escape hatches that still give one, with a warning."""
     over = agent.docker or {}
 
     if agent.network is not None:
@@ -748,14 +757,52 @@ def agent_sandbox(docker, builtin_toolpacks, agent):
         reason = f"agents.{agent.key}.network: {'true' if agent.network else 'false'}"
     elif docker.grant_network:
         has_network, reason = True, "backend.docker.grantNetwork: true"
-    elif "web" in builtin_toolpacks and is_allowed(NETWORK_TOOL, agent.tools):
-        has_network, reason = True, f"its tools allow {NETWORK_TOOL}"
     else:
-        has_network, reason = False, f"its tools do not allow {NETWORK_TOOL} and nothing grants it network"
+        has_network, reason = False, "connections go through the controller's egress proxy"
     return SandboxSettings(has_network, reason, over.get("network", docker.network),
                            over.get("memory", docker.memory), over.get("cpus", docker.cpus),
                            over.get("pidsLimit", docker.pids_limit), over.get("user", docker.user),
                            tuple(over.get("capAdd", docker.cap_add)))
+
+
+@dataclass(frozen=True)
+class AgentEgress:
+    """Where one agent's connections may go (suzumio_egress_policy.Allowlist entries), why, and its limits
+    per activation (None: no limit)."""
+
+    entries: tuple
+    reason: str
+    max_bytes: int = None
+    max_connections: int = None
+
+    @property
+    def label(self):
+        return ", ".join(self.entries) if self.entries else "nothing"
+
+
+def agent_egress(builtin_toolpacks, agent):
+    """agents.<id>.egress when written; else `public` for an agent allowed web.fetch (with the web
+    toolpack); else nothing."""
+    if agent.egress is not None:
+        entries, reason = agent.egress, f"agents.{agent.key}.egress"
+    elif "web" in builtin_toolpacks and is_allowed(NETWORK_TOOL, agent.tools):
+        entries, reason = (suzumio_egress_policy.PUBLIC,), f"its tools allow {NETWORK_TOOL}"
+    else:
+        entries, reason = (), f"its tools do not allow {NETWORK_TOOL} and agents.{agent.key}.egress is not set"
+    limits = agent.egress_limits or {}
+    return AgentEgress(tuple(entries), reason, limits.get("bytes"), limits.get("connections"))
+
+
+def egress_warnings(agent, egress):
+    """Entries that open a loopback, private or link-local address to an agent."""
+    lines = []
+    for text in egress.entries:
+        entry = suzumio_egress_policy.parse_entry(text)
+        if entry.kind == "address" and not suzumio_egress_policy.is_public(entry.value):
+            lines.append(f"Warning: agents.{agent.key}.egress {text} lets {agent.id} reach a non-public address")
+        elif entry.kind == "network" and not entry.value.is_global:
+            lines.append(f"Warning: agents.{agent.key}.egress {text} lets {agent.id} reach non-public addresses")
+    return lines
 
 
 def is_root_user(user):
@@ -792,15 +839,20 @@ def boundary_warnings(config):
     """The stderr lines of config render and init (docs/configuration.md): the local backend, then each setting
     that weakens an activation container's boundary, backend-wide first, then per agent."""
     data = config.data
+    egress = [line for agent in config.agents for line in egress_warnings(agent, config.egress(agent.id))]
     if config.backend.kind == "local":
-        lines = [LOCAL_WARNING]
+        lines = [LOCAL_WARNING, LOCAL_EGRESS_WARNING]
         if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
             lines.append(LOCAL_MOUNTS_WARNING)
-        return lines + _quota_warnings(data)
+        return lines + egress + _quota_warnings(data)
     sandboxes = {agent.id: config.sandbox(agent.id) for agent in config.agents}
     lines = []
     if config.backend.docker.grant_network:
-        lines.append("Warning: backend.docker.grantNetwork true gives every agent network")
+        lines.append(f"Warning: backend.docker.grantNetwork true gives every agent {ESCAPE_HATCH}")
+    for key, entry in data["agents"].items():
+        if entry.get("network") is True:
+            ids = ", ".join(agent.id for agent in config.agents if agent.key == key)
+            lines.append(f"Warning: agents.{key}.network true gives {ids} {ESCAPE_HATCH}")
     host = [agent.id for agent in config.agents
             if sandboxes[agent.id].has_network and "network" not in (agent.docker or {})]
     lines += _container_warnings(data["backend"]["docker"], "backend.docker", host)
@@ -809,7 +861,7 @@ def boundary_warnings(config):
             continue
         mine = [agent.id for agent in config.agents if agent.key == key and sandboxes[agent.id].has_network]
         lines += _container_warnings(entry["docker"], f"agents.{key}.docker", mine)
-    return lines + _quota_warnings(data)
+    return lines + egress + _quota_warnings(data)
 
 
 def _quota_warnings(data):
@@ -940,19 +992,25 @@ class ProjectConfig:
         return boundary_warnings(self)
 
     def network_report(self):
-        """What `config render` prints about network on docker-chat: one line per agent, with the reason."""
-        if self.backend.kind == "local":
-            return []
+        """What `config render` prints about each agent's way out: its container's network on
+        docker-chat, and where its egress may go, each with the reason."""
         lines = []
         for agent in self._agents:
-            sandbox = self.sandbox(agent.id)
-            lines.append(f"Network: {agent.id} gets {sandbox.network_label} ({sandbox.network_reason})")
+            egress = self.egress(agent.id)
+            if self.backend.kind != "local":
+                sandbox = self.sandbox(agent.id)
+                lines.append(f"Network: {agent.id} gets {sandbox.network_label} ({sandbox.network_reason})")
+            lines.append(f"Egress: {agent.id} may reach {egress.label} ({egress.reason})")
         return lines
 
     def sandbox(self, agent_id):
         """The container settings of one agent's activations (docker-chat)."""
+        return agent_sandbox(self.backend.docker, self.agent(agent_id))
+
+    def egress(self, agent_id):
+        """Where one agent's connections may go through the egress proxy (AgentEgress)."""
         builtin = [entry for entry in self.toolpack_entries if isinstance(entry, str)]
-        return agent_sandbox(self.backend.docker, builtin, self.agent(agent_id))
+        return agent_egress(builtin, self.agent(agent_id))
 
     def rendered_tree(self):
         return externalize(self.data)

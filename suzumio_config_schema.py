@@ -9,6 +9,7 @@ import json
 import math
 import re
 
+import suzumio_egress_policy
 from suzumio_errors import ConfigError
 from suzumio_records import DEFAULT_CHANNELS, DEFAULT_COORDINATOR, PRIORITIES
 from suzumio_registry import PACKAGED_TOOLPACKS
@@ -91,6 +92,21 @@ class _Str:
             return _INVALID
         if self.nonempty and not value:
             issues.add(path, "String must contain at least 1 character(s)")
+            return _INVALID
+        return value
+
+
+class _EgressEntry(_Str):
+    """One `agents.<id>.egress` entry, in the grammar of suzumio_egress_policy.parse_entry."""
+
+    def check(self, value, path, issues):
+        value = super().check(value, path, issues)
+        if value is _INVALID:
+            return value
+        try:
+            suzumio_egress_policy.parse_entry(value)
+        except ValueError as error:
+            issues.add(path, f"{error} (expected host, host:port, *.domain, a CIDR or public)")
             return _INVALID
         return value
 
@@ -666,6 +682,8 @@ _AGENT = _Obj(
     ("docker", _Obj(*_container_fields(_OMIT, _OMIT, _OMIT, _OMIT, _OMIT)), _OMIT),
     ("approve", _APPROVE, _OMIT),
     ("artifactQuota", _OrFalse(_Size()), _OMIT),
+    ("egress", _List(_EgressEntry()), _OMIT),
+    ("egressLimits", _Obj(("bytes", _INT_GT0, _OMIT), ("connections", _INT_GT0, _OMIT)), _OMIT),
 )
 
 _PROJECT = _Obj(

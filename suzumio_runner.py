@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 
-RUNNER_MODULES = ("suzumio_runner_models", "suzumio_runner_tools", "suzumio_runner_loop")
+RUNNER_MODULES = ("suzumio_runner_models", "suzumio_runner_tools", "suzumio_runner_loop", "suzumio_runner_egress")
 
 try:
     from suzumio_runner_loop import Runner, RunnerError

@@ -12,6 +12,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from suzumio_runner_egress import Forwarder, preamble, proxy_environment
 from suzumio_runner_models import (
     ModelError,
     ProxyAnswer,
@@ -557,6 +558,8 @@ class Runner:
         self.read_roots = activation.get("readRoots") or [self.workspace]
         self.write_roots = activation.get("writeRoots") or [self.workspace]
         self.runner_config = activation.get("runner") or {}
+        self.egress = activation.get("egress")
+        self.egress_proxy = None  # the forwarder's URL once it listens
         self.client = ControllerClient(
             activation["controllerUrl"],
             {
@@ -581,6 +584,25 @@ class Runner:
             attempts = expand_preset(models, selected)
         except ModelError as error:
             raise RunnerError(str(error)) from None
+        forwarder = self.start_egress()
+        try:
+            return self.run_attempts(attempts, selected)
+        finally:
+            if forwarder is not None:
+                forwarder.stop()
+
+    def start_egress(self):
+        """Listen on loopback for this activation's connections out and point the proxy variables of
+        its tools there (docs/operations.md#egress); None when the controller offers no egress proxy."""
+        if not isinstance(self.egress, str) or not self.egress:
+            return None
+        identity = preamble(self.input["project"], self.activation_id, self.input["token"])
+        forwarder = Forwarder(self.egress, identity, warn=self.warn).start()
+        self.egress_proxy = forwarder.url
+        self.env = dict(self.env, **proxy_environment(forwarder.url))
+        return forwarder
+
+    def run_attempts(self, attempts, selected):
         failures = []
         for attempt in attempts:
             try:
@@ -785,7 +807,7 @@ class Runner:
             "file.write": lambda args: file_write(args, self.workspace, self.write_roots),
             "file.patch": lambda args: file_patch(args, self.workspace, self.write_roots),
             "shell.exec": lambda args: shell_exec(args, self.workspace, self.env, self.groups),
-            "web.fetch": lambda args: web_fetch(args, self.env),
+            "web.fetch": lambda args: web_fetch(args, self.env, self.egress_proxy),
         }
         handlers = {}
         for name in BUILTIN_TOOLS[pack]:

@@ -477,8 +477,10 @@ def normalize_url(value):
     return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
 
 
-def web_fetch(args, env):
-    """web.fetch: GET a URL (redirects followed, proxies honoured) and return its text."""
+def web_fetch(args, env, egress_proxy=None):
+    """web.fetch: GET a URL (redirects followed) and return its text. With an `egress_proxy` (the
+    forwarder to the controller's egress proxy) every request goes there, whatever NO_PROXY says;
+    without one, the proxy variables are honoured."""
     require_object(args)
     url = normalize_url(required_string(args, "url"))
     max_chars = bounded(args, "maxBytes", 20000, 100000)
@@ -493,7 +495,7 @@ def web_fetch(args, env):
     try:
         for _ in range(REDIRECT_LIMIT + 1):
             response = http_request(
-                "GET", current, headers, None, proxy_for(current, env), None, None, deadline
+                "GET", current, headers, None, egress_proxy or proxy_for(current, env), None, None, deadline
             )
             location = response.headers.get("location")
             if response.status not in (301, 302, 303, 307, 308) or not location:
@@ -506,6 +508,8 @@ def web_fetch(args, env):
     except TransportError as error:
         raise ToolError(f"web.fetch failed for {url}: {error}") from None
     text = response.body.decode("utf-8", "replace")
+    if egress_proxy and response.headers.get("x-suzumio-egress") == "denied":
+        raise ToolError(text.strip())
     content_type = response.headers.get("content-type") or ""
     if fmt == "text" and "html" in content_type.lower():
         text = clean_html(text)

@@ -183,6 +183,7 @@ class ProjectRows:
                 data["task"] = truncate(data["task"], 1000)
             data["stats"] = self.project_stats()
             data["spend"], data["agentSpend"] = self.project_spend()
+            data["agentEgress"] = self.egress_totals()
             data["agents"] = self.public_agents()
             data["recentActivations"] = self.list_activations(10) if full else []
             data["recentMessages"] = self.list_messages(10) if full else []

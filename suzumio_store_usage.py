@@ -78,6 +78,22 @@ class UsageRows:
             add(out["activations"].setdefault(row["activation_id"], {"calls": 0, "tokens": 0, "costUsd": None}), row)
         return out
 
+    def egress_totals(self):
+        """Per agent id: {"connections", "denied", "bytesIn", "bytesOut"} over the project's
+        egress.allowed and egress.denied events (docs/operations.md#egress)."""
+        rows = self._query("SELECT json_extract(data_json, '$.agent') AS agent, type, COUNT(*) AS n, "
+                           "COALESCE(SUM(json_extract(data_json, '$.bytesIn')), 0) AS bytes_in, "
+                           "COALESCE(SUM(json_extract(data_json, '$.bytesOut')), 0) AS bytes_out FROM events "
+                           "WHERE project = ? AND type IN ('egress.allowed', 'egress.denied') GROUP BY agent, type",
+                           (self.project_id,))
+        out = {}
+        for row in rows:
+            total = out.setdefault(row["agent"], {"connections": 0, "denied": 0, "bytesIn": 0, "bytesOut": 0})
+            total["connections" if row["type"] == "egress.allowed" else "denied"] += row["n"]
+            total["bytesIn"] += row["bytes_in"]
+            total["bytesOut"] += row["bytes_out"]
+        return out
+
     def project_spend(self):
         """({"calls", "tokens", "costUsd"} over every model call of the project, the same per
         agent id) for the project summaries the control room lists; costUsd None when none was priced."""

@@ -19,6 +19,7 @@ BENCHES = (
     ("durable_commits.py", [], ["--messages", "300", "--reports", "60", "--rounds", "2"]),
     ("sse_fanout.py", [], ["--events", "60", "--burst", "2000"]),
     ("history_paging.py", [], ["--repeat", "15"]),
+    ("egress_latency.py", [], ["--runs", "60"]),
 )
 
 

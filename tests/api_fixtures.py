@@ -15,6 +15,7 @@ import suzumio_api
 import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
+import suzumio_egress
 import suzumio_runner_support
 import suzumio_scheduler
 import suzumio_store
@@ -157,7 +158,7 @@ class Service:
 
 @contextlib.contextmanager
 def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
-            mcp=None, warm_limit=0, **app_options):
+            mcp=None, warm_limit=0, resolver=None, **app_options):
     """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
     at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
     None: no token), the runner app
@@ -188,7 +189,18 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     else:
         runner_server = suzumio_api.Server(runner_app, *runner_listen, threads=threads).start()
     server = suzumio_api.Server(app, "127.0.0.1", 0, threads=threads).start()
+    # Like serve: the egress proxy beside the runner socket (or on TCP), never reaching these listeners.
+    own = [("127.0.0.1", server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])
+    egress = suzumio_egress.EgressProxy(root, configs, resolver=resolver or suzumio_egress.resolve,
+                                        own_listeners=lambda: own)
+    if runner_listen is None:
+        egress.listen_unix(socket_path.parent / suzumio_egress.EGRESS_SOCKET)
+    else:
+        egress.listen_tcp(runner_listen[0])
+        backends.egress_port = egress.tcp_address[1]
+    egress.start()
     service = Service(root, scheduler, backends, toolpacks, server, runner_server, token)
+    service.egress = egress
     try:
         yield service
     finally:
@@ -197,6 +209,7 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
         service.http.close()
         server.close()
         runner_server.close()
+        egress.close()
         backends.close()
         toolpacks.close()
         root.close()

@@ -419,7 +419,7 @@ def test_runner_routes_are_404_on_the_user_listener_and_user_routes_404_on_the_r
     assert service.post("/runner/signals", identity).json() == {"status": "recorded"}
 
 
-def test_runner_socket_lives_alone_in_its_own_directory(service):
+def test_runner_socket_lives_alone_in_its_own_directory_beside_the_egress_socket(service):
     import os
     import stat
 
@@ -428,7 +428,8 @@ def test_runner_socket_lives_alone_in_its_own_directory(service):
     assert stat.S_IMODE(os.stat(socket_path).st_mode) == 0o666
     directory = os.path.dirname(socket_path)
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o755
-    assert os.listdir(directory) == ["runner.sock"]
+    assert sorted(os.listdir(directory)) == ["egress.sock", "runner.sock"]
+    assert stat.S_IMODE(os.stat(os.path.join(directory, "egress.sock")).st_mode) == 0o666
 
 
 def test_runner_listener_on_tcp_serves_only_runner_routes(tmp_path, webui_dir):

@@ -194,7 +194,7 @@ def test_local_start_writes_private_input_with_host_paths(tmp_path):
         assert stat.S_IMODE(os.stat(activations / act["id"] / "runner.log").st_mode) == 0o600
         data = json.loads(input_path.read_text())
         assert list(data) == ["project", "agent", "activation", "workspace", "artifactsRoot", "readRoots",
-                              "writeRoots", "controllerUrl", "token", "runner", "tools", "toolpacks",
+                              "writeRoots", "controllerUrl", "egress", "token", "runner", "tools", "toolpacks",
                               "history"]
         workspace = os.path.realpath(project_dir / "agents" / "worker" / "workspace")
         artifacts = os.path.realpath(project_dir / "artifacts")

@@ -146,7 +146,7 @@ def serve_runner_socket(env, tmp_path):
 
 @pytest.mark.parametrize("agent, docker_cfg, expected", [
     ({"tools": ["messages.send"]}, {"network": "host"}, "none"),
-    ({"tools": ["web.fetch"]}, {"network": "host"}, "host"),
+    ({"tools": ["web.fetch"]}, {"network": "host"}, "none"),  # web.fetch goes through the egress proxy
     ({"tools": ["web.fetch"], "network": False}, {"network": "host"}, "none"),
     ({"tools": [], "network": True}, {"network": "host"}, "host"),
     ({"tools": []}, {"network": "host", "grantNetwork": True}, "host"),

@@ -444,7 +444,10 @@ def test_config_render_local_backend_warns_on_stderr(tmp_path):
     path.write_text(BASE.replace("backend:\n", "backend:\n  kind: local\n"))
     result = cli("config", "render", str(path))
     assert result.returncode == 0
-    assert result.stderr == "Warning: backend.kind local runs agent tools on this host without isolation\n"
+    assert result.stderr.splitlines()[-2:] == [
+        "Warning: backend.kind local runs agent tools on this host without isolation",
+        "Warning: backend.kind local sets the egress proxy variables, but they are advisory there: agent tools "
+        "can connect directly, outside agents.<id>.egress and its audit"]
     assert "kind: local" in result.stdout
 
 

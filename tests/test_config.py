@@ -696,10 +696,11 @@ def test_local_backend_warns_and_unknown_kinds_fail(tmp_path):
     data["backend"]["kind"] = "local"
     config_ = load(tmp_path, data)
     assert parse_yaml(config_.render())["backend"]["kind"] == "local"
-    assert config_.warnings == ["Warning: backend.kind local runs agent tools on this host without isolation"]
+    assert config_.warnings == ["Warning: backend.kind local runs agent tools on this host without isolation",
+                                config.LOCAL_EGRESS_WARNING]
     data["backend"]["docker"] = {"mounts": [{"source": "/x", "target": "/mnt/x"}]}
     assert load(tmp_path, data).warnings == [
-        "Warning: backend.kind local runs agent tools on this host without isolation",
+        "Warning: backend.kind local runs agent tools on this host without isolation", config.LOCAL_EGRESS_WARNING,
         "Warning: backend.kind local ignores configured mounts"]
     data["backend"]["kind"] = "kubernetes"
     assert error(tmp_path, data) == ("Invalid project config:\n  - backend.kind: Invalid enum value. "
@@ -785,44 +786,85 @@ def test_agent_docker_settings_replace_the_backend_ones_key_by_key(tmp_path):
     assert list(parse_yaml(config_.render())["agents"]["worker"]) == ["prompt", "tools", "mounts", "env", "docker"]
 
 
-@pytest.mark.parametrize("agent, backend_docker, toolpacks, expected", [
-    ({"tools": ["messages.send"]}, {}, None, (False, "its tools do not allow web.fetch and nothing grants it network")),
-    ({"tools": ["web.fetch"]}, {}, None, (True, "its tools allow web.fetch")),
-    ({"tools": ["web.*"]}, {}, None, (True, "its tools allow web.fetch")),
-    ({"tools": ["*"]}, {}, None, (True, "its tools allow web.fetch")),
-    ({"tools": ["*"]}, {}, ["core"], (False, "its tools do not allow web.fetch and nothing grants it network")),
-    ({"tools": [], "network": True}, {}, None, (True, "agents.pm.network: true")),
-    ({"tools": ["web.fetch"], "network": False}, {"grantNetwork": True}, None, (False, "agents.pm.network: false")),
-    ({"tools": []}, {"grantNetwork": True}, None, (True, "backend.docker.grantNetwork: true")),
+NO_NETWORK = "connections go through the controller's egress proxy"
+
+
+@pytest.mark.parametrize("agent, backend_docker, expected", [
+    ({"tools": ["messages.send"]}, {}, (False, NO_NETWORK)),
+    ({"tools": ["web.fetch"]}, {}, (False, NO_NETWORK)),
+    ({"tools": ["*"]}, {}, (False, NO_NETWORK)),
+    ({"tools": [], "network": True}, {}, (True, "agents.pm.network: true")),
+    ({"tools": ["web.fetch"], "network": False}, {"grantNetwork": True}, (False, "agents.pm.network: false")),
+    ({"tools": []}, {"grantNetwork": True}, (True, "backend.docker.grantNetwork: true")),
 ])
-def test_network_goes_to_agents_allowed_web_fetch_or_granted_it(tmp_path, agent, backend_docker, toolpacks, expected):
+def test_no_container_has_a_network_unless_an_escape_hatch_grants_it(tmp_path, agent, backend_docker, expected):
     data = docker_base(backend_docker)
     data["agents"]["pm"] = agent
-    if toolpacks is not None:
-        data["tools"] = {"toolpacks": toolpacks}
     sandbox = load(tmp_path, data).sandbox("pm")
     assert (sandbox.has_network, sandbox.network_reason) == expected
 
 
-def test_render_lists_each_agents_network_with_its_reason(tmp_path):
+@pytest.mark.parametrize("agent, toolpacks, expected", [
+    ({"tools": ["messages.send"]}, None,
+     ((), "its tools do not allow web.fetch and agents.pm.egress is not set")),
+    ({"tools": ["web.fetch"]}, None, (("public",), "its tools allow web.fetch")),
+    ({"tools": ["web.*"]}, None, (("public",), "its tools allow web.fetch")),
+    ({"tools": ["*"]}, ["core"], ((), "its tools do not allow web.fetch and agents.pm.egress is not set")),
+    ({"tools": ["web.fetch"], "egress": ["api.example.com:443"]}, None, (("api.example.com:443",), "agents.pm.egress")),
+    ({"tools": [], "egress": []}, None, ((), "agents.pm.egress")),
+])
+def test_egress_defaults_to_nothing_and_to_public_with_web_fetch(tmp_path, agent, toolpacks, expected):
+    data = docker_base({})
+    data["agents"]["pm"] = agent
+    if toolpacks is not None:
+        data["tools"] = {"toolpacks": toolpacks}
+    egress = load(tmp_path, data).egress("pm")
+    assert (egress.entries, egress.reason) == expected
+
+
+def test_egress_entries_and_limits_are_validated(tmp_path):
+    data = docker_base({})
+    data["agents"]["pm"] = {"tools": [], "egress": ["ok.example", "bad host", "0.0.0.0/0", "x:70000", 3],
+                            "egressLimits": {"bytes": 0, "connections": "2"}}
+    assert error(tmp_path, data) == (
+        "Invalid project config:\n"
+        "  - agents.pm.egress.1: invalid host name 'bad host' (expected host, host:port, *.domain, a CIDR or public)\n"
+        "  - agents.pm.egress.2: 0.0.0.0/0 names every address; write public for the public ones (expected host, "
+        "host:port, *.domain, a CIDR or public)\n"
+        "  - agents.pm.egress.3: invalid port '70000' (1-65535) (expected host, host:port, *.domain, a CIDR or "
+        "public)\n"
+        "  - agents.pm.egress.4: Expected string, received number\n"
+        "  - agents.pm.egressLimits.bytes: Number must be greater than 0\n"
+        "  - agents.pm.egressLimits.connections: Expected number, received string")
+    data["agents"]["pm"] = {"tools": [], "egress": ["*.example.com"], "egressLimits": {"bytes": 10, "connections": 2}}
+    egress = load(tmp_path, data).egress("pm")
+    assert (egress.max_bytes, egress.max_connections) == (10, 2)
+
+
+def test_render_lists_each_agents_network_and_egress_with_reasons(tmp_path):
     data = docker_base({"network": "host"}, fetcher={"tools": ["web.fetch"]},
-                       worker={"count": 2, "tools": [], "network": True, "docker": {"network": "bridge"}},
-                       plain={"tools": ["web.fetch"], "docker": {"network": "none"}})
-    data["agents"]["critic"] = {"tools": ["web.fetch"], "docker": {}}
+                       worker={"count": 2, "tools": [], "network": True, "docker": {"network": "bridge"},
+                               "egress": ["*.example.com", "10.1.0.0/16"]})
     config_ = load(tmp_path, data)
     assert config_.network_report() == [
-        "Network: pm gets none (its tools do not allow web.fetch and nothing grants it network)",
-        "Network: fetcher gets host (its tools allow web.fetch)",
+        f"Network: pm gets none ({NO_NETWORK})",
+        "Egress: pm may reach nothing (its tools do not allow web.fetch and agents.pm.egress is not set)",
+        f"Network: fetcher gets none ({NO_NETWORK})",
+        "Egress: fetcher may reach public (its tools allow web.fetch)",
         "Network: worker-1 gets bridge (agents.worker.network: true)",
+        "Egress: worker-1 may reach *.example.com, 10.1.0.0/16 (agents.worker.egress)",
         "Network: worker-2 gets bridge (agents.worker.network: true)",
-        "Network: plain gets none (its tools allow web.fetch)",
-        "Network: critic gets host (its tools allow web.fetch)",
+        "Egress: worker-2 may reach *.example.com, 10.1.0.0/16 (agents.worker.egress)",
     ]
-    data["backend"]["docker"] = {}
-    assert load(tmp_path, data).network_report()[1] == (
-        "Network: fetcher gets Docker's default network (its tools allow web.fetch)")
+    assert config_.warnings[:1] == [
+        f"Warning: agents.worker.network true gives worker-1, worker-2 {config.ESCAPE_HATCH}"]
+    assert config_.warnings[-2:] == [
+        "Warning: agents.worker.egress 10.1.0.0/16 lets worker-1 reach non-public addresses",
+        "Warning: agents.worker.egress 10.1.0.0/16 lets worker-2 reach non-public addresses"]
     data["backend"]["kind"] = "local"
-    assert load(tmp_path, data).network_report() == []
+    assert load(tmp_path, data).network_report()[:2] == [
+        "Egress: pm may reach nothing (its tools do not allow web.fetch and agents.pm.egress is not set)",
+        "Egress: fetcher may reach public (its tools allow web.fetch)"]
 
 
 def test_render_warns_about_every_setting_that_weakens_the_boundary(tmp_path):
@@ -830,7 +872,7 @@ def test_render_warns_about_every_setting_that_weakens_the_boundary(tmp_path):
                         "cpus": False, "pidsLimit": False, "grantNetwork": True},
                        worker={"tools": [], "docker": {"user": "0:0", "pidsLimit": False, "network": "host"}})
     assert load(tmp_path, data).warnings == [
-        "Warning: backend.docker.grantNetwork true gives every agent network",
+        f"Warning: backend.docker.grantNetwork true gives every agent {config.ESCAPE_HATCH}",
         "Warning: backend.docker.user root runs activation containers as root",
         "Warning: backend.docker.capAdd gives activation containers capabilities: NET_ADMIN, SYS_PTRACE",
         "Warning: backend.docker.memory false: activation containers have no memory limit",
@@ -854,7 +896,7 @@ def test_a_host_network_no_agent_gets_is_reported_as_unused(tmp_path):
 def test_the_local_backend_warns_only_that_it_is_no_sandbox(tmp_path):
     data = docker_base({"network": "host", "user": "root", "memory": False})
     data["backend"]["kind"] = "local"
-    assert load(tmp_path, data).warnings == [config.LOCAL_WARNING]
+    assert load(tmp_path, data).warnings == [config.LOCAL_WARNING, config.LOCAL_EGRESS_WARNING]
 
 
 @pytest.mark.parametrize("user, root", [("root", True), ("0", True), ("0:1000", True), ("root:wheel", True),
@@ -1596,7 +1638,7 @@ def test_examples_render_and_render_again_identically(name, tmp_path):
     config_ = load_project(REPO / "examples" / name, env={})
     write(tmp_path / "again.yaml", config_.render())
     assert parse_yaml(load_project(tmp_path / "again.yaml", env={}).render()) == parse_yaml(config_.render())
-    expected_warnings = [config.LOCAL_WARNING] if config_.backend.kind == "local" else []
+    expected_warnings = [config.LOCAL_WARNING, config.LOCAL_EGRESS_WARNING] if config_.backend.kind == "local" else []
     if name == "imports/project.yaml":  # its local-debug profile asks for the host network; no agent has network
         expected_warnings = ["Warning: backend.docker.network host is only given to agents with network, and no "
                              "agent it applies to has network"]
@@ -1642,7 +1684,7 @@ def test_render_file_returns_the_yaml_and_the_warning_lines(tmp_path):
     data["backend"]["kind"] = "local"
     text, warnings = config.render_file(write(tmp_path / "p.yaml", data), env={})
     assert parse_yaml(text)["backend"]["kind"] == "local"
-    assert warnings == [config.LOCAL_WARNING]
+    assert warnings == [config.LOCAL_WARNING, config.LOCAL_EGRESS_WARNING]
 
 
 # ---------------------------------------------------------------- unknown keys (docs/spec-notes.md 17c)

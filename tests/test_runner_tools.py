@@ -537,6 +537,42 @@ def test_web_fetch_goes_through_http_proxy_unless_no_proxy_matches(site):
         proxy.close()
 
 
+def test_web_fetch_with_an_egress_forwarder_always_goes_there_and_reports_a_refusal(site):
+    url, _ = site
+    proxy = RecordingProxy()
+    try:
+        env = {"NO_PROXY": "*", "HTTP_PROXY": "http://127.0.0.1:9"}
+        page = tools.web_fetch({"url": url + "/plain"}, env, egress_proxy=proxy.url)
+        assert page["output"] == "<p>not html</p>" and proxy.seen == [("GET", url + "/plain")]
+    finally:
+        proxy.close()
+
+    refusal = "egress to 127.0.0.1:1 is not allowed for pm; add it to agents.pm.egress"
+
+    class Refusing(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = (refusal + "\n").encode()
+            self.send_response(403, refusal)
+            self.send_header("X-Suzumio-Egress", "denied")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ToolError) as raised:
+            tools.web_fetch({"url": "http://127.0.0.1:1/"}, {}, egress_proxy=f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(raised.value) == refusal
+
+
 def test_web_fetch_refuses_socks_proxies_with_a_hint(site):
     url, _ = site
     message = error_of(fetch, {"url": url + "/plain"}, {"ALL_PROXY": "socks5://127.0.0.1:1080"})

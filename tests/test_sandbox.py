@@ -44,27 +44,30 @@ def agent(*tools, **settings):
 
 
 @contextlib.contextmanager
-def sandbox_team(tmp_path, agents, docker=None):
+def sandbox_team(tmp_path, agents, docker=None, resolver=None, kind="docker-chat", runner_listen=None):
     """A served project on docker-chat with `agents` (each plays the FakeModel's `worker` queue in turn)
     and `backend.docker` set to `docker`; its containers are removed afterwards. Runners reach the
     controller over the mounted runner socket and the model through the controller, so an agent without
-    network needs none."""
-    client = require_engine("docker-chat")
+    network needs none. `resolver`: the egress proxy's name resolution (suzumio_egress.resolve);
+    `runner_listen` (host, port): the runner routes and the egress proxy on TCP instead."""
+    client = require_engine(kind)
     model = FakeModel()
     try:
-        with serving(tmp_path / "root") as service:
+        with serving(tmp_path / "root", resolver=resolver, runner_listen=runner_listen) as service:
             docker = dict(docker or {})
-            config = project_config("docker-chat", service.base_url, model.base_url, agents=agents,
+            controller_url = service.runner_url if runner_listen else service.base_url
+            config = project_config(kind, controller_url, model.base_url, agents=agents,
                                     presets={"worker": {"provider": "fake", "model": "worker"}}, model="worker")
             config["backend"]["docker"] = docker
             store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
             store.start()
-            team = Team(service, store, model, "docker-chat", client)
+            team = Team(service, store, model, kind, client)
             try:
                 yield team
             finally:
                 team.stop_running()
-                remove_containers(client, store)
+                if client is not None:
+                    remove_containers(client, store)
     finally:
         model.close()
 
@@ -158,19 +161,22 @@ class Listener:
 def test_without_network_no_outside_address_answers_while_the_activation_completes(tmp_path):
     # The runner reaches the controller over the mounted runner socket, and the model through it.
     listener = Listener()
-    agents = {"pm": agent(), "worker": agent(), "fetcher": agent("web.fetch")}
+    # web.fetch no longer brings a network; only the explicit escape hatch (`network: true`) does.
+    agents = {"pm": agent(), "worker": agent(), "fetcher": agent("web.fetch"), "hatch": agent(network=True)}
     # 192.0.2.1 (TEST-NET-1) stands for any address off the container's own loopback.
     probe = f"python3 -c '{PROBE}' 127.0.0.1 {listener.port} 192.0.2.1 80"
     try:
         with sandbox_team(tmp_path, agents, docker={"network": "host"}) as team:
             isolated = run_shell(team, "worker", probe)
-            networked = run_shell(team, "fetcher", probe)
-            worker_mode = container_attrs(team, "worker")["HostConfig"]["NetworkMode"]
-            fetcher_mode = container_attrs(team, "fetcher")["HostConfig"]["NetworkMode"]
+            fetching = run_shell(team, "fetcher", probe)
+            networked = run_shell(team, "hatch", probe)
+            modes = [container_attrs(team, name)["HostConfig"]["NetworkMode"]
+                     for name in ("worker", "fetcher", "hatch")]
     finally:
         listener.close()
-    assert worker_mode == "none" and fetcher_mode == "host"
+    assert modes == ["none", "none", "host"]
     assert isolated.splitlines() == ["127.0.0.1 failed ConnectionRefusedError", "192.0.2.1 failed OSError"]
+    assert fetching.splitlines() == isolated.splitlines()
     assert networked.splitlines()[0] == "127.0.0.1 answered", "the probe reaches the listener given a network"
 
 
@@ -178,26 +184,39 @@ def test_without_network_no_outside_address_answers_while_the_activation_complet
 
 def test_config_render_names_each_agents_network_and_every_weakening_setting(tmp_path):
     config = project_config("docker-chat", "http://127.0.0.1:1", "http://127.0.0.1:2/v1",
-                            agents={"pm": agent(), "fetcher": agent("web.fetch"), "tool": agent(network=True)},
+                            agents={"pm": agent(), "fetcher": agent("web.fetch"), "tool": agent(network=True),
+                                    "lan": agent(egress=["10.0.0.7:8080"])},
                             presets={"worker": {"provider": "fake", "model": "worker"}}, model="worker")
     config["backend"]["docker"] = {"network": "host", "user": "root", "capAdd": ["SYS_ADMIN"], "pidsLimit": False}
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     out, err = _render(path)
     assert yaml.safe_load(out)["backend"]["docker"]["user"] == "root"
+    proxied = "connections go through the controller's egress proxy"
     assert err.splitlines() == [
-        "Network: pm gets none (its tools do not allow web.fetch and nothing grants it network)",
-        "Network: fetcher gets host (its tools allow web.fetch)",
+        f"Network: pm gets none ({proxied})",
+        "Egress: pm may reach nothing (its tools do not allow web.fetch and agents.pm.egress is not set)",
+        f"Network: fetcher gets none ({proxied})",
+        "Egress: fetcher may reach public (its tools allow web.fetch)",
         "Network: tool gets host (agents.tool.network: true)",
+        "Egress: tool may reach nothing (its tools do not allow web.fetch and agents.tool.egress is not set)",
+        f"Network: lan gets none ({proxied})",
+        "Egress: lan may reach 10.0.0.7:8080 (agents.lan.egress)",
+        "Warning: agents.tool.network true gives tool a network of its own, outside the egress allowlist and its "
+        "audit",
         "Warning: backend.docker.user root runs activation containers as root",
         "Warning: backend.docker.capAdd gives activation containers capabilities: SYS_ADMIN",
         "Warning: backend.docker.pidsLimit false: activation containers have no process limit",
-        "Warning: backend.docker.network host gives fetcher, tool the host's network, its 127.0.0.1 services "
-        "included",
+        "Warning: backend.docker.network host gives tool the host's network, its 127.0.0.1 services included",
+        "Warning: agents.lan.egress 10.0.0.7:8080 lets lan reach a non-public address",
     ]
     config["backend"]["kind"] = "local"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    assert _render(path)[1] == "Warning: backend.kind local runs agent tools on this host without isolation\n"
+    assert _render(path)[1].splitlines()[-3:] == [
+        "Warning: backend.kind local runs agent tools on this host without isolation",
+        "Warning: backend.kind local sets the egress proxy variables, but they are advisory there: agent tools "
+        "can connect directly, outside agents.<id>.egress and its audit",
+        "Warning: agents.lan.egress 10.0.0.7:8080 lets lan reach a non-public address"]
 
 
 def _render(path):

@@ -42,6 +42,8 @@ export interface Project {
   spend?: Spend;
   /** The same per agent id, for the agents that made a model call. */
   agentSpend?: Record<string, Spend>;
+  /** Per agent id: its connections through the controller's egress proxy. */
+  agentEgress?: Record<string, EgressTotals>;
   agents?: Agent[];
 }
 
@@ -354,6 +356,14 @@ export interface Spend {
   calls: number;
   tokens: number;
   costUsd: number | null;
+}
+
+/** egress.allowed (connections) and egress.denied events of one agent, and their bytes. */
+export interface EgressTotals {
+  connections: number;
+  denied: number;
+  bytesIn: number;
+  bytesOut: number;
 }
 
 export interface Costs {

@@ -23,6 +23,13 @@ export function count(value: number | undefined | null): string {
   return (typeof value === 'number' && Number.isFinite(value) ? value : 0).toLocaleString();
 }
 
+/** `512 B`, `12.5 kB`, `3.1 MB` (decimal units, as `suzumio status` prints them). */
+export function formatBytes(size: number): string {
+  if (size < 1000) return `${size} B`;
+  if (size < 1e6) return `${(size / 1000).toFixed(1)} kB`;
+  return `${(size / 1e6).toFixed(1)} MB`;
+}
+
 export function initials(name: string): string {
   const parts = name.split(/[\s_-]+/).filter((part) => part !== '');
   return parts

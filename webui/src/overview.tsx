@@ -1,10 +1,19 @@
 // Overview view (docs/design/webui.md): metric strip, agent roster and the message composer.
 // Rendered only from the lightweight project-list element; the composer posts one message.
 import { useEffect, useState } from 'preact/hooks';
-import { errorText, formatCost, isTokenError, sendMessage, type Agent, type Project, type Spend } from './api';
+import {
+  errorText,
+  formatCost,
+  isTokenError,
+  sendMessage,
+  type Agent,
+  type EgressTotals,
+  type Project,
+  type Spend,
+} from './api';
 import { ApprovalsCard } from './approvals';
 import { ErrorBox, Panel, StatusPill } from './components';
-import { initials } from './format';
+import { formatBytes, initials } from './format';
 
 const PRIORITIES = ['P0', 'P1', 'P2', 'P3'];
 
@@ -18,7 +27,11 @@ export function Overview(props: { project: Project; approvalPulse: number; onSen
       <MetricStrip project={props.project} />
       <ApprovalsCard project={props.project.id} pulse={props.approvalPulse} />
       <div class="overview-grid">
-        <Roster agents={props.project.agents ?? []} spend={props.project.agentSpend ?? {}} />
+        <Roster
+          agents={props.project.agents ?? []}
+          spend={props.project.agentSpend ?? {}}
+          egress={props.project.agentEgress ?? {}}
+        />
         <Composer project={props.project} onSent={props.onSent} />
       </div>
     </div>
@@ -32,6 +45,10 @@ function MetricStrip(props: { project: Project }) {
   const agents = props.project.agents ?? [];
   const runningAgents = agents.filter((agent) => agent.status === 'running').length;
   const failed = stats.failedActivationCount ?? 0;
+  const egress = Object.values(props.project.agentEgress ?? {});
+  const connections = egress.reduce((sum, totals) => sum + totals.connections, 0);
+  const denied = egress.reduce((sum, totals) => sum + totals.denied, 0);
+  const bytes = egress.reduce((sum, totals) => sum + totals.bytesIn + totals.bytesOut, 0);
   return (
     <div class="metric-strip" data-testid="metric-strip">
       <Metric label="Agents" value={agents.length} note={`${runningAgents} running now`} tone="blue" />
@@ -49,6 +66,14 @@ function MetricStrip(props: { project: Project }) {
           value={formatCost(spend.costUsd) || '—'}
           note={`${spend.tokens} tokens in ${spend.calls} model calls`}
           tone="amber"
+        />
+      )}
+      {egress.length > 0 && (
+        <Metric
+          label="Egress"
+          value={connections}
+          note={`${denied} denied, ${formatBytes(bytes)} through the controller`}
+          tone={denied > 0 ? 'red' : 'blue'}
         />
       )}
     </div>
@@ -74,7 +99,11 @@ function agentTone(status: string): string {
   return 'quiet';
 }
 
-function Roster(props: { agents: Agent[]; spend: Record<string, Spend> }) {
+export function egressSummary(totals: EgressTotals): string {
+  return `egress ${totals.connections} out, ${totals.denied} denied, ${formatBytes(totals.bytesIn + totals.bytesOut)}`;
+}
+
+function Roster(props: { agents: Agent[]; spend: Record<string, Spend>; egress: Record<string, EgressTotals> }) {
   return (
     <Panel
       title="Agent roster"
@@ -110,6 +139,14 @@ function Roster(props: { agents: Agent[]; spend: Record<string, Spend> }) {
                   {cost && (
                     <div class="agent-cost" data-testid="agent-cost">
                       {cost} in {props.spend[agent.id].calls} model calls
+                    </div>
+                  )}
+                  {props.egress[agent.id] && (
+                    <div
+                      class={`agent-egress${props.egress[agent.id].denied > 0 ? ' agent-egress-denied' : ''}`}
+                      data-testid="agent-egress"
+                    >
+                      {egressSummary(props.egress[agent.id])}
                     </div>
                   )}
                 </div>
