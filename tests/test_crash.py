@@ -198,8 +198,8 @@ def test_controller_killed_at_a_warm_claim_leaves_no_activation_waiting(tmp_path
     """A test-only serve kills itself at the first claim of a prepared runner, before the runner got its
     input or after it (before its pid was recorded). The next serve finds the claimed runner by the slot
     its runner.slot records: adopted, the activation completes; gone, the activation fails at once as a
-    runner that gave no output (not after the grace of a runner that was never started), and the failed
-    nudge retries it."""
+    runner that gave no output (not after the grace of a runner that was never started), and the agent
+    works again."""
     monkeypatch.setenv("SUZUMIO_TEST_KILL_AT", kill_at)
     with CrashTeam(tmp_path) as team:
         try:
@@ -219,7 +219,9 @@ def test_controller_killed_at_a_warm_claim_leaves_no_activation_waiting(tmp_path
                 assert settled["containerName"].startswith(suzumio_backend.LOCAL_PREFIX)
             else:
                 assert (settled["status"], settled["error"]) == ("failed", suzumio_backend.NO_OUTPUT_ERROR)
-                assert retry_of(store, settled)["status"] == "completed"
+                # Retried by its failed nudge, or by a signal that reached the agent first.
+                assert any(a["agentId"] == settled["agentId"] and a["id"] > settled["id"] and a["status"] == "completed"
+                           for a in store.list_activations(limit=100))
         assert team.check() == []
 
 
