@@ -646,6 +646,12 @@ _APPROVE = _List(_ApprovalRuleObj(
     ("onExpiry", _Enum("deny", "allow"), "deny"),
 ))
 
+# Loop guards (docs/operations.md#runaways): each rule is a count, or false for off; absent stays absent
+# (ProjectConfig.guards applies the agent's own, then the project's, then these defaults).
+DEFAULT_GUARDS = {"repeatedToolCall": 5, "pingPong": 10}
+_GUARDS = _Obj(("repeatedToolCall", _OrFalse(_Num(integer=True, ge=2)), _OMIT),
+               ("pingPong", _OrFalse(_Num(integer=True, ge=2)), _OMIT))
+
 _AGENT = _Obj(
     ("role", _Str(), _OMIT),
     ("displayName", _Str(), _OMIT),
@@ -659,6 +665,7 @@ _AGENT = _Obj(
     ("network", _Bool(), _OMIT),
     ("docker", _Obj(*_container_fields(_OMIT, _OMIT, _OMIT, _OMIT, _OMIT)), _OMIT),
     ("approve", _APPROVE, _OMIT),  # issue 16
+    ("guards", _GUARDS, _OMIT),
 )
 
 _PROJECT = _Obj(
@@ -673,6 +680,8 @@ _PROJECT = _Obj(
     ("tools", _Obj(("toolpacks", _List(_ToolpackEntry()), ["core", "web"]),
                    ("approve", _APPROVE, _OMIT)), _FULL),  # issue 16: approve
     ("platforms", _List(_Any()), []),
+    ("guards", _GUARDS, _OMIT),
+    ("limits", _Obj(("maxConcurrentActivations", _INT_GT0, _OMIT)), _OMIT),
     ("observability", _Obj(
         ("http", _Obj(
             ("enabled", _Bool(), True),
@@ -1650,6 +1659,20 @@ class ProjectConfig:
                                   source, index)
                      for source, rules in (("agent", own), ("project", data["tools"].get("approve", [])))
                      for index, rule in enumerate(rules))
+
+    def guards(self, agent_id):
+        """The loop guards of one agent: {rule: count or None (off)}, its own setting first, then the
+        project's, then DEFAULT_GUARDS."""
+        data = self.data
+        own = data["agents"].get(self.agent(agent_id).key, {}).get("guards", {})
+        project = data.get("guards", {})
+        merged = {rule: own.get(rule, project.get(rule, default)) for rule, default in DEFAULT_GUARDS.items()}
+        return {rule: (None if value is False else value) for rule, value in merged.items()}
+
+    @property
+    def max_concurrent_activations(self):
+        """`limits.maxConcurrentActivations`, or None (no project cap)."""
+        return self.data.get("limits", {}).get("maxConcurrentActivations")
 
     def allowed_tools(self, agent_id):
         """The registered tools an agent may see, in registration order (tools.md §2.3, §2.4)."""

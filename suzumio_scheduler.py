@@ -11,6 +11,7 @@ from datetime import timedelta
 import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
+import suzumio_guards
 from suzumio_backend import KIND_LOCAL, activation_paths
 from suzumio_errors import Conflict
 from suzumio_records import (
@@ -167,11 +168,11 @@ class NoHooks:
 
 # ---------------------------------------------------------------- one tick (§5)
 
-def tick(store, backend, hooks, now, configs):
+def tick(store, backend, hooks, now, configs, caps=None):
     """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock.
     `configs` (the runtime's suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every
-    tick. Returns when the project needs its next tick if nothing changes meanwhile (next_due), None for
-    never."""
+    tick; `caps` (suzumio_guards.Caps) holds the root's concurrency cap. Returns when the project needs its
+    next tick if nothing changes meanwhile (next_due), None for never."""
     project = store.project()
     if project["status"] != PROJECT_RUNNING:
         return None
@@ -190,15 +191,18 @@ def tick(store, backend, hooks, now, configs):
     # Who has a ready signal, read once; after any commit (this tick's own expiries, cancellations and
     # starts, or anyone's) an agent's signals are read again as before.
     seen, ready = store.commits, store.agents_with_ready_signals([agent["id"] for agent in agents], now)
+    held = []  # the caps that kept a ready agent from starting in this tick
     for agent in agents:
         _tick_agent(store, backend, config, project["task"], agents, agent, now,
-                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen)
+                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen, caps, held)
     try:
         hooks.run_hooks(store, config, now)
     except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (scheduler.md §6.1)
         log.warning("scheduler hooks of %s failed: %s", store.project_id, error)
         store.append_event(EVENT_HOOK_FAILED, {"toolpackId": None, "error": str(error)})
     dues = coordination.nudge_and_monitor(store, config, now)
+    if suzumio_guards.ROOT_CAP in held:  # freed by another project's end, which does not tick this one
+        dues.append(now + timedelta(seconds=suzumio_guards.CAP_RECHECK_SECONDS))
     return next_due(store, config, now, dues)
 
 
@@ -222,14 +226,17 @@ def next_due(store, config, now, dues):
     return max(min(candidates), now) if candidates else None
 
 
-def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready=lambda: True):
+def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready=lambda: True, caps=None,
+                held=None):
     """Steps 2-5 of §5 for one agent; `may_have_ready()` False (no ready pending signal when the tick read
-    them for all its agents at once, and nothing committed since) spares its signal selection."""
+    them for all its agents at once, and nothing committed since) spares its signal selection. A paused
+    agent (a loop guard tripped) is left alone; a start a concurrency cap forbids waits, its signals
+    pending, and the cap is appended to `held`."""
     def pending():
         return coordination.pending_signals(store, config, agent["id"], now) if may_have_ready() else []
 
     status = agent["status"]
-    if status == AGENT_STOPPED:
+    if status == AGENT_STOPPED or (agent.get("paused") and not agent.get("activeActivationId")):
         return
     candidates = None
     if status == AGENT_RUNNING or agent.get("activeActivationId"):
@@ -254,7 +261,15 @@ def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready
         if status not in (AGENT_QUIET, AGENT_FAILED):
             store.set_agent_status(agent["id"], AGENT_QUIET)
         return
-    _start_activation(store, backend, config, task, agents, agent, candidates, now)
+    if agent.get("paused"):
+        return
+    caps = caps or suzumio_guards.Caps(None)
+    with caps.lock:  # the check and the start it allows, together
+        cap = caps.holding(store, config)
+        if cap is None:
+            _start_activation(store, backend, config, task, agents, agent, candidates, now)
+    if cap is not None and held is not None:
+        held.append(cap)
 
 
 def _start_activation(store, backend, config, task, agents, agent, signals, now):
@@ -297,8 +312,10 @@ class Scheduler:
     stop_project = staticmethod(stop_project)
     approve_project = staticmethod(approve_project)
 
-    def __init__(self, root, backends, configs, hooks=None, interval=SAFETY_INTERVAL_SECONDS, on_fatal=None):
+    def __init__(self, root, backends, configs, hooks=None, interval=SAFETY_INTERVAL_SECONDS, on_fatal=None,
+                 max_activations=None):
         self.root = root
+        self.caps = suzumio_guards.Caps(root, max_activations)
         self.on_fatal = on_fatal  # called with the error if the thread's loop itself dies
         self.backends = backends
         self.hooks = hooks or NoHooks()
@@ -318,7 +335,7 @@ class Scheduler:
         project's next due time (tick)."""
         with self._project_lock(name):
             store = self.root.open_project(name)
-            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs)
+            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs, self.caps)
             self.backends.prepare_next(store)  # issue 18: warm activations (suzumio_warm; no-op when off)
             return due
 
