@@ -474,6 +474,7 @@ def cmd_status(rest, options, out, err, now):
         print_json([{"id": project["id"], "status": project["status"], "updatedAt": project["updated_at"],
                      "tokens": costs["project"]["tokens"], "costUsd": costs["project"]["costUsd"],
                      "agents": [{**{key: agent.get(key) for key in STATUS_AGENT_FIELDS},
+                                 **({"paused": agent["paused"]} if agent.get("paused") else {}),
                                  "costUsd": costs["agents"].get(agent["id"], {}).get("costUsd")}
                                 for agent in agents]}
                     for project, agents, costs in projects], out)
@@ -484,7 +485,7 @@ def cmd_status(rest, options, out, err, now):
         print(f"{project['id']}  {project['status']}{usage}", file=out)
         if agents:
             priced = spent["costUsd"] is not None  # the cost column only once some call had prices
-            rows = [(agent["id"], agent["status"], agent.get("activeActivationId") or "-",
+            rows = [(agent["id"], agent_status_text(agent), agent.get("activeActivationId") or "-",
                      relative_time(agent.get("updatedAt"), now))
                     + ((money(costs["agents"].get(agent["id"], {}).get("costUsd")) or "-",) if priced else ())
                     for agent in agents]
@@ -494,6 +495,12 @@ def cmd_status(rest, options, out, err, now):
 
 
 STATUS_AGENT_FIELDS = ("id", "status", "role", "activeActivationId", "updatedAt")
+
+
+def agent_status_text(agent):
+    """An agent's status in `status` text; a loop guard's pause names its rule."""
+    paused = agent.get("paused")
+    return f"{agent['status']} paused ({paused.get('rule')})" if paused else agent["status"]
 
 
 def money(cost, prefix=""):
