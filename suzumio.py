@@ -723,7 +723,7 @@ def cmd_decide(rest, options, out, err, now, *, decision):
             "output": text if decision == "respond" else None}
     if decision == "allow" and options.always:
         if options.input is not None:
-            raise UsageError("--input cannot be combined with --always", "allow")
+            raise SuzumioError("--input cannot be combined with --always")
         body["decision"] = "allow-always"
     if options.input is not None:
         try:
