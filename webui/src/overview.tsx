@@ -4,6 +4,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { errorText, formatCost, isTokenError, sendMessage, type Agent, type Project, type Spend } from './api';
 import { ApprovalsCard } from './approvals';
 import { ErrorBox, Panel, StatusPill } from './components';
+import { ConcurrencyCard, ResumeButton } from './concurrency';
 import { initials } from './format';
 
 const PRIORITIES = ['P0', 'P1', 'P2', 'P3'];
@@ -17,8 +18,10 @@ export function Overview(props: { project: Project; approvalPulse: number; onSen
     <div class="overview">
       <MetricStrip project={props.project} />
       <ApprovalsCard project={props.project.id} pulse={props.approvalPulse} />
+      <ConcurrencyCard project={props.project} onResumed={props.onSent} />
       <div class="overview-grid">
-        <Roster agents={props.project.agents ?? []} spend={props.project.agentSpend ?? {}} />
+        <Roster project={props.project.id} agents={props.project.agents ?? []} spend={props.project.agentSpend ?? {}}
+          onResumed={props.onSent} />
         <Composer project={props.project} onSent={props.onSent} />
       </div>
     </div>
@@ -74,7 +77,7 @@ function agentTone(status: string): string {
   return 'quiet';
 }
 
-function Roster(props: { agents: Agent[]; spend: Record<string, Spend> }) {
+function Roster(props: { project: string; agents: Agent[]; spend: Record<string, Spend>; onResumed: () => void }) {
   return (
     <Panel
       title="Agent roster"
@@ -112,6 +115,10 @@ function Roster(props: { agents: Agent[]; spend: Record<string, Spend> }) {
                       {cost} in {props.spend[agent.id].calls} model calls
                     </div>
                   )}
+                  {agent.paused && (
+                    <PausedMark project={props.project} agentId={agent.id} rule={agent.paused.rule}
+                      onResumed={props.onResumed} />
+                  )}
                 </div>
               </li>
             );
@@ -119,6 +126,20 @@ function Roster(props: { agents: Agent[]; spend: Record<string, Spend> }) {
         </ul>
       )}
     </Panel>
+  );
+}
+
+/** A loop guard paused this agent: which rule, and Resume. */
+function PausedMark(props: { project: string; agentId: string; rule: string; onResumed: () => void }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  return (
+    <div class="agent-paused-row" data-testid="agent-paused">
+      <span class="agent-paused">{`paused (${props.rule})`}</span>{' '}
+      <ResumeButton project={props.project} agentId={props.agentId} busy={busy} setBusy={setBusy} setError={setError}
+        onResumed={props.onResumed} />
+      <ErrorBox message={error} testId="agent-resume-error" />
+    </div>
   );
 }
 
