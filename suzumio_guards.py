@@ -6,11 +6,10 @@ user routes, the MCP server and the CLI; imports the store and its guard rows, r
 import logging
 import os
 import threading
-from datetime import UTC, datetime
 
 import suzumio_store_guards as rows
 from suzumio_errors import BadRequest, Conflict
-from suzumio_records import ENDING_TOOLS, format_ts, public_agent_json, to_datetime
+from suzumio_records import ENDING_TOOLS, format_ts, parse_ts, public_agent_json, to_datetime
 
 log = logging.getLogger(__name__)
 
@@ -23,18 +22,18 @@ CAP_RECHECK_SECONDS = 1.0  # a project held by the root cap is ticked again this
 
 # ---------------------------------------------------------------- the guards
 
-def _latest_artifact_change(store):
-    """The newest mtime under the project's artifacts (files and the folders whose entries changed), as a
-    stored timestamp, or None when there is nothing there."""
-    newest = None
+def _artifacts_changed_since(store, stamp):
+    """Whether a file or folder under the project's artifacts (a folder's mtime moves when an entry is
+    added, removed or renamed) was modified after the stored timestamp `stamp`. Stops at the first one."""
+    after = parse_ts(stamp).timestamp()
     for folder, _dirs, files in os.walk(store.artifacts_root):
         for path in [folder, *(os.path.join(folder, name) for name in files)]:
             try:
-                mtime = os.stat(path).st_mtime
+                if os.stat(path).st_mtime > after:
+                    return True
             except OSError:  # removed while walking: its folder's mtime records that
                 continue
-            newest = mtime if newest is None or mtime > newest else newest
-    return None if newest is None else format_ts(datetime.fromtimestamp(newest, UTC))
+    return False
 
 
 def _later(*stamps):
@@ -58,10 +57,10 @@ def _ping_pong(store, agent_id, tool, tool_input, limit):
             or store.agent_row(recipient) is None):
         return None
     since = _later(rows.guards_since(store, agent_id), rows.guards_since(store, recipient))
-    if rows.pair_message_count(store, agent_id, recipient, since) < limit - 1:
+    oldest = rows.pair_message_time(store, agent_id, recipient, since, limit - 1)
+    if oldest is None:
         return None  # the common case: too few messages to look at the artifacts at all
-    since = _later(since, _latest_artifact_change(store))
-    if rows.pair_message_count(store, agent_id, recipient, since) < limit - 1:
+    if _artifacts_changed_since(store, oldest):
         return None
     return {"rule": PING_PONG, "limit": limit, "tool": tool, "peer": recipient,
             "reason": f"{agent_id} and {recipient} exchanged {limit} messages without any artifact change"}

@@ -17,14 +17,17 @@ def recent_tool_calls(store, agent_id, since, limit):
     return [(row["tool"], load_json(row["input_json"], {})) for row in rows]
 
 
-def pair_message_count(store, a, b, since):
-    """Direct messages between agents `a` and `b`, either way, created after `since` (all when None)."""
+def pair_message_time(store, a, b, since, nth):
+    """When the `nth` newest direct message between agents `a` and `b` (either way) created after `since`
+    (all when None) was created, or None when there are fewer."""
     where = "project = ? AND ((sender = ? AND recipient = ?) OR (sender = ? AND recipient = ?))"
     params = [store.project_id, a, b, b, a]
     if since is not None:
         where += " AND created_at > ?"
         params.append(since)
-    return store.db_get(f"SELECT COUNT(*) AS n FROM messages WHERE {where}", params)["n"]
+    row = store.db_get(f"SELECT created_at FROM messages WHERE {where} ORDER BY created_at DESC, rowid DESC "
+                       "LIMIT 1 OFFSET ?", [*params, int(nth) - 1])
+    return row["created_at"] if row else None
 
 
 def guards_since(store, agent_id):
