@@ -136,14 +136,19 @@ def test_a_pair_trips_ping_pong_unless_an_artifact_changed(served):
     for sender, recipient in (("pm", "worker"), ("worker", "pm")):
         coordination.send_message(store, config, sender, "bounce", recipient=recipient)
     # an artifact written after those messages starts the count afresh
+    # (file system times are coarser than the clock: both times are set, to a minute away)
     path = store.artifacts_dir("worker") / "notes.md"
     path.write_text("progress", encoding="utf-8")
-    future = time.time() + 5
-    os.utime(path, (future, future))
+
+    def modified(when):
+        for changed in (path, path.parent):  # the folder's mtime moved when the file was added
+            os.utime(changed, (when, when))
+
+    modified(time.time() + 60)
     who = identity(service, store, "worker", running_activation(store, "worker")["id"])
     send = {"recipient": "pm", "body": "bounce"}
     assert "end" not in start(service, who, "messages.send", send).json()
-    os.utime(path, (future - 3600, future - 3600))  # the change is older than the messages again
+    modified(time.time() - 60)  # the change is older than the messages again
     tripped = start(service, who, "messages.send", send).json()
     assert tripped["end"] is True
     assert (tripped["guard"]["rule"], tripped["guard"]["peer"], tripped["guard"]["limit"]) == ("pingPong", "pm", 3)
