@@ -3,6 +3,7 @@ repeated, a pair of agents bouncing messages without an artifact change), what a
 refused, `guard.tripped`, the activation cancelled and the agent paused), resuming a paused agent, and the
 concurrency caps of a project and of the whole root. Imported by the runner routes, the scheduler, the
 user routes, the MCP server and the CLI; imports the store and its guard rows, records and errors."""
+import contextlib
 import logging
 import os
 import threading
@@ -129,15 +130,20 @@ def check_resume(body):
 
 class Caps:
     """The concurrency caps: a project's `limits.maxConcurrentActivations` and the root's
-    `serve --max-activations`. `lock` keeps a check and the start it allows together across the projects'
-    ticks, which run on different threads."""
+    `serve --max-activations`. A project's ticks are serial already; the root cap's check and the start it
+    allows are kept together across the projects' ticks, which run on different threads, by one lock."""
 
     def __init__(self, root, max_activations=None):
         if max_activations is not None and (isinstance(max_activations, bool) or int(max_activations) < 1):
             raise BadRequest("max activations must be a whole number of at least 1")
         self.root = root
         self.max_activations = None if max_activations is None else int(max_activations)
-        self.lock = threading.Lock()
+        self._lock = threading.Lock()
+
+    def starting(self):
+        """The lock a start holds while it checks the caps and records its activation; none without a root
+        cap, so the starts of different projects never wait on each other for nothing."""
+        return self._lock if self.max_activations is not None else contextlib.nullcontext()
 
     def root_running(self):
         return sum(len(self.root.open_project(name).running_activations()) for name in self.root.list_projects())

@@ -263,27 +263,30 @@ def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready
         return
     if agent.get("paused"):
         return
-    caps = caps or suzumio_guards.Caps(None)
-    with caps.lock:  # the check and the start it allows, together
-        cap = caps.holding(store, config)
-        if cap is None:
-            _start_activation(store, backend, config, task, agents, agent, candidates, now)
+    cap = _start_activation(store, backend, config, task, agents, agent, candidates, now,
+                            caps or suzumio_guards.Caps(None))
     if cap is not None and held is not None:
         held.append(cap)
 
 
-def _start_activation(store, backend, config, task, agents, agent, signals, now):
+def _start_activation(store, backend, config, task, agents, agent, signals, now, caps):
+    """Start the activation unless a concurrency cap is full; returns that cap, or None."""
     kind = config.backend.kind
-    workspace, artifacts_root = activation_paths(kind, store.dir, agent["workspacePath"])
-    prompt = render_prompt(first=not store.agent_has_activations(agent["id"]), task=task, agent=agent,
-                           agents=agents, config=config, kind=kind, workspace=workspace,
-                           artifacts_root=artifacts_root, signals=signals)
-    try:
-        activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
-    except Conflict as error:
-        log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
-        return
+    with caps.starting():  # the cap check and the activation row it allows, together (not the runner start)
+        cap = caps.holding(store, config)
+        if cap is not None:
+            return cap
+        workspace, artifacts_root = activation_paths(kind, store.dir, agent["workspacePath"])
+        prompt = render_prompt(first=not store.agent_has_activations(agent["id"]), task=task, agent=agent,
+                               agents=agents, config=config, kind=kind, workspace=workspace,
+                               artifacts_root=artifacts_root, signals=signals)
+        try:
+            activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
+        except Conflict as error:
+            log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
+            return None
     backend.start(store, activation["id"], config)
+    return None
 
 
 # ---------------------------------------------------------------- stop and approve (store.md §8.1)
