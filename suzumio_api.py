@@ -16,8 +16,8 @@ import waitress.server
 import waitress.wasyncore
 
 import suzumio_approvals
-import suzumio_guards
 import suzumio_coordination as coordination
+import suzumio_guards
 import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_scheduler

@@ -116,10 +116,6 @@ def resume(store, agent_id, via="api", now=None):
     return public_agent_json(store.agent_row(agent_id))
 
 
-def paused_agents(store):
-    return rows.paused_agents(store)
-
-
 def check_resume(body):
     """An optional JSON object body; nothing in it is read."""
     if body is not None and not isinstance(body, dict):

@@ -13,8 +13,8 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 import suzumio_approvals
-import suzumio_guards
 import suzumio_coordination as coordination
+import suzumio_guards
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
 from suzumio_http import optional_string

@@ -301,7 +301,7 @@ def agent_json(row, include_token=False):
             "workspacePath": row["workspace_path"], "activeActivationId": row["active_activation_id"],
             "containerName": row["container_name"], "createdAt": row["created_at"],
             "updatedAt": row["updated_at"], "promptChars": len(row["prompt"] or ""),
-            "paused": load_json(row["paused_json"]) if "paused_json" in row.keys() else None}
+            "paused": load_json(row["paused_json"])}
     if include_token:
         data["token"] = row["token"]
     return omit_none(data)

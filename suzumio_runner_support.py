@@ -11,8 +11,8 @@ import re
 import threading
 
 import suzumio_approvals
-import suzumio_guards
 import suzumio_coordination as coordination
+import suzumio_guards
 from suzumio_cost import call_cost  # issue 14
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (

@@ -556,7 +556,7 @@ _MIGRATION_7 = [
         decision TEXT CHECK (decision IN ('allow', 'deny', 'allow-always', 'respond')),
         decided_by TEXT, note TEXT, on_expiry TEXT NOT NULL CHECK (on_expiry IN ('allow', 'deny')),
         expires_at TEXT NOT NULL, created_at TEXT NOT NULL, decided_at TEXT, used_at TEXT,
-        edited_input_json TEXT, output TEXT)""",  # noqa: E501  (frozen text)
+        edited_input_json TEXT, output TEXT)""",
     "INSERT INTO approvals_new SELECT *, NULL, NULL FROM approvals",
     "DROP TABLE approvals",
     "ALTER TABLE approvals_new RENAME TO approvals",

@@ -3,6 +3,8 @@ runner in a local process or a container, a FakeModel. An allowed call runs with
 edited (the original never runs), an answered call runs nothing and the model reads the answer, a model
 repeating one call is stopped at the guard's count and paused while the rest of the team works, a pair
 bouncing messages is stopped, and three agents under a cap of one never overlap."""
+import itertools
+
 import pytest
 from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, call, kind_params, running_team
 from test_e2e_approvals import approvals, decide, marker, marker_command, wait_pending
@@ -126,7 +128,7 @@ def test_a_looping_model_is_stopped_at_the_fifth_call_and_paused_while_the_team_
         resumed = team.service.post(f"/api/projects/{team.name}/agents/worker-1/resume", {})
         assert resumed.status_code == 200, resumed.text
         assert "paused" not in resumed.json()
-        first, second = team.wait_activations("worker-1", 2)
+        _first, second = team.wait_activations("worker-1", 2)
         assert second["status"] == "completed"
         assert "Are you there?" in second["prompt"]
         # after the resume the guard counts afresh: the same call ran again
@@ -162,7 +164,7 @@ def test_a_pair_bouncing_messages_without_artifact_changes_is_stopped(tmp_path, 
 def no_overlap(activations):
     """Each activation started at or after the previous one ended (recorded times, ISO-8601 UTC)."""
     ordered = sorted(activations, key=lambda a: a["startedAt"])
-    return all(later["startedAt"] >= earlier["completedAt"] for earlier, later in zip(ordered, ordered[1:]))
+    return all(later["startedAt"] >= earlier["completedAt"] for earlier, later in itertools.pairwise(ordered))
 
 
 def three_agents(rules):
