@@ -109,6 +109,8 @@ COMMAND_TABLE = (
                "(default: $OTEL_EXPORTER_OTLP_ENDPOINT; off when neither is set)"),
         Option("--warm", "N", "prepared runners kept ready for likely next activations, all projects "
                "together; 0 for none (default 8)", shown="8"),
+        Option("--max-activations", "N", "at most N activations running at once over every project of the "
+               "root; further signals wait (default: no cap)"),
     ]),
     Command("start", "<project>", "Start (or resume) a project and run one scheduler pass.", [ROOT]),
     Command("stop", "<project>", "Stop a project: cancel its running activations and their runners.", [ROOT]),
@@ -126,9 +128,15 @@ COMMAND_TABLE = (
     Command("approvals", "<project>", "Show a project's approval requests: pending ones first, then decided ones.",
             [LIMIT, ROOT, JSON]),
     Command("allow", "<project> <approval-id>", "Allow a pending tool call (with --always: the same rule for that "
-            "agent from now on).", [Option("--always", None, "allow-always: no more requests for this agent and rule"),
-                                   ROOT, JSON]),
+            "agent from now on; with --input: run it with that input instead).",
+            [Option("--always", None, "allow-always: no more requests for this agent and rule"),
+             Option("--input", "JSON", "the edited input (a JSON object, checked against the tool's schema)"),
+             ROOT, JSON]),
     Command("deny", "<project> <approval-id> [note...]", "Deny a pending tool call; the note tells the agent why.",
+            [ROOT, JSON]),
+    Command("respond", "<project> <approval-id> <text...>", "Answer a pending tool call yourself: nothing runs and "
+            "the agent reads the text as the call's result.", [ROOT, JSON]),
+    Command("resume", "<project> <agent>", "Resume an agent a loop guard paused; its guards count afresh.",
             [ROOT, JSON]),
     Command("tick", "[project]", "Run one scheduler pass over one project or all of them.", [ROOT]),
     Command("toolpacks", "<project>", "List a project's toolpacks with their tools and state (MCP servers "
@@ -161,6 +169,7 @@ COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
     "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
+    "respond": (3, None), "resume": (2, 2),
     "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
 }
 
@@ -355,7 +364,7 @@ class Runtime:
     Imported lazily so that `config render`, `status` and friends never load Docker or Bottle.
     `runner_socket`: where runners reach the controller (None: backend.controllerUrl)."""
 
-    def __init__(self, root, runner_socket=None, on_fatal=None, warm_limit=0):
+    def __init__(self, root, runner_socket=None, on_fatal=None, warm_limit=0, max_activations=None):
         import suzumio_backend
         import suzumio_backend_reconcile
         import suzumio_mcp
@@ -374,7 +383,7 @@ class Runtime:
         self.reconciler = suzumio_backend_reconcile.Reconciler(self.backends)
         self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, self.configs, hooks=self.toolpacks,
-                                                     on_fatal=on_fatal)
+                                                     on_fatal=on_fatal, max_activations=max_activations)
 
     def close(self):
         """Shutdown order of docs/design/README.md after HTTP: scheduler, backend watchers, Node host, stores."""
@@ -469,6 +478,7 @@ def cmd_status(rest, options, out, err, now):
         print_json([{"id": project["id"], "status": project["status"], "updatedAt": project["updated_at"],
                      "tokens": costs["project"]["tokens"], "costUsd": costs["project"]["costUsd"],
                      "agents": [{**{key: agent.get(key) for key in STATUS_AGENT_FIELDS},
+                                 **({"paused": agent["paused"]} if agent.get("paused") else {}),
                                  "costUsd": costs["agents"].get(agent["id"], {}).get("costUsd"),
                                  "egress": egress.get(agent["id"], dict(NO_EGRESS))}
                                 for agent in agents]}
@@ -480,7 +490,7 @@ def cmd_status(rest, options, out, err, now):
         print(f"{project['id']}  {project['status']}{usage}", file=out)
         if agents:
             priced = spent["costUsd"] is not None  # the cost column only once some call had prices
-            rows = [(agent["id"], agent["status"], agent.get("activeActivationId") or "-",
+            rows = [(agent["id"], agent_status_text(agent), agent.get("activeActivationId") or "-",
                      relative_time(agent.get("updatedAt"), now))
                     + ((money(costs["agents"].get(agent["id"], {}).get("costUsd")) or "-",) if priced else ())
                     + ((egress_summary(egress.get(agent["id"], NO_EGRESS)),) if egress else ())
@@ -499,6 +509,12 @@ def egress_summary(totals):
     size = totals["bytesIn"] + totals["bytesOut"]
     amount = f"{size} B" if size < 1000 else f"{size / 1000:.1f} kB" if size < 10**6 else f"{size / 10**6:.1f} MB"
     return f"egress {totals['connections']} out, {totals['denied']} denied, {amount}"
+
+
+def agent_status_text(agent):
+    """An agent's status in `status` text; a loop guard's pause names its rule."""
+    paused = agent.get("paused")
+    return f"{agent['status']} paused ({paused.get('rule')})" if paused else agent["status"]
 
 
 def money(cost, prefix=""):
@@ -716,15 +732,38 @@ def cmd_approvals(rest, options, out, err, now):
 def cmd_decide(rest, options, out, err, now, *, decision):
     import suzumio_approvals
 
-    note = " ".join(rest[2:]).strip() or None if decision == "deny" else None
+    text = " ".join(rest[2:]).strip() or None
+    body = {"decision": decision, "note": text if decision == "deny" else None,
+            "output": text if decision == "respond" else None}
     if decision == "allow" and options.always:
-        decision = "allow-always"
+        if options.input is not None:
+            raise SuzumioError("--input cannot be combined with --always")
+        body["decision"] = "allow-always"
+    if options.input is not None:
+        try:
+            body["input"] = json.loads(options.input)
+        except ValueError as error:
+            raise SuzumioError(f"Invalid --input: not JSON ({error})") from None
     with project_store(options, rest[0]) as store:
-        row = suzumio_approvals.decide(store, rest[1], decision, note, via="cli")
+        decided = suzumio_approvals.check_decision(body)
+        config = suzumio_config.ProjectConfig.from_data(store.config()) if decided["input"] is not None else None
+        row = suzumio_approvals.decide(store, rest[1], **decided, config=config, via="cli")
     if options.json:
         print_json(row, out)
     else:
         print(f"{row['id']}: {row['status']} ({row['decision']})", file=out)
+    return 0
+
+
+def cmd_resume(rest, options, out, err, now):
+    import suzumio_guards
+
+    with project_store(options, rest[0]) as store:
+        agent = suzumio_guards.resume(store, rest[1], via="cli")
+    if options.json:
+        print_json(agent, out)
+    else:
+        print(f"{agent['id']}: resumed", file=out)
     return 0
 
 
@@ -806,10 +845,13 @@ def cmd_serve(rest, options, out, err, now):
     warm_text = options.warm if options.warm is not None else str(suzumio_warm.DEFAULT_LIMIT)
     if not warm_text.isdigit():
         raise SuzumioError(f"Invalid --warm: {warm_text} (expected a whole number)")
+    cap_text = options.max_activations
+    if cap_text is not None and (not cap_text.isdigit() or int(cap_text) < 1):
+        raise SuzumioError(f"Invalid --max-activations: {cap_text} (expected a whole number of at least 1)")
     return serve(root, host=host, port=int(port_text), threads=int(options.threads or 32),
                  scheduler_enabled=not options.no_scheduler, allowed_hosts=tuple(options.allow_host or ()),
                  api_token=api_token, runner_listen=runner_listen, out=out, err=err, tracer=tracer,
-                 warm=int(warm_text))
+                 warm=int(warm_text), max_activations=None if cap_text is None else int(cap_text))
 
 
 class Liveness:
@@ -901,7 +943,7 @@ def warn_unused_controller_urls(root, err):
 
 
 def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err,
-          runner_listen=None, tracer=None, warm=0):
+          runner_listen=None, tracer=None, warm=0, max_activations=None):
     """Run the controller until SIGINT/SIGTERM: the user listener (host:port), the runner listener (the
     root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (docs/cli.md).
     Returns 1 when one of its loops died (Liveness), else 0."""
@@ -924,7 +966,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     descriptors = raise_descriptor_limit(err)
     tune_malloc()
     liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
-    runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm)
+    runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm, max_activations=max_activations)
     servers = []
     egress = None
     received = []
@@ -1054,6 +1096,7 @@ COMMANDS = {
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
     "toolpacks": cmd_toolpacks, "mcp": cmd_mcp, "approvals": cmd_approvals,
     "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
+    "respond": lambda *a: cmd_decide(*a, decision="respond"), "resume": cmd_resume,
     "gc": cmd_gc, "watch": cmd_watch,
 }
 

@@ -17,6 +17,7 @@ import waitress.wasyncore
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_guards
 import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_scheduler
@@ -401,10 +402,25 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
     @app.post("/api/projects/<project>/approvals/<approval>")
     def decide_approval(project, approval):
         store = root.open_project(project)
-        decision, note = suzumio_approvals.check_decision(read_body())
+        decision = suzumio_approvals.check_decision(read_body())
         via = bottle.request.get_header(DECIDER_HEADER, "api").strip().lower()
-        return json_response(suzumio_approvals.decide(store, approval, decision, note,
+        return json_response(suzumio_approvals.decide(store, approval, **decision, config=toolpacks.configs.get(store),
                                                       via=via if via in ("api", "webui") else "api"))
+
+    @app.post("/api/projects/<project>/agents/<agent>/resume")
+    def resume_agent(project, agent):
+        store = root.open_project(project)
+        suzumio_guards.check_resume(read_body())
+        via = bottle.request.get_header(DECIDER_HEADER, "api").strip().lower()
+        resumed = suzumio_guards.resume(store, agent, via=via if via in ("api", "webui") else "api")
+        tick(store)
+        return json_response(resumed)
+
+    @app.get("/api/projects/<project>/concurrency")
+    def concurrency(project):
+        store = root.open_project(project)
+        return json_response(suzumio_guards.concurrency(store, toolpacks.configs.get(store),
+                                                        getattr(scheduler, "caps", None)))
 
     @app.post("/api/projects/<project>/messages")
     def send_message(project):

@@ -9,20 +9,23 @@ from datetime import timedelta
 
 import suzumio_coordination as coordination
 from suzumio_errors import BadRequest, Conflict, NotFound
-from suzumio_records import format_ts, load_json, omit_none, to_datetime, utc_now
+from suzumio_records import dump_json, format_ts, load_json, omit_none, to_datetime, utc_now
 
 log = logging.getLogger(__name__)
 
 PENDING, ALLOWED, DENIED, EXPIRED, CANCELLED = "pending", "allowed", "denied", "expired", "cancelled"
-APPROVAL_STATUSES = (PENDING, ALLOWED, DENIED, EXPIRED, CANCELLED)
-ALLOW, DENY, ALLOW_ALWAYS = "allow", "deny", "allow-always"
-DECISIONS = (ALLOW, DENY, ALLOW_ALWAYS)
+RESPONDED = "responded"
+APPROVAL_STATUSES = (PENDING, ALLOWED, DENIED, EXPIRED, CANCELLED, RESPONDED)
+ALLOW, DENY, ALLOW_ALWAYS, RESPOND = "allow", "deny", "allow-always", "respond"
+DECISIONS = (ALLOW, DENY, ALLOW_ALWAYS, RESPOND)
 # The one transition table: a request leaves `pending` exactly once, by a decision, expiry or the end of
 # its activation (suzumio_coordination.cancel_activation, fail_activation); the status a decision leads to.
-DECISION_STATUS = {ALLOW: ALLOWED, ALLOW_ALWAYS: ALLOWED, DENY: DENIED}
+DECISION_STATUS = {ALLOW: ALLOWED, ALLOW_ALWAYS: ALLOWED, DENY: DENIED, RESPOND: RESPONDED}
 # Who decided: the surface of a person, `timeout` for expiry, `system` for an activation that ended.
 DECIDERS = ("api", "cli", "webui", "mcp")
 MAX_NOTE_CHARS = 4000
+MAX_OUTPUT_CHARS = 100000  # a person's answer to a call: what a tool result may hold
+EDITED_NOTE = "A person changed this call's input before it ran; it ran with: {input}"
 MAX_WAIT_S = 25.0  # longest one runner long-poll is held open; the runner asks again
 MAX_LONG_POLLS = 8  # runner long-polls held at once per runner listener; more are answered at once
 RETRY_AFTER_MS = 1000  # how long a runner answered at once waits before it asks again
@@ -68,7 +71,7 @@ def approval_json(row):
         "rule": load_json(row["rule_json"], {}), "status": row["status"], "decision": row["decision"],
         "decidedBy": row["decided_by"], "note": row["note"], "onExpiry": row["on_expiry"],
         "expiresAt": row["expires_at"], "createdAt": row["created_at"], "decidedAt": row["decided_at"],
-        "usedAt": row["used_at"]})
+        "usedAt": row["used_at"], "editedInput": load_json(row["edited_input_json"]), "output": row["output"]})
 
 
 def _row(store, approval_id):
@@ -152,18 +155,27 @@ def runs(row):
 
 
 def _settle_for_runner(store, row, now=None):
-    """The wait answer for a decided request. A call that does not run is finished here, once (the
-    failed tool call with the decision's text; P1 signals are delivered at this boundary)."""
+    """The wait answer for a decided request: with `input` (and the note the model reads) when a person
+    edited it. A call that does not run is finished here, once: failed with the decision's text, or, when a
+    person answered it, completed with their answer (P1 signals are delivered at this boundary)."""
     answer = omit_none({"approvalId": row["id"], "status": row["status"], "decision": row["decision"],
                         "note": row["note"], "decidedBy": row["decided_by"], "run": runs(row)})
-    if answer["run"] or row["status"] == CANCELLED:
+    if answer["run"]:
+        edited = load_json(row["edited_input_json"])
+        if edited is not None:
+            answer.update(input=edited, inputNote=EDITED_NOTE.format(input=dump_json(edited)))
         return answer
-    text = outcome_text(row)
+    if row["status"] == CANCELLED:
+        return answer
+    responded = row["status"] == RESPONDED
+    text = row["output"] if responded else outcome_text(row)
     answer["output"] = text
     with store.write(now) as tx:
         if store.use_approval(tx, row["id"]):
-            finished = coordination.finish_tool_call(store, row["agent_id"], row["activation_id"],
-                                                     row["tool_call_id"], "failed", error=text, boundary=True)
+            finished = coordination.finish_tool_call(
+                store, row["agent_id"], row["activation_id"], row["tool_call_id"],
+                "completed" if responded else "failed", output=text if responded else None,
+                error=None if responded else text, boundary=True)
             if finished.get("signalText"):
                 answer["signalText"] = finished["signalText"]
     return answer
@@ -210,7 +222,8 @@ def claim_controller_call(store, config, agent_id, activation_id, tool, tool_inp
 # ---------------------------------------------------------------- a person's side
 
 def check_decision(body):
-    """The validated (decision, note) of a decision body."""
+    """The validated decision of a body, as keyword arguments of decide(): decision and note, `input` (an
+    object) only with allow, `output` (a non-empty string) only and always with respond."""
     if not isinstance(body, dict):
         raise BadRequest("Expected a JSON object with decision")
     decision = body.get("decision")
@@ -221,20 +234,53 @@ def check_decision(body):
         raise BadRequest("note must be a string")
     if note is not None and len(note) > MAX_NOTE_CHARS:
         raise BadRequest(f"note is longer than {MAX_NOTE_CHARS} characters")
-    return decision, (note.strip() or None) if note is not None else None
+    edited = body.get("input")
+    if edited is not None and decision != ALLOW:
+        raise BadRequest("input is accepted only with decision allow")
+    if edited is not None and not isinstance(edited, dict):
+        raise BadRequest("input must be a JSON object")
+    output = body.get("output")
+    if decision == RESPOND and (not isinstance(output, str) or not output.strip()):
+        raise BadRequest("output is required with decision respond (the text the agent reads as the result)")
+    if output is not None and decision != RESPOND:
+        raise BadRequest("output is accepted only with decision respond")
+    if output is not None and len(output) > MAX_OUTPUT_CHARS:
+        raise BadRequest(f"output is longer than {MAX_OUTPUT_CHARS} characters")
+    return {"decision": decision, "note": (note.strip() or None) if note is not None else None,
+            "input": edited, "output": output}
 
 
-def decide(store, approval_id, decision, note=None, via="api", now=None):
+def check_edited_input(config, tool, edited):
+    """An edited input must be valid for the tool's input schema (a sandbox MCP tool's is not known here)."""
+    import jsonschema  # only on this path: the schema check of an edit
+
+    spec = config.tool(tool) if config is not None else None
+    if spec is None:
+        return
+    try:
+        jsonschema.validators.validator_for(spec.input_schema)(spec.input_schema).validate(edited)
+    except jsonschema.exceptions.ValidationError as exc:
+        where = "/".join(str(part) for part in exc.absolute_path)
+        raise BadRequest(f"input does not fit the input schema of {tool}"
+                         f"{f' at {where}' if where else ''}: {exc.message}") from None
+
+
+def decide(store, approval_id, decision, note=None, via="api", now=None, input=None, output=None, config=None):
     """Apply a person's decision to a pending request, exactly once (one conditional UPDATE); a request
     that is no longer pending is a Conflict naming its status. `allow-always` also allows the agent's
-    other pending requests under the same rule. Returns the decided request."""
+    other pending requests under the same rule. `input` (allow) is the edited input, checked against the
+    tool's schema in `config`; `output` (respond) is the answer the model reads. Returns the decided
+    request."""
     if decision not in DECISIONS:
         raise BadRequest(f"decision must be one of {', '.join(DECISIONS)}")
     if via not in DECIDERS:
         raise BadRequest(f"Unknown decider: {via}")
+    if input is not None:
+        check_edited_input(config, _row(store, approval_id)["tool"], input)
     expire_due(store, now)
     with store.write(now) as tx:
-        changed = store.decide_approval(tx, approval_id, DECISION_STATUS[decision], decision, note, via)
+        changed = store.decide_approval(tx, approval_id, DECISION_STATUS[decision], decision, note, via,
+                                        edited_input=input, output=output)
         row = _row(store, approval_id)
         if not changed:
             raise Conflict(f"Approval {approval_id} is already {row['status']}")
@@ -246,7 +292,8 @@ def decide(store, approval_id, decision, note=None, via="api", now=None):
         for item in decided:
             store.append_event("approval.decided", omit_none({
                 "id": item["id"], "agentId": item["agent_id"], "activationId": item["activation_id"],
-                "tool": item["tool"], "decision": item["decision"], "decidedBy": via, "note": item["note"]}))
+                "tool": item["tool"], "decision": item["decision"], "decidedBy": via, "note": item["note"],
+                "edited": True if item["edited_input_json"] is not None else None}))
     log.info("approval %s of %s: %s via %s", approval_id, store.project_id, decision, via)
     return approval_json(row)
 

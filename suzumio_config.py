@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import suzumio_egress_policy
 from suzumio_config_schema import (
     DEFAULT_ARTIFACT_QUOTA,
+    DEFAULT_GUARDS,
     DEFAULT_KEEP,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_WARM,
@@ -765,21 +766,6 @@ def agent_sandbox(docker, agent):
                            tuple(over.get("capAdd", docker.cap_add)))
 
 
-@dataclass(frozen=True)
-class AgentEgress:
-    """Where one agent's connections may go (suzumio_egress_policy.Allowlist entries), why, and its limits
-    per activation (None: no limit)."""
-
-    entries: tuple
-    reason: str
-    max_bytes: int = None
-    max_connections: int = None
-
-    @property
-    def label(self):
-        return ", ".join(self.entries) if self.entries else "nothing"
-
-
 def agent_egress(builtin_toolpacks, agent):
     """agents.<id>.egress when written; else `public` for an agent allowed web.fetch (with the web
     toolpack); else nothing."""
@@ -790,19 +776,8 @@ def agent_egress(builtin_toolpacks, agent):
     else:
         entries, reason = (), f"its tools do not allow {NETWORK_TOOL} and agents.{agent.key}.egress is not set"
     limits = agent.egress_limits or {}
-    return AgentEgress(tuple(entries), reason, limits.get("bytes"), limits.get("connections"))
-
-
-def egress_warnings(agent, egress):
-    """Entries that open a loopback, private or link-local address to an agent."""
-    lines = []
-    for text in egress.entries:
-        entry = suzumio_egress_policy.parse_entry(text)
-        if entry.kind == "address" and not suzumio_egress_policy.is_public(entry.value):
-            lines.append(f"Warning: agents.{agent.key}.egress {text} lets {agent.id} reach a non-public address")
-        elif entry.kind == "network" and not entry.value.is_global:
-            lines.append(f"Warning: agents.{agent.key}.egress {text} lets {agent.id} reach non-public addresses")
-    return lines
+    return suzumio_egress_policy.AgentEgress(tuple(entries), reason, limits.get("bytes"),
+                                             limits.get("connections"))
 
 
 def is_root_user(user):
@@ -839,7 +814,8 @@ def boundary_warnings(config):
     """The stderr lines of config render and init (docs/configuration.md): the local backend, then each setting
     that weakens an activation container's boundary, backend-wide first, then per agent."""
     data = config.data
-    egress = [line for agent in config.agents for line in egress_warnings(agent, config.egress(agent.id))]
+    egress = [line for agent in config.agents
+              for line in suzumio_egress_policy.egress_warnings(agent, config.egress(agent.id))]
     if config.backend.kind == "local":
         lines = [LOCAL_WARNING, LOCAL_EGRESS_WARNING]
         if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
@@ -1073,6 +1049,20 @@ class ProjectConfig:
                                   source, index)
                      for source, rules in (("agent", own), ("project", data["tools"].get("approve", [])))
                      for index, rule in enumerate(rules))
+
+    def guards(self, agent_id):
+        """The loop guards of one agent: {rule: count or None (off)}, its own setting first, then the
+        project's, then DEFAULT_GUARDS."""
+        data = self.data
+        own = data["agents"].get(self.agent(agent_id).key, {}).get("guards", {})
+        project = data.get("guards", {})
+        merged = {rule: own.get(rule, project.get(rule, default)) for rule, default in DEFAULT_GUARDS.items()}
+        return {rule: (None if value is False else value) for rule, value in merged.items()}
+
+    @property
+    def max_concurrent_activations(self):
+        """`limits.maxConcurrentActivations`, or None (no project cap)."""
+        return self.data.get("limits", {}).get("maxConcurrentActivations")
 
     def allowed_tools(self, agent_id):
         """The registered tools an agent may see, in registration order (docs/design/tools.md)."""

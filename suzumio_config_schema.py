@@ -668,6 +668,12 @@ _APPROVE = _List(_ApprovalRuleObj(
     ("onExpiry", _Enum("deny", "allow"), "deny"),
 ))
 
+# Loop guards (docs/operations.md#runaways): each rule is a count, or false for off; absent stays absent
+# (ProjectConfig.guards applies the agent's own, then the project's, then these defaults).
+DEFAULT_GUARDS = {"repeatedToolCall": 5, "pingPong": 10}
+_GUARDS = _Obj(("repeatedToolCall", _OrFalse(_Num(integer=True, ge=2)), _OMIT),
+               ("pingPong", _OrFalse(_Num(integer=True, ge=2)), _OMIT))
+
 _AGENT = _Obj(
     ("role", _Str(), _OMIT),
     ("displayName", _Str(), _OMIT),
@@ -684,6 +690,7 @@ _AGENT = _Obj(
     ("artifactQuota", _OrFalse(_Size()), _OMIT),
     ("egress", _List(_EgressEntry()), _OMIT),
     ("egressLimits", _Obj(("bytes", _INT_GT0, _OMIT), ("connections", _INT_GT0, _OMIT)), _OMIT),
+    ("guards", _GUARDS, _OMIT),
 )
 
 _PROJECT = _Obj(
@@ -698,6 +705,8 @@ _PROJECT = _Obj(
     ("tools", _Obj(("toolpacks", _List(_ToolpackEntry()), ["core", "web"]),
                    ("approve", _APPROVE, _OMIT)), _FULL),  # Approve
     ("platforms", _List(_Any()), []),
+    ("guards", _GUARDS, _OMIT),
+    ("limits", _Obj(("maxConcurrentActivations", _INT_GT0, _OMIT)), _OMIT),
     ("observability", _Obj(
         ("http", _Obj(
             ("enabled", _Bool(), True),

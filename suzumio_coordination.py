@@ -296,10 +296,10 @@ def cancel_activation(store, activation_id, reason, now=None):
     """A running activation -> cancelled (a P0 restart, stop, approve). Returns the cancelled
     activation, or None when it had already ended."""
     with store.write(now) as tx:
-        return _cancel_in(store, tx, activation_id, str(reason))
+        return cancel_in(store, tx, activation_id, str(reason))
 
 
-def _cancel_in(store, tx, activation_id, reason):
+def cancel_in(store, tx, activation_id, reason):
     return _end_running(store, tx, activation_id, "cancel", reason,
                         f"Activation {activation_id} was interrupted and cancelled.\n\nReason: {reason}")
 
@@ -346,7 +346,7 @@ def _halt(store, trigger, reason, resume, now):
     with store.write(now) as tx:
         store.set_project_status(tx, trigger)
         for running in store.running_activations():
-            act = _cancel_in(store, tx, running["id"], reason)
+            act = cancel_in(store, tx, running["id"], reason)
             if act is None:
                 continue
             cancelled.append(act)

@@ -128,3 +128,30 @@ class Allowlist:
 @functools.lru_cache(maxsize=256)
 def allowlist(entries):
     return Allowlist(entries)
+
+
+@dataclass(frozen=True)
+class AgentEgress:
+    """Where one agent's connections may go (Allowlist entries), why, and its limits
+    per activation (None: no limit)."""
+
+    entries: tuple
+    reason: str
+    max_bytes: int = None
+    max_connections: int = None
+
+    @property
+    def label(self):
+        return ", ".join(self.entries) if self.entries else "nothing"
+
+
+def egress_warnings(agent, egress):
+    """Entries that open a loopback, private or link-local address to an agent."""
+    lines = []
+    for text in egress.entries:
+        entry = parse_entry(text)
+        if entry.kind == "address" and not is_public(entry.value):
+            lines.append(f"Warning: agents.{agent.key}.egress {text} lets {agent.id} reach a non-public address")
+        elif entry.kind == "network" and not entry.value.is_global:
+            lines.append(f"Warning: agents.{agent.key}.egress {text} lets {agent.id} reach non-public addresses")
+    return lines

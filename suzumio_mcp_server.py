@@ -12,6 +12,7 @@ from urllib.parse import quote, unquote
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_guards
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
 from suzumio_http import optional_string
@@ -58,11 +59,18 @@ TOOLS = (
      "decided ones.",
      _object({**_PROJECT, "status": {"type": "string", "enum": list(suzumio_approvals.APPROVAL_STATUSES)}},
              ["project"])),
-    ("decide_approval", "Allow, deny (with a note the agent reads) or allow-always one pending tool call.",
+    ("decide_approval", "Allow (optionally with an edited input), deny (with a note the agent reads), "
+     "allow-always, or respond (nothing runs; the agent reads your output as the call's result) one pending "
+     "tool call.",
      _object({**_PROJECT, "approvalId": {"type": "string"},
               "decision": {"type": "string", "enum": list(suzumio_approvals.DECISIONS)},
-              "note": {"type": "string", "description": "Why; the agent's model reads it when denied"}},
+              "note": {"type": "string", "description": "Why; the agent's model reads it when denied"},
+              "input": {"type": "object", "description": "With allow: run the tool with this input instead "
+                        "(checked against the tool's input schema)"},
+              "output": {"type": "string", "description": "With respond: the call's result the agent reads"}},
              ["project", "approvalId", "decision"])),
+    ("resume_agent", "Resume an agent a loop guard paused (it works again; its guards count afresh).",
+     _object({**_PROJECT, "agent": {"type": "string", "description": "Agent id"}}, ["project", "agent"])),
 )
 
 
@@ -169,8 +177,18 @@ class SuzumioMcp:
         approval_id = args.get("approvalId")
         if not isinstance(approval_id, str) or not approval_id:
             raise BadRequest("approvalId is required")
-        decision, note = suzumio_approvals.check_decision(args)
-        return suzumio_approvals.decide(store, approval_id, decision, note, via="mcp")
+        decision = suzumio_approvals.check_decision(
+            {key: value for key, value in args.items() if key in ("decision", "note", "input", "output")})
+        return suzumio_approvals.decide(store, approval_id, **decision, config=self.configs.get(store), via="mcp")
+
+    def tool_resume_agent(self, args):
+        store = self._store(args)
+        agent = args.get("agent")
+        if not isinstance(agent, str) or not agent:
+            raise BadRequest("agent is required")
+        resumed = suzumio_guards.resume(store, agent, via="mcp")
+        self.tick(store.project_id)
+        return resumed
 
     # -- resources: suzumio://projects/<p>/report and suzumio://projects/<p>/artifacts/<agent>/<path>
 

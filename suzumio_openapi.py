@@ -47,7 +47,9 @@ SCHEMAS = {
               "properties": {"id": STRING, "project": STRING, "role": STRING, "displayName": STRING,
                              "status": STRING, "model": STRING, "tools": {"type": "array", "items": STRING},
                              "activeActivationId": STRING, "containerName": STRING, "createdAt": STRING,
-                             "updatedAt": STRING, "promptChars": INTEGER}},
+                             "updatedAt": STRING, "promptChars": INTEGER,
+                             "paused": {"type": "object", "description": "Set while a loop guard keeps the agent "
+                                        "paused: the guard.tripped data and `at` (docs/operations.md#runaways)"}}},
     "Message": {"type": "object", "required": ["id", "project", "sender", "priority", "body", "createdAt"],
                 "properties": {"id": STRING, "project": STRING, "sender": STRING, "recipient": STRING,
                                "channel": STRING, "priority": {"enum": ["P0", "P1", "P2", "P3"]},
@@ -100,14 +102,30 @@ SCHEMAS = {
                                                 "status", "onExpiry", "expiresAt", "createdAt"],
                  "properties": {"id": STRING, "agentId": STRING, "activationId": STRING, "toolCallId": STRING,
                                 "tool": STRING, "input": {}, "rule": {"type": "object"},
-                                "status": {"enum": ["pending", "allowed", "denied", "expired", "cancelled"]},
-                                "decision": {"enum": ["allow", "deny", "allow-always"]},
+                                "status": {"enum": ["pending", "allowed", "denied", "expired", "cancelled",
+                                                    "responded"]},
+                                "decision": {"enum": ["allow", "deny", "allow-always", "respond"]},
+                                "editedInput": {"type": "object", "description": "The input a person ran the "
+                                                "call with instead of `input`"},
+                                "output": {"type": "string", "description": "A person's answer (respond)"},
                                 "decidedBy": {"enum": ["api", "cli", "webui", "mcp", "timeout", "system"]},
                                 "note": STRING, "onExpiry": {"enum": ["allow", "deny"]}, "expiresAt": STRING,
                                 "createdAt": STRING, "decidedAt": STRING, "usedAt": STRING}},
     "ApprovalDecision": {"type": "object", "required": ["decision"],
-                         "properties": {"decision": {"enum": ["allow", "deny", "allow-always"]},
-                                        "note": {"type": "string", "maxLength": 4000}}},
+                         "description": "`input` only with allow (validated against the tool's input schema); "
+                                        "`output` required with respond and accepted only there.",
+                         "properties": {"decision": {"enum": ["allow", "deny", "allow-always", "respond"]},
+                                        "note": {"type": "string", "maxLength": 4000},
+                                        "input": {"type": "object"},
+                                        "output": {"type": "string", "minLength": 1, "maxLength": 100000}}},
+    "Concurrency": {"type": "object", "required": ["running", "waiting", "paused"],
+                    "properties": {"maxConcurrentActivations": INTEGER, "running": INTEGER,
+                                   "rootMaxActivations": INTEGER, "rootRunning": INTEGER,
+                                   "waiting": {"type": "array", "items": {
+                                       "type": "object", "required": ["agentId", "signals", "since", "cap"],
+                                       "properties": {"agentId": STRING, "signals": INTEGER, "since": STRING,
+                                                      "cap": {"enum": ["project", "root"]}}}},
+                                   "paused": {"type": "array", "items": {"type": "object"}}}},
     # Controller-observed spend; costUsd is null when no call of the group had prices
     "Spend": {"type": "object", "required": ["calls", "tokens", "costUsd"],
               "properties": {"calls": INTEGER, "tokens": INTEGER, "costUsd": {"type": ["number", "null"]}}},
@@ -222,13 +240,20 @@ PATHS = {
         "Approval requests: pending ones oldest first, then decided ones newest first",
         _json(_array("Approval"), "Approval requests"),
         [PROJECT, LIMIT, {"name": "status", "in": "query", "required": False, "schema": STRING,
-                          "description": "pending, allowed, denied, expired or cancelled"}]),
+                          "description": "pending, allowed, denied, expired, cancelled or responded"}]),
     "/api/projects/{project}/approvals/{approval}": {
         **_get("One approval request", _json(_ref("Approval"), "The request"),
                [PROJECT, _path_param("approval", "Approval id")]),
-        **_post("Decide a pending approval request, exactly once (409 when it is no longer pending)",
+        **_post("Decide a pending approval request, exactly once (409 when it is no longer pending): allow "
+                "(optionally with an edited input), deny, allow-always, or respond with the call's result",
                 _json(_ref("Approval"), "The decided request"), _ref("ApprovalDecision"),
                 [PROJECT, _path_param("approval", "Approval id")])},
+    "/api/projects/{project}/agents/{agent}/resume": _post(
+        "Resume an agent a loop guard paused (409 when it is not paused); its guards count afresh",
+        _json(_ref("Agent"), "The agent"), {"type": "object"}, [PROJECT, _path_param("agent", "Agent id")]),
+    "/api/projects/{project}/concurrency": _get(
+        "The concurrency caps, what runs, the agents waiting on a full cap and the paused agents",
+        _json(_ref("Concurrency"), "The caps"), [PROJECT]),
     "/api/projects/{project}/stream": {"get": {
         "summary": "Server-sent events: the newest events replayed, then each new one as it is stored",
         "description": "Each frame is `id: <rowid>`, `event: <type>`, `data: <event JSON>`; a comment "

@@ -299,7 +299,8 @@ def agent_json(row, include_token=False):
             "model": row["model"], "tools": load_json(row["tools_json"], []),
             "workspacePath": row["workspace_path"], "activeActivationId": row["active_activation_id"],
             "containerName": row["container_name"], "createdAt": row["created_at"],
-            "updatedAt": row["updated_at"], "promptChars": len(row["prompt"] or "")}
+            "updatedAt": row["updated_at"], "promptChars": len(row["prompt"] or ""),
+            "paused": load_json(row["paused_json"])}
     if include_token:
         data["token"] = row["token"]
     return omit_none(data)

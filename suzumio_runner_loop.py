@@ -898,7 +898,13 @@ class Runner:
         except ControllerError as error:
             return str(error)
         tool_call_id = started.get("toolCallId") if isinstance(started, dict) else None
+        if isinstance(started, dict) and started.get("end"):
+            # A loop guard refused the call and ended the activation (docs/operations.md#runaways).
+            state.ended = True
+            state.end_output = started.get("output") or "A loop guard ended this activation."
+            return state.end_output
         pending = started.get("approval") if isinstance(started, dict) else None
+        edited_note = None
         if isinstance(pending, dict) and isinstance(pending.get("id"), str):
             # A person decides first; a call that does not run was finished by the controller.
             decision = self.wait_for_approval(pending["id"])
@@ -906,6 +912,10 @@ class Runner:
                 text = decision.get("output") or "Tool call did not run: {}".format(decision.get("status"))
                 signal_text = decision.get("signalText")
                 return f"{text}\n\n{signal_text}" if signal_text else text
+            if isinstance(decision.get("input"), dict):
+                # The person edited the input: the tool runs with theirs, and the model is told so.
+                args = decision["input"]
+                edited_note = decision.get("inputNote") or "A person changed this call's input before it ran."
         try:
             result = tool.handler(args)
         except (ToolError, ControllerError, OSError, ValueError) as error:
@@ -932,6 +942,8 @@ class Runner:
             state.ended = True
             state.end_output = result["output"]
         shown = {key: result[key] for key in ("title", "output", "metadata") if key in result}
+        if edited_note:
+            shown["note"] = edited_note
         return compact_json(shown)
 
     def wait_for_approval(self, approval_id):

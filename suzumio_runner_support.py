@@ -12,6 +12,7 @@ import threading
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_guards
 from suzumio_cost import call_cost
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (
@@ -197,10 +198,17 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         call = authorize(root, read_fields(), ("tool",), body_checks=check_call_key, running=TOOL_CALLS_CLOSED)
         tool = call.body["tool"]
         toolpacks.check_tool_call(call.store, call.agent, tool)
+        config = toolpacks.configs.get(call.store)
+        tripped = suzumio_guards.tripped_guard(call.store, config, call.agent_id, tool, call.body.get("input"))
+        if tripped is not None:
+            answer = suzumio_guards.trip(call.store, call.agent_id, call.activation_id, tool,
+                                         call.body.get("input"), tripped, call_key=call.body.get("callKey"))
+            stop_runner(scheduler, call.store, call.activation_id)
+            return json_response(answer)
         # A call that an approval rule matches is recorded with a pending approval request; a
         # start asked again with its callKey answers what was recorded.
         return json_response(suzumio_approvals.start_tool_call(
-            call.store, toolpacks.configs.get(call.store), call.agent_id, call.activation_id, tool,
+            call.store, config, call.agent_id, call.activation_id, tool,
             call.body.get("input"), call_key=call.body.get("callKey")))
 
     @app.post("/runner/approvals/wait")
@@ -297,4 +305,12 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         if result["status"] == "completed":
             run_tick(scheduler.tick, call.store.project_id)
         return json_response(result)
+
+
+def stop_runner(scheduler, store, activation_id):
+    """Stop the runner of an activation a rule just ended (its container or process), so a runner that
+    ignores the answer cannot go on; a scheduler without backends (the runner contract tests) has none."""
+    backends = getattr(scheduler, "backends", None)
+    if backends is not None:
+        backends.stop_runner(store, store.activation(activation_id))
 

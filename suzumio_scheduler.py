@@ -10,6 +10,7 @@ from datetime import timedelta
 import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
+import suzumio_guards
 from suzumio_backend import KIND_LOCAL, activation_paths
 from suzumio_errors import Conflict
 from suzumio_records import (
@@ -166,11 +167,11 @@ class NoHooks:
 
 # ---------------------------------------------------------------- one tick
 
-def tick(store, backends, hooks, now, configs):
+def tick(store, backends, hooks, now, configs, caps=None):
     """One tick of one project at time `now` (docs/design/scheduler.md); the caller holds the project lock.
     `configs` (the runtime's suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every
-    tick. Returns when the project needs its next tick if nothing changes meanwhile (next_due), None for
-    never."""
+    tick; `caps` (suzumio_guards.Caps) holds the root's concurrency cap. Returns when the project needs its
+    next tick if nothing changes meanwhile (next_due), None for never."""
     project = store.project()
     if project["status"] != PROJECT_RUNNING:
         return None
@@ -189,15 +190,18 @@ def tick(store, backends, hooks, now, configs):
     # Who has a ready signal, read once; after any commit (this tick's own expiries, cancellations and
     # starts, or anyone's) an agent's signals are read again.
     seen, ready = store.commits, store.agents_with_ready_signals([agent["id"] for agent in agents], now)
+    held = []  # the caps that kept a ready agent from starting in this tick
     for agent in agents:
         _tick_agent(store, backends, config, project["task"], agents, agent, now,
-                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen)
+                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen, caps, held)
     try:
         hooks.run_hooks(store, config, now)
     except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (docs/design/scheduler.md)
         log.warning("scheduler hooks of %s failed: %s", store.project_id, error)
         store.append_event(EVENT_HOOK_FAILED, {"toolpackId": None, "error": str(error)})
     dues = coordination.nudge_and_monitor(store, config, now)
+    if suzumio_guards.ROOT_CAP in held:  # freed by another project's end, which does not tick this one
+        dues.append(now + timedelta(seconds=suzumio_guards.CAP_RECHECK_SECONDS))
     return next_due(store, config, now, dues)
 
 
@@ -221,14 +225,17 @@ def next_due(store, config, now, dues):
     return max(min(candidates), now) if candidates else None
 
 
-def _tick_agent(store, backends, config, task, agents, agent, now, may_have_ready=lambda: True):
+def _tick_agent(store, backends, config, task, agents, agent, now, may_have_ready=lambda: True, caps=None,
+                held=None):
     """Steps 2-5 of a tick for one agent; `may_have_ready()` False (no ready pending signal when the tick read
-    them for all its agents at once, and nothing committed since) spares its signal selection."""
+    them for all its agents at once, and nothing committed since) spares its signal selection. A paused
+    agent (a loop guard tripped) is left alone; a start a concurrency cap forbids waits, its signals
+    pending, and the cap is appended to `held`."""
     def pending():
         return coordination.pending_signals(store, config, agent["id"], now) if may_have_ready() else []
 
     status = agent["status"]
-    if status == AGENT_STOPPED:
+    if status == AGENT_STOPPED or (agent.get("paused") and not agent.get("activeActivationId")):
         return
     candidates = None
     if status == AGENT_RUNNING or agent.get("activeActivationId"):
@@ -253,21 +260,32 @@ def _tick_agent(store, backends, config, task, agents, agent, now, may_have_read
         if status not in (AGENT_QUIET, AGENT_FAILED):
             store.set_agent_status(agent["id"], AGENT_QUIET)
         return
-    _start_activation(store, backends, config, task, agents, agent, candidates, now)
-
-
-def _start_activation(store, backends, config, task, agents, agent, signals, now):
-    kind = config.backend.kind
-    workspace, artifacts_root = activation_paths(kind, store.dir, agent["workspacePath"])
-    prompt = render_prompt(first=not store.agent_has_activations(agent["id"]), task=task, agent=agent,
-                           agents=agents, config=config, kind=kind, workspace=workspace,
-                           artifacts_root=artifacts_root, signals=signals)
-    try:
-        activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
-    except Conflict as error:
-        log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
+    if agent.get("paused"):
         return
+    cap = _start_activation(store, backends, config, task, agents, agent, candidates, now,
+                            caps or suzumio_guards.Caps(None))
+    if cap is not None and held is not None:
+        held.append(cap)
+
+
+def _start_activation(store, backends, config, task, agents, agent, signals, now, caps):
+    """Start the activation unless a concurrency cap is full; returns that cap, or None."""
+    kind = config.backend.kind
+    with caps.starting():  # the cap check and the activation row it allows, together (not the runner start)
+        cap = caps.holding(store, config)
+        if cap is not None:
+            return cap
+        workspace, artifacts_root = activation_paths(kind, store.dir, agent["workspacePath"])
+        prompt = render_prompt(first=not store.agent_has_activations(agent["id"]), task=task, agent=agent,
+                               agents=agents, config=config, kind=kind, workspace=workspace,
+                               artifacts_root=artifacts_root, signals=signals)
+        try:
+            activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
+        except Conflict as error:
+            log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
+            return None
     backends.start(store, activation["id"], config)
+    return None
 
 
 # ---------------------------------------------------------------- stop and approve (docs/design/store.md)
@@ -296,8 +314,10 @@ class Scheduler:
     stop_project = staticmethod(stop_project)
     approve_project = staticmethod(approve_project)
 
-    def __init__(self, root, backends, configs, hooks=None, interval=SAFETY_INTERVAL_SECONDS, on_fatal=None):
+    def __init__(self, root, backends, configs, hooks=None, interval=SAFETY_INTERVAL_SECONDS, on_fatal=None,
+                 max_activations=None):
         self.root = root
+        self.caps = suzumio_guards.Caps(root, max_activations)
         self.on_fatal = on_fatal  # called with the error if the thread's loop itself dies
         self.backends = backends
         self.hooks = hooks or NoHooks()
@@ -317,7 +337,7 @@ class Scheduler:
         tick of the project that is already running. Returns the project's next due time (tick)."""
         with self._project_lock(name):
             store = self.root.open_project(name)
-            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs)
+            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs, self.caps)
             self.backends.prepare_next(store)  # Warm activations (suzumio_warm; no-op when off)
             return due
 

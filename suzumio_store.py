@@ -499,9 +499,34 @@ _MIGRATION_5 = ["ALTER TABLE tool_calls ADD COLUMN call_key TEXT",
 # project on every tick of a project with a budget (31 ms at 100,000 events).
 _MIGRATION_6 = ["CREATE INDEX idx_events_project_type ON events (project, type)"]
 
+# A person may edit a gated call's input (`edited_input_json`, the original stays in `input_json`) or answer
+# it (status `responded`, decision `respond`, the answer in `output`); SQLite cannot change a CHECK, so the
+# table is rebuilt. An agent a loop guard paused keeps the guard's record in `paused_json` until a person
+# resumes it; `guards_since` is when its guards last started counting afresh (NULL: from the beginning).
+_MIGRATION_7 = [
+    """CREATE TABLE approvals_new (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL, tool TEXT NOT NULL, input_json TEXT NOT NULL,
+        rule_json TEXT NOT NULL, rule_key TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'allowed', 'denied', 'expired', 'cancelled', 'responded')),
+        decision TEXT CHECK (decision IN ('allow', 'deny', 'allow-always', 'respond')),
+        decided_by TEXT, note TEXT, on_expiry TEXT NOT NULL CHECK (on_expiry IN ('allow', 'deny')),
+        expires_at TEXT NOT NULL, created_at TEXT NOT NULL, decided_at TEXT, used_at TEXT,
+        edited_input_json TEXT, output TEXT)""",
+    "INSERT INTO approvals_new SELECT *, NULL, NULL FROM approvals",
+    "DROP TABLE approvals",
+    "ALTER TABLE approvals_new RENAME TO approvals",
+    "CREATE INDEX idx_approvals_project_status ON approvals (project, status, created_at)",
+    "CREATE INDEX idx_approvals_project_activation ON approvals (project, activation_id, status)",
+    "CREATE INDEX idx_approvals_project_grant ON approvals (project, agent_id, rule_key, decision)",
+    "ALTER TABLE agents ADD COLUMN paused_json TEXT",
+    "ALTER TABLE agents ADD COLUMN guards_since TEXT",
+]
+
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
               (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
-              (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6)]
+              (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6),
+              (7, "approval edits, paused agents", _MIGRATION_7)]
 
 
 STAGED_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what _Tx.write_file stages

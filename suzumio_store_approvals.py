@@ -65,11 +65,15 @@ class ApprovalRows:
                       "AND used_at IS NULL ORDER BY created_at, rowid LIMIT 1",
                       (self.project_id, activation_id, agent_id, tool))
 
-    def decide_approval(self, tx, approval_id, status, decision, note, decided_by):
-        """pending -> `status` with the decision; returns whether the request was still pending."""
+    def decide_approval(self, tx, approval_id, status, decision, note, decided_by, edited_input=None, output=None):
+        """pending -> `status` with the decision (and an edited input or an answer); returns whether the
+        request was still pending."""
         return bool(tx.execute("UPDATE approvals SET status = ?, decision = ?, note = ?, decided_by = ?, "
-                               "decided_at = ? WHERE project = ? AND id = ? AND status = 'pending'",
-                               (status, decision, note, decided_by, tx.ts, self.project_id, approval_id)).rowcount)
+                               "decided_at = ?, edited_input_json = ?, output = ? "
+                               "WHERE project = ? AND id = ? AND status = 'pending'",
+                               (status, decision, note, decided_by, tx.ts,
+                                None if edited_input is None else dump_json(edited_input), output,
+                                self.project_id, approval_id)).rowcount)
 
     def pending_approvals_of_rule(self, tx, agent_id, rule_key):
         """Ids of the agent's pending requests under one rule."""

@@ -158,7 +158,7 @@ class Service:
 
 @contextlib.contextmanager
 def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
-            mcp=None, warm_limit=0, resolver=None, **app_options):
+            mcp=None, warm_limit=0, resolver=None, max_activations=None, **app_options):
     """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
     at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
     None: no token), the runner app
@@ -177,7 +177,8 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing if mcp is not None else None)
     toolpacks = suzumio_toolpacks.ToolpackRuntime(configs, mcp=mcp)
     scheduler = suzumio_scheduler.Scheduler(root, backends, configs, hooks=toolpacks,
-                                            interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS)
+                                            interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS,
+                                            max_activations=max_activations)  # serve --max-activations
     if scheduler_interval is not None:
         scheduler.start()
     model_proxy = app_options.pop("model_proxy", None)

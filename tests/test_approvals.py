@@ -264,8 +264,8 @@ def test_decision_bodies_are_validated_with_the_one_error_shape(served):
     service, store = served
     _who, started = start_gated(service, store)
     path = f"/api/projects/demo/approvals/{started['approval']['id']}"
-    for body, message in (({}, "decision must be one of allow, deny, allow-always"),
-                          ({"decision": "yes"}, "decision must be one of allow, deny, allow-always"),
+    for body, message in (({}, "decision must be one of allow, deny, allow-always, respond"),
+                          ({"decision": "yes"}, "decision must be one of allow, deny, allow-always, respond"),
                           ({"decision": "deny", "note": 3}, "note must be a string"),
                           ({"decision": "deny", "note": "x" * 4001}, "note is longer than 4000 characters"),
                           ([1], "Expected a JSON object with decision")):

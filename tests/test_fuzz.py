@@ -258,9 +258,10 @@ def requests_for(draw, fuzz, route):
 
 def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     rules = {rule for _method, rule in routes}
-    assert len(routes) == 45, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
+    assert len(routes) == 47, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
     # (8f), /api/version and /api/openapi.json (17b), GET and POST /mcp (8n), the approvals list, one
-    # approval, its decision and /runner/approvals/wait, GET …/costs (14f)
+    # approval, its decision and /runner/approvals/wait, GET …/costs (14f), an agent's resume
+    # and GET …/concurrency (runaways)
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
     assert len(runner_rules) == 10
@@ -352,7 +353,7 @@ def test_oversized_bodies_are_refused_before_they_are_parsed(fuzz, routes):
         if method != "POST" or rule in ignored:
             continue
         target = fill(rule, {"project": "demo", "toolpack_id": "core", "entry_id": "messages.send",
-                             "approval": "apr_x"})
+                             "approval": "apr_x", "agent": "worker"})
         tried("oversized bodies")
         reply = exchange(fuzz, "POST", target, huge, {"Content-Type": JSON_TYPE})
         too_large = f"Request body too large (limit {MAX_BODY_BYTES} bytes)"

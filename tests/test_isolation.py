@@ -168,8 +168,9 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
         routes = app_routes(iso.service)
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
         # docs/http-api.md, the timeline (9a), /api/version and /api/openapi.json (17b), the approvals list,
-        # one approval and its decision, …/costs (14f)
-        assert len(api) == 30
+        # one approval and its decision, …/costs (14f), an agent's resume and …/concurrency
+        # (runaways)
+        assert len(api) == 32
         before = iso.snapshot()
         for method, target in api:
             body = b"{}" if method == "POST" else None
@@ -196,7 +197,8 @@ def first_asset():
 
 def test_every_post_route_refuses_foreign_origins_and_hosts_without_side_effects(iso, routes):
     posts = [(m, t) for m, t in user_requests(routes) if m == "POST"]
-    assert len(posts) == 8  # docs/http-api.md, POST /mcp (spec-notes 8n), the approval decision
+    # docs/http-api.md, POST /mcp (spec-notes 8n), the approval decision, an agent's resume
+    assert len(posts) == 9
     before = iso.snapshot()
     for method, target in posts:
         body = json.dumps({"recipient": "pm", "body": "x"}).encode()

@@ -128,13 +128,14 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     migrations = rows(store, "SELECT id, name FROM _migrations")
     assert migrations == [{"id": 1, "name": "initial schema"}, {"id": 2, "name": "model calls"},
                           {"id": 3, "name": "approval requests"}, {"id": 4, "name": "model call cost"},
-                          {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"}]
+                          {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"},
+                          {"id": 7, "name": "approval edits, paused agents"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
         "agents": ["id", "project", "role", "display_name", "status", "prompt", "model", "tools_json",
                    "workspace_path", "token", "active_activation_id", "container_name", "created_at",
-                   "updated_at"],
+                   "updated_at", "paused_json", "guards_since"],
         "messages": ["id", "project", "sender", "recipient", "channel", "priority", "body", "created_at"],
         "signals": ["id", "project", "kind", "source_agent", "source_activation", "target_agent",
                     "target_channel", "priority", "payload_json", "status", "useful_effect", "created_at",
@@ -158,7 +159,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                         "tokens", "usage_json", "created_at", "cost_usd"],
         "approvals": ["id", "project", "agent_id", "activation_id", "tool_call_id", "tool", "input_json",
                       "rule_json", "rule_key", "status", "decision", "decided_by", "note", "on_expiry",
-                      "expires_at", "created_at", "decided_at", "used_at"],
+                      "expires_at", "created_at", "decided_at", "used_at", "edited_input_json", "output"],
     }
     for table, columns in expected.items():
         assert [c["name"] for c in rows(store, f"PRAGMA table_info({table})")] == columns, table
@@ -191,7 +192,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 6
+    assert count(again, "_migrations") == 7
     again.close()
 
 
@@ -202,7 +203,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -214,7 +215,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7]
     assert count(again, "model_calls") == 0
     again.close()
 

@@ -234,8 +234,10 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     assert tab.open_streams() == [fresh.base_url + tab.stream_path("demo")]
     expect(page.get_by_test_id("last-updated")).to_have_text(re.compile(r"^Updated \d{2}:\d{2}:\d{2}( [AP]M)?$"))
     paths = {urllib.parse.urlsplit(r.url).path for r in tab.api()}
-    # the overview's pending-approvals card loads once; approval events drive it after that
-    assert paths == {"/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals"}
+    # the overview's pending-approvals card loads once; approval events drive it after that;
+    # the concurrency card loads with the project element
+    assert paths == {"/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",
+                     "/api/projects/demo/concurrency"}
 
     before = len(tab.requests)
     coordination.send_message(fresh.store(), config_of(fresh.store()), "user",
@@ -336,8 +338,9 @@ def test_failing_project_list_shows_banner_until_next_poll_while_stream_is_unava
     # The fallback polls the list about every 5 s, and nothing else runs periodically.
     assert 4.0 <= recovered_at - failed_at <= 6.5, recovered_at - failed_at
     others = {urllib.parse.urlsplit(r.url).path for r in tab.api(since=mark)} - {"/api/projects"}
-    # without a stream the pending-approvals card follows the list poll
-    assert others <= {"/api/projects/demo/stream", "/api/projects/demo/approvals"}
+    # without a stream the pending-approvals and concurrency cards follow the list poll
+    assert others <= {"/api/projects/demo/stream", "/api/projects/demo/approvals",
+                      "/api/projects/demo/concurrency"}
 
 
 def test_failing_project_list_shows_banner_on_next_live_refresh_and_clears_after_it(tabs, fresh):
@@ -401,7 +404,8 @@ def test_overview_metrics_and_hero_come_from_the_project_list(tab):
     expect(hero.get_by_role("heading")).to_have_text("demo")
     expect(hero.get_by_role("button", name="Start project")).to_be_visible()
     assert {urllib.parse.urlsplit(r.url).path for r in tab.api()} <= {
-        "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals"}  # the card
+        "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",  # the card
+        "/api/projects/demo/concurrency"}
     tab.screenshot("overview")
 
 

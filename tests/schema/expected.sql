@@ -91,17 +91,18 @@ CREATE TABLE agents (
         status TEXT NOT NULL CHECK (status IN ('quiet', 'ready', 'running', 'failed', 'stopped')),
         prompt TEXT NOT NULL, model TEXT, tools_json TEXT NOT NULL, workspace_path TEXT NOT NULL,
         token TEXT NOT NULL, active_activation_id TEXT, container_name TEXT,
-        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (project, id));
+        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, paused_json TEXT, guards_since TEXT, PRIMARY KEY (project, id));
 
 -- table approvals on approvals
-CREATE TABLE approvals (
+CREATE TABLE "approvals" (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
         tool_call_id TEXT NOT NULL, tool TEXT NOT NULL, input_json TEXT NOT NULL,
         rule_json TEXT NOT NULL, rule_key TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('pending', 'allowed', 'denied', 'expired', 'cancelled')),
-        decision TEXT CHECK (decision IN ('allow', 'deny', 'allow-always')),
+        status TEXT NOT NULL CHECK (status IN ('pending', 'allowed', 'denied', 'expired', 'cancelled', 'responded')),
+        decision TEXT CHECK (decision IN ('allow', 'deny', 'allow-always', 'respond')),
         decided_by TEXT, note TEXT, on_expiry TEXT NOT NULL CHECK (on_expiry IN ('allow', 'deny')),
-        expires_at TEXT NOT NULL, created_at TEXT NOT NULL, decided_at TEXT, used_at TEXT);
+        expires_at TEXT NOT NULL, created_at TEXT NOT NULL, decided_at TEXT, used_at TEXT,
+        edited_input_json TEXT, output TEXT);
 
 -- table events on events
 CREATE TABLE events (

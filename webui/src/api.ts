@@ -27,6 +27,17 @@ export interface Agent {
   status: AgentStatus | string;
   activeActivationId?: string;
   updatedAt?: string;
+  /** Set while a loop guard keeps the agent paused (docs/operations.md#runaways). */
+  paused?: AgentPause;
+}
+
+export interface AgentPause {
+  rule: string;
+  reason?: string;
+  limit?: number;
+  tool?: string;
+  peer?: string;
+  at?: string;
 }
 
 export interface Project {
@@ -400,7 +411,7 @@ export const sendMessage = (project: string, body: SendMessageBody) =>
   postJson<Message>(`${projectPath(project)}/messages`, body);
 
 // Approval requests.
-export type ApprovalDecision = 'allow' | 'deny' | 'allow-always';
+export type ApprovalDecision = 'allow' | 'deny' | 'allow-always' | 'respond';
 
 export interface Approval {
   id: string;
@@ -421,13 +432,43 @@ export interface Approval {
 export const listPendingApprovals = (project: string) =>
   getJson<Approval[]>(`${projectPath(project)}/approvals?status=pending`);
 
+/** With allow: `input` runs the call with an edited input; with respond: `output` is the call's result. */
+export interface DecisionExtras {
+  note?: string;
+  input?: Record<string, unknown>;
+  output?: string;
+}
+
 /** The decision is recorded as made in the control room (`Suzumio-Client: webui`). */
-export const decideApproval = (project: string, id: string, decision: ApprovalDecision, note?: string) =>
+export const decideApproval = (project: string, id: string, decision: ApprovalDecision, extras: DecisionExtras = {}) =>
   postJson<Approval>(
     `${projectPath(project)}/approvals/${enc(id)}`,
-    note === undefined ? { decision } : { decision, note },
+    { decision, ...extras },
     { 'suzumio-client': 'webui' },
   );
+
+// Loop guards and concurrency caps (docs/operations.md#runaways).
+export interface CapWait {
+  agentId: string;
+  signals: number;
+  since: string;
+  cap: 'project' | 'root';
+}
+
+export interface Concurrency {
+  maxConcurrentActivations?: number;
+  running: number;
+  rootMaxActivations?: number;
+  rootRunning?: number;
+  waiting: CapWait[];
+  paused: (AgentPause & { agentId: string })[];
+}
+
+export const getConcurrency = (project: string) => getJson<Concurrency>(`${projectPath(project)}/concurrency`);
+
+/** Resumed as from the control room (`Suzumio-Client: webui`). */
+export const resumeAgent = (project: string, agentId: string) =>
+  postJson<Agent>(`${projectPath(project)}/agents/${enc(agentId)}/resume`, {}, { 'suzumio-client': 'webui' });
 
 export const listMessages = (project: string) =>
   getJson<Message[]>(`${projectPath(project)}/messages?limit=100`);

@@ -78,6 +78,8 @@ const STREAM_EVENT_TYPES = [
   'approval.expired',
   'approval.cancelled',
   'approval.auto_allowed',
+  'guard.tripped',
+  'agent.resumed',
   'message',
 ];
 

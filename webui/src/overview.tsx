@@ -13,6 +13,7 @@ import {
 } from './api';
 import { ApprovalsCard } from './approvals';
 import { ErrorBox, Panel, StatusPill } from './components';
+import { ConcurrencyCard, ResumeButton } from './concurrency';
 import { formatBytes, initials } from './format';
 
 const PRIORITIES = ['P0', 'P1', 'P2', 'P3'];
@@ -26,11 +27,14 @@ export function Overview(props: { project: Project; approvalPulse: number; onSen
     <div class="overview">
       <MetricStrip project={props.project} />
       <ApprovalsCard project={props.project.id} pulse={props.approvalPulse} />
+      <ConcurrencyCard project={props.project} onResumed={props.onSent} />
       <div class="overview-grid">
         <Roster
+          project={props.project.id}
           agents={props.project.agents ?? []}
           spend={props.project.agentSpend ?? {}}
           egress={props.project.agentEgress ?? {}}
+          onResumed={props.onSent}
         />
         <Composer project={props.project} onSent={props.onSent} />
       </div>
@@ -103,7 +107,13 @@ export function egressSummary(totals: EgressTotals): string {
   return `egress ${totals.connections} out, ${totals.denied} denied, ${formatBytes(totals.bytesIn + totals.bytesOut)}`;
 }
 
-function Roster(props: { agents: Agent[]; spend: Record<string, Spend>; egress: Record<string, EgressTotals> }) {
+function Roster(props: {
+  project: string;
+  agents: Agent[];
+  spend: Record<string, Spend>;
+  egress: Record<string, EgressTotals>;
+  onResumed: () => void;
+}) {
   return (
     <Panel
       title="Agent roster"
@@ -149,6 +159,10 @@ function Roster(props: { agents: Agent[]; spend: Record<string, Spend>; egress: 
                       {egressSummary(props.egress[agent.id])}
                     </div>
                   )}
+                  {agent.paused && (
+                    <PausedMark project={props.project} agentId={agent.id} rule={agent.paused.rule}
+                      onResumed={props.onResumed} />
+                  )}
                 </div>
               </li>
             );
@@ -156,6 +170,20 @@ function Roster(props: { agents: Agent[]; spend: Record<string, Spend>; egress: 
         </ul>
       )}
     </Panel>
+  );
+}
+
+/** A loop guard paused this agent: which rule, and Resume. */
+function PausedMark(props: { project: string; agentId: string; rule: string; onResumed: () => void }) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<string | null>(null);
+  return (
+    <div class="agent-paused-row" data-testid="agent-paused">
+      <span class="agent-paused">{`paused (${props.rule})`}</span>{' '}
+      <ResumeButton project={props.project} agentId={props.agentId} busy={busy} setBusy={setBusy} setError={setError}
+        onResumed={props.onResumed} />
+      <ErrorBox message={error} testId="agent-resume-error" />
+    </div>
   );
 }
 
