@@ -5,7 +5,7 @@ module may import it (the store, coordination, scheduler, backend, toolpacks and
 imports only suzumio_errors."""
 import json
 import math
-import uuid
+import os
 from datetime import UTC, datetime
 
 from suzumio_errors import BadRequest, Conflict
@@ -170,7 +170,7 @@ def to_datetime(now=None):
 def new_id(prefix, now=None):
     """`<prefix>_<epochMillis>_<hex8>` (store.md §1.4)."""
     millis = int(to_datetime(now).timestamp() * 1000)
-    return f"{prefix}_{millis}_{uuid.uuid4().hex[:8]}"
+    return f"{prefix}_{millis}_{os.urandom(4).hex()}"
 
 
 # ---------------------------------------------------------------------------------------------

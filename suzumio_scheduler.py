@@ -305,6 +305,7 @@ class Scheduler:
         self.interval = interval
         self._locks = {}
         self._locks_guard = threading.Lock()
+        self._ticks_begun = {}  # project -> ticks begun; written under the project's lock
         self._configs = configs  # the runtime's one ConfigCache, shared with the toolpack runtime
         self._stopping = threading.Event()
         self._thread = None
@@ -317,14 +318,23 @@ class Scheduler:
         """One tick of the named project; waits for a tick of it that is already running. Returns the
         project's next due time (tick)."""
         with self._project_lock(name):
-            store = self.root.open_project(name)
-            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs)
-            self.backends.prepare_next(store)  # issue 18: warm activations (suzumio_warm; no-op when off)
-            return due
+            return self._tick_locked(name, now)
+
+    def _tick_locked(self, name, now=None):
+        self._ticks_begun[name] = self._ticks_begun.get(name, 0) + 1
+        store = self.root.open_project(name)
+        due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs)
+        self.backends.prepare_next(store)  # warm activations (suzumio_warm; no-op when off)
+        return due
 
     def trigger(self, name):
-        """The tick HTTP routes ask for: it runs now and returns once it has run (scheduler.md §2.1)."""
-        self.tick(name)
+        """The tick a route asks for after its commit: returns once a tick of the project that began
+        after the call has run (scheduler.md §2.1). Routes that commit while a tick runs share the
+        next one instead of queueing one each: a tick that began after the call read the commit."""
+        begun = self._ticks_begun.get(name, 0)
+        with self._project_lock(name):
+            if self._ticks_begun.get(name, 0) == begun:
+                self._tick_locked(name)
 
     def tick_all(self, now=None):
         """One pass over every project in name order; an error in one project never stops the rest."""
