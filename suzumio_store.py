@@ -38,10 +38,6 @@ BUSY_TIMEOUT_S = 5
 # Descriptor bounds (each connection holds the database and its WAL; a project adds its -shm once).
 IDLE_READERS = 2  # pooled reader connections kept per project; a burst beyond it closes its extras
 MAX_OPEN_PROJECTS = 64  # projects whose connections stay open; the least recently used are released
-# Commits between two WAL checkpoints. A checkpoint syncs the database file (milliseconds to tens of
-# them on a busy disk); SQLite's automatic one runs inside a COMMIT, holding the write lock, so every
-# writer behind it stalls. A thread of its own runs it instead, beside the writes (PASSIVE).
-CHECKPOINT_EVERY_COMMITS = 200
 
 # ---------------------------------------------------------------------------------------------
 # Runtime root.
@@ -574,9 +570,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         self.event_watermark = 0
         self._uncommitted_event = None  # the newest event of the open write transaction
         self._config = None
-        self._since_checkpoint = 0
-        self._checkpointing = threading.Lock()  # held by the one checkpoint thread running
-        self._writer = self._open_writer()
+        self._writer = _connect(self.db_path)
         try:
             self._writer.execute("PRAGMA journal_mode = WAL")  # persistent: stored in the file
             self._migrate()
@@ -700,7 +694,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
             if self.closed:
                 raise RuntimeError(f"store for {self.project_id} is closed")
             if self._writer is None:
-                self._writer = self._open_writer()
+                self._writer = _connect(self.db_path)
             conn = self._writer
             conn.execute("BEGIN IMMEDIATE")
             # the clock is read only after the write lock is held, so created_at follows rowid order
@@ -724,33 +718,10 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
             for temp, final in tx.files:
                 os.replace(temp, final)  # same directory: atomic, and the rows naming it are committed
             self.commits += 1
-            self._since_checkpoint += 1
-            if self._since_checkpoint >= CHECKPOINT_EVERY_COMMITS and self._checkpointing.acquire(blocking=False):
-                self._since_checkpoint = 0
-                threading.Thread(target=self._checkpoint, name="suzumio-checkpoint", daemon=True).start()
             if self._on_commit is not None:
                 self._on_commit(self.project_id)
             for callback in tx.after_commit:  # observers only queue work; they never fail the write
                 callback()
-
-    def _open_writer(self):
-        conn = _connect(self.db_path)
-        conn.execute("PRAGMA wal_autocheckpoint = 0")  # _checkpoint runs them, off the write lock
-        return conn
-
-    def _checkpoint(self):
-        """Copy the WAL back into the database on a connection of its own, never holding the write
-        lock; the writes go on meanwhile. The last connection to close checkpoints what is left."""
-        try:
-            conn = _connect(self.db_path, must_exist=True)
-            try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            finally:
-                conn.close()
-        except sqlite3.Error as error:  # the next one catches up; the WAL only grows meanwhile
-            log.warning("checkpoint of %s failed: %s", self.project_id, error)
-        finally:
-            self._checkpointing.release()
 
     def _migrate(self):
         with self._lock:

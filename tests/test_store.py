@@ -721,37 +721,3 @@ def test_event_cursors_and_budget_reads_never_walk_every_event(demo):
         assert "TEMP B-TREE" not in plan and "idx_events_project_created" not in plan, (sql, plan)
         assert "INTEGER PRIMARY KEY" in plan or "idx_events_project_type" in plan or \
             ("ORDER BY rowid DESC LIMIT" in sql and plan.startswith("SCAN events")), (sql, plan)
-
-
-# ---------------------------------------------------------------- WAL checkpoints off the write path
-
-def messages_in_database_file(store, scratch):
-    """The messages the database file itself holds, WAL left out: a copy of the file alone (before any
-    checkpoint even the schema is in the WAL only)."""
-    copy = scratch / "main-only.sqlite"
-    shutil.copyfile(store.db_path, copy)
-    conn = sqlite3.connect(copy)
-    try:
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'messages'").fetchone():
-            return 0
-        return conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0]
-    finally:
-        conn.close()
-
-
-def test_commits_never_checkpoint_themselves_and_a_thread_of_their_own_does(tmp_path, monkeypatch):
-    from conftest import wait_until
-
-    monkeypatch.setattr(st, "CHECKPOINT_EVERY_COMMITS", 10**9)
-    root, store = init_demo(tmp_path / "root")
-    try:
-        for index in range(30):
-            coordination.send_message(store, config_of(store), "user", f"m{index}", recipient="pm")
-        assert messages_in_database_file(store, tmp_path) == 0  # all of them still in the WAL only
-        monkeypatch.setattr(st, "CHECKPOINT_EVERY_COMMITS", 1)
-        coordination.send_message(store, config_of(store), "user", "the next commit asks for one", recipient="pm")
-        wait_until(lambda: messages_in_database_file(store, tmp_path) == 31,
-                   message="the checkpoint thread copied the WAL into the database file")
-        assert [m["body"] for m in store.list_messages(100)][-1] == "the next commit asks for one"
-    finally:
-        root.close()
