@@ -1,9 +1,7 @@
 """Suzumio command line and composition root.
 
-Parses the CLI (cli.md), builds the runtime from arguments — store root, backends, scheduler, toolpack
-runtime and the WSGI app — and runs Waitress for `serve`. Nothing is built at import time. This is the
-only module that may import every other Suzumio module.
-"""
+Parses the CLI (docs/cli.md), builds the runtime from arguments — store root, backends, scheduler,
+toolpack runtime and the WSGI app — and runs Waitress for `serve`. Nothing is built at import time."""
 import argparse
 import ctypes
 import hashlib
@@ -123,7 +121,7 @@ COMMAND_TABLE = (
     Command("artifacts", "<project>", "List the files agents wrote to their artifact directories.",
             [ROOT, JSON]),
     Command("events", "<project>", "Show a project's newest events, oldest first.", [LIMIT, ROOT, JSON]),
-    # Issue 16: approval gates
+    # Approval gates
     Command("approvals", "<project>", "Show a project's approval requests: pending ones first, then decided ones.",
             [LIMIT, ROOT, JSON]),
     Command("allow", "<project> <approval-id>", "Allow a pending tool call (with --always: the same rule for that "
@@ -135,7 +133,7 @@ COMMAND_TABLE = (
     Command("toolpacks", "<project>", "List a project's toolpacks with their tools and state (MCP servers "
             "included).", [ROOT]),
     Command("mcp", "", "Serve Suzumio's MCP tools and resources over stdio, for desktop MCP clients.", [ROOT]),
-    # issue 14: the live model output of a running controller
+    # The live model output of a running controller
     Command("watch", "<project>", "Follow a project live on a running controller: each activation's model "
             "text and tool calls as they stream, and its events.", [
                 ROOT,
@@ -256,7 +254,7 @@ def parse_args(argv):
 
 
 def parse_limit(value):
-    """cli.md §1.1: a finite positive decimal is floored; anything else means the default."""
+    """docs/cli.md: a finite positive decimal is floored; anything else means the default."""
     if value is None:
         return DEFAULT_LIMIT
     try:
@@ -294,7 +292,7 @@ def prepare_runner_socket_dir(socket_path):
     if info.st_uid != os.getuid():
         raise SuzumioError(f"Runner socket directory {directory} belongs to another user")
     os.chmod(directory, 0o755)
-    # The warm socket (issue 18) lives beside the runner socket: prepared runners reach it there.
+    # The warm socket lives beside the runner socket: prepared runners reach it there.
     others = sorted(name for name in os.listdir(directory) if name not in (socket_path.name, suzumio_warm.WARM_SOCKET))
     if others:
         raise SuzumioError(f"Runner socket directory {directory} holds other files ({', '.join(others[:3])}); "
@@ -364,11 +362,11 @@ class Runtime:
         import suzumio_toolpacks
 
         self.root = root
-        self.mcp = suzumio_mcp.McpHub()  # MCP sessions (issue 15): none start until a project needs one
+        self.mcp = suzumio_mcp.McpHub()  # MCP sessions: none start until a project needs one
         # the one ConfigCache of the process: ticks, routes and toolpacks read the same ProjectConfig
         self.configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(self.configs, mcp=self.mcp)
-        # Prepared runners (issue 18) only in serve: a CLI command's process ends before one is claimed.
+        # Prepared runners only in serve: a CLI command's process ends before one is claimed.
         self.backends = suzumio_backend.Backends(runner_socket=runner_socket, warm_limit=warm_limit,
                                                  configs=self.configs)
         self.reconciler = suzumio_backend_reconcile.Reconciler(self.backends)
@@ -377,7 +375,7 @@ class Runtime:
                                                      on_fatal=on_fatal)
 
     def close(self):
-        """Shutdown order of STYLE.md after HTTP: scheduler, backend watchers, Node host, stores."""
+        """Shutdown order of docs/design/README.md after HTTP: scheduler, backend watchers, Node host, stores."""
         self.scheduler.stop()
         self.reconciler.close()
         self.backends.close()
@@ -465,7 +463,7 @@ def cmd_status(rest, options, out, err, now):
     finally:
         root.close()
     if options.json:
-        # issue 14: tokens and USD the controller saw, per project and agent (costUsd null without prices)
+        # Tokens and USD the controller saw, per project and agent (costUsd null without prices)
         print_json([{"id": project["id"], "status": project["status"], "updatedAt": project["updated_at"],
                      "tokens": costs["project"]["tokens"], "costUsd": costs["project"]["costUsd"],
                      "agents": [{**{key: agent.get(key) for key in STATUS_AGENT_FIELDS},
@@ -492,7 +490,7 @@ STATUS_AGENT_FIELDS = ("id", "status", "role", "activeActivationId", "updatedAt"
 
 
 def money(cost, prefix=""):
-    """`$0.0123` for a cost in USD, "" when nothing was priced (issue 14)."""
+    """`$0.0123` for a cost in USD, "" when nothing was priced."""
     return "" if cost is None else f"{prefix}${cost:.4f}"
 
 
@@ -557,7 +555,7 @@ def cmd_artifacts(rest, options, out, err, now):
 
 def walk_files(folder):
     """(relative path, size) of the regular files under folder; symbolic links are never followed
-    nor listed (cli.md §3.15)."""
+    nor listed (docs/cli.md)."""
     if folder.is_symlink() or not folder.is_dir():
         return
     stack = [(folder, "")]
@@ -750,7 +748,7 @@ def cmd_gc(rest, options, out, err, now):
 
 
 def tick_projects(options, names, err, every=False):
-    """One scheduler pass per project (cli.md §3.12). Over every project an error is reported per
+    """One scheduler pass per project (docs/cli.md). Over every project an error is reported per
     project and the rest go on; for a named project it is the command's error."""
     root = open_root(options)
     runtime = Runtime(root, live_runner_socket(root.path))
@@ -893,7 +891,7 @@ def warn_unused_controller_urls(root, err):
 def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err,
           runner_listen=None, tracer=None, warm=0):
     """Run the controller until SIGINT/SIGTERM: the user listener (host:port), the runner listener (the
-    root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (cli.md §3.3, §4).
+    root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (docs/cli.md).
     Returns 1 when one of its loops died (Liveness), else 0."""
     import suzumio_api
     import suzumio_runner_support
@@ -1004,11 +1002,12 @@ def cmd_mcp(rest, options, out, err, now):
     """Serve Suzumio's MCP tools over stdio (for desktop MCP clients)."""
     import suzumio_mcp_server
 
-    return suzumio_mcp_server.serve_stdio(open_root(options), sys.stdin, out)
+    root = open_root(options)
+    return suzumio_mcp_server.serve_stdio(root, Runtime(root, live_runner_socket(root.path)), sys.stdin, out)
 
 
 def cmd_watch(rest, options, out, err, now):
-    """Issue 14: print the project's live stream (suzumio_watch) until the controller closes it."""
+    """Print the project's live stream (suzumio_watch) until the controller closes it."""
     import suzumio_watch
     root_path = suzumio_store.resolve_root(options.root, os.environ)
     if options.api_token_env:

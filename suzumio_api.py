@@ -1,8 +1,7 @@
-"""User-facing HTTP surface (http-api.md): request guards, projects, messages, history, control
-actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the user listener's Bottle
-app, which never serves a runner route (those are suzumio_runner_support.make_runner_app, on the
-runner listener); Server runs an app on Waitress, on TCP or a Unix socket. Nothing is built at import
-time. Imported by suzumio.py, tests and bench."""
+"""User-facing HTTP surface (docs/http-api.md): request guards, projects, messages, history, control
+actions, tool-ui, the SSE stream and the static WebUI. make_app() builds the user listener's Bottle app,
+which never serves a runner route (those are suzumio_runner_support.make_runner_app, on the runner
+listener); Server runs an app on Waitress, on TCP or a Unix socket. Nothing is built at import time."""
 import hmac
 import logging
 import os
@@ -38,18 +37,18 @@ from suzumio_http import (
     optional_string,
     read_body,
     read_fields,
+    run_tick,
     text_response,
     timestamp_param,
 )
 from suzumio_resources import VERSION, resource_path
-from suzumio_runner_support import run_tick
 
 log = logging.getLogger(__name__)
 
 WEBUI_DIR = resource_path("webui_dist")  # beside the modules, or under <prefix>/share/suzumio
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-DECIDER_HEADER = "Suzumio-Client"  # issue 16: `webui` when the control room decides an approval
-MCP_PATH = "/mcp"  # Suzumio as an MCP server (issue 15)
+DECIDER_HEADER = "Suzumio-Client"  # `webui` when the control room decides an approval
+MCP_PATH = "/mcp"  # Suzumio as an MCP server
 STREAM_PATH = re.compile(r"^/api/projects/[^/]+/stream$")
 ASSET_TYPES = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -67,9 +66,9 @@ SECRET_KEYS = ("apiKey", "appSecret")
 URL_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*:)([^/@\s]*)(@)")
 
 
-# ---------------------------------------------------------------- small readers (http-api.md §2.5)
+# ---------------------------------------------------------------- small readers (docs/http-api.md)
 
-# Time-range paging of the team view (http-api.md §6.11): its own, larger page cap.
+# Time-range paging of the team view (docs/http-api.md): its own, larger page cap.
 TIMELINE_LIMIT_DEFAULT = 500
 TIMELINE_LIMIT_MAX = 2000
 
@@ -82,7 +81,7 @@ def timeline_limit(raw):
     return min(TIMELINE_LIMIT_MAX, value)
 
 
-# ---------------------------------------------------------------- request guards (http-api.md §1.1)
+# ---------------------------------------------------------------- request guards (docs/http-api.md)
 
 def host_part(host_header):
     """The Host header without its port; an IPv6 literal keeps its brackets."""
@@ -97,7 +96,7 @@ def bracketed(host):
 
 
 class Guards:
-    """The three checks of §1.1, run before route matching on every path of the user listener: the
+    """The three checks, run before route matching on every path of the user listener: the
     Host and cross-origin checks answer 403, the API token 401."""
 
     def __init__(self, api_token, allowed_hosts, bound_host):
@@ -138,10 +137,10 @@ class Guards:
             raise Unauthorized("Invalid API token")
 
 
-# ---------------------------------------------------------------- config redaction (§6.10)
+# ---------------------------------------------------------------- config redaction
 
 def redact_config(tree):
-    """Secrets of §6.10 replaced by <redacted>; environment variable names stay visible."""
+    """Secrets replaced by <redacted>; environment variable names stay visible."""
     return _redact(tree, ())
 
 
@@ -192,13 +191,13 @@ class ProjectListText:
         return join_json_items(texts)
 
 
-def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hosts=(),
+def make_app(root, scheduler, backends, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR,
              poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
     """The user listener's WSGI app: user routes, SSE, static WebUI, guards and the one error shape.
     Runner routes are not here (a 404): suzumio_runner_support.make_runner_app serves them.
 
-    `scheduler` is a suzumio_scheduler.Scheduler (tick, trigger); `backend` stops runners for stop
+    `scheduler` is a suzumio_scheduler.Scheduler (tick); `backends` (suzumio_backend.Backends) stops runners for stop
     and approve; `api_token` None turns the token check off (`serve --no-auth`); `poll_seconds` bounds how
     late the streams see events written by another process, `keep_alive_seconds` how long a stream stays
     silent; `liveness()` names the state of each long-lived loop of the process for /health (`up`, or why
@@ -214,19 +213,19 @@ def make_app(root, scheduler, backend, toolpacks, *, api_token=None, allowed_hos
         except SuzumioError as exc:
             raise error_response(exc.status, exc.message) from None
 
-    mount_user_routes(app, root, scheduler, backend, toolpacks, liveness)
-    # Open streams are served by one hub thread (issue 18); Server.close() ends them.
+    mount_user_routes(app, root, scheduler, backends, toolpacks, liveness)
+    # Open streams are served by one hub thread; Server.close() ends them.
     hub = app.config["suzumio.streams"] = suzumio_sse.StreamHub(root, poll_seconds, keep_alive_seconds)
     mount_stream(app, root, hub)
-    # Suzumio as an MCP server (issue 15), behind the same guards and token as /api/.
+    # Suzumio as an MCP server, behind the same guards and token as /api/.
     suzumio_mcp_server.mount_mcp(app, suzumio_mcp_server.SuzumioMcp(
-        root, lambda project: run_tick(scheduler.tick, project), backend, toolpacks.configs))
+        root, lambda project: run_tick(scheduler.tick, project), backends, toolpacks.configs))
     mount_static(app, Path(webui_dir))
     return app
 
 
-def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
-    """Routes of §4.1 and §5–§8."""
+def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
+    """The user routes: health, projects, messages, history, activations, tools and control."""
     project_list = ProjectListText()
     listing = SharedAnswer(lambda: project_list.encode(root.project_summaries()))
 
@@ -299,7 +298,7 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
 
     @app.get("/api/projects/<project>/costs")
     def costs(project):
-        """Issue 14: controller-observed tokens and USD per activation, per agent and for the project."""
+        """Controller-observed tokens and USD per activation, per agent and for the project."""
         return json_response(root.open_project(project).model_costs())
 
     @app.get("/api/projects/<project>/timeline")
@@ -354,13 +353,13 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     @app.post("/api/projects/<project>/stop")
     def stop(project):
         store = root.open_project(project)
-        suzumio_scheduler.stop_project(store, backend)
+        suzumio_scheduler.stop_project(store, backends)
         return json_response(store.project_summary(full=True))
 
     @app.post("/api/projects/<project>/approve")
     def approve(project):
         store = root.open_project(project)
-        suzumio_scheduler.approve_project(store, backend)
+        suzumio_scheduler.approve_project(store, backends)
         return json_response(store.project_summary(full=True))
 
     @app.post("/api/projects/<project>/request-changes")
@@ -372,7 +371,7 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
         tick(store)
         return json_response(store.project_summary(full=True))
 
-    # Issue 16: approval requests; deciding is a user route only (never on the runner listener).
+    # Approval requests; deciding is a user route only (never on the runner listener).
     @app.get("/api/projects/<project>/approvals")
     def approvals(project):
         store = root.open_project(project)
@@ -404,7 +403,7 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
         return json_response(message)
 
 
-# ---------------------------------------------------------------- SSE (§10)
+# ---------------------------------------------------------------- SSE
 
 def mount_stream(app, root, hub):
     """GET …/stream: checked and its replay read here, then the connection goes to `hub`
@@ -434,7 +433,7 @@ def mount_stream(app, root, hub):
         return bottle.HTTPResponse(b"", 200)
 
 
-# ---------------------------------------------------------------- static WebUI (webui.md §1.5)
+# ---------------------------------------------------------------- static WebUI (docs/design/webui.md)
 
 def mount_static(app, webui_dir):
     def send(path, content_type, extra=()):

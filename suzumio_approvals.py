@@ -1,8 +1,6 @@
-"""Approval gates (issue 16): which tool calls wait for a person (the `approve` rules of the config), the
-durable request and decision rows of the `approvals` table, expiry, `allow-always` grants, what a waiting
-runner is told, and the check that a controller-side call was allowed. Imported by the runner routes
-(suzumio_runner_support), the user routes (suzumio_api), the MCP server and the CLI; imports the store's
-write path, records and errors only."""
+"""Approval gates: which tool calls wait for a person (the `approve` rules of the config), the durable
+request and decision rows of the `approvals` table, expiry, `allow-always` grants, what a waiting runner
+is told, and the check that a controller-side call was allowed."""
 import json
 import logging
 import re

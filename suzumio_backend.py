@@ -1,17 +1,15 @@
 """Activation backends: `docker-chat` (one container per activation, Docker SDK) and `local` (the same
 runner as a host subprocess in its own session). Owns input.json, launching, exit monitors, stopping
-runners (P0 restart, stop, approve, timeout) and the reconciliation pass of `serve`.
-Imported by the scheduler and the composition root; imports config, registry and records (docker only lazily)."""
+runners (P0 restart, stop, approve, timeout) and container retention; reconciling what runs with the
+store is suzumio_backend_reconcile's."""
 import datetime
 import hashlib
 import json
 import logging
 import os
 import re
-import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -22,6 +20,18 @@ import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_registry
 import suzumio_warm
+from suzumio_backend_local import (
+    KIND_LOCAL,
+    LOCAL_PREFIX,
+    LOG_TAIL_LINES,
+    STOP_GRACE_SECONDS,
+    LocalBackend,
+    digest,
+    exit_status,
+    local_pid,
+    runner_marker,
+    tail_lines,
+)
 from suzumio_config import RESERVED_MOUNT_TARGETS
 from suzumio_records import ACT_RUNNING, AGENT_STOPPED, PROJECT_RUNNING, parse_ts
 from suzumio_resources import resource_path
@@ -31,26 +41,19 @@ log = logging.getLogger(__name__)
 SUPPORT_DIR = Path(__file__).resolve().parent
 RUNNER_FILE = "suzumio_runner.py"
 HOST_FILE = "suzumio_toolpack_host.mjs"
-# Everything the runner needs, mounted read-only under /opt/suzumio (README decision 2). The entry
+# Everything the runner needs, mounted read-only under /opt/suzumio (docs/design/runner.md). The entry
 # script stays small and imports the rest from modules beside it, which get a bytecode cache where
 # the directory is writable (docs/spec-notes.md entry 6).
 RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_runner_models.py",
                 HOST_FILE, "suzumio_runner_mcp.py")
-# The local runner's interpreter flags. -S (no `site`): the runner is standard library only and imports
-# its own modules from beside the script, so site-packages (an installed or editable suzumio, .pth
-# hooks) stay out of its sys.path, and their start-up cost out of every activation.
-LOCAL_RUNNER_FLAGS = ("-S",)
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
 # docker-chat mounts the runner socket's directory (not the socket: a restarted controller's new
 # socket must be seen by the containers it adopts) here, read-only.
 CONTAINER_RUN_DIR = "/run/suzumio"
 CONTAINER_HOME = "/tmp"
 
-LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")
 SECRET_NAME = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
 REDACTED = "<redacted>"
-LOG_TAIL_LINES = 200
-STOP_GRACE_SECONDS = 2.0
 ADOPT_POLL_SECONDS = 2.0
 NEVER_STARTED_GRACE_MS = 60_000
 RECONCILE_INTERVAL_SECONDS = 60.0
@@ -60,10 +63,8 @@ FINISHED_STATES = ("exited", "dead")  # engine states of containers whose runner
 NO_OUTPUT_ERROR = "Runner exited without submitting activation output"
 TIMEOUT_ERROR = "activation timed out"
 NEVER_STARTED_ERROR = "Runner container was never started (controller restarted)"
-LOCAL_PREFIX = "local-"
 
 KIND_DOCKER = "docker-chat"
-KIND_LOCAL = "local"
 
 
 # ---------------------------------------------------------------- small shared helpers
@@ -95,18 +96,14 @@ def container_activation(name, labels, project, agent_id):
     return "" if rest.startswith(WARM_MARK) else rest
 
 
-def digest(value):
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:32]
-
-
 def is_timed_out(activation, timeout_ms, now):
-    """True when a running activation has reached started_at + timeout (README decision 6)."""
+    """True when a running activation has reached started_at + timeout."""
     started = parse_ts(activation["startedAt"])
     return started + datetime.timedelta(milliseconds=timeout_ms) <= now
 
 
 def validate_mount(mount):
-    """backend-runner.md §3.4 for a config Mount: source exists, target absolute and not reserved."""
+    """docs/design/runner.md for a config Mount: source exists, target absolute and not reserved."""
     os.stat(mount.source)
     if not mount.target.startswith("/"):
         raise ValueError(f"Docker mount target must be absolute: {mount.target}")
@@ -139,7 +136,7 @@ def local_controller_url(url):
 
 
 def activation_env(config, agent, activation_id, environ, rewrite_proxy):
-    """backend-runner.md §3.5 items 1-8, in order; a later name replaces an earlier one. Item 5 (the
+    """docs/design/runner.md items 1-8, in order; a later name replaces an earlier one. Item 5 (the
     provider variables) is gone: model requests go through the controller, which reads the keys from
     its own environment, so no provider key reaches a runner (docs/spec-notes.md)."""
     env = {
@@ -155,7 +152,7 @@ def activation_env(config, agent, activation_id, environ, rewrite_proxy):
 
 
 def secret_values(config, agent, environ):
-    """Values replaced by <redacted> in stored failure text (backend-runner.md §3.9), longest first.
+    """Values replaced by <redacted> in stored failure text (docs/design/runner.md), longest first.
     `environ` is the controller's environment, where the `apiKeyEnv` keys live."""
     found = [agent.get("token")]
 
@@ -182,7 +179,7 @@ RUNNER_PROVIDER_OPTIONS = ("maxRetries",)
 
 
 def runner_section(config):
-    """`backend.runner` as input.json carries it (backend-runner.md §5.1) without any credential: no
+    """`backend.runner` as input.json carries it (docs/design/runner.md) without any credential: no
     `apiKey`, `apiKeyEnv`, `baseURL`, `baseURLEnv` or headers, and of the provider options only those
     the runner applies itself."""
     runner = config.runner.as_json()
@@ -213,10 +210,6 @@ def exit_failure_text(code, logs):
     return f"Runner exited with {code}\n{logs}".strip()
 
 
-def tail_lines(text, count=LOG_TAIL_LINES):
-    return "\n".join(text.splitlines()[-count:])
-
-
 def write_private_json(path, data):
     """Write JSON (2-space indent + newline) to a file that is mode 0600 from its creation."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -236,13 +229,13 @@ MCP_SUPPORT_MODULE = "support:"  # runner-input marker: every tool of the spec i
 MCP_SANDBOX_MODULE = "mcp-stdio:"  # runner-input marker: the runner starts this MCP server itself
 
 def runner_toolpack_specs(config, agent, kind):
-    """Toolpacks with >=1 tool allowed for the agent, only the allowed tools (backend-runner.md §5.2).
+    """Toolpacks with >=1 tool allowed for the agent, only the allowed tools (docs/design/runner.md).
     Returns (specs, [(safe id, host root)] of the local toolpacks to mount on docker-chat)."""
     patterns = agent.get("tools") or []
     specs, mounts = [], []
     for pack in config.resolve_toolpacks().toolpacks:
         if pack.kind == "mcp" and pack.mcp_where == "runner":
-            # The runner starts the server in the sandbox and lists its tools there (issue 15).
+            # The runner starts the server in the sandbox and lists its tools there.
             allow = [p for p in patterns if p == "*" or p.startswith(pack.id + ".")]
             if allow:
                 mcp = {key: value for key, value in pack.mcp.items() if key in ("command", "env", "cwd")}
@@ -254,7 +247,7 @@ def runner_toolpack_specs(config, agent, kind):
             continue
         spec = {"id": pack.id, "tools": [tool.definition() for tool in allowed]}
         if pack.kind == "mcp":
-            # The controller owns the session: every call goes to the support route (issue 15).
+            # The controller owns the session: every call goes to the support route.
             spec["runnerModule"] = MCP_SUPPORT_MODULE
             spec["supportPath"] = pack.support_path
             specs.append(spec)
@@ -276,7 +269,7 @@ def runner_toolpack_specs(config, agent, kind):
 # ---------------------------------------------------------------- one launch request
 
 def activation_paths(kind, project_dir, workspace):
-    """(workspace, artifacts root) as the runner sees them (backend-runner.md §5.1)."""
+    """(workspace, artifacts root) as the runner sees them (docs/design/runner.md)."""
     if kind == KIND_DOCKER:
         return "/workspace", "/artifacts"
     return os.path.realpath(workspace), os.path.realpath(Path(project_dir) / "artifacts")
@@ -304,7 +297,7 @@ class Launch:
         self.secrets = secret_values(config, agent, environ)
         self.toolpack_mounts = []
         self.data = None  # input.json as written
-        if activation is None:  # a prepared runner (issue 18): the activation comes with its claim
+        if activation is None:  # a prepared runner: the activation comes with its claim
             self.activation_dir = self.input_path = None
             self.env = {}
             self.toolpack_mounts = runner_toolpack_specs(config, agent, self.kind)[1]
@@ -333,7 +326,7 @@ class Launch:
         return paths
 
     def input_data(self):
-        """The fields of backend-runner.md §5.1, in table order."""
+        """The fields of docs/design/runner.md, in table order."""
         agent = self.agent
         specs, self.toolpack_mounts = runner_toolpack_specs(self.config, agent, self.kind)
         workspace, artifacts_root = activation_paths(self.kind, self.project_dir, self.workspace)
@@ -358,194 +351,6 @@ class Launch:
             "toolpacks": specs,
             "history": self.store.active_history(agent["id"]),
         }
-
-
-# ---------------------------------------------------------------- the local backend
-
-def read_cmdline(pid):
-    """The command line of a process, or '' when it is gone or a zombie. A process caught in the middle
-    of exec briefly shows an empty command line, so an empty read is retried for up to 0.5 s."""
-    if not Path("/proc/self").exists():
-        result = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True,
-                                check=False)
-        return result.stdout.strip()
-    deadline = time.monotonic() + 0.5
-    while True:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                state = handle.read().rsplit(b")", 1)[-1].split()[0]
-            if state == b"Z":
-                return ""
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                text = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
-        except OSError:
-            return ""
-        if text or time.monotonic() > deadline:
-            return text
-        time.sleep(0.01)
-
-
-def runner_marker(store, activation_id):
-    """What a local runner's command line holds for this activation: the activation id, or for a
-    prepared runner (spawned before its activation existed) its `--warm-slot <slot>` (issue 18), as
-    recorded in activations/<id>/runner.slot when it was claimed."""
-    try:
-        slot = (store.activation_dir(activation_id) / "runner.slot").read_text(encoding="utf-8").strip()
-    except OSError:
-        return activation_id
-    return f"{suzumio_warm.SLOT_FLAG} {slot}" if slot else activation_id
-
-
-def local_runner_alive(pid, activation_id):
-    """backend-runner.md §3A.5: the pid exists and its command line names the activation (or the
-    `runner_marker` of a prepared runner)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    cmdline = read_cmdline(pid)
-    if activation_id in cmdline:
-        return True
-    # A claimed prepared runner (issue 18) writes to its activation's runner.log from then on.
-    return f" {suzumio_warm.SLOT_FLAG} " in cmdline and activation_id in runner_log_target(pid)
-
-
-def runner_log_target(pid):
-    try:
-        return os.readlink(f"/proc/{pid}/fd/1")
-    except OSError:
-        return ""
-
-
-def local_pid(container_name):
-    if container_name and container_name.startswith(LOCAL_PREFIX):
-        suffix = container_name[len(LOCAL_PREFIX):]
-        if suffix.isdigit():
-            return int(suffix)
-    return None
-
-
-def command_lines():
-    """(pid, command line) of every process in sight: /proc on Linux, `ps` elsewhere (§3A.5)."""
-    if not Path("/proc/self").exists():
-        result = subprocess.run(["ps", "-A", "-o", "pid=,args="], capture_output=True, text=True, check=False)
-        for line in result.stdout.splitlines():
-            pid, _, args = line.strip().partition(" ")
-            if pid.isdigit():
-                yield int(pid), args.strip()
-        return
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                raw = handle.read()
-        except OSError:
-            continue
-        yield int(entry), raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
-
-
-def find_local_runner(input_path, activation_id):
-    """The pid of a live runner launched with `--input <input_path>` (its last arguments) that leads its
-    own session, or None: the runner of an activation whose pid was never recorded."""
-    marker = f" --input {Path(input_path).resolve()}"
-    for pid, text in command_lines():
-        if not text.endswith(marker):
-            continue
-        try:
-            leads_session = os.getsid(pid) == pid
-        except OSError:
-            continue
-        if leads_session and local_runner_alive(pid, activation_id):
-            return pid
-    return None
-
-
-class LocalBackend:
-    """Runs the runner as a host subprocess in its own session with a scrubbed environment."""
-
-    kind = KIND_LOCAL
-
-    def __init__(self, environ):
-        self.environ = environ
-
-    def launch(self, launch):
-        """§3A.1 steps 5-7; returns the Popen, already recorded as `local-<pid>`."""
-        runner_path = launch.runner_files()[0]
-        env = {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
-        env.update(launch.env)
-        log_path = launch.activation_dir / "runner.log"
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            process = subprocess.Popen(
-                [sys.executable, *LOCAL_RUNNER_FLAGS, str(runner_path), "--input",
-                 str(launch.input_path.resolve())],
-                cwd=os.path.realpath(launch.workspace), stdin=subprocess.DEVNULL, stdout=fd,
-                stderr=subprocess.STDOUT, env=env, close_fds=True, start_new_session=True)
-        finally:
-            os.close(fd)
-        return process
-
-    def base_env(self):
-        return {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
-
-    def fingerprint(self, launch):
-        return digest([sys.executable, str(launch.runner_files()[0]), os.path.realpath(launch.workspace),
-                       self.base_env(), launch.config_digest()])
-
-    def prepare(self, launch, slot, warm_socket):
-        """Spawn the runner of a future activation: the same interpreter, flags, workspace, session and
-        base environment as `launch`, waiting on the warm socket (issue 18). Its log and the rest of its
-        environment come with the claim."""
-        runner_path = launch.runner_files()[0]
-        env = self.base_env()
-        env.update({"PYTHONUNBUFFERED": "1", suzumio_warm.KEY_ENV: slot.key})
-        slot.process = subprocess.Popen(
-            [sys.executable, *LOCAL_RUNNER_FLAGS, str(runner_path), "--warm", str(warm_socket),
-             suzumio_warm.SLOT_FLAG, slot.id],
-            cwd=os.path.realpath(launch.workspace), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True)
-
-    @staticmethod
-    def discard(slot):
-        if slot.process is None:
-            return
-        try:
-            os.killpg(slot.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        slot.process.wait(timeout=10)
-
-    def log_tail(self, activation_dir):
-        try:
-            text = (Path(activation_dir) / "runner.log").read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-        return tail_lines(text)
-
-    def stop(self, container_name, activation_id):
-        """§3A.4: SIGTERM to the group, SIGKILL after 2 s; a vanished process counts as stopped.
-        `activation_id`: the activation id or its runner_marker."""
-        pid = local_pid(container_name)
-        if pid is None or not local_runner_alive(pid, activation_id):
-            return
-        try:
-            os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while time.monotonic() < deadline:
-                if not local_runner_alive(pid, activation_id):
-                    return
-                time.sleep(0.05)
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-
-
-def exit_status(returncode):
-    """A runner ended by signal N reports 128 + N, as Docker does."""
-    return 128 - returncode if returncode < 0 else returncode
 
 
 # ---------------------------------------------------------------- the Docker backend
@@ -636,7 +441,7 @@ def own_writable_folders(launch, user):
     if ids is None or ids[0] == 0:
         return
     uid, gid = ids
-    if launch.input_path is not None:  # a prepared container has none (issue 18)
+    if launch.input_path is not None:  # a prepared container has none
         os.chown(launch.input_path, uid, gid, follow_symlinks=False)
     for folder in (launch.workspace, launch.artifacts / launch.agent["id"]):
         info = os.lstat(folder)
@@ -664,7 +469,7 @@ class DockerBackend:
             return self._client
 
     def mounts(self, launch, agent_ids):
-        """backend-runner.md §3.3 rows 1-7 as (source, target, read_only), validated (§3.4). A prepared
+        """docs/design/runner.md rows 1-7 as (source, target, read_only), validated. A prepared
         container (no activation yet) gets no input.json: its input comes over the warm socket."""
         rows = [] if launch.input_path is None else [(str(launch.input_path), INPUT_TARGET, True)]
         rows.append((str(launch.workspace), "/workspace", False))
@@ -710,14 +515,14 @@ class DockerBackend:
 
     def fingerprint(self, launch, agent_ids):
         """Everything a container gets at creation but its activation's input and environment: a prepared
-        container serves an activation only when this is the same for both (issue 18)."""
+        container serves an activation only when this is the same for both."""
         rows = [row for row in self.mounts(launch, agent_ids) if row[1] != INPUT_TARGET]
         options = self.sandbox_options(launch, launch.config.sandbox(launch.agent["id"]))
         return digest([launch.config.backend.image, rows, options, launch.config_digest()])
 
     def create(self, launch, agent_ids, slot=None, warm_socket=None):
-        """§3.2-3.7: build and create (not start) the container; returns its name. With a warm `slot`,
-        the container of a future activation (issue 18): the same image, mounts (but input.json), user,
+        """Build and create (not start) the container; returns its name. With a warm `slot`,
+        the container of a future activation: the same image, mounts (but input.json), user,
         limits and network, waiting on the warm socket, and only the environment a runner needs to get
         there; the activation's environment and input come with the claim."""
         Mount = docker_sdk().types.Mount
@@ -790,7 +595,7 @@ class DockerBackend:
 
     def find(self, project, activation_id, agent_id=None):
         """The name of the container labelled with this activation, or None. With `agent_id`, also a
-        claimed prepared container, which has the activation only in its name (issue 18)."""
+        claimed prepared container, which has the activation only in its name."""
         labels = ["suzumio.managed=true", f"suzumio.project={project}", f"suzumio.activation={activation_id}"]
         for container in self.client.api.containers(all=True, filters={"label": labels}):
             return container["Names"][0].lstrip("/")
@@ -831,7 +636,7 @@ class DockerBackend:
         return attrs["State"]["Status"], attrs["State"].get("ExitCode")
 
     def stop(self, name, activation_id):
-        """§3.10 step 2: stop with 2 s grace; 304/404 are success; otherwise kill; else raise."""
+        """Stop the container with 2 s grace; 304/404 are success; otherwise kill; else raise."""
         docker = docker_sdk()
         try:
             self.client.api.stop(name, timeout=int(STOP_GRACE_SECONDS))
@@ -905,7 +710,7 @@ class Backends:
                  warm_limit=0, configs=None):
         """`runner_socket`: the path of the controller's runner socket, which every runner then
         reaches; None when the runner routes are on TCP (`serve --runner-listen`), reached through
-        `backend.controllerUrl`. `warm_limit`: how many prepared runners this process may hold (issue 18;
+        `backend.controllerUrl`. `warm_limit`: how many prepared runners this process may hold (
         0, or no runner socket: none, every activation starts cold); `configs`: the runtime's ConfigCache
         (serve shares its one; a CLI command's or a test's Backends keep their own)."""
         self.configs = configs if configs is not None else suzumio_config.ConfigCache()
@@ -924,7 +729,7 @@ class Backends:
         if warm_limit and self.runner_socket is not None:
             self.warm = suzumio_warm.WarmPool(self, self.runner_socket, warm_limit, self.configs).start()
 
-    # -- warm activations (issue 18)
+    # -- warm activations
 
     def prepare_next(self, store):
         """The scheduler ticked this project: prepare the runners of its likely next activations (or
@@ -1131,7 +936,7 @@ class Backends:
             coordination.fail_activation(store, activation_id, error)
 
     def settle(self, store, activation_id, code, logs, secrets):
-        """backend-runner.md §3.9 steps 2-4, after the runner exited with `code`."""
+        """docs/design/runner.md, after the runner exited with `code`."""
         if self.closed.is_set() or store.activation(activation_id)["status"] != ACT_RUNNING:
             return
         if code != 0:
@@ -1160,7 +965,7 @@ class Backends:
     # -- stopping
 
     def stop_runner(self, store, activation):
-        """Stop an ended activation's container or process (scheduler.md §3.3 step 3); a failure
+        """Stop an ended activation's container or process (docs/design/scheduler.md); a failure
         becomes an `activation.stop_failed` event and never propagates."""
         name = activation.get("containerName")
         if not name:

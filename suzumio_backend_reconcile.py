@@ -9,20 +9,22 @@ import threading
 from suzumio_backend import (
     ADOPT_POLL_SECONDS,
     KIND_DOCKER,
-    KIND_LOCAL,
-    LOCAL_PREFIX,
     NEVER_STARTED_ERROR,
     NEVER_STARTED_GRACE_MS,
     NO_OUTPUT_ERROR,
     RECONCILE_INTERVAL_SECONDS,
     engine_errors,
-    find_local_runner,
     is_timed_out,
+    secret_values,
+    warm_owner,
+)
+from suzumio_backend_local import (
+    KIND_LOCAL,
+    LOCAL_PREFIX,
+    find_local_runner,
     local_pid,
     local_runner_alive,
     runner_marker,
-    secret_values,
-    warm_owner,
 )
 from suzumio_errors import NotFound
 from suzumio_records import ACT_RUNNING, parse_ts, utc_now

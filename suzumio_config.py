@@ -1,7 +1,6 @@
-"""Project configuration (config.md §2.7–§3, §5): schema, defaults, issues, post-validation, the frozen
+"""Project configuration (docs/configuration.md): schema, defaults, issues, post-validation, the frozen
 ProjectConfig with its typed blocks, render, each agent's container settings and network (with warnings
-about weakened ones), and proxy variables. Any controller module may import it; it imports only
-suzumio_yaml (files, YAML, imports), suzumio_registry (tools), suzumio_records and suzumio_errors."""
+about weakened ones), and proxy variables."""
 import copy
 import dataclasses
 import json
@@ -41,7 +40,7 @@ log = logging.getLogger(__name__)
 
 RESERVED_AGENT_ID = "user"
 RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio", "/run/suzumio")
-UNSUPPORTED_PROVIDER_TYPES = ("openai", "google")  # issue 14: anthropic is supported
+UNSUPPORTED_PROVIDER_TYPES = ("openai", "google")  # Anthropic is supported
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
 LOCAL_MOUNTS_WARNING = "Warning: backend.kind local ignores configured mounts"
 NETWORK_TOOL = "web.fetch"
@@ -93,7 +92,7 @@ class Mount:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """One expanded agent (config.md §3.4; store.md §2.2). `model` is as written; `selected_model` effective."""
+    """One expanded agent (docs/configuration.md). `model` is as written; `selected_model` effective."""
 
     id: str
     key: str
@@ -268,8 +267,8 @@ class PresetConfig:
     tool_choice: str = None
     provider_options: FrozenMapping = None
     headers: FrozenMapping = None
-    max_retries: int = None  # issue 14
-    pricing: FrozenMapping = None  # issue 14: USD per million tokens (suzumio_cost)
+    max_retries: int = None
+    pricing: FrozenMapping = None  # USD per million tokens (suzumio_cost)
 
     @property
     def is_list(self):
@@ -286,14 +285,14 @@ class RunnerConfig:
     providers: FrozenMapping
     presets: FrozenMapping
     _json: str = field(repr=False)
-    budget_max_cost_usd: float = None  # issue 14: backend.runner.budget.maxCostUsd
+    budget_max_cost_usd: float = None  # Backend.runner.budget.maxCostUsd
 
     def as_json(self):
-        """`backend.runner` verbatim in internal spelling, as `input.json` carries it (backend-runner.md §5.1)."""
+        """`backend.runner` verbatim in internal spelling, as `input.json` carries it (docs/design/runner.md)."""
         return json.loads(self._json)
 
     def expand(self, selected):
-        """The concrete presets tried for a selection, in order (config.md §3.14)."""
+        """The concrete presets tried for a selection, in order (docs/configuration.md)."""
         return expand_model_list(self.presets, self.providers, selected)
 
 
@@ -305,7 +304,7 @@ class BackendConfig:
     activation_timeout_ms: int
     docker: DockerConfig
     runner: RunnerConfig
-    warm: int = DEFAULT_WARM  # prepared runners per running project, 0 for none (issue 18)
+    warm: int = DEFAULT_WARM  # prepared runners per running project, 0 for none
 
 
 @dataclass(frozen=True)
@@ -317,7 +316,7 @@ class ObservabilityConfig:
 
 
 def expand_model_list(presets, providers, selected):
-    """Expand a preset selection depth-first into concrete PresetConfigs; run-time errors of §3.14."""
+    """Expand a preset selection depth-first into concrete PresetConfigs; run-time errors."""
     out = []
 
     def visit(preset_id, trail):
@@ -405,7 +404,7 @@ def _trailing_index_stripped(agent_id):
 
 
 def expand_agents(data):
-    """Expanded agents of a normalized config, in config order (config.md §3.4)."""
+    """Expanded agents of a normalized config, in config order (docs/configuration.md)."""
     agents = data["agents"]
     default_model = data["backend"]["runner"].get("model")
     out = []
@@ -425,7 +424,7 @@ def expand_agents(data):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Post-validation steps (config.md §2.8)
+# Post-validation steps (docs/configuration.md)
 
 def _check_segment(value, message):
     if not value or value in (".", "..") or any(ch in value for ch in "/\\\0"):
@@ -503,7 +502,7 @@ def _check_references(data, merged, agent_ids):
         if value is not None and value not in agent_ids and not (allow_user and value == RESERVED_AGENT_ID):
             raise ConfigError(f"{path}: unknown agent {value}")
     # A written value equal to the default (`pm`) is not checked, like the default itself: a rendered
-    # resolved.yaml spells every default out and must render again (config.md §2.9).
+    # resolved.yaml spells every default out and must render again (docs/configuration.md).
     coordinator = _written(merged, "communication", "coordinatorAgent")
     known(coordinator if coordinator != DEFAULT_COORDINATOR else None, "communication.coordinatorAgent")
     target = _written(merged, "scheduler", "allQuietNudge", "targetAgent")
@@ -549,7 +548,7 @@ def _check_allowlists(data, registry):
 
 
 def _check_approval_rules(data, registry):
-    """Issue 16: every rule's `tool` is `*`, a registered tool or an `x.*` pattern, as in allowlists."""
+    """Every rule's `tool` is `*`, a registered tool or an `x.*` pattern, as in allowlists."""
     lists = [("tools.approve", data["tools"].get("approve", []))]
     lists += [(f"agents.{key}.approve", agent.get("approve", [])) for key, agent in data["agents"].items()]
     for path, rules in lists:
@@ -560,7 +559,7 @@ def _check_approval_rules(data, registry):
 
 @dataclass(frozen=True)
 class ApprovalRule:
-    """Issue 16: one approval rule of an agent (its own first, then the project's `tools.approve`).
+    """One approval rule of an agent (its own first, then the project's `tools.approve`).
     `key` names the rule for `allow-always`; `source` is `agent` or `project`."""
 
     tool: str
@@ -585,7 +584,7 @@ def _script_error(path, message):
 
 
 def validate_script(script, path, agent_ids, registry):
-    """Check a scripted provider's script (scripted-provider.md, Validation); first failure wins."""
+    """Check a scripted provider's script (docs/configuration.md, Validation); first failure wins."""
     if not isinstance(script, dict):
         raise _script_error(path, f"Expected object, received {_type_name(script)}")
     if "agents" not in script:
@@ -654,7 +653,7 @@ def _check_script_step(step, path, registry):
 
 
 def _post_validate(data, merged, base_dir, env, packaged_dir, mcp_tools=None):
-    """Steps 0–5 of config.md §2.8 on the schema-validated tree; returns (data, registry)."""
+    """Steps 0–5 of docs/configuration.md on the schema-validated tree; returns (data, registry)."""
     _check_segment(data["name"], "Project name must be a single path segment")
     for agent_id in data["agents"]:
         _check_segment(agent_id, "Agent id must be a single path segment")
@@ -696,7 +695,7 @@ def _post_validate(data, merged, base_dir, env, packaged_dir, mcp_tools=None):
     models = data["backend"]["runner"]["models"]
     _check_presets(models)
     _check_allowlists(data, registry)
-    _check_approval_rules(data, registry)  # issue 16
+    _check_approval_rules(data, registry)
     for provider_id, provider in models["providers"].items():
         if provider["type"] != "scripted":
             continue
@@ -708,7 +707,7 @@ def _post_validate(data, merged, base_dir, env, packaged_dir, mcp_tools=None):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Rendering (config.md §2.9)
+# Rendering (docs/configuration.md)
 
 def externalize(data):
     """The rendered tree: `modelList` spelled `model-list` everywhere, default scheduler keys pruned."""
@@ -784,7 +783,7 @@ def _container_warnings(settings, path, networked):
 
 
 def boundary_warnings(config):
-    """The stderr lines of config render and init (config.md §2.9): the local backend, then each setting
+    """The stderr lines of config render and init (docs/configuration.md): the local backend, then each setting
     that weakens an activation container's boundary, backend-wide first, then per agent."""
     data = config.data
     if config.backend.kind == "local":
@@ -808,7 +807,7 @@ def boundary_warnings(config):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Proxy variables for activations (config.md §5)
+# Proxy variables for activations (docs/configuration.md)
 
 _PROXY_FIELDS = (("http", "HTTP_PROXY", "http_proxy"), ("https", "HTTPS_PROXY", "https_proxy"),
                  ("all", "ALL_PROXY", "all_proxy"), ("no_proxy", "NO_PROXY", "no_proxy"))
@@ -836,7 +835,7 @@ def _rewrite_loopback(value):
 
 
 def proxy_environment(proxy, network, environ, rewrite_hosts=True):
-    """Proxy variables for an activation, in order (config.md §5); `rewrite_hosts=False` for `local`."""
+    """Proxy variables for an activation, in order (docs/configuration.md); `rewrite_hosts=False` for `local`."""
     rewrite = rewrite_hosts and network != "host" and proxy.rewrite_localhost
     variables = {}
     if proxy.inherit_env:
@@ -914,12 +913,12 @@ class ProjectConfig:
         return json.loads(self._data_json)
 
     def config_json(self):
-        """Compact JSON of `data`, exactly what `projects.config_json` stores (config.md §2.10)."""
+        """Compact JSON of `data`, exactly what `projects.config_json` stores (docs/configuration.md)."""
         return json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
 
     @property
     def warnings(self):
-        """The stderr lines `config render` and `init` print after a successful load (config.md §2.9):
+        """The stderr lines `config render` and `init` print after a successful load (docs/configuration.md):
         the local backend and every setting that weakens the container boundary."""
         return boundary_warnings(self)
 
@@ -942,7 +941,7 @@ class ProjectConfig:
         return externalize(self.data)
 
     def render(self):
-        """The `resolved.yaml` text (config.md §2.9)."""
+        """The `resolved.yaml` text (docs/configuration.md)."""
         return dump_yaml(self.rendered_tree())
 
     @property
@@ -985,7 +984,7 @@ class ProjectConfig:
         return self.registry.tool(name)
 
     def approval_rules(self, agent_id):
-        """Issue 16: the agent's approval rules in matching order (its own, then `tools.approve`)."""
+        """The agent's approval rules in matching order (its own, then `tools.approve`)."""
         data = self.data
         own = data["agents"].get(self.agent(agent_id).key, {}).get("approve", [])
         return tuple(ApprovalRule(rule["tool"], _ro(rule.get("match", {})), rule["timeoutMs"], rule["onExpiry"],
@@ -994,7 +993,7 @@ class ProjectConfig:
                      for index, rule in enumerate(rules))
 
     def allowed_tools(self, agent_id):
-        """The registered tools an agent may see, in registration order (tools.md §2.3, §2.4)."""
+        """The registered tools an agent may see, in registration order (docs/design/tools.md)."""
         return self.registry.allowed_tools(self.agent(agent_id).tools)
 
     def resolve_toolpacks(self):
@@ -1005,7 +1004,7 @@ class ProjectConfig:
         return self.agent(agent_id).selected_model
 
     def model_attempts(self, agent_id):
-        """The concrete presets an activation of this agent tries, in order (config.md §3.14)."""
+        """The concrete presets an activation of this agent tries, in order (docs/configuration.md)."""
         selected = self.selected_model(agent_id)
         if selected is None:
             raise ConfigError(f"Agent {agent_id} needs an explicit model, or set backend.runner.model")
@@ -1016,7 +1015,7 @@ class ProjectConfig:
         return list(self.backend.docker.mounts) + list(self.agent(agent_id).mounts)
 
     def proxy_environment(self, environ, rewrite_hosts=None):
-        """Proxy variables for an activation container or local runner (config.md §5)."""
+        """Proxy variables for an activation container or local runner (docs/configuration.md)."""
         if rewrite_hosts is None:
             rewrite_hosts = self.backend.kind != "local"
         return proxy_environment(self.backend.docker.proxy, self.backend.docker.network, environ, rewrite_hosts)
@@ -1028,7 +1027,7 @@ def _communication_config(data):
 
 
 def load_project(path, env=None, packaged_dir=None, strict=False, mcp_tools=None):
-    """Run the whole pipeline (config.md §2, steps 1–6) on a project file; raises ConfigError. Unknown
+    """Run the whole pipeline (docs/configuration.md, steps 1–6) on a project file; raises ConfigError. Unknown
     keys land in `config.unknown_keys`; with `strict` (or `strict: true` in the file) they are errors.
     With `mcp_tools` (`config render --check`) MCP servers are asked for their tools and allowlists
     checked against them."""

@@ -22,12 +22,12 @@ DEFAULT_CONTROLLER_URL = "http://host.docker.internal:39400"
 DEFAULT_MEMORY = "4g"
 DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024
-DEFAULT_WARM = 2  # prepared runners per running project (issue 18); false or 0 turns them off
+DEFAULT_WARM = 2  # prepared runners per running project; false or 0 turns them off
 DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
 
 
 # ---------------------------------------------------------------------------------------------------
-# Schema: strict types, defaults, issue collection (config.md §2.7, §3)
+# Schema: strict types, defaults, issue collection (docs/configuration.md)
 
 _INVALID = object()   # a node's check failed; the issue is already recorded
 _REQUIRED = object()  # field default: the key must be present
@@ -382,7 +382,7 @@ def _check_string_map(value, path, issues):
 
 def _check_mcp_entry(value, path, issues):
     """`{id, mcp: {command: [...], env?, envFrom?, cwd?, where?}}` (stdio) or `{id, mcp: {url, headers?,
-    headersEnv?}}` (streamable HTTP): an MCP toolpack (issue 15; docs/spec-notes.md)."""
+    headersEnv?}}` (streamable HTTP): an MCP toolpack (docs/spec-notes.md)."""
     extra = sorted(set(value) - {"id", "mcp"})
     if extra:
         issues.add(path + [extra[0]], "Not allowed in an MCP toolpack entry (use id and mcp)")
@@ -542,7 +542,7 @@ _PRESET = _PresetObj(
     ("toolChoice", _Enum("auto", "required", "none"), _OMIT),
     ("providerOptions", _Record(_Any()), {}),
     ("headers", _Record(_Str()), {}),
-    # issue 14: retries of this preset (overrides the provider's options.maxRetries) and its prices
+    # Retries of this preset (overrides the provider's options.maxRetries) and its prices
     ("maxRetries", _INT_GE0, _OMIT),
     ("pricing", _Obj(
         ("inputPerMTok", _Num(ge=0), _REQUIRED),
@@ -569,7 +569,7 @@ _BACKEND = _Obj(
     ("image", _Str(), "suzumio-runner:dev"),
     ("controllerUrl", _Str(), DEFAULT_CONTROLLER_URL),
     ("activationTimeoutMs", _INT_GT0, 3600000),
-    ("warm", _OrFalse(_INT_GE0), _OMIT),  # issue 18: prepared runners per project (DEFAULT_WARM)
+    ("warm", _OrFalse(_INT_GE0), _OMIT),  # Prepared runners per project (DEFAULT_WARM)
     ("docker", _Obj(
         *_container_fields(network=_OMIT, memory=DEFAULT_MEMORY, cpus=DEFAULT_CPUS, pids_limit=DEFAULT_PIDS_LIMIT,
                            cap_add=[]),
@@ -599,7 +599,7 @@ _BACKEND = _Obj(
 )
 
 class _ApprovalRuleObj(_Obj):
-    """Issue 16: one approval rule; every `match` pattern must compile (Python `re`, searched)."""
+    """One approval rule; every `match` pattern must compile (Python `re`, searched)."""
 
     def rules(self, rule, path, issues):
         ok = True
@@ -612,7 +612,7 @@ class _ApprovalRuleObj(_Obj):
         return ok
 
 
-# Issue 16: `agents.<id>.approve` and `tools.approve`; absent stays absent (rendered only when written).
+# `agents.<id>.approve` and `tools.approve`; absent stays absent (rendered only when written).
 DEFAULT_APPROVAL_TIMEOUT_MS = 1800000
 _APPROVE = _List(_ApprovalRuleObj(
     ("tool", _TEXT, _REQUIRED),
@@ -633,7 +633,7 @@ _AGENT = _Obj(
     ("env", _Record(_Str()), {}),
     ("network", _Bool(), _OMIT),
     ("docker", _Obj(*_container_fields(_OMIT, _OMIT, _OMIT, _OMIT, _OMIT)), _OMIT),
-    ("approve", _APPROVE, _OMIT),  # issue 16
+    ("approve", _APPROVE, _OMIT),
 )
 
 _PROJECT = _Obj(
@@ -646,7 +646,7 @@ _PROJECT = _Obj(
     ("agents", _Record(_AGENT), {}),
     ("channels", _List(_Str()), list(DEFAULT_CHANNELS)),
     ("tools", _Obj(("toolpacks", _List(_ToolpackEntry()), ["core", "web"]),
-                   ("approve", _APPROVE, _OMIT)), _FULL),  # issue 16: approve
+                   ("approve", _APPROVE, _OMIT)), _FULL),  # Approve
     ("platforms", _List(_Any()), []),
     ("observability", _Obj(
         ("http", _Obj(
@@ -660,7 +660,7 @@ _PROJECT = _Obj(
 
 
 def validate_schema(tree, unknown=None):
-    """Validate a merged tree and materialize defaults; all issues are reported together (§2.7). Keys the
+    """Validate a merged tree and materialize defaults; all issues are reported together. Keys the
     schema does not know are dropped; their lines are appended to `unknown` when it is a list. Free-form
     maps (agent env, headers, options, scripts, toolpack config, platforms) are not checked."""
     issues = _Issues()

@@ -1,10 +1,8 @@
-"""Coordination rules over the store's rows (store.md §4–8, scheduler.md §3.2, §7): message routing and
-the communication policy, signal validation and channel fan-out, signal selection, activation start and
-completion, P1 tool-boundary delivery, stop/approve, the token-budget pause, wait and submit, history
-compaction, and every nudge and monitor with their one backoff. Each rule is one function that opens one
-`store.write(now)`, so its rows, events and files commit together or not at all. Imported by the
-scheduler, toolpacks, the HTTP routes and the CLI; imports the store, records, errors and the typed
-ProjectConfig's defaults (config readers receive the ProjectConfig)."""
+"""Coordination rules over the store's rows (docs/design/store.md, docs/design/scheduler.md): message
+routing and the communication policy, signal validation and channel fan-out, signal selection,
+activation start and completion, P1 tool-boundary delivery, stop/approve, the token-budget pause, wait
+and submit, history compaction, and every nudge and monitor with their one backoff. Each rule is one
+function that opens one `store.write(now)`, so its rows, events and files commit together or not at all."""
 import json
 import logging
 import math
@@ -62,15 +60,15 @@ log = logging.getLogger(__name__)
 
 QUIET_MONITOR_EVENT = "scheduler.quiet_agent_monitor.message_sent"
 FAILED_MONITOR_EVENT = "scheduler.failed_agent_monitor.message_sent"
-URGENT = ("P0", "P1")  # delivered together, up to the per-activation limit (store.md §4.5)
+URGENT = ("P0", "P1")  # delivered together, up to the per-activation limit (docs/design/store.md)
 ROUTINE = ("P2", "P3")  # delivered one at a time, when nothing urgent is ready
 DEFAULT_KEEP_TAIL = 12
 
 
-# ---------------------------------------------------------------- messages (store.md §4.2, §4.3)
+# ---------------------------------------------------------------- messages (docs/design/store.md)
 
 def check_policy(config, caller, recipient, channel, priority):
-    """store.md §4.3 for the messages.send tool: what a non-coordinator agent may send."""
+    """docs/design/store.md for the messages.send tool: what a non-coordinator agent may send."""
     communication = config.communication
     coordinator = communication.coordinator_agent
     if not communication.restrict_non_coordinator_to_coordinator or caller == coordinator:
@@ -88,7 +86,7 @@ def check_policy(config, caller, recipient, channel, priority):
 
 def send_message(store, config, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
                  source_activation=None, now=None):
-    """store.md §4.2: validate and route, then the message row, its event and its signal(s), in one
+    """docs/design/store.md: validate and route, then the message row, its event and its signal(s), in one
     transaction. Returns the Message JSON."""
     with store.write(now) as tx:
         return _send(store, config, tx, sender, body, recipient, channel, priority, source_agent,
@@ -119,12 +117,12 @@ def _send(store, config, tx, sender, body, recipient=None, channel=None, priorit
     return message
 
 
-# ---------------------------------------------------------------- signals (store.md §4.4, §4.5)
+# ---------------------------------------------------------------- signals (docs/design/store.md)
 
 def record_signal(store, config, kind, *, source_agent=None, source_activation=None, target_agent=None,
                   target_channel=None, priority=None, payload=None, status=None, useful_effect=None,
                   not_before=None, now=None):
-    """store.md §4.4: one row and one signal.created event per target (a channel fans out to every agent
+    """docs/design/store.md: one row and one signal.created event per target (a channel fans out to every agent
     but the source); returns the Signal JSON list."""
     with store.write(now) as tx:
         return _fan_out(store, config, tx, kind, source_agent=source_agent, source_activation=source_activation,
@@ -136,7 +134,7 @@ def _fan_out(store, config, tx, kind, *, source_agent=None, source_activation=No
              target_channel=None, priority=None, payload=None, status=None, useful_effect=None, not_before=None):
     if not isinstance(kind, str) or not kind.strip():
         raise BadRequest("kind is required")
-    # payload and usefulEffect are checked first, as POST /runner/signals does (http-api.md §9.4)
+    # payload and usefulEffect are checked first, as POST /runner/signals does (docs/http-api.md)
     if payload is None:
         payload = {}
     if not isinstance(payload, dict):
@@ -187,14 +185,14 @@ def _emit(store, tx, kind, target_agent=None, priority="P3", payload=None, usefu
 
 
 def pending_signals(store, config, agent_id, now=None):
-    """store.md §4.5: every ready P0/P1 signal up to scheduler.maxSignalsPerActivation, else the single
+    """docs/design/store.md: every ready P0/P1 signal up to scheduler.maxSignalsPerActivation, else the single
     oldest ready P2, else P3."""
     with store.snapshot():
         urgent = store.ready_signals(agent_id, URGENT, config.scheduler.max_signals_per_activation, now)
         return urgent or store.ready_signals(agent_id, ROUTINE, 1, now)
 
 
-# ---------------------------------------------------------------- activations (store.md §5)
+# ---------------------------------------------------------------- activations (docs/design/store.md)
 
 def start_activation(store, agent_id, prompt, signals, now=None):
     """createActivation (one running activation per agent, only in a running project), the selected
@@ -224,7 +222,7 @@ def start_activation(store, agent_id, prompt, signals, now=None):
 
 
 def complete_activation(store, config, activation_id, agent_id, text, usage=None, now=None):
-    """store.md §5.3 with the no-effect nudge (scheduler.md §7.1); a non-running activation is returned
+    """docs/design/store.md with the no-effect nudge (docs/design/scheduler.md); a non-running activation is returned
     unchanged."""
     if not isinstance(text, str) or not text.strip():
         raise BadRequest("output.text is required")
@@ -247,9 +245,9 @@ def complete_activation(store, config, activation_id, agent_id, text, usage=None
 
 def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, output=None, error=None, now=None,
                      boundary=False):
-    """store.md §5.6 finish plus P1 tool-boundary delivery (scheduler.md §3.2): after a completed call of
+    """docs/design/store.md finish plus P1 tool-boundary delivery (docs/design/scheduler.md): after a completed call of
     a running activation (not one that ends it), ready P1 signals ride on the tool result. `boundary`:
-    deliver them although the call failed (issue 16: a denied approval is a tool boundary). The same
+    deliver them although the call failed (a denied approval is a tool boundary). The same
     finish asked again (a runner retrying after a lost answer) answers the first one's result, signal
     text included, and records nothing (spec-notes 16l)."""
     if status not in TOOL_CALL_END_STATUSES:
@@ -280,22 +278,18 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
         return result
 
 
+# How a running activation ends other than by its output: trigger -> (status, history kind and agent
+# trigger, event, the field that carries the why).
+_ENDINGS = {"fail": (ACT_FAILED, "activation_failed", "activation.failed", "error"),
+            "cancel": (ACT_CANCELLED, "activation_cancelled", "activation.cancelled", "reason")}
+
+
 def fail_activation(store, activation_id, error, now=None):
     """A running activation -> failed with its error, the agent -> failed, a history row and the
     activation.failed event. Returns the failed activation, or None when it had already ended."""
     error = str(error)
     with store.write(now) as tx:
-        row = store.activation_row(activation_id, tx.conn)
-        if not store.end_activation(tx, activation_id, "fail", ", error = ?", (error,)):
-            return None
-        _cancel_approvals(store, tx, activation_id, ACT_FAILED)
-        agent_id = row["agent_id"]
-        store.move_agent(tx, agent_id, "activation_failed", bound_to=activation_id)
-        store.add_history(tx, agent_id, activation_id, "assistant", "activation_failed",
-                          f"Activation {activation_id} failed.\n\n{error}", {"error": error})
-        store.add_event(tx, "activation.failed", {"activationId": activation_id, "agentId": agent_id,
-                                                  "error": error})
-        return store.activation(activation_id)
+        return _end_running(store, tx, activation_id, "fail", error, f"Activation {activation_id} failed.\n\n{error}")
 
 
 def cancel_activation(store, activation_id, reason, now=None):
@@ -306,17 +300,22 @@ def cancel_activation(store, activation_id, reason, now=None):
 
 
 def _cancel_in(store, tx, activation_id, reason):
+    return _end_running(store, tx, activation_id, "cancel", reason,
+                        f"Activation {activation_id} was interrupted and cancelled.\n\nReason: {reason}")
+
+
+def _end_running(store, tx, activation_id, trigger, why, text):
+    """End a running activation by `trigger` inside `tx`: its row, its pending approval requests, the
+    agent, a history row and the event; None when it had already ended."""
+    status, kind, event, field = _ENDINGS[trigger]
     row = store.activation_row(activation_id, tx.conn)
-    if not store.end_activation(tx, activation_id, "cancel", ", error = ?", (reason,)):
+    if not store.end_activation(tx, activation_id, trigger, ", error = ?", (why,)):
         return None
-    _cancel_approvals(store, tx, activation_id, ACT_CANCELLED)
+    _cancel_approvals(store, tx, activation_id, status)
     agent_id = row["agent_id"]
-    store.move_agent(tx, agent_id, "activation_cancelled", bound_to=activation_id)
-    store.add_history(tx, agent_id, activation_id, "assistant", "activation_cancelled",
-                      f"Activation {activation_id} was interrupted and cancelled.\n\nReason: {reason}",
-                      {"reason": reason})
-    store.add_event(tx, "activation.cancelled", {"activationId": activation_id, "agentId": agent_id,
-                                                 "reason": reason})
+    store.move_agent(tx, agent_id, kind, bound_to=activation_id)
+    store.add_history(tx, agent_id, activation_id, "assistant", kind, text, {field: why})
+    store.add_event(tx, event, {"activationId": activation_id, "agentId": agent_id, field: why})
     return store.activation(activation_id)
 
 
@@ -329,10 +328,10 @@ def _cancel_approvals(store, tx, activation_id, status):
                                                    "reason": reason})
 
 
-# ---------------------------------------------------------------- project control (store.md §8)
+# ---------------------------------------------------------------- project control (docs/design/store.md)
 
 def stop(store, now=None):
-    """store.md §8.1 step 1: stopped, cancel running activations, a P2 resume signal for each. Returns
+    """docs/design/store.md: stopped, cancel running activations, a P2 resume signal for each. Returns
     the cancelled activations (the caller stops their runners)."""
     return _halt(store, "stop", STOP_REASON, True, now)
 
@@ -366,7 +365,7 @@ def _budget_use(store, max_tokens, max_cost_usd):
 
 
 def warn_for_budget(store, max_tokens, max_cost_usd=None, now=None):
-    """Issue 14: once per budget window, when 80% of a limit is used by a running project, the
+    """Once per budget window, when 80% of a limit is used by a running project, the
     `project.budget_warning` event and a P2 message to the user. Returns the event data or None."""
     with store.snapshot():
         if (store.project()["status"] != PROJECT_RUNNING
@@ -388,7 +387,7 @@ def warn_for_budget(store, max_tokens, max_cost_usd=None, now=None):
 
 
 def pause_for_budget(store, max_tokens, now=None, max_cost_usd=None):
-    """Stop a running project whose window used max_tokens or more (or, issue 14, max_cost_usd or more):
+    """Stop a running project whose window used max_tokens or more (or max_cost_usd or more):
     status, `project.budget_exceeded` and the P2 message to the user in one transaction. Running
     activations are left to finish. Returns the event data, or None when the project was not running
     or is within budget."""
@@ -416,7 +415,7 @@ def pause_for_budget(store, max_tokens, now=None, max_cost_usd=None):
 
 
 def request_changes(store, config, body, recipient=None, now=None):
-    """http-api.md §8.4: running again, and a P2 user message (to the coordinator by default)."""
+    """docs/http-api.md: running again, and a P2 user message (to the coordinator by default)."""
     if not isinstance(body, str) or not body.strip():
         raise BadRequest("body is required")
     recipient = recipient or config.communication.coordinator_agent
@@ -427,10 +426,10 @@ def request_changes(store, config, body, recipient=None, now=None):
         return _send(store, config, tx, "user", body, recipient=recipient, priority="P2")
 
 
-# ---------------------------------------------------------------- core tool effects (store.md §5.7, §5.8)
+# ---------------------------------------------------------------- core tool effects (docs/design/store.md)
 
 def submit_report(store, agent_id, activation_id, report, now=None):
-    """store.md §5.7: final-report.md, project submitted, closed completion.submitted signal. The report
+    """docs/design/store.md: final-report.md, project submitted, closed completion.submitted signal. The report
     file is replaced only when the transaction commits."""
     if not isinstance(report, str) or not report.strip():
         raise BadRequest("report is required")
@@ -448,7 +447,7 @@ def submit_report(store, agent_id, activation_id, report, now=None):
 
 
 def declare_wait(store, config, agent_id, activation_id, reason=None, pm=None, notify_pm=None, now=None):
-    """store.md §5.8: an optional P3 notice to the coordinator plus a closed wait signal."""
+    """docs/design/store.md: an optional P3 notice to the coordinator plus a closed wait signal."""
     reason = reason.strip() if isinstance(reason, str) and reason.strip() else WAIT_PREFIX
     pm = pm or config.communication.coordinator_agent
     notify = (agent_id != pm) if notify_pm is None else bool(notify_pm)
@@ -468,7 +467,7 @@ def declare_wait(store, config, agent_id, activation_id, reason=None, pm=None, n
                       "message": message, "signal": signal})
 
 
-# ---------------------------------------------------------------- history compaction (store.md §7.4)
+# ---------------------------------------------------------------- history compaction (docs/design/store.md)
 
 def compact_history(store, agent_id, activation_id, summary, keep_tail=None, reason=None, selected_model=None,
                     now=None):
@@ -506,7 +505,7 @@ def compact_history(store, agent_id, activation_id, summary, keep_tail=None, rea
     return {"status": "compacted", "compaction": compaction, "history": history}
 
 
-# ---------------------------------------------------------------- nudges and monitors (scheduler.md §7)
+# ---------------------------------------------------------------- nudges and monitors (docs/design/scheduler.md)
 
 def backoff_ms(rule, step):
     """The one backoff of every nudge: initialDelayMs × backoffFactor^step, capped at maxDelayMs."""
@@ -523,7 +522,7 @@ def _nudge_payload(rule, previous_activation, attempt, delay, now):
 
 
 def _no_effect_nudge(store, config, tx, agent_id, activation_id):
-    """scheduler.md §7.1, inside completion: the first nudge at once, later ones backing off."""
+    """docs/design/scheduler.md, inside completion: the first nudge at once, later ones backing off."""
     rule = config.scheduler.no_effect_nudge
     if not rule.enabled:
         return None
@@ -540,7 +539,7 @@ def _no_effect_nudge(store, config, tx, agent_id, activation_id):
 
 
 def nudge_and_monitor(store, config, now):
-    """Steps 6–9 of a tick (scheduler.md §5): failed nudges, the failed- and quiet-agent monitors, the
+    """Steps 6–9 of a tick (docs/design/scheduler.md): failed nudges, the failed- and quiet-agent monitors, the
     all-quiet nudge. Returns the times at which a waiting monitor or nudge becomes due."""
     agents = store.list_agents()
     _failed_nudges(store, config, agents, now)
@@ -552,7 +551,7 @@ def nudge_and_monitor(store, config, now):
 
 
 def _failed_nudges(store, config, agents, now):
-    """scheduler.md §7.2 (step 6)."""
+    """docs/design/scheduler.md (step 6)."""
     rule = config.scheduler.failed_nudge
     if not rule.enabled:
         return
@@ -601,7 +600,8 @@ def _due(dues, since, delay_ms):
 
 
 def _monitor_rules(store, config, agents, now, *, failed, dues=None):
-    """scheduler.md §7.3 (failed=True, step 7) and §7.4 (failed=False, step 8)."""
+    """The failed-agent (failed=True, step 7) and quiet-agent (failed=False, step 8) monitors of a tick
+    (docs/design/scheduler.md)."""
     monitor = config.scheduler.failed_agent_monitor if failed else config.scheduler.quiet_agent_monitor
     if not monitor.enabled:
         return
@@ -664,7 +664,7 @@ def _monitor_rules(store, config, agents, now, *, failed, dues=None):
 
 
 def _all_quiet_nudge(store, config, now, dues=None):
-    """scheduler.md §7.5 (step 9), on a freshly loaded agent list."""
+    """docs/design/scheduler.md (step 9), on a freshly loaded agent list."""
     rule = config.scheduler.all_quiet_nudge
     if not rule.enabled:
         return

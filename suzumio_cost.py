@@ -1,6 +1,5 @@
-"""Money (issue 14): the cost of one model call from its preset's `pricing` (USD per million tokens), the
-budget thresholds over tokens and cost, and the texts of the budget messages. Imported by the runner
-routes (recording each call's cost), the store and the scheduler; imports nothing of Suzumio."""
+"""Money: the cost of one model call from its preset's `pricing` (USD per million tokens), the budget
+thresholds over tokens and cost, and the texts of the budget messages."""
 
 import math
 

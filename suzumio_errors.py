@@ -1,6 +1,6 @@
-"""The one error hierarchy of the controller. Each class carries its HTTP status; the request
-boundary (suzumio_api, suzumio_runner_support) turns any of them into {"error": message}, and the
-CLI prints the message on one line. Imported by every controller module; imports nothing."""
+"""The one error hierarchy of the controller. Each class carries its HTTP status; the request boundary
+(suzumio_api, suzumio_runner_support) turns any of them into {"error": message}, and the CLI prints the
+message on one line."""
 
 
 class SuzumioError(Exception):

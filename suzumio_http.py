@@ -1,8 +1,7 @@
 """HTTP plumbing shared by the user listener (suzumio_api) and the runner listener
-(suzumio_runner_support): JSON encoding and bodies, the one error shape and its boundary, the base Bottle
-app, and the argument readers that validate a request's fields once, where they arrive (http-api.md §2).
-Imported by suzumio_api, suzumio_runner_support, suzumio_toolpacks, suzumio_webui_panels and
-suzumio_mcp_server; imports bottle, suzumio_errors, suzumio_records and suzumio_resources."""
+(suzumio_runner_support): JSON encoding and bodies, the one error shape and its boundary, the base
+Bottle app, and the argument readers that validate a request's fields once, where they arrive
+(docs/http-api.md)."""
 import json
 import logging
 import math
@@ -28,10 +27,10 @@ MAX_JSON_DEPTH = 200
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 
-# ---------------------------------------------------------------- HTTP conventions (http-api.md §2)
+# ---------------------------------------------------------------- HTTP conventions (docs/http-api.md)
 
 def encode_json(value):
-    """http-api.md §2.2: 2-space indentation, UTF-8 text, one trailing newline. The same text as
+    """docs/http-api.md: 2-space indentation, UTF-8 text, one trailing newline. The same text as
     json.dumps(value, indent=2, ensure_ascii=False), about twice as fast on a history page: with an
     indent, json falls back to pure-Python generators."""
     out = []
@@ -115,7 +114,7 @@ def error_response(status, message):
 
 
 def read_body():
-    """The request body parsed as JSON whatever its Content-Type; empty or blank → {} (§2.1)."""
+    """The request body parsed as JSON whatever its Content-Type; empty or blank → {}."""
     length = bottle.request.content_length
     if length > MAX_BODY_BYTES:
         raise BadRequest(f"Request body too large (limit {MAX_BODY_BYTES} bytes)")
@@ -159,13 +158,13 @@ def unusable_json(value):
 
 
 def read_fields():
-    """The body as an object; any other JSON value counts as an object without fields (§2.1)."""
+    """The body as an object; any other JSON value counts as an object without fields."""
     body = read_body()
     return body if isinstance(body, dict) else {}
 
 
 def raw_path(environ):
-    """The request path still percent-encoded, so `a%2Fb` stays one segment (§2.4)."""
+    """The request path still percent-encoded, so `a%2Fb` stays one segment."""
     uri = environ.get("REQUEST_URI")
     if uri:
         # An origin-form target is a path: urlsplit would read `//x/y` as host `x` and path `/y`.
@@ -244,7 +243,7 @@ class SharedAnswer:
     asker takes the result of a computation that started after it asked. Arriving while one is under
     way, it waits for that one to end, then takes the next one's result (one asker among the waiting
     starts it). 32 control rooms asking for a 500-project list at once cost two computations, not 32
-    (issue 20). An error is every waiting asker's error."""
+. An error is every waiting asker's error."""
 
     def __init__(self, compute):
         self._compute = compute
@@ -284,7 +283,7 @@ class SharedAnswer:
         return value
 
 
-# ---------------------------------------------------------------- argument readers (http-api.md §2.5, tools.md §1.1)
+# ---------------------------------------------------------------- argument readers (docs/design/tools.md)
 
 def finite_number(value, strings=True):
     """The one numeric parser: a finite int or float (never a boolean), or with `strings` a numeric
@@ -357,10 +356,19 @@ def optional_boolean(data, key):
 
 
 def bounded_input(data, key, default, cap):
-    """tools.md §1.1 positive number: absent → default; finite > 0 → min(floor, cap), at least 1."""
+    """docs/design/tools.md positive number: absent → default; finite > 0 → min(floor, cap), at least 1."""
     if key not in data:
         return default
     number = finite_number(data[key], strings=False)
     if number is None or number <= 0:
         raise BadRequest("Expected a positive number")
     return max(1, min(math.floor(number), cap))
+
+
+def run_tick(tick, project):
+    """Tick `project` after a route changed it; a failing tick is logged and never changes the answer of
+    the route that asked for it."""
+    try:
+        tick(project)
+    except Exception:
+        log.exception("tick of %s after a route failed", project)

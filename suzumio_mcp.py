@@ -1,7 +1,6 @@
-"""Controller-side MCP client sessions (issue 15): the only module that imports the `mcp` SDK. One
-asyncio event-loop thread owns every session; the synchronous rest of Suzumio calls `McpHub.tools`,
-`call`, `check` and `close`, which wait on that loop with a timeout and never hang. Imported by
-suzumio_toolpacks (dispatch, listing) and suzumio.py (composition, `config render --check`)."""
+"""Controller-side MCP client sessions: the only module that imports the `mcp` SDK. One asyncio event-loop
+thread owns every session; the synchronous rest of Suzumio calls `McpHub.tools`, `call`, `check` and
+`close`, which wait on that loop with a timeout and never hang."""
 import asyncio
 import base64
 import binascii
@@ -131,7 +130,7 @@ def content_text(block):
 
 
 def tool_result(result):
-    """A CallToolResult in wire spelling → the support result of tools.md §12 (`output` is a string)."""
+    """A CallToolResult in wire spelling → the support result of docs/design/tools.md (`output` is a string)."""
     texts = [content_text(block) for block in result.get("content") or []]
     structured = result.get("structuredContent")
     output = "\n".join(texts)

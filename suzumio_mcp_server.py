@@ -1,9 +1,7 @@
-"""Suzumio as an MCP server (issue 15): tools to list projects, read status, agents, messages and the
-report, send a message, start, stop, approve and request changes, list and decide approval requests
-(issue 16), and resources for reports and artifacts. One JSON-RPC dispatcher serves `POST /mcp` on
-`serve` (streamable HTTP, JSON responses, behind the user API token) and `suzumio mcp` over stdio,
-without the MCP SDK. Imports the store rules (suzumio_scheduler, suzumio_approvals, suzumio_toolpacks);
-imported by suzumio_api (the route) and suzumio.py."""
+"""Suzumio as an MCP server: tools to list projects, read status, agents, messages and the report, send a
+message, start, stop, approve and request changes, list and decide approval requests, and resources for
+reports and artifacts. One JSON-RPC dispatcher serves `POST /mcp` on `serve` (streamable HTTP, JSON
+responses, behind the user API token) and `suzumio mcp` over stdio, without the MCP SDK."""
 import base64
 import json
 import logging
@@ -55,7 +53,7 @@ TOOLS = (
     ("approve_project", "Approve a project's submitted report: the project completes.", _object(_PROJECT, ["project"])),
     ("request_changes", "Reject the submitted report with feedback; the coordinator (or recipient) is woken.",
      _object({**_PROJECT, "body": {"type": "string"}, "recipient": {"type": "string"}}, ["project", "body"])),
-    # issue 16: approval gates
+    # Approval gates
     ("list_approvals", "A project's approval requests: tool calls waiting for a person (pending first), then "
      "decided ones.",
      _object({**_PROJECT, "status": {"type": "string", "enum": list(suzumio_approvals.APPROVAL_STATUSES)}},
@@ -82,12 +80,12 @@ def _text(value):
 
 class SuzumioMcp:
     """The tools and resources over a store root. `tick(project)` runs a scheduler pass after changes
-    (the route's scheduler on `serve`, an in-process one for `suzumio mcp`); `backend` stops runners."""
+    (the route's scheduler on `serve`, an in-process one for `suzumio mcp`); `backends` stops runners."""
 
-    def __init__(self, root, tick, backend, configs):
+    def __init__(self, root, tick, backends, configs):
         self.root = root
         self.tick = tick
-        self.backend = backend
+        self.backends = backends
         self.configs = configs  # the runtime's ConfigCache
 
     # -- tools
@@ -148,12 +146,12 @@ class SuzumioMcp:
 
     def tool_stop_project(self, args):
         store = self._store(args)
-        suzumio_scheduler.stop_project(store, self.backend)
+        suzumio_scheduler.stop_project(store, self.backends)
         return store.project_summary(full=True)
 
     def tool_approve_project(self, args):
         store = self._store(args)
-        suzumio_scheduler.approve_project(store, self.backend)
+        suzumio_scheduler.approve_project(store, self.backends)
         return store.project_summary(full=True)
 
     def tool_request_changes(self, args):
@@ -327,12 +325,10 @@ def mount_mcp(app, server):
         return bottle.HTTPResponse(body, 405, {"Allow": "POST", "Content-Type": JSON_TYPE})
 
 
-def serve_stdio(root, stdin, stdout):
-    """`suzumio mcp`: newline-delimited JSON-RPC on stdin/stdout until stdin closes. Changes run a
-    scheduler pass in this process, as `suzumio send` does."""
-    import suzumio
-
-    runtime = suzumio.Runtime(root, suzumio.live_runner_socket(root.path))
+def serve_stdio(root, runtime, stdin, stdout):
+    """`suzumio mcp`: newline-delimited JSON-RPC on stdin/stdout until stdin closes, then the runtime
+    (the CLI's suzumio.Runtime) is closed. Changes run a scheduler pass in this process, as `suzumio send`
+    does."""
     try:
         def tick(project):
             try:

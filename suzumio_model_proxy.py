@@ -1,11 +1,9 @@
 """The controller's model proxy: a runner sends the Chat Completions body it built to `POST /runner/model`;
 this module resolves the provider and preset from the project's ProjectConfig, adds the key and the
 secret headers from the controller's own environment, and forwards through the controller's proxies with
-the provider's timeouts, retrying and streaming as suzumio_providers describes (issue 14: also the
-Anthropic Messages dialect); it answers the final status, a Chat Completions body, the usage and its
-overflow verdict. Imported by suzumio_runner_support and the composition root; takes the ProjectConfig it
-is given and imports only errors, suzumio_providers and the runner's standard-library HTTP client
-(suzumio_runner_models, importing nothing of the controller)."""
+the provider's timeouts, retrying and streaming as suzumio_providers describes (also the Anthropic
+Messages dialect); it answers the final status, a Chat Completions body, the usage and its overflow
+verdict."""
 import json
 import logging
 import os
@@ -28,7 +26,7 @@ HOST_GATEWAY = "host.docker.internal"
 # Placeholder keys of local servers ("EMPTY", "none") are no secret, and replacing them would rewrite
 # the model's text; real keys are far longer.
 MIN_REDACTED_LENGTH = 8
-# Provider options the proxy applies (issue 14: retries, streaming and its usage chunk are the proxy's).
+# Provider options the proxy applies (retries, streaming and its usage chunk are the proxy's).
 FORWARD_OPTIONS = ("apiKey", "baseURL", "headers", "queryParams", "maxRetries", "retryWindowMs", "stream",
                    "streamOptions")
 RUNNER_OPTIONS = ()
@@ -113,7 +111,7 @@ class ModelProxy:
         query = options.get("queryParams")
         if isinstance(query, dict) and query:
             url += "?" + urlencode({str(k): str(v) for k, v in query.items()})
-        # Later wins: the type's auth header, provider headers, option headers, preset headers (§10.1).
+        # Later wins: the type's auth header, provider headers, option headers, preset headers.
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"

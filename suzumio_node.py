@@ -1,7 +1,7 @@
-"""Controller-side client of the Node host (tools.md §15.1-15.2): one lazily started, serialized
-`node suzumio_toolpack_host.mjs --role controller` process, invocation timeouts, and synchronous
-callbacks answered from a caller-provided mapping {callback name: callable}. It never touches the store;
-suzumio_toolpacks and suzumio_scheduler build the callback facade. Imports only suzumio_errors."""
+"""Controller-side client of the Node host (docs/design/tools.md): one lazily started, serialized `node
+suzumio_toolpack_host.mjs --role controller` process, invocation timeouts, and synchronous callbacks
+answered from a caller-provided mapping {callback name: callable}. It never touches the store;
+suzumio_toolpacks and suzumio_scheduler build the callback facade."""
 import collections
 import json
 import logging
@@ -192,19 +192,19 @@ class NodeHost:
         return process.pid if process is not None and process.alive() else None
 
     def support(self, module, toolpack_id, tool, input, context, callbacks, timeout_ms=SUPPORT_TIMEOUT_MS):
-        """Run a support call through the module's controller toolpack (tools.md §10.2)."""
+        """Run a support call through the module's controller toolpack (docs/design/tools.md)."""
         payload = {"module": str(module), "toolpackId": toolpack_id, "tool": tool, "input": input,
                    "context": context}
         return self.invoke("support", payload, callbacks, timeout_ms)
 
     def webui(self, module, toolpack_id, entry_id, input, context, callbacks, timeout_ms=WEBUI_TIMEOUT_MS):
-        """Run a WebUI entry of the module (tools.md §10.4)."""
+        """Run a WebUI entry of the module (docs/design/tools.md)."""
         payload = {"module": str(module), "toolpackId": toolpack_id, "entryId": entry_id, "input": input,
                    "context": context}
         return self.invoke("webui", payload, callbacks, timeout_ms)
 
     def scheduler_tick(self, module, toolpack_id, context, callbacks, timeout_ms=SCHEDULER_TICK_TIMEOUT_MS):
-        """Run the module's scheduler hook and return its raw resolved value (tools.md §10.3 steps 1-3)."""
+        """Run the module's scheduler hook and return its raw resolved value (docs/design/tools.md)."""
         payload = {"module": str(module), "toolpackId": toolpack_id, "context": context}
         return self.invoke("schedulerTick", payload, callbacks, timeout_ms)
 

@@ -1,7 +1,6 @@
-"""The OpenAPI 3.1 description of the user routes of the HTTP API (docs/http-api.md), served at
-`GET /api/openapi.json`. The runner routes (§9) are not part of it: only runners call them, with an
-agent token. tests/test_openapi.py runs Schemathesis against the live server to keep it true.
-Imports only suzumio_resources (the version)."""
+"""The OpenAPI 3.1 description of the user routes of the HTTP API (docs/http-api.md), served at `GET
+/api/openapi.json`. The runner routes are not part of it: only runners call them, with an agent token.
+tests/test_openapi.py runs Schemathesis against the live server to keep it true."""
 import copy
 
 from suzumio_resources import VERSION
@@ -36,7 +35,7 @@ INTEGER = {"type": "integer"}
 
 SCHEMAS = {
     "Error": {"type": "object", "required": ["error"], "properties": {"error": STRING},
-              "description": "The one error shape of every route (http-api.md §2.3)."},
+              "description": "The one error shape of every route (docs/http-api.md)."},
     "Health": {"type": "object", "required": ["healthy"],
                "properties": {"healthy": {"type": "boolean"},
                               "components": {"type": "object", "additionalProperties": STRING}}},
@@ -90,7 +89,7 @@ SCHEMAS = {
                                    "channel": STRING, "sender": STRING,
                                    "priority": {"enum": ["P0", "P1", "P2", "P3"]}},
                     "description": "Exactly one of recipient (an agent id) and channel (a #channel)."},
-    # issue 16
+
     "Approval": {"type": "object", "required": ["id", "agentId", "activationId", "toolCallId", "tool", "input",
                                                 "status", "onExpiry", "expiresAt", "createdAt"],
                  "properties": {"id": STRING, "agentId": STRING, "activationId": STRING, "toolCallId": STRING,
@@ -103,7 +102,7 @@ SCHEMAS = {
     "ApprovalDecision": {"type": "object", "required": ["decision"],
                          "properties": {"decision": {"enum": ["allow", "deny", "allow-always"]},
                                         "note": {"type": "string", "maxLength": 4000}}},
-    # issue 14: controller-observed spend; costUsd is null when no call of the group had prices
+    # Controller-observed spend; costUsd is null when no call of the group had prices
     "Spend": {"type": "object", "required": ["calls", "tokens", "costUsd"],
               "properties": {"calls": INTEGER, "tokens": INTEGER, "costUsd": {"type": ["number", "null"]}}},
     "Costs": {"type": "object", "required": ["project", "agents", "activations"],
@@ -213,7 +212,7 @@ PATHS = {
     "/api/projects/{project}/request-changes": _post(
         "Send the coordinator a change request", PROJECT_ANSWER, _ref("RequestChanges")),
     "/api/projects/{project}/approvals": _get(
-        "Approval requests: pending ones oldest first, then decided ones newest first (issue 16)",
+        "Approval requests: pending ones oldest first, then decided ones newest first",
         _json(_array("Approval"), "Approval requests"),
         [PROJECT, LIMIT, {"name": "status", "in": "query", "required": False, "schema": STRING,
                           "description": "pending, allowed, denied, expired or cancelled"}]),

@@ -1,7 +1,6 @@
-"""Model server dialects for the controller's model proxy (issue 14): retries with backoff, the table of
-context-overflow error bodies per server, streamed requests assembled into one Chat Completions answer
-(with live deltas), and the Anthropic Messages translation. Imported by suzumio_model_proxy only; imports
-nothing of the controller but the runner's standard-library HTTP helpers (suzumio_runner_models)."""
+"""Model server dialects for the controller's model proxy: retries with backoff, the table of context-
+overflow error bodies per server, streamed requests assembled into one Chat Completions answer (with
+live deltas), and the Anthropic Messages translation."""
 
 import email.utils
 import http.client

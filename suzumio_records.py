@@ -1,8 +1,7 @@
-"""Pure records of the durable store (store.md): status constants and their allowed transitions, signal
-kinds, timestamps and ids, the JSON shapes of stored rows, signal rendering, useful-effect defaults and
-nudge texts, priority checks, token-budget and truncation helpers. No I/O and no sqlite3: any controller
-module may import it (the store, coordination, scheduler, backend, toolpacks and HTTP routes do); it
-imports only suzumio_errors."""
+"""Pure records of the durable store (docs/design/store.md): status constants and their allowed
+transitions, signal kinds, timestamps and ids, the JSON shapes of stored rows, signal rendering,
+useful-effect defaults and nudge texts, priority checks, the running-activation check, token-budget and
+truncation helpers. No I/O and no sqlite3."""
 import json
 import math
 import os
@@ -11,7 +10,7 @@ from datetime import UTC, datetime
 from suzumio_errors import BadRequest, Conflict
 
 # ---------------------------------------------------------------------------------------------
-# Status constants and the transitions the system performs (store.md §3).
+# Status constants and the transitions the system performs (docs/design/store.md).
 
 PROJECT_INITIALIZED = "initialized"
 PROJECT_RUNNING = "running"
@@ -55,7 +54,7 @@ DEFAULT_PRIORITY = "P3"
 HISTORY_ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
 
 # Project status writes: operation -> (statuses it may start from, resulting status). Start, stop and
-# approve work from any status (store.md §3.1); the store does not refuse other writes either.
+# approve work from any status (docs/design/store.md); the store does not refuse other writes either.
 PROJECT_TRANSITIONS = {
     "start": (PROJECT_STATUSES, PROJECT_RUNNING),
     "stop": (PROJECT_STATUSES, PROJECT_STOPPED),
@@ -65,26 +64,26 @@ PROJECT_TRANSITIONS = {
     "budget_exceeded": ((PROJECT_RUNNING,), PROJECT_STOPPED),
 }
 
-# Agent status writes: trigger -> (statuses it may start from, resulting status) (store.md §3.2).
+# Agent status writes: trigger -> (statuses it may start from, resulting status) (docs/design/store.md).
 AGENT_TRANSITIONS = {
     "activation_created": ((AGENT_QUIET, AGENT_FAILED, AGENT_READY), AGENT_RUNNING),
     "container_attached": ((AGENT_RUNNING,), AGENT_RUNNING),
     "activation_completed": ((AGENT_RUNNING,), AGENT_QUIET),
     "activation_cancelled": ((AGENT_RUNNING,), AGENT_QUIET),
     "activation_failed": ((AGENT_RUNNING,), AGENT_FAILED),
-    # stale binding resolves to quiet, or failed when the bound activation failed (scheduler.md §5 b)
+    # stale binding resolves to quiet, or failed when the bound activation failed (docs/design/scheduler.md)
     "stale_binding": ((AGENT_QUIET, AGENT_READY, AGENT_RUNNING, AGENT_FAILED), None),
     "idle_reset": ((AGENT_READY, AGENT_RUNNING), AGENT_QUIET),
 }
 
-# Activation status writes: trigger -> (statuses it may start from, resulting status) (§3.3).
+# Activation status writes: trigger -> (statuses it may start from, resulting status).
 ACTIVATION_TRANSITIONS = {
     "complete": ((ACT_RUNNING,), ACT_COMPLETED),
     "fail": ((ACT_RUNNING,), ACT_FAILED),
     "cancel": ((ACT_RUNNING,), ACT_CANCELLED),
 }
 
-# Signals only ever move pending -> delivered (§3.4); tool calls may be finished again (tools.md §13).
+# Signals only ever move pending -> delivered; tool calls may be finished again (docs/design/tools.md).
 SIGNAL_TRANSITIONS = {"deliver": ((SIGNAL_PENDING,), SIGNAL_DELIVERED)}
 TOOL_CALL_TRANSITIONS = {
     "complete": (TOOL_CALL_STATUSES, TOOL_COMPLETED),
@@ -99,8 +98,8 @@ KIND_RESUME_AFTER_STOP = "scheduler.resume_after_stop"
 KIND_SUBMITTED = "completion.submitted"
 KIND_WAIT = "coordination.wait_for_signal"
 KIND_BUDGET_EXCEEDED = "project.budget_exceeded"
-KIND_BUDGET_WARNING = "project.budget_warning"  # issue 14: 80% of maxTokens or maxCostUsd used
-KIND_MODEL_RETRY = "model.retry"  # issue 14: the model proxy retried a request (429, 5xx, connection)
+KIND_BUDGET_WARNING = "project.budget_warning"  # 80% of maxTokens or maxCostUsd used
+KIND_MODEL_RETRY = "model.retry"  # The model proxy retried a request (429, 5xx, connection)
 EVENT_HOOK_FAILED = "scheduler.hook_failed"
 BUDGET_SENDER = "scheduler"
 TOOL_WAIT = "coordination.wait_for_signal"
@@ -139,7 +138,7 @@ def utc_now():
 
 
 def format_ts(dt):
-    """UTC ISO-8601 with exactly three fractional digits and Z (store.md §1.3)."""
+    """UTC ISO-8601 with exactly three fractional digits and Z (docs/design/store.md)."""
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -168,7 +167,7 @@ def to_datetime(now=None):
 
 
 def new_id(prefix, now=None):
-    """`<prefix>_<epochMillis>_<hex8>` (store.md §1.4)."""
+    """`<prefix>_<epochMillis>_<hex8>` (docs/design/store.md)."""
     millis = int(to_datetime(now).timestamp() * 1000)
     return f"{prefix}_{millis}_{os.urandom(4).hex()}"
 
@@ -177,7 +176,7 @@ def new_id(prefix, now=None):
 # JSON columns, truncation, token usage.
 
 def dump_json(value):
-    """Compact JSON as stored in *_json columns (cli.md §1.5)."""
+    """Compact JSON as stored in *_json columns (docs/cli.md)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -192,7 +191,7 @@ def load_json(text, default=None):
 
 
 def usage_tokens(usage):
-    """Tokens of one activation's stored usage: `tokens.total`, else input + output (backend-runner.md §7.8)."""
+    """Tokens of one activation's stored usage: `tokens.total`, else input + output (docs/design/runner.md)."""
     tokens = usage.get("tokens") if isinstance(usage, dict) else None
     if not isinstance(tokens, dict):
         return 0
@@ -220,14 +219,14 @@ def omit_none(mapping):
 
 
 def truncate(text, limit):
-    """http-api.md §2.6: the text, or its first `limit` chars plus a truncation note."""
+    """docs/http-api.md: the text, or its first `limit` chars plus a truncation note."""
     if text is None or len(text) <= limit:
         return text
     return text[:limit].rstrip() + f"\n\n[truncated {len(text) - limit} chars]"
 
 
 def shrink(value, limit):
-    """http-api.md §6.4 size reduction of event payloads."""
+    """docs/http-api.md size reduction of event payloads."""
     if isinstance(value, str):
         return truncate(value, limit)
     if isinstance(value, list):
@@ -242,7 +241,7 @@ def shrink(value, limit):
 # Priorities and project names.
 
 def describe(value):
-    """tools.md §1.1 `<value>`: strings as-is, anything else as JSON text (2, not 2.0)."""
+    """docs/design/tools.md `<value>`: strings as-is, anything else as JSON text (2, not 2.0)."""
     if isinstance(value, str):
         return value
     if isinstance(value, float) and value.is_integer():
@@ -265,7 +264,7 @@ def checked_priority(value):
 
 
 def valid_project_name(name):
-    """The path-segment rule of config.md §2.8 step 0."""
+    """The path-segment rule of docs/configuration.md."""
     return (isinstance(name, str) and name not in ("", ".", "..")
             and not any(c in name for c in ("/", "\\", "\0")))
 
@@ -274,14 +273,14 @@ def valid_project_name(name):
 # Row -> JSON shapes (camelCase, optional fields omitted).
 
 def message_json(row):
-    """Message JSON (store.md §4.1)."""
+    """Message JSON (docs/design/store.md)."""
     return omit_none({"id": row["id"], "project": row["project"], "sender": row["sender"],
                       "recipient": row["recipient"], "channel": row["channel"],
                       "priority": row["priority"], "body": row["body"], "createdAt": row["created_at"]})
 
 
 def signal_json(row):
-    """Signal JSON (store.md §4.4); notBefore only when it differs from createdAt."""
+    """Signal JSON (docs/design/store.md); notBefore only when it differs from createdAt."""
     data = {"id": row["id"], "project": row["project"], "kind": row["kind"],
             "sourceAgent": row["source_agent"], "sourceActivation": row["source_activation"],
             "targetAgent": row["target_agent"], "targetChannel": row["target_channel"],
@@ -307,7 +306,7 @@ def agent_json(row, include_token=False):
 
 
 def public_agent_json(row):
-    """http-api.md §6.2 public agent: no token, no prompt, plus promptChars."""
+    """docs/http-api.md public agent: no token, no prompt, plus promptChars."""
     data = agent_json(row)
     data.pop("prompt", None)
     return data
@@ -325,7 +324,7 @@ def activation_json(row):
 
 
 def public_activation_json(row):
-    """http-api.md §6.5 public activation."""
+    """docs/http-api.md public activation."""
     return omit_none({
         "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
         "containerName": row["container_name"], "startedAt": row["started_at"],
@@ -335,7 +334,7 @@ def public_activation_json(row):
 
 
 def tool_call_row_json(row):
-    """http-api.md §6.7 raw tool-call row."""
+    """docs/http-api.md raw tool-call row."""
     data = {"id": row["id"], "project": row["project"], "activation_id": row["activation_id"],
             "agent_id": row["agent_id"], "tool": row["tool"], "input_json": truncate(row["input_json"], 8000),
             "status": row["status"], "output": truncate(row["output"], 8000),
@@ -364,7 +363,7 @@ def part_json(row, limit=None):
 
 
 def history_json(row, parts, content_limit=None, part_limit=None):
-    """One history message with its parts (store.md §7)."""
+    """One history message with its parts (docs/design/store.md)."""
     return omit_none({
         "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
         "activationId": row["activation_id"], "role": row["role"], "kind": row["kind"],
@@ -375,7 +374,7 @@ def history_json(row, parts, content_limit=None, part_limit=None):
 
 
 def compaction_json(row):
-    """One history compaction record (store.md §7.4)."""
+    """One history compaction record (docs/design/store.md)."""
     return omit_none({
         "id": row["id"], "project": row["project"], "agentId": row["agent_id"],
         "activationId": row["activation_id"], "summaryMessageId": row["summary_message_id"],
@@ -386,14 +385,14 @@ def compaction_json(row):
 
 
 def project_row_json(row):
-    """The project row without config_json (store.md §2.1)."""
+    """The project row without config_json (docs/design/store.md)."""
     return {"id": row["id"], "name": row["name"], "status": row["status"], "task": row["task"],
             "submitted_report": row["submitted_report"], "created_at": row["created_at"],
             "updated_at": row["updated_at"]}
 
 
 # ---------------------------------------------------------------------------------------------
-# Signal rendering (scheduler.md §4.3), shared by activation prompts and tool-boundary delivery.
+# Signal rendering (docs/design/scheduler.md), shared by activation prompts and tool-boundary delivery.
 
 def render_signal(signal):
     """Render one Signal JSON as the Markdown block the model sees."""
@@ -421,12 +420,12 @@ def render_signal(signal):
 
 
 def render_boundary_text(signals):
-    """scheduler.md §3.2: the text appended to a tool result for P1 signals."""
+    """docs/design/scheduler.md: the text appended to a tool result for P1 signals."""
     return "\n\n".join([BOUNDARY_HEADING, BOUNDARY_INTRO] + [render_signal(s) for s in signals])
 
 
 def default_useful_effect(kind, status):
-    """store.md §5.1 defaults when usefulEffect is not given."""
+    """docs/design/store.md defaults when usefulEffect is not given."""
     if kind in _NEVER_USEFUL:
         return False
     if status == SIGNAL_PENDING:
@@ -435,7 +434,7 @@ def default_useful_effect(kind, status):
 
 
 def no_effect_message(agent_id):
-    """The no-effect nudge text (scheduler.md §7.1); pm is also reminded of completion.submit."""
+    """The no-effect nudge text (docs/design/scheduler.md); pm is also reminded of completion.submit."""
     text = ("Your previous activation ended without any externally visible effect. Before ending an "
             "activation you must use messages.send to report results, artifact paths or a blocker to "
             "the requested recipient or the coordinator, or call coordination.wait_for_signal after "

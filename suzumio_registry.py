@@ -1,7 +1,7 @@
-"""The tool registry (tools.md §2–§8): built-in toolpacks and their tool and WebUI definitions, local
+"""The tool registry (docs/design/tools.md): built-in toolpacks and their tool and WebUI definitions, local
 toolpack manifests (loading and validation), allowlist matching, and ToolRegistry/ToolpackSpec/ToolSpec/
 WebuiEntry. Config validation resolves it at load time so errors come in spec order; suzumio_toolpacks
-and the backend build dispatch, runner input and mounts on it. Imports suzumio_yaml and suzumio_errors."""
+and the backend build dispatch, runner input and mounts on it."""
 import json
 import os
 import re
@@ -38,7 +38,7 @@ def packaged_toolpacks_dir():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Built-in toolpacks (tools.md §3, §11.2)
+# Built-in toolpacks (docs/design/tools.md)
 
 def _schema(properties, required=None):
     schema = {"type": "object", "properties": properties}
@@ -212,7 +212,7 @@ _ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 # ---------------------------------------------------------------------------------------------------
-# Names and allowlist matching (tools.md §2.3)
+# Names and allowlist matching (docs/design/tools.md)
 
 def safe_toolpack_id(toolpack_id):
     """The id with every run of characters outside [A-Za-z0-9_.-] replaced by `_` (mount directory name)."""
@@ -225,7 +225,7 @@ def model_tool_name(name):
 
 
 def is_allowed(tool_name, patterns):
-    """Allowlist match (tools.md §2.3): exact name, `*`, or `x.*` prefix; no other wildcards."""
+    """Allowlist match (docs/design/tools.md): exact name, `*`, or `x.*` prefix; no other wildcards."""
     for pattern in patterns:
         if pattern == tool_name or pattern == "*":
             return True
@@ -272,7 +272,7 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class WebuiEntry:
-    """A user-facing WebUI control of a toolpack (tools.md §11.1)."""
+    """A user-facing WebUI control of a toolpack (docs/design/tools.md)."""
 
     id: str
     title: str
@@ -304,7 +304,7 @@ class WebuiEntry:
 
 @dataclass(frozen=True)
 class ToolpackSpec:
-    """One resolved toolpack (tools.md §2.2). Local toolpacks carry their root and module paths."""
+    """One resolved toolpack (docs/design/tools.md). Local toolpacks carry their root and module paths."""
 
     id: str
     builtin: bool
@@ -315,7 +315,7 @@ class ToolpackSpec:
     controller_module: str = None
     packaged: str = None
     _manifest_json: str = field(default=None, repr=False)
-    # MCP toolpacks (issue 15): the `mcp` block, whether the server's tools are known (listed), and
+    # MCP toolpacks: the `mcp` block, whether the server's tools are known (listed), and
     # the one-line reason when they are not.
     _mcp_json: str = field(default=None, repr=False)
     mcp_listed: bool = False
@@ -433,7 +433,7 @@ class ToolRegistry:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Resolution: built-ins and local manifests (tools.md §2.1, §2.2, §8.3)
+# Resolution: built-ins and local manifests (docs/design/tools.md)
 
 def _builtin_toolpack(toolpack_id):
     tools = tuple(ToolSpec(name, description, toolpack_id, True, frozen_json(schema))
@@ -451,7 +451,7 @@ def unknown_builtin_error(entry):
 
 
 def check_toolpack_directory(path, base_dir=None):
-    """Entry checks of tools.md §2.1 for a path entry; returns the absolute directory."""
+    """Entry checks of docs/design/tools.md for a path entry; returns the absolute directory."""
     if HTTP_URL.match(path):
         raise ConfigError(f"Toolpack paths must be local directories, not HTTP(S) URLs: {path}")
     root = lexical_abspath(path, base_dir)
@@ -483,7 +483,7 @@ def _inside(path, root):
 
 
 def load_local_toolpack(root, config_id=None, packaged=None):
-    """Read and validate `<root>/suzumio.toolpack.json` (tools.md §8.3, first failure wins)."""
+    """Read and validate `<root>/suzumio.toolpack.json` (docs/design/tools.md, first failure wins)."""
     manifest_path = os.path.join(root, MANIFEST_NAME)
     try:
         with open(manifest_path, "rb") as handle:
@@ -570,7 +570,7 @@ def load_local_toolpack(root, config_id=None, packaged=None):
 
 
 def mcp_toolpack(entry, mcp_tools=None):
-    """An MCP toolpack (issue 15). `mcp_tools(id, mcp)` → (tool definitions or None, error line) asks the
+    """An MCP toolpack. `mcp_tools(id, mcp)` → (tool definitions or None, error line) asks the
     server; without it (plain render, runner-side servers) the tools stay unknown and unlisted.
     Each server tool `t` becomes `<id>.t` with the server's description and input schema."""
     toolpack_id, mcp = entry["id"], entry["mcp"]
@@ -587,7 +587,7 @@ def mcp_toolpack(entry, mcp_tools=None):
 
 
 def resolve_toolpacks(entries, base_dir=None, packaged_dir=None, mcp_tools=None):
-    """Resolve `tools.toolpacks` afresh from disk into a ToolRegistry (tools.md §2.2); raises ConfigError.
+    """Resolve `tools.toolpacks` afresh from disk into a ToolRegistry (docs/design/tools.md); raises ConfigError.
     `mcp_tools` lists MCP servers' tools (see mcp_toolpack)."""
     packaged_dir = packaged_dir or packaged_toolpacks_dir()
     toolpacks, seen = [], set()

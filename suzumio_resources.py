@@ -5,8 +5,7 @@ In a checkout, an editable install and the unpacked pex they sit beside the modu
 cannot put directories beside flat top-level modules, so it installs them as data files under
 `<prefix>/share/suzumio/` (pyproject.toml `[tool.setuptools.data-files]`); `resource_path` looks beside
 the modules first, then there. The runner modules are Python modules and always sit beside these.
-Standard library only; imported by suzumio, suzumio_api, suzumio_backend, suzumio_node and
-suzumio_registry."""
+Standard library only."""
 import sys
 import sysconfig
 from pathlib import Path

@@ -1,8 +1,8 @@
-"""The runner's entry script, `python3 suzumio_runner.py --input <input.json>` (backend-runner.md §7.1):
+"""The runner's entry script, `python3 suzumio_runner.py --input <input.json>` (docs/design/runner.md):
 arguments, input.json, redacted warnings, SIGTERM, the exit status. The activation itself lives in the
-modules beside it (suzumio_runner_loop, suzumio_runner_tools, suzumio_runner_models): a script run directly is
-compiled on every start, imported modules get a bytecode cache, so this file stays small. Standard
-library only, CPython >= 3.9; nothing imports it but tests."""
+modules beside it (suzumio_runner_loop, suzumio_runner_tools, suzumio_runner_models): a script run
+directly is compiled on every start, imported modules get a bytecode cache, so this file stays small.
+Standard library only, CPython >= 3.9."""
 
 import json
 import os
@@ -79,7 +79,7 @@ RELEASED = "Prepared runner released before it received an activation"
 
 
 def receive_input(socket_path, slot):
-    """A prepared runner (`--warm <socket> --warm-slot <slot>`, issue 18): imports done, it says which
+    """A prepared runner (`--warm <socket> --warm-slot <slot>`): imports done, it says which
     slot it is on the controller's warm socket and waits for its activation: the input, the rest of its
     environment and, on the local backend, its log file. The controller ends the stream after it, or
     without one when it releases the runner."""

@@ -1,7 +1,6 @@
-"""One activation (backend-runner.md §7-§11): the model/tool loop over the expanded presets with
-fallback and overflow compaction, the controller client, history rendering, and local toolpacks through
-the Node host. Standard library only, CPython >= 3.9; imported by suzumio_runner.py, beside which it
-lies (as an imported module it gets a bytecode cache, so an activation does not recompile it)."""
+"""One activation (docs/design/runner.md): the model/tool loop over the expanded presets with fallback and
+overflow compaction, the controller client, history rendering, and local toolpacks through the Node
+host. Standard library only, CPython >= 3.9."""
 
 import http.client
 import json
@@ -38,9 +37,9 @@ from suzumio_runner_tools import (
 
 CONTROLLER_CONNECT_TIMEOUT_S = 60.0
 CONTROLLER_READ_TIMEOUT_S = 300.0
-APPROVAL_WAIT_MS = 20000  # issue 16: one long-poll for a decision; the controller holds it at most 25 s
+APPROVAL_WAIT_MS = 20000  # One long-poll for a decision; the controller holds it at most 25 s
 CONTROLLER_RETRY_S = 1.0  # pause before asking again a controller that did not answer
-# Issue 16 (spec-notes 16k): how long a tool call's start or finish keeps asking a controller that is
+# How long a tool call's start or finish keeps asking a controller that is
 # down or answers 5xx (`serve` restarting) before the call counts as failed; both are safe to repeat.
 RESTART_WINDOW_S = 120.0
 CALL_KEY_BYTES = 16
@@ -150,7 +149,7 @@ def unix_request(socket_path, method, path, headers, body, connect_timeout, idle
 
 
 class ControllerClient:
-    """POSTs JSON to the controller's runner routes, never through a proxy (§7.7): over the runner
+    """POSTs JSON to the controller's runner routes, never through a proxy: over the runner
     socket for a `unix://<path>` controllerUrl, else over HTTP(S) to the URL."""
 
     def __init__(self, base_url, identity):
@@ -211,11 +210,11 @@ def error_message(text, status):
 
 
 # ---------------------------------------------------------------------------------------------
-# History rendering, context snapshot and compaction helpers (§7.5, §7.6, §11)
+# History rendering, context snapshot and compaction helpers
 
 
 def render_for_model(row):
-    """One history row as model text, prefixed by role and trimmed (§7.5)."""
+    """One history row as model text, prefixed by role and trimmed."""
     role = row.get("role")
     content = str(row.get("content") or "")
     if role in ROW_PREFIXES:
@@ -224,7 +223,7 @@ def render_for_model(row):
 
 
 def history_to_messages(history):
-    """The initial Chat Completions messages for a history (§7.5)."""
+    """The initial Chat Completions messages for a history."""
     messages = []
     for row in history:
         text = render_for_model(row)
@@ -235,7 +234,7 @@ def history_to_messages(history):
 
 
 def retry_tail_count(history):
-    """How many newest rows a compaction keeps verbatim (§11.1)."""
+    """How many newest rows a compaction keeps verbatim."""
     if len(history) <= 1:
         return len(history)
     count = total = 0
@@ -339,7 +338,7 @@ def path_tokens(texts, limit=12):
 
 
 def fallback_summary(history, archived, keep_tail, agent_id, selected_model, overflow_error, summary_error):
-    """The deterministic summary used when the summary request fails or nothing is archived (§11.3)."""
+    """The deterministic summary used when the summary request fails or nothing is archived."""
     prompts = [row for row in history if row.get("kind") == "activation_prompt"]
     goal_row = prompts[0] if prompts else (history[0] if history else {})
     goal = _first_line(goal_row.get("content")) or "(none recovered)"
@@ -394,7 +393,7 @@ def fallback_summary(history, archived, keep_tail, agent_id, selected_model, ove
 
 
 # ---------------------------------------------------------------------------------------------
-# Node bridge for local toolpack runner modules (§9)
+# Node bridge for local toolpack runner modules
 
 
 HOST_SCRIPT = "suzumio_toolpack_host.mjs"
@@ -503,7 +502,7 @@ class RegisteredTool:
 
 
 class RequestState:
-    """Per run_request counters of the step loop (§7.4)."""
+    """Per run_request counters of the step loop."""
 
     def __init__(self):
         self.ended = False
@@ -534,7 +533,7 @@ def sum_usage(total, usage):
 
 
 class Runner:
-    """One activation: attempts over the expanded presets, then /activation-output (§7.2)."""
+    """One activation: attempts over the expanded presets, then /activation-output."""
 
     def __init__(
         self, activation, env, groups=None, sleep=time.sleep, node="node", host_path=None, warn=stderr_warning
@@ -630,7 +629,7 @@ class Runner:
                 history = self.compact_for_overflow(attempt, provider, selected, history, error)
 
     def run_request(self, attempt, provider, selected, history):
-        """Register tools, record the context, then loop model steps and tool calls (§7.4)."""
+        """Register tools, record the context, then loop model steps and tool calls."""
         bridges = []
         try:
             tools = self.register_tools(bridges)
@@ -715,7 +714,7 @@ class Runner:
     # -- tools ---------------------------------------------------------------------------------
 
     def register_tools(self, bridges):
-        """The model-facing tools of every toolpack spec; local ones start a Node host (§8.1)."""
+        """The model-facing tools of every toolpack spec; local ones start a Node host."""
         tools = []
         seen = {}
         by_safe = {}
@@ -727,11 +726,11 @@ class Runner:
             if module.startswith("builtin:"):
                 handlers = self.builtin_handlers(module[len("builtin:") :], spec)
             elif module == "support:":
-                # An MCP toolpack whose session the controller owns (issue 15).
+                # An MCP toolpack whose session the controller owns.
                 support_path = spec.get("supportPath") or f"/toolpacks/{toolpack_id}/support"
                 handlers = {name: self._mcp_support_handler(support_path, name) for name in names}
             elif module == "mcp-stdio:":
-                # A sandbox-side MCP server: started here, next to the agent's files (issue 15).
+                # A sandbox-side MCP server: started here, next to the agent's files.
                 definitions, handlers = self.sandbox_mcp_tools(toolpack_id, spec, bridges)
                 names = [d["name"] for d in definitions]
             else:
@@ -854,7 +853,7 @@ class Runner:
         return call
 
     def execute_tool_call(self, state, call, by_safe):
-        """Run one model tool call with its audit posts; returns the tool message text (§8.2)."""
+        """Run one model tool call with its audit posts; returns the tool message text."""
         tool = by_safe.get(call.name)
         if tool is None:
             return f"Model called unknown tool: {call.name}"
@@ -879,7 +878,7 @@ class Runner:
         tool_call_id = started.get("toolCallId") if isinstance(started, dict) else None
         pending = started.get("approval") if isinstance(started, dict) else None
         if isinstance(pending, dict) and isinstance(pending.get("id"), str):
-            # Issue 16: a person decides first; a call that does not run was finished by the controller.
+            # A person decides first; a call that does not run was finished by the controller.
             decision = self.wait_for_approval(pending["id"])
             if not decision.get("run"):
                 text = decision.get("output") or "Tool call did not run: {}".format(decision.get("status"))
@@ -914,7 +913,7 @@ class Runner:
         return compact_json(shown)
 
     def wait_for_approval(self, approval_id):
-        """Issue 16: ask the controller for the decision until there is one. The agent keeps running; a
+        """Ask the controller for the decision until there is one. The agent keeps running; a
         controller that is down (restarting) is asked again, so a restarted `serve` delivers it."""
         self.warn("waiting for approval %s", approval_id)
         while True:
@@ -963,7 +962,7 @@ class Runner:
     # -- compaction ----------------------------------------------------------------------------
 
     def compact_for_overflow(self, attempt, provider, selected, history, overflow_error):
-        """Summarize the archived head, persist the compaction, return the history to retry with (§11)."""
+        """Summarize the archived head, persist the compaction, return the history to retry with."""
         keep_tail = max(1, retry_tail_count(history))
         archived = history[: len(history) - keep_tail]
         summary = None

@@ -1,6 +1,6 @@
-"""Sandbox-side MCP servers (issue 15, `mcp: {where: runner, command: [...]}`): a minimal stdio JSON-RPC
-client that the runner uses to start a server next to the agent's files, list its tools and call them.
-Standard library only (CPython >= 3.9), like every runner file; imported by suzumio_runner_loop."""
+"""Sandbox-side MCP servers (`mcp: {where: runner, command: [...]}`): a minimal stdio JSON-RPC client that
+the runner uses to start a server next to the agent's files, list its tools and call them. Standard
+library only (CPython >= 3.9), like every runner file."""
 import base64
 import binascii
 import json
@@ -202,7 +202,7 @@ class StdioMcpClient:
 
 
 def is_allowed(tool_name, patterns):
-    """Allowlist match as the controller's (tools.md §2.3): exact name, `*`, or an `x.*` prefix."""
+    """Allowlist match as the controller's (docs/design/tools.md): exact name, `*`, or an `x.*` prefix."""
     for pattern in patterns:
         if pattern == tool_name or pattern == "*":
             return True

@@ -1,9 +1,7 @@
-"""Model side of the runner: proxy-aware HTTP with connect/idle/deadline timeouts (also used by
-web.fetch, the controller client and the controller's model proxy), model-list expansion, the
-`openai-compatible` Chat Completions provider (its requests go through the controller, which holds the
-keys) and the offline `scripted` provider. Standard library only, CPython >= 3.9, importing nothing of
-the controller; imported by the runner's other modules, beside which it lies, and by
-suzumio_model_proxy (backend-runner.md §10, scripted-provider.md)."""
+"""Model side of the runner: proxy-aware HTTP with connect/idle/deadline timeouts (also used by web.fetch,
+the controller client and the controller's model proxy), model-list expansion, the `openai-compatible`
+Chat Completions provider (its requests go through the controller, which holds the keys) and the offline
+`scripted` provider. Standard library only, CPython >= 3.9, importing nothing of the controller."""
 
 import base64
 import http.client
@@ -40,15 +38,15 @@ OVERFLOW_NEEDLES = (
 )
 LATER_PROVIDER_TYPES = ("openai", "google")
 # Provider types whose requests the runner writes as Chat Completions bodies: the controller's model proxy
-# translates them for the server's dialect (issue 14: anthropic Messages) and answers Chat Completions.
+# translates them for the server's dialect (anthropic Messages) and answers Chat Completions.
 PROXIED_PROVIDER_TYPES = ("openai-compatible", "anthropic")
-# The controller retries (issue 14); the runner waits for at most this many tries plus the retry window.
+# The controller retries; the runner waits for at most this many tries plus the retry window.
 PROXY_RETRIES = 3
 PROXY_RETRY_WINDOW_S = 60.0
 SKIPPED_PROVIDER_OPTIONS = ("reasoningEffort", "user", "textVerbosity")
 
 HttpResponse = namedtuple("HttpResponse", "status reason headers body")
-# The controller's answer to one model request (issue 14: `overflow` is its verdict on an error).
+# The controller's answer to one model request (`overflow` is its verdict on an error).
 ProxyAnswer = namedtuple("ProxyAnswer", "status reason headers body overflow")
 ToolCall = namedtuple("ToolCall", "id name arguments")
 Attempt = namedtuple("Attempt", "preset_id preset provider_id provider")
@@ -67,7 +65,7 @@ class TransportError(Exception):
 
 class ModelError(Exception):
     """A model attempt failed; `status` is the provider's HTTP status when there was one; `overflow` is
-    the controller's verdict (issue 14: its table of context-overflow errors), None when it gave none."""
+    the controller's verdict (its table of context-overflow errors), None when it gave none."""
 
     def __init__(self, message, status=None, overflow=None):
         super().__init__(message)
@@ -229,7 +227,7 @@ def http_request(
 
 
 def model_timeouts(provider):
-    """(connect, idle, overall) seconds for a provider's `timeoutMs`/`chunkTimeoutMs` (§10.2)."""
+    """(connect, idle, overall) seconds for a provider's `timeoutMs`/`chunkTimeoutMs`."""
     timeout_ms = provider.get("timeoutMs")
     chunk_ms = provider.get("chunkTimeoutMs")
     chunk = chunk_ms / 1000.0 if _positive_number(chunk_ms) else None
@@ -250,7 +248,7 @@ def _positive_number(value):
 
 
 def expand_preset(models, preset_id):
-    """The ordered concrete attempts of a preset id, model lists flattened depth-first (§10.1)."""
+    """The ordered concrete attempts of a preset id, model lists flattened depth-first."""
     presets = models.get("presets") or {}
     providers = models.get("providers") or {}
     attempts = []
@@ -351,10 +349,10 @@ def model_call_timeout(provider):
 
 
 class OpenAICompatibleProvider:
-    """Chat Completions (§10.3): the runner builds the request body and the controller's model proxy
+    """Chat Completions: the runner builds the request body and the controller's model proxy
     adds the key and headers and forwards it (`transport`), answering the provider's status and body.
     Retries (429, 5xx, failed connections) and the dialect of the server (Anthropic Messages, streaming)
-    are the controller's (issue 14); its answer says whether an error was a context overflow."""
+    are the controller's; its answer says whether an error was a context overflow."""
 
     def __init__(self, attempt, transport, sleep=time.sleep, warn=stderr_warning):
         self.attempt = attempt
@@ -444,7 +442,7 @@ class OpenAICompatibleProvider:
 
 
 def chat_completions_usage(raw):
-    """Token usage of a Chat Completions answer's `usage` object in Suzumio's field names (§10.3)."""
+    """Token usage of a Chat Completions answer's `usage` object in Suzumio's field names."""
     if not isinstance(raw, dict):
         return {}
     usage = {}
@@ -470,7 +468,7 @@ PLACEHOLDER = re.compile(r"\{(agent|project|workspace|artifacts)\}|\{artifacts:(
 
 
 def new_signals_block(prompt):
-    """The part of an activation prompt that `when` is matched against (scripted-provider.md rule 2)."""
+    """The part of an activation prompt that `when` is matched against (docs/configuration.md rule 2)."""
     lines = (prompt or "").split("\n")
     starts = [i for i, line in enumerate(lines) if line.strip() == SIGNALS_HEADING]
     if not starts:
@@ -527,7 +525,7 @@ class ScriptedProvider:
         return {} if self.entry_index is None else {"scriptedEntry": self.entry_index}
 
     def fill(self, value):
-        """Replace the placeholders of scripted-provider.md rule 5 in every string of value."""
+        """Replace the placeholders of docs/configuration.md rule 5 in every string of value."""
         if isinstance(value, str):
 
             def replace(match):

@@ -1,7 +1,7 @@
-"""Runner-facing HTTP routes (backend-runner.md §6, http-api.md §9): tool-call audit, support calls,
+"""Runner-facing HTTP routes (docs/design/runner.md, docs/http-api.md): tool-call audit, support calls,
 signals, history, model calls (forwarded by suzumio_model_proxy), activation context and output, all
 authenticated by the per-agent token, served by their own app on the runner listener (make_runner_app).
-The HTTP conventions both apps share are suzumio_http's. Imported by suzumio_api, suzumio.py and tests."""
+The HTTP conventions both apps share are suzumio_http's."""
 import hmac
 import json
 import logging
@@ -12,7 +12,7 @@ import threading
 
 import suzumio_approvals
 import suzumio_coordination as coordination
-from suzumio_cost import call_cost  # issue 14
+from suzumio_cost import call_cost
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (
     base_app,
@@ -21,8 +21,9 @@ from suzumio_http import (
     optional_text,
     read_fields,
     required_string,
+    run_tick,
 )
-from suzumio_live import DELTA_EVENT  # issue 14
+from suzumio_live import DELTA_EVENT
 from suzumio_model_proxy import ModelProxy
 from suzumio_records import (
     ACT_RUNNING,
@@ -42,7 +43,7 @@ MAX_CALL_KEY_CHARS = 128
 CALL_KEY = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_CALL_KEY_CHARS}}}")
 
 
-# ---------------------------------------------------------------- authorization (http-api.md §9.1)
+# ---------------------------------------------------------------- authorization (docs/http-api.md)
 
 def tokens_match(given, expected):
     return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
@@ -67,7 +68,7 @@ class RunnerCall:
 
 
 def authorize(root, body, fields=(), *, body_checks=None, running=None):
-    """Checks A–G of http-api.md §9.1 in their order; `running` is the 409 wording or None."""
+    """Checks A–G of docs/http-api.md in their order; `running` is the 409 wording or None."""
     for field in (*IDENTITY_FIELDS, *fields):
         required_string(body, field)
     if body_checks:
@@ -99,7 +100,7 @@ def check_model_request(body):
 
 
 def check_call_key(body):
-    """Issue 16 (spec-notes 16k): `callKey`, the runner's key for one model tool call, is optional (a
+    """`callKey` (spec-notes 16k), the runner's key for one model tool call, is optional (a
     runner without it gets no retry safety) and a short token when given."""
     key = body.get("callKey")
     if key is not None and (not isinstance(key, str) or CALL_KEY.fullmatch(key) is None):
@@ -152,11 +153,11 @@ def make_runner_app(root, toolpacks, scheduler, model_proxy=None, tracer=None):
 
 
 def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, tracer=None):
-    """Adds the routes of http-api.md §9 to `app`; a completed activation asks `scheduler` for a tick.
+    """Adds the routes of docs/http-api.md to `app`; a completed activation asks `scheduler` for a tick.
     `model_proxy` (a suzumio_model_proxy.ModelProxy, by default one over the controller's environment)
     forwards `/runner/model`; `tracer` (suzumio_telemetry) gets a span for every model and tool call."""
     model_proxy = model_proxy or ModelProxy()
-    long_polls = threading.BoundedSemaphore(suzumio_approvals.MAX_LONG_POLLS)  # issue 16
+    long_polls = threading.BoundedSemaphore(suzumio_approvals.MAX_LONG_POLLS)
 
     @app.post("/runner/model")
     def runner_model():
@@ -165,7 +166,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         provider_id, preset_id = call.body["providerId"], call.body["presetId"]
         config = toolpacks.configs.get(call.store)
         started = utc_now()
-        # Issue 14: each retry is an event; streamed deltas go live on the project's SSE stream.
+        # Each retry is an event; streamed deltas go live on the project's SSE stream.
         live_base = {"type": DELTA_EVENT, "activationId": call.activation_id, "agentId": call.agent_id,
                      "presetId": preset_id, "callId": f"live_{os.urandom(6).hex()}"}
 
@@ -196,7 +197,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         call = authorize(root, read_fields(), ("tool",), body_checks=check_call_key, running=TOOL_CALLS_CLOSED)
         tool = call.body["tool"]
         toolpacks.check_tool_call(call.store, call.agent, tool)
-        # Issue 16: a call that an approval rule matches is recorded with a pending approval request; a
+        # A call that an approval rule matches is recorded with a pending approval request; a
         # start asked again with its callKey answers what was recorded.
         return json_response(suzumio_approvals.start_tool_call(
             call.store, toolpacks.configs.get(call.store), call.agent_id, call.activation_id, tool,
@@ -204,7 +205,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
 
     @app.post("/runner/approvals/wait")
     def approval_wait():
-        """Issue 16: the runner waits for the decision on its request (long-poll, asked again)."""
+        """The runner waits for the decision on its request (long-poll, asked again)."""
         call = authorize(root, read_fields(), ("approvalId",))
         wait_ms = call.body.get("waitMs", suzumio_approvals.MAX_WAIT_S * 1000)
         if isinstance(wait_ms, bool) or not isinstance(wait_ms, (int, float)) or not math.isfinite(wait_ms) \
@@ -250,7 +251,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     @app.post("/toolpacks/<toolpack_id>/support")
     def toolpack_support(toolpack_id):
         call = authorize(root, read_fields(), ("tool",), running=TOOL_CALLS_CLOSED)
-        # Issue 16: a gated tool runs on the controller only after its approval (never by calling here).
+        # A gated tool runs on the controller only after its approval (never by calling here).
         suzumio_approvals.claim_controller_call(call.store, toolpacks.configs.get(call.store), call.agent_id,
                                                 call.activation_id, call.body["tool"], call.body.get("input", {}))
         result = toolpacks.support(call.store, call.agent, call.activation_id, toolpack_id,
@@ -294,13 +295,6 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         result = coordination.complete_activation(call.store, toolpacks.configs.get(call.store), call.activation_id,
                                                   call.agent_id, output["text"], usage=usage)
         if result["status"] == "completed":
-            run_tick(scheduler.trigger, call.store.project_id)
+            run_tick(scheduler.tick, call.store.project_id)
         return json_response(result)
 
-
-def run_tick(trigger_tick, project):
-    """A failing tick is logged and never changes the answer of the route that asked for it."""
-    try:
-        trigger_tick(project)
-    except Exception:
-        log.exception("tick of %s after a route failed", project)

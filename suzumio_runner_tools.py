@@ -1,7 +1,5 @@
-"""Runner-local tools (backend-runner.md §12): argument rules, path confinement, file.read, file.write,
-file.patch, shell.exec in its own process group, web.fetch. Standard library only, CPython >= 3.9;
-imported by suzumio_runner.py and suzumio_runner_loop.py, beside which it lies (as an imported module it
-gets a bytecode cache, so an activation does not recompile it)."""
+"""Runner-local tools (docs/design/runner.md): argument rules, path confinement, file.read, file.write,
+file.patch, shell.exec in its own process group, web.fetch. Standard library only, CPython >= 3.9."""
 
 import json
 import math
@@ -26,7 +24,7 @@ class ToolError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------
-# Argument helpers and path confinement (§12.1, §12.2)
+# Argument helpers and path confinement
 
 
 def describe_value(value):
@@ -104,7 +102,7 @@ def roots_text(roots):
 
 
 def confine(value, workspace, roots, kind):
-    """Resolve value and check it lexically and by real path against roots (§12.2); returns the
+    """Resolve value and check it lexically and by real path against roots; returns the
     resolved path (what results name) and the real path (what the tools open)."""
     resolved = resolve_path(value, workspace)
     lexical_roots = [resolve_path(root, "/") for root in roots]
@@ -149,7 +147,7 @@ def open_confined(path, real, flags):
 
 
 # ---------------------------------------------------------------------------------------------
-# file.read, file.write, file.patch (§12.3, §12.4)
+# file.read, file.write, file.patch
 
 
 def cap_text(text, max_bytes):
@@ -269,7 +267,7 @@ def file_patch(args, workspace, write_roots):
 
 
 # ---------------------------------------------------------------------------------------------
-# Process groups, shell.exec (§12.5)
+# Process groups, shell.exec
 
 
 def group_alive(pgid):
@@ -301,7 +299,7 @@ def reap_group(pgid):
 
 
 class ProcessGroups:
-    """The process groups of running shell commands and Node hosts; SIGTERM ends them all (§7.1).
+    """The process groups of running shell commands and Node hosts; SIGTERM ends them all.
     A plain set: the signal handler runs on the main thread and must not wait for a lock."""
 
     def __init__(self):
@@ -438,7 +436,7 @@ def _stop_group(process):
 
 
 # ---------------------------------------------------------------------------------------------
-# web.fetch (§12.6)
+# web.fetch
 
 
 def clean_html(text):

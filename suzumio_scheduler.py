@@ -1,8 +1,7 @@
-"""The scheduler (scheduler.md): one `tick` of a project in its order of steps (the token budget, P0
-restarts, the activation timeout, prompt composition, hooks, then the nudges and monitors of
+"""The scheduler (docs/design/scheduler.md): one `tick` of a project in its order of steps (the token
+budget, P0 restarts, the activation timeout, prompt composition, hooks, then the nudges and monitors of
 suzumio_coordination), the background thread that ticks projects when something changed or fell due, and
-stopping/approving projects. Imported by the composition root and the HTTP routes; imports config,
-coordination, records and backend (the store arrives as a ProjectStore)."""
+stopping/approving projects."""
 import logging
 import threading
 import time
@@ -35,7 +34,7 @@ SAFETY_INTERVAL_SECONDS = 30.0  # a pass over every project even when nothing as
 MIN_WAIT_SECONDS = 0.01  # the thread's shortest sleep, so a due time a hair away cannot spin it
 STOP_GRACE_SECONDS = 15.0
 
-# ---------------------------------------------------------------- prompt composition (§4)
+# ---------------------------------------------------------------- prompt composition
 
 def _mounted_inputs(config, agent_id, kind):
     mounts = [] if kind == KIND_LOCAL else config.mounts_for(agent_id)
@@ -147,7 +146,7 @@ CONTINUE_BLOCK = ("# Continue Existing Context\n\nContinue the same session. Do 
 
 
 def render_prompt(*, first, task, agent, agents, config, kind, workspace, artifacts_root, signals):
-    """The activation prompt (scheduler.md §4.1): first or later activation."""
+    """The activation prompt (docs/design/scheduler.md): first or later activation."""
     blocks = (_first_blocks(task, agent, agents, config, kind, artifacts_root) if first
               else [CONTINUE_BLOCK])
     blocks.append("\n\n".join(["# New Signals"] + [render_signal(s) for s in signals]))
@@ -165,10 +164,10 @@ class NoHooks:
         return None
 
 
-# ---------------------------------------------------------------- one tick (§5)
+# ---------------------------------------------------------------- one tick
 
-def tick(store, backend, hooks, now, configs):
-    """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock.
+def tick(store, backends, hooks, now, configs):
+    """One tick of one project at time `now` (docs/design/scheduler.md); the caller holds the project lock.
     `configs` (the runtime's suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every
     tick. Returns when the project needs its next tick if nothing changes meanwhile (next_due), None for
     never."""
@@ -177,7 +176,7 @@ def tick(store, backend, hooks, now, configs):
         return None
     config = configs.get(store)
     max_tokens = config.backend.runner.budget_max_tokens
-    max_cost = config.backend.runner.budget_max_cost_usd  # issue 14
+    max_cost = config.backend.runner.budget_max_cost_usd
     if (max_tokens is not None or max_cost is not None) and coordination.pause_for_budget(
             store, max_tokens, now, max_cost_usd=max_cost) is not None:
         log.warning("project %s paused: budget (maxTokens %s, maxCostUsd %s) used up", store.project_id,
@@ -188,14 +187,14 @@ def tick(store, backend, hooks, now, configs):
         log.warning("project %s: 80%% of its budget is used", store.project_id)
     agents = store.list_agents()
     # Who has a ready signal, read once; after any commit (this tick's own expiries, cancellations and
-    # starts, or anyone's) an agent's signals are read again as before.
+    # starts, or anyone's) an agent's signals are read again.
     seen, ready = store.commits, store.agents_with_ready_signals([agent["id"] for agent in agents], now)
     for agent in agents:
-        _tick_agent(store, backend, config, project["task"], agents, agent, now,
+        _tick_agent(store, backends, config, project["task"], agents, agent, now,
                     lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen)
     try:
         hooks.run_hooks(store, config, now)
-    except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (scheduler.md §6.1)
+    except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (docs/design/scheduler.md)
         log.warning("scheduler hooks of %s failed: %s", store.project_id, error)
         store.append_event(EVENT_HOOK_FAILED, {"toolpackId": None, "error": str(error)})
     dues = coordination.nudge_and_monitor(store, config, now)
@@ -216,14 +215,14 @@ def next_due(store, config, now, dues):
     try:
         has_hooks = any(pack.has_scheduler_hook for pack in config.toolpacks)
     except suzumio_config.ConfigError:
-        has_hooks = True  # the hook call reports the error; it does so every interval, as before
+        has_hooks = True  # the hook call reports the error; it does so every interval
     if has_hooks:
         candidates.append(now + timedelta(seconds=HOOK_INTERVAL_SECONDS))
     return max(min(candidates), now) if candidates else None
 
 
-def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready=lambda: True):
-    """Steps 2-5 of §5 for one agent; `may_have_ready()` False (no ready pending signal when the tick read
+def _tick_agent(store, backends, config, task, agents, agent, now, may_have_ready=lambda: True):
+    """Steps 2-5 of a tick for one agent; `may_have_ready()` False (no ready pending signal when the tick read
     them for all its agents at once, and nothing committed since) spares its signal selection."""
     def pending():
         return coordination.pending_signals(store, config, agent["id"], now) if may_have_ready() else []
@@ -236,7 +235,7 @@ def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready
         act = store.activation(agent["activeActivationId"]) if agent.get("activeActivationId") else None
         if (act and act["status"] == ACT_RUNNING
                 and suzumio_backend.is_timed_out(act, config.backend.activation_timeout_ms, now)):
-            backend.expire(store, act)
+            backends.expire(store, act)
             status = AGENT_FAILED
         elif act is None or act["status"] != ACT_RUNNING:
             status = store.clear_stale_binding(agent["id"]) or store.agent(agent["id"])["status"]
@@ -246,7 +245,7 @@ def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready
             if not p0:
                 return
             coordination.cancel_activation(store, act["id"], f"Interrupted by P0 signal {p0[0]['id']}")
-            backend.stop_runner(store, store.activation(act["id"]))
+            backends.stop_runner(store, store.activation(act["id"]))
             status, candidates = AGENT_QUIET, selected
     if candidates is None:
         candidates = pending()
@@ -254,10 +253,10 @@ def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready
         if status not in (AGENT_QUIET, AGENT_FAILED):
             store.set_agent_status(agent["id"], AGENT_QUIET)
         return
-    _start_activation(store, backend, config, task, agents, agent, candidates, now)
+    _start_activation(store, backends, config, task, agents, agent, candidates, now)
 
 
-def _start_activation(store, backend, config, task, agents, agent, signals, now):
+def _start_activation(store, backends, config, task, agents, agent, signals, now):
     kind = config.backend.kind
     workspace, artifacts_root = activation_paths(kind, store.dir, agent["workspacePath"])
     prompt = render_prompt(first=not store.agent_has_activations(agent["id"]), task=task, agent=agent,
@@ -268,10 +267,10 @@ def _start_activation(store, backend, config, task, agents, agent, signals, now)
     except Conflict as error:
         log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
         return
-    backend.start(store, activation["id"], config)
+    backends.start(store, activation["id"], config)
 
 
-# ---------------------------------------------------------------- stop and approve (store.md §8.1)
+# ---------------------------------------------------------------- stop and approve (docs/design/store.md)
 
 def stop_project(store, backends, now=None):
     """Stop a project: cancel running activations (with resume signals), then stop their runners."""
@@ -292,7 +291,7 @@ class Scheduler:
     thread ticks a project when something may change a decision: a commit made outside its own ticks
     (a route, a runner, a watcher), or the project's next due time (next_due); a pass over every
     project every `interval` seconds stays as the safety net (it also sees writes by other processes).
-    One lock per project keeps the ticks of a project serial (scheduler.md §2.2)."""
+    One lock per project keeps the ticks of a project serial (docs/design/scheduler.md)."""
 
     stop_project = staticmethod(stop_project)
     approve_project = staticmethod(approve_project)
@@ -315,8 +314,8 @@ class Scheduler:
             return self._locks.setdefault(name, threading.Lock())
 
     def tick(self, name, now=None):
-        """One tick of the named project; waits for a tick of it that is already running. Returns the
-        project's next due time (tick)."""
+        """One tick of the named project, now; it waits for a tick of the project that is already running.
+        Returns the project's next due time (tick)."""
         with self._project_lock(name):
             return self._tick_locked(name, now)
 
@@ -324,13 +323,13 @@ class Scheduler:
         self._ticks_begun[name] = self._ticks_begun.get(name, 0) + 1
         store = self.root.open_project(name)
         due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs)
-        self.backends.prepare_next(store)  # warm activations (suzumio_warm; no-op when off)
+        self.backends.prepare_next(store)  # Warm activations (suzumio_warm; no-op when off)
         return due
 
     def trigger(self, name):
         """The tick a route asks for after its commit: returns once a tick of the project that began
-        after the call has run (scheduler.md §2.1). Routes that commit while a tick runs share the
-        next one instead of queueing one each: a tick that began after the call read the commit."""
+        after the call has run (docs/design/scheduler.md). Routes that commit while a tick runs share
+        the next one instead of queueing one each: a tick that began after the call read the commit."""
         begun = self._ticks_begun.get(name, 0)
         with self._project_lock(name):
             if self._ticks_begun.get(name, 0) == begun:

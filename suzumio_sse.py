@@ -1,26 +1,23 @@
-"""The SSE streams of the user listener (http-api.md §10), served off Waitress's worker threads (issue 18).
+"""The SSE streams of the user listener (docs/http-api.md), served off Waitress's worker threads.
 
 A stream request is checked and its replay read by a worker thread like any route; then the route hands
 the connection over (`hand_off`, a Waitress task that can give up its socket) and the worker thread is
-free again. One hub thread holds every open stream: for each project with clients it reads each new event
-once, encodes it once, frames the batch once and sends that same bytes object to every client whose
-cursor is there, with non-blocking writes over an epoll selector. A stream costs a socket, not a thread,
-so no number of open control rooms can starve the routes of workers, and a burst costs one wake-up and
-one send per client per round instead of one thread switch, Waitress write and copy per client per
-batch.
+free again. One hub thread holds every open stream: for each project with clients it reads each new
+event once, encodes it once, frames the batch once and sends that same bytes object to every client
+whose cursor is there, with non-blocking writes over an epoll selector. A stream costs a socket, not a
+thread, so no number of open control rooms can starve the routes of workers, and a burst costs one wake-
+up and one send per client per round instead of one thread switch, Waitress write and copy per client
+per batch.
 
 Rounds: the hub is woken by the project's commits in this process (`Changes.listen`); the first commit
 after a pause goes out at once; while commits keep coming a project's next round waits STREAM_COALESCE
-seconds and at least STREAM_DUTY times the CPU its last round's sending took, so the fan-out takes no more
-than about 1/(1 + STREAM_DUTY) of the controller while appends keep it busy, however many clients listen;
-once STREAM_QUIET passes without a commit the burst is over and what waits goes out at once. (Each send
-gives up the GIL and takes it back from the writer: fewer, larger rounds are what keeps 30 clients as
-fast as one.) Writes by other processes (a CLI command beside `serve`) are found by a read at most every
-`poll_seconds`. A client that stops reading is dropped once MAX_PENDING_BYTES wait for it; its
-EventSource reconnects with Last-Event-ID and resumes from the store.
-
-Imported by suzumio_api; imports waitress and the standard library only (the root, its stores, its
-Changes and LiveEvents come in as objects)."""
+seconds and at least STREAM_DUTY times the CPU its last round's sending took, so the fan-out takes no
+more than about 1/(1 + STREAM_DUTY) of the controller while appends keep it busy, however many clients
+listen; once STREAM_QUIET passes without a commit the burst is over and what waits goes out at once.
+(Each send gives up the GIL and takes it back from the writer: fewer, larger rounds are what keeps 30
+clients as fast as one.) Writes by other processes (a CLI command beside `serve`) are found by a read at
+most every `poll_seconds`. A client that stops reading is dropped once MAX_PENDING_BYTES wait for it;
+its EventSource reconnects with Last-Event-ID and resumes from the store."""
 import bisect
 import collections
 import contextlib

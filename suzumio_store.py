@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from suzumio_errors import BadRequest, Conflict, NotFound
-from suzumio_live import LiveEvents  # issue 14: the ephemeral model deltas of the SSE stream
+from suzumio_live import LiveEvents  # The ephemeral model deltas of the SSE stream
 from suzumio_records import format_ts, new_id, require_running, to_datetime, valid_project_name
 from suzumio_store_activations import ActivationRows
 from suzumio_store_agents import AgentRows
@@ -43,7 +43,7 @@ MAX_OPEN_PROJECTS = 64  # projects whose connections stay open; the least recent
 # Runtime root.
 
 def resolve_root(explicit=None, env=None):
-    """--root, else SUZUMIO_ROOT (even empty), else ~/.suzumio; made absolute (cli.md §1.2)."""
+    """--root, else SUZUMIO_ROOT (even empty), else ~/.suzumio; made absolute (docs/cli.md)."""
     env = os.environ if env is None else env
     if explicit is not None:
         value = explicit
@@ -56,7 +56,7 @@ def resolve_root(explicit=None, env=None):
 
 
 def _connect(path, must_exist=False):
-    """Open a connection with every setting the store relies on (STYLE.md, SQLite)."""
+    """Open a connection with every setting the store relies on (docs/design/README.md, SQLite)."""
     target = f"file:{path}?mode=rw" if must_exist else str(path)
     conn = sqlite3.connect(target, uri=must_exist, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                            check_same_thread=False)
@@ -185,7 +185,7 @@ class Root:
         self._summaries_lock = threading.Lock()
         self._computing = {}  # project name -> the lock held while its summary is computed
         self.clock_ns = time.time_ns  # the summary cache's clock (a test moves it on)
-        self.live = LiveEvents(self.changes)  # issue 14
+        self.live = LiveEvents(self.changes)
 
     def _used(self, store):
         with self._recent_lock:
@@ -215,7 +215,7 @@ class Root:
                       if entry.is_dir() and (entry / DB_FILE).is_file())
 
     def project_summaries(self):
-        """The short summary of every project (http-api.md §5.1), each computed again only when the
+        """The short summary of every project (docs/http-api.md), each computed again only when the
         project changed since: a commit in this process bumps its version, one from another process (a
         CLI command beside `serve`) changes its database files. The project list is what every control
         room polls; with hundreds of idle projects it costs a few stat() calls each instead of opening
@@ -302,7 +302,7 @@ class Root:
 
     def init_project(self, name, task, config, agents, source_text, resolved_text, config_path=None,
                      now=None):
-        """Create the layout of cli.md §2 and the database; on failure leave no file behind. `agents` are
+        """Create the layout of docs/cli.md and the database; on failure leave no file behind. `agents` are
         the config's expanded agents (ProjectConfig.agents: id, role, display_name, prompt, model, tools)."""
         if not valid_project_name(name):
             raise BadRequest(f"Invalid project name: {name}")
@@ -388,7 +388,7 @@ class _Undo:
 
 
 # ---------------------------------------------------------------------------------------------
-# Schema (store.md §2). Shipped migrations are frozen literal SQL and never edited: a new status, column or
+# Schema (docs/design/store.md). Shipped migrations are frozen literal SQL and never edited: a new status, column or
 # table is a new entry appended to MIGRATIONS (tests/test_store.py checks the result against SCHEMA_FINGERPRINT).
 
 _MIGRATION_1 = [
@@ -469,7 +469,7 @@ _MIGRATION_2 = [
     "CREATE INDEX idx_model_calls_project_activation ON model_calls (project, activation_id)",
 ]
 
-# Issue 16: approval requests (suzumio_approvals owns the rules and the decisions). One row per gated tool
+# Approval requests (suzumio_approvals owns the rules and the decisions). One row per gated tool
 # call: pending until a person decides, it expires or its activation ends; `rule_key` names the rule an
 # `allow-always` decision keeps allowing for that agent; `used_at` marks the controller-side run it allowed.
 _MIGRATION_3 = [
@@ -486,10 +486,10 @@ _MIGRATION_3 = [
     "CREATE INDEX idx_approvals_project_grant ON approvals (project, agent_id, rule_key, decision)",
 ]
 
-# Issue 14: the cost in USD of each model call from its preset's pricing (NULL without prices).
+# The cost in USD of each model call from its preset's pricing (NULL without prices).
 _MIGRATION_4 = ["ALTER TABLE model_calls ADD COLUMN cost_usd REAL"]
 
-# Issue 16 (spec-notes 16k): the runner's key for one model tool call. A start asked again with a key its
+# The runner's key for one model tool call. A start asked again with a key its
 # activation already used answers the call recorded then; rows of runners without keys keep NULL, which
 # the unique index allows any number of times.
 _MIGRATION_5 = ["ALTER TABLE tool_calls ADD COLUMN call_key TEXT",
@@ -787,7 +787,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
     def toolpack_state_dir(self, toolpack_id):
         return self.dir / "toolpack-state" / toolpack_id
 
-    # -- Node toolpack facade (tools.md §15.3 store.db.*) ---------------------------------------
+    # -- Node toolpack facade (docs/design/tools.md store.db.*) ---------------------------------------
 
     def db_all(self, sql, params=()):
         """All rows of a query as dicts keyed by column name."""

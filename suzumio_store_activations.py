@@ -39,7 +39,7 @@ class ActivationRows:
         return row
 
     def require_activation(self, agent_id, activation_id, running_for=None):
-        """Checks E–F of http-api.md §9.1, plus G when running_for is "tool" or "history"."""
+        """Checks E–F of docs/http-api.md, plus G when running_for is "tool" or "history"."""
         with self._reading() as conn:
             row = self.owned_activation(conn, agent_id, activation_id)
         if running_for is not None:
@@ -99,7 +99,7 @@ class ActivationRows:
         return cursor.rowcount
 
     def record_activation_context(self, activation_id, agent_id, context, now=None):
-        """Store the model-context snapshot (http-api.md §9.8); a later post replaces it."""
+        """Store the model-context snapshot (docs/http-api.md); a later post replaces it."""
         if not isinstance(context, dict):
             raise BadRequest("context is required")
         messages = context.get("messages")
@@ -125,7 +125,7 @@ class ActivationRows:
         return activation_json(self.activation_row(activation_id))
 
     def activation_context(self, activation_id):
-        """http-api.md §6.6: public activation, prompt, and the snapshot or its fallback."""
+        """docs/http-api.md: public activation, prompt, and the snapshot or its fallback."""
         row = self.activation_row(activation_id)
         context = load_json(row["context_json"])
         if context is None:
@@ -137,7 +137,7 @@ class ActivationRows:
                 "context": context}
 
     def list_activations(self, limit=100):
-        """http-api.md §6.5: the newest `limit` activations, oldest first, as public activations."""
+        """docs/http-api.md: the newest `limit` activations, oldest first, as public activations."""
         rows = self._query("SELECT * FROM activations WHERE project = ? ORDER BY started_at DESC, rowid DESC "
                            "LIMIT ?", (self.project_id, int(limit)))
         return [public_activation_json(r) for r in reversed(rows)]
@@ -149,7 +149,7 @@ class ActivationRows:
         return [activation_json(r) for r in rows]
 
     def agent_has_activations(self, agent_id):
-        """Whether any activation row exists for the agent (first vs later prompt, scheduler.md §4.1)."""
+        """Whether any activation row exists for the agent (first vs later prompt, docs/design/scheduler.md)."""
         return self._query_one("SELECT 1 FROM activations WHERE project = ? AND agent_id = ? LIMIT 1",
                                (self.project_id, agent_id)) is not None
 
@@ -161,7 +161,7 @@ class ActivationRows:
         return activation_json(row) if row else None
 
     def start_tool_call(self, agent_id, activation_id, tool, input=None, now=None, call_key=None):
-        """store.md §5.6 start: running row, tool.called event, tool_call history row. A `call_key` the
+        """docs/design/store.md start: running row, tool.called event, tool_call history row. A `call_key` the
         activation already used answers that call again (`replayed: True`) and records nothing (16k)."""
         if not isinstance(tool, str) or not tool:
             raise BadRequest("tool is required")
@@ -196,10 +196,10 @@ class ActivationRows:
         return {"toolCallId": prior["id"], "replayed": True}
 
     def record_tool_result(self, tx, agent_id, activation_id, tool_call_id, status, output=None, error=None):
-        """store.md §5.6 finish: the row, its tool.<status> event and the tool_result history row.
+        """docs/design/store.md finish: the row, its tool.<status> event and the tool_result history row.
         Returns (the final status, the tool's name, replayed). The same finish asked again (status,
         output and error as recorded: a runner retrying after a lost answer) changes and records nothing
-        and says `replayed`; a different one overwrites the result (tools.md §13, spec-notes 16l)."""
+        and says `replayed`; a different one overwrites the result (docs/design/tools.md, spec-notes 16l)."""
         sources, target = TOOL_CALL_TRANSITIONS["complete" if status == TOOL_COMPLETED else "fail"]
         owned = "project = ? AND id = ? AND agent_id = ? AND activation_id = ?"
         key = (self.project_id, tool_call_id, agent_id, activation_id)
@@ -246,7 +246,7 @@ class ActivationRows:
         return dict(row)
 
     def list_tool_calls(self, limit=100, tools=None):
-        """http-api.md §6.7 raw rows, newest first; optionally only the named tools."""
+        """docs/http-api.md raw rows, newest first; optionally only the named tools."""
         sql, params = "SELECT * FROM tool_calls WHERE project = ?", [self.project_id]
         if tools:
             sql += f" AND tool IN ({','.join('?' * len(tools))})"
@@ -255,7 +255,7 @@ class ActivationRows:
         return [tool_call_row_json(r) for r in rows]
 
     def tool_call_stats(self):
-        """Per-tool counts and the newest row of each tool (http-api.md §6.8), keyed by tool name."""
+        """Per-tool counts and the newest row of each tool (docs/http-api.md), keyed by tool name."""
         stats = {}
         with self.snapshot() as conn:
             for r in conn.execute("SELECT tool, status, COUNT(*) AS n FROM tool_calls WHERE project = ? "

@@ -34,7 +34,7 @@ class AgentRows:
         return [agent_json(r, include_tokens) for r in rows]
 
     def public_agents(self):
-        """http-api.md §6.2 public agents ordered by id."""
+        """docs/http-api.md public agents ordered by id."""
         rows = self._query("SELECT * FROM agents WHERE project = ? ORDER BY id", (self.project_id,))
         return [public_agent_json(r) for r in rows]
 
@@ -54,7 +54,7 @@ class AgentRows:
         return agent_json(row)
 
     def model_alive_agents(self):
-        """Ids of agents that are running with a running bound activation (store.md §3.2)."""
+        """Ids of agents that are running with a running bound activation (docs/design/store.md)."""
         rows = self._query("SELECT g.id FROM agents g JOIN activations a ON a.id = g.active_activation_id "
                            "WHERE g.project = ? AND g.status = ? AND a.status = ? ORDER BY g.id",
                            (self.project_id, AGENT_RUNNING, ACT_RUNNING))
@@ -83,7 +83,7 @@ class AgentRows:
         return cursor.rowcount
 
     def set_agent_status(self, agent_id, status, now=None):
-        """Idle reset (scheduler.md §5 d): a ready agent with no work becomes quiet."""
+        """Idle reset (docs/design/scheduler.md): a ready agent with no work becomes quiet."""
         _, target = AGENT_TRANSITIONS["idle_reset"]
         if status != target:
             raise BadRequest(f"Invalid agent status change: {status}")
@@ -95,7 +95,7 @@ class AgentRows:
         return self.agent(agent_id)
 
     def clear_stale_binding(self, agent_id, now=None):
-        """scheduler.md §5 b.2: unbind an agent whose bound activation is not running.
+        """A tick's first check (docs/design/scheduler.md): unbind an agent whose bound activation is not running.
 
         Returns the agent's new status, or None when the binding is live (nothing changes)."""
         with self.write(now) as tx:

@@ -43,7 +43,7 @@ class HistoryRows:
 
     def append_history(self, agent_id, activation_id, role, kind, content, metadata=None, parts=None,
                        now=None):
-        """store.md §7.1 via the runner route; a given activation must be the agent's and running."""
+        """docs/design/store.md via the runner route; a given activation must be the agent's and running."""
         if role not in HISTORY_ROLES:
             raise BadRequest(f"Invalid history role: {role}")
         for name, value in (("kind", kind), ("content", content)):
@@ -77,7 +77,7 @@ class HistoryRows:
         return [history_json(r, parts.get(r["id"], []), content_limit, part_limit) for r in rows]
 
     def active_history(self, agent_id):
-        """store.md §7.3: unarchived rows, compaction markers first, then by sequence; with parts."""
+        """docs/design/store.md: unarchived rows, compaction markers first, then by sequence; with parts."""
         with self.snapshot() as conn:
             self.require_agent(agent_id, conn)
             return self.active_history_rows(conn, agent_id)
@@ -87,7 +87,7 @@ class HistoryRows:
                                   order="(role = 'compaction') DESC, sequence")
 
     def history_page(self, agent_id, limit=100, before=None, include_archived=True):
-        """http-api.md §7.1 page: newest first, with nextBefore when the page is full."""
+        """docs/http-api.md page: newest first, with nextBefore when the page is full."""
         limit = min(500, max(1, int(limit)))
         where, params = "agent_id = ?", [agent_id]
         if before is not None:
@@ -108,7 +108,7 @@ class HistoryRows:
     def archive_history(self, tx, compaction_id, agent_id, activation_id, marker_id, path, head, raw_chars,
                         summary, reason=None, selected_model=None):
         """Mark the `head` rows archived under one compaction and write its row and event; returns the
-        compaction record (store.md §7.4)."""
+        compaction record (docs/design/store.md)."""
         ids = [m["id"] for m in head]
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
@@ -129,7 +129,7 @@ class HistoryRows:
         return compaction_json(tx.one("SELECT * FROM agent_history_compactions WHERE id = ?", (compaction_id,)))
 
     def history_archive(self, agent_id, compaction_id):
-        """http-api.md §7.2: {compaction, archive}; the agent segment is not matched (reference)."""
+        """docs/http-api.md: {compaction, archive}; the agent segment is not matched (reference)."""
         row = self._query_one("SELECT * FROM agent_history_compactions WHERE project = ? AND id = ?",
                               (self.project_id, compaction_id))
         if row is None:

@@ -97,14 +97,14 @@ class ProjectRows:
         self._uncommitted_event = cursor.lastrowid  # under the write lock; becomes event_watermark at COMMIT
 
     def append_event(self, type_, data=None, now=None):
-        """Append one event row (store.md §6)."""
+        """Append one event row (docs/design/store.md)."""
         if not isinstance(type_, str) or not type_:
             raise BadRequest("type is required")
         with self.write(now) as tx:
             self.add_event(tx, type_, data)
 
     def list_events(self, limit=200, shrink_data=False):
-        """Newest events first as raw rows; shrink_data applies http-api.md §6.4."""
+        """Newest events first as raw rows; shrink_data shrinks large payloads (docs/http-api.md)."""
         rows = self._query("SELECT * FROM events WHERE project = ? ORDER BY created_at DESC, rowid DESC "
                            "LIMIT ?", (self.project_id, int(limit)))
         result = [event_row_json(r) for r in rows]
@@ -126,7 +126,7 @@ class ProjectRows:
         return [(r["rid"], event_row_json(r)) for r in self._query(sql, params)]
 
     def event_replay(self, limit):
-        """SSE start (http-api.md §10): the newest `limit` events oldest first, and the cursor."""
+        """SSE start (docs/http-api.md): the newest `limit` events oldest first, and the cursor."""
         with self.snapshot() as conn:
             rows = conn.execute(f"SELECT rowid AS rid, * FROM events WHERE {BY_ROWID} ORDER BY rowid DESC "
                                 "LIMIT ?", (self.project_id, int(limit))).fetchall()
@@ -161,7 +161,7 @@ class ProjectRows:
         return data
 
     def project_stats(self):
-        """http-api.md §6.2 stats object."""
+        """docs/http-api.md stats object."""
         # One statement for all eight counts: the project list asks this of every project.
         row = self._query_one(
             "SELECT (SELECT COUNT(*) FROM messages WHERE project = :p) AS messageCount, "
@@ -176,13 +176,13 @@ class ProjectRows:
         return dict(row)
 
     def project_summary(self, full=True):
-        """http-api.md §5.1 (full=False) / §5.2 (full=True) project summary."""
+        """docs/http-api.md (full=False) / (full=True) project summary."""
         with self.snapshot():
             data = self.project()
             if not full:
                 data["task"] = truncate(data["task"], 1000)
             data["stats"] = self.project_stats()
-            data["spend"], data["agentSpend"] = self.project_spend()  # issue 14
+            data["spend"], data["agentSpend"] = self.project_spend()
             data["agents"] = self.public_agents()
             data["recentActivations"] = self.list_activations(10) if full else []
             data["recentMessages"] = self.list_messages(10) if full else []

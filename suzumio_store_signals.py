@@ -71,7 +71,7 @@ class SignalRows:
 
     def insert_signal(self, tx, kind, *, target_agent, status, useful_effect, source_agent=None,
                       source_activation=None, target_channel=None, priority, payload, not_before=None):
-        """One signal row and its signal.created event (store.md §4.4); returns the Signal JSON."""
+        """One signal row and its signal.created event (docs/design/store.md); returns the Signal JSON."""
         signal_id = tx.id("sig")
         values = (signal_id, self.project_id, kind, source_agent, source_activation, target_agent,
                   target_channel, priority, dump_json(payload), status, int(useful_effect), tx.ts,
@@ -99,7 +99,7 @@ class SignalRows:
 
     def agents_with_ready_signals(self, agent_ids, now=None):
         """The ids among `agent_ids` that have a pending signal whose not_before has come: one statement
-        for a tick's agents, so that an idle agent costs no ready_signals query (issue 18)."""
+        for a tick's agents, so that an idle agent costs no ready_signals query."""
         if not agent_ids:
             return set()
         rows = self._query(f"SELECT DISTINCT target_agent FROM signals WHERE project = ? "

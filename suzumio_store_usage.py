@@ -58,7 +58,7 @@ class UsageRows:
         return usage
 
     def model_costs(self):
-        """Issue 14: controller-observed tokens and cost per activation, per agent and for the project:
+        """Controller-observed tokens and cost per activation, per agent and for the project:
         {"project": {...}, "agents": {id: {...}}, "activations": {id: {...}}}, each {"calls", "tokens",
         "costUsd"} (costUsd null when no call was priced)."""
         rows = self._query("SELECT activation_id, agent_id, COUNT(*) AS calls, SUM(tokens) AS tokens, "
@@ -79,7 +79,7 @@ class UsageRows:
         return out
 
     def project_spend(self):
-        """Issue 14: ({"calls", "tokens", "costUsd"} over every model call of the project, the same per
+        """({"calls", "tokens", "costUsd"} over every model call of the project, the same per
         agent id) for the project summaries the control room lists; costUsd None when none was priced."""
         rows = self._query("SELECT agent_id, COUNT(*) AS calls, COALESCE(SUM(tokens), 0) AS tokens, "
                            "SUM(cost_usd) AS cost FROM model_calls WHERE project = ? GROUP BY agent_id ORDER BY "
@@ -94,7 +94,7 @@ class UsageRows:
         return total, agents
 
     def budget_warned(self, conn=None):
-        """Issue 14: whether this budget window already has its `project.budget_warning` event."""
+        """Whether this budget window already has its `project.budget_warning` event."""
         with self._reading(conn) as conn:
             return conn.execute("SELECT 1 FROM events WHERE project = ? AND type = ? AND rowid > ?",
                                 (self.project_id, KIND_BUDGET_WARNING, self._window_start(conn))).fetchone() is not None

@@ -1,16 +1,16 @@
 """OpenTelemetry traces of activations, model calls and tool calls, exported over OTLP/HTTP (protobuf).
 
 Off unless the composition root builds a Tracer with an endpoint (`serve --otlp-endpoint URL`, else
-OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces); a disabled Tracer does
-nothing and nothing ever phones home. Standard library only: a small protobuf encoder of the OTLP trace
-messages and one named exporter thread that posts batches (docs/spec-notes.md 17c says why not the SDK).
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces); a disabled Tracer
+does nothing and nothing ever phones home. Standard library only: a small protobuf encoder of the OTLP
+trace messages and one named exporter thread that posts batches (docs/spec-notes.md 17c says why not the
+SDK).
 
 One trace per activation: its trace id and its span id are derived from the activation id, so the
 activation span (exported when the activation ends), the tool-call spans and the model-call spans find
 their parent without shared state, across controller restarts too. Span names and attributes follow the
 GenAI semantic conventions (`invoke_agent`, `execute_tool`, `chat`; gen_ai.*), plus suzumio.project,
-suzumio.agent and suzumio.activation.id on every span. Imports only suzumio_records and suzumio_resources.
-"""
+suzumio.agent and suzumio.activation.id on every span."""
 import hashlib
 import logging
 import os

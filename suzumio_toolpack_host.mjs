@@ -1,7 +1,7 @@
 // Suzumio Node host for local toolpack `.mjs` modules: one script, two roles.
 //   --role controller  controller modules, scheduler hooks and WebUI handlers, driven by the
-//                      controller (tools.md §10, §15) with synchronous callbacks into its store.
-//   --role runner      runner modules inside an activation (backend-runner.md §9).
+//                      controller (docs/design/tools.md) with synchronous callbacks into its store.
+//   --role runner      runner modules inside an activation (docs/design/runner.md).
 // Started by suzumio_node.py (controller) and suzumio_runner.py (runner); Node >= 18, stdlib only.
 // stdout carries only protocol lines (one compact JSON object per line); everything else goes to stderr.
 
@@ -69,7 +69,7 @@ function plainValue(value) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Controller role: synchronous line reader on fd 0 (tools.md §15.1). process.stdin is never used:
+// Controller role: synchronous line reader on fd 0 (docs/design/tools.md). process.stdin is never used:
 // creating it would make the pipe non-blocking and compete for its bytes.
 
 class SyncLineReader {
@@ -268,7 +268,7 @@ class ControllerHost {
   }
 }
 
-// tools.md §10.2
+// docs/design/tools.md
 async function supportDispatch(mod, request, context) {
   const id = request.toolpackId;
   const tool = request.tool;
@@ -296,7 +296,7 @@ async function supportDispatch(mod, request, context) {
   };
 }
 
-// tools.md §10.4
+// docs/design/tools.md
 async function webuiDispatch(mod, request, context) {
   const id = request.toolpackId;
   const entryId = request.entryId;
@@ -322,7 +322,7 @@ async function webuiDispatch(mod, request, context) {
   };
 }
 
-// tools.md §10.3 steps 1-3: the raw resolved value; the controller validates the requests.
+// docs/design/tools.md: the raw resolved value; the controller validates the requests.
 async function schedulerTickDispatch(mod, context) {
   if (typeof mod.schedulerTick === "function") {
     return mod.schedulerTick(context);
@@ -337,7 +337,7 @@ async function schedulerTickDispatch(mod, context) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Runner role (backend-runner.md §9): newline-delimited requests on stdin, answered in order.
+// Runner role (docs/design/runner.md): newline-delimited requests on stdin, answered in order.
 
 function controllerErrorText(status, body) {
   const text = body.trim();

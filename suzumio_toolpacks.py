@@ -1,8 +1,8 @@
-"""Controller side of tools (tools.md §2–4, §10–15): support dispatch for the core tools and local
-controller modules, the support-call authorization steps after the activation checks, WebUI entries
-(the built-in panels are suzumio_webui_panels'), tool status, scheduler hooks and the store facade that
-Node-host callbacks use. The tool registry itself comes from suzumio_registry; the rules the core tools
-apply are suzumio_coordination's. Imported by suzumio_runner_support, suzumio_api and suzumio.py."""
+"""Controller side of tools (docs/design/tools.md): support dispatch for the core tools and local
+controller modules, the support-call authorization steps after the activation checks, WebUI entries (the
+built-in panels are suzumio_webui_panels'), tool status, scheduler hooks and the store facade that Node-
+host callbacks use. The tool registry itself comes from suzumio_registry; the rules the core tools apply
+are suzumio_coordination's."""
 import logging
 import threading
 
@@ -47,7 +47,7 @@ def no_webui_handler(toolpack_id, entry_id):
 # ---------------------------------------------------------------- signal requests
 
 def signal_request(item):
-    """tools.md §10.3 step 4: validate one signal request; returns record_signal keyword args."""
+    """docs/design/tools.md: validate one signal request; returns record_signal keyword args."""
     object_input(item)
     kind = required_string(item, "kind")
     target_agent = optional_string(item.get("targetAgent"))
@@ -67,7 +67,7 @@ def signal_request(item):
 
 
 def hook_requests(value):
-    """tools.md §10.3 step 3: an array, or an object's array `signals`; anything else → none."""
+    """docs/design/tools.md: an array, or an object's array `signals`; anything else → none."""
     if isinstance(value, list):
         items = value
     elif isinstance(value, dict) and isinstance(value.get("signals"), list):
@@ -77,7 +77,7 @@ def hook_requests(value):
     return [signal_request(item) for item in items]
 
 
-# ---------------------------------------------------------------- the store facade (tools.md §15.3)
+# ---------------------------------------------------------------- the store facade (docs/design/tools.md)
 
 def store_paths(store):
     project_dir = store.dir
@@ -102,7 +102,7 @@ def facade_record_signal(store, config, data, source_agent=None, source_activati
 
 
 def facade_callbacks(store, config, source_agent=None, source_activation=None):
-    """Host callback name → callable (tools.md §15.3), bound to one project and caller. Reads run on
+    """Host callback name → callable (docs/design/tools.md), bound to one project and caller. Reads run on
     the store's read-only connections (`store.db.all` and `store.db.get` cannot change a row)."""
     def run(sql, *params):
         return store.db_run(sql, list(params))
@@ -136,7 +136,7 @@ def facade_callbacks(store, config, source_agent=None, source_activation=None):
     }
 
 
-# ---------------------------------------------------------------- core tools (tools.md §4)
+# ---------------------------------------------------------------- core tools (docs/design/tools.md)
 
 def send_message_tool(store, config, agent, activation_id, data):
     data = object_input(data)
@@ -193,7 +193,7 @@ class ToolpackRuntime:
         self._node_host = node_host
         self.configs = configs  # the runtime's one ConfigCache (suzumio_config), shared with the scheduler
         self._node_lock = threading.Lock()
-        self.mcp = mcp  # suzumio_mcp.McpHub: controller-side MCP sessions (issue 15), or None
+        self.mcp = mcp  # suzumio_mcp.McpHub: controller-side MCP sessions, or None
 
     @property
     def node(self):
@@ -213,7 +213,7 @@ class ToolpackRuntime:
     # -- registry
 
     def registry(self, store):
-        """The project's toolpacks (tools.md §2.2), re-resolved whenever a local manifest changes on disk;
+        """The project's toolpacks (docs/design/tools.md), re-resolved whenever a local manifest changes on disk;
         a failure is a 500."""
         try:
             return self.configs.get(store).registry
@@ -221,7 +221,7 @@ class ToolpackRuntime:
             raise ToolpackError(exc.message) from exc
 
     def check_tool_call(self, store, agent, tool):
-        """The registry checks of `/runner/tool-calls/start` (tools.md §12)."""
+        """The registry checks of `/runner/tool-calls/start` (docs/design/tools.md)."""
         registry = self.registry(store)
         if registry.tool(tool) is None and not sandbox_mcp_tool(registry, tool):
             raise NotFound(f"Unknown tool: {tool}")
@@ -234,7 +234,7 @@ class ToolpackRuntime:
             raise NotFound(f"Unknown toolpack: {toolpack_id}")
         return pack
 
-    # -- support (tools.md §12 steps 8–12)
+    # -- support (docs/design/tools.md)
 
     def support(self, store, agent, activation_id, toolpack_id, tool, tool_input):
         """Steps 8–12 of the support chain; the caller has run steps 1–7."""
@@ -278,7 +278,7 @@ class ToolpackRuntime:
             rows.append({"id": pack.id, "kind": pack.kind, "state": state, "tools": pack.tool_names})
         return rows
 
-    # -- WebUI (tools.md §11)
+    # -- WebUI (docs/design/tools.md)
 
     def webui_entries(self, store):
         return [entry.to_json() for entry in self.registry(store).webui_entries()]
@@ -296,7 +296,7 @@ class ToolpackRuntime:
         return self.node.webui(pack.controller_module, pack.id, entry_id, data, context,
                                facade_callbacks(store, self.configs.get(store)))
 
-    # -- tool status (http-api.md §6.8)
+    # -- tool status (docs/http-api.md)
 
     def tool_status(self, store):
         registry = self.registry(store)
@@ -320,7 +320,7 @@ class ToolpackRuntime:
                 entry["submittedReportPath"] = report_path
         return [entries[name] for name in sorted(entries)]
 
-    # -- scheduler hooks (tools.md §10.3, scheduler.md §6)
+    # -- scheduler hooks (docs/design/tools.md, docs/design/scheduler.md)
 
     def run_hooks(self, store, config, now):
         """Run every local toolpack's hook once (`config` is the tick's ProjectConfig); a failing hook
@@ -353,7 +353,7 @@ def sandbox_mcp_tool(registry, tool):
 
 
 def handler_result(handler, *args):
-    """Run a built-in handler: whatever it raises is a handler error, HTTP 500 (http-api.md §2.3)."""
+    """Run a built-in handler: whatever it raises is a handler error, HTTP 500 (docs/http-api.md)."""
     try:
         return handler(*args)
     except SuzumioError as exc:
@@ -361,7 +361,7 @@ def handler_result(handler, *args):
 
 
 def hook_agents(store):
-    """tools.md §10.3 context `agents`, with activeActivationId always present and modelAlive."""
+    """docs/design/tools.md context `agents`, with activeActivationId always present and modelAlive."""
     agents = []
     for agent in store.list_agents():
         active = agent.get("activeActivationId")

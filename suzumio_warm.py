@@ -1,8 +1,7 @@
-"""Warm activations (issue 18): a bounded pool of prepared runners, one per (project, agent) at most, each
-a created and started container (docker-chat) or a spawned interpreter (local) that waits on the warm
-socket for the input of the one activation that claims it. Owns the slots, the warm socket listener and
-the worker thread that prepares and removes them. Imported by suzumio_backend only, which does the
-engine and process work through the `preparer` it hands in."""
+"""Warm activations: a bounded pool of prepared runners, one per (project, agent) at most, each a created
+and started container (docker-chat) or a spawned interpreter (local) that waits on the warm socket for
+the input of the one activation that claims it. Owns the slots, the warm socket listener and the worker
+thread that prepares and removes them."""
 import hmac
 import json
 import logging
@@ -149,7 +148,7 @@ class WarmPool:
     # -- what the scheduler and the backends call
 
     def hint(self, store):
-        """The scheduler ticked this project (issue 18): bring its prepared runners up to date, soon and
+        """The scheduler ticked this project: bring its prepared runners up to date, soon and
         on the worker thread (a tick never waits for an engine call of the pool)."""
         if self._closed.is_set():
             return

@@ -1,6 +1,6 @@
-"""`suzumio watch <project>` (issue 14): a terminal client of a running controller's SSE stream that
-prints each running activation's text, reasoning and tool calls as the model produces them, and the
-stored events that frame them. Imported by suzumio.py only; standard library HTTP, nothing of Suzumio."""
+"""`suzumio watch <project>`: a terminal client of a running controller's SSE stream that prints each
+running activation's text, reasoning and tool calls as the model produces them, and the stored events
+that frame them."""
 
 import http.client
 import json

@@ -1,8 +1,6 @@
-"""The built-in WebUI panels and actions of the core, shell and web toolpacks (tools.md §14): project
-statistics, conversations, the send form, the signal queue, the completion report and tool activity.
-Each handler takes (store, config, data) and answers {title, output, metadata}. Imported by
-suzumio_toolpacks; imports the store's reads, suzumio_coordination (the send action), suzumio_http
-(argument readers) and suzumio_records."""
+"""The built-in WebUI panels and actions of the core, shell and web toolpacks (docs/design/tools.md):
+project statistics, conversations, the send form, the signal queue, the completion report and tool
+activity. Each handler takes (store, config, data) and answers {title, output, metadata}."""
 import json
 from pathlib import Path
 

@@ -1,7 +1,7 @@
-"""The YAML dialect and file pipeline of project configs (config.md §2.1–2.6, §2.9): the YAML 1.2 core
-loader on top of PyYAML, strict JSON, `${NAME}` placeholders, bare `@import(...)` marker quoting, imports
-with cycle and depth checks, `extends` merging, and the block YAML dumper render uses. Knows nothing of
-the schema. Imported by suzumio_config and suzumio_registry; imports only yaml and suzumio_errors."""
+"""The YAML dialect and file pipeline of project configs (docs/configuration.md): the YAML 1.2 core loader
+on top of PyYAML, strict JSON, `${NAME}` placeholders, bare `@import(...)` marker quoting, imports with
+cycle and depth checks, `extends` merging, and the block YAML dumper render uses. Knows nothing of the
+schema."""
 import json
 import math
 import os
@@ -19,7 +19,7 @@ MAX_ALIAS_EXPANSION = 200_000
 
 
 # ---------------------------------------------------------------------------------------------------
-# YAML 1.2 core dialect on top of PyYAML (config.md §2.4)
+# YAML 1.2 core dialect on top of PyYAML (docs/configuration.md)
 
 class _Yaml12Loader(yaml.SafeLoader):
     """SafeLoader with YAML 1.2 core scalars, no merge keys, no timestamps and no duplicate keys."""
@@ -133,7 +133,7 @@ def _unshare(value, source):
 
 
 def parse_yaml(text, source="<string>"):
-    """Parse one YAML document with the loader's YAML 1.2 core dialect (config.md §2.4)."""
+    """Parse one YAML document with the loader's YAML 1.2 core dialect (docs/configuration.md)."""
     try:
         value = yaml.load(text, Loader=_Yaml12Loader)
     except yaml.MarkedYAMLError as exc:
@@ -183,7 +183,7 @@ def parse_json(text, source="<string>"):
 
 
 # ---------------------------------------------------------------------------------------------------
-# File loader, placeholders, bare-marker quoting, imports (config.md §2.1–2.5)
+# File loader, placeholders, bare-marker quoting, imports (docs/configuration.md)
 
 _PLACEHOLDER = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
 _WHOLE_DOCUMENT_MARKER = re.compile(r"^@import\(([^)]+)\)$")
@@ -200,11 +200,11 @@ def substitute_placeholders(text, env):
 
 
 def quote_bare_markers(text):
-    """Wrap bare `@import(...)` markers in double quotes so YAML can parse them (config.md §2.3).
+    """Wrap bare `@import(...)` markers in double quotes so YAML can parse them (docs/configuration.md).
 
     Beyond the reference, a marker that is a whole item of a flow collection (`extends: [@import(a.yaml)]`,
     `agents: {pm: @import(pm.yaml)}`) is quoted too, because acceptance scenarios 12, 17, 19 and 20 of
-    config.md write it that way; the reference left it bare, which is a YAML syntax error."""
+    docs/configuration.md write it that way; the reference left it bare, which is a YAML syntax error."""
     trimmed = text.strip()
     if _WHOLE_DOCUMENT_MARKER.match(trimmed):
         return json.dumps(trimmed, ensure_ascii=False)
@@ -265,7 +265,7 @@ def read_text(path):
 
 
 def _load_file(path, chain, env):
-    """Load one file of the project (YAML, JSON or text) with its imports resolved (config.md §2.1)."""
+    """Load one file of the project (YAML, JSON or text) with its imports resolved (docs/configuration.md)."""
     absolute = lexical_abspath(path)
     if absolute in chain:
         raise ConfigError("Circular @import detected: " + " -> ".join(chain + [absolute]))
@@ -303,7 +303,7 @@ def _resolve_imports(value, base_dir, chain, env):
 
 
 def apply_extends(value):
-    """Merge `extends` profiles into every mapping reachable through mappings (config.md §2.6)."""
+    """Merge `extends` profiles into every mapping reachable through mappings (docs/configuration.md)."""
     if not isinstance(value, dict):
         return value
     if "extends" not in value:
@@ -332,7 +332,7 @@ def _merge(base, over):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Block YAML that the dialect above reads back exactly (render, config.md §2.9)
+# Block YAML that the dialect above reads back exactly (render, docs/configuration.md)
 
 class _RenderDumper(yaml.SafeDumper):
     """Block style with indented sequences; strings the loader would read as another type are quoted."""

@@ -2,7 +2,7 @@
 the real runner's first request reaching the controller (`POST /activation-context`, the runner's first
 act once its interpreter, imports and input are ready) and to its first model request (`POST
 /runner/model`), for the `local` and `docker-chat` backends, started cold and warm (a prepared runner
-waiting on the warm socket, issue 18; the pool is given time to prepare it between activations, as an
+waiting on the warm socket; the pool is given time to prepare it between activations, as an
 idle agent's runner is prepared before its next signal). The
 bare cost, measured in the same run, is the same first request made by a minimal stdlib Python script
 (`http.client` + `json`) spawned the same way: a subprocess of this interpreter with the local runner's
@@ -30,6 +30,7 @@ import benchlib
 from store_fixtures import CONFIGS, config_of
 
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_coordination as coordination
 import suzumio_scheduler
 import suzumio_store
@@ -160,7 +161,7 @@ def activation_latencies(kind, runs, controller, warm=False):
 
 
 def remove_containers(store):
-    """The bench's own containers only (kept by the backend for inspection, backend-runner.md §3.11)."""
+    """The bench's own containers only (kept by the backend for inspection, docs/design/runner.md)."""
     import docker
 
     client = docker.from_env()
@@ -182,10 +183,10 @@ def wait_until_ended(store, activation_id, timeout=60.0):
 
 def bare_local(runs, controller):
     samples = []
-    env = {name: os.environ[name] for name in suzumio_backend.LOCAL_BASE_ENV if os.environ.get(name)}
+    env = {name: os.environ[name] for name in suzumio_backend_local.LOCAL_BASE_ENV if os.environ.get(name)}
     for index in range(runs):
         began = time.time()
-        process = subprocess.Popen([sys.executable, *suzumio_backend.LOCAL_RUNNER_FLAGS, "-c", BARE_POST,
+        process = subprocess.Popen([sys.executable, *suzumio_backend_local.LOCAL_RUNNER_FLAGS, "-c", BARE_POST,
                                     controller.where, f"bare-{index}"],
                                    env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         samples.append(controller.wait_for(f"bare-{index}") - began)

@@ -1,4 +1,4 @@
-"""The controller under load (issue 20), two parts measured in one run:
+"""The controller under load, two parts measured in one run:
 1. N demo teams (examples/demo.yaml: local backend, scripted provider) kicked off at once on one
    `suzumio serve`: wall time per team against one team alone, failed activations (target 0),
    `GET /api/projects` median/p95 while loaded (target p95 < 300 ms), peak descriptors and threads.

@@ -2,7 +2,7 @@
 (every agent quiet, nothing pending) and busy (every agent running an activation, one P3 signal pending
 for each), against a bare baseline: one plain SQLite read per project of the rows a tick looks at
 (project, agents, pending signals, running activations), on connections kept open.
-Then the scheduler as `serve` runs it (issue 18, event-driven): its thread's CPU time over `--window`
+Then the scheduler as `serve` runs it (event-driven): its thread's CPU time over `--window`
 seconds of an idle root (one full pass, the safety net, and whatever the thread does while waiting),
 against the CPU time of the plain reads a poller would need over the same window (one bare pass every
 2 s, the old tick interval). Target <= 2x.
@@ -39,7 +39,7 @@ def bare_pass(connections):
             conn.execute(sql, (name,)).fetchall()
 
 
-POLL_SECONDS = 2.0  # the scheduler's tick interval before issue 18
+POLL_SECONDS = 2.0  # the fixed tick interval of a scheduler that polls
 
 
 def idle_thread_cpu(scheduler, window):

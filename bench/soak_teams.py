@@ -1,4 +1,4 @@
-"""Soak (issue 20): one `suzumio serve` keeps a fixed set of projects at work for a while. Each round
+"""Soak: one `suzumio serve` keeps a fixed set of projects at work for a while. Each round
 starts every project again and sends its pm "Round N": pm delegates to worker, worker reports back, pm
 submits, while clients browse the project list. The model (`--model server`, the default) is a real
 Chat Completions server in this process whose context holds CONTEXT_MESSAGES messages: a longer request

@@ -1,4 +1,4 @@
-"""Team view at scale (issue 19): a project of 6 agents with 2,000 activations and 10,000 messages over about
+"""Team view at scale: a project of 6 agents with 2,000 activations and 10,000 messages over about
 five hours (tests/webui_fixtures.py seed_team_scale, through the store), served by the real app and opened
 in Chromium on `#/team/team`, a fresh browser context per run. Measures the time to first render (the
 first bar drawn, in the page's clock since navigation start) against the page's own first timeline

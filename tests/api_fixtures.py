@@ -51,7 +51,7 @@ tools:
 
 def project_yaml(name, controller_url, *, task="Prove the theorem.", toolpacks="[core, shell, web]", extra="",
                  script="{agents: {}}"):
-    """A `demo`-shaped project file (http-api.md §11 setup): pm and worker, local backend, empty script."""
+    """A `demo`-shaped project file (docs/http-api.md setup): pm and worker, local backend, empty script."""
     return DEMO_YAML.format(name=name, task=task, toolpacks=toolpacks, extra=extra, script=script,
                             controller_url=controller_url)
 
@@ -105,10 +105,10 @@ class Service:
     listener with a loopback Host header and the API token; `listener=` picks one explicitly and
     `auth=False` leaves the token out."""
 
-    def __init__(self, root, scheduler, backend, toolpacks, server, runner_server, api_token):
+    def __init__(self, root, scheduler, backends, toolpacks, server, runner_server, api_token):
         self.root = root
         self.scheduler = scheduler
-        self.backend = backend
+        self.backends = backends
         self.toolpacks = toolpacks
         self.server = server
         self.runner_server = runner_server
@@ -171,24 +171,24 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
         suzumio.prepare_runner_socket_dir(socket_path)
     # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
     token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
-    backend = suzumio_backend.Backends(runner_socket=socket_path, warm_limit=warm_limit)  # warm: issue 18
+    backends = suzumio_backend.Backends(runner_socket=socket_path, warm_limit=warm_limit)
     # Like serve: scheduler and routes share one config cache (listing MCP tools with an McpHub, test_mcp).
     configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing if mcp is not None else None)
     toolpacks = suzumio_toolpacks.ToolpackRuntime(configs, mcp=mcp)
-    scheduler = suzumio_scheduler.Scheduler(root, backend, configs, hooks=toolpacks,
+    scheduler = suzumio_scheduler.Scheduler(root, backends, configs, hooks=toolpacks,
                                             interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS)
     if scheduler_interval is not None:
         scheduler.start()
     model_proxy = app_options.pop("model_proxy", None)
     tracer = app_options.pop("tracer", None)
-    app = suzumio_api.make_app(root, scheduler, backend, toolpacks, api_token=token, **app_options)
+    app = suzumio_api.make_app(root, scheduler, backends, toolpacks, api_token=token, **app_options)
     runner_app = suzumio_runner_support.make_runner_app(root, toolpacks, scheduler, model_proxy, tracer)
     if runner_listen is None:
         runner_server = suzumio_api.Server(runner_app, threads=threads, unix_socket=socket_path).start()
     else:
         runner_server = suzumio_api.Server(runner_app, *runner_listen, threads=threads).start()
     server = suzumio_api.Server(app, "127.0.0.1", 0, threads=threads).start()
-    service = Service(root, scheduler, backend, toolpacks, server, runner_server, token)
+    service = Service(root, scheduler, backends, toolpacks, server, runner_server, token)
     try:
         yield service
     finally:
@@ -197,7 +197,7 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
         service.http.close()
         server.close()
         runner_server.close()
-        backend.close()
+        backends.close()
         toolpacks.close()
         root.close()
 

@@ -22,6 +22,7 @@ from conftest import free_port, wait_until
 
 import suzumio
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_store
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ SCRIBE_ENTRIES = 40
 
 def crash_script(worker_sleep=WORKER_SLEEP_S, pm_sleep=PM_SLEEP_S, scribe_entries=SCRIBE_ENTRIES):
     """The scripted turns of the crash team. No entry has a `when`: a failed activation does not consume
-    its entry (scripted-provider.md rule 3), so the failed nudge replays the interrupted entry, and
+    its entry (docs/configuration.md rule 3), so the failed nudge replays the interrupted entry, and
     every completed activation plays the next one."""
     def shell(command):
         return {"name": "shell.exec", "input": {"command": command}}
@@ -219,14 +220,14 @@ def all_signals(store):
 
 
 def runner_alive(activation):
-    """The backend's own liveness test for a `local-<pid>` runner (backend-runner.md §3A.5); for a
+    """The backend's own liveness test for a `local-<pid>` runner (docs/design/runner.md); for a
     docker-chat container, whether the engine reports it running."""
     name = activation.get("containerName")
     if not name:
         return False
     pid = suzumio_backend.local_pid(name)
     if pid is not None:
-        return suzumio_backend.local_runner_alive(pid, activation["id"])
+        return suzumio_backend_local.local_runner_alive(pid, activation["id"])
     state = suzumio_backend.DockerBackend().state(name)
     return state is not None and state[0] == "running"
 
@@ -313,7 +314,7 @@ def stop_leftover_runners(store):
     """Kill the process group of every runner still alive (never the runners of other projects)."""
     for activation in store.list_activations(limit=1_000_000):
         pid = suzumio_backend.local_pid(activation.get("containerName"))
-        if pid is not None and suzumio_backend.local_runner_alive(pid, activation["id"]):
+        if pid is not None and suzumio_backend_local.local_runner_alive(pid, activation["id"]):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -473,7 +474,7 @@ class ChaosTrial:
     """One trial: the crash team is kicked off, then serve is SIGKILLed 1..max_kills times after seeded
     random delays (and restarted after a seeded random pause) while a thread posts user notes to the
     scribe; afterwards the project must submit, every activation settle and check_settled pass.
-    A report delivered to an activation whose runner then died stays delivered (store.md §8.2) and
+    A report delivered to an activation whose runner then died stays delivered (docs/design/store.md) and
     reaches the retry only through history, which the scripted pm does not read; the all-quiet nudge
     then gives pm its next turn."""
 

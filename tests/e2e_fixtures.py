@@ -160,7 +160,7 @@ class Team:
         """Cancel what still runs (a failed test) and stop its runner, so teardown never waits."""
         for activation in self.store.running_activations():
             coordination.cancel_activation(self.store, activation["id"], "test over")
-            self.service.backend.stop_runner(self.store, self.store.activation(activation["id"]))
+            self.service.backends.stop_runner(self.store, self.store.activation(activation["id"]))
 
 
 def require_engine(kind):

@@ -1,4 +1,4 @@
-"""Test stand-in for the controller's runner routes (backend-runner.md §6, http-api.md §9): a real HTTP
+"""Test stand-in for the controller's runner routes (docs/design/runner.md, docs/http-api.md): a real HTTP
 server for one project/agent/activation that records every call and answers with the spec's shapes,
 including P1 `signalText` on tool-call finish and `{"error": ...}` failures. `/runner/model` is forwarded
 by the real suzumio_model_proxy with the controller-side models config and environment the test gives
@@ -37,7 +37,7 @@ def blank(value):
 
 
 def p1_signal_text(body):
-    """A tool-boundary delivery text shaped like the controller's (backend-runner.md §6.3)."""
+    """A tool-boundary delivery text shaped like the controller's (docs/design/runner.md)."""
     note = (
         "These signals arrived while this activation was running; they are new instructions that follow "
         "the tool result."

@@ -1,7 +1,7 @@
 """Hostile-input fixtures: a served app whose ticks can never start a runner (so every row change comes
 from the request under test), the route table read from the app itself, a raw HTTP client that sends
 paths byte for byte, the database snapshot and integrity checks, and the error-shape oracle of
-http-api.md §2.3. Imported by tests/test_fuzz.py and tests/test_isolation.py."""
+docs/http-api.md Imported by tests/test_fuzz.py and tests/test_isolation.py."""
 import contextlib
 import http.client
 import json
@@ -22,7 +22,7 @@ RUNNER_PREFIXES = ("/runner/", "/toolpacks/", "/activation-")
 PLACEHOLDER = re.compile(r"<(\w+)(?::\w+)?>")
 JSON_TYPE = "application/json; charset=utf-8"
 VALID_STATUSES = {200, 400, 401, 403, 404, 409, 500}
-# The MCP endpoint (issue 15, docs/mcp.md) also answers 202 (a notification) and 405 (GET: no stream).
+# The MCP endpoint (docs/mcp.md) also answers 202 (a notification) and 405 (GET: no stream).
 MCP_STATUSES = {202, 405}
 CONTEXT = {"version": 1, "kind": "model-context", "messages": []}
 
@@ -33,7 +33,7 @@ LEAKS = re.compile(
     r"|UnicodeEncodeError|UnicodeDecodeError|sqlite3\.\w+)\b|'(?:NoneType|dict|list|str|int|float|bool)' object"
     r"|object has no attribute|not subscriptable|unhashable type|positional argument")
 
-# http-api.md §2.3 (and the store/tools texts it names): every 4xx message and the statuses it may carry.
+# docs/http-api.md (and the store/tools texts it names): every 4xx message and the statuses it may carry.
 ERROR_TEXTS = [
     (r"not found", {404}),
     (r"Invalid JSON body: .+", {400}),
@@ -60,7 +60,7 @@ ERROR_TEXTS = [
     (r"Model preset \S+ is a model list; .*|Model preset \S+ uses provider \S+, not .*", {400}),
     (r"Provider \S+ is scripted: .*|Provider type \S+ is not supported by this version .*", {400}),
     (r"Method not allowed: POST JSON-RPC messages to /mcp", {405}),
-    # approvals (issue 16)
+    # approvals
     (r"Unknown approval: .*|Unknown approval for activation: .*", {404}),
     (r"decision must be one of .*|note must be a string|note is longer than \d+ characters", {400}),
     (r"Expected a JSON object with decision|Invalid approval status: .*|waitMs must be a non-negative number",
@@ -71,7 +71,7 @@ ERROR_TEXTS = [
     (r"callKey \S+ was already used for another tool call", {409}),
 ]
 ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
-# Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text (§2.3).
+# Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text.
 HANDLER_ROUTES = (re.compile(r"^/api/projects/[^/]+/tool-ui/[^/]+/[^/]+$"), re.compile(r"^/toolpacks/[^/]+/support$"))
 
 
@@ -173,7 +173,7 @@ def exception_log():
 
 
 def error_problems(reply, path):
-    """What is wrong with a response under http-api.md §2.3; [] when it is fine."""
+    """What is wrong with a response under docs/http-api.md; [] when it is fine."""
     problems = []
     if reply.status not in VALID_STATUSES | (MCP_STATUSES if path == "/mcp" else set()):
         problems.append(f"status {reply.status} is outside the spec's mapping")
@@ -197,7 +197,7 @@ def error_problems(reply, path):
     message = body["error"]
     allowed = [statuses for pattern, statuses in ERROR_PATTERNS if pattern.fullmatch(message)]
     if not allowed:
-        problems.append(f"error text {message!r} is not one of http-api.md §2.3")
+        problems.append(f"error text {message!r} is not one of docs/http-api.md")
     elif not any(reply.status in statuses for statuses in allowed):
         problems.append(f"error text {message!r} with status {reply.status}")
     return problems

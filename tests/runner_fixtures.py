@@ -1,5 +1,5 @@
 """Builders for runner tests: activation input files shaped like the backend writes them
-(backend-runner.md §5), built-in toolpack specs, and running suzumio_runner.py as a subprocess."""
+(docs/design/runner.md), built-in toolpack specs, and running suzumio_runner.py as a subprocess."""
 
 import json
 import os

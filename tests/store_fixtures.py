@@ -1,4 +1,4 @@
-"""Fixtures for store tests: a real runtime root with an initialized `demo` project (store.md §9)."""
+"""Fixtures for store tests: a real runtime root with an initialized `demo` project (docs/design/store.md)."""
 import copy
 from datetime import timedelta
 

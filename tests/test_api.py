@@ -1,4 +1,4 @@
-"""User routes of http-api.md against the real app on Waitress with real projects (§11 scenarios)."""
+"""User routes of docs/http-api.md against the real app on Waitress with real projects."""
 import json
 import re
 

@@ -1,4 +1,4 @@
-"""The one error shape (README decision 10, http-api.md §2.3) across user and runner routes, strict
+"""The one error shape (docs/http-api.md) across user and runner routes, strict
 paths, project-segment checks and rejected requests without side effects."""
 import logging
 import re

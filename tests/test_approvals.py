@@ -1,4 +1,4 @@
-"""suzumio_approvals (issue 16) through its real surfaces: the approve rules of the config pipeline, the
+"""suzumio_approvals through its real surfaces: the approve rules of the config pipeline, the
 runner routes on the runner socket and the user routes on Waitress (a real root and SQLite file, no
 runner process: the runner's side is posted by hand, as a hostile activation could), and the CLI."""
 import io

@@ -1,5 +1,5 @@
 """Backend tests that need no Docker engine: environment, proxies, redaction, mounts validation, and
-the whole `local` backend (backend-runner.md §3A, §16 scenarios 53-57, 59, 60) with a stand-in runner."""
+the whole `local` backend (docs/design/runner.md scenarios 53-57, 59, 60) with a stand-in runner."""
 import json
 import os
 import signal
@@ -22,6 +22,7 @@ from backend_fixtures import (
 from conftest import wait_until
 
 import suzumio_backend as backend
+import suzumio_backend_local
 import suzumio_config
 import suzumio_coordination as coordination
 from suzumio_backend_reconcile import Reconciler
@@ -166,14 +167,14 @@ def test_timeout_is_reached_at_exactly_the_limit():
 
 def test_liveness_requires_the_activation_id_in_the_command_line():
     # The test process itself is alive but its command line names no activation.
-    assert not backend.local_runner_alive(os.getpid(), "act_0_deadbeef")
+    assert not suzumio_backend_local.local_runner_alive(os.getpid(), "act_0_deadbeef")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "act_1_cafebabe"])
     try:
-        assert backend.local_runner_alive(child.pid, "act_1_cafebabe")
+        assert suzumio_backend_local.local_runner_alive(child.pid, "act_1_cafebabe")
     finally:
         child.kill()
         child.wait()
-    assert not backend.local_runner_alive(child.pid, "act_1_cafebabe")
+    assert not suzumio_backend_local.local_runner_alive(child.pid, "act_1_cafebabe")
 
 
 # ---------------------------------------------------------------- the local backend, end to end
@@ -343,7 +344,7 @@ def test_adoption_after_restart_watches_live_runner_and_fails_dead_one(tmp_path)
         pid = backend.local_pid(env.store.activation(act["id"])["containerName"])
         env.backends.close()
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not backend.local_runner_alive(pid, act["id"]), 5)
+        wait_until(lambda: not suzumio_backend_local.local_runner_alive(pid, act["id"]), 5)
         fresh = env.new_backends()
         Reconciler(fresh).reconcile([env.store])
         assert env.store.activation(act["id"])["error"] == backend.NO_OUTPUT_ERROR
@@ -399,7 +400,7 @@ def test_processes_that_only_resemble_the_runner_are_not_adopted_and_the_grace_r
             subprocess.Popen([*sleeper, str(tmp_path / act["id"] / "input.json")], start_new_session=True),
         ]
         try:
-            assert all(backend.local_runner_alive(d.pid, act["id"]) for d in decoys)
+            assert all(suzumio_backend_local.local_runner_alive(d.pid, act["id"]) for d in decoys)
             fresh = env.new_backends(docker_client=NoEngine())
             start = parse_ts(act["startedAt"])
             Reconciler(fresh).reconcile([env.store], now=start + datetime.timedelta(seconds=30))
@@ -417,7 +418,7 @@ def test_input_controller_url_names_the_runner_socket_when_the_controller_serves
     socket_path = Path("/srv/root/run/runner.sock")
     assert backend.runner_controller_url("docker-chat", socket_path, "http://x:1") == "unix:///run/suzumio/runner.sock"
     assert backend.runner_controller_url("local", socket_path, "http://x:1") == "unix:///srv/root/run/runner.sock"
-    # serve --runner-listen: backend.controllerUrl, as before
+    # serve --runner-listen: backend.controllerUrl
     url = "http://host.docker.internal:39401"
     assert backend.runner_controller_url("docker-chat", None, url) == url
     assert backend.runner_controller_url("local", None, url) == "http://127.0.0.1:39401"

@@ -1,4 +1,4 @@
-"""docker-chat backend against a real Docker engine (backend-runner.md §16 scenarios 1-5, 9-16, 50-52):
+"""docker-chat backend against a real Docker engine (docs/design/runner.md scenarios 1-5, 9-16, 50-52):
 containers are read back with the SDK. A client double is used only for generic stop/kill failures."""
 import datetime
 import json
@@ -325,7 +325,7 @@ def test_reconcile_fails_activation_whose_container_is_gone(tmp_path, client, pr
 
 
 class FailingStopClient:
-    """The one double decision 11 allows: an engine whose stop and kill fail with a generic error."""
+    """The one double the real-parts rule allows: an engine whose stop and kill fail with a generic error."""
 
     def __init__(self, real):
         self.real = real

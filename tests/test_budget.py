@@ -149,7 +149,7 @@ def finish(env, agent_id, total, now=None):
 
 
 def budget_messages(env):
-    """The pause notices to the user (issue 14's 80% warnings are counted apart)."""
+    """The pause notices to the user (the 80% warnings are counted apart)."""
     return [m for m in env.store.list_messages(1000, full_body=True)
             if m["sender"] == "scheduler" and not m["body"].startswith("Budget warning")]
 

@@ -1,4 +1,4 @@
-"""cli.md §8 acceptance scenarios: the real CLI against a real runtime root. Most run `suzumio.main`
+"""docs/cli.md acceptance scenarios: the real CLI against a real runtime root. Most run `suzumio.main`
 in-process for speed; the ones about processes (serve, stop of a running runner) run the CLI as a
 subprocess from a fresh shell environment, as a person would."""
 import contextlib
@@ -734,7 +734,7 @@ def test_serve_stops_on_sigterm_and_leaves_runners_alone(tmp_path, R):
 
 
 def test_every_docker_free_command_works_without_a_docker_daemon(project_file, R, tmp_path):
-    """cli.md §8 scenario 27: the Docker client is created lazily, only to touch a container."""
+    """docs/cli.md: the Docker client is created lazily, only to touch a container."""
     no_docker = {"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
     for argv in (["init", str(project_file)], ["status"], ["send", "demo", "pm", "P3", "hello"],
                  ["stop", "demo"], ["approve", "demo"], ["messages", "demo"], ["events", "demo"],

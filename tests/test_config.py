@@ -1,5 +1,5 @@
-"""Tests of suzumio_config: the acceptance scenarios of config.md §10, the load-time scenarios of tools.md
-§16 and scripted-provider.md, the YAML dialect, the broken-config corpus and the examples."""
+"""Tests of suzumio_config: the project file of docs/configuration.md, the load-time tool checks of
+docs/design/tools.md, the YAML dialect, the broken-config corpus and the examples."""
 import copy
 import json
 from pathlib import Path
@@ -112,7 +112,7 @@ PLAN_MANIFEST = {
 
 @pytest.fixture
 def packaged(tmp_path):
-    """A stand-in for the shipped `toolpacks/` directory, with manifests shaped as toolpacks-packaged.md."""
+    """A stand-in for the shipped `toolpacks/` directory, with manifests shaped as docs/design/toolpacks.md."""
     root = tmp_path / "shipped-toolpacks"
     make_toolpack(root / "scheduler", SCHEDULER_MANIFEST)
     make_toolpack(root / "plan", PLAN_MANIFEST)
@@ -120,7 +120,7 @@ def packaged(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# config.md §10, scenarios 1–9: defaults and the model registry
+# docs/configuration.md, scenarios 1–9: defaults and the model registry
 
 def test_base_config_materializes_every_default(tmp_path):
     config_ = load(tmp_path, BASE)
@@ -248,7 +248,7 @@ def test_text_imports_are_verbatim(tmp_path):
 def test_nested_imports_resolve_against_the_importing_file(tmp_path, monkeypatch):
     write(tmp_path / "cfg" / "agents" / "pm.yaml", "prompt: @import(../prompts/pm.md)\ntools: [messages.send]\n")
     write(tmp_path / "cfg" / "prompts" / "pm.md", "P!")
-    # Block style: §2.3 leaves markers inside flow collections unquoted (scenario 12 writes it in flow form).
+    # Block style: leaves markers inside flow collections unquoted (scenario 12 writes it in flow form).
     write(tmp_path / "cfg" / "p.yaml", "name: t\ntask: T\n" + MODELS_YAML + "agents:\n  pm: @import(agents/pm.yaml)\n")
     monkeypatch.chdir(tmp_path)
     assert load_project("cfg/p.yaml", env={}).agent("pm").prompt == "P!"
@@ -987,7 +987,7 @@ def test_run_time_expansion_errors():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Scenario 47 and scripted-provider.md: scripts
+# Scenario 47 and docs/configuration.md: scripts
 
 SCRIPT = {"agents": {"pm": [{"steps": [{"say": "hi"}]}]}}
 
@@ -1167,7 +1167,7 @@ def test_local_backend_proxy_variables_are_never_rewritten(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Scenario 40 and §2.9–2.10: render, config_json, ProjectConfig
+# Scenario 40: render, config_json, ProjectConfig
 
 def test_render_is_idempotent(tmp_path):
     first = load(tmp_path, BASE)
@@ -1304,7 +1304,7 @@ def test_typed_accessors_mirror_the_data(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# YAML dialect (config.md §2.4)
+# YAML dialect (docs/configuration.md)
 
 @pytest.mark.parametrize("scalar, value", [
     ("true", True), ("True", True), ("FALSE", False), ("yes", "yes"), ("No", "No"), ("on", "on"), ("off", "off"),
@@ -1391,7 +1391,7 @@ def test_flow_collection_markers_as_the_scenarios_write_them(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# tools.md §16 (load-time parts)
+# docs/design/tools.md (load-time parts)
 
 def review_project(tmp_path, **agents):
     make_toolpack(tmp_path / "toolpacks" / "review", REVIEW_MANIFEST)

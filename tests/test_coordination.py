@@ -8,6 +8,7 @@ import sqlite3
 import pytest
 from store_fixtures import T0, at, config_of, count, event_types, init_demo, make_config, rows, snapshot
 
+import suzumio_approvals
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_records as rec
@@ -469,7 +470,7 @@ def test_the_same_finish_asked_again_answers_the_first_result_and_records_nothin
     assert coordination.finish_tool_call(demo, "worker", act["id"], failed["toolCallId"], "failed",
                                          error="E") == {"status": "failed"}
     assert snapshot(demo) == before
-    # a different result still overwrites the first and appends its row (tools.md §13)
+    # a different result still overwrites the first and appends its row (docs/design/tools.md)
     coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "changed")
     assert demo.tool_call(call["toolCallId"])["output"] == "changed"
     assert [h["kind"] for h in demo.active_history("worker")].count("tool_result") == 2
@@ -736,3 +737,27 @@ def test_history_paging_newest_first_with_next_before(demo):
     assert top["parts"][0]["text"].endswith("[truncated 30000 chars]")
     with pytest.raises(NotFound, match=r"^Unknown agent: ghost$"):
         demo.history_page("ghost")
+
+
+@pytest.mark.parametrize("ending, status", [("fail", "failed"), ("cancel", "cancelled"), ("complete", "completed")])
+def test_an_activation_that_ends_takes_its_pending_approval_requests_with_it(tmp_path, ending, status):
+    config = make_config(agents={"pm": {"tools": ["*"]},
+                                 "worker": {"tools": ["*"], "approve": [{"tool": "file.write"}]}})
+    root, store = init_demo(tmp_path / "gated", config)
+    try:
+        act = coordination.start_activation(store, "worker", "p", [])
+        started = suzumio_approvals.start_tool_call(store, config_of(store), "worker", act["id"], "file.write",
+                                                    {"path": "a.txt", "content": "x"})
+        if ending == "fail":
+            coordination.fail_activation(store, act["id"], "boom")
+        elif ending == "cancel":
+            coordination.cancel_activation(store, act["id"], "Interrupted")
+        else:
+            coordination.complete_activation(store, config_of(store), act["id"], "worker", "done")
+        request = suzumio_approvals.approval(store, started["approval"]["id"])
+        assert (request["status"], request["decidedBy"], request["note"]) == (
+            "cancelled", "system", f"Activation {act['id']} is {status}")
+        assert store.latest_event("approval.cancelled")["data"]["id"] == request["id"]
+        assert suzumio_approvals.pending_count(store) == 0
+    finally:
+        root.close()

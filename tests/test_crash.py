@@ -48,6 +48,7 @@ from store_fixtures import config_of
 import suzumio
 import suzumio_approvals
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_coordination as coordination
 import suzumio_store
 import suzumio_warm
@@ -92,7 +93,7 @@ def test_restarted_controller_adopts_live_runners_and_their_activations_complete
 
 
 def prepared_containers():
-    """(name, state) of the crash project's prepared containers not yet claimed (issue 18)."""
+    """(name, state) of the crash project's prepared containers not yet claimed."""
     return suzumio_backend.DockerBackend().warm_containers(project=PROJECT)
 
 
@@ -115,9 +116,9 @@ def test_prepared_containers_of_a_killed_controller_are_removed_and_the_team_sti
 
 
 def prepared_processes(root):
-    """Pids of live prepared local runners waiting on this root's warm socket (issue 18)."""
+    """Pids of live prepared local runners waiting on this root's warm socket."""
     marker = f"--warm {suzumio_warm.warm_socket_path(suzumio.runner_socket_path(root))} "
-    return {pid for pid, text in suzumio_backend.command_lines()
+    return {pid for pid, text in suzumio_backend_local.command_lines()
             if marker in text and not process_gone(pid)}
 
 
@@ -365,7 +366,7 @@ def test_first_docker_sdk_use_from_two_threads_at_once_imports_cleanly():
         assert result.stdout.strip() == "ok", result.stdout + result.stderr
 
 
-# ---------------------------------------------------------------- a pending approval survives the controller (issue 16)
+# ---------------------------------------------------------------- a pending approval survives the controller
 
 def approval_config(kind, image, command="printf 'ran\\n' >> {artifacts}/deploy.log  # deploy"):
     config = crash_config(0, kind=kind, image=image, failed_nudge=False)

@@ -1,7 +1,7 @@
 """End to end through the real controller, the real runner and a real model server (the FakeModel),
 on both backends (`local` and `docker-chat`): the delegation loop from "Start." to a submitted report,
 model fallback and context-overflow compaction, runner-route authorization, path confinement and
-shell timeouts (backend-runner.md, tools.md, scheduler.md)."""
+shell timeouts (docs/design/runner.md, docs/design/tools.md, docs/design/scheduler.md)."""
 import json
 import os
 
@@ -88,7 +88,7 @@ def test_start_message_runs_delegation_to_a_submitted_report(tmp_path, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_model_http_500_falls_back_to_the_next_model_list_preset(tmp_path, kind):
     presets = {"chain": {"model-list": ["primary", "backup"]},
-               "primary": {"provider": "fake", "model": "primary", "maxRetries": 0},  # issue 14: no retries
+               "primary": {"provider": "fake", "model": "primary", "maxRetries": 0},  # No retries
                "backup": {"provider": "fake", "model": "backup"}}
     agents = {"pm": {"model": "chain", "tools": PM_TOOLS}}
     with running_team(tmp_path, kind, agents=agents, presets=presets, model="chain") as team:

@@ -1,4 +1,4 @@
-"""Approval gates end to end (issue 16), on both backends: the real controller, the real runner in a local
+"""Approval gates end to end, on both backends: the real controller, the real runner in a local
 process or a container, a FakeModel. A gated shell.exec waits for a person: deny (with a note) reaches the
 model as that call's result and the command never ran, allow runs it once, expiry denies, allow-always
 lets the next match through without a request, P0 cancels a pending request, P1 arrives with the

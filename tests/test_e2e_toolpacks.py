@@ -1,7 +1,7 @@
 """Local and packaged toolpacks end to end: the real controller (store, scheduler ticks, Node host), the
 real runner with its Node host (in a container on docker-chat, on the host on local) and the FakeModel.
-Covers the scenarios that need the real store and scheduler: toolpacks-packaged.md §4 1, 2, 7, 8, 16,
-19, 30–35, 37, 38, 39 and tools.md §16 2, 3, 41, 54–56, plus the review-tools round trip."""
+Covers the scenarios that need the real store and scheduler: docs/design/toolpacks.md 1, 2, 7, 8, 16,
+19, 30–35, 37, 38, 39 and docs/design/tools.md 2, 3, 41, 54–56, plus the review-tools round trip."""
 import datetime
 import json
 import shutil
@@ -107,7 +107,7 @@ def test_reviewer_calls_a_local_toolpack_from_its_runner_and_pm_wakes(tmp_path, 
         assert "LGTM: the proof holds." in woken["prompt"]
         assert ok(ui(team, "review-tools", "review.stats"))["output"] == "Summaries: 1"
 
-        # tools.md §16 2–3: only allowed toolpacks reach the runner input (and the container)
+        # docs/design/tools.md 2–3: only allowed toolpacks reach the runner input (and the container)
         reviewer_packs = {p["id"]: p for p in input_of(team, reviewed)["toolpacks"]}
         assert list(reviewer_packs) == ["core", "review-tools"]
         assert [t["name"] for t in reviewer_packs["core"]["tools"]] == ["messages.send"]
@@ -127,7 +127,7 @@ def test_reviewer_calls_a_local_toolpack_from_its_runner_and_pm_wakes(tmp_path, 
 
 @pytest.mark.parametrize("kind", kind_params())
 def test_packaged_toolpacks_resolve_mount_for_pm_only_and_run_from_its_runner(tmp_path, kind):
-    """toolpacks-packaged.md §4 2 and 38 (scenarios 3 and 20 through the model)."""
+    """docs/design/toolpacks.md 2 and 38 (scenarios 3 and 20 through the model)."""
     with toolpack_team(tmp_path, kind) as team:
         assert not (tmp_path / "config" / "toolpacks").exists()
         resolved = team.store.resolved_yaml_path.read_text()
@@ -195,7 +195,7 @@ def write_project(directory, toolpacks, extra_files=()):
 
 
 def test_registration_forms_and_their_config_errors(tmp_path):
-    """toolpacks-packaged.md §4 1 and 39."""
+    """docs/design/toolpacks.md 1 and 39."""
     with pytest.raises(ConfigError) as builtin:
         suzumio_config.load_project(write_project(tmp_path / "a", ["core", "scheduler"]), env={})
     assert "Unknown built-in toolpack: scheduler (configure local toolpacks as { path: ... })" in str(builtin.value)
@@ -227,7 +227,7 @@ def test_registration_forms_and_their_config_errors(tmp_path):
 # ---------------------------------------------------------------- WebUI entries
 
 def test_tool_ui_lists_review_scheduler_and_plan_entries_and_invokes_them(tmp_path):
-    """tools.md §16 41 with local toolpacks; toolpacks-packaged.md §4 16 and 35."""
+    """docs/design/tools.md 41 with local toolpacks; docs/design/toolpacks.md 16 and 35."""
     with toolpack_team(tmp_path) as team:
         entries = ok(team.service.get(f"/api/projects/{team.name}/tool-ui"))
         listed = [(e["toolpackId"], e["id"], e["toolpackKind"]) for e in entries]
@@ -262,7 +262,7 @@ def test_tool_ui_lists_review_scheduler_and_plan_entries_and_invokes_them(tmp_pa
 # ---------------------------------------------------------------- scheduler toolpack through real ticks
 
 def test_due_job_is_sent_once_and_never_again_after_a_controller_restart(tmp_path):
-    """toolpacks-packaged.md §4 7, across a restart: new Root, Scheduler and ToolpackRuntime."""
+    """docs/design/toolpacks.md 7, across a restart: new Root, Scheduler and ToolpackRuntime."""
     future = utc_now() + datetime.timedelta(hours=1)
     with toolpack_team(tmp_path) as team:
         past = ok(ui(team, "scheduler", "schedule.once", {"at": "2020-01-01T00:00:00Z", "recipient": "user",
@@ -292,7 +292,7 @@ def test_due_job_is_sent_once_and_never_again_after_a_controller_restart(tmp_pat
 
 
 def test_wait_for_quiet_job_waits_while_its_recipient_runs(tmp_path):
-    """toolpacks-packaged.md §4 8 with a real runner keeping pm model-alive."""
+    """docs/design/toolpacks.md 8 with a real runner keeping pm model-alive."""
     with toolpack_team(tmp_path) as team:
         gate = "while [ ! -e release ]; do sleep 0.05; done; echo released"
         team.model.enqueue(tool_calls=[call("shell.exec", command=gate, timeoutMs=120000)], model="pm")
@@ -322,7 +322,7 @@ def test_wait_for_quiet_job_waits_while_its_recipient_runs(tmp_path):
 
 
 def test_stopped_project_sends_nothing_until_started_then_once(tmp_path):
-    """toolpacks-packaged.md §4 19."""
+    """docs/design/toolpacks.md 19."""
     with toolpack_team(tmp_path) as team:
         ok(ui(team, "scheduler", "schedule.once", {"at": "2020-01-01T00:00:00Z", "body": "Due while stopped."}))
         ok(team.service.post(f"/api/projects/{team.name}/stop"))
@@ -350,7 +350,7 @@ def create_plan(team, **fields):
 
 
 def test_plan_nudges_its_idle_target_once_per_cooldown_up_to_max_nudges(tmp_path):
-    """toolpacks-packaged.md §4 30, 32, 33 and 34 (maxNudges) with real ticks and a real pm runner."""
+    """docs/design/toolpacks.md 30, 32, 33 and 34 (maxNudges) with real ticks and a real pm runner."""
     with toolpack_team(tmp_path) as team:
         plan = create_plan(team, maxNudges=2)
         base = utc_now()
@@ -392,7 +392,7 @@ def test_plan_nudges_its_idle_target_once_per_cooldown_up_to_max_nudges(tmp_path
 
 
 def test_plan_never_nudges_while_a_nudge_is_pending(tmp_path):
-    """toolpacks-packaged.md §4 31: ticks whose clock is before the nudge's delivery time keep it
+    """docs/design/toolpacks.md 31: ticks whose clock is before the nudge's delivery time keep it
     pending (it is not yet ready), and the dedupe rule holds back every further nudge."""
     with toolpack_team(tmp_path) as team:
         create_plan(team, nudgeCooldownMs=0)
@@ -406,7 +406,7 @@ def test_plan_never_nudges_while_a_nudge_is_pending(tmp_path):
 
 
 def test_plan_nudges_follow_the_target_and_stop_with_the_project(tmp_path):
-    """toolpacks-packaged.md §4 35 (targetAgent worker) and 37 (stopped project)."""
+    """docs/design/toolpacks.md 35 (targetAgent worker) and 37 (stopped project)."""
     with toolpack_team(tmp_path) as team:
         create_plan(team, targetAgent="worker")
         ok(team.service.post(f"/api/projects/{team.name}/stop"))
@@ -421,14 +421,14 @@ def test_plan_nudges_follow_the_target_and_stop_with_the_project(tmp_path):
         assert nudge["targetAgent"] == "worker"
 
 
-# ---------------------------------------------------------------- the controller Node host (tools.md §16 54–56)
+# ---------------------------------------------------------------- the controller Node host (docs/design/tools.md 54–56)
 
 def hook_mode(team, mode):
     (team.store.dir / "review-hook.txt").write_text(mode, encoding="utf-8")
 
 
 def test_hook_callbacks_write_and_read_back_and_see_every_agent(tmp_path):
-    """tools.md §16 55 (hook side) and 56 (agents carry activeActivationId)."""
+    """docs/design/tools.md 55 (hook side) and 56 (agents carry activeActivationId)."""
     with toolpack_team(tmp_path) as team:
         hook_mode(team, "send")
         now = utc_now()
@@ -444,7 +444,7 @@ def test_hook_callbacks_write_and_read_back_and_see_every_agent(tmp_path):
 
 
 def test_support_handler_makes_a_thousand_callbacks_and_sees_pending_signals(tmp_path):
-    """tools.md §16 55 (support side) and 56 (hasPendingSignalsForAgent) from a real runner."""
+    """docs/design/tools.md 55 (support side) and 56 (hasPendingSignalsForAgent) from a real runner."""
     agents = json.loads(json.dumps(AGENTS))
     agents["reviewer"]["tools"].append("review.probe")
     with toolpack_team(tmp_path, agents=agents) as team:
@@ -466,7 +466,7 @@ def test_support_handler_makes_a_thousand_callbacks_and_sees_pending_signals(tmp
 
 
 def test_hanging_hook_times_out_and_the_tick_and_host_recover(tmp_path):
-    """tools.md §16 54 (hook side): the 10 s host timeout, the built-in rules of the same tick, and a
+    """docs/design/tools.md 54 (hook side): the 10 s host timeout, the built-in rules of the same tick, and a
     fresh host for the next support call."""
     nudge = {"noEffectNudge": {"enabled": False}, "allQuietNudge": {"enabled": True, "targetAgent": "pm"}}
     with toolpack_team(tmp_path, scheduler=nudge) as team:
@@ -490,7 +490,7 @@ def test_hanging_hook_times_out_and_the_tick_and_host_recover(tmp_path):
 
 @pytest.mark.slow
 def test_hanging_support_handler_times_out_after_sixty_seconds(tmp_path):
-    """tools.md §16 54 (support side), through the runner route with a running activation."""
+    """docs/design/tools.md 54 (support side), through the runner route with a running activation."""
     agents = json.loads(json.dumps(AGENTS))
     agents["reviewer"]["tools"].append("review.hang")
     with toolpack_team(tmp_path, agents=agents) as team:

@@ -1,4 +1,4 @@
-"""The controller's two doors, end to end (issue 13 scope 1 and 3): runners reach the controller over
+"""The controller's two doors, end to end: runners reach the controller over
 its runner socket (docker-chat: the socket's folder mounted at /run/suzumio; local: the host path), or
 over TCP with `--runner-listen` and backend.controllerUrl; and a process inside a docker-chat
 activation, even with `network: host`, gets 401 (or nothing) from every user route and finds the user
@@ -84,7 +84,7 @@ def user_api_routes(service):
     """Every /api route of the user app, with its placeholders filled."""
     routes = [(method, fill(rule, FILLERS)) for method, rule in app_routes(service)
               if not is_runner_rule(rule) and rule.startswith("/api/")]
-    assert len(routes) >= 23  # http-api.md §3: 23 /api routes
+    assert len(routes) >= 23  # docs/http-api.md: 23 /api routes
     return routes
 
 

@@ -1,7 +1,7 @@
 """Hostile input, bounded: every route of the served app (read from the app, so a new route is fuzzed
 without editing this file) gets random JSON, wrong types, raw bytes, oversized bodies, path-like ids and
 random query strings; the config loader gets random trees and mutated texts. Oracles: no unexpected
-exception, the one error shape with the http-api.md §2.3 mapping, an intact database, and no row or file
+exception, the one error shape with the docs/http-api.md mapping, an intact database, and no row or file
 written by a rejected request. SUZUMIO_FUZZ_EXAMPLES raises the example count (make soak)."""
 import contextlib
 import datetime
@@ -260,7 +260,7 @@ def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     rules = {rule for _method, rule in routes}
     assert len(routes) == 45, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
     # (8f), /api/version and /api/openapi.json (17b), GET and POST /mcp (8n), the approvals list, one
-    # approval, its decision and /runner/approvals/wait (issue 16), GET …/costs (14f)
+    # approval, its decision and /runner/approvals/wait, GET …/costs (14f)
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
     assert len(runner_rules) == 10

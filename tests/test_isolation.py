@@ -1,7 +1,7 @@
-"""Isolation: each runner route authenticates exactly its caller (http-api.md §9.1), the runner's file
-tools never reach outside their roots (backend-runner.md §12.2: `..`, absolute paths, symlinks, hard
-links, /proc magic links, FIFOs), toolpack modules load only from inside their folder (tools.md §8.3),
-and the request guards of http-api.md §1.1 cover every route they should — routes read from the app."""
+"""Isolation: each runner route authenticates exactly its caller (docs/http-api.md), the runner's file
+tools never reach outside their roots (docs/design/runner.md: `..`, absolute paths, symlinks, hard
+links, /proc magic links, FIFOs), toolpack modules load only from inside their folder (docs/design/tools.md),
+and the request guards of docs/http-api.md cover every route they should — routes read from the app."""
 import json
 import os
 from pathlib import Path
@@ -67,7 +67,7 @@ def expect(reply, status, message):
     assert (reply.status, reply.json()) == (status, {"error": message}), reply.text
 
 
-# ---------------------------------------------------------------- runner routes (§9.1)
+# ---------------------------------------------------------------- runner routes
 
 def test_every_runner_route_refuses_a_wrong_token_and_another_agents_token(iso, routes):
     identity = iso.identity("worker")
@@ -153,7 +153,7 @@ def test_no_route_is_served_on_both_listeners_and_each_refuses_the_others(iso, r
     assert iso.snapshot() == before
 
 
-# ---------------------------------------------------------------- user guards (§1.1)
+# ---------------------------------------------------------------- user guards
 
 def user_requests(routes):
     """(method, target) of every non-runner route, filled with values that exist."""
@@ -167,8 +167,8 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
     with world(tmp_path, api_token="s3cret", webui_dir=suzumio_api.WEBUI_DIR) as iso:
         routes = app_routes(iso.service)
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
-        # http-api.md §3, the timeline (9a), /api/version and /api/openapi.json (17b), the approvals list,
-        # one approval and its decision (issue 16), …/costs (14f)
+        # docs/http-api.md, the timeline (9a), /api/version and /api/openapi.json (17b), the approvals list,
+        # one approval and its decision, …/costs (14f)
         assert len(api) == 30
         before = iso.snapshot()
         for method, target in api:
@@ -196,7 +196,7 @@ def first_asset():
 
 def test_every_post_route_refuses_foreign_origins_and_hosts_without_side_effects(iso, routes):
     posts = [(m, t) for m, t in user_requests(routes) if m == "POST"]
-    assert len(posts) == 8  # http-api.md §3, POST /mcp (spec-notes 8n), the approval decision (issue 16)
+    assert len(posts) == 8  # docs/http-api.md, POST /mcp (spec-notes 8n), the approval decision
     before = iso.snapshot()
     for method, target in posts:
         body = json.dumps({"recipient": "pm", "body": "x"}).encode()
@@ -232,7 +232,7 @@ def test_same_origin_posts_and_cross_site_gets_pass(iso):
                                                             "Sec-Fetch-Site": "cross-site"}).status == 200
 
 
-# ---------------------------------------------------------------- file tools (backend-runner.md §12.2)
+# ---------------------------------------------------------------- file tools (docs/design/runner.md)
 
 @pytest.fixture
 def roots(tmp_path):
@@ -363,7 +363,7 @@ def test_symlinks_that_stay_inside_the_roots_still_work(roots):
     assert (roots["A"] / "worker" / "out.md").read_text() == "o"
 
 
-# ---------------------------------------------------------------- toolpack folders (tools.md §8.3)
+# ---------------------------------------------------------------- toolpack folders (docs/design/tools.md)
 
 def toolpack(tmp_path, manifest, files=("runner.mjs", "controller.mjs")):
     root = tmp_path / "pack"

@@ -1,4 +1,4 @@
-"""The controller stays up (issue 20): descriptors bounded by design under many projects and clients,
+"""The controller stays up: descriptors bounded by design under many projects and clients,
 back to their idle level after a team has run, and a loop that dies ends `serve` loudly (exit 1)
 instead of leaving a deaf process. Each test runs `suzumio serve` as a real subprocess."""
 import json

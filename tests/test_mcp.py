@@ -1,4 +1,4 @@
-"""MCP toolpacks end to end (issue 15): the reference servers from the npm registry
+"""MCP toolpacks end to end: the reference servers from the npm registry
 (@modelcontextprotocol/server-everything and server-filesystem, installed into tests/.mcp-servers by
 tests/mcp_fixtures.py), the real controller with its McpHub, the real runner on local and docker-chat and the
 FakeModel; plus `config render --check`, `start` and `suzumio toolpacks` on a server that cannot start."""

@@ -1,4 +1,4 @@
-"""Suzumio as an MCP server (issue 15): the official MCP Python client connects to `/mcp` on the served
+"""Suzumio as an MCP server: the official MCP Python client connects to `/mcp` on the served
 controller (with the API token) and to `suzumio mcp` over stdio, lists the tools, sends a message that
 wakes an agent (the real local runner and the FakeModel) and reads the submitted report."""
 import asyncio

@@ -1,5 +1,5 @@
 """Node host tests against the real node binary: the controller role through suzumio_node.NodeHost
-(tools.md §10, §15) and the runner role spoken directly (backend-runner.md §9) against a real HTTP
+(docs/design/tools.md) and the runner role spoken directly (docs/design/runner.md) against a real HTTP
 server standing in for the controller's runner routes."""
 import http.server
 import inspect
@@ -111,7 +111,7 @@ def support(host, callbacks, tool, input=None, module="controller_named.mjs", **
                         callbacks, **kwargs)
 
 
-# --- controller role: dispatch and export variants (tools.md §10.2, §10.4, §10.3) ---------------
+# --- controller role: dispatch and export variants (docs/design/tools.md) ---------------
 
 
 def test_support_named_factory_gets_input_and_support_context(host, callbacks):
@@ -231,7 +231,7 @@ def test_helper_timeouts_follow_the_spec():
     assert default(NodeHost.scheduler_tick, "timeout_ms") == 10000
 
 
-# --- controller role: synchronous callbacks (tools.md §15.2-15.3) --------------------------------
+# --- controller role: synchronous callbacks (docs/design/tools.md) --------------------------------
 
 
 def test_callbacks_return_values_synchronously(host, callbacks):
@@ -289,7 +289,7 @@ def test_event_loop_runs_during_an_invocation(host, callbacks):
     assert support(host, callbacks, "t.await") == {"output": "pm,worker"}
 
 
-# --- controller role: process lifetime (tools.md §15.1) -----------------------------------------
+# --- controller role: process lifetime (docs/design/tools.md) -----------------------------------------
 
 
 def test_console_output_goes_to_the_log_and_never_corrupts_the_protocol(host, callbacks, caplog):
@@ -412,7 +412,7 @@ def test_default_script_is_beside_the_module():
     assert HOST_SCRIPT.is_file()
 
 
-# --- runner role (backend-runner.md §9) ----------------------------------------------------------
+# --- runner role (docs/design/runner.md) ----------------------------------------------------------
 
 
 class ControllerStub(http.server.ThreadingHTTPServer):

@@ -1,7 +1,7 @@
-"""The packaged `scheduler` and `plan` toolpacks (toolpacks-packaged.md §4) driven through the real Node
+"""The packaged `scheduler` and `plan` toolpacks (docs/design/toolpacks.md) driven through the real Node
 host (suzumio_node.NodeHost). The callbacks go to ProjectFacade, a small in-test stand-in for the store
-facade of tools.md §15.3 with real SQLite tables for messages and signals; `tick()` plays the part of
-the scheduler's hook step (tools.md §10.3). End-to-end runs on the real store and scheduler belong to
+facade of docs/design/tools.md with real SQLite tables for messages and signals; `tick()` plays the part of
+the scheduler's hook step (docs/design/tools.md). End-to-end runs on the real store and scheduler belong to
 the integration tests."""
 import json
 import re

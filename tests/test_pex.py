@@ -2,7 +2,7 @@
 it alone into an empty folder and runs `python3 suzumio.pex …` there with a clean environment whose
 HOME is a fresh folder, so the pex unpacks into its own PEX_ROOT and nothing of the source tree is
 reachable. Covers the CLI, a full team run on the `local` backend, packaged toolpacks and the Docker
-backend mounting the runner files from inside the unpacked pex (spec README decisions 2 and 14)."""
+backend mounting the runner files from inside the unpacked pex."""
 import contextlib
 import hashlib
 import importlib.metadata
@@ -208,7 +208,7 @@ def test_pex_holds_every_runtime_file_beside_the_modules_for_four_platforms(pex_
 
 
 def test_pex_stays_under_30_mb_and_its_mcp_client_lists_a_real_server(pex_file, host, tmp_path):
-    """Issue 15: the MCP SDK is inside (without cryptography, which Suzumio never imports), the file
+    """The MCP SDK is inside (without cryptography, which Suzumio never imports), the file
     stays under 30 MB, and `config render --check` from the copied pex lists server-everything's tools."""
     assert pex_file.stat().st_size < 30_000_000
     with zipfile.ZipFile(pex_file) as archive:

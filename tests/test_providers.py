@@ -1,4 +1,4 @@
-"""Real model servers (issue 14), tested against real HTTP servers: retries by default (429 with
+"""Real model servers, tested against real HTTP servers: retries by default (429 with
 Retry-After, 5xx, dropped connections) before the model-list fallback; the table of context-overflow
 error bodies per server (tests/model_errors) driving compaction; streamed upstream requests assembled
 into the answer the server would have given whole, their deltas live on the project's SSE stream;

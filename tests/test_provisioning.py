@@ -1,5 +1,5 @@
 """Checks that the machine provides what the real-part tests need: a Docker engine, the runner image
-with python3 >= 3.9, node >= 18, bash, git and curl (backend-runner.md §14.2), and Debian's Chromium
+with python3 >= 3.9, node >= 18, bash, git and curl (docs/design/runner.md), and Debian's Chromium
 driven by Playwright. Skips only when a part is absent and its SUZUMIO_REQUIRE_* variable is unset."""
 import base64
 import logging

@@ -1,4 +1,4 @@
-"""Bounded containers (issue 18): each exited activation container leaves its log tail in its activation
+"""Bounded containers: each exited activation container leaves its log tail in its activation
 folder and only the newest `backend.docker.keep` per agent stay on the engine; `keep: all` keeps them
 all; `suzumio gc` removes what is left over. Real engine, real runner image, the FakeModel."""
 import io
@@ -32,7 +32,7 @@ def activation_of(team, container):
 def run_activations(team, count):
     """`count` activations of worker-1, one after another, each failing with its own model error."""
     for index in range(count):
-        # a 400: not retried by the controller (issue 14), so each activation fails on its own error
+        # a 400: not retried by the controller, so each activation fails on its own error
         team.model.enqueue_error(400, f"model error number {index}", model="worker-1")
         team.send("worker-1", f"Task {index}.")
         team.wait_activations("worker-1", index + 1)
@@ -55,7 +55,7 @@ def test_only_the_newest_containers_stay_and_every_log_tail_is_kept(tmp_path):
 
 
 def test_after_200_warm_activations_the_engine_holds_only_the_kept_ones_and_every_log_tail(tmp_path):
-    """Issue 18's check, with prepared containers on: 200 activations of one agent, `keep: 3`."""
+    """The same check with prepared containers on: 200 activations of one agent, `keep: 3`."""
     with running_team(tmp_path, "docker-chat", docker={"keep": 3}, warm_limit=4) as team:
         activations = run_activations(team, 200)
 

@@ -1,7 +1,7 @@
 """The runner end to end (a subprocess against the fake model and fake controller): loop order, tool
 round trips, P1 delivery, fallback, retries, compaction, limits, proxies, scripted replay, local toolpacks
 through the Node host, exit codes, SIGTERM and secrets; plus unit tests of its pure helpers
-(backend-runner.md §7-§11, §16 scenarios 25-40; scripted-provider.md)."""
+(docs/design/runner.md scenarios 25-40; docs/configuration.md)."""
 
 import ast
 import json
@@ -35,6 +35,7 @@ from runner_fixtures import (
 )
 
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_runner as runner
 import suzumio_runner_loop as loop
 import suzumio_runner_models as models
@@ -157,7 +158,7 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
     [forwarded] = controller.bodies("/runner/model")
     assert (forwarded["providerId"], forwarded["presetId"]) == ("gw", "main")
     body = request.body
-    # the controller streams upstream (issue 14) and hands the runner the whole answer
+    # the controller streams upstream and hands the runner the whole answer
     assert (body["model"], body["tool_choice"], body["stream"]) == ("m1", "auto", True)
     names = [tool["function"]["name"] for tool in body["tools"]]
     assert names[:4] == ["messages_send", "coordination_wait_for_signal", "completion_submit", "file_read"]
@@ -410,7 +411,7 @@ def test_failed_context_post_only_warns(tmp_path, model, setup):
 
 def test_model_http_500_fails_the_run_without_output(tmp_path, model, setup):
     controller, activation = setup()
-    for _ in range(4):  # the first try and the controller's three retries (issue 14)
+    for _ in range(4):  # the first try and the controller's three retries
         model.enqueue_error(500, "upstream exploded")
     result = run_runner(tmp_path, activation)
     assert result.returncode == 1 and len(model.requests) == 4
@@ -1250,7 +1251,7 @@ RUNNER_MODULES = (
     "suzumio_runner_tools.py",
     "suzumio_runner_models.py",
 )
-# Imported only by an activation whose agent has a sandbox-side MCP server (issue 15).
+# Imported only by an activation whose agent has a sandbox-side MCP server.
 ALL_RUNNER_MODULES = (*RUNNER_MODULES, "suzumio_runner_mcp.py")
 
 
@@ -1291,7 +1292,7 @@ def test_runner_names_a_missing_runner_file(tmp_path, setup, missing):
     result = subprocess.run(
         [
             sys.executable,
-            *suzumio_backend.LOCAL_RUNNER_FLAGS,
+            *suzumio_backend_local.LOCAL_RUNNER_FLAGS,
             str(copy / "suzumio_runner.py"),
             "--input",
             str(write_input(tmp_path, activation)),

@@ -1,4 +1,4 @@
-"""The runner's copies of controller facts (it imports no controller module, backend-runner.md §2): the
+"""The runner's copies of controller facts (it imports no controller module, docs/design/runner.md): the
 built-in tool names, ending and support-backed tools, and preset expansion must equal the controller's.
 Also: every runner file shares the `suzumio_runner` prefix and is what the backend mounts."""
 from pathlib import Path

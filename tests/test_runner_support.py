@@ -1,4 +1,4 @@
-"""Runner routes (backend-runner.md §6, http-api.md §9): the authorization chain in its order, tool-call
+"""Runner routes (docs/design/runner.md, docs/http-api.md): the authorization chain in its order, tool-call
 audit, P1 delivery at the tool boundary, signals, history, context and the only completion path."""
 import pytest
 from api_fixtures import init_project, project_yaml, running_activation, serving

@@ -1,4 +1,4 @@
-"""Runner-local tools (backend-runner.md §12, tools.md §5-7): argument rules, file.read/write/patch
+"""Runner-local tools (docs/design/runner.md, docs/design/tools.md): argument rules, file.read/write/patch
 with lexical and real-path confinement, shell.exec process groups and limits, web.fetch against local
 HTTP servers and a recording proxy."""
 

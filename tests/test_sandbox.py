@@ -1,4 +1,4 @@
-"""The activation container as a boundary, seen from inside (issue 13, least privilege): the real
+"""The activation container as a boundary, seen from inside (least privilege): the real
 controller, the real runner in the real runner image, and shell.exec commands scripted through the
 FakeModel report the uid, capabilities, no-new-privileges, limits, file ownership and what the network
 lets through; `config render` names each agent's network and every weakening setting."""

@@ -1,4 +1,4 @@
-"""Scheduler acceptance scenarios (scheduler.md §11) on a real SQLite file and the real `local` backend:
+"""Scheduler acceptance scenarios (docs/design/scheduler.md) on a real SQLite file and the real `local` backend:
 activations run the real runner (scripted provider) against the real controller, whose
 /activation-output completes them and asks for the next tick; time is injected through `now`."""
 import datetime

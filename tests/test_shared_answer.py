@@ -1,4 +1,4 @@
-"""SharedAnswer (issue 20): concurrent askers share one computation that started after they asked, so
+"""SharedAnswer: concurrent askers share one computation that started after they asked, so
 32 clients of the project list cost two computations, and none of them is served a stale answer."""
 import threading
 

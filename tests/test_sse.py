@@ -1,4 +1,4 @@
-"""The SSE stream (http-api.md §10): replay, rowid polling without loss or duplicates, Last-Event-ID
+"""The SSE stream (docs/http-api.md): replay, rowid polling without loss or duplicates, Last-Event-ID
 resume, keep-alive comments, and many open streams beside ordinary requests."""
 import contextlib
 import itertools
@@ -206,7 +206,7 @@ def chunk_frames(data):
 
 
 def test_a_burst_is_sent_in_rounds_at_least_the_coalescing_interval_apart(service, demo):
-    """Issue 18: while commits keep coming, a client's writes are at least STREAM_COALESCE apart and each
+    """While commits keep coming, a client's writes are at least STREAM_COALESCE apart and each
     carries everything that arrived meanwhile, in order; after a pause, the next event goes out at once
     in its own write."""
     with hub_client(service.root, demo, demo.latest_event_rowid()) as sock:
@@ -530,7 +530,7 @@ def test_a_failing_hub_reports_the_listener_down(tmp_path, monkeypatch):
 
 def test_a_project_whose_store_fails_ends_its_streams_and_the_hub_goes_on(service, demo, monkeypatch):
     """A round that cannot read its project (an injected store error) ends that project's streams, whose
-    clients reconnect; the hub serves the next stream as before."""
+    clients reconnect; the hub serves the next stream."""
     client = SseClient(service, "/api/projects/demo/stream")
     wait_until(lambda: len(client.snapshot()) == 2, 2, message="the replay")
 

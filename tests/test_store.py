@@ -1,4 +1,4 @@
-"""Store tests on a real SQLite file: store.md §9 acceptance scenarios plus transactions and threads."""
+"""Store tests on a real SQLite file: docs/design/store.md acceptance scenarios plus transactions and threads."""
 import json
 import re
 import shutil
@@ -380,7 +380,7 @@ def test_activation_context_snapshot_and_fallback(demo):
     assert public["hasContext"] is True and "prompt" not in public and "usageJson" not in public
 
 
-# -- no-effect nudge (scheduler.md §7.1) --------------------------------------------------------
+# -- no-effect nudge (docs/design/scheduler.md) --------------------------------------------------------
 
 
 # -- tool calls ---------------------------------------------------------------------------------
@@ -621,7 +621,7 @@ def test_core_tools_refused_after_activation_ended(demo):
     assert [p.name for p in demo.dir.iterdir() if p.name.startswith(".final-report")] == []
 
 
-# ---------------------------------------------------------------- bounded connections (issue 20)
+# ---------------------------------------------------------------- bounded connections
 
 def test_readers_are_pooled_so_connections_never_grow_with_threads(tmp_path):
     root, _store = init_demo(tmp_path / "root")
@@ -702,7 +702,7 @@ def test_project_summaries_follow_writes_from_this_process_and_others(tmp_path):
 
 def test_event_cursors_and_budget_reads_never_walk_every_event(demo):
     """Each project has its own file, so (project, created_at) matches every event: the rowid cursors walk
-    the rowids, the budget's reads seek their types, and none of them sorts (issue 18, issue 20)."""
+    the rowids, the budget's reads seek their types, and none of them sorts."""
     with demo.snapshot() as conn:
         statements = []
         conn.set_trace_callback(statements.append)

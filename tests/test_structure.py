@@ -77,3 +77,204 @@ def test_the_detector_sees_sql_in_a_module_outside_the_store(tmp_path):
 
 def test_no_class_or_module_outgrows_its_limit():
     assert oversized() == []
+
+
+# ---------------------------------------------------------------- every `.md` reference resolves
+
+MD_REFERENCE = re.compile(r"(?<![\w/.$-])([\w][\w./-]*\.md)\b")
+# Names of files the runtime writes, which comments mention as files, not as documents.
+RUNTIME_FILES = {"final-report.md"}
+CODE_SUFFIXES = (".py", ".mjs", ".js", ".ts", ".tsx", ".jsx")
+FENCE = re.compile(r"^\s*(```|~~~).*?^\s*\1", re.M | re.S)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK_TARGET = re.compile(r"\]\(([^)\s#]+\.md)(?:#[^)]*)?\)")
+
+
+def tracked_files(root=REPO):
+    import subprocess
+    listed = subprocess.run(["git", "-C", str(root), "ls-files"], capture_output=True, text=True, check=True)
+    return [name for name in listed.stdout.split() if not name.startswith(("webui_dist/", "node_modules/"))]
+
+
+def python_prose(text):
+    """(line, text) of every comment and docstring of a Python source."""
+    import io
+    import tokenize
+    found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+             if tok.type == tokenize.COMMENT]
+    docstrings = _docstring_nodes(tree := ast.parse(text))
+    found += [(node.lineno, node.value) for node in ast.walk(tree) if id(node) in docstrings]
+    return found
+
+
+def script_prose(text):
+    """(line, text) of the comments of a JavaScript or TypeScript source."""
+    found = [(text.count("\n", 0, m.start()) + 1, m.group(0)) for m in re.finditer(r"/\*.*?\*/", text, re.S)]
+    found += [(number, line[line.index("//"):]) for number, line in enumerate(text.splitlines(), 1)
+              if re.search(r"(^|\s)//", line)]
+    return found
+
+
+def markdown_prose(text):
+    """(0, text) of a Markdown page outside code (fenced blocks and inline spans), and its link targets."""
+    prose = INLINE_CODE.sub("", FENCE.sub("", text))
+    return [(0, prose)] + [(0, f"{target} ") for target in LINK_TARGET.findall(text)]
+
+
+def prose_of(root, name):
+    path = root / name
+    if not path.is_file():
+        return []
+    if name.endswith(".md"):
+        return markdown_prose(path.read_text(encoding="utf-8"))
+    python_script = name.startswith("scripts/") and path.read_text(encoding="utf-8", errors="replace").startswith(
+        "#!/usr/bin/env python")
+    if name.endswith(".py") or python_script:
+        return python_prose(path.read_text(encoding="utf-8"))
+    if name.endswith(CODE_SUFFIXES):
+        return script_prose(path.read_text(encoding="utf-8"))
+    return []
+
+
+def missing_md_references(root=REPO, names=None):
+    """(file, line, reference) of every `.md` file named in a comment, docstring or document that is
+    in the repository neither beside the file that names it nor under the repository root."""
+    missing = []
+    for name in names or tracked_files(root):
+        for line, text in prose_of(root, name):
+            for ref in MD_REFERENCE.findall(text):
+                target = ref.split("#")[0]
+                if target in RUNTIME_FILES or target.startswith(("http:", "https:")):
+                    continue
+                if not ((root / name).parent / target).is_file() and not (root / target).is_file():
+                    missing.append((name, line, ref))
+    return missing
+
+
+def test_every_md_reference_names_a_file_in_the_repository():
+    assert missing_md_references() == []
+
+
+def test_the_reference_check_sees_a_dead_reference_in_code_and_docs(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "here.md").write_text("See [there](there.md) and here.md; `data.md` is code.\n")
+    (tmp_path / "suzumio_x.py").write_text('"""Rules of docs/here.md."""\n# store.md §4.2 says so\nNAME = "not.md"\n')
+    (tmp_path / "app.ts").write_text("// webui.md §2\nconst a = 'b.md';\n")
+    found = missing_md_references(tmp_path, ["docs/here.md", "suzumio_x.py", "app.ts"])
+    assert sorted((name, ref) for name, _, ref in found) == [
+        ("app.ts", "webui.md"), ("docs/here.md", "there.md"), ("docs/here.md", "there.md"),
+        ("suzumio_x.py", "store.md")]
+
+
+# ---------------------------------------------------------------- no history in comments
+
+HISTORY = re.compile(r"\b[Ii]ssues? #?\d+\b|\bas before\b")
+
+
+def history_in_comments(root=REPO):
+    return [(name, line, match.group(0)) for name in tracked_files(root) if not name.endswith(".md")
+            for line, text in prose_of(root, name) for match in HISTORY.finditer(text)]
+
+
+def test_no_issue_numbers_or_history_in_comments():
+    assert history_in_comments() == []
+
+
+# ---------------------------------------------------------------- layers
+
+TABLE_ROW = re.compile(r"^\|\s*(?P<paths>[^|]+?)\s*\|\s*(?P<layer>[^|]+?)\s*\|")
+
+
+def module_layers(readme):
+    """{module: layer} of README.md's module table, and the layers in table order (bottom first)."""
+    section = readme[readme.index("## Where things are"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    layers, order = {}, []
+    for line in section.splitlines():
+        row = TABLE_ROW.match(line)
+        if not row or row["layer"] in ("Layer", "---", "—"):
+            continue
+        for name in re.findall(r"`(suzumio\w*)\.py`", row["paths"]):
+            layers[name] = row["layer"]
+        if row["layer"] not in order:
+            order.append(row["layer"])
+    return layers, order
+
+
+def imports_of(path, known):
+    """The project modules a module imports, at any depth of its code (function-level ones too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        found.update(name.split(".")[0] for name in names if name.split(".")[0] in known)
+    found.discard(path.stem)
+    return found
+
+
+def layer_problems(root=REPO):
+    """Modules missing from the table, upward imports, and import cycles, as lines."""
+    layers, order = module_layers((root / "README.md").read_text(encoding="utf-8"))
+    found = modules(root)
+    graph = {name: imports_of(path, found) for name, path in found.items()}
+    problems = [f"{name}: not in README.md's module table" for name in sorted(set(found) - set(layers))]
+    problems += [f"{name}: in README.md's module table but not a module" for name in sorted(set(layers) - set(found))]
+    for name, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if name in layers and dep in layers and order.index(layers[dep]) > order.index(layers[name]):
+                problems.append(f"{name} ({layers[name]}) imports {dep} ({layers[dep]}), a higher layer")
+    problems += [f"import cycle: {' -> '.join(cycle)}" for cycle in import_cycles(graph)]
+    return problems
+
+
+def import_cycles(graph):
+    """One cycle per strongly connected group of modules that import each other (Tarjan)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for dep in sorted(graph.get(node, ())):
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in on_stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group) + [sorted(group)[0]])
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_every_module_has_a_layer_and_imports_only_downwards_without_cycles():
+    assert layer_problems() == []
+
+
+def test_the_layer_check_sees_a_missing_module_an_upward_import_and_a_cycle(tmp_path):
+    (tmp_path / "README.md").write_text(
+        "## Where things are\n\n| Path | Layer | What |\n|---|---|---|\n"
+        "| `suzumio_low.py` | base | x |\n| `suzumio_high.py`, `suzumio_peer.py` | top | y |\n")
+    (tmp_path / "suzumio_low.py").write_text("def f():\n    import suzumio_high\n")
+    (tmp_path / "suzumio_high.py").write_text("import suzumio_low\nimport suzumio_peer\n")
+    (tmp_path / "suzumio_peer.py").write_text("from suzumio_high import x\n")
+    (tmp_path / "suzumio_new.py").write_text("")
+    assert layer_problems(tmp_path) == [
+        "suzumio_new: not in README.md's module table",
+        "suzumio_low (base) imports suzumio_high (top), a higher layer",
+        "import cycle: suzumio_high -> suzumio_low -> suzumio_peer -> suzumio_high",
+    ]

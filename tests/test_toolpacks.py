@@ -1,6 +1,6 @@
-"""Controller side of tools (tools.md §3–4, §10–15): core support handlers, the support authorization
+"""Controller side of tools (docs/design/tools.md): core support handlers, the support authorization
 steps, a real local toolpack run by the real Node host, WebUI entries and controls, scheduler hooks and
-the store facade callbacks (§16 scenarios)."""
+the store facade callbacks."""
 import json
 import shutil
 from pathlib import Path
@@ -202,7 +202,7 @@ def test_duplicate_toolpack_in_a_stored_config_fails_every_support_call(service,
     assert error_of(service.get("/api/projects/demo/tool-ui"), 500) == "Duplicate toolpack: core"
 
 
-# ---------------------------------------------------------------- core tools (tools.md §4)
+# ---------------------------------------------------------------- core tools (docs/design/tools.md)
 
 def test_messages_send_defaults_to_p3_and_signals_the_recipient(service, demo):
     worker = running_activation(demo, "worker")
@@ -347,7 +347,7 @@ def test_controller_module_without_the_tool_answers_not_handled(service, tmp_pat
     assert result["output"] == "Controller side of review-tools did not handle review.summarize."
 
 
-# ---------------------------------------------------------------- WebUI entries (tools.md §11, §14)
+# ---------------------------------------------------------------- WebUI entries (docs/design/tools.md)
 
 def test_tool_ui_lists_builtin_then_local_entries(service, demo):
     entries = service.get("/api/projects/demo/tool-ui").json()
@@ -437,7 +437,7 @@ def test_activity_panels_summarize_recorded_inputs(service, demo):
     assert shell["metadata"]["recent"][0]["summary"] == "/tmp: ls -la"
 
 
-# ---------------------------------------------------------------- scheduler hooks (tools.md §10.3)
+# ---------------------------------------------------------------- scheduler hooks (docs/design/tools.md)
 
 def hook_mode(store, mode):
     (store.dir / "hook-mode.txt").write_text(mode, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Warm activations (issue 18): prepared runners (a started container waiting on the warm socket, or a
+"""Warm activations: prepared runners (a started container waiting on the warm socket, or a
 spawned interpreter) serve exactly one activation each, give the same history and results as a cold
 start, stay within their bounds, and are removed on stop, approve, a config change and shutdown. Real
 controller (user app, runner socket, scheduler), real runner, real engine for docker-chat."""
@@ -13,6 +13,7 @@ from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
 from store_fixtures import config_of
 
 import suzumio_backend
+import suzumio_backend_local
 import suzumio_coordination as coordination
 import suzumio_scheduler
 import suzumio_warm
@@ -37,8 +38,8 @@ def prepared(env):
     if env.store.config()["backend"]["kind"] == "docker-chat":
         return sorted(name for name, _state in env.backends.docker.warm_containers(project=env.store.project_id))
     marker = f"--warm {suzumio_warm.warm_socket_path(env.backends.runner_socket)} "
-    return sorted(pid for pid, text in suzumio_backend.command_lines()
-                  if marker in text and suzumio_backend.read_cmdline(pid))
+    return sorted(pid for pid, text in suzumio_backend_local.command_lines()
+                  if marker in text and suzumio_backend_local.read_cmdline(pid))
 
 
 def run_one(env, body="Write part A."):

@@ -1,4 +1,4 @@
-"""WebUI acceptance scenarios (webui.md §10) in real Chromium driven by Playwright, against the real app
+"""WebUI acceptance scenarios (docs/design/webui.md) in real Chromium driven by Playwright, against the real app
 on Waitress with projects seeded through the real store (tests/webui_fixtures.py). Integrator decisions
 applied: one EventSource per tab on the selected project's stream with the 5 s poll as fallback
 (scenarios 2 and 28 rewritten), and per-activation token usage where the model reported it.
@@ -234,7 +234,7 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     assert tab.open_streams() == [fresh.base_url + tab.stream_path("demo")]
     expect(page.get_by_test_id("last-updated")).to_have_text(re.compile(r"^Updated \d{2}:\d{2}:\d{2}( [AP]M)?$"))
     paths = {urllib.parse.urlsplit(r.url).path for r in tab.api()}
-    # the overview's pending-approvals card loads once (issue 16); approval events drive it after that
+    # the overview's pending-approvals card loads once; approval events drive it after that
     assert paths == {"/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals"}
 
     before = len(tab.requests)
@@ -336,7 +336,7 @@ def test_failing_project_list_shows_banner_until_next_poll_while_stream_is_unava
     # The fallback polls the list about every 5 s, and nothing else runs periodically.
     assert 4.0 <= recovered_at - failed_at <= 6.5, recovered_at - failed_at
     others = {urllib.parse.urlsplit(r.url).path for r in tab.api(since=mark)} - {"/api/projects"}
-    # without a stream the pending-approvals card follows the list poll (issue 16)
+    # without a stream the pending-approvals card follows the list poll
     assert others <= {"/api/projects/demo/stream", "/api/projects/demo/approvals"}
 
 
@@ -401,7 +401,7 @@ def test_overview_metrics_and_hero_come_from_the_project_list(tab):
     expect(hero.get_by_role("heading")).to_have_text("demo")
     expect(hero.get_by_role("button", name="Start project")).to_be_visible()
     assert {urllib.parse.urlsplit(r.url).path for r in tab.api()} <= {
-        "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals"}  # the card (issue 16)
+        "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals"}  # the card
     tab.screenshot("overview")
 
 
@@ -919,7 +919,7 @@ def test_api_token_prompt_stores_token_for_the_tab_only(tabs, tmp_path):
         for request in api:
             url = urllib.parse.urlsplit(request.url)
             if url.path.endswith("/stream"):
-                # EventSource cannot send headers: the stream route alone takes ?token= (http-api.md §1.1).
+                # EventSource cannot send headers: the stream route alone takes ?token= (docs/http-api.md).
                 assert urllib.parse.parse_qs(url.query)["token"] == ["t0ken"]
             else:
                 assert request.all_headers().get("authorization") == "Bearer t0ken", request.url
@@ -965,7 +965,7 @@ def test_control_room_url_token_is_kept_for_the_session_and_dropped_from_the_add
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 16: the pending-approvals card, live from the stream, in real Chromium against a real team.
+# The pending-approvals card, live from the stream, in real Chromium against a real team.
 
 def test_pending_approval_card_appears_live_and_allow_runs_the_tool(tabs, tmp_path):
     from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, call, running_team

@@ -1,4 +1,4 @@
-"""The Team view (issue 19) in real Chromium driven by Playwright, against the real app on Waitress with a
+"""The Team view in real Chromium driven by Playwright, against the real app on Waitress with a
 real scheduler thread, after a real run of the demo team (examples/demo.yaml: pm, two workers and a
 critic on the `local` backend replaying the scripted provider). Checks the swimlanes against the API's
 own counts, a message drawn live, a P0 restart, the time-range API the view pages with, keyboard focus

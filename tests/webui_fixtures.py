@@ -1,4 +1,4 @@
-"""Seed projects for the WebUI acceptance suite (webui.md §10) and its benchmark, written through the
+"""Seed projects for the WebUI acceptance suite (docs/design/webui.md) and its benchmark, written through the
 real store API only: the `demo`/`beta` pair of the harness, an XSS probe project, and a large project.
 Imported by tests/test_webui.py, tests/test_webui_team.py and the bench/webui_*.py scripts; reuses
 tests/api_fixtures.py for init. The team view adds a real demo-team run and a large timeline."""
@@ -91,7 +91,7 @@ class DemoSeed:
 
 
 def seed_demo(root, directory, controller_url, name="demo"):
-    """webui.md §10 `demo`: Yuki/pm and Akari/researcher (both quiet), a 1,500-character task, 3 messages
+    """docs/design/webui.md `demo`: Yuki/pm and Akari/researcher (both quiet), a 1,500-character task, 3 messages
     (newest user → pm, P1, 15,000 characters), pm history of 100 rows with rows 1–20 archived by one
     compaction, 2 completed pm activations (one with a 2-message context snapshot and token usage),
     2 completed `shell.exec` calls, every signal delivered or closed, status `initialized`.
@@ -135,7 +135,7 @@ def seed_demo(root, directory, controller_url, name="demo"):
 
 
 def seed_beta(root, directory, controller_url, name="beta"):
-    """webui.md §10 `beta`: toolpack core, agent pm, a submitted report, status `submitted`."""
+    """docs/design/webui.md `beta`: toolpack core, agent pm, a submitted report, status `submitted`."""
     store = init_project(root, directory / name, project_text(
         name, controller_url, task="Write the beta report.", agents=BETA_AGENTS, toolpacks="[core]"))
     coordination.submit_report(store, "pm", None, "# Beta report\n\nEverything checked.")
@@ -150,7 +150,7 @@ def seed_harness(root, directory, controller_url):
 
 
 def seed_xss(root, directory, controller_url, name="xss"):
-    """A project whose agent's display name and one message body are HTML (webui.md §10 scenario 32)."""
+    """A project whose agent's display name and one message body are HTML (docs/design/webui.md)."""
     agents = (f"  pm:\n    displayName: {json.dumps(XSS_NAME)}\n    role: project-manager\n"
               "    tools: [messages.send]\n")
     store = init_project(root, directory / name, project_text(
@@ -175,7 +175,7 @@ def seed_large(root, directory, controller_url, *, messages=5000, history=20000,
 
 
 # ---------------------------------------------------------------------------------------------
-# Team view (issue 19): a real demo-team run, and a large timeline for the benchmark.
+# Team view: a real demo-team run, and a large timeline for the benchmark.
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 KICKOFF = "Start. Make the greeting card with your team."

@@ -1,4 +1,4 @@
-// Vite configuration for the Suzumio control room (webui.md §1.3).
+// Vite configuration for the Suzumio control room (docs/design/webui.md).
 // The dev server proxies the API to a local `suzumio serve` on 39400 and strips `Origin`,
 // because the page origin (:5173) differs from the backend's and would fail its cross-origin check.
 import { fileURLToPath } from 'node:url';

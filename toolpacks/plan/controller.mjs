@@ -1,4 +1,4 @@
-// Controller module of the packaged `plan` toolpack (toolpacks-packaged.md §3): the project's active
+// Controller module of the packaged `plan` toolpack (docs/design/toolpacks.md): the project's active
 // plan kept in <project dir>/toolpack-state/plan/state.json, edited by the plan.* tools and WebUI
 // actions, and a scheduler hook that requests P2 continuation nudges. Runs in the controller's Node host.
 import crypto from "node:crypto";
@@ -14,7 +14,7 @@ const NUDGE_KIND = "plan.continuation_nudge";
 const ITEM_MARKER = /^\s*(?:[-*]\s+|\d+[.)]\s*)/;
 const NO_ACTIVE_PLAN = "No active plan; create one with plan.create";
 
-// --- value readers (§1.4) ---------------------------------------------------------------------
+// --- value readers ---------------------------------------------------------------------
 
 function describe(value) {
   return typeof value === "string" ? value : String(JSON.stringify(value));
@@ -64,7 +64,7 @@ function nowIso(context) {
   return new Date(Number.isFinite(given) ? given : Date.now()).toISOString();
 }
 
-// --- state file (§1.3, §3.3) ------------------------------------------------------------------
+// --- state file ------------------------------------------------------------------
 
 function statePath(context) {
   return path.join(context.store.paths.root, "toolpack-state", "plan", "state.json");
@@ -102,7 +102,7 @@ function saveState(file, state) {
   fs.renameSync(temporary, file);
 }
 
-// --- plan rules (§3.4, §3.5, §3.9) ------------------------------------------------------------
+// --- plan rules ------------------------------------------------------------
 
 function planItems(plan) {
   if (!Array.isArray(plan.items)) plan.items = [];
@@ -178,7 +178,7 @@ function requireActivePlan(state) {
   return state.activePlan;
 }
 
-// --- output (§3.11) ---------------------------------------------------------------------------
+// --- output ---------------------------------------------------------------------------
 
 function planResult(state, title, includeArchived) {
   const plan = state.activePlan;
@@ -227,7 +227,7 @@ function planResult(state, title, includeArchived) {
   return { title, output: lines.join("\n"), metadata };
 }
 
-// --- operations (§3.6-§3.9) -------------------------------------------------------------------
+// --- operations -------------------------------------------------------------------
 
 function createPlan(context, input) {
   const args = objectInput(input);
@@ -350,7 +350,7 @@ function closePlan(context, input) {
   return planResult(state, "plan closed", true);
 }
 
-// --- continuation nudge (§3.10) ---------------------------------------------------------------
+// --- continuation nudge ---------------------------------------------------------------
 
 function nudgeMessage(plan, remaining) {
   const lines = [
@@ -436,7 +436,7 @@ export function schedulerTick(context) {
   ];
 }
 
-// --- module exports (§3.2) --------------------------------------------------------------------
+// --- module exports --------------------------------------------------------------------
 
 function handlers(context) {
   return {

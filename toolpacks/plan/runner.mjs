@@ -1,5 +1,5 @@
 // Runner module of the packaged `plan` toolpack: every tool forwards its input to the controller
-// module through the toolpack's support route (toolpacks-packaged.md §1.2).
+// module through the toolpack's support route (docs/design/toolpacks.md).
 const TOOLS = ["plan.create", "plan.status", "plan.update", "plan.set_item_status", "plan.close"];
 
 export function createRunnerToolpack(context) {

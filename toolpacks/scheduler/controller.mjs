@@ -1,4 +1,4 @@
-// Controller module of the packaged `scheduler` toolpack (toolpacks-packaged.md §2): scheduled
+// Controller module of the packaged `scheduler` toolpack (docs/design/toolpacks.md): scheduled
 // messages kept in <project dir>/toolpack-state/scheduler/jobs.json, created by the schedule.* tools
 // and WebUI actions, and sent by the scheduler hook when due. Runs in the controller's Node host.
 import crypto from "node:crypto";
@@ -11,7 +11,7 @@ const DELAY_FACTORS = { afterMs: 1, afterSeconds: 1000, afterMinutes: 60000, aft
 const INTERVAL_FACTORS = { everyMs: 1, everyMinutes: 60000, everyHours: 3600000, everyDays: 86400000 };
 const TIMESTAMP = /^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(Z|[+-]\d{2}:\d{2})?)?$/;
 
-// --- value readers (§1.4) ---------------------------------------------------------------------
+// --- value readers ---------------------------------------------------------------------
 
 function describe(value) {
   return typeof value === "string" ? value : String(JSON.stringify(value));
@@ -105,7 +105,7 @@ function sumOf(args, factors) {
   return total;
 }
 
-// --- state file (§1.3, §2.3) ------------------------------------------------------------------
+// --- state file ------------------------------------------------------------------
 
 function jobsPath(context) {
   return path.join(context.store.paths.root, "toolpack-state", "scheduler", "jobs.json");
@@ -138,7 +138,7 @@ function saveState(file, state) {
   fs.renameSync(temporary, file);
 }
 
-// --- schedules (§2.6) -------------------------------------------------------------------------
+// --- schedules -------------------------------------------------------------------------
 
 function nextFiring(schedule, after) {
   if (isObject(schedule) && schedule.mode === "interval") {
@@ -168,7 +168,7 @@ function readWeeklySchedule(weekday, time) {
   return { mode: "weekly", weekday, hour, minute, timezone: "UTC" };
 }
 
-// --- routing (§2.4) ---------------------------------------------------------------------------
+// --- routing ---------------------------------------------------------------------------
 
 function route(args, store) {
   const recipient = stringValue(args.recipient);
@@ -321,7 +321,7 @@ function cancelJob(context, input) {
   return { title: "scheduled message cancelled", output: `Cancelled ${id}.`, metadata: { job } };
 }
 
-// --- module exports (§2.2) --------------------------------------------------------------------
+// --- module exports --------------------------------------------------------------------
 
 function handlers(context) {
   return {
@@ -348,7 +348,7 @@ export function createWebuiToolpack(context) {
   };
 }
 
-// Due jobs (§2.9). Saved after every send, so a failure later in the tick never resends a job.
+// Due jobs. Saved after every send, so a failure later in the tick never resends a job.
 export function schedulerTick(context) {
   const file = jobsPath(context);
   const state = loadState(file);

@@ -1,5 +1,5 @@
 // Runner module of the packaged `scheduler` toolpack: every tool forwards its input to the
-// controller module through the toolpack's support route (toolpacks-packaged.md §1.2).
+// controller module through the toolpack's support route (docs/design/toolpacks.md).
 const TOOLS = ["schedule.once", "schedule.recurring", "schedule.list", "schedule.cancel"];
 
 export function createRunnerToolpack(context) {

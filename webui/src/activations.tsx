@@ -1,4 +1,4 @@
-// Activations + context view (webui.md §5.4): recent work cycles newest first, with reported token
+// Activations + context view (docs/design/webui.md): recent work cycles newest first, with reported token
 // usage, and the model context window of one activation fetched on demand.
 import { useEffect, useState } from 'preact/hooks';
 import {
@@ -23,7 +23,7 @@ export function ActivationsView(props: {
   const [context, setContext] = useState<ActivationContext | null>(null);
   const [contextLoading, setContextLoading] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
-  // Issue 14: what the controller saw each activation's model calls cost (only when a preset has prices).
+  // What the controller saw each activation's model calls cost (only when a preset has prices).
   const [costs, setCosts] = useState<Costs | null>(null);
   useEffect(() => {
     let current = true;

@@ -1,9 +1,9 @@
-// Typed fetch helpers for the Suzumio HTTP API (http-api.md), one function per route the WebUI uses.
-// Owns the request helper, the error-text rule of http-api.md §2.3 and the session API token
-// (webui.md §2.6). Only same-origin relative URLs are built; every path segment is escaped.
+// Typed fetch helpers for the Suzumio HTTP API (docs/http-api.md), one function per route the WebUI uses.
+// Owns the request helper, the error-text rule of docs/http-api.md and the session API token
+// (docs/design/webui.md). Only same-origin relative URLs are built; every path segment is escaped.
 
 // ---------------------------------------------------------------------------------------------
-// Data shapes (webui.md §9, http-api.md §5–§7). Optional fields are omitted by the server.
+// Data shapes (docs/design/webui.md, docs/http-api.md). Optional fields are omitted by the server.
 
 export type ProjectStatus = 'initialized' | 'running' | 'submitted' | 'completed' | 'stopped' | 'failed';
 export type AgentStatus = 'quiet' | 'ready' | 'running' | 'failed' | 'stopped';
@@ -38,9 +38,9 @@ export interface Project {
   created_at?: string;
   updated_at?: string;
   stats?: ProjectStats;
-  /** Issue 14: tokens and USD of the project's model calls. */
+  /** Tokens and USD of the project's model calls. */
   spend?: Spend;
-  /** Issue 14: the same per agent id, for the agents that made a model call. */
+  /** The same per agent id, for the agents that made a model call. */
   agentSpend?: Record<string, Spend>;
   agents?: Agent[];
 }
@@ -65,7 +65,7 @@ export interface Activation {
   error?: string;
   emittedMessages?: number;
   hasContext?: boolean;
-  /** http-api.md §6.5: JSON text of the runner's usage object, truncated at 4000 chars. */
+  /** docs/http-api.md: JSON text of the runner's usage object, truncated at 4000 chars. */
   usageJson?: string;
   /** Accepted too, in case the server exposes the parsed object. */
   usage?: unknown;
@@ -193,7 +193,7 @@ export interface ToolUiResult {
 }
 
 // ---------------------------------------------------------------------------------------------
-// API token (webui.md §2.6): sessionStorage only, never localStorage or cookies. `serve` prints the
+// API token (docs/design/webui.md): sessionStorage only, never localStorage or cookies. `serve` prints the
 // Control room URL `/?token=…`; adoptUrlToken() keeps that token and removes it from the address bar.
 
 const TOKEN_KEY = 'suzumio.apiToken';
@@ -251,13 +251,13 @@ function currentToken(): string | null {
 type TokenListener = (message: string) => void;
 let tokenListener: TokenListener | null = null;
 
-/** Registers the one callback told when the server refuses the API token (401, §2.6). */
+/** Registers the one callback told when the server refuses the API token (401). */
 export function onTokenRefused(listener: TokenListener | null): void {
   tokenListener = listener;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Request helper (webui.md §2.5).
+// Request helper (docs/design/webui.md).
 
 export class ApiError extends Error {
   readonly status: number;
@@ -283,7 +283,7 @@ export function errorText(error: unknown): string {
   return String(error);
 }
 
-/** http-api.md §2.3: `.error` of a JSON object, else the raw body, else `Request failed: <status>`. */
+/** docs/http-api.md: `.error` of a JSON object, else the raw body, else `Request failed: <status>`. */
 export function errorMessageFromBody(text: string, status: number): string {
   if (text.trim() !== '') {
     try {
@@ -349,7 +349,7 @@ function projectPath(project: string): string {
 
 export const listProjects = () => getJson<Project[]>('/api/projects');
 
-/** Issue 14: tokens and USD the controller saw; costUsd is null when no call had prices. */
+/** Tokens and USD the controller saw; costUsd is null when no call had prices. */
 export interface Spend {
   calls: number;
   tokens: number;
@@ -369,7 +369,7 @@ export function formatCost(cost: number | null | undefined): string {
   return typeof cost === 'number' ? `$${cost.toFixed(4)}` : '';
 }
 
-/** The full task; the server ends every text body with one `\n` when missing (http-api.md §2.2); it is not task text. */
+/** The full task; the server ends every text body with one `\n` when missing (docs/http-api.md); it is not task text. */
 export async function getTask(project: string): Promise<string> {
   const text = await getText(`${projectPath(project)}/task`);
   return text.endsWith('\n') ? text.slice(0, -1) : text;
@@ -389,7 +389,7 @@ export interface SendMessageBody {
 export const sendMessage = (project: string, body: SendMessageBody) =>
   postJson<Message>(`${projectPath(project)}/messages`, body);
 
-// Approval requests (issue 16).
+// Approval requests.
 export type ApprovalDecision = 'allow' | 'deny' | 'allow-always';
 
 export interface Approval {
@@ -453,7 +453,7 @@ export const listEvents = (project: string) =>
   getJson<EventRow[]>(`${projectPath(project)}/events?limit=120`);
 
 /**
- * URL of the SSE stream (http-api.md §10). `EventSource` cannot set headers, so a stored token
+ * URL of the SSE stream (docs/http-api.md). `EventSource` cannot set headers, so a stored token
  * travels as `?token=`, which the stream route alone accepts. `limit=1` keeps the initial replay
  * small: the page has just loaded everything it shows.
  */
@@ -464,7 +464,7 @@ export function streamUrl(project: string): string {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Team view (http-api.md §6.11): time-range pages of activations, messages, waits and submissions.
+// Team view (docs/http-api.md): time-range pages of activations, messages, waits and submissions.
 
 export interface TimelineSignal {
   id: string;

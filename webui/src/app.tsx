@@ -1,5 +1,5 @@
-// The Suzumio control room (webui.md): top-level state, URL-hash routing (§3), the project-list
-// poll (§2.4), the live SSE stream of the selected project, the API-token prompt (§2.6) and the
+// The Suzumio control room (docs/design/webui.md): top-level state, URL-hash routing, the project-list
+// poll, the live SSE stream of the selected project, the API-token prompt and the
 // layout that mounts one view at a time. Views live in their own modules beside this one.
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import {
@@ -51,7 +51,7 @@ const LIVE_POLL_MS = 30000;
 const STREAM_RETRY_MS = 30000;
 const EVENT_DEBOUNCE_MS = 400;
 
-/** Event types of store.md §6 and scheduler.md; `EventSource` only delivers types it listens for. */
+/** Event types of docs/design/store.md and docs/design/scheduler.md; `EventSource` only delivers types it listens for. */
 const STREAM_EVENT_TYPES = [
   'project.initialized',
   'project.status',
@@ -133,7 +133,7 @@ function replaceHash(hash: string): void {
 }
 
 // ---------------------------------------------------------------------------------------------
-// View data caches (§2.3): replaced on each load, and only shown for the project they belong to.
+// View data caches: replaced on each load, and only shown for the project they belong to.
 
 interface ViewData {
   project: string | null;
@@ -194,7 +194,7 @@ export function App() {
   const [live, setLive] = useState<LiveMode>('connecting');
   const [now, setNow] = useState(() => Date.now());
   const [historyPulse, setHistoryPulse] = useState<{ agentId: string; n: number } | null>(null);
-  // Issue 16: bumped by approval events and by each project-list load; the approvals cards reload on it.
+  // Bumped by approval events and by each project-list load; the approvals cards reload on it.
   const [approvalPulse, setApprovalPulse] = useState(0);
   const liveRef = useRef<LiveMode>('connecting');
   useEffect(() => {
@@ -237,7 +237,7 @@ export function App() {
       if (request !== projectSeq.current) return true;
       current.current.projects = list;
       setProjects(list);
-      // Issue 16: while the stream is live, approval events drive the cards; otherwise each poll does.
+      // While the stream is live, approval events drive the cards; otherwise each poll does.
       if (liveRef.current !== 'live') setApprovalPulse((n) => n + 1);
       setLastUpdated(new Date());
       setError(null);
@@ -341,7 +341,7 @@ export function App() {
       void loadProjects().then(() => setLoading(false));
       return;
     }
-    // An unknown project falls back to the first one (§3.4); a bare view keeps the current project.
+    // An unknown project falls back to the first one; a bare view keeps the current project.
     const keep = next.project === null && list.some((p) => p.id === state.selected);
     const fallback = keep ? state.selected : list[0]?.id ?? null;
     selectProjectState(fallback);
@@ -367,7 +367,7 @@ export function App() {
     return () => window.clearInterval(timer);
   }, [tokenPrompt, live]);
 
-  // Live stream of the selected project (http-api.md §10): one EventSource per tab.
+  // Live stream of the selected project (docs/http-api.md): one EventSource per tab.
   const pendingTargets = useRef(new Set<StreamTarget>());
   // The Team view listens to every stream event itself (it pages its own data by time range).
   const teamListeners = useRef(new Set<(event: TeamStreamEvent) => void>());
@@ -381,7 +381,7 @@ export function App() {
     [],
   );
   const flushTimer = useRef<number | undefined>(undefined);
-  // Issue 14: streamed model output of the selected project's running activations.
+  // Streamed model output of the selected project's running activations.
   const [liveOutput, setLiveOutput] = useState<LiveOutput>({});
 
   function flushStreamTargets() {
@@ -498,7 +498,7 @@ export function App() {
     };
   }, [selected, tokenPrompt]);
 
-  // User navigation (§3.3: pushes a history entry).
+  // User navigation: pushes a history entry.
   function chooseProject(id: string) {
     selectProjectState(id);
     pushHash(hashFor(id));

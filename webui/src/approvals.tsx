@@ -1,4 +1,4 @@
-// Pending approvals card (issue 16): tool calls waiting for a person, on the overview (every agent)
+// Pending approvals card: tool calls waiting for a person, on the overview (every agent)
 // and in the agent's history view (that agent only). Loads GET …/approvals?status=pending whenever the
 // `pulse` changes (approval events of the live stream, or the project-list poll) and decides with
 // Allow / Deny (with a note) / Allow always. The call's input is shown as text, never as HTML.

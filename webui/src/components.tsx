@@ -1,5 +1,5 @@
 // Small presentational building blocks shared by the views: panels, pills, chips, placeholders and
-// inline error boxes (webui.md §7.6). Every server string passed in is rendered as a text node.
+// inline error boxes (docs/design/webui.md). Every server string passed in is rendered as a text node.
 import type { ComponentChildren } from 'preact';
 
 export function Panel(props: {

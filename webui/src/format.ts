@@ -1,4 +1,4 @@
-// Formatting rules of webui.md §6 (relative time, clock time, counts, initials, event summaries)
+// Formatting rules of docs/design/webui.md (relative time, clock time, counts, initials, event summaries)
 // and the reading of per-activation token usage. Pure functions; imported by every view.
 
 export function relativeTime(iso: string | undefined, now: number = Date.now()): string {
@@ -44,7 +44,7 @@ function plainValue(value: unknown): string {
   return typeof value === 'string' ? value : JSON.stringify(value);
 }
 
-/** Timeline summary (§5.6): first 4 `key: value` pairs, `No payload`, or the raw text. */
+/** Timeline summary: first 4 `key: value` pairs, `No payload`, or the raw text. */
 export function eventSummary(dataJson: string): string {
   let parsed: unknown;
   try {
@@ -66,7 +66,7 @@ export function prettyJson(value: unknown): string {
   return text === undefined ? String(value) : text;
 }
 
-/** A metric tile value (§5.5.6): strings, numbers and booleans as-is, anything else as JSON. */
+/** A metric tile value: strings, numbers and booleans as-is, anything else as JSON. */
 export function metricValue(value: unknown): string {
   if (typeof value === 'string') return value;
   if (typeof value === 'number') return value.toLocaleString();
@@ -75,7 +75,7 @@ export function metricValue(value: unknown): string {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Token usage (backend-runner.md §5 step 5, §7.8): `{selectedModel, model, apiModel, tokens?}`
+// Token usage (docs/design/runner.md): `{selectedModel, model, apiModel, tokens?}`
 // where tokens = `{input, output, total, reasoning, cacheRead, cacheWrite}`, each optional.
 
 export interface TokenUsage {

@@ -1,4 +1,4 @@
-// Agent history view (webui.md §5.3): paged model-visible history of one agent, newest first,
+// Agent history view (docs/design/webui.md): paged model-visible history of one agent, newest first,
 // plus the raw compaction archive on demand. Owns its own loads; live stream events reload the
 // first page only while the user has not paged further back.
 import { useEffect, useRef, useState } from 'preact/hooks';
@@ -16,7 +16,7 @@ import { Chip, Empty, ErrorBox, Panel } from './components';
 import { count, prettyJson, relativeTime } from './format';
 import { agentLabel } from './overview';
 
-/** Tool name resolution of §5.3.3: parts, then metadata.tool, then a `Tool:` content line. */
+/** Tool name resolution: parts, then metadata.tool, then a `Tool:` content line. */
 export function historyToolName(row: HistoryRow): string | undefined {
   for (const part of row.parts ?? []) {
     if ((part.type === 'tool_call' || part.type === 'tool_result') && typeof part.toolName === 'string' && part.toolName) {
@@ -62,7 +62,7 @@ export function HistoryView(props: {
   now: number;
   /** Agent ids whose history changed, bumped by the live stream. */
   pulse: { agentId: string; n: number } | null;
-  /** Issue 16: reloads the agent's pending approvals. */
+  /** Reloads the agent's pending approvals. */
   approvalPulse: number;
 }) {
   const firstAgent = props.agents[0]?.id ?? '';

@@ -1,4 +1,4 @@
-// Live model output (issue 14): the ephemeral `activation.delta` frames of the project's SSE stream,
+// Live model output: the ephemeral `activation.delta` frames of the project's SSE stream,
 // folded per running activation into its text, reasoning and tool calls as the model streams them.
 // Frames are never stored; an activation's entry goes when its activation ends.
 import { Panel } from './components';

@@ -1,4 +1,4 @@
-// Messages view (webui.md §5.2): recent messages newest first, with full bodies fetched on demand.
+// Messages view (docs/design/webui.md): recent messages newest first, with full bodies fetched on demand.
 // Expansion state and cached full bodies live here and reset when the view unmounts.
 import { useState } from 'preact/hooks';
 import { errorText, getMessage, isTokenError, type Message } from './api';

@@ -1,4 +1,4 @@
-// Overview view (webui.md §5.1): metric strip, agent roster and the message composer.
+// Overview view (docs/design/webui.md): metric strip, agent roster and the message composer.
 // Rendered only from the lightweight project-list element; the composer posts one message.
 import { useEffect, useState } from 'preact/hooks';
 import { errorText, formatCost, isTokenError, sendMessage, type Agent, type Project, type Spend } from './api';
@@ -27,7 +27,7 @@ export function Overview(props: { project: Project; approvalPulse: number; onSen
 
 function MetricStrip(props: { project: Project }) {
   const stats = props.project.stats ?? {};
-  // Issue 14: what the controller saw the models spend (part of the project-list element).
+  // What the controller saw the models spend (part of the project-list element).
   const spend = props.project.spend;
   const agents = props.project.agents ?? [];
   const runningAgents = agents.filter((agent) => agent.status === 'running').length;

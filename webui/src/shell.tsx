@@ -1,4 +1,4 @@
-// Shell components of the control room (webui.md §4): sidebar project picker, top bar, error
+// Shell components of the control room (docs/design/webui.md): sidebar project picker, top bar, error
 // banner, empty state, API-token prompt, project hero with lifecycle actions, and the view tabs.
 import { useEffect, useState } from 'preact/hooks';
 import { errorText, getTask, isTokenError, type LifecycleAction, type Project } from './api';
@@ -90,7 +90,7 @@ export function Sidebar(props: {
   );
 }
 
-/** Footer text: the live stream when it is open, else the 5-second summary poll of §2.4. */
+/** Footer text: the live stream when it is open, else the 5-second summary poll. */
 function liveText(mode: LiveMode): string {
   switch (mode) {
     case 'live':

@@ -1,4 +1,4 @@
-// Timeline view (webui.md §5.6): recent project events, newest first as the API returns them, with
+// Timeline view (docs/design/webui.md): recent project events, newest first as the API returns them, with
 // filters by event type and by agent (the raw list kept beside the Team view for debugging).
 import { useState } from 'preact/hooks';
 import type { EventRow } from './api';

@@ -1,6 +1,6 @@
-// Tool status view (webui.md §5.5): the per-tool workspace. Builds the page index from
+// Tool status view (docs/design/webui.md): the per-tool workspace. Builds the page index from
 // tool-status rows and WebUI entries, renders tool and control pages, and generates control-card
-// forms from each entry's inputSchema (§5.5.7) with roster-populated dropdowns (§5.5.8).
+// forms from each entry's inputSchema with roster-populated dropdowns.
 import { useEffect, useId, useMemo, useRef, useState } from 'preact/hooks';
 import {
   errorText,
@@ -18,7 +18,7 @@ import { count, metricValue, relativeTime } from './format';
 import { agentLabel } from './overview';
 
 // ---------------------------------------------------------------------------------------------
-// Page index (§5.5.2).
+// Page index.
 
 const RELATED_TOOLS: Record<string, string[]> = {
   'messages.conversation': ['messages.send'],
@@ -271,7 +271,7 @@ function ControlPage(props: { project: string; entry: ToolUiEntry; agents: Agent
 }
 
 // ---------------------------------------------------------------------------------------------
-// Control cards and schema forms (§5.5.6–§5.5.8).
+// Control cards and schema forms.
 
 const ROSTER_FIELDS = new Set(['sender', 'agentA', 'agentB', 'recipient', 'targetAgent']);
 /** Free-text fields likely to hold prose get the full form width; layout only, never behaviour. */

@@ -1,0 +1,220 @@
+"""The `local` backend: the runner as a host process in its own process group (no isolation; `config
+render` says so), and how a local runner is found again: by its pid and the command line that names its
+activation, or by the input file it was started with. Used by suzumio_backend's Backends and by the
+Reconciler."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import suzumio_warm
+
+# The local runner's interpreter flags. -S (no `site`): the runner is standard library only and imports
+# its own modules from beside the script, so site-packages (an installed or editable suzumio, .pth
+# hooks) stay out of its sys.path, and their start-up cost out of every activation.
+LOCAL_RUNNER_FLAGS = ("-S",)
+LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")  # the controller's variables a local runner keeps
+LOCAL_PREFIX = "local-"  # a local runner's recorded name: local-<pid>
+KIND_LOCAL = "local"
+STOP_GRACE_SECONDS = 2.0
+LOG_TAIL_LINES = 200
+
+
+def digest(value):
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:32]
+
+
+def tail_lines(text, count=LOG_TAIL_LINES):
+    return "\n".join(text.splitlines()[-count:])
+
+
+# ---------------------------------------------------------------- the local backend
+
+def read_cmdline(pid):
+    """The command line of a process, or '' when it is gone or a zombie. A process caught in the middle
+    of exec briefly shows an empty command line, so an empty read is retried for up to 0.5 s."""
+    if not Path("/proc/self").exists():
+        result = subprocess.run(["ps", "-o", "args=", "-p", str(pid)], capture_output=True, text=True,
+                                check=False)
+        return result.stdout.strip()
+    deadline = time.monotonic() + 0.5
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                state = handle.read().rsplit(b")", 1)[-1].split()[0]
+            if state == b"Z":
+                return ""
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                text = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            return ""
+        if text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.01)
+
+
+def runner_marker(store, activation_id):
+    """What a local runner's command line holds for this activation: the activation id, or for a
+    prepared runner (spawned before its activation existed) its `--warm-slot <slot>`, as
+    recorded in activations/<id>/runner.slot when it was claimed."""
+    try:
+        slot = (store.activation_dir(activation_id) / "runner.slot").read_text(encoding="utf-8").strip()
+    except OSError:
+        return activation_id
+    return f"{suzumio_warm.SLOT_FLAG} {slot}" if slot else activation_id
+
+
+def local_runner_alive(pid, activation_id):
+    """docs/design/runner.md: the pid exists and its command line names the activation (or the
+    `runner_marker` of a prepared runner)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    cmdline = read_cmdline(pid)
+    if activation_id in cmdline:
+        return True
+    # A claimed prepared runner writes to its activation's runner.log from then on.
+    return f" {suzumio_warm.SLOT_FLAG} " in cmdline and activation_id in runner_log_target(pid)
+
+
+def runner_log_target(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""
+
+
+def local_pid(container_name):
+    if container_name and container_name.startswith(LOCAL_PREFIX):
+        suffix = container_name[len(LOCAL_PREFIX):]
+        if suffix.isdigit():
+            return int(suffix)
+    return None
+
+
+def command_lines():
+    """(pid, command line) of every process in sight: /proc on Linux, `ps` elsewhere."""
+    if not Path("/proc/self").exists():
+        result = subprocess.run(["ps", "-A", "-o", "pid=,args="], capture_output=True, text=True, check=False)
+        for line in result.stdout.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            if pid.isdigit():
+                yield int(pid), args.strip()
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        yield int(entry), raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def find_local_runner(input_path, activation_id):
+    """The pid of a live runner launched with `--input <input_path>` (its last arguments) that leads its
+    own session, or None: the runner of an activation whose pid was never recorded."""
+    marker = f" --input {Path(input_path).resolve()}"
+    for pid, text in command_lines():
+        if not text.endswith(marker):
+            continue
+        try:
+            leads_session = os.getsid(pid) == pid
+        except OSError:
+            continue
+        if leads_session and local_runner_alive(pid, activation_id):
+            return pid
+    return None
+
+
+class LocalBackend:
+    """Runs the runner as a host subprocess in its own session with a scrubbed environment."""
+
+    kind = KIND_LOCAL
+
+    def __init__(self, environ):
+        self.environ = environ
+
+    def launch(self, launch):
+        """Spawn the runner process; returns the Popen, already recorded as `local-<pid>`."""
+        runner_path = launch.runner_files()[0]
+        env = {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
+        env.update(launch.env)
+        log_path = launch.activation_dir / "runner.log"
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, *LOCAL_RUNNER_FLAGS, str(runner_path), "--input",
+                 str(launch.input_path.resolve())],
+                cwd=os.path.realpath(launch.workspace), stdin=subprocess.DEVNULL, stdout=fd,
+                stderr=subprocess.STDOUT, env=env, close_fds=True, start_new_session=True)
+        finally:
+            os.close(fd)
+        return process
+
+    def base_env(self):
+        return {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
+
+    def fingerprint(self, launch):
+        return digest([sys.executable, str(launch.runner_files()[0]), os.path.realpath(launch.workspace),
+                       self.base_env(), launch.config_digest()])
+
+    def prepare(self, launch, slot, warm_socket):
+        """Spawn the runner of a future activation: the same interpreter, flags, workspace, session and
+        base environment as `launch`, waiting on the warm socket. Its log and the rest of its
+        environment come with the claim."""
+        runner_path = launch.runner_files()[0]
+        env = self.base_env()
+        env.update({"PYTHONUNBUFFERED": "1", suzumio_warm.KEY_ENV: slot.key})
+        slot.process = subprocess.Popen(
+            [sys.executable, *LOCAL_RUNNER_FLAGS, str(runner_path), "--warm", str(warm_socket),
+             suzumio_warm.SLOT_FLAG, slot.id],
+            cwd=os.path.realpath(launch.workspace), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True)
+
+    @staticmethod
+    def discard(slot):
+        if slot.process is None:
+            return
+        try:
+            os.killpg(slot.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        slot.process.wait(timeout=10)
+
+    def log_tail(self, activation_dir):
+        try:
+            text = (Path(activation_dir) / "runner.log").read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        return tail_lines(text)
+
+    def stop(self, container_name, activation_id):
+        """Stop the runner: SIGTERM to the group, SIGKILL after 2 s; a vanished process counts as stopped.
+        `activation_id`: the activation id or its runner_marker."""
+        pid = local_pid(container_name)
+        if pid is None or not local_runner_alive(pid, activation_id):
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while time.monotonic() < deadline:
+                if not local_runner_alive(pid, activation_id):
+                    return
+                time.sleep(0.05)
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+
+
+def exit_status(returncode):
+    """A runner ended by signal N reports 128 + N, as Docker does."""
+    return 128 - returncode if returncode < 0 else returncode
