@@ -244,7 +244,7 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
     listing = SharedAnswer(lambda: project_list.encode(root.project_summaries()))
 
     def tick(store):
-        run_tick(scheduler.tick, store.project_id)
+        run_tick(scheduler.trigger, store.project_id)
 
     def limit_query(default):
         return limit_param(bottle.request.query.get("limit"), default)

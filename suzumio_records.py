@@ -4,7 +4,7 @@ useful-effect defaults and nudge texts, priority checks, the running-activation 
 truncation helpers. No I/O and no sqlite3."""
 import json
 import math
-import uuid
+import os
 from datetime import UTC, datetime
 
 from suzumio_errors import BadRequest, Conflict
@@ -169,7 +169,7 @@ def to_datetime(now=None):
 def new_id(prefix, now=None):
     """`<prefix>_<epochMillis>_<hex8>` (docs/design/store.md)."""
     millis = int(to_datetime(now).timestamp() * 1000)
-    return f"{prefix}_{millis}_{uuid.uuid4().hex[:8]}"
+    return f"{prefix}_{millis}_{os.urandom(4).hex()}"
 
 
 # ---------------------------------------------------------------------------------------------

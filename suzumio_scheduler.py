@@ -305,7 +305,7 @@ def approve_project(store, backends, now=None):
 # ---------------------------------------------------------------- the background thread
 
 class Scheduler:
-    """Ticks the projects of a root on its own thread, and on demand through tick(). The
+    """Ticks the projects of a root on its own thread, and on demand through tick() / trigger(). The
     thread ticks a project when something may change a decision: a commit made outside its own ticks
     (a route, a runner, a watcher), or the project's next due time (next_due); a pass over every
     project every `interval` seconds stays as the safety net (it also sees writes by other processes).
@@ -324,6 +324,7 @@ class Scheduler:
         self.interval = interval
         self._locks = {}
         self._locks_guard = threading.Lock()
+        self._ticks_begun = {}  # project -> ticks begun; written under the project's lock
         self._configs = configs  # the runtime's one ConfigCache, shared with the toolpack runtime
         self._stopping = threading.Event()
         self._thread = None
@@ -333,13 +334,26 @@ class Scheduler:
             return self._locks.setdefault(name, threading.Lock())
 
     def tick(self, name, now=None):
-        """One tick of the named project, now: what the HTTP routes ask for after a change; it waits for a
-        tick of the project that is already running. Returns the project's next due time (tick)."""
+        """One tick of the named project, now; it waits for a tick of the project that is already running.
+        Returns the project's next due time (tick)."""
         with self._project_lock(name):
-            store = self.root.open_project(name)
-            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs, self.caps)
-            self.backends.prepare_next(store)  # Warm activations (suzumio_warm; no-op when off)
-            return due
+            return self._tick_locked(name, now)
+
+    def _tick_locked(self, name, now=None):
+        self._ticks_begun[name] = self._ticks_begun.get(name, 0) + 1
+        store = self.root.open_project(name)
+        due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs, self.caps)
+        self.backends.prepare_next(store)  # Warm activations (suzumio_warm; no-op when off)
+        return due
+
+    def trigger(self, name):
+        """The tick a route asks for after its commit: returns once a tick of the project that began
+        after the call has run (docs/design/scheduler.md). Routes that commit while a tick runs share
+        the next one instead of queueing one each: a tick that began after the call read the commit."""
+        begun = self._ticks_begun.get(name, 0)
+        with self._project_lock(name):
+            if self._ticks_begun.get(name, 0) == begun:
+                self._tick_locked(name)
 
     def tick_all(self, now=None):
         """One pass over every project in name order; an error in one project never stops the rest."""

@@ -287,6 +287,10 @@ class Root:
 
     def open_project(self, name):
         """The project's store (shared, owned by this Root); creates nothing when missing."""
+        with self._lock:  # an open store's name was checked when it was opened
+            store = self._stores.get(name)
+            if store is not None and not store.closed:
+                return store
         directory = self.project_dir(name)
         with self._lock:
             store = self._stores.get(name)

@@ -14,6 +14,9 @@ from suzumio_records import (
     truncate,
 )
 
+SIGNAL_COLUMNS = ("id", "project", "kind", "source_agent", "source_activation", "target_agent", "target_channel",
+                  "priority", "payload_json", "status", "useful_effect", "created_at", "not_before")
+
 
 class SignalRows:
     """ProjectStore's SignalRows part: SQL over its tables, on the store's connections and write path."""
@@ -70,14 +73,17 @@ class SignalRows:
                       source_activation=None, target_channel=None, priority, payload, not_before=None):
         """One signal row and its signal.created event (docs/design/store.md); returns the Signal JSON."""
         signal_id = tx.id("sig")
+        values = (signal_id, self.project_id, kind, source_agent, source_activation, target_agent,
+                  target_channel, priority, dump_json(payload), status, int(useful_effect), tx.ts,
+                  not_before or tx.ts)
         tx.execute("INSERT INTO signals (id, project, kind, source_agent, source_activation, "
                    "target_agent, target_channel, priority, payload_json, status, useful_effect, "
                    "created_at, not_before, delivered_at, delivered_activation_id) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
-                   (signal_id, self.project_id, kind, source_agent, source_activation, target_agent,
-                    target_channel, priority, dump_json(payload), status, int(useful_effect), tx.ts,
-                    not_before or tx.ts))
-        signal = signal_json(tx.one("SELECT * FROM signals WHERE id = ?", (signal_id,)))
+                   values)
+        # The row as written, not read back: one statement less inside the write lock
+        signal = signal_json(dict(zip(SIGNAL_COLUMNS, values, strict=True), delivered_at=None,
+                                  delivered_activation_id=None))
         self.add_event(tx, "signal.created", signal)
         return signal
 

@@ -1,13 +1,17 @@
 """HTTP API throughput: messages/s posted by 8 concurrent HTTP clients through `POST …/messages` (each
-request runs its tick) against the same inserts made directly through the store in one process
-(ratio, target >= 0.3; medians of alternating rounds); and the median and p99 latency of
+request answers after a tick that saw its message) against the same inserts made directly through the
+store in one process, and against a bare app on the same Waitress settings and threads that inserts one
+row per POST into a WAL SQLite file with the store's synchronous setting (ratio, target >= 0.6; medians
+of alternating rounds); and the median and p99 latency of
 `GET /api/projects` while 40 SSE clients are connected, against the same with no stream open.
 Usage: .venv/bin/python bench/api_throughput.py [--messages 2000] [--clients 8] [--streams 40] [--json]"""
 import argparse
 import concurrent.futures
 import http.client
+import json
 import multiprocessing
 import socket
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -23,6 +27,7 @@ import benchlib
 from api_fixtures import init_project, project_yaml, serving
 from store_fixtures import config_of
 
+import suzumio_api
 import suzumio_coordination as coordination
 
 
@@ -63,6 +68,46 @@ def direct_rate(store, total):
     for index in range(total):
         coordination.send_message(store, config_of(store), "user", f"direct {index}", recipient="worker")
     return total / (time.perf_counter() - started)
+
+
+class BareInsertApp:
+    """The stack Suzumio is built on with nothing of Suzumio: parse the JSON body, insert one row in one
+    transaction on the thread's own connection (WAL, `synchronous` as the store sets it), answer JSON."""
+
+    def __init__(self, db_path, synchronous):
+        self.db_path = db_path
+        self.synchronous = synchronous
+        self.local = threading.local()
+        conn = self.connection()
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, recipient TEXT, body TEXT)")
+
+    def connection(self):
+        conn = getattr(self.local, "conn", None)
+        if conn is None:
+            conn = self.local.conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=30,
+                                                     check_same_thread=False)
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        return conn
+
+    def __call__(self, environ, start_response):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        fields = json.loads(environ["wsgi.input"].read(length))
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        row_id = conn.execute("INSERT INTO messages (recipient, body) VALUES (?, ?)",
+                              (fields["recipient"], fields["body"])).lastrowid
+        conn.execute("COMMIT")
+        body = json.dumps({"id": row_id, "recipient": fields["recipient"], "body": fields["body"]}).encode()
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+
+def store_synchronous(store):
+    """The store's own `PRAGMA synchronous` (0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA), read from its connection."""
+    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    with store.snapshot() as conn:
+        return names[conn.execute("PRAGMA synchronous").fetchone()[0]]
 
 
 def open_stream(port):
@@ -115,10 +160,20 @@ def main(argv=None):
         with serving(scratch / "root", threads=max(32, options.streams + 16), api_token=None) as service:
             store = init_project(service.root, scratch / "bench", project_yaml("bench", service.base_url))
             direct_store = init_project(service.root, scratch / "direct", project_yaml("direct", service.base_url))
-            over_http, direct = [], []
-            for _ in range(options.rounds):
-                over_http.append(http_rate(service.port, options.messages, options.clients))
-                direct.append(direct_rate(direct_store, options.messages))
+            threads = service.server.server.adj.threads
+            bare = suzumio_api.Server(BareInsertApp(str(scratch / "bare.db"), store_synchronous(store)),
+                                      threads=threads, name="bench-bare").start()
+            over_http, direct, over_bare = [], [], []
+            try:
+                for _ in range(options.rounds):
+                    over_http.append(http_rate(service.port, options.messages, options.clients))
+                    over_bare.append(http_rate(bare.port, options.messages, options.clients))
+                    direct.append(direct_rate(direct_store, options.messages))
+            finally:
+                bare.close()
+            results.add(f"POST …/messages, {options.clients} HTTP clients (vs bare Waitress + SQLite insert)",
+                        benchlib.median(over_http), "/s", benchlib.median(over_bare), target=0.6,
+                        higher_is_better=True)
             results.add(f"POST …/messages, {options.clients} HTTP clients (vs store, 1 thread)",
                         benchlib.median(over_http), "/s", benchlib.median(direct), target=0.3,
                         higher_is_better=True)

@@ -542,3 +542,54 @@ def test_a_signal_committed_after_that_read_is_still_selected_in_the_same_tick(t
         tick(env, later(seconds=5))  # a tick whose clock is past the message's time
         [started] = activations_of(env, "worker")
         assert signal_of(env, sent[0])["deliveredActivationId"] == started["id"]
+
+
+# ---------------------------------------------------------------- route ticks shared by a burst
+
+class CountingLock:
+    """A project lock that counts the threads that came to take it, so a test can wait for them."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.arrived = 0
+        self._guard = threading.Lock()
+
+    def __enter__(self):
+        with self._guard:
+            self.arrived += 1
+        self.lock.acquire()
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
+def test_routes_that_commit_during_a_tick_share_the_next_one_and_each_answers_after_it(tmp_path):
+    release = threading.Event()
+    seen = []  # the message count each tick's hooks step saw
+
+    def hold_first_tick(store):
+        seen.append(len(store.list_messages()))
+        if len(seen) == 1:
+            release.wait(10)
+
+    with project(tmp_path) as env:
+        name = env.store.project_id
+        sched = scheduler.Scheduler(env.root, env.backends, CONFIGS, hooks=RecordingHooks(hold_first_tick))
+        lock = sched._locks[name] = CountingLock()
+        first = threading.Thread(target=sched.trigger, args=(name,))
+        first.start()
+        wait_until(lambda: seen, message="the first tick reached its hooks")
+        answered = []
+        routes = []
+        for index in range(3):  # three routes commit while that tick runs, then ask for their tick
+            send(env, "user", body=f"burst {index}")
+            routes.append(threading.Thread(target=lambda: (sched.trigger(name), answered.append(list(seen)))))
+            routes[-1].start()
+        wait_until(lambda: lock.arrived == 4, message="the three routes waiting for the project lock")
+        release.set()
+        for thread in [first, *routes]:
+            thread.join(10)
+        assert seen == [0, 3]  # one tick for the burst, and it read all three messages
+        assert answered == [[0, 3]] * 3  # every route answered after that tick
+        sched.trigger(name)  # nothing ran since this call: it ticks on its own
+        assert seen == [0, 3, 3]
