@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 import time
 from datetime import datetime, timezone
@@ -151,12 +152,14 @@ def unix_request(socket_path, method, path, headers, body, connect_timeout, idle
 
 class ControllerClient:
     """POSTs JSON to the controller's runner routes, never through a proxy (§7.7): over the runner
-    socket for a `unix://<path>` controllerUrl, else over HTTP(S) to the URL."""
+    socket for a `unix://<path>` controllerUrl, else over HTTP(S) to the URL; an https URL's server
+    must present a certificate of `ca` (PEM text, the controllerCa of input.json) when one is given."""
 
-    def __init__(self, base_url, identity):
+    def __init__(self, base_url, identity, ca=None):
         self.base_url = base_url.rstrip("/")
         self.socket_path = base_url[len(UNIX_SCHEME):] if base_url.startswith(UNIX_SCHEME) else None
         self.identity = identity
+        self.tls_context = ssl.create_default_context(cadata=ca) if ca else None
 
     def post(self, path, fields, read_timeout=CONTROLLER_READ_TIMEOUT_S):
         """The JSON answer of POST <path> with the identity fields added; raises ControllerError.
@@ -171,7 +174,7 @@ class ControllerClient:
                                            CONTROLLER_CONNECT_TIMEOUT_S, read_timeout)
             else:
                 response = http_request("POST", self.base_url + path, headers, payload, None,
-                                        CONTROLLER_CONNECT_TIMEOUT_S, read_timeout)
+                                        CONTROLLER_CONNECT_TIMEOUT_S, read_timeout, tls_context=self.tls_context)
                 status, raw = response.status, response.body
         except TransportError as error:
             raise ControllerError(f"Suzumio controller request failed: {error}. {self.reach_hint()}") from None
@@ -566,6 +569,7 @@ class Runner:
                 "activationId": self.activation_id,
                 "token": activation["token"],
             },
+            ca=activation.get("controllerCa"),
         )
 
     def run(self):
@@ -746,6 +750,7 @@ class Runner:
                         "workspace": self.workspace,
                         "toolpackId": toolpack_id,
                         "controllerUrl": self.input["controllerUrl"],
+                        "controllerCa": self.input.get("controllerCa"),
                         "token": self.input["token"],
                         "supportPath": spec.get("supportPath"),
                     },

@@ -151,8 +151,9 @@ def _tls_context():
     return ssl.create_default_context()
 
 
-def _connection(url, proxy, timeout):
-    """An unconnected HTTP(S)Connection for url (through proxy when given) and the request target."""
+def _connection(url, proxy, timeout, tls_context=None):
+    """An unconnected HTTP(S)Connection for url (through proxy when given) and the request target;
+    `tls_context` verifies an https URL's server (default: the system's CAs)."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname:
@@ -162,7 +163,8 @@ def _connection(url, proxy, timeout):
     extra = {}
     if proxy is None:
         if scheme == "https":
-            conn = http.client.HTTPSConnection(parts.hostname, port, timeout=timeout, context=_tls_context())
+            conn = http.client.HTTPSConnection(parts.hostname, port, timeout=timeout,
+                                               context=tls_context or _tls_context())
         else:
             conn = http.client.HTTPConnection(parts.hostname, port, timeout=timeout)
         return conn, target, extra
@@ -184,10 +186,12 @@ def _connection(url, proxy, timeout):
 
 
 def http_request(
-    method, url, headers=None, body=None, proxy=None, connect_timeout=None, idle_timeout=None, deadline=None
+    method, url, headers=None, body=None, proxy=None, connect_timeout=None, idle_timeout=None, deadline=None,
+    tls_context=None,
 ):
     """One HTTP exchange without redirects. Timeouts are seconds (None: no limit); `deadline` is a
-    time.monotonic() instant bounding the whole exchange. Raises TransportError."""
+    time.monotonic() instant bounding the whole exchange; `tls_context` as for _connection. Raises
+    TransportError."""
 
     def limit(seconds):
         if deadline is None:
@@ -199,7 +203,7 @@ def http_request(
 
     conn = None
     try:
-        conn, target, extra = _connection(url, proxy, limit(connect_timeout))
+        conn, target, extra = _connection(url, proxy, limit(connect_timeout), tls_context)
         conn.connect()
         sock = conn.sock
         sock.settimeout(limit(idle_timeout))
