@@ -10,10 +10,11 @@ import time
 import uuid
 from pathlib import Path
 
-import docker
 import pytest
 from api_fixtures import init_project, project_yaml, running_activation, serving
 from conftest import require, wait_until
+
+import docker
 
 pytestmark = pytest.mark.swarm
 
