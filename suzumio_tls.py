@@ -35,8 +35,10 @@ CERT_DAYS = 825
 OPENSSL_TIMEOUT_S = 60
 HANDSHAKE_TIMEOUT_S = 10
 IDLE_TIMEOUT_S = 3600  # a model stream through the controller may be quiet for long
-RELAY_CHUNK = 65536
+RELAY_CHUNK = 16384  # one TLS record
+RELAY_BUFFER = 1 << 20  # bytes held per direction before the relay stops reading that side
 RELAY_LIMIT = 1024  # connections relayed at once; more are closed at once
+ACCEPT_BACKOFF_S = 0.1
 # Names every generated certificate carries: runners on this host and in its containers.
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1", "host.docker.internal")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -173,8 +175,11 @@ class TlsFront:
     client that does not complete a TLS handshake (plain HTTP, for one) is dropped: the runner routes
     never see it. One thread per connection, at most RELAY_LIMIT at once."""
 
-    def __init__(self, context, host, port, backend_socket, name="suzumio-runner-tls"):
+    def __init__(self, context, host, port, backend_socket, name="suzumio-runner-tls", on_fatal=None,
+                 handshake_timeout=HANDSHAKE_TIMEOUT_S, limit=RELAY_LIMIT):
         self.context = context
+        self.on_fatal = on_fatal  # called with the error if the accept loop itself dies
+        self.handshake_timeout = handshake_timeout
         self.backend_socket = str(backend_socket)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.listener = socket.socket(family, socket.SOCK_STREAM)
@@ -186,7 +191,7 @@ class TlsFront:
             raise SuzumioError(f"Cannot listen on {host}:{port}: {error}") from None
         self.listener.listen(128)
         self.port = self.listener.getsockname()[1]
-        self._slots = threading.BoundedSemaphore(RELAY_LIMIT)
+        self._slots = threading.BoundedSemaphore(limit)
         self._closing = threading.Event()
         self._connections = set()
         self._lock = threading.Lock()
@@ -198,24 +203,33 @@ class TlsFront:
         return self
 
     def _accept(self):
-        while not self._closing.is_set():
-            try:
-                client, _address = self.listener.accept()
-            except OSError:
-                if self._closing.is_set():
-                    return
+        try:
+            while not self._closing.is_set():
+                try:
+                    client, _address = self.listener.accept()
+                except OSError as error:
+                    if self._closing.is_set():
+                        return
+                    # Out of descriptors or a connection reset before accept: the next one may do.
+                    log.warning("runner listener: accept failed: %s", error)
+                    self._closing.wait(ACCEPT_BACKOFF_S)
+                    continue
+                if not self._slots.acquire(blocking=False):
+                    client.close()
+                    continue
+                threading.Thread(target=self._serve, args=(client,), name=f"{self.name}-relay", daemon=True).start()
+        except BaseException as error:  # the loop's one boundary: a deaf listener must end the process
+            log.critical("runner listener accept loop died", exc_info=True)
+            if self.on_fatal is None:
                 raise
-            if not self._slots.acquire(blocking=False):
-                client.close()
-                continue
-            threading.Thread(target=self._serve, args=(client,), name=f"{self.name}-relay", daemon=True).start()
+            self.on_fatal("runner-http", error)
 
     def _serve(self, client):
         tls = None
         with self._lock:
             self._connections.add(client)
         try:
-            client.settimeout(HANDSHAKE_TIMEOUT_S)
+            client.settimeout(self.handshake_timeout)
             try:
                 tls = self.context.wrap_socket(client, server_side=True)
             except (OSError, ssl.SSLError) as error:
@@ -254,35 +268,65 @@ class TlsFront:
         self.thread.join(timeout=5)
 
 
-def relay(tls, upstream):
-    """Copy bytes both ways until either side closes. The TLS socket is read only when readable or
-    holding decrypted bytes (pending), and written by this one thread, so it is never used concurrently."""
-    tls.settimeout(IDLE_TIMEOUT_S)
-    upstream.settimeout(IDLE_TIMEOUT_S)
+def relay(tls, upstream, idle_timeout=IDLE_TIMEOUT_S):
+    """Copy bytes both ways, non-blocking with a bounded buffer per direction, so neither side can
+    stall the other (a body still arriving while the answer already flows back). Ends when the
+    runner app closes and everything it sent has reached the client, when the client closes, or after
+    `idle_timeout` seconds of silence. One thread owns the TLS socket, so it is never used concurrently."""
+    tls.setblocking(False)
+    upstream.setblocking(False)
+    to_upstream, to_client = bytearray(), bytearray()
+    client_open = upstream_open = True
     with selectors.DefaultSelector() as selector:
-        selector.register(tls, selectors.EVENT_READ)
-        selector.register(upstream, selectors.EVENT_READ)
+        registered = {}
+
+        def want(sock, events):
+            if events == registered.get(sock, 0):
+                return
+            if not events:
+                selector.unregister(sock)
+            elif registered.get(sock):
+                selector.modify(sock, events)
+            else:
+                selector.register(sock, events)
+            registered[sock] = events
+
         while True:
-            ready = [key.fileobj for key, _ in selector.select(timeout=0 if tls.pending() else IDLE_TIMEOUT_S)]
-            if not ready and not tls.pending():
-                return  # idle for IDLE_TIMEOUT_S
-            if tls in ready or tls.pending():
+            if not client_open and not to_upstream:
+                return  # the client is gone: nothing more can reach it
+            if not upstream_open and not to_client:
+                return  # the answer is complete
+            want(tls, (selectors.EVENT_READ if client_open and len(to_upstream) < RELAY_BUFFER else 0)
+                 | (selectors.EVENT_WRITE if to_client else 0))
+            want(upstream, (selectors.EVENT_READ if upstream_open and len(to_client) < RELAY_BUFFER else 0)
+                 | (selectors.EVENT_WRITE if to_upstream else 0))
+            pending = client_open and tls.pending() > 0 and len(to_upstream) < RELAY_BUFFER
+            events = {key.fileobj: mask for key, mask in selector.select(0 if pending else idle_timeout)}
+            if not events and not pending:
+                return
+            if pending or events.get(tls, 0) & selectors.EVENT_READ:
                 try:
                     data = tls.recv(RELAY_CHUNK)
-                except ssl.SSLWantReadError:
-                    data = None
-                if data == b"":
-                    upstream.shutdown(socket.SHUT_WR)
-                    selector.unregister(tls)
-                    if not selector.get_map():
-                        return
-                elif data:
-                    upstream.sendall(data)
-            if upstream in ready:
+                    if data:
+                        to_upstream += data
+                    else:
+                        client_open = False
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    pass
+            if to_client and events.get(tls, 0) & selectors.EVENT_WRITE:
+                try:
+                    # Retried with the same bytes after a want-write, as OpenSSL requires.
+                    del to_client[:tls.send(to_client[:RELAY_CHUNK])]
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    pass
+            if events.get(upstream, 0) & selectors.EVENT_READ:
                 data = upstream.recv(RELAY_CHUNK)
-                if not data:
-                    return
-                tls.sendall(data)
+                if data:
+                    to_client += data
+                else:
+                    upstream_open = False
+            if to_upstream and events.get(upstream, 0) & selectors.EVENT_WRITE:
+                del to_upstream[:upstream.send(to_upstream)]
 
 
 class TlsRunnerListener:
@@ -296,7 +340,8 @@ class TlsRunnerListener:
         try:
             self.server = suzumio_api.Server(runner_app, unix_socket=self.relay_dir / "runner.sock", **server_options)
             try:
-                self.front = TlsFront(runner_tls.server_context(), host, port, self.relay_dir / "runner.sock")
+                self.front = TlsFront(runner_tls.server_context(), host, port, self.relay_dir / "runner.sock",
+                                      on_fatal=server_options.get("on_fatal"))
             except BaseException:
                 self.server.close()
                 raise
