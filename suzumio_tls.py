@@ -229,6 +229,9 @@ class TlsFront:
         with self._lock:
             self._connections.add(client)
         try:
+            # Requests and answers are small writes: Nagle's delay against the peer's delayed ACK would
+            # add 40 ms to each (measured by bench/runner_listener.py).
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             client.settimeout(self.handshake_timeout)
             try:
                 tls = self.context.wrap_socket(client, server_side=True)
