@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from suzumio_runner_models import (
     ModelError,
     ProxyAnswer,
+    TlsSessions,
     TransportError,
     api_model,
     create_provider,
@@ -160,6 +161,7 @@ class ControllerClient:
         self.socket_path = base_url[len(UNIX_SCHEME):] if base_url.startswith(UNIX_SCHEME) else None
         self.identity = identity
         self.tls_context = ssl.create_default_context(cadata=ca) if ca else None
+        self.tls_sessions = TlsSessions()
 
     def post(self, path, fields, read_timeout=CONTROLLER_READ_TIMEOUT_S):
         """The JSON answer of POST <path> with the identity fields added; raises ControllerError.
@@ -174,7 +176,8 @@ class ControllerClient:
                                            CONTROLLER_CONNECT_TIMEOUT_S, read_timeout)
             else:
                 response = http_request("POST", self.base_url + path, headers, payload, None,
-                                        CONTROLLER_CONNECT_TIMEOUT_S, read_timeout, tls_context=self.tls_context)
+                                        CONTROLLER_CONNECT_TIMEOUT_S, read_timeout, tls_context=self.tls_context,
+                                        tls_sessions=self.tls_sessions)
                 status, raw = response.status, response.body
         except TransportError as error:
             raise ControllerError(f"Suzumio controller request failed: {error}. {self.reach_hint()}") from None

@@ -15,6 +15,7 @@ import pytest
 from conftest import wait_until
 
 import suzumio_tls
+from suzumio_runner_loop import ControllerClient, ControllerError
 
 
 def client_context(ca_pem):
@@ -210,3 +211,32 @@ def test_operator_files_are_checked(tmp_path):
         suzumio_tls.operator_tls(tmp_path / "cert.pem", tmp_path / "key.pem")
     with pytest.raises(suzumio_tls.SuzumioError, match="certificate file not found"):
         suzumio_tls.operator_tls(tmp_path / "nope.pem", tmp_path / "key.pem")
+
+
+def answer_ok(environ, start_response):
+    environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", "2")])
+    return [b"{}"]
+
+
+def test_the_runners_client_verifies_the_listener_and_resumes_its_session(tmp_path):
+    (tmp_path / "root").mkdir()
+    tls = suzumio_tls.generated_tls(tmp_path / "root", "127.0.0.1")
+    listener = suzumio_tls.TlsRunnerListener(answer_ok, "127.0.0.1", 0, tls, threads=2).start()
+    try:
+        url = f"https://127.0.0.1:{listener.port}"
+        client = ControllerClient(url, {"project": "p"}, ca=tls.ca_pem)
+        assert client.post("/runner/signals", {}) == {}
+        assert client.tls_sessions.resumed is False
+        assert client.post("/runner/signals", {}) == {}
+        assert client.tls_sessions.resumed is True  # no full handshake for the second request
+        (tmp_path / "other").mkdir()
+        stranger = ControllerClient(url, {"project": "p"}, ca=suzumio_tls.generated_tls(tmp_path / "other",
+                                                                                         "127.0.0.1").ca_pem)
+        with pytest.raises(ControllerError, match="CERTIFICATE_VERIFY_FAILED"):
+            stranger.post("/runner/signals", {})
+        with pytest.raises(ControllerError, match="Suzumio controller request failed"):
+            ControllerClient("http" + url[len("https"):], {"project": "p"}).post("/runner/signals", {})
+    finally:
+        listener.close()
+    assert not listener.relay_dir.exists()
