@@ -6,7 +6,7 @@ RUNTIME_STAMP := $(VENV)/.runtime-installed
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-stress lint demo pex webui soak clean
+.PHONY: venv test test-stress test-swarm lint demo pex webui soak clean
 
 # Runtime dependencies only (enough for `make demo`); the test and dev extras come on top.
 $(RUNTIME_STAMP): pyproject.toml
@@ -31,6 +31,16 @@ test: $(STAMP)
 # STRESS_RUNS times (default 20); prints each run and the pass rate (scripts/stress.py).
 test-stress: $(STAMP)
 	$(PY) scripts/stress.py --runs $${STRESS_RUNS:-20} -- $(PYTEST_ARGS)
+# The tests on a real Swarm: a lab of a manager and two workers (scripts/swarm-lab, root only) made
+# for the run and removed after it, whatever the outcome. SWARM_LAB_NAME keeps parallel runs apart.
+SWARM_LAB_NAME ?= suzumio-test
+test-swarm: $(STAMP)
+	scripts/swarm-lab up --workers 2 --name $(SWARM_LAB_NAME)
+	@SUZUMIO_SWARM_LAB=/run/suzumio-lab/$(SWARM_LAB_NAME)/settings.env SUZUMIO_REQUIRE_SWARM=1 \
+		$(PY) -m pytest -m swarm tests/test_swarm_lab.py $(PYTEST_ARGS); rc=$$?; \
+	scripts/swarm-lab down --name $(SWARM_LAB_NAME); \
+	if [ $$rc -eq 5 ]; then echo "make test-swarm: no tests were collected" >&2; exit 1; fi; \
+	exit $$rc
 
 # The main job: an offline team of agents (scripted provider; Docker when an engine and image exist).
 demo: $(RUNTIME_STAMP)

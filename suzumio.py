@@ -23,6 +23,7 @@ import suzumio_config_schema
 import suzumio_egress
 import suzumio_resources
 import suzumio_store
+import suzumio_tls
 import suzumio_warm
 from suzumio_errors import SuzumioError
 from suzumio_records import parse_ts, to_datetime, utc_now
@@ -103,8 +104,12 @@ COMMAND_TABLE = (
         Option("--api-token-env", "NAME", "take the user API token from this environment variable "
                "(default: <root>/api-token, made on first start)"),
         Option("--no-auth", None, "serve the user API without a token (warns; not with --api-token-env)"),
-        Option("--runner-listen", "HOST:PORT", "serve the runner routes on TCP HOST:PORT instead of the "
-               "root's runner socket (remote engines)"),
+        Option("--runner-listen", "HOST:PORT", "serve the runner routes over TLS on TCP HOST:PORT instead "
+               "of the root's runner socket (remote engines, clusters)"),
+        Option("--runner-cert", "FILE", "the runner listener's certificate (PEM; default: one issued by a CA "
+               "made in <root>/tls/ on first start)"),
+        Option("--runner-key", "FILE", "the private key of --runner-cert (PEM)"),
+        Option("--runner-ca", "FILE", "the CA runners verify --runner-cert against (default: --runner-cert)"),
         Option("--otlp-endpoint", "URL", "export traces over OTLP/HTTP to URL "
                "(default: $OTEL_EXPORTER_OTLP_ENDPOINT; off when neither is set)"),
         Option("--warm", "N", "prepared runners kept ready for likely next activations, all projects "
@@ -362,9 +367,11 @@ def parse_listen(value):
 class Runtime:
     """The collaborators of one process, built from the root: backends, toolpack runtime, scheduler.
     Imported lazily so that `config render`, `status` and friends never load Docker or Bottle.
-    `runner_socket`: where runners reach the controller (None: backend.controllerUrl)."""
+    `runner_socket`: where runners reach the controller (None: backend.controllerUrl); `controller_ca`:
+    the PEM CA runners verify a TLS runner listener against."""
 
-    def __init__(self, root, runner_socket=None, on_fatal=None, warm_limit=0, max_activations=None):
+    def __init__(self, root, runner_socket=None, on_fatal=None, warm_limit=0, max_activations=None,
+                 controller_ca=None):
         import suzumio_backend
         import suzumio_backend_reconcile
         import suzumio_mcp
@@ -378,8 +385,11 @@ class Runtime:
         self.configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(self.configs, mcp=self.mcp)
         # Prepared runners only in serve: a CLI command's process ends before one is claimed.
+        if runner_socket is None and controller_ca is None:
+            # A CLI command's runners reach a TLS runner listener with the CA that serve published.
+            controller_ca = suzumio_tls.published_ca(root.path)
         self.backends = suzumio_backend.Backends(runner_socket=runner_socket, warm_limit=warm_limit,
-                                                 configs=self.configs)
+                                                 configs=self.configs, controller_ca=controller_ca)
         self.reconciler = suzumio_backend_reconcile.Reconciler(self.backends)
         self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, self.configs, hooks=self.toolpacks,
@@ -827,6 +837,13 @@ def cmd_serve(rest, options, out, err, now):
     if not port_text.isdigit() or int(port_text) > 65535:
         raise SuzumioError(f"Invalid port: {port_text}")
     runner_listen = parse_listen(options.runner_listen) if options.runner_listen is not None else None
+    runner_tls_files = (options.runner_cert, options.runner_key, options.runner_ca)
+    if runner_listen is None and any(runner_tls_files):
+        raise SuzumioError("--runner-cert, --runner-key and --runner-ca apply only with --runner-listen")
+    if (options.runner_cert is None) != (options.runner_key is None):
+        raise SuzumioError("--runner-cert and --runner-key go together")
+    if options.runner_ca is not None and options.runner_cert is None:
+        raise SuzumioError("--runner-ca needs --runner-cert and --runner-key")
     import suzumio_telemetry
 
     # The only place the OTEL_* variables are read: once, here (docs/spec-notes.md 17c).
@@ -848,10 +865,17 @@ def cmd_serve(rest, options, out, err, now):
     cap_text = options.max_activations
     if cap_text is not None and (not cap_text.isdigit() or int(cap_text) < 1):
         raise SuzumioError(f"Invalid --max-activations: {cap_text} (expected a whole number of at least 1)")
+    runner_tls = None
+    if runner_listen is not None:
+        if options.runner_cert is not None:
+            runner_tls = suzumio_tls.operator_tls(*runner_tls_files)
+        else:
+            runner_tls = suzumio_tls.generated_tls(root.path, runner_listen[0])
     return serve(root, host=host, port=int(port_text), threads=int(options.threads or 32),
                  scheduler_enabled=not options.no_scheduler, allowed_hosts=tuple(options.allow_host or ()),
                  api_token=api_token, runner_listen=runner_listen, out=out, err=err, tracer=tracer,
-                 warm=int(warm_text), max_activations=None if cap_text is None else int(cap_text))
+                 warm=int(warm_text), max_activations=None if cap_text is None else int(cap_text),
+                 runner_tls=runner_tls)
 
 
 class Liveness:
@@ -943,13 +967,12 @@ def warn_unused_controller_urls(root, err):
 
 
 def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err,
-          runner_listen=None, tracer=None, warm=0, max_activations=None):
+          runner_listen=None, tracer=None, warm=0, max_activations=None, runner_tls=None):
     """Run the controller until SIGINT/SIGTERM: the user listener (host:port), the runner listener (the
-    root's runner socket, or `runner_listen` (host, port)), scheduler, reconciliation (docs/cli.md).
-    Returns 1 when one of its loops died (Liveness), else 0."""
+    root's runner socket, or TLS on `runner_listen` (host, port) with `runner_tls`, a suzumio_tls.RunnerTls),
+    scheduler, reconciliation (docs/cli.md). Returns 1 when one of its loops died (Liveness), else 0."""
     import suzumio_api
     import suzumio_runner_support
-
     if api_token is None:
         who = ("any local process, agent tools on the local backend included," if host in LOOPBACK
                else f"anyone who can reach {host}")
@@ -966,7 +989,12 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     descriptors = raise_descriptor_limit(err)
     tune_malloc()
     liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
-    runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm, max_activations=max_activations)
+    if runner_listen is not None:
+        if runner_tls is None:
+            raise SuzumioError("serve --runner-listen needs the listener's TLS certificate")
+        suzumio_tls.publish_ca(root.path, runner_tls.ca_pem)
+    runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm, max_activations=max_activations,
+                      controller_ca=None if runner_tls is None else runner_tls.ca_pem)
     servers = []
     egress = None
     received = []
@@ -995,10 +1023,10 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
                                                name="suzumio-runner-http")
             runner_url = f"unix://{socket_path}"
         else:
-            runner_server = suzumio_api.Server(runner_app, runner_listen[0], runner_listen[1], threads=threads,
-                                               connection_limit=limit, on_fatal=runner_died,
-                                               name="suzumio-runner-http")
-            runner_url = f"http://{url_host(runner_listen[0])}:{runner_server.port}"
+            runner_server = suzumio_tls.TlsRunnerListener(runner_app, runner_listen[0], runner_listen[1], runner_tls,
+                                                          threads=threads, connection_limit=limit,
+                                                          on_fatal=runner_died, name="suzumio-runner-http")
+            runner_url = f"https://{url_host(runner_listen[0])}:{runner_server.port}"
         servers.append(runner_server)
         # The controller's own listeners are never a destination, whatever an allowlist says.
         own = [(host, server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])

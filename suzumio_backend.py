@@ -140,6 +140,11 @@ def runner_egress_url(kind, runner_socket, controller_url, egress_port):
     return f"tcp://{host}:{egress_port}" if host and not controller_url.startswith("unix:") else None
 
 
+def tls_url(url):
+    """The TCP runner listener speaks only TLS: an `http://` controllerUrl names it as `https://`."""
+    return "https://" + url[len("http://"):] if url.startswith("http://") else url
+
+
 def local_controller_url(url):
     """The controller URL for a host runner: host.docker.internal becomes 127.0.0.1."""
     parts = urllib.parse.urlsplit(url)
@@ -293,9 +298,10 @@ class Launch:
     """Everything one backend needs to start one activation, prepared by Backends.start."""
 
     def __init__(self, store, config, activation, agent, support_dir, environ, runner_socket=None,
-                 egress_port=None):
+                 egress_port=None, controller_ca=None):
         self.store = store
         self.egress_port = egress_port
+        self.controller_ca = controller_ca  # PEM: the runner listener speaks TLS, verified against it
         # The runner reaches the controller over the bind-mounted runner socket, so containers get
         # `none` (DockerBackend.network_mode) and go out through the egress proxy. Without a socket
         # (serve --runner-listen) it needs TCP: every container then gets its agent's configured network.
@@ -347,12 +353,14 @@ class Launch:
         specs, self.toolpack_mounts = runner_toolpack_specs(self.config, agent, self.kind)
         workspace, artifacts_root = activation_paths(self.kind, self.project_dir, self.workspace)
         controller_url = runner_controller_url(self.kind, self.runner_socket, self.config.backend.controller_url)
+        if self.controller_ca is not None:
+            controller_url = tls_url(controller_url)
         read_roots = ["/workspace", "/artifacts", "/mnt"] if self.kind == KIND_DOCKER else [workspace, artifacts_root]
         agent_part = {"id": agent["id"], "displayName": agent["displayName"], "role": agent["role"],
                       "prompt": agent.get("prompt") or ""}
         if agent.get("model"):
             agent_part["model"] = agent["model"]
-        return {
+        data = {
             "project": self.project,
             "agent": agent_part,
             "activation": {"id": self.activation_id, "prompt": self.activation["prompt"]},
@@ -368,6 +376,9 @@ class Launch:
             "toolpacks": specs,
             "history": self.store.active_history(agent["id"]),
         }
+        if self.controller_ca is not None:
+            data["controllerCa"] = self.controller_ca
+        return data
 
 
 # ---------------------------------------------------------------- the Docker backend
@@ -744,12 +755,14 @@ class Backends:
     suzumio_backend_reconcile's Reconciler, through this object's watch and stop methods."""
 
     def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None, runner_socket=None,
-                 warm_limit=0, configs=None):
+                 warm_limit=0, configs=None, controller_ca=None):
         """`runner_socket`: the path of the controller's runner socket, which every runner then
         reaches; None when the runner routes are on TCP (`serve --runner-listen`), reached through
         `backend.controllerUrl`. `warm_limit`: how many prepared runners this process may hold (
         0, or no runner socket: none, every activation starts cold); `configs`: the runtime's ConfigCache
-        (serve shares its one; a CLI command's or a test's Backends keep their own)."""
+        (serve shares its one; a CLI command's or a test's Backends keep their own); `controller_ca`: the
+        PEM CA of a TLS runner listener, given to every runner with its input."""
+        self.controller_ca = controller_ca
         self.configs = configs if configs is not None else suzumio_config.ConfigCache()
         self.support_dir = Path(support_dir)
         self.runner_socket = None if runner_socket is None else Path(runner_socket)
@@ -849,7 +862,7 @@ class Backends:
         agent = store.agent(activation["agentId"], include_token=True)
         config = config or self.configs.get(store)
         launch = Launch(store, config, activation, agent, self.support_dir, self.environ, self.runner_socket,
-                            self.egress_port)
+                        self.egress_port, self.controller_ca)
         agent_ids = store.agent_ids()
         make_private_dir(store.activations_root)
         make_private_dir(launch.activation_dir)

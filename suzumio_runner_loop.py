@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 import time
 from datetime import datetime, timezone
@@ -16,6 +17,7 @@ from suzumio_runner_egress import Forwarder, preamble, proxy_environment
 from suzumio_runner_models import (
     ModelError,
     ProxyAnswer,
+    TlsSessions,
     TransportError,
     api_model,
     create_provider,
@@ -151,12 +153,15 @@ def unix_request(socket_path, method, path, headers, body, connect_timeout, idle
 
 class ControllerClient:
     """POSTs JSON to the controller's runner routes, never through a proxy: over the runner
-    socket for a `unix://<path>` controllerUrl, else over HTTP(S) to the URL."""
+    socket for a `unix://<path>` controllerUrl, else over HTTP(S) to the URL; an https URL's server
+    must present a certificate of `ca` (PEM text, the controllerCa of input.json) when one is given."""
 
-    def __init__(self, base_url, identity):
+    def __init__(self, base_url, identity, ca=None):
         self.base_url = base_url.rstrip("/")
         self.socket_path = base_url[len(UNIX_SCHEME):] if base_url.startswith(UNIX_SCHEME) else None
         self.identity = identity
+        self.tls_context = ssl.create_default_context(cadata=ca) if ca else None
+        self.tls_sessions = TlsSessions()
 
     def post(self, path, fields, read_timeout=CONTROLLER_READ_TIMEOUT_S):
         """The JSON answer of POST <path> with the identity fields added; raises ControllerError.
@@ -171,7 +176,8 @@ class ControllerClient:
                                            CONTROLLER_CONNECT_TIMEOUT_S, read_timeout)
             else:
                 response = http_request("POST", self.base_url + path, headers, payload, None,
-                                        CONTROLLER_CONNECT_TIMEOUT_S, read_timeout)
+                                        CONTROLLER_CONNECT_TIMEOUT_S, read_timeout, tls_context=self.tls_context,
+                                        tls_sessions=self.tls_sessions)
                 status, raw = response.status, response.body
         except TransportError as error:
             raise ControllerError(f"Suzumio controller request failed: {error}. {self.reach_hint()}") from None
@@ -568,6 +574,7 @@ class Runner:
                 "activationId": self.activation_id,
                 "token": activation["token"],
             },
+            ca=activation.get("controllerCa"),
         )
 
     def run(self):
@@ -767,6 +774,7 @@ class Runner:
                         "workspace": self.workspace,
                         "toolpackId": toolpack_id,
                         "controllerUrl": self.input["controllerUrl"],
+                        "controllerCa": self.input.get("controllerCa"),
                         "token": self.input["token"],
                         "supportPath": spec.get("supportPath"),
                     },

@@ -149,8 +149,31 @@ def _tls_context():
     return ssl.create_default_context()
 
 
-def _connection(url, proxy, timeout):
-    """An unconnected HTTP(S)Connection for url (through proxy when given) and the request target."""
+class TlsSessions:
+    """The newest TLS session with one server, so that the next connection resumes it instead of a
+    full handshake (a runner opens one connection per controller request)."""
+
+    def __init__(self):
+        self.session = None
+        self.resumed = False  # whether the last connection resumed the session before it
+
+
+class _ResumingHTTPSConnection(http.client.HTTPSConnection):
+    """An HTTPSConnection (never through a proxy) that offers the session kept in `sessions`."""
+
+    def __init__(self, host, port, timeout, context, sessions):
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._sessions = sessions
+
+    def connect(self):
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._context.wrap_socket(self.sock, server_hostname=self.host, session=self._sessions.session)
+
+
+def _connection(url, proxy, timeout, tls_context=None, tls_sessions=None):
+    """An unconnected HTTP(S)Connection for url (through proxy when given) and the request target;
+    `tls_context` verifies an https URL's server (default: the system's CAs); `tls_sessions`, a
+    TlsSessions, resumes the session of the previous connection to the same server."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname:
@@ -159,8 +182,12 @@ def _connection(url, proxy, timeout):
     target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
     extra = {}
     if proxy is None:
-        if scheme == "https":
-            conn = http.client.HTTPSConnection(parts.hostname, port, timeout=timeout, context=_tls_context())
+        if scheme == "https" and tls_sessions is not None:
+            conn = _ResumingHTTPSConnection(parts.hostname, port, timeout, tls_context or _tls_context(),
+                                            tls_sessions)
+        elif scheme == "https":
+            conn = http.client.HTTPSConnection(parts.hostname, port, timeout=timeout,
+                                               context=tls_context or _tls_context())
         else:
             conn = http.client.HTTPConnection(parts.hostname, port, timeout=timeout)
         return conn, target, extra
@@ -182,10 +209,12 @@ def _connection(url, proxy, timeout):
 
 
 def http_request(
-    method, url, headers=None, body=None, proxy=None, connect_timeout=None, idle_timeout=None, deadline=None
+    method, url, headers=None, body=None, proxy=None, connect_timeout=None, idle_timeout=None, deadline=None,
+    tls_context=None, tls_sessions=None,
 ):
     """One HTTP exchange without redirects. Timeouts are seconds (None: no limit); `deadline` is a
-    time.monotonic() instant bounding the whole exchange. Raises TransportError."""
+    time.monotonic() instant bounding the whole exchange; `tls_context` and `tls_sessions` as for
+    _connection. Raises TransportError."""
 
     def limit(seconds):
         if deadline is None:
@@ -197,7 +226,7 @@ def http_request(
 
     conn = None
     try:
-        conn, target, extra = _connection(url, proxy, limit(connect_timeout))
+        conn, target, extra = _connection(url, proxy, limit(connect_timeout), tls_context, tls_sessions)
         conn.connect()
         sock = conn.sock
         sock.settimeout(limit(idle_timeout))
@@ -213,6 +242,9 @@ def http_request(
                 break
             chunks.append(data)
         response_headers = {key.lower(): value for key, value in response.getheaders()}
+        if tls_sessions is not None and isinstance(sock, ssl.SSLSocket):
+            tls_sessions.session = sock.session  # with TLS 1.3 known only once the answer was read
+            tls_sessions.resumed = sock.session_reused
         return HttpResponse(response.status, response.reason, response_headers, b"".join(chunks))
     except socket.timeout:  # noqa: UP041 (on 3.9 socket.timeout is not TimeoutError)
         raise TransportError("timed out") from None

@@ -363,8 +363,9 @@ function openRequest(transport, target, options, callback) {
 }
 
 // POST JSON straight to the controller; never through a proxy (node:http ignores proxy variables).
-// A `unix://<path>` controllerUrl is the controller's runner socket.
-function postToController(controllerUrl, path, body) {
+// A `unix://<path>` controllerUrl is the controller's runner socket; an https one is verified against
+// `ca` (the activation's controllerCa) when given.
+function postToController(controllerUrl, path, body, ca) {
   return new Promise((resolve, reject) => {
     let target;
     let transport = http;
@@ -388,6 +389,7 @@ function postToController(controllerUrl, path, body) {
         agent: false,
         headers: { "Content-Type": "application/json", "Content-Length": payload.length },
         timeout: CONTROLLER_REQUEST_TIMEOUT_MS,
+        ...(transport === https && ca ? { ca } : {}),
       },
       (response) => {
         const chunks = [];
@@ -447,8 +449,9 @@ class RunnerHost {
       workspace: given.workspace,
       toolpackId: given.toolpackId,
       callSupport: (tool, input) =>
-        postToController(given.controllerUrl, given.supportPath, { ...identity, tool, input: input ?? {} }),
-      recordSignal: (signal) => postToController(given.controllerUrl, "/runner/signals", { ...identity, ...signal }),
+        postToController(given.controllerUrl, given.supportPath, { ...identity, tool, input: input ?? {} }, given.controllerCa),
+      recordSignal: (signal) =>
+        postToController(given.controllerUrl, "/runner/signals", { ...identity, ...signal }, given.controllerCa),
     };
     const mod = await import(pathToFileURL(request.module).href);
     const factory =

@@ -21,6 +21,7 @@ BENCHES = (
     ("history_paging.py", [], ["--repeat", "15"]),
     ("egress_latency.py", [], ["--runs", "60"]),
     ("guard_overhead.py", [], ["--starts", "300", "--rounds", "2"]),
+    ("runner_listener.py", [], ["--runs", "100"]),
 )
 
 

@@ -6,6 +6,7 @@ test_api*, test_sse, test_runner_support and test_toolpacks modules and by bench
 import contextlib
 import json as jsonlib
 import textwrap
+from pathlib import Path
 
 import requests
 from conftest import wait_until
@@ -19,6 +20,7 @@ import suzumio_egress
 import suzumio_runner_support
 import suzumio_scheduler
 import suzumio_store
+import suzumio_tls
 import suzumio_toolpacks
 from suzumio_runner_loop import UnixHTTPConnection
 
@@ -118,7 +120,7 @@ class Service:
         self.base_url = f"http://127.0.0.1:{server.port}"
         self.runner_socket = runner_server.unix_socket
         self.runner_url = (f"unix://{runner_server.unix_socket}" if runner_server.unix_socket
-                           else f"http://127.0.0.1:{runner_server.port}")
+                           else f"https://127.0.0.1:{runner_server.port}")
         self.http = requests.Session()
 
     @property
@@ -132,6 +134,8 @@ class Service:
             if self.runner_socket:
                 return unix_call(self.runner_socket, method, path, json=json, data=data, headers=headers,
                                  timeout=timeout)
+            # The TLS runner listener is verified against the CA the root made for it.
+            kwargs.setdefault("verify", str(Path(self.root.path) / suzumio_tls.TLS_DIR / suzumio_tls.CA_FILE))
             return self.http.request(method, self.runner_url + path, json=json, data=data, headers=headers,
                                      timeout=timeout, **kwargs)
         merged = {"Host": f"127.0.0.1:{self.port}", **(self.auth_headers if auth else {}), **(headers or {})}
@@ -161,10 +165,10 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
             mcp=None, warm_limit=0, resolver=None, max_activations=None, **app_options):
     """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
     at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
-    None: no token), the runner app
-    on the root's runner socket (or, with runner_listen=("127.0.0.1", 0), on TCP, reached through
-    backend.controllerUrl). The scheduler thread runs only with `scheduler_interval`; otherwise ticks
-    run synchronously from the routes that ask for them. `mcp`: an McpHub for MCP toolpacks (test_mcp)."""
+    None: no token), the runner app on the root's runner socket (or, with runner_listen=("127.0.0.1", 0),
+    over TLS on TCP with the root's generated certificate, reached through backend.controllerUrl). The
+    scheduler thread runs only with `scheduler_interval`; otherwise ticks run synchronously from the
+    routes that ask for them. `mcp`: an McpHub for MCP toolpacks (test_mcp)."""
     root = suzumio_store.Root(root_path)
     socket_path = None
     if runner_listen is None:
@@ -172,7 +176,9 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
         suzumio.prepare_runner_socket_dir(socket_path)
     # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
     token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
-    backends = suzumio_backend.Backends(runner_socket=socket_path, warm_limit=warm_limit)
+    runner_tls = None if runner_listen is None else suzumio_tls.generated_tls(root.path, runner_listen[0])
+    backends = suzumio_backend.Backends(runner_socket=socket_path, warm_limit=warm_limit,
+                                        controller_ca=runner_tls and runner_tls.ca_pem)
     # Like serve: scheduler and routes share one config cache (listing MCP tools with an McpHub, test_mcp).
     configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing if mcp is not None else None)
     toolpacks = suzumio_toolpacks.ToolpackRuntime(configs, mcp=mcp)
@@ -188,7 +194,7 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     if runner_listen is None:
         runner_server = suzumio_api.Server(runner_app, threads=threads, unix_socket=socket_path).start()
     else:
-        runner_server = suzumio_api.Server(runner_app, *runner_listen, threads=threads).start()
+        runner_server = suzumio_tls.TlsRunnerListener(runner_app, *runner_listen, runner_tls, threads=threads).start()
     server = suzumio_api.Server(app, "127.0.0.1", 0, threads=threads).start()
     # Like serve: the egress proxy beside the runner socket (or on TCP), never reaching these listeners.
     own = [("127.0.0.1", server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])

@@ -434,7 +434,7 @@ def test_runner_socket_lives_alone_in_its_own_directory_beside_the_egress_socket
 
 def test_runner_listener_on_tcp_serves_only_runner_routes(tmp_path, webui_dir):
     with serving(tmp_path / "root", webui_dir=webui_dir, runner_listen=("127.0.0.1", 0)) as service:
-        assert service.runner_socket is None and service.runner_url.startswith("http://127.0.0.1:")
+        assert service.runner_socket is None and service.runner_url.startswith("https://127.0.0.1:")
         demo = init_project(service.root, tmp_path / "demo", project_yaml("demo", service.base_url))
         demo.start()
         activation = running_activation(demo, "worker")

@@ -574,20 +574,60 @@ def test_serve_serves_runner_routes_on_the_root_socket_only(demo):
     assert not os.path.exists(socket_path)
 
 
-def test_serve_runner_listen_serves_runner_routes_on_tcp(demo):
+def test_serve_runner_listen_serves_runner_routes_over_tls(demo):
     stale = suzumio.runner_socket_path(demo)  # as a killed serve leaves it
     stale.parent.mkdir(parents=True, exist_ok=True)
     with socket.socket(socket.AF_UNIX) as left_behind:
         left_behind.bind(str(stale))
     with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--runner-listen", "127.0.0.1:0") as served:
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", served.runner) and served.runner != served.url
+        assert re.fullmatch(r"https://127\.0\.0\.1:\d+", served.runner) and served.runner != served.url
+        ca = str(demo / "tls" / "ca.pem")
+        assert (demo / "tls" / "runner-ca.pem").read_text() == Path(ca).read_text()
         body = {"project": "demo", "agentId": "pm", "activationId": "act_x", "token": "nope", "kind": "x"}
-        on_runner = requests.post(served.runner + "/runner/signals", json=body, timeout=5)
+        on_runner = requests.post(served.runner + "/runner/signals", json=body, timeout=5, verify=ca)
         assert (on_runner.status_code, on_runner.json()) == (403, {"error": "Invalid agent token"})
-        assert requests.get(served.runner + "/api/projects", headers=served.http.headers, timeout=5).status_code == 404
+        tokenless = {key: value for key, value in body.items() if key != "token"}
+        without_token = requests.post(served.runner + "/runner/signals", json=tokenless, timeout=5, verify=ca)
+        assert (without_token.status_code, without_token.json()) == (400, {"error": "token is required"})
+        with pytest.raises(requests.exceptions.ConnectionError):
+            requests.post("http://" + served.runner[len("https://"):] + "/runner/signals", json=body, timeout=5)
+        with pytest.raises(requests.exceptions.SSLError):  # a certificate of another CA is refused
+            requests.post(served.runner + "/runner/signals", json=body, timeout=5)
+        assert requests.get(served.runner + "/api/projects", headers=served.http.headers, timeout=5,
+                            verify=ca).status_code == 404
         assert served.post("/runner/signals", body).status_code == 404
         assert not os.path.exists(suzumio.runner_socket_path(demo))
     assert "controllerUrl" not in served.process.stderr.read()
+    issued = (demo / "tls" / "server.pem").read_bytes()
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--runner-listen", "127.0.0.1:0") as served:
+        assert requests.get(served.runner + "/api/projects", timeout=5, verify=ca).status_code == 404
+    assert (demo / "tls" / "server.pem").read_bytes() == issued  # made once, on first start
+
+
+def test_serve_runner_listen_with_the_operators_certificate(demo, tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem"), "-days", "2",
+                    "-subj", "/CN=controller", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    with serving("--root", str(demo), "--port", "0", "--no-scheduler", "--runner-listen", "127.0.0.1:0",
+                 "--runner-cert", str(tmp_path / "cert.pem"), "--runner-key", str(tmp_path / "key.pem")) as served:
+        answer = requests.get(served.runner + "/api/projects", timeout=5, verify=str(tmp_path / "cert.pem"))
+        assert answer.status_code == 404
+        assert (demo / "tls" / "runner-ca.pem").read_text() == (tmp_path / "cert.pem").read_text()
+    assert not (demo / "tls" / "ca.pem").exists()
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--runner-cert", "c.pem", "--runner-key", "k.pem"], "--runner-cert, --runner-key and --runner-ca apply only "
+                                                          "with --runner-listen"),
+    (["--runner-listen", "127.0.0.1:0", "--runner-cert", "c.pem"], "--runner-cert and --runner-key go together"),
+    (["--runner-listen", "127.0.0.1:0", "--runner-ca", "a.pem"], "--runner-ca needs --runner-cert and --runner-key"),
+    (["--runner-listen", "127.0.0.1:0", "--runner-cert", "nope.pem", "--runner-key", "nope.pem"],
+     "Runner listener certificate file not found: nope.pem"),
+])
+def test_serve_runner_tls_options_are_checked(demo, argv, error):
+    result = cli("serve", "--root", str(demo), "--port", "0", *argv)
+    assert (result.returncode, result.stderr.splitlines()[0]) == (1, f"Error: {error}")
 
 
 def test_serve_runner_listen_must_be_host_and_port():

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import textwrap
+from pathlib import Path
 
 import pytest
 from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, call, kind_params, running_team
@@ -161,7 +162,7 @@ def test_runners_reach_the_controller_over_its_socket(tmp_path, kind):
 def test_runner_listen_on_tcp_with_controller_url_runs_a_local_team(tmp_path):
     with running_team(tmp_path, "local", runner_listen=("127.0.0.1", 0)) as team:
         runner_url = team.service.runner_url
-        assert runner_url.startswith("http://127.0.0.1:") and runner_url != team.service.base_url
+        assert runner_url.startswith("https://127.0.0.1:") and runner_url != team.service.base_url
         team.model.enqueue(tool_calls=[call("messages.send", recipient="user", body="Over TCP.")], model="pm")
         team.model.enqueue(content="Done.", model="pm")
         team.send("pm", "Say hello.")
@@ -170,4 +171,6 @@ def test_runner_listen_on_tcp_with_controller_url_runs_a_local_team(tmp_path):
         assert "Over TCP." in [m["body"] for m in team.store.list_messages(100)]
         data = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())
         assert data["controllerUrl"] == runner_url
+        ca_file = Path(team.service.root.path) / "tls" / "ca.pem"
+        assert data["controllerCa"] == ca_file.read_text()
         assert not os.path.exists(suzumio.runner_socket_path(team.service.root.path))
