@@ -99,10 +99,10 @@ FAULTS = {
                   "def pass_once(self, due, seen, full=False):\n"
                   "    raise OSError(24, 'Too many open files')\n"
                   "suzumio_scheduler.Scheduler.pass_once = pass_once\n", "scheduler thread died"),
-    "reconciler": ("import suzumio_backend\n"
+    "reconciler": ("import suzumio_backend_reconcile\n"
                    "def reconcile(self, stores, now=None):\n"
                    "    raise RuntimeError('injected reconciler fault')\n"
-                   "suzumio_backend.Backends.reconcile = reconcile\n", "reconciler thread died"),
+                   "suzumio_backend_reconcile.Reconciler.reconcile = reconcile\n", "reconciler thread died"),
 }
 
 
