@@ -984,7 +984,10 @@ class Backends:
             except Exception as error:  # noqa: BLE001 - the thread's boundary; the activation's own monitor goes on
                 log.warning("artifact quota watch of activation %s failed: %s", activation_id, error)
 
-        threading.Thread(target=run, name=f"suzumio-quota-{activation_id}", daemon=True).start()
+        thread = threading.Thread(target=run, name=f"suzumio-quota-{activation_id}", daemon=True)
+        with self._lock:  # joined by close() with the monitors
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
 
     def _enforce_quota(self, store, activation_id, agent_id, quota):
         """Past its quota, the activation fails with `artifact quota exceeded (<used> of <quota>)`, an
