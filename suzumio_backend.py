@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import suzumio_config
+import suzumio_recorder
 import suzumio_registry
 import suzumio_warm
 from suzumio_config import RESERVED_MOUNT_TARGETS
@@ -1083,9 +1084,22 @@ class Backends:
         if store.activation(activation_id)["status"] == ACT_RUNNING:
             store.fail_activation(activation_id, error)
 
+    def record_artifacts(self, store, activation_id):
+        """The runner of `activation_id` is gone: record what it changed in its agent's artifact folder,
+        unless its output did already (suzumio_recorder records an activation once)."""
+        try:
+            config = self.configs.get(store)
+        except suzumio_config.ConfigError as error:
+            log.warning("artifacts of activation %s not recorded: %s", activation_id, error)
+            return
+        suzumio_recorder.record_ended(store, config, activation_id)
+
     def _settle(self, store, activation_id, code, logs, secrets):
         """backend-runner.md §3.9 steps 2-4, after the runner exited with `code`."""
-        if self._closed.is_set() or store.activation(activation_id)["status"] != ACT_RUNNING:
+        if self._closed.is_set():
+            return
+        self.record_artifacts(store, activation_id)
+        if store.activation(activation_id)["status"] != ACT_RUNNING:
             return
         if code != 0:
             self._fail_if_running(store, activation_id, redact(exit_failure_text(code, logs()), secrets))
@@ -1180,6 +1194,7 @@ class Backends:
         marker = runner_marker(store, activation_id)
         while not self._closed.wait(ADOPT_POLL_SECONDS):
             if not local_runner_alive(pid, marker):
+                self.record_artifacts(store, activation_id)
                 self._fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
                 return
 

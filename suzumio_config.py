@@ -47,6 +47,7 @@ DEFAULT_MEMORY = "4g"
 DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024
 DEFAULT_WARM = 2  # prepared runners per running project (issue 18); false or 0 turns them off
+DEFAULT_KEEP_RECORDED = 2000  # activations whose recordings are kept (recording.keepActivations)
 DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
 NETWORK_TOOL = "web.fetch"
 
@@ -681,6 +682,12 @@ _PROJECT = _Obj(
         ), _FULL),
         ("webui", _Obj(("enabled", _Bool(), True)), _FULL),
     ), _FULL),
+    # The flight recorder (docs/replay.md): model exchanges and artifact versions of the newest
+    # `keepActivations` activations are kept, so a run can be replayed, forked and diffed.
+    ("recording", _Obj(
+        ("enabled", _Bool(), True),
+        ("keepActivations", _INT_GT0, DEFAULT_KEEP_RECORDED),
+    ), _FULL),
 )
 
 
@@ -964,6 +971,12 @@ class BackendConfig:
     docker: DockerConfig
     runner: RunnerConfig
     warm: int = DEFAULT_WARM  # prepared runners per running project, 0 for none (issue 18)
+
+
+@dataclass(frozen=True)
+class RecordingConfig:
+    enabled: bool = True
+    keep_activations: int = DEFAULT_KEEP_RECORDED
 
 
 @dataclass(frozen=True)
@@ -1533,6 +1546,7 @@ class ProjectConfig:
     communication: CommunicationConfig = None
     backend: BackendConfig = None
     observability: ObservabilityConfig = None
+    recording: RecordingConfig = RecordingConfig()
     unknown_keys: tuple = ()  # "<path>: unknown key (did you mean …?)" lines of load_project
     # Lists MCP servers' tools when toolpacks are resolved (suzumio_mcp.McpHub.listing); None: unlisted.
     _mcp_tools: object = field(default=None, repr=False, compare=False)
@@ -1547,6 +1561,7 @@ class ProjectConfig:
             _backend_config(data["backend"]),
             ObservabilityConfig(observability["http"]["enabled"], observability["http"]["host"],
                                 observability["http"]["port"], observability["webui"]["enabled"]),
+            RecordingConfig(data["recording"]["enabled"], data["recording"]["keepActivations"]),
             _mcp_tools=mcp_tools)
 
     @classmethod

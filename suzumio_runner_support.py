@@ -9,9 +9,11 @@ import math
 import os
 import re
 import threading
+import time
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_recorder
 from suzumio_cost import call_cost  # issue 14
 from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (
@@ -31,6 +33,7 @@ from suzumio_records import (
     KIND_MODEL_RETRY,
     TOOL_CALL_END_STATUSES,
     TOOL_CALLS_CLOSED,
+    format_ts,
     utc_now,
 )
 
@@ -172,16 +175,32 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         def publish(delta):
             root.live.publish(call.store.project_id, dict(live_base, **delta), after=call.store.event_watermark)
 
+        retries = []
+
         def on_retry(info):
+            retries.append(info)
             call.store.append_event(KIND_MODEL_RETRY, dict(info, activationId=call.activation_id,
                                                            agentId=call.agent_id))
+
+        clock = time.monotonic()
+
+        def record(answer, error=None):
+            if config.recording.enabled:
+                call.store.record_exchange(
+                    call.activation_id, call.agent_id, provider_id, preset_id, call.body["body"],
+                    status=answer.status if answer else None, headers=answer.headers if answer else {},
+                    answer=answer.body if answer else "", overflow=answer.overflow is not None if answer else False,
+                    usage=answer.usage if answer else {}, retries=len(retries), error=error,
+                    started_at=format_ts(started), duration_ms=(time.monotonic() - clock) * 1000)
 
         try:
             answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"],
                                          publish=publish, on_retry=on_retry)
         except SuzumioError as error:
+            record(None, error.message)
             trace_model_call(tracer, call, config, provider_id, preset_id, started, None, error.message)
             raise
+        record(answer)
         # Recorded whatever the activation's status by now: the provider counted these tokens.
         call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
                                      answer.status, answer.usage,
@@ -291,7 +310,10 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
             return json_response({"status": call.activation["status"], "activationId": call.activation_id})
         output = call.body["output"]
         usage = output.get("usage") if isinstance(output.get("usage"), dict) else None
-        result = coordination.complete_activation(call.store, toolpacks.configs.get(call.store), call.activation_id,
+        config = toolpacks.configs.get(call.store)
+        # Recorded before the activation completes: the agent's next activation cannot start meanwhile.
+        suzumio_recorder.record_ended(call.store, config, call.activation_id)
+        result = coordination.complete_activation(call.store, config, call.activation_id,
                                                   call.agent_id, output["text"], usage=usage)
         if result["status"] == "completed":
             run_tick(scheduler.trigger, call.store.project_id)

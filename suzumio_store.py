@@ -69,6 +69,7 @@ from suzumio_records import (
     usage_tokens,
     valid_project_name,
 )
+from suzumio_store_recorder import MIGRATION_RECORDER, RecorderRows
 
 log = logging.getLogger(__name__)
 
@@ -545,7 +546,8 @@ _MIGRATION_6 = ["CREATE INDEX idx_events_project_type ON events (project, type)"
 
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
               (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
-              (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6)]
+              (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6),
+              (7, "flight recorder", MIGRATION_RECORDER)]
 
 
 class _Tx:
@@ -583,7 +585,7 @@ class _Tx:
 
 # ---------------------------------------------------------------------------------------------
 
-class ProjectStore:
+class ProjectStore(RecorderRows):
     """One project's SQLite database and directory; safe to share between threads.
 
     Connections are bounded by design: one writer (behind the write lock) and a small pool of read-only

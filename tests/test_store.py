@@ -136,7 +136,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     migrations = rows(store, "SELECT id, name FROM _migrations")
     assert migrations == [{"id": 1, "name": "initial schema"}, {"id": 2, "name": "model calls"},
                           {"id": 3, "name": "approval requests"}, {"id": 4, "name": "model call cost"},
-                          {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"}]
+                          {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"},
+                          {"id": 7, "name": "flight recorder"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -167,6 +168,13 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "approvals": ["id", "project", "agent_id", "activation_id", "tool_call_id", "tool", "input_json",
                       "rule_json", "rule_key", "status", "decision", "decided_by", "note", "on_expiry",
                       "expires_at", "created_at", "decided_at", "used_at"],
+        "model_exchanges": ["id", "project", "activation_id", "agent_id", "request_index", "provider_id",
+                            "preset_id", "request_json", "status", "headers_json", "answer", "overflow",
+                            "usage_json", "retries", "error", "replayed", "started_at", "duration_ms"],
+        "artifact_versions": ["seq", "project", "activation_id", "agent_id", "path", "digest", "size",
+                              "created_at"],
+        "artifact_snapshots": ["activation_id", "project", "agent_id", "upto_seq", "changes", "bytes",
+                               "created_at"],
     }
     for table, columns in expected.items():
         assert [c["name"] for c in rows(store, f"PRAGMA table_info({table})")] == columns, table
@@ -186,6 +194,9 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "idx_approvals_project_activation": ["project", "activation_id", "status"],
         "idx_approvals_project_grant": ["project", "agent_id", "rule_key", "decision"],
         "idx_tool_calls_activation_call_key": ["activation_id", "call_key"],
+        "idx_model_exchanges_activation_index": ["activation_id", "request_index"],
+        "idx_artifact_versions_agent_path": ["project", "agent_id", "path", "seq"],
+        "idx_artifact_versions_activation": ["activation_id"],
     }
     for name, columns in indexes.items():
         assert [c["name"] for c in rows(store, f"PRAGMA index_info({name})")] == columns, name
@@ -199,7 +210,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 6
+    assert count(again, "_migrations") == 7
     again.close()
 
 
@@ -210,7 +221,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -222,7 +233,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7]
     assert count(again, "model_calls") == 0
     again.close()
 

@@ -1,0 +1,150 @@
+"""Rows of the flight recorder (docs/replay.md): the model exchanges the controller's proxy forwarded, in
+order per activation, and the artifact versions recorded after each activation. A mixin of
+suzumio_store.ProjectStore, which owns the connections and the one write path; the rules (what to record,
+hashing, blobs on disk, replay) are suzumio_recorder's. Imported by suzumio_store only."""
+from suzumio_records import dump_json, load_json
+
+# The tables of migration 7 (suzumio_store.MIGRATIONS). `seq` orders a project's artifact versions: the
+# state of an agent's folder after an activation is, per path, its newest row up to that activation.
+MIGRATION_RECORDER = [
+    """CREATE TABLE model_exchanges (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
+        request_index INTEGER NOT NULL, provider_id TEXT NOT NULL, preset_id TEXT NOT NULL,
+        request_json TEXT NOT NULL, status INTEGER, headers_json TEXT NOT NULL, answer TEXT NOT NULL,
+        overflow INTEGER NOT NULL DEFAULT 0, usage_json TEXT NOT NULL, retries INTEGER NOT NULL,
+        error TEXT, replayed INTEGER NOT NULL DEFAULT 0, started_at TEXT NOT NULL,
+        duration_ms INTEGER NOT NULL)""",
+    ("CREATE UNIQUE INDEX idx_model_exchanges_activation_index "
+     "ON model_exchanges (activation_id, request_index)"),
+    """CREATE TABLE artifact_versions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, project TEXT NOT NULL, activation_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL, path TEXT NOT NULL, digest TEXT, size INTEGER NOT NULL,
+        created_at TEXT NOT NULL)""",
+    "CREATE INDEX idx_artifact_versions_agent_path ON artifact_versions (project, agent_id, path, seq)",
+    "CREATE INDEX idx_artifact_versions_activation ON artifact_versions (activation_id)",
+    # One row per recorded activation: the newest artifact version seq when its folder was recorded.
+    """CREATE TABLE artifact_snapshots (
+        activation_id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL,
+        upto_seq INTEGER NOT NULL, changes INTEGER NOT NULL, bytes INTEGER NOT NULL, created_at TEXT NOT NULL)""",
+]
+
+EXCHANGE_COLUMNS = ("id, activation_id, agent_id, request_index, provider_id, preset_id, request_json, status, "
+                    "headers_json, answer, overflow, usage_json, retries, error, replayed, started_at, duration_ms")
+
+
+def exchange_json(row):
+    """One recorded model exchange as the API and the replay read it."""
+    return {"id": row["id"], "activationId": row["activation_id"], "agentId": row["agent_id"],
+            "index": row["request_index"], "providerId": row["provider_id"], "presetId": row["preset_id"],
+            "request": load_json(row["request_json"], {}), "status": row["status"],
+            "headers": load_json(row["headers_json"], {}), "answer": row["answer"],
+            "overflow": bool(row["overflow"]), "usage": load_json(row["usage_json"], {}),
+            "retries": row["retries"], "error": row["error"], "replayed": bool(row["replayed"]),
+            "startedAt": row["started_at"], "durationMs": row["duration_ms"]}
+
+
+class RecorderRows:
+    """The recorder's reads and writes of one project store (a ProjectStore mixin)."""
+
+    def record_exchange(self, activation_id, agent_id, provider_id, preset_id, request, *, status, headers,
+                        answer, overflow, usage, retries, error, started_at, duration_ms, replayed=False,
+                        now=None):
+        """Append one model exchange of an activation; its index is the next of that activation."""
+        with self.write(now) as tx:
+            index = tx.one("SELECT COUNT(*) FROM model_exchanges WHERE activation_id = ?", (activation_id,))[0]
+            tx.execute(f"INSERT INTO model_exchanges (project, {EXCHANGE_COLUMNS}) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (self.project_id, tx.id("mx"), activation_id, agent_id, index, provider_id, preset_id,
+                        dump_json(request), status, dump_json(headers or {}), answer or "", int(bool(overflow)),
+                        dump_json(usage or {}), int(retries), error, int(bool(replayed)), started_at,
+                        int(duration_ms)))
+            return index
+
+    def exchanges(self, activation_id=None):
+        """The recorded exchanges of one activation (or of the project), in the order they were made."""
+        where, params = "project = ?", [self.project_id]
+        if activation_id is not None:
+            where, params = where + " AND activation_id = ?", params + [activation_id]
+        rows = self._query(f"SELECT {EXCHANGE_COLUMNS} FROM model_exchanges WHERE {where} "
+                           "ORDER BY rowid", params)
+        return [exchange_json(row) for row in rows]
+
+    def artifact_state(self, agent_id, upto_activation=None):
+        """{path: (digest, size)} of an agent's artifact folder as recorded after `upto_activation` (else
+        after its newest recorded activation); deleted paths are left out, and an activation whose folder
+        was not recorded gives None."""
+        params = [self.project_id, agent_id]
+        bound = ""
+        if upto_activation is not None:
+            snap = self._query_one("SELECT upto_seq FROM artifact_snapshots WHERE activation_id = ?",
+                                   (upto_activation,))
+            if snap is None:
+                return None
+            bound, params = "AND seq <= ?", params + [snap["upto_seq"]]
+        rows = self._query("SELECT path, digest, size FROM artifact_versions WHERE seq IN ("
+                           "SELECT MAX(seq) FROM artifact_versions WHERE project = ? AND agent_id = ? "
+                           f"{bound} GROUP BY path)", params)
+        return {row["path"]: (row["digest"], row["size"]) for row in rows if row["digest"] is not None}
+
+    def artifact_snapshot(self, activation_id):
+        """{changes, bytes, createdAt} of an activation whose folder was recorded, else None."""
+        row = self._query_one("SELECT changes, bytes, created_at FROM artifact_snapshots WHERE activation_id = ?",
+                              (activation_id,))
+        return None if row is None else {"changes": row["changes"], "bytes": row["bytes"],
+                                         "createdAt": row["created_at"]}
+
+    def record_artifact_versions(self, activation_id, agent_id, changes, stored_bytes, now=None):
+        """What changed in an agent's folder after an activation, [(path, digest or None, size)], and the
+        blob bytes that recording added; False when that activation was recorded already."""
+        with self.write(now) as tx:
+            if tx.one("SELECT 1 FROM artifact_snapshots WHERE activation_id = ?", (activation_id,)):
+                return False
+            for path, digest, size in changes:
+                tx.execute("INSERT INTO artifact_versions (project, activation_id, agent_id, path, digest, size, "
+                           "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (self.project_id, activation_id, agent_id, path, digest, int(size), tx.ts))
+            upto = tx.one("SELECT COALESCE(MAX(seq), 0) FROM artifact_versions WHERE project = ?",
+                          (self.project_id,))[0]
+            tx.execute("INSERT INTO artifact_snapshots (activation_id, project, agent_id, upto_seq, changes, bytes, "
+                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (activation_id, self.project_id, agent_id, upto, len(changes), int(stored_bytes), tx.ts))
+            return True
+
+    def artifact_versions(self, activation_id=None):
+        """The recorded artifact changes (of one activation, or all), oldest first."""
+        where, params = "project = ?", [self.project_id]
+        if activation_id is not None:
+            where, params = where + " AND activation_id = ?", params + [activation_id]
+        rows = self._query("SELECT seq, activation_id, agent_id, path, digest, size, created_at "
+                           f"FROM artifact_versions WHERE {where} ORDER BY seq", params)
+        return [{"seq": r["seq"], "activationId": r["activation_id"], "agentId": r["agent_id"],
+                 "path": r["path"], "digest": r["digest"], "size": r["size"], "createdAt": r["created_at"]}
+                for r in rows]
+
+    def recorded_digests(self):
+        """Every blob digest an artifact version still names."""
+        rows = self._query("SELECT DISTINCT digest FROM artifact_versions WHERE project = ? AND digest IS NOT NULL",
+                           (self.project_id,))
+        return {row["digest"] for row in rows}
+
+    def prune_recordings(self, keep_activations, now=None):
+        """Keep the recordings of the newest `keep_activations` activations: older exchanges and snapshots
+        go, and so do older artifact versions a later version of the same path supersedes, so the folder
+        state at the cut stays whole. Returns how many rows went."""
+        with self.write(now) as tx:
+            cut = tx.one("SELECT started_at FROM activations WHERE project = ? ORDER BY started_at DESC, rowid DESC "
+                         "LIMIT 1 OFFSET ?", (self.project_id, int(keep_activations)))
+            if cut is None:
+                return 0
+            old = ("SELECT id FROM activations WHERE project = ? AND started_at <= ?")
+            gone = tx.execute(f"DELETE FROM model_exchanges WHERE project = ? AND activation_id IN ({old})",
+                              (self.project_id, self.project_id, cut[0])).rowcount
+            # An old version a later one of its path supersedes is no state anyone can restore any more,
+            # nor is an old deletion; the rest is the folder's state at the cut.
+            gone += tx.execute(f"DELETE FROM artifact_versions AS a WHERE project = ? AND activation_id IN ({old}) "
+                               "AND (digest IS NULL OR EXISTS (SELECT 1 FROM artifact_versions AS b WHERE "
+                               "b.project = a.project AND b.agent_id = a.agent_id AND b.path = a.path "
+                               "AND b.seq > a.seq))", (self.project_id, self.project_id, cut[0])).rowcount
+            gone += tx.execute(f"DELETE FROM artifact_snapshots WHERE project = ? AND activation_id IN ({old})",
+                               (self.project_id, self.project_id, cut[0])).rowcount
+            return gone
