@@ -85,6 +85,9 @@ class Command:
 ROOT = Option("--root", "dir", "runtime root (default: $SUZUMIO_ROOT if set, else ~/.suzumio)")
 LIMIT = Option("--limit", "n", f"show at most n entries (default {DEFAULT_LIMIT})")
 JSON = Option("--json", None, "print one JSON document instead of columns")
+AS_NAME = Option("--as", "NAME", "the new project's name (required)")
+CONFIG_FILE = Option("--config", "FILE", "a project file with the source's agents (its name is replaced); "
+                     "default: the source's configuration")
 
 # The one table of commands and their options: the parser, the usage text and each command's --help are
 # built from it. A new flag is one Option line in its command's list.
@@ -144,6 +147,18 @@ COMMAND_TABLE = (
                        "(default: <root>/api-token)"),
                 Option("--once", None, "exit when the first activation seen ends"),
             ]),
+    # The flight recorder (docs/replay.md)
+    Command("replay", "<source>", "Replay a recorded run as a new project, started at once: the source's "
+            "model answers, no provider call while the requests match.", [
+                AS_NAME,
+                Option("--tools", "MODE", "live: run every tool again; recorded: results from the source's "
+                       "audit and files (default live)", shown="live|recorded"),
+                Option("--on-diverge", "MODE", "at the first request the recording does not match: stop, or go "
+                       "on live (default stop)", shown="stop|live"),
+                CONFIG_FILE,
+                Option("--wait", None, "wait until the replay ends, diverges or stops; exit 1 when it diverged"),
+                ROOT,
+            ]),
     Command("gc", "[project]", "Remove the activation containers a project no longer needs (backend.docker.keep), "
             "keeping their log tails.", [ROOT]),
 )
@@ -162,6 +177,7 @@ COMMAND_ARITY = {
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
     "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
     "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
+    "replay": (1, 1),
 }
 
 
@@ -1018,6 +1034,55 @@ def cmd_watch(rest, options, out, err, now):
         return 0
 
 
+def read_config_option(options):
+    """The text of --config FILE, or None."""
+    if options.config is None:
+        return None
+    try:
+        return Path(options.config).read_text(encoding="utf-8")
+    except OSError as error:
+        raise SuzumioError(f"Cannot read {options.config}: {error.strerror}") from None
+
+
+def cmd_replay(rest, options, out, err, now):
+    import suzumio_replay
+
+    name = getattr(options, "as")
+    if not name:
+        raise SuzumioError("--as NAME is required")
+    root = open_root(options)
+    try:
+        store = suzumio_replay.create_replay(root, rest[0], name, tools=options.tools or "live",
+                                             on_diverge=options.on_diverge or "stop",
+                                             config_text=read_config_option(options))
+        print(f"Replaying {rest[0]} as {store.project_id}", file=out)
+    finally:
+        root.close()
+    code = tick_projects(options, [name], err)
+    return wait_for_replay(options, name, out) if options.wait and code == 0 else code
+
+
+def wait_for_replay(options, name, out):
+    """--wait: poll the replay (its runners and `serve` write it from other processes) until it is no
+    longer running or diverged; 1 when it diverged."""
+    root = open_root(options)
+    try:
+        store = root.open_project(name)
+        while True:
+            origin, status = store.origin(), store.project()["status"]
+            if origin["diverged"] is not None or status != "running":
+                break
+            time.sleep(SIGNAL_POLL_SECONDS)
+        diverged = origin["diverged"]
+        if diverged is not None:
+            print(f"{name}: diverged at {diverged['agentId']} {diverged['activationId']} request "
+                  f"{diverged['requestIndex']}\n{diverged['diff']}", file=out)
+        print(f"{name}: {status}", file=out)
+        return 1 if diverged is not None else 0
+    finally:
+        root.close()
+
+
 COMMANDS = {
     "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
@@ -1025,7 +1090,7 @@ COMMANDS = {
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
     "toolpacks": cmd_toolpacks, "mcp": cmd_mcp, "approvals": cmd_approvals,
     "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
-    "gc": cmd_gc, "watch": cmd_watch,
+    "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay,
 }
 
 

@@ -19,6 +19,7 @@ import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_mcp_server
 import suzumio_openapi
+import suzumio_replay
 import suzumio_scheduler
 import suzumio_sse
 import suzumio_yaml
@@ -390,6 +391,15 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
         via = bottle.request.get_header(DECIDER_HEADER, "api").strip().lower()
         return json_response(suzumio_approvals.decide(store, approval, decision, note,
                                                       via=via if via in ("api", "webui") else "api"))
+
+    @app.post("/api/projects/<project>/replay")
+    def replay(project):
+        body = read_fields()
+        store = suzumio_replay.create_replay(
+            root, project, body.get("as"), tools=body.get("tools", "live"), on_diverge=body.get("onDiverge", "stop"),
+            config_text=body.get("config"))
+        tick(store)
+        return json_response(dict(store.project_summary(full=True), origin=store.origin()), status=201)
 
     @app.post("/api/projects/<project>/messages")
     def send_message(project):

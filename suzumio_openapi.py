@@ -122,6 +122,20 @@ SCHEMAS = {
                        "done": {"type": "boolean"}}},
     "RequestChanges": {"type": "object", "required": ["body"],
                        "properties": {"body": {"type": "string", "minLength": 1}, "recipient": STRING}},
+    # The flight recorder (docs/replay.md)
+    "Replay": {"type": "object", "required": ["as"],
+               "properties": {"as": {"type": "string", "minLength": 1, "description": "the new project's name"},
+                              "tools": {"enum": ["live", "recorded"], "default": "live"},
+                              "onDiverge": {"enum": ["stop", "live"], "default": "stop"},
+                              "config": {"type": "string", "description": "a project file (YAML) with the "
+                                                                          "source's agents; its name is replaced"}}},
+    "Origin": {"type": "object", "required": ["kind", "source"],
+               "description": "Where a replay or fork came from, and how far a replay got",
+               "properties": {"kind": {"enum": ["replay", "fork"]}, "source": STRING, "at": NULLABLE_STRING,
+                              "tools": {"enum": ["live", "recorded", None]},
+                              "onDiverge": {"enum": ["stop", "live", None]},
+                              "diverged": {"type": ["object", "null"], "description": "the replay.diverged data"},
+                              "injectedMessages": INTEGER, "ended": {"type": "boolean"}, "createdAt": STRING}},
 }
 
 ERRORS = {
@@ -212,6 +226,12 @@ PATHS = {
     "/api/projects/{project}/approve": _post("Approve the result and complete the project", PROJECT_ANSWER),
     "/api/projects/{project}/request-changes": _post(
         "Send the coordinator a change request", PROJECT_ANSWER, _ref("RequestChanges")),
+    "/api/projects/{project}/replay": {"post": {
+        "summary": "Replay the project's recorded run as a new project, started at once (docs/replay.md)",
+        "parameters": [PROJECT],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Replay")}}},
+        "responses": {"201": _json({"allOf": [_ref("Project"), {"type": "object", "properties": {
+            "origin": _ref("Origin")}}]}, "The new project"), **ERRORS, **CONFLICT}}},
     "/api/projects/{project}/approvals": _get(
         "Approval requests: pending ones oldest first, then decided ones newest first (issue 16)",
         _json(_array("Approval"), "Approval requests"),

@@ -23,6 +23,10 @@ def blob_path(store, digest):
     return blobs_root(store) / digest[:2] / digest
 
 
+def digest_of(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def folder_files(folder):
     """{relative posix path: absolute Path} of the regular files under `folder`; symlinks are not followed
     (an agent's link could name any file of the host)."""

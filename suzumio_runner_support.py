@@ -14,8 +14,10 @@ import time
 import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_recorder
+import suzumio_replay
+import suzumio_scheduler
 from suzumio_cost import call_cost  # issue 14
-from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
+from suzumio_errors import BadGateway, BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (
     base_app,
     floored,
@@ -159,6 +161,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     `model_proxy` (a suzumio_model_proxy.ModelProxy, by default one over the controller's environment)
     forwards `/runner/model`; `tracer` (suzumio_telemetry) gets a span for every model and tool call."""
     model_proxy = model_proxy or ModelProxy()
+    replays = suzumio_replay.Replays(root)
     long_polls = threading.BoundedSemaphore(suzumio_approvals.MAX_LONG_POLLS)  # issue 16
 
     @app.post("/runner/model")
@@ -193,6 +196,13 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
                     usage=answer.usage if answer else {}, retries=len(retries), error=error,
                     started_at=format_ts(started), duration_ms=(time.monotonic() - clock) * 1000)
 
+        replayed = replays.answer(call.store, call.activation_id, call.agent_id, call.body["body"])
+        if isinstance(replayed, suzumio_replay.Recorded):
+            return answer_from_recording(call, provider_id, preset_id, replayed, started)
+        if replayed is not None and replayed["onDiverge"] == "stop":
+            suzumio_scheduler.stop_project(call.store, scheduler.backends)
+            raise Conflict(f"Replay {call.store.project_id} diverged at request {replayed['requestIndex']} of "
+                           f"activation {call.activation_id}; the replay is stopped")
         try:
             answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"],
                                          publish=publish, on_retry=on_retry)
@@ -217,9 +227,16 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         toolpacks.check_tool_call(call.store, call.agent, tool)
         # Issue 16: a call that an approval rule matches is recorded with a pending approval request; a
         # start asked again with its callKey answers what was recorded.
-        return json_response(suzumio_approvals.start_tool_call(
+        started = suzumio_approvals.start_tool_call(
             call.store, toolpacks.configs.get(call.store), call.agent_id, call.activation_id, tool,
-            call.body.get("input"), call_key=call.body.get("callKey")))
+            call.body.get("input"), call_key=call.body.get("callKey"))
+        # A replay with recorded tools hands the runner the source's result instead of running the tool.
+        model_call_id = call.body.get("modelCallId")
+        if not started.get("replayed") and not started.get("approval") and isinstance(model_call_id, str):
+            recorded = replays.recorded_tool(call.store, call.activation_id, tool, model_call_id)
+            if recorded is not None:
+                started = dict(started, recorded=recorded)
+        return json_response(started)
 
     @app.post("/runner/approvals/wait")
     def approval_wait():
@@ -311,6 +328,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         output = call.body["output"]
         usage = output.get("usage") if isinstance(output.get("usage"), dict) else None
         config = toolpacks.configs.get(call.store)
+        replays.activation_ended(call.store, call.activation_id, call.agent_id)
         # Recorded before the activation completes: the agent's next activation cannot start meanwhile.
         suzumio_recorder.record_ended(call.store, config, call.activation_id)
         result = coordination.complete_activation(call.store, config, call.activation_id,
@@ -318,6 +336,22 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         if result["status"] == "completed":
             run_tick(scheduler.trigger, call.store.project_id)
         return json_response(result)
+
+
+def answer_from_recording(call, provider_id, preset_id, replayed, started):
+    """Answer a replay's model request with its source's recorded answer: recorded as replayed (its
+    usage kept, counting for no budget and costing nothing), no provider asked."""
+    exchange = replayed.exchange
+    call.store.record_exchange(
+        call.activation_id, call.agent_id, provider_id, preset_id, call.body["body"], status=exchange["status"],
+        headers=exchange["headers"], answer=replayed.answer, overflow=exchange["overflow"], usage=exchange["usage"],
+        retries=0, error=exchange["error"], started_at=format_ts(started), duration_ms=0, replayed=True)
+    if exchange["status"] is None:
+        raise BadGateway(exchange["error"] or "Request to the provider failed")
+    call.store.record_replayed_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
+                                          exchange["status"], exchange["usage"])
+    return json_response({"status": exchange["status"], "headers": exchange["headers"], "body": replayed.answer,
+                          "overflow": exchange["overflow"]})
 
 
 def run_tick(trigger_tick, project):

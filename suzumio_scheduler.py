@@ -11,6 +11,7 @@ from datetime import timedelta
 import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
+import suzumio_replay
 from suzumio_backend import KIND_LOCAL, activation_paths
 from suzumio_errors import Conflict
 from suzumio_records import (
@@ -167,11 +168,11 @@ class NoHooks:
 
 # ---------------------------------------------------------------- one tick (§5)
 
-def tick(store, backend, hooks, now, configs):
+def tick(store, backend, hooks, now, configs, replays=None):
     """One tick of one project at time `now` (scheduler.md §5); the caller holds the project lock.
     `configs` (the runtime's suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every
     tick. Returns when the project needs its next tick if nothing changes meanwhile (next_due), None for
-    never."""
+    never. `replays` (suzumio_replay.Replays) gates the starts of replay projects."""
     project = store.project()
     if project["status"] != PROJECT_RUNNING:
         return None
@@ -186,13 +187,14 @@ def tick(store, backend, hooks, now, configs):
     if (max_tokens is not None or max_cost is not None) and coordination.warn_for_budget(
             store, max_tokens, max_cost, now):
         log.warning("project %s: 80%% of its budget is used", store.project_id)
+    may_start = replays.gate(store, config, now) if replays is not None else None
     agents = store.list_agents()
     # Who has a ready signal, read once; after any commit (this tick's own expiries, cancellations and
     # starts, or anyone's) an agent's signals are read again as before.
     seen, ready = store.commits, store.agents_with_ready_signals([agent["id"] for agent in agents], now)
     for agent in agents:
         _tick_agent(store, backend, config, project["task"], agents, agent, now,
-                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen)
+                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen, may_start)
     try:
         hooks.run_hooks(store, config, now)
     except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (scheduler.md §6.1)
@@ -222,9 +224,10 @@ def next_due(store, config, now, dues):
     return max(min(candidates), now) if candidates else None
 
 
-def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready=lambda: True):
+def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready=lambda: True, may_start=None):
     """Steps 2-5 of §5 for one agent; `may_have_ready()` False (no ready pending signal when the tick read
-    them for all its agents at once, and nothing committed since) spares its signal selection."""
+    them for all its agents at once, and nothing committed since) spares its signal selection;
+    `may_start(agent_id)` False (a replay's next activation is another agent's) keeps it from starting."""
     def pending():
         return coordination.pending_signals(store, config, agent["id"], now) if may_have_ready() else []
 
@@ -253,6 +256,8 @@ def _tick_agent(store, backend, config, task, agents, agent, now, may_have_ready
     if not candidates:
         if status not in (AGENT_QUIET, AGENT_FAILED):
             store.set_agent_status(agent["id"], AGENT_QUIET)
+        return
+    if may_start is not None and not may_start(agent["id"]):
         return
     _start_activation(store, backend, config, task, agents, agent, candidates, now)
 
@@ -301,6 +306,7 @@ class Scheduler:
         self.root = root
         self.on_fatal = on_fatal  # called with the error if the thread's loop itself dies
         self.backends = backends
+        self.replays = suzumio_replay.Replays(root)
         self.hooks = hooks or NoHooks()
         self.interval = interval
         self._locks = {}
@@ -318,7 +324,7 @@ class Scheduler:
         project's next due time (tick)."""
         with self._project_lock(name):
             store = self.root.open_project(name)
-            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs)
+            due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs, self.replays)
             self.backends.prepare_next(store)  # issue 18: warm activations (suzumio_warm; no-op when off)
             return due
 

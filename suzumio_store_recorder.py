@@ -2,7 +2,12 @@
 order per activation, and the artifact versions recorded after each activation. A mixin of
 suzumio_store.ProjectStore, which owns the connections and the one write path; the rules (what to record,
 hashing, blobs on disk, replay) are suzumio_recorder's. Imported by suzumio_store only."""
+import zlib
+
 from suzumio_records import dump_json, load_json
+
+# A request repeats the activation's whole history so far: compressed, a recording grows far slower.
+REQUEST_COMPRESSION = 6
 
 # The tables of migration 7 (suzumio_store.MIGRATIONS). `seq` orders a project's artifact versions: the
 # state of an agent's folder after an activation is, per path, its newest row up to that activation.
@@ -10,7 +15,7 @@ MIGRATION_RECORDER = [
     """CREATE TABLE model_exchanges (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
         request_index INTEGER NOT NULL, provider_id TEXT NOT NULL, preset_id TEXT NOT NULL,
-        request_json TEXT NOT NULL, status INTEGER, headers_json TEXT NOT NULL, answer TEXT NOT NULL,
+        request_zlib BLOB NOT NULL, status INTEGER, headers_json TEXT NOT NULL, answer TEXT NOT NULL,
         overflow INTEGER NOT NULL DEFAULT 0, usage_json TEXT NOT NULL, retries INTEGER NOT NULL,
         error TEXT, replayed INTEGER NOT NULL DEFAULT 0, started_at TEXT NOT NULL,
         duration_ms INTEGER NOT NULL)""",
@@ -26,9 +31,15 @@ MIGRATION_RECORDER = [
     """CREATE TABLE artifact_snapshots (
         activation_id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL,
         upto_seq INTEGER NOT NULL, changes INTEGER NOT NULL, bytes INTEGER NOT NULL, created_at TEXT NOT NULL)""",
+    # Where a replay or a fork came from (one row, in the new project's own database).
+    """CREATE TABLE project_origins (
+        project TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('replay', 'fork')), source TEXT NOT NULL,
+        at_activation TEXT, tools TEXT CHECK (tools IN ('live', 'recorded')),
+        on_diverge TEXT CHECK (on_diverge IN ('stop', 'live')), diverged_json TEXT,
+        injected_messages INTEGER NOT NULL DEFAULT 0, ended INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL)""",
 ]
 
-EXCHANGE_COLUMNS = ("id, activation_id, agent_id, request_index, provider_id, preset_id, request_json, status, "
+EXCHANGE_COLUMNS = ("id, activation_id, agent_id, request_index, provider_id, preset_id, request_zlib, status, "
                     "headers_json, answer, overflow, usage_json, retries, error, replayed, started_at, duration_ms")
 
 
@@ -36,7 +47,7 @@ def exchange_json(row):
     """One recorded model exchange as the API and the replay read it."""
     return {"id": row["id"], "activationId": row["activation_id"], "agentId": row["agent_id"],
             "index": row["request_index"], "providerId": row["provider_id"], "presetId": row["preset_id"],
-            "request": load_json(row["request_json"], {}), "status": row["status"],
+            "request": load_json(zlib.decompress(row["request_zlib"]).decode("utf-8"), {}), "status": row["status"],
             "headers": load_json(row["headers_json"], {}), "answer": row["answer"],
             "overflow": bool(row["overflow"]), "usage": load_json(row["usage_json"], {}),
             "retries": row["retries"], "error": row["error"], "replayed": bool(row["replayed"]),
@@ -50,12 +61,13 @@ class RecorderRows:
                         answer, overflow, usage, retries, error, started_at, duration_ms, replayed=False,
                         now=None):
         """Append one model exchange of an activation; its index is the next of that activation."""
+        packed = zlib.compress(dump_json(request).encode("utf-8"), REQUEST_COMPRESSION)  # outside the write lock
         with self.write(now) as tx:
             index = tx.one("SELECT COUNT(*) FROM model_exchanges WHERE activation_id = ?", (activation_id,))[0]
             tx.execute(f"INSERT INTO model_exchanges (project, {EXCHANGE_COLUMNS}) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (self.project_id, tx.id("mx"), activation_id, agent_id, index, provider_id, preset_id,
-                        dump_json(request), status, dump_json(headers or {}), answer or "", int(bool(overflow)),
+                        packed, status, dump_json(headers or {}), answer or "", int(bool(overflow)),
                         dump_json(usage or {}), int(retries), error, int(bool(replayed)), started_at,
                         int(duration_ms)))
             return index
@@ -68,6 +80,13 @@ class RecorderRows:
         rows = self._query(f"SELECT {EXCHANGE_COLUMNS} FROM model_exchanges WHERE {where} "
                            "ORDER BY rowid", params)
         return [exchange_json(row) for row in rows]
+
+    def exchange_bytes(self, activation_id):
+        """The bytes one activation's recorded exchanges take in their columns (requests compressed)."""
+        row = self._query_one("SELECT COALESCE(SUM(LENGTH(request_zlib) + LENGTH(answer) + LENGTH(headers_json) "
+                              "+ LENGTH(usage_json)), 0) AS bytes FROM model_exchanges WHERE activation_id = ?",
+                              (activation_id,))
+        return row["bytes"]
 
     def artifact_state(self, agent_id, upto_activation=None):
         """{path: (digest, size)} of an agent's artifact folder as recorded after `upto_activation` (else
@@ -148,3 +167,67 @@ class RecorderRows:
             gone += tx.execute(f"DELETE FROM artifact_snapshots WHERE project = ? AND activation_id IN ({old})",
                                (self.project_id, self.project_id, cut[0])).rowcount
             return gone
+
+    # -- replay and fork origins (suzumio_replay owns what they mean)
+
+    def set_origin(self, kind, source, at_activation=None, tools=None, on_diverge=None, now=None):
+        with self.write(now) as tx:
+            tx.execute("INSERT INTO project_origins (project, kind, source, at_activation, tools, on_diverge, "
+                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (self.project_id, kind, source, at_activation, tools, on_diverge, tx.ts))
+
+    def origin(self, conn=None):
+        """{kind, source, at, tools, onDiverge, diverged, injectedMessages, ended} or None."""
+        with self._reading(conn) as conn:
+            row = conn.execute("SELECT * FROM project_origins WHERE project = ?", (self.project_id,)).fetchone()
+        if row is None:
+            return None
+        return {"kind": row["kind"], "source": row["source"], "at": row["at_activation"], "tools": row["tools"],
+                "onDiverge": row["on_diverge"], "diverged": load_json(row["diverged_json"], None),
+                "injectedMessages": row["injected_messages"], "ended": bool(row["ended"]),
+                "createdAt": row["created_at"]}
+
+    def mark_diverged(self, tx, divergence):
+        """The replay's first divergence; False when one was recorded already."""
+        return tx.execute("UPDATE project_origins SET diverged_json = ? WHERE project = ? AND diverged_json IS NULL",
+                          (dump_json(divergence), self.project_id)).rowcount == 1
+
+    def mark_injected(self, tx, count):
+        """The replay delivered the source's first `count` user messages (only ever moves forward)."""
+        return tx.execute("UPDATE project_origins SET injected_messages = ? WHERE project = ? "
+                          "AND injected_messages = ?", (count, self.project_id, count - 1)).rowcount == 1
+
+    def mark_replay_ended(self, tx):
+        return tx.execute("UPDATE project_origins SET ended = 1 WHERE project = ? AND ended = 0",
+                          (self.project_id,)).rowcount == 1
+
+    def activation_ids_in_order(self, conn=None):
+        """Every activation id of the project in the order they started."""
+        with self._reading(conn) as conn:
+            rows = conn.execute("SELECT id FROM activations WHERE project = ? ORDER BY started_at, rowid",
+                                (self.project_id,)).fetchall()
+        return [row["id"] for row in rows]
+
+    def event_positions(self, types):
+        """[(rowid, type, data)] of the project's events of `types`, oldest first."""
+        rows = self._query(f"SELECT rowid, type, data_json FROM events WHERE project = ? AND type IN "
+                           f"({','.join('?' * len(types))}) ORDER BY rowid", (self.project_id, *types))
+        return [(row["rowid"], row["type"], load_json(row["data_json"], {})) for row in rows]
+
+    def tool_calls_of(self, activation_id):
+        """The audited tool calls of one activation in the order they started."""
+        rows = self._query("SELECT id, tool, input_json, status, output, error FROM tool_calls "
+                           "WHERE project = ? AND activation_id = ? ORDER BY created_at, rowid",
+                           (self.project_id, activation_id))
+        return [dict(row) for row in rows]
+
+    def record_replayed_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage, now=None):
+        """A model call the replay answered from its source's recording: the recorded usage is kept and
+        shown, but it counts nothing for the budget (`tokens` 0) and costs nothing."""
+        usage = usage if isinstance(usage, dict) else {}
+        with self.write(now) as tx:
+            self.owned_activation(tx.conn, agent_id, activation_id)
+            tx.execute("INSERT INTO model_calls (id, project, activation_id, agent_id, provider_id, preset_id, "
+                       "status, tokens, usage_json, created_at, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, 0)",
+                       (tx.id("mcall"), self.project_id, activation_id, agent_id, provider_id, preset_id,
+                        int(status), dump_json(dict(usage, replayed=True)), tx.ts))

@@ -18,6 +18,7 @@ BENCHES = (
     ("message_ingest.py", [], ["--messages", "500", "--rounds", "2"]),
     ("sse_fanout.py", [], ["--events", "60", "--burst", "2000"]),
     ("history_paging.py", [], ["--repeat", "15"]),
+    ("recorder_cost.py", [], ["--runs", "7"]),
 )
 
 

@@ -1,12 +1,16 @@
 """The flight recorder end to end on both backends (docs/replay.md): the real controller, the real runner
 and the FakeModel. Every model exchange the proxy forwarded is recorded in order per activation with
 its answer as the runner got it, and each activation's artifact changes are recorded content-addressed."""
+import io
 import json
 
 import pytest
+import yaml
 from e2e_fixtures import call, kind_params, running_team
 
+import suzumio
 import suzumio_recorder
+from suzumio_replay import normalized
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,7 +35,8 @@ def script_delegation(team):
     model.enqueue(tool_calls=[call("messages.send", recipient="worker-1",
                                    body=f"Write the answer to {result} and tell me.")], model="pm")
     model.enqueue(tool_calls=[call("coordination.wait_for_signal", reason="Waiting for worker-1.")], model="pm")
-    model.enqueue(tool_calls=[call("shell.exec", command=f"printf '42\\n' > {result}")], model="worker-1")
+    model.enqueue(tool_calls=[call("shell.exec", command=f"printf '42\\n' > {result} && date > ran.txt")],
+                  model="worker-1")
     model.enqueue(tool_calls=[call("messages.send", recipient="pm", body=f"The answer is in {result}.")],
                   model="worker-1")
     model.enqueue(tool_calls=[call("coordination.wait_for_signal", reason="Reported.", notifyPm=False)],
@@ -86,3 +91,137 @@ def test_recording_off_records_nothing(tmp_path, kind):
         assert team.store.exchanges() == [] and team.store.artifact_versions() == []
         assert (team.store.artifacts_dir("pm") / "a.md").read_text() == "x"
         assert suzumio_recorder.recording_bytes(team.store) == 0
+
+
+# ---------------------------------------------------------------- replay
+
+def replay(team, name, **options):
+    response = team.service.post(f"/api/projects/{team.name}/replay", {"as": name, **options})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["origin"]["kind"] == "replay" and body["origin"]["source"] == team.name
+    return team.service.root.open_project(name)
+
+
+def wait_status(team, store, status, timeout=120):
+    team.wait_for(lambda: store.project()["status"] == status and not store.running_activations(), timeout,
+                  f"{store.project_id} {status}")
+
+
+def messages(store, source):
+    """(sender, recipient, body) of every message, the replay's folder written as the source's."""
+    return [(m["sender"], m["recipient"], m["body"].replace(str(store.dir), str(source.dir)))
+            for m in store.list_messages(1000, full_body=True)]
+
+
+def activations_by_agent(store):
+    return [(a["agentId"], a["status"]) for a in sorted(store.list_activations(1000), key=lambda a: a["startedAt"])]
+
+
+def audited(store):
+    return [(r["agent_id"], r["tool"], r["status"], normalized((r["output"] or "").replace(str(store.dir), "<dir>")))
+            for r in reversed(store.list_tool_calls(1000))]
+
+
+@pytest.mark.parametrize("tools", ["live", "recorded"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_replay_calls_no_model_and_gives_the_same_report_messages_and_files(tmp_path, kind, tools):
+    with running_team(tmp_path, kind) as team:
+        run_delegation(team)
+        asked = len(team.model.requests)
+        copy = replay(team, "e2e-again", tools=tools)
+        wait_status(team, copy, "submitted")
+        assert len(team.model.requests) == asked  # not one provider call
+        source = team.store
+        assert copy.report_path.read_text() == source.report_path.read_text() == REPORT
+        assert messages(copy, source) == messages(source, source)
+        assert activations_by_agent(copy) == activations_by_agent(source)
+        assert (copy.artifacts_dir("worker-1") / "result.txt").read_bytes() == b"42\n"
+        assert audited(copy) == audited(source)
+        assert [e["type"] for e in copy.list_events(1000) if e["type"] == "replay.diverged"] == []
+        # every answer came from the recording, and says so; it counts for no budget
+        assert {x["replayed"] for x in copy.exchanges()} == {True}
+        assert len(copy.exchanges()) == len(source.exchanges())
+        assert copy.window_tokens() == 0
+        assert copy.model_usage(copy.list_activations(1)[0]["id"])["calls"] >= 1
+        # the shell command ran again only with live tools (its workspace file is recorded nowhere); with
+        # recorded tools the audit's result and the recorded artifact stand in for it
+        assert (source.workspace("worker-1") / "ran.txt").exists()
+        assert (copy.workspace("worker-1") / "ran.txt").exists() == (tools == "live")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_changed_prompt_diverges_at_that_agent_and_stops_the_replay(tmp_path, kind):
+    with running_team(tmp_path, kind) as team:
+        run_delegation(team)
+        asked = len(team.model.requests)
+        config = team.store.config()
+        config["agents"]["worker-1"]["prompt"] = "Be terse."
+        copy = replay(team, "e2e-changed", config=yaml.safe_dump(config), onDiverge="stop")
+        wait_status(team, copy, "stopped")
+        [event] = [json.loads(e["data_json"]) for e in copy.list_events(1000) if e["type"] == "replay.diverged"]
+        assert event["agentId"] == "worker-1" and event["requestIndex"] == 0
+        assert event["activationId"] == next(
+            a["id"] for a in copy.list_activations(100) if a["agentId"] == "worker-1")
+        assert "Be terse." in event["diff"] and event["diff"].startswith("--- recorded")
+        assert len(team.model.requests) == asked  # pm's requests matched; worker-1's was never sent
+        assert copy.origin()["diverged"]["agentId"] == "worker-1"
+
+
+@pytest.mark.parametrize("kind", [pytest.param("local", id="local")])
+def test_a_divergence_with_on_diverge_live_asks_the_model_from_there_on(tmp_path, kind):
+    with running_team(tmp_path, kind) as team:
+        run_delegation(team)
+        asked = len(team.model.requests)
+        config = team.store.config()
+        config["agents"]["worker-1"]["prompt"] = "Be terse."
+        script_delegation(team)  # the live part takes what it needs from the queue
+        copy = replay(team, "e2e-live", config=yaml.safe_dump(config), onDiverge="live")
+        team.wait_for(lambda: any(e["type"] == "replay.diverged" for e in copy.list_events(1000)), 60,
+                      "the divergence")
+        team.wait_for(lambda: len(team.model.requests) > asked, 60, "a live model request")
+        worker_requests = [r for r in team.model.requests[asked:] if r.body["model"] == "worker-1"]
+        assert worker_requests and "Be terse." in json.dumps(worker_requests[0].body)
+        # pm's first activation was answered from the recording: its first live request is later
+        assert all(r.body["model"] != "pm" for r in team.model.requests[asked:asked + 1])
+
+
+def test_replay_input_is_checked(tmp_path):
+    with running_team(tmp_path, "local") as team:
+        post = team.service.post
+        assert post("/api/projects/e2e/replay", {"as": "x"}).json() == {
+            "error": "Project e2e is running; replay a run that has ended"}
+        team.service.post("/api/projects/e2e/stop", {})
+        for body, error in [({}, "as is required"),
+                            ({"as": "e2e"}, "Project already initialized: e2e"),
+                            ({"as": "x", "tools": "some"}, "tools must be one of live, recorded"),
+                            ({"as": "x", "onDiverge": "later"}, "onDiverge must be one of stop, live"),
+                            ({"as": "x", "config": 5}, "config must be a project file (YAML text)")]:
+            response = post("/api/projects/e2e/replay", body)
+            assert response.status_code == 400 or response.status_code == 409, response.text
+            assert response.json() == {"error": error}
+        assert post("/api/projects/nope/replay", {"as": "x"}).status_code == 404
+        other = dict(team.store.config(), agents={"solo": {"model": "pm"}})
+        other = yaml.safe_dump(other)
+        assert post("/api/projects/e2e/replay", {"as": "x", "config": other}).json() == {
+            "error": "config must have the source's agents (pm, worker-1), not solo"}
+
+
+def test_the_cli_replays_and_waits_for_the_end(tmp_path):
+    with running_team(tmp_path, "local") as team:
+        run_delegation(team)
+        asked = len(team.model.requests)
+        out, err = io.StringIO(), io.StringIO()
+        code = suzumio.main(["replay", "e2e", "--as", "e2e-cli", "--tools", "recorded", "--wait",
+                             "--root", str(team.service.root.path)], out=out, err=err)
+        assert (code, err.getvalue()) == (0, "")
+        assert out.getvalue() == "Replaying e2e as e2e-cli\ne2e-cli: submitted\n"
+        assert len(team.model.requests) == asked
+        assert team.service.root.open_project("e2e-cli").origin()["tools"] == "recorded"
+        for argv, message in [(["replay", "e2e"], "Error: --as NAME is required\n"),
+                              (["replay", "e2e", "--as", "e2e-cli"], "Error: Project already initialized: e2e-cli\n"),
+                              (["replay", "e2e", "--as", "y", "--config", str(tmp_path / "none.yaml")],
+                               f"Error: Cannot read {tmp_path / 'none.yaml'}: No such file or directory\n")]:
+            err = io.StringIO()
+            assert suzumio.main([*argv, "--root", str(team.service.root.path)], out=io.StringIO(), err=err) == 1
+            assert err.getvalue() == message

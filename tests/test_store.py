@@ -14,6 +14,7 @@ import suzumio_approvals
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_records as rec
+import suzumio_replay
 import suzumio_store as st
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
 
@@ -169,7 +170,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                       "rule_json", "rule_key", "status", "decision", "decided_by", "note", "on_expiry",
                       "expires_at", "created_at", "decided_at", "used_at"],
         "model_exchanges": ["id", "project", "activation_id", "agent_id", "request_index", "provider_id",
-                            "preset_id", "request_json", "status", "headers_json", "answer", "overflow",
+                            "preset_id", "request_zlib", "status", "headers_json", "answer", "overflow",
                             "usage_json", "retries", "error", "replayed", "started_at", "duration_ms"],
         "artifact_versions": ["seq", "project", "activation_id", "agent_id", "path", "digest", "size",
                               "created_at"],
@@ -289,7 +290,8 @@ def test_migration_1_is_literal_sql_whose_checks_match_the_status_constants(tmp_
         ("signals", "status"): rec.SIGNAL_STATUSES, ("activations", "status"): rec.ACTIVATION_STATUSES,
         ("tool_calls", "status"): rec.TOOL_CALL_STATUSES, ("agent_history_messages", "role"): rec.HISTORY_ROLES,
         ("approvals", "status"): suzumio_approvals.APPROVAL_STATUSES,
-        ("approvals", "on_expiry"): (suzumio_approvals.ALLOW, suzumio_approvals.DENY)}
+        ("approvals", "on_expiry"): (suzumio_approvals.ALLOW, suzumio_approvals.DENY),
+        ("project_origins", "kind"): (suzumio_replay.KIND_REPLAY, suzumio_replay.KIND_FORK)}
 
 
 # -- ids, timestamps ----------------------------------------------------------------------------

@@ -141,10 +141,17 @@ CREATE TABLE model_calls (
 CREATE TABLE model_exchanges (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
         request_index INTEGER NOT NULL, provider_id TEXT NOT NULL, preset_id TEXT NOT NULL,
-        request_json TEXT NOT NULL, status INTEGER, headers_json TEXT NOT NULL, answer TEXT NOT NULL,
+        request_zlib BLOB NOT NULL, status INTEGER, headers_json TEXT NOT NULL, answer TEXT NOT NULL,
         overflow INTEGER NOT NULL DEFAULT 0, usage_json TEXT NOT NULL, retries INTEGER NOT NULL,
         error TEXT, replayed INTEGER NOT NULL DEFAULT 0, started_at TEXT NOT NULL,
         duration_ms INTEGER NOT NULL);
+
+-- table project_origins on project_origins
+CREATE TABLE project_origins (
+        project TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('replay', 'fork')), source TEXT NOT NULL,
+        at_activation TEXT, tools TEXT CHECK (tools IN ('live', 'recorded')),
+        on_diverge TEXT CHECK (on_diverge IN ('stop', 'live')), diverged_json TEXT,
+        injected_messages INTEGER NOT NULL DEFAULT 0, ended INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL);
 
 -- table projects on projects
 CREATE TABLE projects (
