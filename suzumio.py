@@ -159,6 +159,9 @@ COMMAND_TABLE = (
                 Option("--wait", None, "wait until the replay ends, diverges or stops; exit 1 when it diverged"),
                 ROOT,
             ]),
+    Command("diff", "<a> <b>", "Compare two runs: messages, tool calls, activations per agent, artifacts, report, "
+            "tokens and cost (ids, times, names and paths are no difference); exit 1 when they differ.",
+            [ROOT, JSON]),
     Command("gc", "[project]", "Remove the activation containers a project no longer needs (backend.docker.keep), "
             "keeping their log tails.", [ROOT]),
 )
@@ -177,7 +180,7 @@ COMMAND_ARITY = {
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
     "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
     "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
-    "replay": (1, 1),
+    "replay": (1, 1), "diff": (2, 2),
 }
 
 
@@ -1083,6 +1086,21 @@ def wait_for_replay(options, name, out):
         root.close()
 
 
+def cmd_diff(rest, options, out, err, now):
+    import suzumio_diff
+
+    root = open_root(options)
+    try:
+        result = suzumio_diff.diff_projects(root.open_project(rest[0]), root.open_project(rest[1]))
+    finally:
+        root.close()
+    if options.json:
+        print(json.dumps(result, indent=2, sort_keys=True, ensure_ascii=False), file=out)
+    else:
+        print(suzumio_diff.describe(result), file=out)
+    return 0 if result["identical"] else 1
+
+
 COMMANDS = {
     "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
@@ -1090,7 +1108,7 @@ COMMANDS = {
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
     "toolpacks": cmd_toolpacks, "mcp": cmd_mcp, "approvals": cmd_approvals,
     "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
-    "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay,
+    "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff,
 }
 
 

@@ -17,6 +17,7 @@ import waitress.wasyncore
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_diff
 import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_replay
@@ -391,6 +392,10 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
         via = bottle.request.get_header(DECIDER_HEADER, "api").strip().lower()
         return json_response(suzumio_approvals.decide(store, approval, decision, note,
                                                       via=via if via in ("api", "webui") else "api"))
+
+    @app.get("/api/projects/<project>/diff/<other>")
+    def diff(project, other):
+        return json_response(suzumio_diff.diff_projects(root.open_project(project), root.open_project(other)))
 
     @app.post("/api/projects/<project>/replay")
     def replay(project):

@@ -129,6 +129,16 @@ SCHEMAS = {
                               "onDiverge": {"enum": ["stop", "live"], "default": "stop"},
                               "config": {"type": "string", "description": "a project file (YAML) with the "
                                                                           "source's agents; its name is replaced"}}},
+    "Diff": {"type": "object", "required": ["a", "b", "identical", "firstDifference", "sections"],
+             "properties": {"a": STRING, "b": STRING, "identical": {"type": "boolean"},
+                            "firstDifference": {"type": ["object", "null"], "required": ["section", "a", "b"],
+                                                "properties": {"section": {"enum": ["messages", "toolCalls",
+                                                               "activations", "artifacts", "report", "tokens",
+                                                               "cost"]},
+                                                               "index": INTEGER, "key": STRING}},
+                            "sections": {"type": "object", "additionalProperties": {
+                                "type": "object", "required": ["identical", "a", "b"],
+                                "properties": {"identical": {"type": "boolean"}}}}}},
     "Origin": {"type": "object", "required": ["kind", "source"],
                "description": "Where a replay or fork came from, and how far a replay got",
                "properties": {"kind": {"enum": ["replay", "fork"]}, "source": STRING, "at": NULLABLE_STRING,
@@ -226,6 +236,9 @@ PATHS = {
     "/api/projects/{project}/approve": _post("Approve the result and complete the project", PROJECT_ANSWER),
     "/api/projects/{project}/request-changes": _post(
         "Send the coordinator a change request", PROJECT_ANSWER, _ref("RequestChanges")),
+    "/api/projects/{project}/diff/{other}": _get(
+        "Compare two runs section by section (docs/replay.md)", _json(_ref("Diff"), "The comparison"),
+        [PROJECT, _path_param("other", "The project to compare with")]),
     "/api/projects/{project}/replay": {"post": {
         "summary": "Replay the project's recorded run as a new project, started at once (docs/replay.md)",
         "parameters": [PROJECT],

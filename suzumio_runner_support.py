@@ -198,7 +198,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
 
         replayed = replays.answer(call.store, call.activation_id, call.agent_id, call.body["body"])
         if isinstance(replayed, suzumio_replay.Recorded):
-            return answer_from_recording(call, provider_id, preset_id, replayed, started)
+            return answer_from_recording(call, config, provider_id, preset_id, replayed, started)
         if replayed is not None and replayed["onDiverge"] == "stop":
             suzumio_scheduler.stop_project(call.store, scheduler.backends)
             raise Conflict(f"Replay {call.store.project_id} diverged at request {replayed['requestIndex']} of "
@@ -338,7 +338,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         return json_response(result)
 
 
-def answer_from_recording(call, provider_id, preset_id, replayed, started):
+def answer_from_recording(call, config, provider_id, preset_id, replayed, started):
     """Answer a replay's model request with its source's recorded answer: recorded as replayed (its
     usage kept, counting for no budget and costing nothing), no provider asked."""
     exchange = replayed.exchange
@@ -348,8 +348,9 @@ def answer_from_recording(call, provider_id, preset_id, replayed, started):
         retries=0, error=exchange["error"], started_at=format_ts(started), duration_ms=0, replayed=True)
     if exchange["status"] is None:
         raise BadGateway(exchange["error"] or "Request to the provider failed")
-    call.store.record_replayed_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
-                                          exchange["status"], exchange["usage"])
+    call.store.record_replayed_model_call(
+        call.activation_id, call.agent_id, provider_id, preset_id, exchange["status"], exchange["usage"],
+        recorded_cost=call_cost(config.runner.presets.get(preset_id), exchange["usage"]))
     return json_response({"status": exchange["status"], "headers": exchange["headers"], "body": replayed.answer,
                           "overflow": exchange["overflow"]})
 

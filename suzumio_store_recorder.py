@@ -221,13 +221,23 @@ class RecorderRows:
                            (self.project_id, activation_id))
         return [dict(row) for row in rows]
 
-    def record_replayed_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage, now=None):
+    def model_call_usages(self):
+        """[(usage dict, cost_usd or None)] of every model call of the project, oldest first."""
+        rows = self._query("SELECT usage_json, cost_usd FROM model_calls WHERE project = ? ORDER BY rowid",
+                           (self.project_id,))
+        return [(load_json(row["usage_json"], {}), row["cost_usd"]) for row in rows]
+
+    def record_replayed_model_call(self, activation_id, agent_id, provider_id, preset_id, status, usage,
+                                   recorded_cost=None, now=None):
         """A model call the replay answered from its source's recording: the recorded usage is kept and
-        shown, but it counts nothing for the budget (`tokens` 0) and costs nothing."""
-        usage = usage if isinstance(usage, dict) else {}
+        shown (with what it cost when it was made, `recordedCostUsd`), but it counts nothing for the
+        budget (`tokens` 0) and costs nothing."""
+        usage = dict(usage if isinstance(usage, dict) else {}, replayed=True)
+        if recorded_cost is not None:
+            usage["recordedCostUsd"] = recorded_cost
         with self.write(now) as tx:
             self.owned_activation(tx.conn, agent_id, activation_id)
             tx.execute("INSERT INTO model_calls (id, project, activation_id, agent_id, provider_id, preset_id, "
                        "status, tokens, usage_json, created_at, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, 0)",
                        (tx.id("mcall"), self.project_id, activation_id, agent_id, provider_id, preset_id,
-                        int(status), dump_json(dict(usage, replayed=True)), tx.ts))
+                        int(status), dump_json(usage), tx.ts))

@@ -148,6 +148,11 @@ def test_a_replay_calls_no_model_and_gives_the_same_report_messages_and_files(tm
         # recorded tools the audit's result and the recorded artifact stand in for it
         assert (source.workspace("worker-1") / "ran.txt").exists()
         assert (copy.workspace("worker-1") / "ran.txt").exists() == (tools == "live")
+        # and the two runs diff as identical: replayed usage counts as recorded
+        answer = team.service.get(f"/api/projects/{team.name}/diff/{copy.project_id}")
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["identical"], answer.json()["firstDifference"]) == (True, None)
+        assert answer.json()["sections"]["tokens"]["a"]["total"] == 770
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -166,6 +171,12 @@ def test_a_changed_prompt_diverges_at_that_agent_and_stops_the_replay(tmp_path, 
         assert "Be terse." in event["diff"] and event["diff"].startswith("--- recorded")
         assert len(team.model.requests) == asked  # pm's requests matched; worker-1's was never sent
         assert copy.origin()["diverged"]["agentId"] == "worker-1"
+        # the diff says where the runs part: worker-1's one activation was cancelled by the stop
+        result = team.service.get(f"/api/projects/{team.name}/diff/{copy.project_id}").json()
+        assert result["identical"] is False
+        assert result["firstDifference"]["section"] == "messages"
+        assert [name for name, section in result["sections"].items() if not section["identical"]] == [
+            "messages", "toolCalls", "activations", "artifacts", "report", "tokens"]
 
 
 @pytest.mark.parametrize("kind", [pytest.param("local", id="local")])
@@ -218,6 +229,9 @@ def test_the_cli_replays_and_waits_for_the_end(tmp_path):
         assert out.getvalue() == "Replaying e2e as e2e-cli\ne2e-cli: submitted\n"
         assert len(team.model.requests) == asked
         assert team.service.root.open_project("e2e-cli").origin()["tools"] == "recorded"
+        out = io.StringIO()
+        assert suzumio.main(["diff", "e2e", "e2e-cli", "--root", str(team.service.root.path)], out=out) == 0
+        assert out.getvalue() == "e2e and e2e-cli are identical\n"
         for argv, message in [(["replay", "e2e"], "Error: --as NAME is required\n"),
                               (["replay", "e2e", "--as", "e2e-cli"], "Error: Project already initialized: e2e-cli\n"),
                               (["replay", "e2e", "--as", "y", "--config", str(tmp_path / "none.yaml")],
