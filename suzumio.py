@@ -159,6 +159,10 @@ COMMAND_TABLE = (
                 Option("--wait", None, "wait until the replay ends, diverges or stops; exit 1 when it diverged"),
                 ROOT,
             ]),
+    Command("fork", "<source>", "Fork a run as a new project holding everything as it was when one activation "
+            "ended, then run it live (optionally with another config).", [
+                Option("--at", "ACTIVATION", "the activation after which the fork begins (required)"),
+                AS_NAME, CONFIG_FILE, ROOT]),
     Command("diff", "<a> <b>", "Compare two runs: messages, tool calls, activations per agent, artifacts, report, "
             "tokens and cost (ids, times, names and paths are no difference); exit 1 when they differ.",
             [ROOT, JSON]),
@@ -180,7 +184,7 @@ COMMAND_ARITY = {
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
     "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
     "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
-    "replay": (1, 1), "diff": (2, 2),
+    "replay": (1, 1), "diff": (2, 2), "fork": (1, 1),
 }
 
 
@@ -1086,6 +1090,23 @@ def wait_for_replay(options, name, out):
         root.close()
 
 
+def cmd_fork(rest, options, out, err, now):
+    import suzumio_replay
+
+    name = getattr(options, "as")
+    if not name:
+        raise SuzumioError("--as NAME is required")
+    if not options.at:
+        raise SuzumioError("--at ACTIVATION is required")
+    root = open_root(options)
+    try:
+        store = suzumio_replay.create_fork(root, rest[0], name, options.at, config_text=read_config_option(options))
+        print(f"Forked {rest[0]} at {options.at} as {store.project_id}", file=out)
+    finally:
+        root.close()
+    return tick_projects(options, [name], err)
+
+
 def cmd_diff(rest, options, out, err, now):
     import suzumio_diff
 
@@ -1108,7 +1129,7 @@ COMMANDS = {
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
     "toolpacks": cmd_toolpacks, "mcp": cmd_mcp, "approvals": cmd_approvals,
     "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
-    "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff,
+    "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff, "fork": cmd_fork,
 }
 
 

@@ -397,6 +397,14 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
     def diff(project, other):
         return json_response(suzumio_diff.diff_projects(root.open_project(project), root.open_project(other)))
 
+    @app.post("/api/projects/<project>/fork")
+    def fork(project):
+        body = read_fields()
+        store = suzumio_replay.create_fork(root, project, body.get("as"), body.get("at"),
+                                           config_text=body.get("config"))
+        tick(store)
+        return json_response(dict(store.project_summary(full=True), origin=store.origin()), status=201)
+
     @app.post("/api/projects/<project>/replay")
     def replay(project):
         body = read_fields()

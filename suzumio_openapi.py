@@ -139,6 +139,11 @@ SCHEMAS = {
                             "sections": {"type": "object", "additionalProperties": {
                                 "type": "object", "required": ["identical", "a", "b"],
                                 "properties": {"identical": {"type": "boolean"}}}}}},
+    "Fork": {"type": "object", "required": ["as", "at"],
+             "properties": {"as": {"type": "string", "minLength": 1, "description": "the new project's name"},
+                            "at": {"type": "string", "minLength": 1, "description": "an ended activation's id"},
+                            "config": {"type": "string", "description": "a project file (YAML) with the "
+                                                                        "source's agents; its name is replaced"}}},
     "Origin": {"type": "object", "required": ["kind", "source"],
                "description": "Where a replay or fork came from, and how far a replay got",
                "properties": {"kind": {"enum": ["replay", "fork"]}, "source": STRING, "at": NULLABLE_STRING,
@@ -239,6 +244,12 @@ PATHS = {
     "/api/projects/{project}/diff/{other}": _get(
         "Compare two runs section by section (docs/replay.md)", _json(_ref("Diff"), "The comparison"),
         [PROJECT, _path_param("other", "The project to compare with")]),
+    "/api/projects/{project}/fork": {"post": {
+        "summary": "Fork the project at an ended activation as a new project that runs live (docs/replay.md)",
+        "parameters": [PROJECT],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Fork")}}},
+        "responses": {"201": _json({"allOf": [_ref("Project"), {"type": "object", "properties": {
+            "origin": _ref("Origin")}}]}, "The new project"), **ERRORS, **CONFLICT}}},
     "/api/projects/{project}/replay": {"post": {
         "summary": "Replay the project's recorded run as a new project, started at once (docs/replay.md)",
         "parameters": [PROJECT],

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 from collections import namedtuple
 from pathlib import Path
@@ -341,3 +342,66 @@ def create_replay(root, source_name, name, tools="live", on_diverge="stop", conf
     store.set_origin(KIND_REPLAY, source_name, tools=tools, on_diverge=on_diverge, now=now)
     store.start(now=now)
     return store
+
+
+# ---------------------------------------------------------------- forks
+
+# What a fork copies, parents before children; agents, the project row and approvals are its own.
+FORK_TABLES = ("messages", "signals", "activations", "tool_calls", "agent_history_compactions",
+               "agent_history_messages", "agent_history_parts", "model_calls", "model_exchanges",
+               "artifact_versions", "artifact_snapshots", "events")
+
+
+def _fork_row(row, source, store):
+    """A source row as the fork stores it: its project, and the source's folder written as the fork's."""
+    out = {}
+    for key, value in row.items():
+        if key == "project":
+            value = store.project_id
+        elif isinstance(value, str):
+            value = value.replace(str(source.dir), str(store.dir))
+        out[key] = value
+    return out
+
+
+def create_fork(root, source_name, name, at, config_text=None, now=None):
+    """Initialize `name` holding `source_name` as it was when activation `at` ended (messages, signals,
+    histories, activations, audits, recordings, artifacts), then start it live (the caller ticks it)."""
+    if not isinstance(at, str) or not at:
+        raise BadRequest("at is required")
+    check_name(root, name)
+    source = root.open_project(source_name)
+    point = source.activation(at)
+    if point["status"] == "running":
+        raise Conflict(f"Activation {at} is running; fork at an activation that has ended")
+    if source.artifact_snapshot(at) is None:
+        raise Conflict(f"Activation {at} has no recorded artifacts (recording off, or past "
+                       "recording.keepActivations)")
+    cut = point["completedAt"]
+    kept = [a for a in source.activation_ids_in_order()
+            if (row := source.activation(a))["status"] != "running" and row["completedAt"] <= cut]
+    config, source_text = new_project_config(root, source, name, config_text)
+    store = root.init_project(name, config.task, config.data, config.agents, source_text, config.render(),
+                              now=now)
+    for table in FORK_TABLES:
+        store.insert_fork_rows(table, [_fork_row(row, source, store) for row in source.fork_rows(table, cut, kept)],
+                               now=now)
+    store.reopen_signals(kept, now=now)
+    for row in source.fork_rows("agent_history_compactions", cut, kept):
+        _copy_archive(source, store, row)
+    for agent_id in source.agent_ids():
+        theirs = [a for a in kept if source.activation(a)["agentId"] == agent_id and source.artifact_snapshot(a)]
+        state = source.artifact_state(agent_id, theirs[-1]) if theirs else {}
+        restore_folder(source, store.artifacts_dir(agent_id), state or {})
+    store.set_origin(KIND_FORK, source_name, at_activation=at, now=now)
+    store.start(now=now)
+    return store
+
+
+def _copy_archive(source, store, compaction):
+    """The archived history of a copied compaction, where the fork's row now names it."""
+    original = Path(compaction["archive_path"])
+    if original.is_file():
+        target = Path(_fork_row(compaction, source, store)["archive_path"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(original, target)

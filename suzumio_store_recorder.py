@@ -241,3 +241,44 @@ class RecorderRows:
                        "status, tokens, usage_json, created_at, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, 0)",
                        (tx.id("mcall"), self.project_id, activation_id, agent_id, provider_id, preset_id,
                         int(status), dump_json(usage), tx.ts))
+
+    # -- forks: the source's rows up to the fork point, copied into the new project
+
+    def fork_rows(self, table, cut_ts, kept):
+        """The rows of `table` a fork at `cut_ts` keeps (`kept`: the activation ids that ended by then),
+        as dicts, in their order."""
+        marks = ",".join("?" * len(kept)) or "NULL"
+        by_time = "created_at <= ?"
+        by_activation = f"activation_id IN ({marks})"
+        where = {
+            "messages": (by_time, [cut_ts]),
+            "signals": (by_time, [cut_ts]),
+            "events": (by_time, [cut_ts]),
+            "activations": (f"id IN ({marks})", list(kept)),
+            "agent_history_messages": (f"{by_time} AND (activation_id IS NULL OR {by_activation})",
+                                       [cut_ts, *kept]),
+            "agent_history_parts": (f"{by_time} AND (activation_id IS NULL OR {by_activation})", [cut_ts, *kept]),
+            "agent_history_compactions": (f"{by_time} AND (activation_id IS NULL OR {by_activation})",
+                                          [cut_ts, *kept]),
+        }.get(table, (by_activation, list(kept)))
+        rows = self._query(f"SELECT * FROM {table} WHERE project = ? AND {where[0]} ORDER BY rowid",
+                           (self.project_id, *where[1]))
+        return [dict(row) for row in rows]
+
+    def insert_fork_rows(self, table, rows, now=None):
+        """Insert copied rows (their `project` already this project's) into `table`."""
+        if not rows:
+            return
+        columns = list(rows[0])  # artifact versions keep their seq, which the copied snapshots name
+        with self.write(now) as tx:
+            for row in rows:
+                tx.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                           [row[column] for column in columns])
+
+    def reopen_signals(self, kept, now=None):
+        """A fork's signals delivered to activations it did not keep are pending again."""
+        marks = ",".join("?" * len(kept)) or "NULL"
+        with self.write(now) as tx:
+            tx.execute(f"UPDATE signals SET status = 'pending', delivered_at = NULL, delivered_activation_id = NULL "
+                       f"WHERE project = ? AND delivered_activation_id IS NOT NULL "
+                       f"AND delivered_activation_id NOT IN ({marks})", (self.project_id, *kept))

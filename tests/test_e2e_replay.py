@@ -9,6 +9,7 @@ import yaml
 from e2e_fixtures import call, kind_params, running_team
 
 import suzumio
+import suzumio_backend
 import suzumio_recorder
 from suzumio_replay import normalized
 
@@ -234,8 +235,60 @@ def test_the_cli_replays_and_waits_for_the_end(tmp_path):
         assert out.getvalue() == "e2e and e2e-cli are identical\n"
         for argv, message in [(["replay", "e2e"], "Error: --as NAME is required\n"),
                               (["replay", "e2e", "--as", "e2e-cli"], "Error: Project already initialized: e2e-cli\n"),
+                              (["fork", "e2e", "--as", "y"], "Error: --at ACTIVATION is required\n"),
+                              (["fork", "e2e", "--at", "act_1", "--as", "y"], "Error: Unknown activation: act_1\n"),
+                              (["diff", "e2e", "nope"], "Error: Unknown project: nope\n"),
                               (["replay", "e2e", "--as", "y", "--config", str(tmp_path / "none.yaml")],
                                f"Error: Cannot read {tmp_path / 'none.yaml'}: No such file or directory\n")]:
             err = io.StringIO()
             assert suzumio.main([*argv, "--root", str(team.service.root.path)], out=io.StringIO(), err=err) == 1
             assert err.getvalue() == message
+
+
+# ---------------------------------------------------------------- fork
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fork_after_a_workers_activation_keeps_its_files_and_asks_only_for_what_follows(tmp_path, kind):
+    with running_team(tmp_path, kind) as team:
+        run_delegation(team)
+        source = team.store
+        [pm_first, pm_second] = team.activations("pm")
+        [worker] = team.activations("worker-1")
+        # the fork point: worker-1's activation ended after pm's first one and before pm's second began
+        assert pm_first["completedAt"] <= worker["completedAt"] <= pm_second["startedAt"]
+        asked = len(team.model.requests)
+        _, fork_artifacts = suzumio_backend.activation_paths(kind, source.dir.parent / "e2e-fork",
+                                                             source.workspace("pm"))
+        model = UsageModel(team.model)
+        model.enqueue(tool_calls=[call("file.read", path=f"{fork_artifacts}/worker-1/result.txt")], model="pm")
+        model.enqueue(tool_calls=[call("completion.submit", report="# Forked\n\n42\n")], model="pm")
+        response = team.service.post("/api/projects/e2e/fork", {"as": "e2e-fork", "at": worker["id"]})
+        assert response.status_code == 201, response.text
+        assert response.json()["origin"] == dict(response.json()["origin"], kind="fork", source="e2e",
+                                                  at=worker["id"])
+        fork = team.service.root.open_project("e2e-fork")
+        wait_status(team, fork, "submitted")
+        # only pm's activation after the fork point asked the model: twice, with pm's history before it
+        later = team.model.requests[asked:]
+        assert [r.body["model"] for r in later] == ["pm", "pm"]
+        assert "Write the answer to" in json.dumps(later[0].body)
+        assert (fork.artifacts_dir("worker-1") / "result.txt").read_bytes() == b"42\n"
+        assert json.loads(team.tool_messages("pm")[-2])["output"] == "1: 42\n2: "
+        assert fork.report_path.read_text() == "# Forked\n\n42\n"
+        # the activations up to the fork point are the source's, the one after it the fork's own
+        assert [a["id"] for a in sorted(fork.list_activations(100), key=lambda a: a["startedAt"])][:2] == [
+            pm_first["id"], worker["id"]]
+        assert len(fork.list_activations(100)) == 3
+        # the user's message, pm's to worker-1 and its answer: all before the fork point, kept as they were
+        assert messages(fork, source) == messages(source, source)[:3]
+
+
+def test_fork_input_is_checked(tmp_path):
+    with running_team(tmp_path, "local") as team:
+        post = team.service.post
+        for body, status, error in [({"as": "x"}, 400, "at is required"),
+                                    ({"at": "act_1"}, 400, "as is required"),
+                                    ({"as": "e2e", "at": "act_1"}, 409, "Project already initialized: e2e"),
+                                    ({"as": "x", "at": "act_1"}, 404, "Unknown activation: act_1")]:
+            response = post("/api/projects/e2e/fork", body)
+            assert (response.status_code, response.json()) == (status, {"error": error})
