@@ -14,6 +14,8 @@ from urllib.parse import quote, unquote
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_diff
+import suzumio_replay
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
 from suzumio_http import optional_string
@@ -65,6 +67,22 @@ TOOLS = (
               "decision": {"type": "string", "enum": list(suzumio_approvals.DECISIONS)},
               "note": {"type": "string", "description": "Why; the agent's model reads it when denied"}},
              ["project", "approvalId", "decision"])),
+    # the flight recorder (docs/replay.md)
+    ("replay_project", "Replay an ended project's recorded run as a new project, started at once: model answers "
+     "come from the recording while the requests match.",
+     _object({**_PROJECT, "as": {"type": "string", "description": "The new project's name"},
+              "tools": {"type": "string", "enum": ["live", "recorded"], "description": "default live"},
+              "onDiverge": {"type": "string", "enum": ["stop", "live"], "description": "default stop"},
+              "config": {"type": "string", "description": "A project file (YAML) with the same agents"}},
+             ["project", "as"])),
+    ("fork_project", "Fork a project as it was when one activation ended into a new project that runs live.",
+     _object({**_PROJECT, "as": {"type": "string", "description": "The new project's name"},
+              "at": {"type": "string", "description": "An ended activation's id"},
+              "config": {"type": "string", "description": "A project file (YAML) with the same agents"}},
+             ["project", "as", "at"])),
+    ("diff_projects", "Compare two runs: messages, tool calls, activations, artifacts, report, tokens and cost.",
+     _object({**_PROJECT, "other": {"type": "string", "description": "The project to compare with"}},
+             ["project", "other"])),
 )
 
 
@@ -173,6 +191,27 @@ class SuzumioMcp:
             raise BadRequest("approvalId is required")
         decision, note = suzumio_approvals.check_decision(args)
         return suzumio_approvals.decide(store, approval_id, decision, note, via="mcp")
+
+    def tool_replay_project(self, args):
+        source = self._store(args)
+        store = suzumio_replay.create_replay(self.root, source.project_id, args.get("as"),
+                                             tools=args.get("tools", "live"), on_diverge=args.get("onDiverge", "stop"),
+                                             config_text=args.get("config"))
+        self.tick(store.project_id)
+        return dict(store.project_summary(full=True), origin=store.origin())
+
+    def tool_fork_project(self, args):
+        source = self._store(args)
+        store = suzumio_replay.create_fork(self.root, source.project_id, args.get("as"), args.get("at"),
+                                           config_text=args.get("config"))
+        self.tick(store.project_id)
+        return dict(store.project_summary(full=True), origin=store.origin())
+
+    def tool_diff_projects(self, args):
+        other = args.get("other")
+        if not isinstance(other, str) or not other:
+            raise BadRequest("other is required")
+        return suzumio_diff.diff_projects(self._store(args), self.root.open_project(other))
 
     # -- resources: suzumio://projects/<p>/report and suzumio://projects/<p>/artifacts/<agent>/<path>
 
