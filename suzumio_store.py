@@ -1084,6 +1084,7 @@ class ProjectStore(RecorderRows):
             data["agents"] = self.public_agents()
             data["recentActivations"] = self.list_activations(10) if full else []
             data["recentMessages"] = self.list_messages(10) if full else []
+            data["origin"] = self.origin()  # a replay's or fork's source (docs/replay.md), else None
         return data
 
     # -- agents ----------------------------------------------------------------------------------
