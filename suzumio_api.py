@@ -403,7 +403,7 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
         store = suzumio_replay.create_fork(root, project, body.get("as"), body.get("at"),
                                            config_text=body.get("config"))
         tick(store)
-        return json_response(dict(store.project_summary(full=True), origin=store.origin()), status=201)
+        return json_response(store.project_summary(full=True), status=201)
 
     @app.post("/api/projects/<project>/replay")
     def replay(project):
@@ -412,7 +412,7 @@ def mount_user_routes(app, root, scheduler, backend, toolpacks, liveness=None):
             root, project, body.get("as"), tools=body.get("tools", "live"), on_diverge=body.get("onDiverge", "stop"),
             config_text=body.get("config"))
         tick(store)
-        return json_response(dict(store.project_summary(full=True), origin=store.origin()), status=201)
+        return json_response(store.project_summary(full=True), status=201)
 
     @app.post("/api/projects/<project>/messages")
     def send_message(project):

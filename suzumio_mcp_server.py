@@ -198,14 +198,14 @@ class SuzumioMcp:
                                              tools=args.get("tools", "live"), on_diverge=args.get("onDiverge", "stop"),
                                              config_text=args.get("config"))
         self.tick(store.project_id)
-        return dict(store.project_summary(full=True), origin=store.origin())
+        return store.project_summary(full=True)
 
     def tool_fork_project(self, args):
         source = self._store(args)
         store = suzumio_replay.create_fork(self.root, source.project_id, args.get("as"), args.get("at"),
                                            config_text=args.get("config"))
         self.tick(store.project_id)
-        return dict(store.project_summary(full=True), origin=store.origin())
+        return store.project_summary(full=True)
 
     def tool_diff_projects(self, args):
         other = args.get("other")

@@ -78,7 +78,8 @@ SCHEMAS = {
                                "stats": _ref("Stats"), "spend": _ref("Spend"),
                                "agentSpend": {"type": "object", "additionalProperties": _ref("Spend")},
                                "agents": _array("Agent"),
-                               "recentActivations": _array("Activation"), "recentMessages": _array("Message")}},
+                               "recentActivations": _array("Activation"), "recentMessages": _array("Message"),
+                               "origin": {"oneOf": [_ref("Origin"), {"type": "null"}]}}},
     "HistoryPage": {"type": "object", "required": ["agentId", "messages"],
                     "properties": {"agentId": STRING, "nextBefore": INTEGER,
                                    "messages": {"type": "array", "items": {"type": "object"}}}},
@@ -248,14 +249,12 @@ PATHS = {
         "summary": "Fork the project at an ended activation as a new project that runs live (docs/replay.md)",
         "parameters": [PROJECT],
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Fork")}}},
-        "responses": {"201": _json({"allOf": [_ref("Project"), {"type": "object", "properties": {
-            "origin": _ref("Origin")}}]}, "The new project"), **ERRORS, **CONFLICT}}},
+        "responses": {"201": _json(_ref("Project"), "The new project, with its origin"), **ERRORS, **CONFLICT}}},
     "/api/projects/{project}/replay": {"post": {
         "summary": "Replay the project's recorded run as a new project, started at once (docs/replay.md)",
         "parameters": [PROJECT],
         "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Replay")}}},
-        "responses": {"201": _json({"allOf": [_ref("Project"), {"type": "object", "properties": {
-            "origin": _ref("Origin")}}]}, "The new project"), **ERRORS, **CONFLICT}}},
+        "responses": {"201": _json(_ref("Project"), "The new project, with its origin"), **ERRORS, **CONFLICT}}},
     "/api/projects/{project}/approvals": _get(
         "Approval requests: pending ones oldest first, then decided ones newest first (issue 16)",
         _json(_array("Approval"), "Approval requests"),
