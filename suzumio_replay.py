@@ -100,20 +100,25 @@ class Replay:
 
     # -- model requests
 
-    def answer(self, activation_id, agent_id, body):
+    def answer(self, activation_id, agent_id, provider_id, preset_id, body):
         """The recorded answer to the replay's next request of `activation_id` (Recorded), or the
-        divergence (a dict) when it matches no recording."""
+        divergence (a dict) when it matches no recording (its agent, preset and body)."""
         index = len(self.store.exchanges(activation_id))
         source_id = self.source_activation(activation_id)
         recorded = self.source.exchanges(source_id) if source_id is not None else []
         exchange = recorded[index] if index < len(recorded) else None
         mine = normalized(self.to_source(request_text(body)))
         theirs = normalized(request_text(exchange["request"])) if exchange is not None else ""
-        if exchange is not None and exchange["agentId"] == agent_id and mine == theirs:
+        same_call = exchange is not None and (exchange["agentId"], exchange["providerId"], exchange["presetId"]) \
+            == (agent_id, provider_id, preset_id)
+        if same_call and mine == theirs:
             return Recorded(exchange, self.to_replay(exchange["answer"]))
         if exchange is None:
             diff = (f"the source's activation {source_id} made {len(recorded)} model request(s); this is "
                     f"request {index}" if source_id else "the source has no activation here")
+        elif not same_call:
+            diff = (f"{agent_id} asked {provider_id}/{preset_id}; the recording has {exchange['agentId']} asking "
+                    f"{exchange['providerId']}/{exchange['presetId']}\n" + readable_diff(theirs, mine))
         else:
             diff = readable_diff(theirs, mine)
         return {"agentId": agent_id, "activationId": activation_id, "sourceActivationId": source_id,
@@ -264,13 +269,13 @@ class Replays:
 
     # -- the runner routes' part
 
-    def answer(self, store, activation_id, agent_id, body):
+    def answer(self, store, activation_id, agent_id, provider_id, preset_id, body):
         """For /runner/model: a Recorded answer, a divergence dict (recorded here: the first one is an
         event), or None when the request goes to the provider."""
         replay = self.context(store)
         if replay is None or replay.diverged:
             return None
-        result = replay.answer(activation_id, agent_id, body)
+        result = replay.answer(activation_id, agent_id, provider_id, preset_id, body)
         if isinstance(result, Recorded):
             return result
         with store.write() as tx:
@@ -316,7 +321,7 @@ def new_project_config(root, source, name, config_text=None):
             try:
                 loaded = suzumio_config.load_project(path)
             except suzumio_config.ConfigError as error:
-                raise BadRequest(error.message) from None
+                raise BadRequest(f"config: {error.message}") from None
         config = suzumio_config.ProjectConfig.from_data(dict(loaded.data, name=name))
         source_text = config_text
     mine = sorted(agent.id for agent in config.agents)
@@ -328,12 +333,12 @@ def new_project_config(root, source, name, config_text=None):
 
 def create_replay(root, source_name, name, tools="live", on_diverge="stop", config_text=None, now=None):
     """Initialize `name` as a replay of `source_name` and start it (the caller ticks it)."""
+    source = root.open_project(source_name)  # an unknown source is a 404 before any field is read
     if tools not in TOOLS_MODES:
         raise BadRequest(f"tools must be one of {', '.join(TOOLS_MODES)}")
     if on_diverge not in ON_DIVERGE:
         raise BadRequest(f"onDiverge must be one of {', '.join(ON_DIVERGE)}")
     check_name(root, name)
-    source = root.open_project(source_name)
     if source.project()["status"] in (PROJECT_INITIALIZED, PROJECT_RUNNING):
         raise Conflict(f"Project {source_name} is {source.project()['status']}; replay a run that has ended")
     config, source_text = new_project_config(root, source, name, config_text)
@@ -367,10 +372,10 @@ def _fork_row(row, source, store):
 def create_fork(root, source_name, name, at, config_text=None, now=None):
     """Initialize `name` holding `source_name` as it was when activation `at` ended (messages, signals,
     histories, activations, audits, recordings, artifacts), then start it live (the caller ticks it)."""
+    source = root.open_project(source_name)  # an unknown source is a 404 before any field is read
     if not isinstance(at, str) or not at:
         raise BadRequest("at is required")
     check_name(root, name)
-    source = root.open_project(source_name)
     point = source.activation(at)
     if point["status"] == "running":
         raise Conflict(f"Activation {at} is running; fork at an activation that has ended")

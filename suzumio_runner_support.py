@@ -196,7 +196,8 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
                     usage=answer.usage if answer else {}, retries=len(retries), error=error,
                     started_at=format_ts(started), duration_ms=(time.monotonic() - clock) * 1000)
 
-        replayed = replays.answer(call.store, call.activation_id, call.agent_id, call.body["body"])
+        replayed = replays.answer(call.store, call.activation_id, call.agent_id, provider_id, preset_id,
+                                  call.body["body"])
         if isinstance(replayed, suzumio_replay.Recorded):
             return answer_from_recording(call, config, provider_id, preset_id, replayed, started)
         if replayed is not None and replayed["onDiverge"] == "stop":
@@ -207,7 +208,8 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
             answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"],
                                          publish=publish, on_retry=on_retry)
         except SuzumioError as error:
-            record(None, error.message)
+            if isinstance(error, BadGateway):  # forwarded, and no answer came; a refused request is no exchange
+                record(None, error.message)
             trace_model_call(tracer, call, config, provider_id, preset_id, started, None, error.message)
             raise
         record(answer)

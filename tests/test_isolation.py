@@ -158,7 +158,8 @@ def test_no_route_is_served_on_both_listeners_and_each_refuses_the_others(iso, r
 def user_requests(routes):
     """(method, target) of every non-runner route, filled with values that exist."""
     values = {"project": "demo", "agent": "pm", "message": "msg_x", "activation": "act_x", "compaction": "cmp_x",
-              "toolpack_id": "core", "entry_id": "project.stats", "asset": "missing.js", "approval": "apr_x"}
+              "toolpack_id": "core", "entry_id": "project.stats", "asset": "missing.js", "approval": "apr_x",
+              "other": "demo"}
     return [(method, fill(rule, {name: values[name] for name in placeholders(rule)}))
             for method, rule in routes if not is_runner_rule(rule)]
 
