@@ -169,8 +169,8 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
         routes = app_routes(iso.service)
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
         # http-api.md §3, the timeline (9a), /api/version and /api/openapi.json (17b), the approvals list,
-        # one approval and its decision (issue 16), …/costs (14f)
-        assert len(api) == 30
+        # one approval and its decision (issue 16), …/costs (14f), replay, fork and diff (docs/replay.md)
+        assert len(api) == 33
         before = iso.snapshot()
         for method, target in api:
             body = b"{}" if method == "POST" else None
@@ -197,7 +197,8 @@ def first_asset():
 
 def test_every_post_route_refuses_foreign_origins_and_hosts_without_side_effects(iso, routes):
     posts = [(m, t) for m, t in user_requests(routes) if m == "POST"]
-    assert len(posts) == 8  # http-api.md §3, POST /mcp (spec-notes 8n), the approval decision (issue 16)
+    # http-api.md §3, POST /mcp (spec-notes 8n), the approval decision (issue 16), replay and fork
+    assert len(posts) == 10
     before = iso.snapshot()
     for method, target in posts:
         body = json.dumps({"recipient": "pm", "body": "x"}).encode()
