@@ -17,9 +17,11 @@ import waitress.wasyncore
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_diff
 import suzumio_guards
 import suzumio_mcp_server
 import suzumio_openapi
+import suzumio_replay
 import suzumio_scheduler
 import suzumio_sse
 import suzumio_yaml
@@ -421,6 +423,26 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
         store = root.open_project(project)
         return json_response(suzumio_guards.concurrency(store, toolpacks.configs.get(store),
                                                         getattr(scheduler, "caps", None)))
+    @app.get("/api/projects/<project>/diff/<other>")
+    def diff(project, other):
+        return json_response(suzumio_diff.diff_projects(root.open_project(project), root.open_project(other)))
+
+    @app.post("/api/projects/<project>/fork")
+    def fork(project):
+        body = read_fields()
+        store = suzumio_replay.create_fork(root, project, body.get("as"), body.get("at"),
+                                           config_text=body.get("config"))
+        tick(store)
+        return json_response(store.project_summary(full=True), status=201)
+
+    @app.post("/api/projects/<project>/replay")
+    def replay(project):
+        body = read_fields()
+        store = suzumio_replay.create_replay(
+            root, project, body.get("as"), tools=body.get("tools", "live"), on_diverge=body.get("onDiverge", "stop"),
+            config_text=body.get("config"))
+        tick(store)
+        return json_response(store.project_summary(full=True), status=201)
 
     @app.post("/api/projects/<project>/messages")
     def send_message(project):

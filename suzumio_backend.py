@@ -19,6 +19,7 @@ from pathlib import Path
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_egress
+import suzumio_recorder
 import suzumio_registry
 import suzumio_warm
 from suzumio_backend_local import (
@@ -1026,9 +1027,22 @@ class Backends:
         if store.activation(activation_id)["status"] == ACT_RUNNING:
             coordination.fail_activation(store, activation_id, error)
 
+    def record_artifacts(self, store, activation_id):
+        """The runner of `activation_id` is gone: record what it changed in its agent's artifact folder,
+        unless its output did already (suzumio_recorder records an activation once)."""
+        try:
+            config = self.configs.get(store)
+        except suzumio_config.ConfigError as error:
+            log.warning("artifacts of activation %s not recorded: %s", activation_id, error)
+            return
+        suzumio_recorder.record_ended(store, config, activation_id)
+
     def settle(self, store, activation_id, code, logs, secrets):
         """docs/design/runner.md, after the runner exited with `code`."""
-        if self.closed.is_set() or store.activation(activation_id)["status"] != ACT_RUNNING:
+        if self.closed.is_set():
+            return
+        self.record_artifacts(store, activation_id)
+        if store.activation(activation_id)["status"] != ACT_RUNNING:
             return
         if code != 0:
             self.fail_if_running(store, activation_id, redact(exit_failure_text(code, logs()), secrets))

@@ -174,6 +174,7 @@ class Reconciler:
         marker = runner_marker(store, activation_id)
         while not self.backends.closed.wait(ADOPT_POLL_SECONDS):
             if not local_runner_alive(pid, marker):
+                self.backends.record_artifacts(store, activation_id)
                 self.backends.fail_if_running(store, activation_id, NO_OUTPUT_ERROR)
                 return
 

@@ -18,6 +18,7 @@ from suzumio_config_schema import (
     DEFAULT_ARTIFACT_QUOTA,
     DEFAULT_GUARDS,
     DEFAULT_KEEP,
+    DEFAULT_KEEP_RECORDED,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_WARM,
     _format_path,
@@ -316,6 +317,12 @@ class BackendConfig:
     runner: RunnerConfig
     warm: int = DEFAULT_WARM  # prepared runners per running project, 0 for none
     artifact_quota: object = DEFAULT_ARTIFACT_QUOTA  # backend.artifactQuota as written (a size or false)
+
+
+@dataclass(frozen=True)
+class RecordingConfig:
+    enabled: bool = True
+    keep_activations: int = DEFAULT_KEEP_RECORDED
 
 
 @dataclass(frozen=True)
@@ -919,6 +926,7 @@ class ProjectConfig:
     communication: CommunicationConfig = None
     backend: BackendConfig = None
     observability: ObservabilityConfig = None
+    recording: RecordingConfig = RecordingConfig()
     unknown_keys: tuple = ()  # "<path>: unknown key (did you mean …?)" lines of load_project
     # Lists MCP servers' tools when toolpacks are resolved (suzumio_mcp.McpHub.listing); None: unlisted.
     _mcp_tools: object = field(default=None, repr=False, compare=False)
@@ -933,6 +941,7 @@ class ProjectConfig:
             _backend_config(data["backend"]),
             ObservabilityConfig(observability["http"]["enabled"], observability["http"]["host"],
                                 observability["http"]["port"], observability["webui"]["enabled"]),
+            RecordingConfig(data["recording"]["enabled"], data["recording"]["keepActivations"]),
             _mcp_tools=mcp_tools)
 
     @classmethod

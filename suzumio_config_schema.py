@@ -25,6 +25,7 @@ DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024
 DEFAULT_WARM = 2  # prepared runners per running project; false or 0 turns them off
 DEFAULT_ARTIFACT_QUOTA = "2GiB"  # what one agent's artifacts folder may hold; a normal host has room for many
+DEFAULT_KEEP_RECORDED = 2000  # activations whose recordings are kept (recording.keepActivations)
 DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
 
 
@@ -714,6 +715,12 @@ _PROJECT = _Obj(
             ("port", _INT_GT0, 39400),
         ), _FULL),
         ("webui", _Obj(("enabled", _Bool(), True)), _FULL),
+    ), _FULL),
+    # The flight recorder (docs/replay.md): model exchanges and artifact versions of the newest
+    # `keepActivations` activations are kept, so a run can be replayed, forked and diffed.
+    ("recording", _Obj(
+        ("enabled", _Bool(), True),
+        ("keepActivations", _INT_GT0, DEFAULT_KEEP_RECORDED),
     ), _FULL),
 )
 

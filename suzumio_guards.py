@@ -1,8 +1,7 @@
 """Runaways (docs/operations.md#runaways): the loop guards checked at every tool-call start (the same call
 repeated, a pair of agents bouncing messages without an artifact change), what a trip does (the call
 refused, `guard.tripped`, the activation cancelled and the agent paused), resuming a paused agent, and the
-concurrency caps of a project and of the whole root. Imported by the runner routes, the scheduler, the
-user routes, the MCP server and the CLI; imports the store and its guard rows, records and errors."""
+concurrency caps of a project and of the whole root."""
 import contextlib
 import logging
 import os

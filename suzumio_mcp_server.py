@@ -12,7 +12,9 @@ from urllib.parse import quote, unquote
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_diff
 import suzumio_guards
+import suzumio_replay
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
 from suzumio_http import optional_string
@@ -71,6 +73,22 @@ TOOLS = (
              ["project", "approvalId", "decision"])),
     ("resume_agent", "Resume an agent a loop guard paused (it works again; its guards count afresh).",
      _object({**_PROJECT, "agent": {"type": "string", "description": "Agent id"}}, ["project", "agent"])),
+    # the flight recorder (docs/replay.md)
+    ("replay_project", "Replay an ended project's recorded run as a new project, started at once: model answers "
+     "come from the recording while the requests match.",
+     _object({**_PROJECT, "as": {"type": "string", "description": "The new project's name"},
+              "tools": {"type": "string", "enum": ["live", "recorded"], "description": "default live"},
+              "onDiverge": {"type": "string", "enum": ["stop", "live"], "description": "default stop"},
+              "config": {"type": "string", "description": "A project file (YAML) with the same agents"}},
+             ["project", "as"])),
+    ("fork_project", "Fork a project as it was when one activation ended into a new project that runs live.",
+     _object({**_PROJECT, "as": {"type": "string", "description": "The new project's name"},
+              "at": {"type": "string", "description": "An ended activation's id"},
+              "config": {"type": "string", "description": "A project file (YAML) with the same agents"}},
+             ["project", "as", "at"])),
+    ("diff_projects", "Compare two runs: messages, tool calls, activations, artifacts, report, tokens and cost.",
+     _object({**_PROJECT, "other": {"type": "string", "description": "The project to compare with"}},
+             ["project", "other"])),
 )
 
 
@@ -189,6 +207,27 @@ class SuzumioMcp:
         resumed = suzumio_guards.resume(store, agent, via="mcp")
         self.tick(store.project_id)
         return resumed
+
+    def tool_replay_project(self, args):
+        source = self._store(args)
+        store = suzumio_replay.create_replay(self.root, source.project_id, args.get("as"),
+                                             tools=args.get("tools", "live"), on_diverge=args.get("onDiverge", "stop"),
+                                             config_text=args.get("config"))
+        self.tick(store.project_id)
+        return store.project_summary(full=True)
+
+    def tool_fork_project(self, args):
+        source = self._store(args)
+        store = suzumio_replay.create_fork(self.root, source.project_id, args.get("as"), args.get("at"),
+                                           config_text=args.get("config"))
+        self.tick(store.project_id)
+        return store.project_summary(full=True)
+
+    def tool_diff_projects(self, args):
+        other = args.get("other")
+        if not isinstance(other, str) or not other:
+            raise BadRequest("other is required")
+        return suzumio_diff.diff_projects(self._store(args), self.root.open_project(other))
 
     # -- resources: suzumio://projects/<p>/report and suzumio://projects/<p>/artifacts/<agent>/<path>
 

@@ -80,7 +80,8 @@ SCHEMAS = {
                                "agentSpend": {"type": "object", "additionalProperties": _ref("Spend")},
                                "agentEgress": {"type": "object", "additionalProperties": _ref("EgressTotals")},
                                "agents": _array("Agent"),
-                               "recentActivations": _array("Activation"), "recentMessages": _array("Message")}},
+                               "recentActivations": _array("Activation"), "recentMessages": _array("Message"),
+                               "origin": {"oneOf": [_ref("Origin"), {"type": "null"}]}}},
     "EgressTotals": {"type": "object", "required": ["connections", "denied", "bytesIn", "bytesOut"],
                      "properties": {"connections": INTEGER, "denied": INTEGER, "bytesIn": INTEGER,
                                     "bytesOut": INTEGER},
@@ -145,6 +146,35 @@ SCHEMAS = {
                        "done": {"type": "boolean"}}},
     "RequestChanges": {"type": "object", "required": ["body"],
                        "properties": {"body": {"type": "string", "minLength": 1}, "recipient": STRING}},
+    # The flight recorder (docs/replay.md)
+    "Replay": {"type": "object", "required": ["as"],
+               "properties": {"as": {"type": "string", "minLength": 1, "description": "the new project's name"},
+                              "tools": {"enum": ["live", "recorded"], "default": "live"},
+                              "onDiverge": {"enum": ["stop", "live"], "default": "stop"},
+                              "config": {"type": "string", "description": "a project file (YAML) with the "
+                                                                          "source's agents; its name is replaced"}}},
+    "Diff": {"type": "object", "required": ["a", "b", "identical", "firstDifference", "sections"],
+             "properties": {"a": STRING, "b": STRING, "identical": {"type": "boolean"},
+                            "firstDifference": {"type": ["object", "null"], "required": ["section", "a", "b"],
+                                                "properties": {"section": {"enum": ["messages", "toolCalls",
+                                                               "activations", "artifacts", "report", "tokens",
+                                                               "cost"]},
+                                                               "index": INTEGER, "key": STRING}},
+                            "sections": {"type": "object", "additionalProperties": {
+                                "type": "object", "required": ["identical", "a", "b"],
+                                "properties": {"identical": {"type": "boolean"}}}}}},
+    "Fork": {"type": "object", "required": ["as", "at"],
+             "properties": {"as": {"type": "string", "minLength": 1, "description": "the new project's name"},
+                            "at": {"type": "string", "minLength": 1, "description": "an ended activation's id"},
+                            "config": {"type": "string", "description": "a project file (YAML) with the "
+                                                                        "source's agents; its name is replaced"}}},
+    "Origin": {"type": "object", "required": ["kind", "source"],
+               "description": "Where a replay or fork came from, and how far a replay got",
+               "properties": {"kind": {"enum": ["replay", "fork"]}, "source": STRING, "at": NULLABLE_STRING,
+                              "tools": {"enum": ["live", "recorded", None]},
+                              "onDiverge": {"enum": ["stop", "live", None]},
+                              "diverged": {"type": ["object", "null"], "description": "the replay.diverged data"},
+                              "injectedMessages": INTEGER, "ended": {"type": "boolean"}, "createdAt": STRING}},
 }
 
 ERRORS = {
@@ -236,6 +266,19 @@ PATHS = {
     "/api/projects/{project}/approve": _post("Approve the result and complete the project", PROJECT_ANSWER),
     "/api/projects/{project}/request-changes": _post(
         "Send the coordinator a change request", PROJECT_ANSWER, _ref("RequestChanges")),
+    "/api/projects/{project}/diff/{other}": _get(
+        "Compare two runs section by section (docs/replay.md)", _json(_ref("Diff"), "The comparison"),
+        [PROJECT, _path_param("other", "The project to compare with")]),
+    "/api/projects/{project}/fork": {"post": {
+        "summary": "Fork the project at an ended activation as a new project that runs live (docs/replay.md)",
+        "parameters": [PROJECT],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Fork")}}},
+        "responses": {"201": _json(_ref("Project"), "The new project, with its origin"), **ERRORS, **CONFLICT}}},
+    "/api/projects/{project}/replay": {"post": {
+        "summary": "Replay the project's recorded run as a new project, started at once (docs/replay.md)",
+        "parameters": [PROJECT],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Replay")}}},
+        "responses": {"201": _json(_ref("Project"), "The new project, with its origin"), **ERRORS, **CONFLICT}}},
     "/api/projects/{project}/approvals": _get(
         "Approval requests: pending ones oldest first, then decided ones newest first",
         _json(_array("Approval"), "Approval requests"),

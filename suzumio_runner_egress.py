@@ -1,8 +1,7 @@
 """The runner's egress forwarder (docs/operations.md#egress): a listener on the sandbox's loopback that
 the proxy variables of shell.exec, MCP servers and web.fetch name, tunnelling each connection to the
 controller's egress proxy with the activation's identity in front; and the Relay that copies bytes
-both ways in one thread, which the controller's proxy reuses. Standard library only, CPython >= 3.9;
-imported by suzumio_runner_loop and suzumio_egress."""
+both ways in one thread, which the controller's proxy reuses. Standard library only, CPython >= 3.9."""
 
 import selectors
 import socket

@@ -900,7 +900,7 @@ class Runner:
         if max_calls and state.tool_calls > max_calls:
             return f"Exceeded maxToolCalls: {max_calls}"
         # One key per model tool call: a start asked again after a lost answer gets the call recorded then.
-        fields = {"tool": tool.name, "input": args, "callKey": new_call_key()}
+        fields = {"tool": tool.name, "input": args, "callKey": new_call_key(), "modelCallId": call.id}
         try:
             started = self.post_through_restarts("/runner/tool-calls/start", fields)
         except ControllerError as error:
@@ -924,6 +924,9 @@ class Runner:
                 # The person edited the input: the tool runs with theirs, and the model is told so.
                 args = decision["input"]
                 edited_note = decision.get("inputNote") or "A person changed this call's input before it ran."
+        recorded = started.get("recorded") if isinstance(started, dict) else None
+        if isinstance(recorded, dict):
+            return self._finish_recorded(tool_call_id, recorded)
         try:
             result = tool.handler(args)
         except (ToolError, ControllerError, OSError, ValueError) as error:
@@ -990,6 +993,19 @@ class Runner:
                     raise
                 self.warn("%s: %s (asking again)", path, error)
             self.sleep(CONTROLLER_RETRY_S)
+
+    def _finish_recorded(self, tool_call_id, recorded):
+        """A replay with recorded tools: the source's result is audited and shown, the tool never runs."""
+        status = "completed" if recorded.get("status") == "completed" else "failed"
+        fields = {"toolCallId": tool_call_id, "status": status}
+        fields.update({"output": recorded.get("output") or ""} if status == "completed"
+                      else {"error": recorded.get("error") or ""})
+        try:
+            self.post_through_restarts("/runner/tool-calls/finish", fields)
+        except ControllerError as error:
+            return str(error)
+        text = recorded.get("text")
+        return text if isinstance(text, str) else compact_json({"output": recorded.get("output")})
 
     def _fail_tool_call(self, tool_call_id, message):
         try:

@@ -9,12 +9,16 @@ import math
 import os
 import re
 import threading
+import time
 
 import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_guards
+import suzumio_recorder
+import suzumio_replay
+import suzumio_scheduler
 from suzumio_cost import call_cost
-from suzumio_errors import BadRequest, Conflict, Forbidden, SuzumioError
+from suzumio_errors import BadGateway, BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (
     base_app,
     floored,
@@ -33,6 +37,7 @@ from suzumio_records import (
     KIND_MODEL_RETRY,
     TOOL_CALL_END_STATUSES,
     TOOL_CALLS_CLOSED,
+    format_ts,
     utc_now,
 )
 
@@ -158,6 +163,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     `model_proxy` (a suzumio_model_proxy.ModelProxy, by default one over the controller's environment)
     forwards `/runner/model`; `tracer` (suzumio_telemetry) gets a span for every model and tool call."""
     model_proxy = model_proxy or ModelProxy()
+    replays = suzumio_replay.Replays(root)
     long_polls = threading.BoundedSemaphore(suzumio_approvals.MAX_LONG_POLLS)
 
     @app.post("/runner/model")
@@ -174,16 +180,41 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         def publish(delta):
             root.live.publish(call.store.project_id, dict(live_base, **delta), after=call.store.event_watermark)
 
+        retries = []
+
         def on_retry(info):
+            retries.append(info)
             call.store.append_event(KIND_MODEL_RETRY, dict(info, activationId=call.activation_id,
                                                            agentId=call.agent_id))
 
+        clock = time.monotonic()
+
+        def record(answer, error=None):
+            if config.recording.enabled:
+                call.store.record_exchange(
+                    call.activation_id, call.agent_id, provider_id, preset_id, call.body["body"],
+                    status=answer.status if answer else None, headers=answer.headers if answer else {},
+                    answer=answer.body if answer else "", overflow=answer.overflow is not None if answer else False,
+                    usage=answer.usage if answer else {}, retries=len(retries), error=error,
+                    started_at=format_ts(started), duration_ms=(time.monotonic() - clock) * 1000)
+
+        replayed = replays.answer(call.store, call.activation_id, call.agent_id, provider_id, preset_id,
+                                  call.body["body"])
+        if isinstance(replayed, suzumio_replay.Recorded):
+            return answer_from_recording(call, config, provider_id, preset_id, replayed, started)
+        if replayed is not None and replayed["onDiverge"] == "stop":
+            suzumio_scheduler.stop_project(call.store, scheduler.backends)
+            raise Conflict(f"Replay {call.store.project_id} diverged at request {replayed['requestIndex']} of "
+                           f"activation {call.activation_id}; the replay is stopped")
         try:
             answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"],
                                          publish=publish, on_retry=on_retry)
         except SuzumioError as error:
+            if isinstance(error, BadGateway):  # forwarded, and no answer came; a refused request is no exchange
+                record(None, error.message)
             trace_model_call(tracer, call, config, provider_id, preset_id, started, None, error.message)
             raise
+        record(answer)
         # Recorded whatever the activation's status by now: the provider counted these tokens.
         call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
                                      answer.status, answer.usage,
@@ -207,9 +238,16 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
             return json_response(answer)
         # A call that an approval rule matches is recorded with a pending approval request; a
         # start asked again with its callKey answers what was recorded.
-        return json_response(suzumio_approvals.start_tool_call(
+        started = suzumio_approvals.start_tool_call(
             call.store, config, call.agent_id, call.activation_id, tool,
-            call.body.get("input"), call_key=call.body.get("callKey")))
+            call.body.get("input"), call_key=call.body.get("callKey"))
+        # A replay with recorded tools hands the runner the source's result instead of running the tool.
+        model_call_id = call.body.get("modelCallId")
+        if not started.get("replayed") and not started.get("approval") and isinstance(model_call_id, str):
+            recorded = replays.recorded_tool(call.store, call.activation_id, tool, model_call_id)
+            if recorded is not None:
+                started = dict(started, recorded=recorded)
+        return json_response(started)
 
     @app.post("/runner/approvals/wait")
     def approval_wait():
@@ -300,7 +338,11 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
             return json_response({"status": call.activation["status"], "activationId": call.activation_id})
         output = call.body["output"]
         usage = output.get("usage") if isinstance(output.get("usage"), dict) else None
-        result = coordination.complete_activation(call.store, toolpacks.configs.get(call.store), call.activation_id,
+        config = toolpacks.configs.get(call.store)
+        replays.activation_ended(call.store, call.activation_id, call.agent_id)
+        # Recorded before the activation completes: the agent's next activation cannot start meanwhile.
+        suzumio_recorder.record_ended(call.store, config, call.activation_id)
+        result = coordination.complete_activation(call.store, config, call.activation_id,
                                                   call.agent_id, output["text"], usage=usage)
         if result["status"] == "completed":
             run_tick(scheduler.tick, call.store.project_id)
@@ -313,4 +355,21 @@ def stop_runner(scheduler, store, activation_id):
     backends = getattr(scheduler, "backends", None)
     if backends is not None:
         backends.stop_runner(store, store.activation(activation_id))
+
+
+def answer_from_recording(call, config, provider_id, preset_id, replayed, started):
+    """Answer a replay's model request with its source's recorded answer: recorded as replayed (its
+    usage kept, counting for no budget and costing nothing), no provider asked."""
+    exchange = replayed.exchange
+    call.store.record_exchange(
+        call.activation_id, call.agent_id, provider_id, preset_id, call.body["body"], status=exchange["status"],
+        headers=exchange["headers"], answer=replayed.answer, overflow=exchange["overflow"], usage=exchange["usage"],
+        retries=0, error=exchange["error"], started_at=format_ts(started), duration_ms=0, replayed=True)
+    if exchange["status"] is None:
+        raise BadGateway(exchange["error"] or "Request to the provider failed")
+    call.store.record_replayed_model_call(
+        call.activation_id, call.agent_id, provider_id, preset_id, exchange["status"], exchange["usage"],
+        recorded_cost=call_cost(config.runner.presets.get(preset_id), exchange["usage"]))
+    return json_response({"status": exchange["status"], "headers": exchange["headers"], "body": replayed.answer,
+                          "overflow": exchange["overflow"]})
 

@@ -11,6 +11,7 @@ import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_guards
+import suzumio_replay
 from suzumio_backend import KIND_LOCAL, activation_paths
 from suzumio_errors import Conflict
 from suzumio_records import (
@@ -167,10 +168,11 @@ class NoHooks:
 
 # ---------------------------------------------------------------- one tick
 
-def tick(store, backends, hooks, now, configs, caps=None):
+def tick(store, backends, hooks, now, configs, caps=None, replays=None):
     """One tick of one project at time `now` (docs/design/scheduler.md); the caller holds the project lock.
     `configs` (the runtime's suzumio_config.ConfigCache) spares rebuilding the ProjectConfig on every
-    tick; `caps` (suzumio_guards.Caps) holds the root's concurrency cap. Returns when the project needs its
+    tick; `caps` (suzumio_guards.Caps) holds the root's concurrency cap; `replays`
+    (suzumio_replay.Replays) gates the starts of replay projects. Returns when the project needs its
     next tick if nothing changes meanwhile (next_due), None for never."""
     project = store.project()
     if project["status"] != PROJECT_RUNNING:
@@ -186,6 +188,7 @@ def tick(store, backends, hooks, now, configs, caps=None):
     if (max_tokens is not None or max_cost is not None) and coordination.warn_for_budget(
             store, max_tokens, max_cost, now):
         log.warning("project %s: 80%% of its budget is used", store.project_id)
+    may_start = replays.gate(store, config, now) if replays is not None else None
     agents = store.list_agents()
     # Who has a ready signal, read once; after any commit (this tick's own expiries, cancellations and
     # starts, or anyone's) an agent's signals are read again.
@@ -193,7 +196,7 @@ def tick(store, backends, hooks, now, configs, caps=None):
     held = []  # the caps that kept a ready agent from starting in this tick
     for agent in agents:
         _tick_agent(store, backends, config, project["task"], agents, agent, now,
-                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen, caps, held)
+                    lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen, caps, held, may_start)
     try:
         hooks.run_hooks(store, config, now)
     except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (docs/design/scheduler.md)
@@ -226,11 +229,12 @@ def next_due(store, config, now, dues):
 
 
 def _tick_agent(store, backends, config, task, agents, agent, now, may_have_ready=lambda: True, caps=None,
-                held=None):
+                held=None, may_start=None):
     """Steps 2-5 of a tick for one agent; `may_have_ready()` False (no ready pending signal when the tick read
     them for all its agents at once, and nothing committed since) spares its signal selection. A paused
     agent (a loop guard tripped) is left alone; a start a concurrency cap forbids waits, its signals
-    pending, and the cap is appended to `held`."""
+    pending, and the cap is appended to `held`; `may_start(agent_id)` False (a replay's next activation
+    is another agent's) keeps it from starting."""
     def pending():
         return coordination.pending_signals(store, config, agent["id"], now) if may_have_ready() else []
 
@@ -259,6 +263,8 @@ def _tick_agent(store, backends, config, task, agents, agent, now, may_have_read
     if not candidates:
         if status not in (AGENT_QUIET, AGENT_FAILED):
             store.set_agent_status(agent["id"], AGENT_QUIET)
+        return
+    if may_start is not None and not may_start(agent["id"]):
         return
     if agent.get("paused"):
         return
@@ -320,6 +326,7 @@ class Scheduler:
         self.caps = suzumio_guards.Caps(root, max_activations)
         self.on_fatal = on_fatal  # called with the error if the thread's loop itself dies
         self.backends = backends
+        self.replays = suzumio_replay.Replays(root)
         self.hooks = hooks or NoHooks()
         self.interval = interval
         self._locks = {}
@@ -342,7 +349,7 @@ class Scheduler:
     def _tick_locked(self, name, now=None):
         self._ticks_begun[name] = self._ticks_begun.get(name, 0) + 1
         store = self.root.open_project(name)
-        due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs, self.caps)
+        due = tick(store, self.backends, self.hooks, to_datetime(now), self._configs, self.caps, self.replays)
         self.backends.prepare_next(store)  # Warm activations (suzumio_warm; no-op when off)
         return due
 

@@ -22,6 +22,7 @@ from suzumio_store_agents import AgentRows
 from suzumio_store_approvals import ApprovalRows
 from suzumio_store_history import HistoryRows
 from suzumio_store_project import ProjectRows
+from suzumio_store_recorder import MIGRATION_RECORDER, RecorderRows
 from suzumio_store_signals import SignalRows
 from suzumio_store_timeline import TimelineReads
 from suzumio_store_usage import UsageRows
@@ -530,7 +531,7 @@ _MIGRATION_7 = [
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
               (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
               (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6),
-              (7, "approval edits, paused agents", _MIGRATION_7)]
+              (7, "approval edits, paused agents", _MIGRATION_7), (8, "flight recorder", MIGRATION_RECORDER)]
 
 
 STAGED_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what _Tx.write_file stages
@@ -598,7 +599,7 @@ class _Tx:
 # ---------------------------------------------------------------------------------------------
 
 class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRows, UsageRows, ApprovalRows,
-                   TimelineReads):
+                   TimelineReads, RecorderRows):
     """One project's SQLite database and directory; safe to share between threads. This class holds the
     connections, transactions and paths; each base class is the gateway of some tables (its file says
     which) and reaches the database only through `_reading()`, `_query*()`, `snapshot()` and `write()`.

@@ -1,7 +1,7 @@
 """The rows the loop guards and the concurrency caps read and write (docs/operations.md#runaways): an
 agent's recent tool calls and the messages of a pair of agents since a time, the `paused_json` and
 `guards_since` columns of an agent, and the agents that have a ready signal but no activation. Only SQL:
-the rules are suzumio_guards'. Imported by suzumio_guards only."""
+the rules are suzumio_guards'."""
 from suzumio_records import dump_json, load_json
 
 

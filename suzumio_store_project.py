@@ -184,6 +184,7 @@ class ProjectRows:
             data["stats"] = self.project_stats()
             data["spend"], data["agentSpend"] = self.project_spend()
             data["agentEgress"] = self.egress_totals()
+            data["origin"] = self.origin()  # a replay's or fork's source (docs/replay.md), else None
             data["agents"] = self.public_agents()
             data["recentActivations"] = self.list_activations(10) if full else []
             data["recentMessages"] = self.list_messages(10) if full else []

@@ -37,7 +37,7 @@ def start_rate(store, config, count, tool, make_input):
             suzumio_approvals.start_tool_call(store, config, "worker", activation, tool, tool_input)
 
     [seconds] = benchlib.timed(starts, repeat=1, warmup=0)
-    store.cancel_activation(activation, "bench round over")
+    coordination.cancel_activation(store, activation, "bench round over")
     return count / seconds
 
 

@@ -22,6 +22,7 @@ BENCHES = (
     ("egress_latency.py", [], ["--runs", "60"]),
     ("guard_overhead.py", [], ["--starts", "300", "--rounds", "2"]),
     ("runner_listener.py", [], ["--runs", "100"]),
+    ("recorder_cost.py", [], ["--runs", "7"]),
 )
 
 

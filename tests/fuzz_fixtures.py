@@ -69,6 +69,14 @@ ERROR_TEXTS = [
     # tool-call keys (spec-notes 16k)
     (r"callKey must be 1 to \d+ letters, digits, '\.', '_', ':' or '-'", {400}),
     (r"callKey \S+ was already used for another tool call", {409}),
+    # replays, forks and diffs (docs/replay.md)
+    (r"tools must be one of live, recorded|onDiverge must be one of stop, live", {400}),
+    (r"config must be a project file \(YAML text\)|config must have the source's agents .*|config: .*", {400}),
+    (r"Invalid project name: .*", {400}),
+    (r"Project already initialized: .*|Project \S+ is \w+; replay a run that has ended", {409}),
+    (r"Activation \S+ is running; fork at an activation that has ended|Activation \S+ has no recorded artifacts .*",
+     {409}),
+    (r"Replay \S+ diverged at request \d+ of activation \S+; the replay is stopped", {409}),
 ]
 ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
 # Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text.

@@ -22,6 +22,7 @@ from conftest import free_port, wait_until
 from store_fixtures import config_of
 
 import suzumio
+import suzumio_cli_args
 import suzumio_coordination as coordination
 import suzumio_records
 import suzumio_store
@@ -84,21 +85,21 @@ def demo(project_file, R):
 def test_no_arguments_prints_usage_and_exits_1():
     result = run()
     assert result.code == 1 and result.out.startswith("Suzumio\n\nCommands:\n")
-    assert result.out == suzumio.USAGE
+    assert result.out == suzumio_cli_args.USAGE
     assert result.err == "Error: a command is required\n"
     bogus = run("bogus")
-    assert (bogus.code, bogus.out, bogus.err) == (1, suzumio.USAGE, "Error: unknown command: bogus\n")
+    assert (bogus.code, bogus.out, bogus.err) == (1, suzumio_cli_args.USAGE, "Error: unknown command: bogus\n")
 
 
 @pytest.mark.parametrize("words", [["help"], ["--help"], ["-h"]])
 def test_global_help_prints_usage_and_exits_0(words):
     result = run(*words)
-    assert (result.code, result.out, result.err) == (0, suzumio.USAGE, "")
+    assert (result.code, result.out, result.err) == (0, suzumio_cli_args.USAGE, "")
 
 
-@pytest.mark.parametrize("command", sorted(suzumio.COMMANDS_BY_NAME))
+@pytest.mark.parametrize("command", sorted(suzumio_cli_args.COMMANDS_BY_NAME))
 def test_every_command_has_its_own_help(command):
-    entry = suzumio.COMMANDS_BY_NAME[command]
+    entry = suzumio_cli_args.COMMANDS_BY_NAME[command]
     for words in ([command, "--help"], [command, "-h"], ["help", command], ["--help", command]):
         result = run(*words)
         assert (result.code, result.err) == (0, ""), words
@@ -130,7 +131,7 @@ def test_usage_error_prints_one_error_line_and_the_commands_usage(demo):
     result = run("status", "demo", "--bogus", "--root", str(demo))
     assert result.code == 1
     assert result.err == "Error: unrecognized arguments: --bogus\n"
-    assert result.out == suzumio.COMMANDS_BY_NAME["status"].help_text()
+    assert result.out == suzumio_cli_args.COMMANDS_BY_NAME["status"].help_text()
     result = run("status", "--limit", "3", "--root", str(demo))
     assert (result.code, result.err) == (1, "Error: status does not take --limit\n")
     assert run("help", "nope").code == 1
@@ -160,8 +161,8 @@ def test_config_render_writes_yaml_and_touches_no_root(project_file, R):
 
 def test_config_usage_errors():
     assert run("config", "render").code == 1
-    assert run("config", "render").out == suzumio.COMMANDS_BY_NAME["config"].help_text()
-    assert run("config", "show", "p.yaml").out == suzumio.COMMANDS_BY_NAME["config"].help_text()
+    assert run("config", "render").out == suzumio_cli_args.COMMANDS_BY_NAME["config"].help_text()
+    assert run("config", "show", "p.yaml").out == suzumio_cli_args.COMMANDS_BY_NAME["config"].help_text()
 
 
 def test_init_creates_layout_and_prints_two_lines(project_file, R):
@@ -320,7 +321,7 @@ def test_send_validation_order(demo, argv, message):
 
 def test_send_without_body_is_usage(demo):
     result = run("send", "demo", "pm", "P2", "--root", str(demo))
-    assert (result.code, result.out) == (1, suzumio.COMMANDS_BY_NAME["send"].help_text())
+    assert (result.code, result.out) == (1, suzumio_cli_args.COMMANDS_BY_NAME["send"].help_text())
 
 
 def test_send_to_user_records_closed_untargeted_signal(demo):
@@ -417,16 +418,17 @@ def test_flags_anywhere(project_file, R):
     run("send", "demo", "pm", "P3", "c", "--root", str(R))
     assert (run("messages", "demo", "--limit=2", f"--root={R}").out
             == run("messages", "demo", "--limit", "2", "--root", str(R)).out)
-    assert run("status", "demo", "--bogus", "--root", str(R)).out == suzumio.COMMANDS_BY_NAME["status"].help_text()
-    assert run("serve", "--no-platforms").out == suzumio.COMMANDS_BY_NAME["serve"].help_text()
-    assert run("status", "--limit", "3", "--root", str(R)).out == suzumio.COMMANDS_BY_NAME["status"].help_text()
+    help_of = {name: command.help_text() for name, command in suzumio_cli_args.COMMANDS_BY_NAME.items()}
+    assert run("status", "demo", "--bogus", "--root", str(R)).out == help_of["status"]
+    assert run("serve", "--no-platforms").out == help_of["serve"]
+    assert run("status", "--limit", "3", "--root", str(R)).out == help_of["status"]
 
 
 def test_double_dash_protects_a_body_word(demo):
     assert run("send", "demo", "pm", "P3", "--root", str(demo), "--", "--force", "now").code == 0
     assert run("messages", "demo", "--root", str(demo)).out.splitlines()[-1] == "--force now"
     result = run("send", "demo", "pm", "P3", "use", "--force", "now", "--root", str(demo))
-    assert (result.code, result.out) == (1, suzumio.COMMANDS_BY_NAME["send"].help_text())
+    assert (result.code, result.out) == (1, suzumio_cli_args.COMMANDS_BY_NAME["send"].help_text())
     assert run("messages", "demo", "--root", str(demo)).out.count("user -> pm") == 1
 
 
@@ -453,7 +455,7 @@ def test_config_render_local_backend_warns_on_stderr(tmp_path):
 
 def test_threads_below_16_is_usage():
     result = run("serve", "--threads", "8")
-    assert (result.code, result.out) == (1, suzumio.COMMANDS_BY_NAME["serve"].help_text())
+    assert (result.code, result.out) == (1, suzumio_cli_args.COMMANDS_BY_NAME["serve"].help_text())
 
 
 def test_api_token_variable_must_be_set():
@@ -656,7 +658,7 @@ def test_serve_no_auth_warns_and_takes_no_token(demo):
 
 def test_no_auth_and_api_token_env_exclude_each_other():
     result = run("serve", "--no-auth", "--api-token-env", "SZ_TOKEN")
-    assert (result.code, result.out) == (1, suzumio.COMMANDS_BY_NAME["serve"].help_text())
+    assert (result.code, result.out) == (1, suzumio_cli_args.COMMANDS_BY_NAME["serve"].help_text())
     assert result.err == "Error: --no-auth and --api-token-env exclude each other\n"
 
 

@@ -147,7 +147,7 @@ def test_base_config_materializes_every_default(tmp_path):
 def test_rendered_keys_follow_schema_declaration_order(tmp_path):
     out = rendered(tmp_path, BASE)
     assert list(out) == ["name", "task", "scheduler", "communication", "backend", "agents", "channels", "tools",
-                         "platforms", "observability"]
+                         "platforms", "observability", "recording"]
     assert list(out["backend"]) == ["kind", "image", "controllerUrl", "activationTimeoutMs", "artifactQuota", "docker",
                                     "runner"]
     assert list(out["agents"]["pm"]) == ["prompt", "tools", "mounts", "env"]

@@ -14,6 +14,7 @@ from conftest import require, wait_until
 import suzumio
 import suzumio_api
 import suzumio_backend
+import suzumio_cli_args
 import suzumio_config
 import suzumio_runner_support
 import suzumio_scheduler
@@ -220,15 +221,15 @@ def test_the_docs_show_every_cli_command():
                          ids=[f"{w}:{' '.join(a)[:60]}" for w, _, a in COMMAND_LINES])
 def test_documented_command_line_parses_with_the_real_cli_parser(where, marker, argv):
     if marker == "usage-errors":
-        with pytest.raises(suzumio.UsageError):
-            suzumio.parse_args(argv)
+        with pytest.raises(suzumio_cli_args.UsageError):
+            suzumio_cli_args.parse_args(argv)
     elif argv in (["--help"], ["-h"], ["help"]) or "--help" in argv or argv[:1] == ["help"]:
-        with pytest.raises(suzumio.HelpRequested):  # help prints a usage and exits 0
-            suzumio.parse_args(argv)
+        with pytest.raises(suzumio_cli_args.HelpRequested):  # help prints a usage and exits 0
+            suzumio_cli_args.parse_args(argv)
     elif argv == ["--version"]:
-        assert suzumio.parse_args(argv)[0] == "--version"
+        assert suzumio_cli_args.parse_args(argv)[0] == "--version"
     else:
-        command, _, _ = suzumio.parse_args(argv)
+        command, _, _ = suzumio_cli_args.parse_args(argv)
         assert command in suzumio.COMMANDS
 
 
@@ -238,7 +239,7 @@ def test_command_named_in_the_docs_exists(where, word):
 
 
 def test_the_usage_text_in_cli_docs_is_the_real_one():
-    assert suzumio.USAGE.strip() in (DOCS / "cli.md").read_text(encoding="utf-8")
+    assert suzumio_cli_args.USAGE.strip() in (DOCS / "cli.md").read_text(encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------- routes

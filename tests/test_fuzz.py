@@ -128,6 +128,11 @@ ROUTE_FIELDS = {
                                          "input": [{"recipient": "pm", "body": "x"}, {"body": "x"}, [], {}]},
     "/activation-context": {"context": [CONTEXT, {**CONTEXT, "messages": {}}, []]},
     "/activation-output": {"output": [{"text": "done"}, {"text": " "}, {}, "done"]},
+    "/api/projects/<project>/replay": {"as": ["demo-again", "demo", "", 5, "../x", "run"],
+                                       "tools": ["live", "recorded", "all", 1], "onDiverge": ["stop", "live", "x"],
+                                       "config": ["name: x", 5, ":\n  - [", "agents: {}"]},
+    "/api/projects/<project>/fork": {"as": ["demo-fork", "demo", "", 5], "at": ["act_x", "", 7],
+                                     "config": ["name: x", 5]},
 }
 
 
@@ -172,7 +177,7 @@ def segments(draw, name, fuzz):
     valid = {
         "project": ["demo"], "agent": ["pm", "worker", "ghost"], "message": [fuzz.demo_message, "msg_x"],
         "activation": [fuzz.demo_activation, "act_x"], "compaction": ["cmp_x"],
-        "approval": ["apr_x", "apr_1_deadbeef"],
+        "approval": ["apr_x", "apr_1_deadbeef"], "other": ["demo", "nope", "%2e%2e"],
         "toolpack_id": ["core", "shell", "web", "nope", "core%2F..", "co%72e"],
         "entry_id": ["project.stats", "messages.send", "messages.conversation", "coordination.signals",
                      "completion.report", "file.activity", "shell.activity", "nope"],
@@ -258,10 +263,10 @@ def requests_for(draw, fuzz, route):
 
 def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     rules = {rule for _method, rule in routes}
-    assert len(routes) == 47, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
+    assert len(routes) == 50, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
     # (8f), /api/version and /api/openapi.json (17b), GET and POST /mcp (8n), the approvals list, one
     # approval, its decision and /runner/approvals/wait, GET …/costs (14f), an agent's resume
-    # and GET …/concurrency (runaways)
+    # and GET …/concurrency (runaways), and replay, fork and diff (docs/replay.md)
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
     assert len(runner_rules) == 10

@@ -158,7 +158,8 @@ def test_no_route_is_served_on_both_listeners_and_each_refuses_the_others(iso, r
 def user_requests(routes):
     """(method, target) of every non-runner route, filled with values that exist."""
     values = {"project": "demo", "agent": "pm", "message": "msg_x", "activation": "act_x", "compaction": "cmp_x",
-              "toolpack_id": "core", "entry_id": "project.stats", "asset": "missing.js", "approval": "apr_x"}
+              "toolpack_id": "core", "entry_id": "project.stats", "asset": "missing.js", "approval": "apr_x",
+              "other": "demo"}
     return [(method, fill(rule, {name: values[name] for name in placeholders(rule)}))
             for method, rule in routes if not is_runner_rule(rule)]
 
@@ -169,8 +170,8 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
         # docs/http-api.md, the timeline (9a), /api/version and /api/openapi.json (17b), the approvals list,
         # one approval and its decision, …/costs (14f), an agent's resume and …/concurrency
-        # (runaways)
-        assert len(api) == 32
+        # (runaways), replay, fork and diff (docs/replay.md)
+        assert len(api) == 35
         before = iso.snapshot()
         for method, target in api:
             body = b"{}" if method == "POST" else None
@@ -197,8 +198,8 @@ def first_asset():
 
 def test_every_post_route_refuses_foreign_origins_and_hosts_without_side_effects(iso, routes):
     posts = [(m, t) for m, t in user_requests(routes) if m == "POST"]
-    # docs/http-api.md, POST /mcp (spec-notes 8n), the approval decision, an agent's resume
-    assert len(posts) == 9
+    # docs/http-api.md, POST /mcp (spec-notes 8n), the approval decision, an agent's resume, replay and fork
+    assert len(posts) == 11
     before = iso.snapshot()
     for method, target in posts:
         body = json.dumps({"recipient": "pm", "body": "x"}).encode()

@@ -24,14 +24,14 @@ REPO = Path(__file__).resolve().parent.parent
 REPORT = "# Final report\n\nThe answer is 42.\n"
 EXPECTED_TOOLS = {"list_projects", "project_status", "list_agents", "list_messages", "read_report", "send_message",
                   "start_project", "stop_project", "approve_project", "request_changes", "list_approvals",
-                  "decide_approval", "resume_agent"}
+                  "decide_approval", "resume_agent", "replay_project", "fork_project", "diff_projects"}
 
 
 def text_of(result):
     return "\n".join(block.text for block in result.content if getattr(block, "type", None) == "text")
 
 
-async def drive(session, store):
+async def drive(session, store, root):
     """List tools, send pm a message, wait for its report, read it as a tool and as a resource."""
     await session.initialize()
     listed = await session.list_tools()
@@ -53,6 +53,29 @@ async def drive(session, store):
     assert read.contents[0].text == REPORT
     missing = await session.call_tool("project_status", {"project": "nope"})
     assert missing.is_error and "nope" in text_of(missing)
+    await replay_fork_and_diff(session, store, root)
+
+
+async def replay_fork_and_diff(session, store, root):
+    """The flight recorder's tools: a replay asks no model and diffs identical; a fork keeps the run."""
+    await asyncio.to_thread(wait_until, lambda: not store.running_activations(), 30, 0.05, "pm to finish")
+    replayed = await session.call_tool("replay_project", {"project": "e2e", "as": "e2e-mcp", "tools": "recorded"})
+    assert not replayed.is_error, text_of(replayed)
+    assert json.loads(text_of(replayed))["origin"]["source"] == "e2e"
+
+    def submitted():
+        copy = root.open_project("e2e-mcp")
+        return copy.project()["status"] == "submitted" and not copy.running_activations()
+
+    await asyncio.to_thread(wait_until, submitted, 60, 0.05, "the replay submitted")
+    same = json.loads(text_of(await session.call_tool("diff_projects", {"project": "e2e", "other": "e2e-mcp"})))
+    assert (same["identical"], same["firstDifference"]) == (True, None)
+    first = store.activation_ids_in_order()[0]
+    forked = await session.call_tool("fork_project", {"project": "e2e", "as": "e2e-fork", "at": first})
+    assert not forked.is_error, text_of(forked)
+    assert json.loads(text_of(forked))["origin"] == dict(json.loads(text_of(forked))["origin"], kind="fork", at=first)
+    bad = await session.call_tool("diff_projects", {"project": "e2e"})
+    assert bad.is_error and text_of(bad) == "other is required"
 
 
 def team(tmp_path, service, model):
@@ -79,7 +102,7 @@ def test_official_client_drives_a_team_over_http_with_the_token(tmp_path):
                 async with httpx2.AsyncClient(headers=headers, timeout=30) as client, \
                         streamable_http_client(url, http_client=client) as streams, \
                         ClientSession(streams[0], streams[1]) as session:
-                    await drive(session, store)
+                    await drive(session, store, service.root)
 
             asyncio.run(run())
             wait_until(lambda: not store.running_activations(), 30, message="pm to finish")
@@ -98,7 +121,7 @@ def test_official_client_drives_a_team_over_stdio(tmp_path):
 
             async def run():
                 async with stdio_client(parameters) as streams, ClientSession(streams[0], streams[1]) as session:
-                    await drive(session, store)
+                    await drive(session, store, service.root)
 
             asyncio.run(run())
             wait_until(lambda: not store.running_activations(), 30, message="pm to finish")

@@ -24,6 +24,7 @@ import suzumio_approvals
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_records as rec
+import suzumio_replay
 import suzumio_store as st
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
 
@@ -129,7 +130,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     assert migrations == [{"id": 1, "name": "initial schema"}, {"id": 2, "name": "model calls"},
                           {"id": 3, "name": "approval requests"}, {"id": 4, "name": "model call cost"},
                           {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"},
-                          {"id": 7, "name": "approval edits, paused agents"}]
+                          {"id": 7, "name": "approval edits, paused agents"},
+                          {"id": 8, "name": "flight recorder"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -160,6 +162,13 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "approvals": ["id", "project", "agent_id", "activation_id", "tool_call_id", "tool", "input_json",
                       "rule_json", "rule_key", "status", "decision", "decided_by", "note", "on_expiry",
                       "expires_at", "created_at", "decided_at", "used_at", "edited_input_json", "output"],
+        "model_exchanges": ["id", "project", "activation_id", "agent_id", "request_index", "provider_id",
+                            "preset_id", "request_zlib", "status", "headers_json", "answer", "overflow",
+                            "usage_json", "retries", "error", "replayed", "started_at", "duration_ms"],
+        "artifact_versions": ["seq", "project", "activation_id", "agent_id", "path", "digest", "size",
+                              "created_at"],
+        "artifact_snapshots": ["activation_id", "project", "agent_id", "upto_seq", "changes", "bytes",
+                               "created_at"],
     }
     for table, columns in expected.items():
         assert [c["name"] for c in rows(store, f"PRAGMA table_info({table})")] == columns, table
@@ -179,6 +188,9 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "idx_approvals_project_activation": ["project", "activation_id", "status"],
         "idx_approvals_project_grant": ["project", "agent_id", "rule_key", "decision"],
         "idx_tool_calls_activation_call_key": ["activation_id", "call_key"],
+        "idx_model_exchanges_activation_index": ["activation_id", "request_index"],
+        "idx_artifact_versions_agent_path": ["project", "agent_id", "path", "seq"],
+        "idx_artifact_versions_activation": ["activation_id"],
     }
     for name, columns in indexes.items():
         assert [c["name"] for c in rows(store, f"PRAGMA index_info({name})")] == columns, name
@@ -192,7 +204,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 7
+    assert count(again, "_migrations") == 8
     again.close()
 
 
@@ -203,7 +215,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -215,7 +227,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8]
     assert count(again, "model_calls") == 0
     again.close()
 
@@ -271,7 +283,8 @@ def test_migration_1_is_literal_sql_whose_checks_match_the_status_constants(tmp_
         ("signals", "status"): rec.SIGNAL_STATUSES, ("activations", "status"): rec.ACTIVATION_STATUSES,
         ("tool_calls", "status"): rec.TOOL_CALL_STATUSES, ("agent_history_messages", "role"): rec.HISTORY_ROLES,
         ("approvals", "status"): suzumio_approvals.APPROVAL_STATUSES,
-        ("approvals", "on_expiry"): (suzumio_approvals.ALLOW, suzumio_approvals.DENY)}
+        ("approvals", "on_expiry"): (suzumio_approvals.ALLOW, suzumio_approvals.DENY),
+        ("project_origins", "kind"): (suzumio_replay.KIND_REPLAY, suzumio_replay.KIND_FORK)}
 
 
 # -- ids, timestamps ----------------------------------------------------------------------------

@@ -26,6 +26,12 @@ CREATE INDEX idx_approvals_project_grant ON approvals (project, agent_id, rule_k
 -- index idx_approvals_project_status on approvals
 CREATE INDEX idx_approvals_project_status ON approvals (project, status, created_at);
 
+-- index idx_artifact_versions_activation on artifact_versions
+CREATE INDEX idx_artifact_versions_activation ON artifact_versions (activation_id);
+
+-- index idx_artifact_versions_agent_path on artifact_versions
+CREATE INDEX idx_artifact_versions_agent_path ON artifact_versions (project, agent_id, path, seq);
+
 -- index idx_events_project_created on events
 CREATE INDEX idx_events_project_created ON events (project, created_at);
 
@@ -37,6 +43,9 @@ CREATE INDEX idx_messages_project_created ON messages (project, created_at);
 
 -- index idx_model_calls_project_activation on model_calls
 CREATE INDEX idx_model_calls_project_activation ON model_calls (project, activation_id);
+
+-- index idx_model_exchanges_activation_index on model_exchanges
+CREATE UNIQUE INDEX idx_model_exchanges_activation_index ON model_exchanges (activation_id, request_index);
 
 -- index idx_signals_project_source on signals
 CREATE INDEX idx_signals_project_source ON signals (project, source_activation, useful_effect);
@@ -104,6 +113,17 @@ CREATE TABLE "approvals" (
         expires_at TEXT NOT NULL, created_at TEXT NOT NULL, decided_at TEXT, used_at TEXT,
         edited_input_json TEXT, output TEXT);
 
+-- table artifact_snapshots on artifact_snapshots
+CREATE TABLE artifact_snapshots (
+        activation_id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL,
+        upto_seq INTEGER NOT NULL, changes INTEGER NOT NULL, bytes INTEGER NOT NULL, created_at TEXT NOT NULL);
+
+-- table artifact_versions on artifact_versions
+CREATE TABLE artifact_versions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT, project TEXT NOT NULL, activation_id TEXT NOT NULL,
+        agent_id TEXT NOT NULL, path TEXT NOT NULL, digest TEXT, size INTEGER NOT NULL,
+        created_at TEXT NOT NULL);
+
 -- table events on events
 CREATE TABLE events (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, type TEXT NOT NULL, data_json TEXT NOT NULL,
@@ -120,6 +140,22 @@ CREATE TABLE model_calls (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
         provider_id TEXT NOT NULL, preset_id TEXT NOT NULL, status INTEGER NOT NULL,
         tokens INTEGER NOT NULL, usage_json TEXT NOT NULL, created_at TEXT NOT NULL, cost_usd REAL);
+
+-- table model_exchanges on model_exchanges
+CREATE TABLE model_exchanges (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
+        request_index INTEGER NOT NULL, provider_id TEXT NOT NULL, preset_id TEXT NOT NULL,
+        request_zlib BLOB NOT NULL, status INTEGER, headers_json TEXT NOT NULL, answer TEXT NOT NULL,
+        overflow INTEGER NOT NULL DEFAULT 0, usage_json TEXT NOT NULL, retries INTEGER NOT NULL,
+        error TEXT, replayed INTEGER NOT NULL DEFAULT 0, started_at TEXT NOT NULL,
+        duration_ms INTEGER NOT NULL);
+
+-- table project_origins on project_origins
+CREATE TABLE project_origins (
+        project TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('replay', 'fork')), source TEXT NOT NULL,
+        at_activation TEXT, tools TEXT CHECK (tools IN ('live', 'recorded')),
+        on_diverge TEXT CHECK (on_diverge IN ('stop', 'live')), diverged_json TEXT,
+        injected_messages INTEGER NOT NULL DEFAULT 0, ended INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL);
 
 -- table projects on projects
 CREATE TABLE projects (

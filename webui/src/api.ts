@@ -56,6 +56,34 @@ export interface Project {
   /** Per agent id: its connections through the controller's egress proxy. */
   agentEgress?: Record<string, EgressTotals>;
   agents?: Agent[];
+  /** Where a replay or fork came from (docs/replay.md); null for an ordinary project. */
+  origin?: Origin | null;
+}
+
+export interface Divergence {
+  agentId: string;
+  activationId: string;
+  sourceActivationId?: string | null;
+  requestIndex: number;
+  diff: string;
+}
+
+export interface Origin {
+  kind: 'replay' | 'fork' | string;
+  source: string;
+  at?: string | null;
+  tools?: string | null;
+  onDiverge?: string | null;
+  diverged?: Divergence | null;
+  ended?: boolean;
+}
+
+export interface DiffResult {
+  a: string;
+  b: string;
+  identical: boolean;
+  firstDifference: { section: string; index?: number; key?: string } | null;
+  sections: Record<string, { identical: boolean }>;
 }
 
 export interface Message {
@@ -382,6 +410,9 @@ export interface Costs {
   agents: Record<string, Spend>;
   activations: Record<string, Spend>;
 }
+
+export const getDiff = (project: string, other: string) =>
+  getJson<DiffResult>(`${projectPath(project)}/diff/${enc(other)}`);
 
 export const getCosts = (project: string) => getJson<Costs>(`${projectPath(project)}/costs`);
 

@@ -42,6 +42,7 @@ import {
   type ViewId,
 } from './shell';
 import { TeamView, type TeamStreamEvent } from './team';
+import { CompareRuns } from './compare';
 import { TimelineView } from './timeline';
 import { ToolWorkspace } from './tools';
 
@@ -581,6 +582,7 @@ export function App() {
                 />
               )}
               {view === 'team' && <TeamView key={project.id} project={project} subscribe={subscribeTeam} refresh={viewNonce} />}
+              {view === 'team' && <CompareRuns project={project} projects={list} />}
               {view === 'messages' && (
                 <MessagesView
                   key={project.id}

@@ -239,6 +239,15 @@ export function Hero(props: {
           <span class="meta-time">{`Updated ${relativeTime(project.updated_at, props.now)}`}</span>
         </div>
         <h2 class="hero-title">{project.name}</h2>
+        {project.origin && (
+          <p class="hero-origin" data-testid="project-origin" data-kind={project.origin.kind}>
+            {project.origin.kind === 'fork'
+              ? `Fork of ${project.origin.source} after ${project.origin.at ?? ''}`
+              : `Replay of ${project.origin.source} (tools ${project.origin.tools ?? 'live'})`}
+            {project.origin.diverged &&
+              ` · diverged at ${project.origin.diverged.agentId}, request ${project.origin.diverged.requestIndex}`}
+          </p>
+        )}
         {task !== '' && (
           <div class={`hero-task prewrap${expanded ? ' is-expanded' : ' clamp-4'}`} data-testid="project-task">
             {shownTask}

@@ -1,0 +1,410 @@
+"""Replays of recorded runs (docs/replay.md): a new project re-runs its source's team, the source's user
+messages arriving where they arrived, activations starting in the source's order, and every model request
+answered from the source's recording while it matches; the first that does not is a `replay.diverged`
+event, after which the replay stops or goes on live. With `tools: recorded` the tools that act outside
+the controller (everything but messages, coordination and completion) are not run: their results come
+from the source's audit and the agent's files from its artifact versions."""
+import difflib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections import namedtuple
+from pathlib import Path
+
+import suzumio_config
+import suzumio_coordination as coordination
+import suzumio_recorder
+from suzumio_errors import BadRequest, Conflict, NotFound
+from suzumio_records import (
+    PROJECT_COMPLETED,
+    PROJECT_INITIALIZED,
+    PROJECT_RUNNING,
+    PROJECT_STOPPED,
+    PROJECT_SUBMITTED,
+)
+
+log = logging.getLogger(__name__)
+
+KIND_REPLAY = "replay"
+KIND_FORK = "fork"
+TOOLS_MODES = ("live", "recorded")
+ON_DIVERGE = ("stop", "live")
+EVENT_DIVERGED = "replay.diverged"
+EVENT_ENDED = "replay.ended"
+# Tools whose effects are the controller's own records: they always run, so the replay's messages,
+# signals and submission are its own (with `tools: recorded` too).
+CONTROLLER_TOOLS = ("messages.", "coordination.", "completion.")
+# Store ids (`<prefix>_<millis>_<hex8>`) and timestamps differ in every run: never a difference.
+STORE_ID = re.compile(r"\b[a-z]+_\d{13}_[0-9a-f]{8}\b")
+TIMESTAMP = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
+DIFF_LINES = 80
+ENDED_EVENTS = ("activation.completed", "activation.failed", "activation.cancelled")
+
+Recorded = namedtuple("Recorded", "exchange answer")
+
+
+def normalized(text):
+    """`text` with store ids and times blanked (what never counts as a difference)."""
+    return TIMESTAMP.sub("<time>", STORE_ID.sub("<id>", text))
+
+
+def request_text(body):
+    return json.dumps(body, sort_keys=True, ensure_ascii=False, indent=1)
+
+
+def readable_diff(recorded, replayed):
+    """A unified diff of two normalized requests, at most DIFF_LINES lines."""
+    lines = list(difflib.unified_diff(recorded.splitlines(), replayed.splitlines(), "recorded", "replay",
+                                      n=2, lineterm=""))
+    if len(lines) > DIFF_LINES:
+        lines = lines[:DIFF_LINES] + [f"... ({len(lines) - DIFF_LINES} more lines)"]
+    return "\n".join(lines)
+
+
+def is_controller_tool(tool):
+    return tool.startswith(CONTROLLER_TOOLS)
+
+
+class Replay:
+    """One replay project with its source: the mappings between the two runs."""
+
+    def __init__(self, store, source, origin):
+        self.store = store
+        self.source = source
+        self.origin = origin
+
+    @property
+    def diverged(self):
+        return self.origin["diverged"] is not None
+
+    def to_source(self, text):
+        """The replay's project folder and name written as the source's (the replay's request mapped)."""
+        text = text.replace(str(self.store.dir), str(self.source.dir))
+        return text.replace(self.store.project_id, self.source.project_id)
+
+    def to_replay(self, text):
+        """The source's project folder written as the replay's (a recorded answer handed to the replay)."""
+        return text.replace(str(self.source.dir), str(self.store.dir))
+
+    def source_activation(self, activation_id):
+        """The source activation a replay activation re-runs: the one at the same place in start order."""
+        mine = self.store.activation_ids_in_order()
+        theirs = self.source.activation_ids_in_order()
+        index = mine.index(activation_id) if activation_id in mine else None
+        return theirs[index] if index is not None and index < len(theirs) else None
+
+    # -- model requests
+
+    def answer(self, activation_id, agent_id, provider_id, preset_id, body):
+        """The recorded answer to the replay's next request of `activation_id` (Recorded), or the
+        divergence (a dict) when it matches no recording (its agent, preset and body)."""
+        index = len(self.store.exchanges(activation_id))
+        source_id = self.source_activation(activation_id)
+        recorded = self.source.exchanges(source_id) if source_id is not None else []
+        exchange = recorded[index] if index < len(recorded) else None
+        mine = normalized(self.to_source(request_text(body)))
+        theirs = normalized(request_text(exchange["request"])) if exchange is not None else ""
+        same_call = exchange is not None and (exchange["agentId"], exchange["providerId"], exchange["presetId"]) \
+            == (agent_id, provider_id, preset_id)
+        if same_call and mine == theirs:
+            return Recorded(exchange, self.to_replay(exchange["answer"]))
+        if exchange is None:
+            diff = (f"the source's activation {source_id} made {len(recorded)} model request(s); this is "
+                    f"request {index}" if source_id else "the source has no activation here")
+        elif not same_call:
+            diff = (f"{agent_id} asked {provider_id}/{preset_id}; the recording has {exchange['agentId']} asking "
+                    f"{exchange['providerId']}/{exchange['presetId']}\n" + readable_diff(theirs, mine))
+        else:
+            diff = readable_diff(theirs, mine)
+        return {"agentId": agent_id, "activationId": activation_id, "sourceActivationId": source_id,
+                "requestIndex": index, "diff": diff}
+
+    # -- tools
+
+    def recorded_tool(self, activation_id, tool, model_call_id):
+        """The source's result of this activation's next tool call (tools: recorded): {status, output,
+        error, text} where `text` is the tool message the source's model was sent, or None to run it."""
+        if self.origin["tools"] != "recorded" or self.diverged or is_controller_tool(tool):
+            return None
+        source_id = self.source_activation(activation_id)
+        if source_id is None:
+            return None
+        position = len(self.store.tool_calls_of(activation_id)) - 1  # this call's start is recorded
+        theirs = self.source.tool_calls_of(source_id)
+        if position >= len(theirs) or theirs[position]["tool"] != tool:
+            return None
+        row = theirs[position]
+        text = None
+        for exchange in self.source.exchanges(source_id):
+            for message in exchange["request"].get("messages") or []:
+                if message.get("role") == "tool" and message.get("tool_call_id") == model_call_id:
+                    text = message.get("content")
+        if text is None:
+            text = json.dumps({"output": row["output"]}, separators=(",", ":")) if row["status"] == "completed" \
+                else (row["error"] or "")
+        mapped = {key: self.to_replay(value) if isinstance(value, str) else value
+                  for key, value in (("output", row["output"]), ("error", row["error"]), ("text", text))}
+        return dict(mapped, status=row["status"])
+
+    def restore_artifacts(self, activation_id, agent_id):
+        """tools: recorded: the agent's folder becomes what the source's recorded after the activation
+        this one re-runs (files from the blobs; files it did not have removed)."""
+        source_id = self.source_activation(activation_id)
+        state = self.source.artifact_state(agent_id, source_id) if source_id else None
+        if state is None:
+            return
+        restore_folder(self.source, self.store.artifacts_dir(agent_id), state)
+
+
+def restore_folder(source, folder, state):
+    """Make `folder` hold exactly `state` ({path: (digest, size)}), reading the blobs of `source`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for relative, path in suzumio_recorder.folder_files(folder).items():
+        if relative not in state:
+            path.unlink()
+    for relative, (digest, _) in state.items():
+        target = folder / relative
+        if target.is_file() and not target.is_symlink() and suzumio_recorder.digest_of(target) == digest:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = target.with_name(f".{target.name}.restore.tmp")
+        temp.write_bytes(suzumio_recorder.read_blob(source, digest))
+        os.replace(temp, target)
+
+
+class Replays:
+    """The replays of one runtime root: which projects are replays, their gates, answers and ends."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def context(self, store):
+        """The Replay of `store`, or None for a project that is no replay (or whose source is gone)."""
+        origin = store.origin()
+        if origin is None or origin["kind"] != KIND_REPLAY:
+            return None
+        try:
+            source = self.root.open_project(origin["source"])
+        except NotFound:
+            return None
+        return Replay(store, source, origin)
+
+    # -- the scheduler's part
+
+    def gate(self, store, config, now=None):
+        """Before a tick starts activations of a replay: deliver the source's user messages that are
+        due, end a replay that reached its source's end, and answer which agent may start now
+        (`may_start(agent_id)`), or None when starts are not gated (no replay, or it went live)."""
+        replay = self.context(store)
+        if replay is None or replay.diverged or replay.origin["ended"]:
+            return None
+        theirs = replay.source.activation_ids_in_order()
+        self._deliver_due_messages(replay, config, theirs, now)
+        self._end_if_done(replay, theirs, now)
+
+        def may_start(agent_id):
+            started = len(store.activation_ids_in_order())
+            if started >= len(theirs):
+                return False
+            return replay.source.activation(theirs[started])["agentId"] == agent_id
+
+        return may_start
+
+    def _deliver_due_messages(self, replay, config, theirs, now):
+        """The source's user messages, each once the replay has started the activations started before
+        it in the source and ended those that had ended by then."""
+        store = replay.store
+        positions = replay.source.event_positions(("message.created", "activation.started", *ENDED_EVENTS))
+        index_of = {activation_id: number for number, activation_id in enumerate(theirs)}
+        started, ended, due = 0, set(), []
+        for _, kind, data in positions:
+            if kind == "activation.started":
+                started += 1
+            elif kind in ENDED_EVENTS:
+                if data.get("activationId") in index_of:
+                    ended.add(index_of[data["activationId"]])
+            elif data.get("sender") == "user":
+                due.append((data, started, frozenset(ended)))
+        delivered = replay.origin["injectedMessages"]
+        for message, started_before, ended_before in due[delivered:]:
+            mine = store.activation_ids_in_order()
+            if len(mine) < started_before or any(
+                    index >= len(mine) or store.activation(mine[index])["status"] == "running"
+                    for index in ended_before):
+                return
+            with store.write(now) as tx:
+                if not store.mark_injected(tx, delivered + 1):
+                    return
+                coordination.send_message(store, config, "user", message["body"], message.get("recipient"),
+                                          message.get("channel"), message.get("priority"))
+            delivered += 1
+
+    def _end_if_done(self, replay, theirs, now):
+        """Every source activation re-run and ended, every user message delivered: the replay ends in
+        the source's status (submitted, completed or stopped, as the source is now)."""
+        store = replay.store
+        mine = store.activation_ids_in_order()
+        user_messages = sum(1 for _, _, data in replay.source.event_positions(("message.created",))
+                            if data.get("sender") == "user")
+        if len(mine) < len(theirs) or store.running_activations() or \
+                store.origin()["injectedMessages"] < user_messages:
+            return
+        status = replay.source.project()["status"]
+        with store.write(now) as tx:
+            if not store.mark_replay_ended(tx):
+                return
+            store.add_event(tx, EVENT_ENDED, {"source": replay.source.project_id, "status": status,
+                                              "activations": len(mine)})
+        if status == PROJECT_STOPPED:
+            coordination.stop(store, now)
+        elif status == PROJECT_COMPLETED:
+            coordination.approve(store, now)
+        elif status == PROJECT_SUBMITTED and store.project()["status"] != PROJECT_SUBMITTED:
+            store.set_status(PROJECT_SUBMITTED, now)
+
+    # -- the runner routes' part
+
+    def answer(self, store, activation_id, agent_id, provider_id, preset_id, body):
+        """For /runner/model: a Recorded answer, a divergence dict (recorded here: the first one is an
+        event), or None when the request goes to the provider."""
+        replay = self.context(store)
+        if replay is None or replay.diverged:
+            return None
+        result = replay.answer(activation_id, agent_id, provider_id, preset_id, body)
+        if isinstance(result, Recorded):
+            return result
+        with store.write() as tx:
+            if store.mark_diverged(tx, result):
+                store.add_event(tx, EVENT_DIVERGED, dict(result, onDiverge=replay.origin["onDiverge"]))
+        log.info("replay %s diverged at %s request %s", store.project_id, activation_id, result["requestIndex"])
+        return dict(result, onDiverge=replay.origin["onDiverge"])
+
+    def recorded_tool(self, store, activation_id, tool, model_call_id):
+        replay = self.context(store)
+        return replay.recorded_tool(activation_id, tool, model_call_id) if replay is not None else None
+
+    def activation_ended(self, store, activation_id, agent_id):
+        """tools: recorded: restore the agent's files as the source had them after this activation."""
+        replay = self.context(store)
+        if replay is not None and replay.origin["tools"] == "recorded" and not replay.diverged:
+            replay.restore_artifacts(activation_id, agent_id)
+
+
+# ---------------------------------------------------------------- creating a replay
+
+def check_name(root, name):
+    if not isinstance(name, str) or not name:
+        raise BadRequest("as is required")
+    if root.exists(name):
+        raise Conflict(f"Project already initialized: {name}")
+
+
+def new_project_config(root, source, name, config_text=None):
+    """The loaded ProjectConfig of a replay or fork named `name`: `config_text` (a project file, its
+    `name` replaced) or the source's resolved config; the agents must be the source's."""
+    if config_text is None:
+        data = dict(source.config(), name=name)
+        config = suzumio_config.ProjectConfig.from_data(data)
+        source_text = source.source_yaml_path.read_text(encoding="utf-8") \
+            if source.source_yaml_path.exists() else config.render()
+    else:
+        if not isinstance(config_text, str) or not config_text.strip():
+            raise BadRequest("config must be a project file (YAML text)")
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "project.yaml"
+            path.write_text(config_text, encoding="utf-8")
+            try:
+                loaded = suzumio_config.load_project(path)
+            except suzumio_config.ConfigError as error:
+                raise BadRequest(f"config: {error.message}") from None
+        config = suzumio_config.ProjectConfig.from_data(dict(loaded.data, name=name))
+        source_text = config_text
+    mine = sorted(agent.id for agent in config.agents)
+    theirs = sorted(source.agent_ids())
+    if mine != theirs:
+        raise BadRequest(f"config must have the source's agents ({', '.join(theirs)}), not {', '.join(mine)}")
+    return config, source_text
+
+
+def create_replay(root, source_name, name, tools="live", on_diverge="stop", config_text=None, now=None):
+    """Initialize `name` as a replay of `source_name` and start it (the caller ticks it)."""
+    source = root.open_project(source_name)  # an unknown source is a 404 before any field is read
+    if tools not in TOOLS_MODES:
+        raise BadRequest(f"tools must be one of {', '.join(TOOLS_MODES)}")
+    if on_diverge not in ON_DIVERGE:
+        raise BadRequest(f"onDiverge must be one of {', '.join(ON_DIVERGE)}")
+    check_name(root, name)
+    if source.project()["status"] in (PROJECT_INITIALIZED, PROJECT_RUNNING):
+        raise Conflict(f"Project {source_name} is {source.project()['status']}; replay a run that has ended")
+    config, source_text = new_project_config(root, source, name, config_text)
+    store = root.init_project(name, config.task, config.data, config.agents, source_text, config.render(),
+                              now=now)
+    store.set_origin(KIND_REPLAY, source_name, tools=tools, on_diverge=on_diverge, now=now)
+    store.start(now=now)
+    return store
+
+
+# ---------------------------------------------------------------- forks
+
+# What a fork copies, parents before children; agents, the project row and approvals are its own.
+FORK_TABLES = ("messages", "signals", "activations", "tool_calls", "agent_history_compactions",
+               "agent_history_messages", "agent_history_parts", "model_calls", "model_exchanges",
+               "artifact_versions", "artifact_snapshots", "events")
+
+
+def _fork_row(row, source, store):
+    """A source row as the fork stores it: its project, and the source's folder written as the fork's."""
+    out = {}
+    for key, value in row.items():
+        if key == "project":
+            value = store.project_id
+        elif isinstance(value, str):
+            value = value.replace(str(source.dir), str(store.dir))
+        out[key] = value
+    return out
+
+
+def create_fork(root, source_name, name, at, config_text=None, now=None):
+    """Initialize `name` holding `source_name` as it was when activation `at` ended (messages, signals,
+    histories, activations, audits, recordings, artifacts), then start it live (the caller ticks it)."""
+    source = root.open_project(source_name)  # an unknown source is a 404 before any field is read
+    if not isinstance(at, str) or not at:
+        raise BadRequest("at is required")
+    check_name(root, name)
+    point = source.activation(at)
+    if point["status"] == "running":
+        raise Conflict(f"Activation {at} is running; fork at an activation that has ended")
+    if source.artifact_snapshot(at) is None:
+        raise Conflict(f"Activation {at} has no recorded artifacts (recording off, or past "
+                       "recording.keepActivations)")
+    cut = point["completedAt"]
+    kept = [a for a in source.activation_ids_in_order()
+            if (row := source.activation(a))["status"] != "running" and row["completedAt"] <= cut]
+    config, source_text = new_project_config(root, source, name, config_text)
+    store = root.init_project(name, config.task, config.data, config.agents, source_text, config.render(),
+                              now=now)
+    for table in FORK_TABLES:
+        store.insert_fork_rows(table, [_fork_row(row, source, store) for row in source.fork_rows(table, cut, kept)],
+                               now=now)
+    store.reopen_signals(kept, now=now)
+    for row in source.fork_rows("agent_history_compactions", cut, kept):
+        _copy_archive(source, store, row)
+    for agent_id in source.agent_ids():
+        theirs = [a for a in kept if source.activation(a)["agentId"] == agent_id and source.artifact_snapshot(a)]
+        state = source.artifact_state(agent_id, theirs[-1]) if theirs else {}
+        restore_folder(source, store.artifacts_dir(agent_id), state or {})
+    store.set_origin(KIND_FORK, source_name, at_activation=at, now=now)
+    store.start(now=now)
+    return store
+
+
+def _copy_archive(source, store, compaction):
+    """The archived history of a copied compaction, where the fork's row now names it."""
+    original = Path(compaction["archive_path"])
+    if original.is_file():
+        target = Path(_fork_row(compaction, source, store)["archive_path"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(original, target)
