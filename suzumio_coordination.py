@@ -85,16 +85,17 @@ def check_policy(config, caller, recipient, channel, priority):
 
 
 def send_message(store, config, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
-                 source_activation=None, now=None):
+                 source_activation=None, now=None, idempotency_key=None):
     """docs/design/store.md: validate and route, then the message row, its event and its signal(s), in one
-    transaction. Returns the Message JSON."""
+    transaction. Returns the Message JSON. A send with an `idempotency_key` the project already recorded
+    writes nothing and returns that message (docs/toolpacks.md)."""
     with store.write(now) as tx:
         return _send(store, config, tx, sender, body, recipient, channel, priority, source_agent,
-                     source_activation)
+                     source_activation, idempotency_key)
 
 
 def _send(store, config, tx, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
-          source_activation=None):
+          source_activation=None, idempotency_key=None):
     """`config` is read only to route a channel message."""
     if not isinstance(body, str) or not body.strip():
         raise BadRequest("body is required")
@@ -111,7 +112,14 @@ def _send(store, config, tx, sender, body, recipient=None, channel=None, priorit
     # written before it is rolled back with the transaction.
     if channel is not None and channel not in config.channels:
         raise BadRequest(f"Unknown channel: {channel}")
-    message = store.insert_message(tx, sender, body, recipient, channel, priority)
+    if idempotency_key is not None:
+        prior = store.keyed_message(tx, idempotency_key)
+        if prior is not None:
+            sent = (prior["sender"], prior.get("recipient"), prior.get("channel"), prior["priority"], prior["body"])
+            if sent != (sender, recipient, channel, priority, body):
+                raise Conflict(f"idempotencyKey {idempotency_key} was already used for another message")
+            return prior
+    message = store.insert_message(tx, sender, body, recipient, channel, priority, idempotency_key)
     _fan_out(store, config, tx, KIND_MESSAGE, source_agent=source_agent, source_activation=source_activation,
              target_agent=recipient, target_channel=channel, priority=priority, payload=message)
     return message

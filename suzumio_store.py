@@ -528,10 +528,17 @@ _MIGRATION_7 = [
     "ALTER TABLE agents ADD COLUMN guards_since TEXT",
 ]
 
+# The sender's key for one message (a toolpack's job run). A send with a key the project already holds
+# answers the message recorded then; messages without keys keep NULL, which the unique index allows any
+# number of times.
+_MIGRATION_9 = ["ALTER TABLE messages ADD COLUMN idempotency_key TEXT",
+                "CREATE UNIQUE INDEX idx_messages_project_idempotency_key ON messages (project, idempotency_key)"]
+
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
               (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
               (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6),
-              (7, "approval edits, paused agents", _MIGRATION_7), (8, "flight recorder", MIGRATION_RECORDER)]
+              (7, "approval edits, paused agents", _MIGRATION_7), (8, "flight recorder", MIGRATION_RECORDER),
+              (9, "message idempotency keys", _MIGRATION_9)]
 
 
 STAGED_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what _Tx.write_file stages

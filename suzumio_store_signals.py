@@ -21,17 +21,26 @@ SIGNAL_COLUMNS = ("id", "project", "kind", "source_agent", "source_activation", 
 class SignalRows:
     """ProjectStore's SignalRows part: SQL over its tables, on the store's connections and write path."""
 
-    def insert_message(self, tx, sender, body, recipient, channel, priority):
-        """One message row and its message.created event; the caller has routed and checked it."""
+    def insert_message(self, tx, sender, body, recipient, channel, priority, idempotency_key=None):
+        """One message row and its message.created event; the caller has routed and checked it, and
+        looked its idempotency key up (keyed_message)."""
         message_id = tx.id("msg")
         tx.execute("INSERT INTO messages (id, project, sender, recipient, channel, priority, body, "
-                   "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   (message_id, self.project_id, sender, recipient, channel, priority, body, tx.ts))
+                   "created_at, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (message_id, self.project_id, sender, recipient, channel, priority, body, tx.ts,
+                    idempotency_key))
         message = omit_none({"id": message_id, "project": self.project_id, "sender": sender,
                              "recipient": recipient, "channel": channel, "priority": priority,
                              "body": body, "createdAt": tx.ts})
         self.add_event(tx, "message.created", message)
         return message
+
+    def keyed_message(self, tx, idempotency_key):
+        """The Message JSON recorded with `idempotency_key` in this project, or None; read in the write
+        transaction `tx`, so a send that finds none inserts before any other can look."""
+        row = tx.one("SELECT * FROM messages WHERE project = ? AND idempotency_key = ?",
+                     (self.project_id, idempotency_key))
+        return None if row is None else message_json(row)
 
     def list_messages(self, limit=100, full_body=False):
         """The newest `limit` messages, oldest first; bodies truncated to 12000 unless full_body."""

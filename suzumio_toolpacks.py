@@ -88,11 +88,14 @@ def store_paths(store):
 def facade_send_message(store, config, data):
     data = object_input(data)
     body = required_string(data, "body")
+    key = data.get("idempotencyKey")
+    if key is not None and optional_string(key) is None:
+        raise BadRequest(f"idempotencyKey must be a non-empty string, got {describe(key)}")
     return coordination.send_message(
         store, config, sender=optional_string(data.get("sender")) or "user",
         recipient=optional_string(data.get("recipient")), channel=optional_string(data.get("channel")),
         priority=data.get("priority"), body=body, source_agent=optional_string(data.get("sourceAgent")),
-        source_activation=optional_string(data.get("sourceActivation")))
+        source_activation=optional_string(data.get("sourceActivation")), idempotency_key=key)
 
 
 def facade_record_signal(store, config, data, source_agent=None, source_activation=None):

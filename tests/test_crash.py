@@ -420,6 +420,72 @@ def test_node_host_exits_when_its_controller_is_killed(tmp_path, node, hook):
                 os.kill(pid, signal.SIGKILL)
 
 
+def start_until_killed(controller, window):
+    """Start the project on a test-only serve that kills itself in `window` once the project runs (the
+    start's own answer may be lost with it), and wait for that SIGKILL."""
+    try:
+        started = controller.post(f"/api/projects/{PROJECT}/start").status_code
+    except requests.ConnectionError:
+        started = None  # serve died before it wrote this answer
+    assert started in (200, None)
+    wait_until(controller.exited, 90, message=f"serve killed {window} ({controller.log_path})")
+    assert controller.process.returncode == -signal.SIGKILL
+
+
+KILLED_AFTER_SEND = REPO / "tests" / "serve_killed_after_scheduled_send.py"
+JOB_BODY = "The daily summary is due."
+
+
+def scheduler_job(project_dir):
+    """The one job of the project's scheduler toolpack state."""
+    [job] = json.loads((project_dir / "toolpack-state" / "scheduler" / "jobs.json").read_text())["jobs"]
+    return job
+
+
+def test_controller_killed_between_a_scheduler_toolpack_send_and_its_state_save_sends_the_job_once(
+        tmp_path, node):
+    """serve dies after the scheduler toolpack's hook sent a due job (the message committed) and before
+    the hook saved the job as sent (a test-only serve kills itself there). The next serve's hook sends the
+    job again with the same key, gets the message already recorded and saves the job: one message."""
+    port = free_port()
+    config = crash_config(port)  # the crash team, left quiet: the job's message goes to the user
+    config["scheduler"]["allQuietNudge"]["enabled"] = False
+    config["tools"]["toolpacks"].append({"packaged": "scheduler"})
+    root_path = tmp_path / "root"
+    init_root(root_path, write_project(tmp_path / "project", config, crash_script()))
+    project_dir = root_path / PROJECT
+    controller = Controller(root_path, port, tmp_path / "serve.log")
+    root = suzumio_store.Root(root_path)
+    store = root.open_project(PROJECT)
+
+    def sent():
+        return [m for m in store.list_messages(100, full_body=True) if m["body"] == JOB_BODY]
+
+    try:
+        controller.start(launcher=KILLED_AFTER_SEND)
+        created = controller.post(f"/api/projects/{PROJECT}/tool-ui/scheduler/schedule.once",
+                                  {"recipient": "user", "afterMs": 1, "body": JOB_BODY})
+        assert created.status_code == 200, created.text
+        job_id = created.json()["metadata"]["job"]["id"]
+        start_until_killed(controller, "after the scheduled send")
+        [message] = sent()  # committed before the kill ...
+        assert scheduler_job(project_dir)["sentCount"] == 0  # ... the job's state not yet saved
+        controller.start()
+        wait_until(lambda: scheduler_job(project_dir)["status"] == "done", 30,
+                   message=f"the job saved as sent ({controller.log_path})")
+        job = scheduler_job(project_dir)
+        assert (job["id"], job["sentCount"], job["lastMessageId"]) == (job_id, 1, message["id"])
+        assert sent() == [message]
+        created_events = [e for e in store.list_events(1000) if e["type"] == "message.created"
+                          and json.loads(e["data_json"])["body"] == JOB_BODY]
+        assert len(created_events) == 1
+        assert not [e for e in store.list_events(1000) if e["type"] == "scheduler.hook_failed"]
+    finally:
+        controller.stop()
+        stop_leftover_runners(store)
+        root.close()
+
+
 # ---------------------------------------------------------------- the Docker SDK is loaded from two threads
 
 # Right after a restart the reconciler inspects containers while the scheduler creates new ones; both
@@ -541,13 +607,7 @@ def test_controller_killed_between_the_start_commit_and_its_answer_runs_the_allo
         # answer to any request in flight (the project start's included) is written.
         assert controller.post(f"/api/projects/{PROJECT}/messages",
                                {"recipient": "worker", "body": "Deploy."}).status_code == 200
-        try:
-            started = controller.post(f"/api/projects/{PROJECT}/start").status_code
-        except requests.ConnectionError:
-            started = None  # serve died before it wrote this answer
-        assert started in (200, None)
-        wait_until(controller.exited, 90, message=f"serve killed after the start commit ({controller.log_path})")
-        assert controller.process.returncode == -signal.SIGKILL
+        start_until_killed(controller, "after the start commit")
         assert store.project()["status"] == "running"
         # Committed before the kill: the running call and its pending request. The runner has no answer.
         [call] = store.list_tool_calls(10)

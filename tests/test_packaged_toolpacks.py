@@ -59,6 +59,7 @@ class ProjectFacade:
         self.coordinator = coordinator
         self.agents = {agent: {"id": agent, "status": "quiet", "activeActivationId": None} for agent in agents}
         self.events = []
+        self.keys = []  # the idempotencyKey of every send, in order
         self.db_path = root / "suzumio.sqlite"
         self.lock = threading.Lock()
         self.db = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
@@ -89,6 +90,7 @@ class ProjectFacade:
                 for agent in self.list_agents()]
 
     def send_message(self, request):
+        self.keys.append(request.get("idempotencyKey"))
         body = request.get("body")
         if not isinstance(body, str) or not body.strip():
             raise BadRequest("body is required")
@@ -586,6 +588,9 @@ def test_recurring_job_fires_and_moves_next_at_from_tick_time(packs, facade):
     [job] = jobs(facade)
     assert (job["nextAt"], job["sentCount"]) == ("2026-06-04T05:00:00.000Z", 2)
     assert len(facade.messages()) == 2
+    # each run is sent with its own key, the job's id and that run's due time (docs/toolpacks.md)
+    assert facade.keys == [f"scheduler:{job['id']}@2026-06-03T12:00:00.000Z",
+                           f"scheduler:{job['id']}@2026-06-03T14:00:01.250Z"]
 
 
 def test_weekly_job_after_firing_moves_to_next_week(packs, facade):

@@ -131,14 +131,16 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                           {"id": 3, "name": "approval requests"}, {"id": 4, "name": "model call cost"},
                           {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"},
                           {"id": 7, "name": "approval edits, paused agents"},
-                          {"id": 8, "name": "flight recorder"}]
+                          {"id": 8, "name": "flight recorder"},
+                          {"id": 9, "name": "message idempotency keys"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
         "agents": ["id", "project", "role", "display_name", "status", "prompt", "model", "tools_json",
                    "workspace_path", "token", "active_activation_id", "container_name", "created_at",
                    "updated_at", "paused_json", "guards_since"],
-        "messages": ["id", "project", "sender", "recipient", "channel", "priority", "body", "created_at"],
+        "messages": ["id", "project", "sender", "recipient", "channel", "priority", "body", "created_at",
+                     "idempotency_key"],
         "signals": ["id", "project", "kind", "source_agent", "source_activation", "target_agent",
                     "target_channel", "priority", "payload_json", "status", "useful_effect", "created_at",
                     "not_before", "delivered_at", "delivered_activation_id"],
@@ -191,6 +193,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "idx_model_exchanges_activation_index": ["activation_id", "request_index"],
         "idx_artifact_versions_agent_path": ["project", "agent_id", "path", "seq"],
         "idx_artifact_versions_activation": ["activation_id"],
+        "idx_messages_project_idempotency_key": ["project", "idempotency_key"],
     }
     for name, columns in indexes.items():
         assert [c["name"] for c in rows(store, f"PRAGMA index_info({name})")] == columns, name
@@ -198,13 +201,15 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     assert unique["idx_agent_history_project_agent_sequence"] == 1
     assert {r["name"]: r["unique"] for r in rows(store, "PRAGMA index_list(tool_calls)")}[
         "idx_tool_calls_activation_call_key"] == 1
+    assert {r["name"]: r["unique"] for r in rows(store, "PRAGMA index_list(messages)")}[
+        "idx_messages_project_idempotency_key"] == 1
     assert store.db_get("PRAGMA journal_mode")["journal_mode"] == "wal"
     assert store.db_get("PRAGMA foreign_keys")["foreign_keys"] == 1
     schema = rows(store, "SELECT type, name, sql FROM sqlite_master ORDER BY name")
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 8
+    assert count(again, "_migrations") == 9
     again.close()
 
 
@@ -215,7 +220,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -227,7 +232,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert count(again, "model_calls") == 0
     again.close()
 

@@ -13,6 +13,7 @@ from store_fixtures import config_of
 import suzumio_coordination as coordination
 import suzumio_node
 import suzumio_toolpacks
+from suzumio_errors import BadRequest, Conflict
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -295,6 +296,36 @@ def test_local_controller_module_runs_with_store_callbacks(service, demo, node):
     many = support(service, "reviewer", reviewer, "review.summarize", {"summary": "x", "loop": True},
                    toolpack="review-tools")
     assert many.status_code == 200
+
+
+def test_a_keyed_send_through_the_store_facade_is_recorded_once_and_answered_again(demo):
+    """docs/toolpacks.md `idempotencyKey`: the second send with the key writes no message, event or
+    signal and answers the first message; the key with another message is a conflict."""
+    send = suzumio_toolpacks.facade_callbacks(demo, config_of(demo))["store.sendMessage"]
+    request = {"sender": "scheduler", "recipient": "pm", "body": "Daily summary.",
+               "idempotencyKey": "scheduler:sch_1@2026-06-03T10:00:00.000Z"}
+
+    def recorded():
+        return (demo.db_all("SELECT id FROM messages WHERE body = ?", ["Daily summary."]),
+                demo.db_all("SELECT id FROM events WHERE type = 'message.created'"),
+                demo.db_all("SELECT id FROM signals WHERE kind = 'message.created' AND target_agent = 'pm'"))
+
+    first = send(request)
+    once = recorded()
+    assert [len(rows) for rows in once] == [1, 1, 1]
+    assert send(dict(request)) == first
+    assert recorded() == once
+    with pytest.raises(Conflict) as conflict:
+        send({**request, "priority": "P1"})
+    assert conflict.value.message == \
+        "idempotencyKey scheduler:sch_1@2026-06-03T10:00:00.000Z was already used for another message"
+    with pytest.raises(BadRequest) as refused:
+        send({**request, "idempotencyKey": 7})
+    assert refused.value.message == "idempotencyKey must be a non-empty string, got 7"
+    assert send({**request, "idempotencyKey": "scheduler:sch_1@2026-06-03T12:00:00.000Z"})["id"] != first["id"]
+    unkeyed = {key: value for key, value in request.items() if key != "idempotencyKey"}
+    assert send(unkeyed)["id"] != send(unkeyed)["id"]
+    assert recorded() != once and len(recorded()[0]) == 4
 
 
 FIXTURES = Path(__file__).resolve().parent / "toolpack_fixtures"

@@ -41,6 +41,9 @@ CREATE INDEX idx_events_project_type ON events (project, type);
 -- index idx_messages_project_created on messages
 CREATE INDEX idx_messages_project_created ON messages (project, created_at);
 
+-- index idx_messages_project_idempotency_key on messages
+CREATE UNIQUE INDEX idx_messages_project_idempotency_key ON messages (project, idempotency_key);
+
 -- index idx_model_calls_project_activation on model_calls
 CREATE INDEX idx_model_calls_project_activation ON model_calls (project, activation_id);
 
@@ -133,7 +136,7 @@ CREATE TABLE events (
 CREATE TABLE messages (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, sender TEXT NOT NULL, recipient TEXT, channel TEXT,
         priority TEXT NOT NULL CHECK (priority IN ('P0', 'P1', 'P2', 'P3')), body TEXT NOT NULL,
-        created_at TEXT NOT NULL);
+        created_at TEXT NOT NULL, idempotency_key TEXT);
 
 -- table model_calls on model_calls
 CREATE TABLE model_calls (

@@ -348,7 +348,9 @@ export function createWebuiToolpack(context) {
   };
 }
 
-// Due jobs. Saved after every send, so a failure later in the tick never resends a job.
+// Due jobs. Saved after every send, so a failure later in the tick never resends a job; each send
+// carries the run's key (job id and due time), so a crash between the send and the save makes the next
+// tick's send answer the message already recorded instead of writing a second one.
 export function schedulerTick(context) {
   const file = jobsPath(context);
   const state = loadState(file);
@@ -365,7 +367,12 @@ export function schedulerTick(context) {
     // Computed before sending: a broken schedule must fail the hook before a message goes out.
     const recurring = job.type === "recurring";
     const nextAt = recurring ? iso(nextFiring(job.schedule, now)) : undefined;
-    const message = { sender: job.sender ?? "scheduler", priority: job.priority ?? "P3", body: job.body };
+    const message = {
+      sender: job.sender ?? "scheduler",
+      priority: job.priority ?? "P3",
+      body: job.body,
+      idempotencyKey: `scheduler:${job.id}@${job.nextAt}`,
+    };
     if (job.recipient !== undefined) message.recipient = job.recipient;
     if (job.channel !== undefined) message.channel = job.channel;
     const sent = context.store.sendMessage(message);
