@@ -66,6 +66,13 @@ ERROR_TEXTS = [
     (r"Expected a JSON object with decision|Invalid approval status: .*|waitMs must be a non-negative number",
      {400}),
     (r"Approval \S+ is already \w+|Tool call \S+ needs an approval that was not given", {409}),
+    # edits and answers (docs/http-api.md, approvals)
+    (r"input is accepted only with decision allow|input must be a JSON object|input does not fit the input schema .+"
+     r"|output is required with decision respond .*|output is accepted only with decision respond"
+     r"|output is longer than \d+ characters", {400}),
+    # loop guards (docs/http-api.md, loop guards and concurrency caps)
+    (r"Agent \S+ is not paused", {409}),
+    (r"Expected a JSON object", {400}),
     # tool-call keys (spec-notes 16k)
     (r"callKey must be 1 to \d+ letters, digits, '\.', '_', ':' or '-'", {400}),
     (r"callKey \S+ was already used for another tool call", {409}),

@@ -399,10 +399,15 @@ def test_past_the_long_poll_limit_a_wait_is_answered_at_once_with_a_retry_hint(s
     service, store = served
     who, started = start_gated(service, store)
     approval_id = started["approval"]["id"]
-    holders = [threading.Thread(target=service.post, args=("/runner/approvals/wait",
-                                                            {**who, "approvalId": approval_id, "waitMs": 4000}),
-                                kwargs={"timeout": 30})
-               for _ in range(suzumio_approvals.MAX_LONG_POLLS)]
+    done = threading.Event()
+
+    def hold():
+        # As a runner does: a wait answered at once (a quick poll held a place for a moment) is asked
+        # again, so the holders come to hold every place even when one of them arrives during a poll.
+        while not done.is_set():
+            service.post("/runner/approvals/wait", {**who, "approvalId": approval_id, "waitMs": 4000}, timeout=30)
+
+    holders = [threading.Thread(target=hold) for _ in range(suzumio_approvals.MAX_LONG_POLLS)]
     for holder in holders:
         holder.start()
     try:
@@ -412,5 +417,9 @@ def test_past_the_long_poll_limit_a_wait_is_answered_at_once_with_a_retry_hint(s
         answer = wait_until(quick_answer, 10, message="an answer with retryAfterMs")
         assert answer["status"] == "pending" and answer["retryAfterMs"] == suzumio_approvals.RETRY_AFTER_MS
     finally:
+        done.set()
+        # The decision answers every held wait at once.
+        service.post(f"/api/projects/demo/approvals/{approval_id}", {"decision": "deny"})
         for holder in holders:
             holder.join(30)
+    assert not any(holder.is_alive() for holder in holders)
