@@ -101,12 +101,13 @@ def prepared_containers(root):
 
 
 def prepared_containers_of_busy_agents(team):
-    """Running prepared containers of agents inside a shell.exec call: none of them can be claimed
-    (renamed to an activation) before that call, its activation and a scheduler tick are over."""
+    """{name: the agent's running activation} of running prepared containers of agents inside a
+    shell.exec call: none of them can be claimed (renamed to an activation) while that activation runs."""
     def look(store):
-        busy = [agent for agent in ("pm", *WORKERS) if busy_runner(store, agent)]
-        return {name for name, state in prepared_containers(team.root) if state == "running"
-                and any(f"_{agent}_{suzumio_backend.WARM_MARK}" in name for agent in busy)}
+        busy = {agent: activation["id"] for agent in ("pm", *WORKERS)
+                if (activation := busy_runner(store, agent))}
+        return {name: activation_id for name, state in prepared_containers(team.root) if state == "running"
+                for agent, activation_id in busy.items() if f"_{agent}_{suzumio_backend.WARM_MARK}" in name}
     return team.read(look)
 
 
@@ -115,11 +116,16 @@ def test_prepared_containers_of_a_killed_controller_are_removed_and_the_team_sti
     runner_image_or_skip(client)
     with CrashTeam(tmp_path, kind=suzumio_backend.KIND_DOCKER, image=RUNNER_IMAGE, worker_sleep=3.0) as team:
         team.kickoff()
-        certain = wait_until(lambda: prepared_containers_of_busy_agents(team), 90,
-                             message="prepared containers of busy agents")
+        seen = wait_until(lambda: prepared_containers_of_busy_agents(team), 90,
+                          message="prepared containers of busy agents")
         team.controller.kill()
-        # Read after the kill: a container claimed since the look was renamed to its activation and
-        # runs on (the next controller adopts it); the unclaimed ones are the killed controller's leftovers.
+        # The store is still from the kill on (runners write through the controller). An agent whose
+        # activation seen in the look still runs cannot have claimed its prepared container since: that
+        # container is certainly one the killed controller left. (An agent whose call ended in between may
+        # have claimed it, or the pool replaced it; neither is the kill's doing.)
+        certain = team.read(lambda store: {name for name, activation_id in seen.items()
+                                           if store.activation(activation_id)["status"] == "running"})
+        assert certain, f"every busy agent of the look {seen} ended its activation before the kill"
         left = {name for name, _state in prepared_containers(team.root)}
         assert left >= certain  # SIGKILL removes nothing
         team.controller.start()
