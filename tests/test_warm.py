@@ -187,6 +187,8 @@ def test_a_config_change_replaces_the_prepared_runner(tmp_path):
         change_config(env.store, lambda config: config["backend"].update(activationTimeoutMs=123456))
         env.scheduler.tick("demo")
         wait_until(lambda: len(prepared(env)) == 1 and prepared(env) != before, 60, message="a new prepared runner")
+        # Started is not ready: a claim waits READY_WAIT_SECONDS for its hello, then starts cold.
+        assert env.backends.warm.wait_ready("demo", "pm", 60)
         activation = run_one(env)
         assert activation["status"] == "completed"
         assert (env.store.activation_dir(activation["id"]) / "runner.slot").exists()
