@@ -50,6 +50,17 @@ def test_a_replay_shows_its_origin_and_the_team_view_overlays_it_on_its_source(t
         assert {b[1] for b in bars if b[0] == "a"} == mine and {b[1] for b in bars if b[0] == "b"} == theirs
         assert sorted(b[1] for b in bars if b[2] == "true") == sorted(
             [diverged["activationId"], diverged["sourceActivationId"]])
+        # What a person sees: the runs told apart by colour (solid and outlined) and the divergence red.
+        fills = page.eval_on_selector_all(
+            '[data-testid="compare-bar"]',
+            "(n) => n.map((x) => [x.dataset.run, x.dataset.diverged, x.getAttribute('class'), getComputedStyle(x).fill])")
+        seen = {}
+        for run, is_diverged, classes, fill in fills:
+            if is_diverged == "true":
+                seen.setdefault("diverged", set()).add(fill)
+            elif "status-failed" not in classes and "status-cancelled" not in classes:
+                seen.setdefault(run, set()).add(fill)
+        assert seen == {"diverged": {"rgb(214, 69, 69)"}, "a": {"rgb(61, 111, 214)"}, "b": {"rgb(255, 255, 255)"}}
         expect(page.get_by_test_id("compare-summary")).to_have_attribute("data-identical", "false")
         page.get_by_test_id("compare-panel").scroll_into_view_if_needed()
         page.get_by_test_id("compare-panel").screenshot(path=str(IMAGE))
