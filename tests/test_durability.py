@@ -2,6 +2,7 @@
 right after the COMMIT that names a staged file, or while its transaction is still open, leaves a store
 whose next open places the committed file or removes the uncommitted one. The killed process is a real
 child interpreter that SIGKILLs itself in the window; the store is a real SQLite file."""
+import contextlib
 import signal
 import subprocess
 import sys
@@ -79,5 +80,14 @@ def test_report_of_a_transaction_killed_before_its_commit_leaves_nothing(tmp_pat
 
 def test_every_connection_syncs_each_commit(tmp_path):
     _root, store = init_demo(tmp_path / "root")
-    assert store._query_one("PRAGMA synchronous")[0] == 2  # FULL
-    assert store._query_one("PRAGMA journal_mode")[0] == "wal"
+    # the writer, which commits, inside a write transaction
+    with store.write() as tx:
+        assert tx.one("PRAGMA synchronous")[0] == 2  # FULL
+        assert tx.one("PRAGMA journal_mode")[0] == "wal"
+    # and every pooled reader, borrowed at once so that each is a connection of its own
+    readers = []
+    with contextlib.ExitStack() as stack:
+        for _ in range(3):
+            readers.append(stack.enter_context(store._reading()))
+        assert len({id(conn) for conn in readers}) == 3
+        assert [conn.execute("PRAGMA synchronous").fetchone()[0] for conn in readers] == [2, 2, 2]
