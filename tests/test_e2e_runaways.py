@@ -204,13 +204,22 @@ def test_three_agents_never_overlap_under_a_project_cap_of_one(tmp_path, kind):
 
 
 def test_the_root_cap_holds_three_agents_to_one_at_a_time(tmp_path):
-    with running_team(tmp_path, "local", agents=three_agents([]), presets=PRESETS, model="a",
+    with running_team(tmp_path, "local", agents=three_agents([GATE]), presets=PRESETS, model="a",
                       max_activations=1) as team:
-        for name in ("a", "b", "c"):
-            team.model.enqueue(tool_calls=[call("shell.exec", command=f"printf {name} > /dev/null")], model=name)
+        # a waits on a person while it runs, so b and c are sure to find the root's cap full
+        team.model.enqueue(tool_calls=[call("shell.exec", command="true  # rm -rf nothing")], model="a")
+        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="a")
+        for name in ("b", "c"):
             team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model=name)
-        for name in ("a", "b", "c"):
-            team.send(name, "Work.")
+        team.send("a", "Work.")
+        [pending] = wait_pending(team)
+        team.send("b", "Work.")
+        team.send("c", "Work.")
+        assert [a["agentId"] for a in team.activations()] == ["a"]
+        shown = team.service.get(f"/api/projects/{team.name}/concurrency").json()
+        assert (shown["rootMaxActivations"], shown["rootRunning"]) == (1, 1)
+        assert [(w["agentId"], w["cap"]) for w in shown["waiting"]] == [("b", "root"), ("c", "root")]
+        assert decide(team, pending["id"], "allow").status_code == 200
         for name in ("a", "b", "c"):
             [done] = team.wait_activations(name, 1)
             assert done["status"] == "completed"

@@ -53,7 +53,8 @@ def test_a_replay_shows_its_origin_and_the_team_view_overlays_it_on_its_source(t
         # What a person sees: the runs told apart by colour (solid and outlined) and the divergence red.
         fills = page.eval_on_selector_all(
             '[data-testid="compare-bar"]',
-            "(n) => n.map((x) => [x.dataset.run, x.dataset.diverged, x.getAttribute('class'), getComputedStyle(x).fill])")
+            "(n) => n.map((x) => [x.dataset.run, x.dataset.diverged, x.getAttribute('class'),"
+            " getComputedStyle(x).fill])")
         seen = {}
         for run, is_diverged, classes, fill in fills:
             if is_diverged == "true":
