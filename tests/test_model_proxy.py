@@ -9,6 +9,7 @@ import socket
 
 import pytest
 from api_fixtures import init_project, running_activation, serving
+from conftest import free_port
 from e2e_fixtures import call, running_team
 from fake_model import OVERFLOW_MESSAGE, FakeModel, RecordingProxy
 
@@ -54,9 +55,8 @@ def models_config(base_url, provider=None, presets=None, proxy=None, agents=None
 
 
 def closed_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on."""
+    return free_port()
 
 
 # ---------------------------------------------------------------- forwarding
