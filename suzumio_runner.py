@@ -129,7 +129,10 @@ def main(argv=None):
     groups = ProcessGroups()
 
     def warn(message, *args):
-        sys.stderr.write(redactor(message % args if args else message) + "\n")
+        try:
+            sys.stderr.write(redactor(message % args if args else message) + "\n")
+        except OSError:
+            pass  # a log line lost to a full disk must not end the activation
 
     def on_sigterm(signum, frame):
         # Acts at once instead of setting a flag: the main thread may sit in a 300 s model read.

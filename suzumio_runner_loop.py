@@ -45,6 +45,10 @@ CONTROLLER_RETRY_S = 1.0  # pause before asking again a controller that did not 
 # How long a tool call's start or finish keeps asking a controller that is
 # down or answers 5xx (`serve` restarting) before the call counts as failed; both are safe to repeat.
 RESTART_WINDOW_S = 120.0
+# A controller whose disk is full (507) is asked again for as long as that lasts, this often: the work
+# goes on by itself once space returns, and the activation's timeout bounds the wait.
+INSUFFICIENT_STORAGE = 507
+DISK_FULL_RETRY_S = 5.0
 CALL_KEY_BYTES = 16
 ENDING_TOOLS = ("coordination.wait_for_signal", "completion.submit")
 BUILTIN_TOOLS = {
@@ -620,7 +624,8 @@ class Runner:
                 failures.append(f"{attempt.preset_id}: {error}")
         else:
             raise RunnerError("All model attempts failed:\n" + "\n".join(failures))
-        self.client.post("/activation-output", {"output": output})
+        # Safe to repeat: an activation that is no longer running answers its status.
+        self.post_through_restarts("/activation-output", {"output": output})
         return output
 
     def model_request(self, provider_id, preset_id, body, timeout):
@@ -981,18 +986,21 @@ class Runner:
                 self.sleep(min(retry_ms / 1000, 5.0))  # the controller holds too many waits already
 
     def post_through_restarts(self, path, fields):
-        """POST a call that is safe to repeat (a keyed tool-call start, a finish): a controller that did
-        not answer or answered 5xx (down, restarting, killed after its commit) is asked again every
-        CONTROLLER_RETRY_S for up to RESTART_WINDOW_S; then, or on a 4xx, the error is raised."""
+        """POST a call that is safe to repeat (a keyed tool-call start, a finish, the output): a controller
+        that did not answer or answered 5xx (down, restarting, killed after its commit) is asked again
+        every CONTROLLER_RETRY_S for up to RESTART_WINDOW_S; one whose disk is full, every
+        DISK_FULL_RETRY_S until it has space again. Then, or on a 4xx, the error is raised."""
         deadline = time.monotonic() + RESTART_WINDOW_S
         while True:
             try:
                 return self.client.post(path, fields)
             except ControllerError as error:
-                if (error.status is not None and error.status < 500) or time.monotonic() >= deadline:
+                disk_full = error.status == INSUFFICIENT_STORAGE
+                if (error.status is not None and error.status < 500) or (
+                        not disk_full and time.monotonic() >= deadline):
                     raise
                 self.warn("%s: %s (asking again)", path, error)
-            self.sleep(CONTROLLER_RETRY_S)
+            self.sleep(DISK_FULL_RETRY_S if disk_full else CONTROLLER_RETRY_S)
 
     def _finish_recorded(self, tool_call_id, recorded):
         """A replay with recorded tools: the source's result is audited and shown, the tool never runs."""

@@ -56,7 +56,10 @@ def stderr_warning(message, *args):
     """Write one %-style warning line to stderr (runner.log, or the container's log). The runner's
     parts take such a `warn` callable instead of using `logging`: importing `logging` costs about 6 ms
     of every activation start (BENCHMARKS.md); suzumio_runner.main passes one that redacts secrets."""
-    sys.stderr.write((message % args if args else message) + "\n")
+    try:
+        sys.stderr.write((message % args if args else message) + "\n")
+    except OSError:
+        pass  # a log line lost to a full disk must not end the activation
 
 
 class TransportError(Exception):

@@ -9,6 +9,8 @@ import subprocess
 import pytest
 from api_fixtures import serving
 from conftest import require
+from crash_fixtures import busy_runner
+from e2e_fixtures import call, running_team
 from store_fixtures import init_demo
 
 pytestmark = pytest.mark.timeout(180)
@@ -78,3 +80,33 @@ def test_a_full_disk_answers_507_keeps_serve_up_and_loses_no_accepted_message(sm
         assert check._query_one("PRAGMA integrity_check")[0] == "ok"
         kept = {row["id"] for row in check._query("SELECT id FROM messages")}
         assert set(accepted) <= kept and len(accepted) >= 6
+
+
+def test_an_activation_runs_through_a_full_disk_and_completes_once_space_returns(small_disk, caplog):
+    # The agent fills the disk, as `dd` into its folder would, then reports a large result: its tool call
+    # cannot be recorded while the disk is full, and the runner asks again until it can. The project's
+    # log is emptied into its database first, so that the report needs room the log has no more of.
+    filler, go = small_disk / "filler.bin", small_disk / "go"
+    command = (f"while [ ! -e {go} ]; do sleep 0.05; done; dd if=/dev/zero of={filler} bs=64k 2>/dev/null; "
+               "head -c 100000 /dev/zero | tr '\\0' x; echo; echo filled")
+    with running_team(small_disk, "local") as team:
+        team.model.enqueue(tool_calls=[call("shell.exec", command=command)], model="worker-1")
+        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="worker-1")
+        team.send("worker-1", "Fill the disk.")
+        team.wait_for(lambda: busy_runner(team.store, "worker-1"), 60, "worker-1 inside its shell call")
+        team.store._query_one("PRAGMA wal_checkpoint(TRUNCATE)")
+        go.touch()
+
+        def refused_report():
+            return any("/runner/tool-calls/finish" in record.getMessage() and "Insufficient storage" in
+                       record.getMessage() for record in caplog.records)
+        team.wait_for(refused_report, 60, "the report of the call refused for space")
+        assert team.service.get("/health").status_code == 503
+        [running] = team.activations("worker-1")
+        assert running["status"] == "running"
+        filler.unlink()  # space returns
+        [done] = team.wait_activations("worker-1", 1)
+        assert done["status"] == "completed"
+        [shell] = [c for c in team.store.list_tool_calls(limit=10) if c["tool"] == "shell.exec"]
+        assert shell["status"] == "completed" and "filled" in shell["output"]
+        assert team.store._query_one("PRAGMA integrity_check")[0] == "ok"
