@@ -8,6 +8,7 @@ import time
 
 import pytest
 from api_fixtures import init_project, running_activation, serving
+from conftest import wait_until
 from test_approvals import PROJECT_YAML, identity, load, mcp_call, run_cli, start_gated
 
 import suzumio_coordination as coordination
@@ -24,12 +25,31 @@ guards: {repeatedToolCall: 3}
 """)
 
 
-@pytest.fixture()
-def served(tmp_path):
+# The worker's runner (a real one, started by a tick) asks for a gated call first and waits for the
+# decision, so its activation runs on, calling nothing else, while a test calls tools in it.
+HELD_YAML = GUARDED_YAML.replace("replay: {type: scripted, script: {agents: {}}}", """replay:
+          type: scripted
+          script:
+            agents:
+              worker:
+                - steps: [{tools: [{name: shell.exec, input: {command: "git push origin main"}}]}]""")
+
+
+def serve_project(tmp_path, text):
     with serving(tmp_path / "root") as service:
-        store = init_project(service.root, tmp_path / "config", GUARDED_YAML)
+        store = init_project(service.root, tmp_path / "config", text)
         store.start()
         yield service, store
+
+
+@pytest.fixture()
+def served(tmp_path):
+    yield from serve_project(tmp_path, GUARDED_YAML)
+
+
+@pytest.fixture()
+def held(tmp_path):
+    yield from serve_project(tmp_path, HELD_YAML)
 
 
 def start(service, who, tool, tool_input):
@@ -94,8 +114,8 @@ def test_the_third_identical_call_trips_pauses_the_agent_and_ends_its_activation
     assert store.has_pending_signals_for_agent("worker")
 
 
-def test_resume_lets_the_agent_start_with_what_waited_and_counts_afresh(served):
-    service, store = served
+def test_resume_lets_the_agent_start_with_what_waited_and_counts_afresh(held):
+    service, store = held
     activation = running_activation(store, "worker")["id"]
     who = identity(service, store, "worker", activation)
     for _ in range(3):
@@ -115,6 +135,10 @@ def test_resume_lets_the_agent_start_with_what_waited_and_counts_afresh(served):
     # the route's tick started the waiting message
     [second] = [a for a in store.list_activations(10) if a["agentId"] == "worker" and a["status"] == "running"]
     assert "after the pause" in store.activation(second["id"])["prompt"]
+    # its runner waits on its gated call, so the activation stays running and its calls stay the test's
+    wait_until(lambda: [a for a in service.get("/api/projects/demo/approvals").json()
+                        if a["status"] == "pending" and a["activationId"] == second["id"]],
+               30, message="the resumed worker's runner waiting on its gated call")
     fresh = identity(service, store, "worker", second["id"])
     for _ in range(2):  # the calls before the resume no longer count
         assert set(start(service, fresh, "file.read", {"path": "x"}).json()) == {"toolCallId"}
