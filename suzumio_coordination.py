@@ -546,10 +546,11 @@ def _no_effect_nudge(store, config, tx, agent_id, activation_id):
                  not_before=not_before)
 
 
-def nudge_and_monitor(store, config, now):
+def nudge_and_monitor(store, config, now, agents=None):
     """Steps 6–9 of a tick (docs/design/scheduler.md): failed nudges, the failed- and quiet-agent monitors, the
-    all-quiet nudge. Returns the times at which a waiting monitor or nudge becomes due."""
-    agents = store.list_agents()
+    all-quiet nudge. Returns the times at which a waiting monitor or nudge becomes due. `agents`: the
+    agent list as it stands now, when the caller has it."""
+    agents = store.list_agents() if agents is None else agents
     _failed_nudges(store, config, agents, now)
     dues = []
     _monitor_rules(store, config, agents, now, failed=True, dues=dues)

@@ -184,6 +184,7 @@ class Root:
         self.max_open = max_open
         self._recent = OrderedDict()  # project name -> store, least recently used first
         self._recent_lock = threading.Lock()
+        self._last_used = None  # the store _used() moved to the end of _recent last
         self.changes = Changes()
         self._summaries = {}  # project name -> (key, summary) for project_summaries()
         self._summaries_lock = threading.Lock()
@@ -192,7 +193,11 @@ class Root:
         self.live = LiveEvents(self.changes)
 
     def _used(self, store):
+        # Every read tells the root; most come from the store used last, already at the end of the order.
+        if self._last_used is store:
+            return
         with self._recent_lock:
+            self._last_used = store
             self._recent[store.project_id] = store
             self._recent.move_to_end(store.project_id)
             excess = len(self._recent) - self.max_open
@@ -204,6 +209,7 @@ class Root:
             if not victim.release_idle():
                 with self._recent_lock:  # busy writing: it stays counted, and goes at a later turn
                     self._recent.setdefault(victim.project_id, victim)
+                    self._last_used = None
 
     def open_connections(self):
         """Connections held open by this root's stores (writers and pooled readers)."""
@@ -215,8 +221,10 @@ class Root:
         """Names of directories directly under the root holding suzumio.sqlite, sorted."""
         if not self.path.is_dir():
             return []
-        return sorted(entry.name for entry in self.path.iterdir()
-                      if entry.is_dir() and (entry / DB_FILE).is_file())
+        # scandir's entries know their type without a stat: the scheduler lists the root on every pass.
+        with os.scandir(self.path) as entries:
+            return sorted(entry.name for entry in entries
+                          if entry.is_dir() and os.path.isfile(os.path.join(entry.path, DB_FILE)))
 
     def project_summaries(self):
         """The short summary of every project (docs/http-api.md), each computed again only when the
@@ -348,6 +356,7 @@ class Root:
             stores, self._stores = list(self._stores.values()), {}
         with self._recent_lock:
             self._recent.clear()
+            self._last_used = None
         for store in stores:
             store.close()
 
@@ -635,6 +644,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         self.event_watermark = 0
         self._uncommitted_event = None  # the newest event of the open write transaction
         self._config = None
+        self._tick_agent_cache = {}  # agent row values -> their record (ProjectRows.tick_reads)
         self._writer = _connect(self.db_path)
         try:
             self._writer.execute("PRAGMA journal_mode = WAL")  # persistent: stored in the file

@@ -533,8 +533,8 @@ def test_a_signal_committed_after_that_read_is_still_selected_in_the_same_tick(t
         real = env.store.agents_with_ready_signals
         sent = []
 
-        def read_then_commit(agent_ids, now=None):
-            ready = real(agent_ids, now)
+        def read_then_commit(agent_ids, now=None, **reading):
+            ready = real(agent_ids, now, **reading)
             sent.append(send(env, "worker"))
             return ready
 
