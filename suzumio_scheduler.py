@@ -35,6 +35,7 @@ HOOK_INTERVAL_SECONDS = TICK_INTERVAL_SECONDS
 SAFETY_INTERVAL_SECONDS = 30.0  # a pass over every project even when nothing asked for one
 MIN_WAIT_SECONDS = 0.01  # the thread's shortest sleep, so a due time a hair away cannot spin it
 STOP_GRACE_SECONDS = 15.0
+SETTLED = frozenset((AGENT_QUIET, AGENT_FAILED))  # statuses an agent with no ready signal keeps
 
 # ---------------------------------------------------------------- prompt composition
 
@@ -202,6 +203,9 @@ def tick(store, backends, hooks, now, configs, caps=None, replays=None):
     # cancellations and starts, or anyone's) an agent's signals are read again.
     held = []  # the caps that kept a ready agent from starting in this tick
     for agent in agents:
+        if (agent["status"] in SETTLED and "activeActivationId" not in agent and agent["id"] not in ready
+                and store.commits == seen):
+            continue  # quiet or failed, unbound, nothing ready and nothing written since: _tick_agent's no-op
         _tick_agent(store, backends, config, project["task"], agents, agent, now,
                     lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen, caps, held, may_start)
     try:

@@ -645,6 +645,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         self._uncommitted_event = None  # the newest event of the open write transaction
         self._config = None
         self._tick_agent_cache = {}  # agent row values -> their record (ProjectRows.tick_reads)
+        self._tick_cache = None  # (database_version(), its clock, TickReads) of the last tick_reads
         self._writer = _connect(self.db_path)
         try:
             self._writer.execute("PRAGMA journal_mode = WAL")  # persistent: stored in the file
@@ -692,6 +693,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         for conn in idle:
             conn.close()
         self._config = None  # parsed again on next use: an idle project keeps no copy in memory
+        self._tick_cache, self._tick_agent_cache = None, {}
         return released
 
     def open_connections(self):
@@ -802,6 +804,18 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
                 self._on_commit(self.project_id)
             for callback in tx.after_commit:  # observers only queue work; they never fail the write
                 callback()
+
+    def database_version(self):
+        """A value that changes whenever the database may have: this store's commit count, the writer
+        connection, and its PRAGMA data_version, which moves with every commit made on any other
+        connection (another process's, such as a CLI command beside `serve`)."""
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(f"store for {self.project_id} is closed")
+            if self._writer is None:
+                self._writer = _connect(self.db_path)
+            self._used()
+            return self.commits, id(self._writer), self._writer.execute("PRAGMA data_version").fetchone()[0]
 
     def _place_staged(self, files):
         """After COMMIT: rename each staged file into place (same directory: atomic), sync its

@@ -69,8 +69,21 @@ class ProjectRows:
         """What a scheduler tick reads before it decides anything, on one borrowed reader: the project;
         and while it runs, its agents (id order), the ids of agents with a ready pending signal, the replay
         origin, the earliest delayed signal's not_before and the running activations' start times. An idle
-        tick reads nothing else."""
+        tick reads nothing else, and nothing at all while the database is unchanged (database_version) and
+        no delayed signal fell due; the records returned are shared between ticks and only read."""
         ts = format_ts(to_datetime(now))
+        version = self.database_version()
+        cached = self._tick_cache
+        # Nothing committed since the last reads, the clock did not go back (a test's clock may) and no
+        # delayed signal became ready: they all still hold.
+        if (cached is not None and cached[0] == version and cached[1] <= ts
+                and (cached[2].delayed is None or cached[2].delayed > ts)):
+            return cached[2]
+        reads = self._tick_reads(ts)
+        self._tick_cache = (version, ts, reads)
+        return reads
+
+    def _tick_reads(self, ts):
         with self._reading() as conn:
             # The earliest delayed signal and whether an origin exists ride on the project's statement.
             row = conn.execute("SELECT p.*, (SELECT MIN(not_before) FROM signals WHERE project = p.id "
@@ -84,9 +97,13 @@ class ProjectRows:
             if project["status"] != PROJECT_RUNNING:
                 return TickReads(project, [], set(), None, None, [])
             agents = self._tick_agents(conn)
-            ready = self.agents_with_ready_signals([agent["id"] for agent in agents], now, conn=conn, ts=ts)
+            ready = self.agents_with_ready_signals([agent["id"] for agent in agents], conn=conn, ts=ts)
             origin = self.origin(conn) if row["has_origin"] else None
-            return TickReads(project, agents, ready, origin, row["next_delayed"], self.running_starts(conn))
+            # A tick expires an activation through its agent's binding: with no agent bound, no timeout
+            # can be due.
+            bound = any("activeActivationId" in agent for agent in agents)
+            return TickReads(project, agents, ready, origin, row["next_delayed"],
+                             self.running_starts(conn) if bound else [])
 
     def _tick_agents(self, conn):
         """The agent records as list_agents() reads them, shared between ticks while a row is unchanged:
