@@ -85,13 +85,19 @@ def check_policy(config, caller, recipient, channel, priority):
 
 
 def send_message(store, config, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
-                 source_activation=None, now=None, idempotency_key=None):
+                 source_activation=None, now=None, idempotency_key=None, grouped=False):
     """docs/design/store.md: validate and route, then the message row, its event and its signal(s), in one
     transaction. Returns the Message JSON. A send with an `idempotency_key` the project already recorded
-    writes nothing and returns that message (docs/toolpacks.md)."""
-    with store.write(now) as tx:
+    writes nothing and returns that message (docs/toolpacks.md). `grouped`: the transaction may hold the
+    sends of other callers waiting at the same time (store.write_grouped); it returns after that COMMIT."""
+    def send(tx):
         return _send(store, config, tx, sender, body, recipient, channel, priority, source_agent,
                      source_activation, idempotency_key)
+
+    if grouped:
+        return store.write_grouped(send, now)
+    with store.write(now) as tx:
+        return send(tx)
 
 
 def _send(store, config, tx, sender, body, recipient=None, channel=None, priority=None, source_agent=None,

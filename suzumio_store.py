@@ -574,6 +574,17 @@ def write_durably(path, text):
     fsync_dir(path.parent)
 
 
+class _GroupedWork:
+    """One caller's work in ProjectStore.write_grouped and its outcome."""
+
+    __slots__ = ("done", "error", "now", "result", "work")
+
+    def __init__(self, work, now):
+        self.work, self.now = work, now
+        self.result = self.error = None
+        self.done = False
+
+
 class _Tx:
     """One open write transaction: its connection and the operation's clock."""
 
@@ -633,6 +644,8 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         self.db_path = self.dir / DB_FILE
         self.closed = False
         self._lock = threading.RLock()  # the write lock; also guards the writer connection
+        self._grouped = []  # _GroupedWork waiting for the write lock (write_grouped)
+        self._grouped_guard = threading.Lock()
         self._local = threading.local()  # .tx: this thread's open write; .snap: its open snapshot
         self._idle = []  # pooled reader connections nobody is using
         self._pool_lock = threading.Lock()
@@ -816,6 +829,97 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
                 self._writer = _connect(self.db_path)
             self._used()
             return self.commits, id(self._writer), self._writer.execute("PRAGMA data_version").fetchone()[0]
+
+    def write_grouped(self, work, now=None):
+        """`work(tx)` in a write transaction shared with the other write_grouped calls waiting for the write
+        lock; returns what `work` returned, or raises what it raised. Whoever takes the lock writes every
+        waiting work, each in its own SAVEPOINT (one that fails is rolled back alone and raises in its own
+        caller), and commits once: each caller returns after the COMMIT that holds its rows, so an answer
+        still means committed, but a burst of requests costs one lock hold and one synced COMMIT instead of
+        one each. Inside an open write it simply joins it."""
+        if getattr(self._local, "tx", None) is not None:
+            with self.write(now) as tx:
+                return work(tx)
+        request = _GroupedWork(work, now)
+        with self._grouped_guard:
+            self._grouped.append(request)
+        self._used()
+        with self._lock:
+            if not request.done:  # else an earlier holder of the lock wrote it
+                with self._grouped_guard:
+                    batch, self._grouped = self._grouped, []
+                self._write_batch(batch)
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def _write_batch(self, batch):
+        """One transaction for the works of `batch`; the caller holds the write lock. Each work gets its
+        outcome; after an error that ended the whole transaction (BEGIN's or COMMIT's, or one SQLite
+        answered by rolling everything back) every work without an error of its own gets that one."""
+        shared = _Tx(None, to_datetime(None), base=self.dir)
+        alone = len(batch) == 1  # no SAVEPOINT needed: its failure rolls back the transaction
+        committed, conn = False, None
+        try:
+            if self.closed:
+                raise RuntimeError(f"store for {self.project_id} is closed")
+            if self._writer is None:
+                self._writer = _connect(self.db_path)
+            conn = self._writer
+            conn.execute("BEGIN IMMEDIATE")
+            for request in batch:
+                # Each work reads the clock when its turn comes, under the lock: created_at follows rowids.
+                tx = _Tx(conn, to_datetime(request.now), shared.after_commit, shared.files, self.dir)
+                self._local.tx = tx
+                if alone:
+                    request.result = request.work(tx)
+                    continue
+                marks = (len(shared.files), len(shared.after_commit), self._uncommitted_event)
+                conn.execute("SAVEPOINT grouped_work")
+                try:
+                    request.result = request.work(tx)
+                    conn.execute("RELEASE grouped_work")
+                except Exception as error:
+                    if not conn.in_transaction:
+                        raise  # SQLite rolled the whole transaction back: no work of the batch is kept
+                    conn.execute("ROLLBACK TO grouped_work")
+                    conn.execute("RELEASE grouped_work")
+                    for temp, _ in shared.files[marks[0]:]:
+                        temp.unlink(missing_ok=True)
+                    del shared.files[marks[0]:], shared.after_commit[marks[1]:]
+                    self._uncommitted_event = marks[2]
+                    request.error, request.result = error, None
+            conn.execute("COMMIT")
+            committed = True
+            if self._uncommitted_event is not None:
+                self.event_watermark = self._uncommitted_event
+        except Exception as error:  # noqa: BLE001  each caller raises it: the one boundary is theirs
+            for request in batch:
+                if request.error is None:
+                    request.error, request.result = error, None
+        finally:
+            self._local.tx = None
+            self._uncommitted_event = None
+            if not committed:
+                # Also on an interrupt of this thread: nothing of the batch stays, and no caller waits on.
+                if conn is not None and conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                for temp, _ in shared.files:
+                    temp.unlink(missing_ok=True)
+                for request in batch:
+                    if request.error is None:
+                        request.error, request.result = RuntimeError("write interrupted"), None
+            for request in batch:
+                request.done = True
+        if not committed:
+            return
+        if shared.files:
+            self._place_staged(shared.files)
+        self.commits += 1
+        if self._on_commit is not None:
+            self._on_commit(self.project_id)
+        for callback in shared.after_commit:
+            callback()
 
     def _place_staged(self, files):
         """After COMMIT: rename each staged file into place (same directory: atomic), sync its
