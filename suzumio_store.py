@@ -269,10 +269,20 @@ class Root:
         return summary
 
     def _summary_key(self, name):
-        """What identifies a project's state for the summary cache, read before the summary is: its
-        in-process version and the size and change time of its database and WAL files. None (not
-        cacheable) while a file changed within the last second, where a coarse file clock could give a
-        later write from another process the same time."""
+        """What identifies a project's state for the summary cache, read before the summary is. For a
+        project whose writer is open, its database_version(): exact, a busy project's summary is computed
+        once per change, not once per request. Otherwise its in-process version and the size and change
+        time of its database and WAL files; None (not cacheable) while a file changed within the last
+        second, where a coarse file clock could give a later write from another process the same time."""
+        with self._lock:
+            store = self._stores.get(name)
+        if store is not None:
+            try:
+                version = store.database_version(reopen=False)
+            except (RuntimeError, sqlite3.Error):  # closed meanwhile: the files tell
+                version = None
+            if version is not None:
+                return ("open", *version)
         key = [self.changes.version(name)]
         now = self.clock_ns()
         for path in (self.path / name / DB_FILE, self.path / name / (DB_FILE + "-wal")):
@@ -818,16 +828,20 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
             for callback in tx.after_commit:  # observers only queue work; they never fail the write
                 callback()
 
-    def database_version(self):
+    def database_version(self, reopen=True):
         """A value that changes whenever the database may have: this store's commit count, the writer
         connection, and its PRAGMA data_version, which moves with every commit made on any other
-        connection (another process's, such as a CLI command beside `serve`)."""
+        connection (another process's, such as a CLI command beside `serve`). With reopen False, None
+        when the writer is closed (release_idle) instead of opening it again."""
         with self._lock:
             if self.closed:
                 raise RuntimeError(f"store for {self.project_id} is closed")
             if self._writer is None:
+                if not reopen:
+                    return None
                 self._writer = _connect(self.db_path)
-            self._used()
+            if reopen:
+                self._used()
             return self.commits, id(self._writer), self._writer.execute("PRAGMA data_version").fetchone()[0]
 
     def write_grouped(self, work, now=None):
