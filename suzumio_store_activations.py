@@ -148,6 +148,12 @@ class ActivationRows:
                            "ORDER BY started_at, rowid", (self.project_id, ACT_RUNNING))
         return [activation_json(r) for r in rows]
 
+    def running_starts(self, conn=None):
+        """The start times of the project's running activations (their timeouts)."""
+        with self._reading(conn) as reader:
+            return [row[0] for row in reader.execute("SELECT started_at FROM activations WHERE project = ? "
+                                                     "AND status = ?", (self.project_id, ACT_RUNNING))]
+
     def agent_has_activations(self, agent_id):
         """Whether any activation row exists for the agent (first vs later prompt, docs/design/scheduler.md)."""
         return self._query_one("SELECT 1 FROM activations WHERE project = ? AND agent_id = ? LIMIT 1",

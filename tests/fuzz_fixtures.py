@@ -84,6 +84,8 @@ ERROR_TEXTS = [
     (r"Activation \S+ is running; fork at an activation that has ended|Activation \S+ has no recorded artifacts .*",
      {409}),
     (r"Replay \S+ diverged at request \d+ of activation \S+; the replay is stopped", {409}),
+    # loop guards: resuming an agent that is not paused
+    (r"Agent \S+ is not paused", {409}),
 ]
 ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
 # Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text.

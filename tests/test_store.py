@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 from store_fixtures import (
     T0,
     at,
@@ -546,6 +547,66 @@ def test_concurrent_writers_and_reader_lose_nothing(demo):
     assert bodies == {f"t{n}-{i}" for n in range(8) for i in range(per_thread)}
     stamps = [r["created_at"] for r in rows(demo, "SELECT created_at FROM messages ORDER BY rowid")]
     assert stamps == sorted(stamps)
+
+
+def test_grouped_sends_commit_together_and_a_failing_one_rolls_back_alone(demo):
+    # The sends queue while this thread holds the write lock; the first to take it then writes all of
+    # them in one transaction. The send to an unknown agent fails in its own caller only.
+    outcomes, threads = {}, []
+
+    def sender(name, recipient):
+        try:
+            outcomes[name] = coordination.send_message(demo, config_of(demo), "user", name, recipient=recipient,
+                                                       grouped=True)
+        except SuzumioError as error:
+            outcomes[name] = error
+
+    commits = demo.commits
+    with demo.write():
+        for name, recipient in (("first", "pm"), ("refused", "nobody"), ("third", "worker")):
+            threads.append(threading.Thread(target=sender, args=(name, recipient)))
+            threads[-1].start()
+        wait_until(lambda: len(demo._grouped) == 3, message="three sends waiting for the write lock")
+    for thread in threads:
+        thread.join(timeout=30)
+    assert outcomes["first"]["body"] == "first" and outcomes["third"]["recipient"] == "worker"
+    assert isinstance(outcomes["refused"], BadRequest) and "Unknown agent: nobody" in str(outcomes["refused"])
+    assert demo.commits == commits + 2  # the empty write above, then one for all three sends
+    assert sorted(r["body"] for r in rows(demo, "SELECT body FROM messages")) == ["first", "third"]
+    assert count(demo, "signals") == 2
+    events = rows(demo, "SELECT data_json FROM events WHERE type = 'message.created'")
+    assert sorted(json.loads(e["data_json"])["body"] for e in events) == ["first", "third"]
+    assert demo.event_watermark == rows(demo, "SELECT MAX(rowid) AS m FROM events")[0]["m"]
+
+
+def test_grouped_sends_from_many_threads_lose_nothing_and_keep_rowid_order(demo):
+    per_thread, errors = 30, []
+
+    def writer(n):
+        try:
+            for i in range(per_thread):
+                coordination.send_message(demo, config_of(demo), "user", f"t{n}-{i}", recipient="pm", grouped=True)
+        except (sqlite3.Error, SuzumioError) as exc:  # collected and asserted below
+            errors.append(exc)
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join(timeout=60)
+    assert errors == []
+    bodies = {r["body"] for r in rows(demo, "SELECT body FROM messages")}
+    assert bodies == {f"t{n}-{i}" for n in range(8) for i in range(per_thread)}
+    assert count(demo, "signals") == 8 * per_thread
+    stamps = [r["created_at"] for r in rows(demo, "SELECT created_at FROM messages ORDER BY rowid")]
+    assert stamps == sorted(stamps)
+
+
+def test_a_grouped_send_inside_an_open_write_joins_it(demo):
+    with pytest.raises(BadRequest), demo.write():
+        coordination.send_message(demo, config_of(demo), "user", "joined", recipient="pm", grouped=True)
+        raise BadRequest("roll it all back")
+    assert count(demo, "messages") == 0
 
 
 def test_two_stores_on_one_file_do_not_double_start(tmp_path):
