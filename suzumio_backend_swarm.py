@@ -26,6 +26,7 @@ INPUT_PATH = f"/run/secrets/{INPUT_FILE}"
 # The task's own folders: filled over the runner listener at start, never bind-mounted.
 SCRATCH_TARGETS = ("/workspace", "/artifacts", "/mnt", "/toolpacks")
 POLL_SECONDS = 1.0
+PLACEMENT_POLL_SECONDS = 0.2  # until the task has a node: short activations must still record theirs
 ENDED_STATES = ("complete", "failed", "rejected", "shutdown", "orphaned", "remove")
 LOST_NODE_STATES = ("down", "unknown", "disconnected")
 NODE_LOST_ERROR = "Swarm node {node} was lost while it ran this activation (task {task})"
@@ -151,7 +152,7 @@ class SwarmBackend:
                 preferences=[("spread", label) for label in placement.preferences] or None,
                 resources=resources, env=environment, user=user, workdir="/workspace",
                 cap_drop=["ALL"], cap_add=list(sandbox.cap_add) or None,
-                # Engines before API 1.46 ignore this field; the runner then sets no_new_privs on itself.
+                # An engine whose API lacks this field ignores it; the runner then sets no_new_privs on itself.
                 privileges={"NoNewPrivileges": True},
                 mounts=[types.Mount(target, None, type="tmpfs", tmpfs_mode=0o1777) for target in SCRATCH_TARGETS],
                 secrets=[types.SecretReference(secret.id, secret.name, filename=INPUT_FILE, uid=owner[0],
@@ -301,7 +302,7 @@ def watch_service(store, activation_id, name, secrets, engine, backends):
     secret (its log tail kept as runner.log). A task whose node is lost fails the activation."""
     swarm, service = backends.swarm, swarm_service(name)
     recorded_node = None
-    while not backends.closed.wait(POLL_SECONDS):
+    while not backends.closed.wait(POLL_SECONDS if recorded_node else PLACEMENT_POLL_SECONDS):
         task = swarm.task(engine, service)
         if task is False:
             backends.record_artifacts(store, activation_id)
@@ -320,8 +321,6 @@ def watch_service(store, activation_id, name, secrets, engine, backends):
             swarm.remove(engine, service, activation_id)
             return
         if not task.ended:
-            if store.activation(activation_id)["status"] != ACT_RUNNING:
-                swarm.remove(engine, service, activation_id)  # cancelled meanwhile; its stop may have missed
             continue
         text = swarm.log_tail(engine, service)
         if task.error and task.state != "complete":

@@ -1,0 +1,136 @@
+"""backend.kind swarm on a real multi-node Swarm lab (scripts/swarm-lab up; `make test-swarm` starts one):
+a team whose activations run as replicated-job services on the workers, reach the TLS runner listener,
+get their files from the controller and send their artifacts back; a worker node lost mid-activation
+fails that activation and the failed-nudge retry finishes the work on the other node. The node test
+removes a node, so it runs last. SUZUMIO_SWARM_LAB names the lab's settings file."""
+import json
+import subprocess
+
+import pytest
+import yaml
+from api_fixtures import init_project, serving
+from conftest import wait_until
+from e2e_fixtures import Team, call, project_config
+from fake_model import FakeModel
+from test_swarm_lab import lab_settings
+
+import docker
+
+pytestmark = pytest.mark.swarm
+
+IMAGE = "suzumio-runner:dev"
+RUN_TIMEOUT = 120.0
+TOOLS = ["messages.send", "coordination.wait_for_signal", "completion.submit", "file.*", "shell.*"]
+
+
+def workers(settings):
+    return [settings[f"SUZUMIO_LAB_WORKER_{i}"] for i in range(1, int(settings["SUZUMIO_LAB_WORKERS"]) + 1)]
+
+
+def swarm_team(tmp_path, settings, agents, scheduler=None):
+    """Serve on the lab bridge's host address and start project `e2e` on backend.kind swarm."""
+    host = settings["SUZUMIO_LAB_HOST_IP"]
+    model = FakeModel()
+    stack = serving(tmp_path / "root", runner_listen=(host, 0), scheduler_interval=0.5)  # ticks as serve does
+    service = stack.__enter__()
+    controller_url = f"https://{host}:{service.runner_server.port}"
+    presets = {agent: {"provider": "fake", "model": agent} for agent in agents}
+    config = project_config("swarm", controller_url, model.base_url, agents=agents, presets=presets,
+                            scheduler=scheduler)
+    config["backend"].update(image=IMAGE, swarm={"engine": settings["SUZUMIO_SWARM_ENGINE"], "network": "host",
+                                                 "constraints": ["node.role == worker"]})
+    store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
+    store.start()
+    return Team(service, store, model, "swarm"), stack, model
+
+
+@pytest.fixture
+def lab():
+    settings = lab_settings()
+    client = docker.DockerClient(base_url=settings["SUZUMIO_SWARM_ENGINE"])
+    teams = []
+    try:
+        yield settings, client, teams
+    finally:
+        for team, stack, model in teams:
+            team.stop_running()
+            stack.__exit__(None, None, None)
+            model.close()
+        client.close()
+
+
+def our_services(client, team):
+    return client.services.list(filters={"label": f"suzumio.project={team.name}"})
+
+
+def test_a_team_on_two_worker_nodes_writes_through_the_controller_and_a_reader_reads_a_workers_file(tmp_path, lab):
+    settings, client, teams = lab
+    first, second = workers(settings)[:2]
+    agents = {"worker-1": {"model": "worker-1", "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={first}"]}},
+              "worker-2": {"model": "worker-2", "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={second}"]}},
+              "reader": {"model": "reader", "tools": TOOLS}}
+    team, stack, model = swarm_team(tmp_path, settings, agents)
+    teams.append((team, stack, model))
+    for worker in ("worker-1", "worker-2"):
+        folder = f"/artifacts/{worker}/out"
+        command = f"mkdir -p {folder} && echo from-$(hostname)-{worker} > {folder}/note.txt"
+        model.enqueue(tool_calls=[call("shell.exec", command=command)], model=worker)
+        model.enqueue(content="Written.", model=worker)
+        team.send(worker, "Write your note.")
+    for worker in ("worker-1", "worker-2"):
+        [activation] = team.wait_activations(worker, 1, RUN_TIMEOUT)
+        assert activation["status"] == "completed", team.describe()
+    notes = {worker: (team.store.artifacts_dir(worker) / "out" / "note.txt").read_text().strip()
+             for worker in ("worker-1", "worker-2")}
+    assert notes["worker-1"].endswith("-worker-1") and notes["worker-2"].endswith("-worker-2")
+
+    def nodes():
+        rows = team.service.get(f"/api/projects/{team.name}/activations").json()
+        return {row["agentId"]: row.get("node") for row in rows}
+    team.wait_for(lambda: all(nodes().values()), 30, "every activation's node to be recorded")
+    assert nodes() == {"worker-1": first, "worker-2": second}
+    rows = {row["agentId"]: row for row in team.service.get(f"/api/projects/{team.name}/activations").json()}
+    assert rows["worker-1"]["containerName"].startswith("swarm:suzumio-act-")
+
+    model.enqueue(tool_calls=[call("file.read", path="/artifacts/worker-2/out/note.txt")], model="reader")
+    model.enqueue(content="Read it.", model="reader")
+    team.send("reader", "Read worker-2's note.")
+    [read] = team.wait_activations("reader", 1, RUN_TIMEOUT)
+    assert read["status"] == "completed", team.describe()
+    assert notes["worker-2"] in team.tool_messages("reader")[0]
+    # Ended services and their secrets are gone; the log tail stays as runner.log.
+    wait_until(lambda: not our_services(client, team), 30, message="the ended services to be removed")
+    wait_until(lambda: not client.secrets.list(filters={"label": f"suzumio.project={team.name}"}), 30,
+               message="the ended services' secrets to be removed")
+    data = json.loads((team.store.activation_dir(read["id"]) / "input.json").read_text())
+    assert data["files"] == "controller" and data["controllerCa"]
+    assert (team.store.activation_dir(read["id"]) / "runner.log").exists()
+
+
+def test_a_lost_worker_node_fails_its_activation_and_the_retry_finishes_on_the_other_node(tmp_path, lab):
+    settings, _client, teams = lab
+    agents = {"pm": {"model": "pm", "tools": TOOLS}, "worker": {"model": "worker", "tools": TOOLS}}
+    scheduler = {"noEffectNudge": {"enabled": False},
+                 "failedNudge": {"enabled": True, "initialDelayMs": 0, "priority": "P1"}}
+    team, stack, model = swarm_team(tmp_path, settings, agents, scheduler)
+    teams.append((team, stack, model))
+    model.enqueue(tool_calls=[call("shell.exec", command="sleep 300", timeoutMs=300000)], model="worker")
+    team.send("worker", "Write the result and tell pm.")
+    running = team.wait_for(lambda: next((a for a in team.activations("worker") if a.get("node")), None),
+                            RUN_TIMEOUT, "the worker's activation to be placed")
+    wait_until(lambda: len(model.requests) >= 1, RUN_TIMEOUT, message="the worker to run its shell command")
+    lost = running["node"]
+    model.enqueue(tool_calls=[call("shell.exec", command="echo survived > /artifacts/worker/result.txt"),
+                              call("messages.send", recipient="pm", body="result.txt is written")], model="worker")
+    model.enqueue(content="Done.", model="worker")
+    model.enqueue(tool_calls=[call("completion.submit", report="The worker survived a lost node.")], model="pm")
+    subprocess.run(["docker", "rm", "-f", lost], check=True, capture_output=True, timeout=60)
+
+    failed = team.wait_for(lambda: team.store.activation(running["id"])["status"] == "failed", RUN_TIMEOUT,
+                           "the activation on the lost node to fail")
+    assert failed
+    assert f"Swarm node {lost} was lost" in team.store.activation(running["id"])["error"]
+    team.wait_for(lambda: team.store.project()["status"] == "submitted", RUN_TIMEOUT, "the team to submit")
+    retried = [a for a in team.activations("worker") if a["id"] != running["id"]]
+    assert retried and retried[0]["status"] == "completed" and retried[0]["node"] != lost, team.describe()
+    assert (team.store.artifacts_dir("worker") / "result.txt").read_text().strip() == "survived"
