@@ -72,7 +72,7 @@ NEVER_STARTED_ERROR = "Runner container was never started (controller restarted)
 
 KIND_DOCKER = "docker-chat"
 CONTAINER_KINDS = (KIND_DOCKER, KIND_SWARM)  # the runner sees the container layout (/workspace, /artifacts)
-SWARM_NEEDS_LISTENER = ("backend.kind swarm needs `suzumio serve --runner-listen HOST:PORT` (at an address the "
+SWARM_NEEDS_LISTENER = ("backend.kind swarm needs serve --runner-listen HOST:PORT (at an address the "
                         "Swarm nodes reach): its tasks cannot reach the controller's runner socket")
 
 
