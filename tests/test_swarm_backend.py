@@ -15,6 +15,8 @@ from fake_model import FakeModel
 from test_swarm_lab import lab_settings
 
 import docker
+import suzumio_backend
+import suzumio_backend_reconcile
 
 pytestmark = pytest.mark.swarm
 
@@ -107,6 +109,56 @@ def test_a_team_on_two_worker_nodes_writes_through_the_controller_and_a_reader_r
     assert (team.store.activation_dir(read["id"]) / "runner.log").exists()
 
 
+def placed(team, agent_id):
+    """The agent's running activation once the manager placed its task on a node."""
+    return team.wait_for(lambda: next((a for a in team.activations(agent_id)
+                                       if a.get("node") and a["status"] == "running"), None),
+                         RUN_TIMEOUT, f"{agent_id}'s activation to be placed")
+
+
+def test_stopping_the_project_removes_the_running_service_and_its_secret(tmp_path, lab):
+    settings, client, teams = lab
+    team, stack, model = swarm_team(tmp_path, settings, {"worker": {"model": "worker", "tools": TOOLS}})
+    teams.append((team, stack, model))
+    model.enqueue(tool_calls=[call("shell.exec", command="sleep 300", timeoutMs=300000)], model="worker")
+    team.send("worker", "Work long.")
+    running = placed(team, "worker")
+    assert our_services(client, team)
+    assert team.service.post(f"/api/projects/{team.name}/stop").status_code == 200
+    assert team.store.activation(running["id"])["status"] == "cancelled"
+    wait_until(lambda: not our_services(client, team), 30, message="the service to be removed")
+    wait_until(lambda: not client.secrets.list(filters={"label": f"suzumio.activation={running['id']}"}), 30,
+               message="its secret to be removed")
+
+
+def test_a_restarted_controller_adopts_a_running_task_by_its_labels(tmp_path, lab):
+    settings, client, teams = lab
+    team, stack, model = swarm_team(tmp_path, settings, {"worker": {"model": "worker", "tools": TOOLS}})
+    teams.append((team, stack, model))
+    model.enqueue(tool_calls=[call("shell.exec", command="sleep 5 && echo adopted > /artifacts/worker/a.txt")],
+                  model="worker")
+    model.enqueue(content="Done.", model="worker")
+    team.send("worker", "Work a little.")
+    running = placed(team, "worker")
+    # The controller's watchers stop, as when serve exits; the task goes on.
+    old = team.service.backends
+    old.closed.set()
+    wait_until(lambda: not old.watched(running["id"]), 10, message="the old watcher to stop")
+    restarted = suzumio_backend.Backends(controller_ca=old.controller_ca, configs=old.configs)
+    try:
+        engine = settings["SUZUMIO_SWARM_ENGINE"]
+        assert restarted.swarm.services(engine, team.name, running["id"]) == [(running["containerName"], running["id"])]
+        suzumio_backend_reconcile.Reconciler(restarted).reconcile([team.store])
+        assert restarted.watched(running["id"])
+        team.wait_for(lambda: team.store.activation(running["id"])["status"] == "completed", RUN_TIMEOUT,
+                      "the adopted activation to complete")
+        wait_until(lambda: not our_services(client, team), 30, message="the adopted service to be removed")
+        assert (team.store.artifacts_dir("worker") / "a.txt").read_text().strip() == "adopted"
+        assert (team.store.activation_dir(running["id"]) / "runner.log").exists()
+    finally:
+        restarted.close()
+
+
 def test_a_lost_worker_node_fails_its_activation_and_the_retry_finishes_on_the_other_node(tmp_path, lab):
     settings, _client, teams = lab
     agents = {"pm": {"model": "pm", "tools": TOOLS}, "worker": {"model": "worker", "tools": TOOLS}}
@@ -116,8 +168,7 @@ def test_a_lost_worker_node_fails_its_activation_and_the_retry_finishes_on_the_o
     teams.append((team, stack, model))
     model.enqueue(tool_calls=[call("shell.exec", command="sleep 300", timeoutMs=300000)], model="worker")
     team.send("worker", "Write the result and tell pm.")
-    running = team.wait_for(lambda: next((a for a in team.activations("worker") if a.get("node")), None),
-                            RUN_TIMEOUT, "the worker's activation to be placed")
+    running = placed(team, "worker")
     wait_until(lambda: len(model.requests) >= 1, RUN_TIMEOUT, message="the worker to run its shell command")
     lost = running["node"]
     model.enqueue(tool_calls=[call("shell.exec", command="echo survived > /artifacts/worker/result.txt"),
