@@ -1072,8 +1072,8 @@ class Backends:
             return
         try:
             if swarm_backend.swarm_service(name) is not None:
-                self.swarm.remove(self.configs.get(store).backend.swarm.engine, swarm_backend.swarm_service(name),
-                                  activation["id"])
+                # Its secret goes once the task is gone: the activation's watcher removes it then.
+                self.swarm.remove(self.configs.get(store).backend.swarm.engine, swarm_backend.swarm_service(name))
             elif local_pid(name) is not None:
                 self.local.stop(name, runner_marker(store, activation["id"]))
             else:

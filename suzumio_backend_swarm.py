@@ -349,9 +349,22 @@ def adopt(backends, store, activation, name, secrets, engine):
 
 
 def collect_garbage(backends, store, engine):
-    """`suzumio gc`: remove this project's services whose activation is not running (a controller
-    that died before it removed them). Returns the count removed."""
+    """`suzumio gc`: remove this project's services, and input secrets, whose activation is not running
+    (a controller that died before it removed them). Returns the count of services removed."""
     removed = 0
+    client = backends.swarm.client(engine)
+    labels = ["suzumio.managed=true", f"suzumio.project={store.project_id}"]
+    for secret in client.secrets.list(filters={"label": labels}):
+        activation_id = (secret.attrs.get("Spec", {}).get("Labels") or {}).get("suzumio.activation")
+        try:
+            ended = activation_id and store.activation(activation_id)["status"] != ACT_RUNNING
+        except NotFound:
+            continue  # another root's (the same project name on this Swarm)
+        if ended and not backends.watched(activation_id):
+            try:
+                secret.remove()
+            except engine_errors() as error:
+                log.info("secret %s not removed yet (%s): its task is still stopping", secret.name, error)
     for name, activation_id in backends.swarm.services(engine, store.project_id):
         if not activation_id or backends.watched(activation_id):
             continue
