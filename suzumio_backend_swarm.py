@@ -11,7 +11,7 @@ import threading
 import time
 
 from suzumio_backend_local import LOG_TAIL_LINES, tail_lines
-from suzumio_config import KIND_SWARM
+from suzumio_config import KIND_SWARM, normalize_mount_target
 from suzumio_docker import docker_sdk, engine_errors, http_status
 from suzumio_errors import NotFound
 from suzumio_records import ACT_RUNNING
@@ -41,6 +41,18 @@ def service_name(activation_id):
 def swarm_service(name):
     """The service of a recorded containerName, or None when it names no Swarm service."""
     return name[len(SWARM_PREFIX):] if isinstance(name, str) and name.startswith(SWARM_PREFIX) else None
+
+
+def scratch_targets(mounts):
+    """The task's writable folders: SCRATCH_TARGETS, and one for each configured mount outside them (its
+    target, or a file's folder), where the runner puts the copy it fetches."""
+    targets = list(SCRATCH_TARGETS)
+    for mount in mounts:
+        target = normalize_mount_target(mount.target).rstrip("/")
+        folder = target if os.path.isdir(mount.source) else os.path.dirname(target)
+        if folder not in ("", "/") and not any(folder == t or folder.startswith(t + "/") for t in targets):
+            targets.append(folder)
+    return targets
 
 
 def nano_cpus(cpus):
@@ -154,7 +166,8 @@ class SwarmBackend:
                 cap_drop=["ALL"], cap_add=list(sandbox.cap_add) or None,
                 # An engine whose API lacks this field ignores it; the runner then sets no_new_privs on itself.
                 privileges={"NoNewPrivileges": True},
-                mounts=[types.Mount(target, None, type="tmpfs", tmpfs_mode=0o1777) for target in SCRATCH_TARGETS],
+                mounts=[types.Mount(target, None, type="tmpfs", tmpfs_mode=0o1777)
+                        for target in scratch_targets(launch.config.mounts_for(launch.agent["id"]))],
                 secrets=[types.SecretReference(secret.id, secret.name, filename=INPUT_FILE, uid=owner[0],
                                                gid=owner[1], mode=0o400)],
                 configs=configs)

@@ -9,6 +9,7 @@ from test_config import base, error, load
 
 import suzumio_backend
 import suzumio_backend_swarm
+from suzumio_config import Mount
 from suzumio_config_swarm import SwarmPlacement
 
 
@@ -55,6 +56,16 @@ def test_bad_swarm_settings_name_their_path(tmp_path):
     assert "backend.swarm.resolveImage: Invalid enum value. Expected 'never' | 'always' | 'changed'" in message
     assert "backend.swarm.limits.memory: Expected a size such as 2GiB" in message
     assert "agents.pm.swarm.constraints: Expected array" in message
+
+
+def test_tasks_get_a_folder_of_their_own_for_every_mount_outside_the_scratch_folders(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "f.txt").write_text("x")
+    mounts = [Mount(str(folder), "/data/in"), Mount(str(folder / "f.txt"), "/mnt/x/f.txt"),
+              Mount(str(folder / "f.txt"), "/cfg/f.txt"), Mount(str(folder / "f.txt"), "/top.txt")]
+    assert suzumio_backend_swarm.scratch_targets(mounts) == [
+        "/workspace", "/artifacts", "/mnt", "/toolpacks", "/data/in", "/cfg"]
 
 
 def test_service_names_are_what_swarm_accepts_and_recorded_with_their_prefix():

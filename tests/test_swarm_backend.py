@@ -70,7 +70,10 @@ def test_a_team_on_two_worker_nodes_writes_through_the_controller_and_a_reader_r
     first, second = workers(settings)[:2]
     agents = {"worker-1": {"model": "worker-1", "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={first}"]}},
               "worker-2": {"model": "worker-2", "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={second}"]}},
-              "reader": {"model": "reader", "tools": TOOLS}}
+              "reader": {"model": "reader", "tools": TOOLS,
+                         "mounts": [{"source": str(tmp_path / "inputs"), "target": "/data/inputs"}]}}
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "brief.txt").write_text("the mounted brief\n")
     team, stack, model = swarm_team(tmp_path, settings, agents)
     teams.append((team, stack, model))
     for worker in ("worker-1", "worker-2"):
@@ -94,12 +97,14 @@ def test_a_team_on_two_worker_nodes_writes_through_the_controller_and_a_reader_r
     rows = {row["agentId"]: row for row in team.service.get(f"/api/projects/{team.name}/activations").json()}
     assert rows["worker-1"]["containerName"].startswith("swarm:suzumio-act-")
 
-    model.enqueue(tool_calls=[call("file.read", path="/artifacts/worker-2/out/note.txt")], model="reader")
+    model.enqueue(tool_calls=[call("file.read", path="/artifacts/worker-2/out/note.txt"),
+                              call("shell.exec", command="cat /data/inputs/brief.txt")], model="reader")
     model.enqueue(content="Read it.", model="reader")
     team.send("reader", "Read worker-2's note.")
     [read] = team.wait_activations("reader", 1, RUN_TIMEOUT)
     assert read["status"] == "completed", team.describe()
     assert notes["worker-2"] in team.tool_messages("reader")[0]
+    assert "the mounted brief" in team.tool_messages("reader")[1]  # a mount, copied in read-only
     # Ended services and their secrets are gone; the log tail stays as runner.log.
     wait_until(lambda: not our_services(client, team), 30, message="the ended services to be removed")
     wait_until(lambda: not client.secrets.list(filters={"label": f"suzumio.project={team.name}"}), 30,
