@@ -12,6 +12,7 @@ from api_fixtures import init_project, serving
 from conftest import wait_until
 from e2e_fixtures import Team, call, project_config
 from fake_model import FakeModel
+from test_egress import BODY, Upstream, curl, names_resolver
 from test_swarm_lab import lab_settings
 
 import docker
@@ -29,11 +30,12 @@ def workers(settings):
     return [settings[f"SUZUMIO_LAB_WORKER_{i}"] for i in range(1, int(settings["SUZUMIO_LAB_WORKERS"]) + 1)]
 
 
-def swarm_team(tmp_path, settings, agents, scheduler=None):
+def swarm_team(tmp_path, settings, agents, scheduler=None, resolver=None):
     """Serve on the lab bridge's host address and start project `e2e` on backend.kind swarm."""
     host = settings["SUZUMIO_LAB_HOST_IP"]
     model = FakeModel()
-    stack = serving(tmp_path / "root", runner_listen=(host, 0), scheduler_interval=0.5)  # ticks as serve does
+    stack = serving(tmp_path / "root", runner_listen=(host, 0), scheduler_interval=0.5,  # ticks as serve does
+                    resolver=resolver)
     service = stack.__enter__()
     controller_url = f"https://{host}:{service.runner_server.port}"
     presets = {agent: {"provider": "fake", "model": agent} for agent in agents}
@@ -162,6 +164,28 @@ def test_a_restarted_controller_adopts_a_running_task_by_its_labels(tmp_path, la
         assert (team.store.activation_dir(running["id"]) / "runner.log").exists()
     finally:
         restarted.close()
+
+
+def test_a_task_goes_out_through_the_controllers_egress_proxy(tmp_path, lab):
+    settings, _client, teams = lab
+    upstream = Upstream()  # on the controller's loopback, which no node reaches but through the proxy
+    try:
+        agents = {"fetcher": {"model": "fetcher", "tools": TOOLS, "egress": [f"127.0.0.1:{upstream.port}"]}}
+        team, stack, model = swarm_team(tmp_path, settings, agents,
+                                        resolver=names_resolver({"upstream.test": ["127.0.0.1"]}))
+        teams.append((team, stack, model))
+        model.enqueue(tool_calls=[call("shell.exec", command=curl(f"http://upstream.test:{upstream.port}/"))],
+                      model="fetcher")
+        model.enqueue(content="Fetched.", model="fetcher")
+        team.send("fetcher", "Fetch it.")
+        [activation] = team.wait_activations("fetcher", 1, RUN_TIMEOUT)
+        assert activation["status"] == "completed", team.describe()
+        output = team.tool_messages("fetcher")[0]
+        assert f"200 000 {len(BODY)}" in output and BODY.decode().strip() in output, output
+        given = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())["egress"]
+        assert given == f"tcp://{settings['SUZUMIO_LAB_HOST_IP']}:{team.service.egress.tcp_address[1]}"
+    finally:
+        upstream.close()
 
 
 def test_a_lost_worker_node_fails_its_activation_and_the_retry_finishes_on_the_other_node(tmp_path, lab):
