@@ -1100,6 +1100,7 @@ class Backends:
         threads = [t for t in list(self._threads) if t is not threading.current_thread()]
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.swarm.close()
         still = sum(thread.is_alive() for thread in threads)
         if still:
             log.info("%d watcher thread(s) still waiting at close; their runners keep going", still)

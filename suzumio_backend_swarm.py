@@ -98,6 +98,13 @@ class SwarmBackend:
                 self._clients[engine] = client
             return client
 
+    def close(self):
+        """Close the engine clients (idempotent); services keep running."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
     # -- creating
 
     def runner_configs(self, engine, paths, owner):
@@ -316,7 +323,13 @@ def watch_service(store, activation_id, name, secrets, engine, backends):
     swarm, service = backends.swarm, swarm_service(name)
     recorded_node = None
     while not backends.closed.wait(POLL_SECONDS if recorded_node else PLACEMENT_POLL_SECONDS):
-        task = swarm.task(engine, service)
+        try:
+            task = swarm.task(engine, service)
+        except engine_errors() as error:
+            # A manager that does not answer now (a leader election, a restart) may answer the next
+            # poll; the activation's timeout bounds the wait.
+            log.warning("activation %s: cannot ask the manager about service %s: %s", activation_id, service, error)
+            continue
         if task is False:
             backends.record_artifacts(store, activation_id)
             backends.fail_if_running(store, activation_id, SERVICE_GONE_ERROR.format(service=service))
