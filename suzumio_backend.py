@@ -1,7 +1,7 @@
-"""Activation backends: `docker-chat` (one container per activation, Docker SDK) and `local` (the same
-runner as a host subprocess in its own session). Owns input.json, launching, exit monitors, stopping
-runners (P0 restart, stop, approve, timeout) and container retention; reconciling what runs with the
-store is suzumio_backend_reconcile's."""
+"""Activation backends: `docker-chat` (one container per activation, Docker SDK), `local` (the same
+runner as a host subprocess in its own session) and, through suzumio_backend_swarm, `swarm`. Owns
+input.json, launching, exit monitors, stopping runners (P0 restart, stop, approve, timeout) and
+container retention; reconciling what runs with the store is suzumio_backend_reconcile's."""
 import datetime
 import hashlib
 import json
@@ -738,8 +738,8 @@ class Retention:
 # ---------------------------------------------------------------- the facade the scheduler uses
 
 class Backends:
-    """Starts, watches and stops activations' runners; picks `local` or `docker-chat` by `backend.kind`
-    at start and by the recorded container name afterwards. Reconciling what runs against the store is
+    """Starts, watches and stops activations' runners; picks `local`, `docker-chat` or `swarm` by
+    `backend.kind` at start and by the recorded container name afterwards. Reconciling what runs against the store is
     suzumio_backend_reconcile's Reconciler, through this object's watch and stop methods."""
 
     def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None, runner_socket=None,
