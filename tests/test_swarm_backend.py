@@ -18,6 +18,7 @@ from test_swarm_lab import lab_settings
 import docker
 import suzumio_backend
 import suzumio_backend_reconcile
+import suzumio_coordination as coordination
 
 pytestmark = pytest.mark.swarm
 
@@ -164,6 +165,33 @@ def test_a_restarted_controller_adopts_a_running_task_by_its_labels(tmp_path, la
         assert (team.store.activation_dir(running["id"]) / "runner.log").exists()
     finally:
         restarted.close()
+
+
+def test_gc_removes_the_service_and_secret_a_dead_controller_left(tmp_path, lab):
+    settings, client, teams = lab
+    team, stack, model = swarm_team(tmp_path, settings, {"worker": {"model": "worker", "tools": TOOLS}})
+    teams.append((team, stack, model))
+    model.enqueue(tool_calls=[call("shell.exec", command="sleep 300", timeoutMs=300000)], model="worker")
+    team.send("worker", "Work long.")
+    running = placed(team, "worker")
+    # The controller dies (its watchers stop) and the activation ends without its runner being stopped.
+    old = team.service.backends
+    old.closed.set()
+    wait_until(lambda: not old.watched(running["id"]), 10, message="the old watcher to stop")
+    coordination.cancel_activation(team.store, running["id"], "ended while no controller ran")
+    later = suzumio_backend.Backends(configs=old.configs)
+    try:
+        config = old.configs.get(team.store)
+        reconciler = suzumio_backend_reconcile.Reconciler(later)
+        assert reconciler.collect_garbage(team.store, config, tmp_path / "unused.sock") == 1
+        wait_until(lambda: not our_services(client, team), 30, message="the service to be removed")
+
+        def secrets_gone():
+            reconciler.collect_garbage(team.store, config, tmp_path / "unused.sock")
+            return not client.secrets.list(filters={"label": f"suzumio.activation={running['id']}"})
+        wait_until(secrets_gone, 30, interval=1, message="its secret to be removed")
+    finally:
+        later.close()
 
 
 def test_a_task_goes_out_through_the_controllers_egress_proxy(tmp_path, lab):
