@@ -553,11 +553,14 @@ _MIGRATION_7 = [
 _MIGRATION_9 = ["ALTER TABLE messages ADD COLUMN idempotency_key TEXT",
                 "CREATE UNIQUE INDEX idx_messages_project_idempotency_key ON messages (project, idempotency_key)"]
 
+# The machine an activation ran on: a Swarm node's host name, else the controller's.
+_MIGRATION_10 = ["ALTER TABLE activations ADD COLUMN node TEXT"]
+
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
               (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
               (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6),
               (7, "approval edits, paused agents", _MIGRATION_7), (8, "flight recorder", MIGRATION_RECORDER),
-              (9, "message idempotency keys", _MIGRATION_9)]
+              (9, "message idempotency keys", _MIGRATION_9), (10, "activation nodes", _MIGRATION_10)]
 
 
 STAGED_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what _Tx.write_file stages

@@ -133,7 +133,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                           {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"},
                           {"id": 7, "name": "approval edits, paused agents"},
                           {"id": 8, "name": "flight recorder"},
-                          {"id": 9, "name": "message idempotency keys"}]
+                          {"id": 9, "name": "message idempotency keys"},
+                          {"id": 10, "name": "activation nodes"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -147,7 +148,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                     "not_before", "delivered_at", "delivered_activation_id"],
         "activations": ["id", "project", "agent_id", "status", "prompt", "input_path", "output_path",
                         "container_name", "started_at", "completed_at", "text", "error", "emitted_messages",
-                        "usage_json", "context_json"],
+                        "usage_json", "context_json", "node"],
         "tool_calls": ["id", "project", "activation_id", "agent_id", "tool", "input_json", "status", "output",
                        "error", "created_at", "completed_at", "call_key"],
         "events": ["id", "project", "type", "data_json", "created_at"],
@@ -210,7 +211,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 9
+    assert count(again, "_migrations") == 10
     again.close()
 
 
@@ -221,7 +222,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -233,7 +234,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     assert count(again, "model_calls") == 0
     again.close()
 
