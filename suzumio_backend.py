@@ -11,6 +11,7 @@ import re
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -69,6 +70,8 @@ FINISHED_STATES = ("exited", "dead")  # engine states of containers whose runner
 NO_OUTPUT_ERROR = "Runner exited without submitting activation output"
 TIMEOUT_ERROR = "activation timed out"
 NEVER_STARTED_ERROR = "Runner container was never started (controller restarted)"
+ENGINE_UNREACHABLE_ERROR = "Docker engine unreachable"
+ENGINE_POLL_SECONDS = 1.0  # how often a watcher that lost the engine asks for its container again
 
 KIND_DOCKER = "docker-chat"
 CONTAINER_KINDS = (KIND_DOCKER, KIND_SWARM)  # the runner sees the container layout (/workspace, /artifacts)
@@ -399,6 +402,21 @@ class Launch:
 
 # ---------------------------------------------------------------- the Docker backend
 
+def engine_unreachable(error):
+    """True when `error` says the engine could not be reached or dropped the connection (stopped or
+    restarting; a killed engine ends a response midway), not that it answered with an error. The SDK is
+    not imported for this: an error of a process that never loaded it cannot be one."""
+    exceptions = sys.modules.get("requests.exceptions")
+    return exceptions is not None and isinstance(error, (exceptions.ConnectionError,
+                                                         exceptions.ChunkedEncodingError))
+
+
+def failure_text(error):
+    """The stored error of a start or watch that raised: an unreachable engine says so first."""
+    text = str(error) or type(error).__name__
+    return f"{ENGINE_UNREACHABLE_ERROR}: {text}" if engine_unreachable(error) else text
+
+
 UNPRIVILEGED_IDS = (65532, 65532)
 
 
@@ -608,6 +626,17 @@ class DockerBackend:
             log.warning("no logs for container %s: %s", name, error)
             return ""
         return tail_lines(raw.decode("utf-8", "replace"))
+
+    def exit_log(self, name):
+        """log_tail for a failure text: an engine that stopped the container on its way down and is
+        gone leaves a line saying so (the container and its log are kept for when it is back)."""
+        try:
+            return self.log_tail(name)
+        except engine_errors() as error:
+            if not engine_unreachable(error):
+                raise
+            log.warning("no logs for container %s: %s", name, error)
+            return f"(no log: {failure_text(error)})"
 
     def find(self, project, activation_id, agent_id=None):
         """The name of the container labelled with this activation, or None. With `agent_id`, also a
@@ -844,7 +873,7 @@ class Backends:
                 self._start(store, activation_id, config)
             except Exception as error:  # noqa: BLE001 - the start boundary: every failure fails the activation
                 log.warning("activation %s failed to start: %s", activation_id, error)
-                coordination.fail_activation(store, activation_id, str(error) or type(error).__name__)
+                coordination.fail_activation(store, activation_id, failure_text(error))
 
     def _start(self, store, activation_id, config):
         activation = store.activation(activation_id)
@@ -1009,7 +1038,7 @@ class Backends:
         except Exception as error:  # noqa: BLE001 - one boundary per thread: a monitoring exception fails the activation
             if not self.closed.is_set():
                 log.warning("monitor of activation %s failed: %s", activation_id, error)
-                self.fail_if_running(store, activation_id, str(error) or type(error).__name__)
+                self.fail_if_running(store, activation_id, failure_text(error))
         finally:
             with self._lock:
                 self._watched.discard(activation_id)
@@ -1056,11 +1085,40 @@ class Backends:
                      lambda: self.local.log_tail(launch.activation_dir), launch.secrets)
 
     def watch_container(self, store, activation_id, name, secrets, keep):
-        code = self.docker.wait(name)
-        self.settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
+        code = self._container_exit(activation_id, name)
+        if code is None:
+            return
+        self.settle(store, activation_id, code, lambda: self.docker.exit_log(name), secrets)
         if not self.closed.is_set():
             self.retention.retire_containers(store, store.activation(activation_id)["agentId"], keep, secrets,
                                    exited=(activation_id, name))
+
+    def _container_exit(self, activation_id, name):
+        """The exit code of an activation's container. When the engine drops the wait or cannot be
+        reached (stopped, restarting), the watcher asks for the container every ENGINE_POLL_SECONDS
+        until the engine answers again and then waits anew: a container the engine kept running (live
+        restore) goes on, one it stopped on its way down gives its exit code and log; the activation's
+        timeout still applies meanwhile (the reconciler's). None when the backend closes."""
+        while True:
+            try:
+                return self.docker.wait(name)
+            except engine_errors() as error:
+                if not engine_unreachable(error):
+                    raise
+                log.warning("activation %s: lost the Docker engine while waiting for %s (%s); asking again "
+                            "until it answers", activation_id, name, error)
+            while True:
+                if self.closed.wait(ENGINE_POLL_SECONDS):
+                    return None
+                try:
+                    state = self.docker.state(name)
+                except engine_errors() as error:
+                    if not engine_unreachable(error):
+                        raise
+                    continue
+                if state is None:
+                    raise RuntimeError(f"Runner container {name} not found after the Docker engine came back")
+                break
 
     # -- stopping
 
