@@ -62,7 +62,6 @@ ERROR_TEXTS = [
     (r"changes must be a non-empty array|changes holds more than \d+ entries|changes\.\d+.*|\S+: \S+ is not a folder"
      r"|\S+ is a folder in the artifacts folder; .*", {400}),
     (r"artifact quota exceeded \(.*\)", {409}),
-    (r"Agent \S+ is not paused", {409}),
     # /runner/model (suzumio_model_proxy; docs/spec-notes.md 8f)
     (r"Model preset not found: .*", {404}),
     (r"Model preset \S+ is not selected for \S+", {403}),
@@ -93,8 +92,6 @@ ERROR_TEXTS = [
     (r"Activation \S+ is running; fork at an activation that has ended|Activation \S+ has no recorded artifacts .*",
      {409}),
     (r"Replay \S+ diverged at request \d+ of activation \S+; the replay is stopped", {409}),
-    # loop guards: resuming an agent that is not paused
-    (r"Agent \S+ is not paused", {409}),
 ]
 ERROR_PATTERNS = [(re.compile(pattern, re.DOTALL), statuses) for pattern, statuses in ERROR_TEXTS]
 # Errors raised inside a tool support handler or a WebUI handler are 500 whatever their text.
