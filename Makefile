@@ -37,7 +37,7 @@ SWARM_LAB_NAME ?= suzumio-test
 test-swarm: $(STAMP)
 	scripts/swarm-lab up --workers 2 --name $(SWARM_LAB_NAME)
 	@SUZUMIO_SWARM_LAB=/run/suzumio-lab/$(SWARM_LAB_NAME)/settings.env SUZUMIO_REQUIRE_SWARM=1 \
-		$(PY) -m pytest -m swarm tests/test_swarm_lab.py $(PYTEST_ARGS); rc=$$?; \
+		$(PY) -m pytest -m swarm tests/test_swarm_lab.py tests/test_swarm_backend.py $(PYTEST_ARGS); rc=$$?; \
 	scripts/swarm-lab down --name $(SWARM_LAB_NAME); \
 	if [ $$rc -eq 5 ]; then echo "make test-swarm: no tests were collected" >&2; exit 1; fi; \
 	exit $$rc

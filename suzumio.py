@@ -556,7 +556,7 @@ def cmd_gc(rest, options, out, err, now):
         stores = [root.open_project(name) for name in names]
         for store in stores:
             config = suzumio_config.ProjectConfig.from_data(store.config())
-            if config.backend.kind != suzumio_backend.KIND_DOCKER and not rest:
+            if config.backend.kind not in suzumio_backend.CONTAINER_KINDS and not rest:
                 continue
             try:
                 removed = reconciler.collect_garbage(store, config, runner_socket_path(root.path))
@@ -716,13 +716,18 @@ def url_host(host):
 
 
 def warn_unused_controller_urls(root, err):
-    """backend.controllerUrl is read only with --runner-listen: say so for every project that sets one."""
+    """backend.controllerUrl is read only with --runner-listen: say so for every project that sets one,
+    and that a swarm project's activations cannot start without it."""
     for name in root.list_projects():
         try:
-            url = suzumio_config.ProjectConfig.from_data(root.open_project(name).config()).backend.controller_url
+            backend = suzumio_config.ProjectConfig.from_data(root.open_project(name).config()).backend
         except SuzumioError:
             continue
-        if url != suzumio_config_schema.DEFAULT_CONTROLLER_URL:
+        url = backend.controller_url
+        if backend.kind == suzumio_config.KIND_SWARM:
+            import suzumio_backend
+            print(f"Error: {name}: every activation will fail: {suzumio_backend.SWARM_NEEDS_LISTENER}", file=err)
+        elif url != suzumio_config_schema.DEFAULT_CONTROLLER_URL:
             print(f"Warning: {name}: backend.controllerUrl ({url}) is not used: runners reach this controller "
                   "over its runner socket (it applies only with serve --runner-listen)", file=err)
 

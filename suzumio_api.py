@@ -452,7 +452,7 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
             store, toolpacks.configs.get(store), sender=optional_string(body.get("sender")) or "user",
             body=body.get("body"),
             recipient=optional_string(body.get("recipient")), channel=optional_string(body.get("channel")),
-            priority=body.get("priority"))
+            priority=body.get("priority"), grouped=True)
         tick(store)
         return json_response(message)
 

@@ -1,21 +1,24 @@
-"""Activation backends: `docker-chat` (one container per activation, Docker SDK) and `local` (the same
-runner as a host subprocess in its own session). Owns input.json, launching, exit monitors, stopping
-runners (P0 restart, stop, approve, timeout) and container retention; reconciling what runs with the
-store is suzumio_backend_reconcile's."""
+"""Activation backends: `docker-chat` (one container per activation, Docker SDK), `local` (the same
+runner as a host subprocess in its own session) and, through suzumio_backend_swarm, `swarm`. Owns
+input.json, launching, exit monitors, stopping runners (P0 restart, stop, approve, timeout) and
+container retention; reconciling what runs with the store is suzumio_backend_reconcile's."""
 import datetime
 import hashlib
 import json
 import logging
 import os
 import re
+import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
 
+import suzumio_backend_swarm as swarm_backend
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_egress
@@ -34,7 +37,8 @@ from suzumio_backend_local import (
     runner_marker,
     tail_lines,
 )
-from suzumio_config import RESERVED_MOUNT_TARGETS
+from suzumio_config import KIND_SWARM, RESERVED_MOUNT_TARGETS
+from suzumio_docker import docker_sdk, engine_errors, http_status
 from suzumio_records import ACT_RUNNING, AGENT_STOPPED, PROJECT_RUNNING, parse_ts
 from suzumio_resources import resource_path
 
@@ -47,7 +51,7 @@ HOST_FILE = "suzumio_toolpack_host.mjs"
 # script stays small and imports the rest from modules beside it, which get a bytecode cache where
 # the directory is writable (docs/spec-notes.md entry 6).
 RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_runner_models.py",
-                HOST_FILE, "suzumio_runner_mcp.py", "suzumio_runner_egress.py")
+                HOST_FILE, "suzumio_runner_mcp.py", "suzumio_runner_egress.py", "suzumio_runner_files.py")
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
 # docker-chat mounts the runner socket's directory (not the socket: a restarted controller's new
 # socket must be seen by the containers it adopts) here, read-only.
@@ -66,8 +70,13 @@ FINISHED_STATES = ("exited", "dead")  # engine states of containers whose runner
 NO_OUTPUT_ERROR = "Runner exited without submitting activation output"
 TIMEOUT_ERROR = "activation timed out"
 NEVER_STARTED_ERROR = "Runner container was never started (controller restarted)"
+ENGINE_UNREACHABLE_ERROR = "Docker engine unreachable"
+ENGINE_POLL_SECONDS = 1.0  # how often a watcher that lost the engine asks for its container again
 
 KIND_DOCKER = "docker-chat"
+CONTAINER_KINDS = (KIND_DOCKER, KIND_SWARM)  # the runner sees the container layout (/workspace, /artifacts)
+SWARM_NEEDS_LISTENER = ("backend.kind swarm needs serve --runner-listen HOST:PORT (at an address the "
+                        "Swarm nodes reach): its tasks cannot reach the controller's runner socket")
 
 
 # ---------------------------------------------------------------- small shared helpers
@@ -126,7 +135,7 @@ def runner_controller_url(kind, runner_socket, configured_url):
         if kind == KIND_DOCKER:
             return f"unix://{CONTAINER_RUN_DIR}/{Path(runner_socket).name}"
         return f"unix://{os.path.abspath(runner_socket)}"
-    return configured_url if kind == KIND_DOCKER else local_controller_url(configured_url)
+    return configured_url if kind in CONTAINER_KINDS else local_controller_url(configured_url)
 
 
 def runner_egress_url(kind, runner_socket, controller_url, egress_port):
@@ -274,6 +283,9 @@ def runner_toolpack_specs(config, agent, kind):
             continue
         if pack.builtin:
             spec["runnerModule"] = pack.runner_module_ref
+        elif kind == KIND_SWARM:
+            raise ValueError(f"backend.kind swarm cannot run the local toolpack {pack.id} yet (its files are "
+                             "on the controller); allow none of its tools")
         elif kind == KIND_DOCKER:
             spec["runnerModule"] = pack.container_runner_module
             mounts.append((pack.safe_id, str(pack.path)))
@@ -290,7 +302,7 @@ def runner_toolpack_specs(config, agent, kind):
 
 def activation_paths(kind, project_dir, workspace):
     """(workspace, artifacts root) as the runner sees them (docs/design/runner.md)."""
-    if kind == KIND_DOCKER:
+    if kind in CONTAINER_KINDS:
         return "/workspace", "/artifacts"
     return os.path.realpath(workspace), os.path.realpath(Path(project_dir) / "artifacts")
 
@@ -327,7 +339,7 @@ class Launch:
             return
         self.activation_dir = store.activation_dir(activation["id"])
         self.input_path = self.activation_dir / "input.json"
-        self.env = activation_env(config, agent, activation["id"], environ, rewrite_proxy=self.kind == KIND_DOCKER)
+        self.env = activation_env(config, agent, activation["id"], environ, rewrite_proxy=self.kind in CONTAINER_KINDS)
 
     @property
     def activation_id(self):
@@ -356,7 +368,8 @@ class Launch:
         controller_url = runner_controller_url(self.kind, self.runner_socket, self.config.backend.controller_url)
         if self.controller_ca is not None:
             controller_url = tls_url(controller_url)
-        read_roots = ["/workspace", "/artifacts", "/mnt"] if self.kind == KIND_DOCKER else [workspace, artifacts_root]
+        container = self.kind in CONTAINER_KINDS
+        read_roots = ["/workspace", "/artifacts", "/mnt"] if container else [workspace, artifacts_root]
         agent_part = {"id": agent["id"], "displayName": agent["displayName"], "role": agent["role"],
                       "prompt": agent.get("prompt") or ""}
         if agent.get("model"):
@@ -379,37 +392,29 @@ class Launch:
         }
         if self.controller_ca is not None:
             data["controllerCa"] = self.controller_ca
+        if self.kind == KIND_SWARM:
+            # Nothing is mounted: the runner fetches its files from the controller and sends its own
+            # artifacts back (suzumio_files), and forbids new privileges to itself and its tools.
+            data["files"] = "controller"
+            data["noNewPrivileges"] = True
         return data
 
 
 # ---------------------------------------------------------------- the Docker backend
 
-# The SDK is imported on first use only (CLI commands never need it). Two threads importing it for
-# the first time at once (right after a restart: the reconciler inspecting a container while the
-# scheduler creates one) can see a partially initialised `docker.types` and fail with ImportError,
-# so every first import goes through this lock.
-_SDK_IMPORT_LOCK = threading.Lock()
+def engine_unreachable(error):
+    """True when `error` says the engine could not be reached or dropped the connection (stopped or
+    restarting; a killed engine ends a response midway), not that it answered with an error. The SDK is
+    not imported for this: an error of a process that never loaded it cannot be one."""
+    exceptions = sys.modules.get("requests.exceptions")
+    return exceptions is not None and isinstance(error, (exceptions.ConnectionError,
+                                                         exceptions.ChunkedEncodingError))
 
 
-def docker_sdk():
-    """The `docker` package with `docker.errors` and `docker.types` (and `requests.exceptions`) loaded."""
-    with _SDK_IMPORT_LOCK:
-        import docker.errors  # binds `docker`, the package
-        import docker.types
-        import requests.exceptions  # noqa: F401 - loaded here for engine_errors, under the same lock
-    return docker
-
-
-def engine_errors():
-    """What the SDK raises when the engine fails or cannot be reached."""
-    docker = docker_sdk()
-    import requests.exceptions
-    return docker.errors.DockerException, requests.exceptions.RequestException
-
-
-def _http_status(error):
-    response = getattr(error, "response", None)
-    return getattr(response, "status_code", None) or getattr(error, "status_code", None)
+def failure_text(error):
+    """The stored error of a start or watch that raised: an unreachable engine says so first."""
+    text = str(error) or type(error).__name__
+    return f"{ENGINE_UNREACHABLE_ERROR}: {text}" if engine_unreachable(error) else text
 
 
 UNPRIVILEGED_IDS = (65532, 65532)
@@ -488,7 +493,7 @@ class DockerBackend:
         self._lock = threading.Lock()
         self._engine_cpus = None
         # The controller's own uid and gid: containers run as them, or as UNPRIVILEGED_IDS under root.
-        self._host_ids = host_ids or (os.getuid(), os.getgid())
+        self.host_ids = host_ids or (os.getuid(), os.getgid())
 
     @property
     def client(self):
@@ -526,7 +531,7 @@ class DockerBackend:
 
     def sandbox_options(self, launch, sandbox):
         """User, capabilities, limits and network of one activation's container (docs/operations.md)."""
-        options = {"user": container_user(sandbox.user, self._host_ids[0], self._host_ids[1]),
+        options = {"user": container_user(sandbox.user, self.host_ids[0], self.host_ids[1]),
                    "cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"]}
         if sandbox.cap_add:
             options["cap_add"] = list(sandbox.cap_add)
@@ -558,7 +563,7 @@ class DockerBackend:
         rows = self.mounts(launch, agent_ids)
         backend = launch.config.backend
         options = self.sandbox_options(launch, launch.config.sandbox(launch.agent["id"]))
-        if self._host_ids[0] == 0:
+        if self.host_ids[0] == 0:
             own_writable_folders(launch, options["user"])
         labels = {"suzumio.managed": "true", "suzumio.project": launch.project, "suzumio.agent": launch.agent["id"]}
         if slot is None:
@@ -622,6 +627,17 @@ class DockerBackend:
             return ""
         return tail_lines(raw.decode("utf-8", "replace"))
 
+    def exit_log(self, name):
+        """log_tail for a failure text: an engine that stopped the container on its way down and is
+        gone leaves a line saying so (the container and its log are kept for when it is back)."""
+        try:
+            return self.log_tail(name)
+        except engine_errors() as error:
+            if not engine_unreachable(error):
+                raise
+            log.warning("no logs for container %s: %s", name, error)
+            return f"(no log: {failure_text(error)})"
+
     def find(self, project, activation_id, agent_id=None):
         """The name of the container labelled with this activation, or None. With `agent_id`, also a
         claimed prepared container, which has the activation only in its name."""
@@ -651,7 +667,7 @@ class DockerBackend:
         try:
             self.client.api.remove_container(name, force=True)
         except engine_errors() as error:
-            if _http_status(error) == 404:
+            if http_status(error) == 404:
                 return
             log.warning("removing container %s failed: %s", name, error)
 
@@ -671,13 +687,13 @@ class DockerBackend:
             self.client.api.stop(name, timeout=int(STOP_GRACE_SECONDS))
             return
         except docker.errors.APIError as error:
-            if _http_status(error) in (304, 404):
+            if http_status(error) in (304, 404):
                 return
             log.warning("stopping container %s failed, killing it: %s", name, error)
         try:
             self.client.api.kill(name)
         except docker.errors.APIError as error:
-            if _http_status(error) in (304, 404):
+            if http_status(error) in (304, 404):
                 return
             raise
 
@@ -751,8 +767,8 @@ class Retention:
 # ---------------------------------------------------------------- the facade the scheduler uses
 
 class Backends:
-    """Starts, watches and stops activations' runners; picks `local` or `docker-chat` by `backend.kind`
-    at start and by the recorded container name afterwards. Reconciling what runs against the store is
+    """Starts, watches and stops activations' runners; picks `local`, `docker-chat` or `swarm` by
+    `backend.kind` at start and by the recorded container name afterwards. Reconciling what runs against the store is
     suzumio_backend_reconcile's Reconciler, through this object's watch and stop methods."""
 
     def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None, runner_socket=None,
@@ -771,6 +787,7 @@ class Backends:
         self.environ = dict(os.environ if environ is None else environ)
         self.local = LocalBackend(self.environ)
         self.docker = DockerBackend(docker_client)
+        self.swarm = swarm_backend.SwarmBackend(self.environ)
         self._lock = threading.Lock()
         self._watched = set()
         self._starting = set()
@@ -797,7 +814,7 @@ class Backends:
             return []
         config = (configs or self.configs).get(store)
         count = config.backend.warm
-        if not count:
+        if not count or config.backend.kind == KIND_SWARM:
             return []
         if config.backend.kind == KIND_LOCAL and not Path("/proc/self").exists():
             return []  # a claimed local runner is known by its log file in /proc (local_runner_alive)
@@ -856,12 +873,14 @@ class Backends:
                 self._start(store, activation_id, config)
             except Exception as error:  # noqa: BLE001 - the start boundary: every failure fails the activation
                 log.warning("activation %s failed to start: %s", activation_id, error)
-                coordination.fail_activation(store, activation_id, str(error) or type(error).__name__)
+                coordination.fail_activation(store, activation_id, failure_text(error))
 
     def _start(self, store, activation_id, config):
         activation = store.activation(activation_id)
         agent = store.agent(activation["agentId"], include_token=True)
         config = config or self.configs.get(store)
+        if config.backend.kind == KIND_SWARM and self.controller_ca is None:
+            raise ValueError(SWARM_NEEDS_LISTENER)
         launch = Launch(store, config, activation, agent, self.support_dir, self.environ, self.runner_socket,
                         self.egress_port, self.controller_ca)
         agent_ids = store.agent_ids()
@@ -871,6 +890,11 @@ class Backends:
         write_private_json(launch.input_path, launch.data)
         for other in agent_ids:
             store.artifacts_dir(other).mkdir(parents=True, exist_ok=True)
+        if launch.kind == KIND_SWARM:
+            user = container_user(config.sandbox(agent["id"]).user, *self.docker.host_ids)
+            owner = tuple(str(i) for i in (numeric_ids(user) or (0, 0)))
+            swarm_backend.start(self, store, launch, user, owner)
+            return
         slot = self._claim(store, launch, agent_ids)
         if launch.kind == KIND_LOCAL:
             self._start_local(store, launch, slot)
@@ -883,7 +907,7 @@ class Backends:
             process = self.local.launch(launch)
         name = f"{LOCAL_PREFIX}{process.pid}"
         try:
-            store.set_activation_container(launch.activation_id, name)
+            store.set_activation_container(launch.activation_id, name, node=socket.gethostname())
         finally:
             self.watch(self._watch_child, store, launch, process)
         if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
@@ -909,7 +933,7 @@ class Backends:
             return
         name = self.docker.create(launch, agent_ids)
         try:
-            store.set_activation_container(launch.activation_id, name)
+            store.set_activation_container(launch.activation_id, name, node=socket.gethostname())
         except Exception:
             # Unrecorded and never started, nothing would ever settle or start it. (A controller that
             # dies right here leaves it to the reconciler, which finds it by its labels.)
@@ -940,7 +964,7 @@ class Backends:
             self.docker.remove(slot.name)
             return False
         try:
-            store.set_activation_container(launch.activation_id, name)
+            store.set_activation_container(launch.activation_id, name, node=socket.gethostname())
         except Exception:
             self.docker.remove(name)  # it runs an activation nothing would settle
             raise
@@ -1014,7 +1038,7 @@ class Backends:
         except Exception as error:  # noqa: BLE001 - one boundary per thread: a monitoring exception fails the activation
             if not self.closed.is_set():
                 log.warning("monitor of activation %s failed: %s", activation_id, error)
-                self.fail_if_running(store, activation_id, str(error) or type(error).__name__)
+                self.fail_if_running(store, activation_id, failure_text(error))
         finally:
             with self._lock:
                 self._watched.discard(activation_id)
@@ -1061,11 +1085,40 @@ class Backends:
                      lambda: self.local.log_tail(launch.activation_dir), launch.secrets)
 
     def watch_container(self, store, activation_id, name, secrets, keep):
-        code = self.docker.wait(name)
-        self.settle(store, activation_id, code, lambda: self.docker.log_tail(name), secrets)
+        code = self._container_exit(activation_id, name)
+        if code is None:
+            return
+        self.settle(store, activation_id, code, lambda: self.docker.exit_log(name), secrets)
         if not self.closed.is_set():
             self.retention.retire_containers(store, store.activation(activation_id)["agentId"], keep, secrets,
                                    exited=(activation_id, name))
+
+    def _container_exit(self, activation_id, name):
+        """The exit code of an activation's container. When the engine drops the wait or cannot be
+        reached (stopped, restarting), the watcher asks for the container every ENGINE_POLL_SECONDS
+        until the engine answers again and then waits anew: a container the engine kept running (live
+        restore) goes on, one it stopped on its way down gives its exit code and log; the activation's
+        timeout still applies meanwhile (the reconciler's). None when the backend closes."""
+        while True:
+            try:
+                return self.docker.wait(name)
+            except engine_errors() as error:
+                if not engine_unreachable(error):
+                    raise
+                log.warning("activation %s: lost the Docker engine while waiting for %s (%s); asking again "
+                            "until it answers", activation_id, name, error)
+            while True:
+                if self.closed.wait(ENGINE_POLL_SECONDS):
+                    return None
+                try:
+                    state = self.docker.state(name)
+                except engine_errors() as error:
+                    if not engine_unreachable(error):
+                        raise
+                    continue
+                if state is None:
+                    raise RuntimeError(f"Runner container {name} not found after the Docker engine came back")
+                break
 
     # -- stopping
 
@@ -1076,7 +1129,10 @@ class Backends:
         if not name:
             return
         try:
-            if local_pid(name) is not None:
+            if swarm_backend.swarm_service(name) is not None:
+                # Its secret goes once the task is gone: the activation's watcher removes it then.
+                self.swarm.remove(self.configs.get(store).backend.swarm.engine, swarm_backend.swarm_service(name))
+            elif local_pid(name) is not None:
                 self.local.stop(name, runner_marker(store, activation["id"]))
             else:
                 self.docker.stop(name, activation["id"])
@@ -1102,6 +1158,7 @@ class Backends:
         threads = [t for t in list(self._threads) if t is not threading.current_thread()]
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.swarm.close()
         still = sum(thread.is_alive() for thread in threads)
         if still:
             log.info("%d watcher thread(s) still waiting at close; their runners keep going", still)

@@ -6,6 +6,7 @@ import datetime
 import logging
 import threading
 
+import suzumio_backend_swarm as swarm_backend
 from suzumio_backend import (
     ADOPT_POLL_SECONDS,
     KIND_DOCKER,
@@ -26,6 +27,7 @@ from suzumio_backend_local import (
     local_runner_alive,
     runner_marker,
 )
+from suzumio_config import KIND_SWARM
 from suzumio_errors import NotFound
 from suzumio_records import ACT_RUNNING, parse_ts, utc_now
 
@@ -121,6 +123,11 @@ class Reconciler:
                 return  # this process has just started it
             log.info("activation %s: adopting its unrecorded runner %s", activation_id, name)
             store.set_activation_container(activation_id, name)
+        if swarm_backend.swarm_service(name) is not None:
+            agent = store.agent(activation["agentId"], include_token=True)
+            swarm_backend.adopt(self.backends, store, activation, name,
+                                secret_values(config, agent, self.backends.environ), config.backend.swarm.engine)
+            return
         pid = local_pid(name)
         if pid is not None:
             if local_runner_alive(pid, runner_marker(store, activation_id)):
@@ -137,6 +144,9 @@ class Reconciler:
         if config.backend.kind == KIND_LOCAL:
             pid = find_local_runner(store, activation_id)
             return None if pid is None else f"{LOCAL_PREFIX}{pid}"
+        if config.backend.kind == KIND_SWARM:
+            found = self.backends.swarm.services(config.backend.swarm.engine, config.name, activation_id)
+            return found[0][0] if found else None
         return self.docker.find(config.name, activation_id, store.activation(activation_id)["agentId"])
 
     def _adopt_container(self, store, config, activation, name):
@@ -184,6 +194,8 @@ class Reconciler:
         longer running (a controller that crashed between create and start), and the prepared containers
         that a `serve` of this root (`runner_socket`, its socket's path) left and no longer runs. Returns
         the count removed."""
+        if config.backend.kind == KIND_SWARM:
+            return swarm_backend.collect_garbage(self.backends, store, config.backend.swarm.engine)
         removed = 0
         owner = warm_owner(runner_socket)
         for name, state in self.docker.warm_containers(owner=owner, project=store.project_id):

@@ -26,6 +26,7 @@ from suzumio_config_schema import (
     parse_size,
     validate_schema,
 )
+from suzumio_config_swarm import KIND_SWARM, SwarmConfig, swarm_config, swarm_network_warning, swarm_placement
 from suzumio_errors import ConfigError, NotFound
 from suzumio_records import DEFAULT_COORDINATOR
 from suzumio_registry import (
@@ -119,6 +120,7 @@ class AgentSpec:
     artifact_quota: object = None  # agents.<id>.artifactQuota as written (a size or false); None: the backend's
     egress: tuple = None  # agents.<id>.egress as written; None: the default (public with web.fetch)
     egress_limits: FrozenMapping = None
+    swarm: FrozenMapping = None  # agents.<id>.swarm: placement fields that replace backend.swarm's
 
     def env_dict(self):
         return dict(self.env)
@@ -317,6 +319,7 @@ class BackendConfig:
     runner: RunnerConfig
     warm: int = DEFAULT_WARM  # prepared runners per running project, 0 for none
     artifact_quota: object = DEFAULT_ARTIFACT_QUOTA  # backend.artifactQuota as written (a size or false)
+    swarm: SwarmConfig = SwarmConfig()  # noqa: RUF009 - frozen, so one shared default is safe
 
 
 @dataclass(frozen=True)
@@ -415,7 +418,8 @@ def _backend_config(data):
                      FrozenMapping({k: _preset_config(k, v) for k, v in models["presets"].items()}),
                      frozen_json(runner), runner.get("budget", {}).get("maxCostUsd")),
         warm=int(data.get("warm", DEFAULT_WARM) or 0),
-        artifact_quota=data.get("artifactQuota", DEFAULT_ARTIFACT_QUOTA))
+        artifact_quota=data.get("artifactQuota", DEFAULT_ARTIFACT_QUOTA),
+        swarm=swarm_config(data.get("swarm", {})))
 
 
 def _trailing_index_stripped(agent_id):
@@ -441,7 +445,7 @@ def expand_agents(data):
                 network=own.get("network"), docker=_ro(own.get("docker", {})),
                 artifact_quota=own.get("artifactQuota"),
                 egress=tuple(own["egress"]) if "egress" in own else None,
-                egress_limits=_ro(own.get("egressLimits", {}))))
+                egress_limits=_ro(own.get("egressLimits", {})), swarm=_ro(own.get("swarm", {}))))
     return out
 
 
@@ -829,7 +833,7 @@ def boundary_warnings(config):
             lines.append(LOCAL_MOUNTS_WARNING)
         return lines + egress + _quota_warnings(data)
     sandboxes = {agent.id: config.sandbox(agent.id) for agent in config.agents}
-    lines = []
+    lines = [swarm_network_warning(config.backend.swarm)] if config.backend.kind == KIND_SWARM else []
     if config.backend.docker.grant_network:
         lines.append(f"Warning: backend.docker.grantNetwork true gives every agent {ESCAPE_HATCH}")
     for key, entry in data["agents"].items():
@@ -982,7 +986,10 @@ class ProjectConfig:
         lines = []
         for agent in self._agents:
             egress = self.egress(agent.id)
-            if self.backend.kind != "local":
+            if self.backend.kind == KIND_SWARM:
+                lines.append(f"Network: {agent.id} gets {self.backend.swarm.network} (backend.swarm.network: "
+                             "its task reaches the runner listener over it)")
+            elif self.backend.kind != "local":
                 sandbox = self.sandbox(agent.id)
                 lines.append(f"Network: {agent.id} gets {sandbox.network_label} ({sandbox.network_reason})")
             lines.append(f"Egress: {agent.id} may reach {egress.label} ({egress.reason})")
@@ -991,6 +998,10 @@ class ProjectConfig:
     def sandbox(self, agent_id):
         """The container settings of one agent's activations (docker-chat)."""
         return agent_sandbox(self.backend.docker, self.agent(agent_id))
+
+    def swarm_placement(self, agent_id):
+        """Where one agent's activation tasks may run on backend.kind swarm (a SwarmPlacement)."""
+        return swarm_placement(self.backend.swarm, self.agent(agent_id))
 
     def egress(self, agent_id):
         """Where one agent's connections may go through the egress proxy (AgentEgress)."""

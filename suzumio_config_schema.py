@@ -611,8 +611,19 @@ def _container_fields(network, memory, cpus, pids_limit, cap_add):
     )
 
 
+def _swarm_placement_fields():
+    """Where an activation's task may run and what it reserves (backend.swarm, agents.<id>.swarm)."""
+    resources = _Obj(("cpus", _Num(gt=0), _OMIT), ("memory", _Size(), _OMIT))
+    return (
+        ("constraints", _List(_TEXT), _OMIT),
+        ("preferences", _List(_TEXT), _OMIT),  # spread over these node labels, in order
+        ("reservations", resources, _OMIT),
+        ("limits", resources, _OMIT),
+    )
+
+
 _BACKEND = _Obj(
-    ("kind", _Enum("docker-chat", "local"), "docker-chat"),
+    ("kind", _Enum("docker-chat", "local", "swarm"), "docker-chat"),
     ("image", _Str(), "suzumio-runner:dev"),
     ("controllerUrl", _Str(), DEFAULT_CONTROLLER_URL),
     ("activationTimeoutMs", _INT_GT0, 3600000),
@@ -633,6 +644,13 @@ _BACKEND = _Obj(
             ("rewriteLocalhost", _Bool(), True),
         ), _FULL),
     ), _FULL),
+    # One replicated-job service per activation on a Swarm (docs/operations.md#beyond-one-machine-swarm-and-kubernetes).
+    ("swarm", _Obj(
+        ("engine", _TEXT, _OMIT),  # a manager's engine URL; default DOCKER_HOST, else the local engine
+        ("network", _TEXT, "host"),  # `host`, or an overlay network the tasks join
+        ("resolveImage", _Enum("never", "always", "changed"), "never"),  # never: images pre-loaded on the nodes
+        *_swarm_placement_fields(),
+    ), _OMIT),
     ("runner", _Obj(
         ("mode", _Literal("ai"), "ai"),
         ("model", _Str(), _OMIT),
@@ -687,6 +705,7 @@ _AGENT = _Obj(
     ("env", _Record(_Str()), {}),
     ("network", _Bool(), _OMIT),
     ("docker", _Obj(*_container_fields(_OMIT, _OMIT, _OMIT, _OMIT, _OMIT)), _OMIT),
+    ("swarm", _Obj(*_swarm_placement_fields()), _OMIT),
     ("approve", _APPROVE, _OMIT),
     ("artifactQuota", _OrFalse(_Size()), _OMIT),
     ("egress", _List(_EgressEntry()), _OMIT),

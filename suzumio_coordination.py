@@ -85,13 +85,19 @@ def check_policy(config, caller, recipient, channel, priority):
 
 
 def send_message(store, config, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
-                 source_activation=None, now=None, idempotency_key=None):
+                 source_activation=None, now=None, idempotency_key=None, grouped=False):
     """docs/design/store.md: validate and route, then the message row, its event and its signal(s), in one
     transaction. Returns the Message JSON. A send with an `idempotency_key` the project already recorded
-    writes nothing and returns that message (docs/toolpacks.md)."""
-    with store.write(now) as tx:
+    writes nothing and returns that message (docs/toolpacks.md). `grouped`: the transaction may hold the
+    sends of other callers waiting at the same time (store.write_grouped); it returns after that COMMIT."""
+    def send(tx):
         return _send(store, config, tx, sender, body, recipient, channel, priority, source_agent,
                      source_activation, idempotency_key)
+
+    if grouped:
+        return store.write_grouped(send, now)
+    with store.write(now) as tx:
+        return send(tx)
 
 
 def _send(store, config, tx, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
@@ -546,10 +552,11 @@ def _no_effect_nudge(store, config, tx, agent_id, activation_id):
                  not_before=not_before)
 
 
-def nudge_and_monitor(store, config, now):
+def nudge_and_monitor(store, config, now, agents=None):
     """Steps 6–9 of a tick (docs/design/scheduler.md): failed nudges, the failed- and quiet-agent monitors, the
-    all-quiet nudge. Returns the times at which a waiting monitor or nudge becomes due."""
-    agents = store.list_agents()
+    all-quiet nudge. Returns the times at which a waiting monitor or nudge becomes due. `agents`: the
+    agent list as it stands now, when the caller has it."""
+    agents = store.list_agents() if agents is None else agents
     _failed_nudges(store, config, agents, now)
     dues = []
     _monitor_rules(store, config, agents, now, failed=True, dues=dues)

@@ -70,31 +70,61 @@ def _json_key(key):
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
+_KEYS = {}  # a str key -> its quoted text and the colon after it; keys repeat across rows and pages
+_MAX_KEYS = 4096
+
+
+def _key_text(key):
+    text = _KEYS.get(key)
+    if text is None:
+        text = _quote_json(_json_key(key)) + ": "
+        if type(key) is str and len(_KEYS) < _MAX_KEYS:
+            _KEYS[key] = text
+    return text
+
+
 def _write_json(value, out, pad):
-    if isinstance(value, str):
+    # Scalars inside a container are written in place, not by a call each: they are most of a page's
+    # values, and a call per value was most of the encoding's cost.
+    kind = type(value)
+    if kind is str:
         out.append(_quote_json(value))
     elif value is None or value is True or value is False:
         out.append(_JSON_LITERALS[value])
-    elif isinstance(value, int):
+    elif kind is int:
         out.append(int.__repr__(value))
-    elif isinstance(value, float):
-        out.append(json.dumps(value))
-    elif isinstance(value, (dict, list, tuple)):
+    elif kind is dict or kind is list or isinstance(value, (dict, list, tuple)):
         if not value:
             out.append("{}" if isinstance(value, dict) else "[]")
             return
         inner = pad + "  "
         is_dict = isinstance(value, dict)
         separator = ("{" if is_dict else "[") + inner
+        following = "," + inner
+        append = out.append
         for item in value.items() if is_dict else value:
-            out.append(separator)
             if is_dict:
                 key, item = item
-                out.append(_quote_json(_json_key(key)))
-                out.append(": ")
-            _write_json(item, out, inner)
-            separator = "," + inner
-        out.append(pad + ("}" if is_dict else "]"))
+                append(separator + (_KEYS.get(key) or _key_text(key)))
+            else:
+                append(separator)
+            separator = following
+            kind = type(item)
+            if kind is str:
+                append(_quote_json(item))
+            elif item is None or item is True or item is False:
+                append(_JSON_LITERALS[item])
+            elif kind is int:
+                append(int.__repr__(item))
+            else:
+                _write_json(item, out, inner)
+        append(pad + ("}" if is_dict else "]"))
+    elif isinstance(value, str):
+        out.append(_quote_json(value))
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        out.append(json.dumps(value))
     else:
         raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 

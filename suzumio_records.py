@@ -318,7 +318,7 @@ def activation_json(row):
     return omit_none({
         "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
         "prompt": row["prompt"], "inputPath": row["input_path"], "outputPath": row["output_path"],
-        "containerName": row["container_name"], "startedAt": row["started_at"],
+        "containerName": row["container_name"], "node": row["node"], "startedAt": row["started_at"],
         "completedAt": row["completed_at"], "text": row["text"], "error": row["error"],
         "emittedMessages": row["emitted_messages"], "usage": load_json(row["usage_json"]),
         "hasContext": row["context_json"] is not None})
@@ -328,7 +328,7 @@ def public_activation_json(row):
     """docs/http-api.md public activation."""
     return omit_none({
         "id": row["id"], "project": row["project"], "agentId": row["agent_id"], "status": row["status"],
-        "containerName": row["container_name"], "startedAt": row["started_at"],
+        "containerName": row["container_name"], "node": row["node"], "startedAt": row["started_at"],
         "completedAt": row["completed_at"], "text": truncate(row["text"], 8000),
         "error": truncate(row["error"], 8000), "emittedMessages": row["emitted_messages"],
         "usageJson": truncate(row["usage_json"], 4000), "hasContext": row["context_json"] is not None})

@@ -175,15 +175,19 @@ def restore_folder(source, folder, state):
         os.replace(temp, target)
 
 
+UNREAD = object()  # an argument the caller did not read: the callee reads it
+
+
 class Replays:
     """The replays of one runtime root: which projects are replays, their gates, answers and ends."""
 
     def __init__(self, root):
         self.root = root
 
-    def context(self, store):
-        """The Replay of `store`, or None for a project that is no replay (or whose source is gone)."""
-        origin = store.origin()
+    def context(self, store, origin=UNREAD):
+        """The Replay of `store`, or None for a project that is no replay (or whose source is gone);
+        `origin`: the store's origin when the caller read it already."""
+        origin = store.origin() if origin is UNREAD else origin
         if origin is None or origin["kind"] != KIND_REPLAY:
             return None
         try:
@@ -194,11 +198,11 @@ class Replays:
 
     # -- the scheduler's part
 
-    def gate(self, store, config, now=None):
+    def gate(self, store, config, now=None, origin=UNREAD):
         """Before a tick starts activations of a replay: deliver the source's user messages that are
         due, end a replay that reached its source's end, and answer which agent may start now
         (`may_start(agent_id)`), or None when starts are not gated (no replay, or it went live)."""
-        replay = self.context(store)
+        replay = self.context(store, origin)
         if replay is None or replay.diverged or replay.origin["ended"]:
             return None
         theirs = replay.source.activation_ids_in_order()

@@ -10,7 +10,8 @@ import signal
 import socket
 import sys
 
-RUNNER_MODULES = ("suzumio_runner_models", "suzumio_runner_tools", "suzumio_runner_loop", "suzumio_runner_egress")
+RUNNER_MODULES = ("suzumio_runner_models", "suzumio_runner_tools", "suzumio_runner_loop", "suzumio_runner_egress",
+                  "suzumio_runner_files")
 
 try:
     from suzumio_runner_loop import Runner, RunnerError

@@ -14,6 +14,7 @@ import time
 from datetime import datetime, timezone
 
 from suzumio_runner_egress import Forwarder, preamble, proxy_environment
+from suzumio_runner_files import FileSync, forbid_new_privileges, may_write
 from suzumio_runner_models import (
     ModelError,
     ProxyAnswer,
@@ -537,6 +538,12 @@ def localize(value, workspace, artifacts_root):
     return value
 
 
+def activation_files(activation):
+    """Where the activation's files are: `controller` (fetched and sent back over the runner
+    listener), else bind-mounted or on this host (None)."""
+    return activation.get("files")
+
+
 def sum_usage(total, usage):
     for field, value in usage.items():
         total[field] = total.get(field, 0) + value
@@ -570,6 +577,7 @@ class Runner:
         self.runner_config = activation.get("runner") or {}
         self.egress = activation.get("egress")
         self.egress_proxy = None  # the forwarder's URL once it listens
+        self.files = None  # FileSync when the controller holds the files (nothing bind-mounted)
         self.client = ControllerClient(
             activation["controllerUrl"],
             {
@@ -595,6 +603,11 @@ class Runner:
             attempts = expand_preset(models, selected)
         except ModelError as error:
             raise RunnerError(str(error)) from None
+        if activation_files(self.input) == "controller":
+            if self.input.get("noNewPrivileges") and not forbid_new_privileges():
+                self.warn("Cannot set no_new_privs on the runner; tools may gain privileges through set-uid files")
+            self.files = FileSync(self.client, self.artifacts_root, self.agent_id, ControllerError)
+            self.files.pull()
         forwarder = self.start_egress()
         try:
             return self.run_attempts(attempts, selected)
@@ -624,6 +637,8 @@ class Runner:
                 failures.append(f"{attempt.preset_id}: {error}")
         else:
             raise RunnerError("All model attempts failed:\n" + "\n".join(failures))
+        if self.files is not None:
+            self.files.push()  # before the output: the next activation must find every file in place
         # Safe to repeat: an activation that is no longer running answers its status.
         self.post_through_restarts("/activation-output", {"output": output})
         return output
@@ -933,14 +948,20 @@ class Runner:
         if isinstance(recorded, dict):
             return self._finish_recorded(tool_call_id, recorded)
         try:
+            self.fetch_before(tool.name, args)
             result = tool.handler(args)
         except (ToolError, ControllerError, OSError, ValueError) as error:
-            return self._fail_tool_call(tool_call_id, str(error) or error.__class__.__name__)
+            return self._fail_tool_call(tool_call_id,
+                                        self.sent_files(tool.name, str(error) or error.__class__.__name__))
         except Exception as error:  # noqa: BLE001 - a handler bug is a tool error (as a throwing JS tool)
             import traceback  # only on this path: a handler bug
 
             self.warn("Tool %s failed unexpectedly\n%s", tool.name, traceback.format_exc().rstrip())
-            return self._fail_tool_call(tool_call_id, str(error) or error.__class__.__name__)
+            return self._fail_tool_call(tool_call_id,
+                                        self.sent_files(tool.name, str(error) or error.__class__.__name__))
+        unsent = self.sent_files(tool.name, None)
+        if unsent is not None:
+            result = dict(result, output=f"{result.get('output') or ''}\n\n{unsent}".strip())
         try:
             finished = self.post_through_restarts(
                 "/runner/tool-calls/finish",
@@ -961,6 +982,30 @@ class Runner:
         if edited_note:
             shown["note"] = edited_note
         return compact_json(shown)
+
+    def fetch_before(self, tool, args):
+        """Reading another agent's file reads its current version; a shell command sees the others'
+        files as they are now."""
+        if self.files is None:
+            return
+        if tool == "file.read" and isinstance(args, dict):
+            path = args.get("path")
+            if isinstance(path, str):
+                self.files.refresh(path if path.startswith("/") else os.path.join(self.workspace, path))
+        elif tool == "shell.exec":
+            self.files.refresh_others()
+
+    def sent_files(self, tool, error):
+        """After a tool that may write: send the own artifacts' changes. Returns the tool's error text,
+        with a refused changeset's reason added (the changes are sent again after the next call)."""
+        if self.files is None or not may_write(tool):
+            return error
+        try:
+            self.files.push()
+        except (ControllerError, OSError) as sync_error:
+            note = f"Files not saved to the controller: {sync_error}"
+            return f"{error}\n{note}" if error else note
+        return error
 
     def wait_for_approval(self, approval_id):
         """Ask the controller for the decision until there is one. The agent keeps running; a

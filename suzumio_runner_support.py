@@ -13,6 +13,7 @@ import time
 
 import suzumio_approvals
 import suzumio_coordination as coordination
+import suzumio_files
 import suzumio_guards
 import suzumio_recorder
 import suzumio_replay
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 
 IDENTITY_FIELDS = ("project", "agentId", "activationId", "token")
 MODEL_CALLS_CLOSED = "no more model calls are accepted"
+FILES_CLOSED = "its files are no longer exchanged"
 MAX_CALL_KEY_CHARS = 128
 CALL_KEY = re.compile(rf"[A-Za-z0-9._:-]{{1,{MAX_CALL_KEY_CHARS}}}")
 
@@ -324,6 +326,30 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
             keep_tail=floored(body.get("keepTail")),
             reason=optional_text(body, "reason"), selected_model=optional_text(body, "selectedModel"))
         return json_response(result)
+
+    changesets = suzumio_files.Changesets()
+
+    @app.post("/runner/files/list")
+    def files_list():
+        """What the activation may read, for a runner without bind mounts (backend.kind swarm)."""
+        call = authorize(root, read_fields(), running=FILES_CLOSED)
+        config = toolpacks.configs.get(call.store)
+        return json_response({"files": suzumio_files.listing(call.store, config, call.agent_id),
+                              "own": f"{suzumio_files.ARTIFACTS}/{call.agent_id}"})
+
+    @app.post("/runner/files/read")
+    def files_read():
+        call = authorize(root, read_fields(), ("path",), running=FILES_CLOSED)
+        return json_response(suzumio_files.read_file(call.store, toolpacks.configs.get(call.store), call.agent_id,
+                                                     call.body["path"]))
+
+    @app.post("/runner/files/changeset")
+    def files_changeset():
+        """The activation's own artifacts changed: applied inside its agent's folder only, all or nothing."""
+        call = authorize(root, read_fields(), running=FILES_CLOSED)
+        quota = toolpacks.configs.get(call.store).artifact_quota(call.agent_id)
+        result = changesets.apply(call.store, call.agent_id, call.body.get("changes"), quota)
+        return json_response(dict(result, status="applied"))
 
     @app.post("/activation-context")
     def activation_context():

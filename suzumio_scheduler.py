@@ -35,6 +35,7 @@ HOOK_INTERVAL_SECONDS = TICK_INTERVAL_SECONDS
 SAFETY_INTERVAL_SECONDS = 30.0  # a pass over every project even when nothing asked for one
 MIN_WAIT_SECONDS = 0.01  # the thread's shortest sleep, so a due time a hair away cannot spin it
 STOP_GRACE_SECONDS = 15.0
+SETTLED = frozenset((AGENT_QUIET, AGENT_FAILED))  # statuses an agent with no ready signal keeps
 
 # ---------------------------------------------------------------- prompt composition
 
@@ -174,8 +175,11 @@ def tick(store, backends, hooks, now, configs, caps=None, replays=None):
     tick; `caps` (suzumio_guards.Caps) holds the root's concurrency cap; `replays`
     (suzumio_replay.Replays) gates the starts of replay projects. Returns when the project needs its
     next tick if nothing changes meanwhile (next_due), None for never."""
-    project = store.project()
-    if project["status"] != PROJECT_RUNNING:
+    # The commit count is read before the rows: a commit made while they are read sends the tick back to
+    # reading (see `seen` below).
+    seen = store.commits
+    reads = store.tick_reads(now)
+    if reads.project["status"] != PROJECT_RUNNING:
         return None
     config = configs.get(store)
     max_tokens = config.backend.runner.budget_max_tokens
@@ -188,13 +192,20 @@ def tick(store, backends, hooks, now, configs, caps=None, replays=None):
     if (max_tokens is not None or max_cost is not None) and coordination.warn_for_budget(
             store, max_tokens, max_cost, now):
         log.warning("project %s: 80%% of its budget is used", store.project_id)
-    may_start = replays.gate(store, config, now) if replays is not None else None
-    agents = store.list_agents()
-    # Who has a ready signal, read once; after any commit (this tick's own expiries, cancellations and
-    # starts, or anyone's) an agent's signals are read again.
-    seen, ready = store.commits, store.agents_with_ready_signals([agent["id"] for agent in agents], now)
+    may_start = replays.gate(store, config, now, reads.origin) if replays is not None else None
+    if store.commits != seen:  # the budget warning, the replay gate or anyone wrote since: read again
+        seen = store.commits
+        reads = store.tick_reads(now)
+        if reads.project["status"] != PROJECT_RUNNING:
+            return None
+    project, agents, ready = reads.project, reads.agents, reads.ready
+    # Who has a ready signal was read once for all agents; after any commit (this tick's own expiries,
+    # cancellations and starts, or anyone's) an agent's signals are read again.
     held = []  # the caps that kept a ready agent from starting in this tick
     for agent in agents:
+        if (agent["status"] in SETTLED and "activeActivationId" not in agent and agent["id"] not in ready
+                and store.commits == seen):
+            continue  # quiet or failed, unbound, nothing ready and nothing written since: _tick_agent's no-op
         _tick_agent(store, backends, config, project["task"], agents, agent, now,
                     lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen, caps, held, may_start)
     try:
@@ -202,23 +213,26 @@ def tick(store, backends, hooks, now, configs, caps=None, replays=None):
     except Exception as error:  # noqa: BLE001  hooks never stop steps 6-9 (docs/design/scheduler.md)
         log.warning("scheduler hooks of %s failed: %s", store.project_id, error)
         store.append_event(EVENT_HOOK_FAILED, {"toolpackId": None, "error": str(error)})
-    dues = coordination.nudge_and_monitor(store, config, now)
+    # With no commit since the reads (an idle tick), they still hold: nothing is read twice.
+    dues = coordination.nudge_and_monitor(store, config, now, agents if store.commits == seen else None)
     if suzumio_guards.ROOT_CAP in held:  # freed by another project's end, which does not tick this one
         dues.append(now + timedelta(seconds=suzumio_guards.CAP_RECHECK_SECONDS))
-    return next_due(store, config, now, dues)
+    return next_due(store, config, now, dues, reads if store.commits == seen else None)
 
 
-def next_due(store, config, now, dues):
+def next_due(store, config, now, dues, reads=None):
     """The earliest time after `now` at which this running project's next tick could decide anything
     differently with nothing else happening (no commit, no route): a delayed signal becoming ready, a
     running activation's timeout, a monitor's or the all-quiet nudge's delay (`dues`, gathered by the
-    tick), or the next hook call for projects with scheduler hooks, which may act at any time."""
+    tick), or the next hook call for projects with scheduler hooks, which may act at any time. `reads`
+    (the tick's TickReads, when nothing committed since) spares reading the signals and activations again."""
     candidates = [due for due in dues if due is not None]
-    delayed = store.earliest_delayed_signal(now)
+    delayed = reads.delayed if reads is not None else store.earliest_delayed_signal(now)
     if delayed is not None:
         candidates.append(parse_ts(delayed))
     timeout = timedelta(milliseconds=config.backend.activation_timeout_ms)
-    candidates += [parse_ts(act["startedAt"]) + timeout for act in store.running_activations()]
+    starts = reads.running_starts if reads is not None else store.running_starts()
+    candidates += [parse_ts(started) + timeout for started in starts]
     try:
         has_hooks = any(pack.has_scheduler_hook for pack in config.toolpacks)
     except suzumio_config.ConfigError:

@@ -184,6 +184,7 @@ class Root:
         self.max_open = max_open
         self._recent = OrderedDict()  # project name -> store, least recently used first
         self._recent_lock = threading.Lock()
+        self._last_used = None  # the store _used() moved to the end of _recent last
         self.changes = Changes()
         self._summaries = {}  # project name -> (key, summary) for project_summaries()
         self._summaries_lock = threading.Lock()
@@ -192,7 +193,11 @@ class Root:
         self.live = LiveEvents(self.changes)
 
     def _used(self, store):
+        # Every read tells the root; most come from the store used last, already at the end of the order.
+        if self._last_used is store:
+            return
         with self._recent_lock:
+            self._last_used = store
             self._recent[store.project_id] = store
             self._recent.move_to_end(store.project_id)
             excess = len(self._recent) - self.max_open
@@ -204,6 +209,7 @@ class Root:
             if not victim.release_idle():
                 with self._recent_lock:  # busy writing: it stays counted, and goes at a later turn
                     self._recent.setdefault(victim.project_id, victim)
+                    self._last_used = None
 
     def open_connections(self):
         """Connections held open by this root's stores (writers and pooled readers)."""
@@ -215,8 +221,10 @@ class Root:
         """Names of directories directly under the root holding suzumio.sqlite, sorted."""
         if not self.path.is_dir():
             return []
-        return sorted(entry.name for entry in self.path.iterdir()
-                      if entry.is_dir() and (entry / DB_FILE).is_file())
+        # scandir's entries know their type without a stat: the scheduler lists the root on every pass.
+        with os.scandir(self.path) as entries:
+            return sorted(entry.name for entry in entries
+                          if entry.is_dir() and os.path.isfile(os.path.join(entry.path, DB_FILE)))
 
     def project_summaries(self):
         """The short summary of every project (docs/http-api.md), each computed again only when the
@@ -261,10 +269,20 @@ class Root:
         return summary
 
     def _summary_key(self, name):
-        """What identifies a project's state for the summary cache, read before the summary is: its
-        in-process version and the size and change time of its database and WAL files. None (not
-        cacheable) while a file changed within the last second, where a coarse file clock could give a
-        later write from another process the same time."""
+        """What identifies a project's state for the summary cache, read before the summary is. For a
+        project whose writer is open, its database_version(): exact, a busy project's summary is computed
+        once per change, not once per request. Otherwise its in-process version and the size and change
+        time of its database and WAL files; None (not cacheable) while a file changed within the last
+        second, where a coarse file clock could give a later write from another process the same time."""
+        with self._lock:
+            store = self._stores.get(name)
+        if store is not None:
+            try:
+                version = store.database_version(reopen=False)
+            except (RuntimeError, sqlite3.Error):  # closed meanwhile: the files tell
+                version = None
+            if version is not None:
+                return ("open", *version)
         key = [self.changes.version(name)]
         now = self.clock_ns()
         for path in (self.path / name / DB_FILE, self.path / name / (DB_FILE + "-wal")):
@@ -348,6 +366,7 @@ class Root:
             stores, self._stores = list(self._stores.values()), {}
         with self._recent_lock:
             self._recent.clear()
+            self._last_used = None
         for store in stores:
             store.close()
 
@@ -534,11 +553,14 @@ _MIGRATION_7 = [
 _MIGRATION_9 = ["ALTER TABLE messages ADD COLUMN idempotency_key TEXT",
                 "CREATE UNIQUE INDEX idx_messages_project_idempotency_key ON messages (project, idempotency_key)"]
 
+# The machine an activation ran on: a Swarm node's host name, else the controller's.
+_MIGRATION_10 = ["ALTER TABLE activations ADD COLUMN node TEXT"]
+
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
               (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
               (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6),
               (7, "approval edits, paused agents", _MIGRATION_7), (8, "flight recorder", MIGRATION_RECORDER),
-              (9, "message idempotency keys", _MIGRATION_9)]
+              (9, "message idempotency keys", _MIGRATION_9), (10, "activation nodes", _MIGRATION_10)]
 
 
 STAGED_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what _Tx.write_file stages
@@ -563,6 +585,17 @@ def write_durably(path, text):
         handle.flush()
         os.fsync(handle.fileno())
     fsync_dir(path.parent)
+
+
+class _GroupedWork:
+    """One caller's work in ProjectStore.write_grouped and its outcome."""
+
+    __slots__ = ("done", "error", "now", "result", "work")
+
+    def __init__(self, work, now):
+        self.work, self.now = work, now
+        self.result = self.error = None
+        self.done = False
 
 
 class _Tx:
@@ -624,6 +657,8 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         self.db_path = self.dir / DB_FILE
         self.closed = False
         self._lock = threading.RLock()  # the write lock; also guards the writer connection
+        self._grouped = []  # _GroupedWork waiting for the write lock (write_grouped)
+        self._grouped_guard = threading.Lock()
         self._local = threading.local()  # .tx: this thread's open write; .snap: its open snapshot
         self._idle = []  # pooled reader connections nobody is using
         self._pool_lock = threading.Lock()
@@ -635,6 +670,8 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         self.event_watermark = 0
         self._uncommitted_event = None  # the newest event of the open write transaction
         self._config = None
+        self._tick_agent_cache = {}  # agent row values -> their record (ProjectRows.tick_reads)
+        self._tick_cache = None  # (database_version(), its clock, TickReads) of the last tick_reads
         self._writer = _connect(self.db_path)
         try:
             self._writer.execute("PRAGMA journal_mode = WAL")  # persistent: stored in the file
@@ -682,6 +719,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         for conn in idle:
             conn.close()
         self._config = None  # parsed again on next use: an idle project keeps no copy in memory
+        self._tick_cache, self._tick_agent_cache = None, {}
         return released
 
     def open_connections(self):
@@ -792,6 +830,113 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
                 self._on_commit(self.project_id)
             for callback in tx.after_commit:  # observers only queue work; they never fail the write
                 callback()
+
+    def database_version(self, reopen=True):
+        """A value that changes whenever the database may have: this store's commit count, the writer
+        connection, and its PRAGMA data_version, which moves with every commit made on any other
+        connection (another process's, such as a CLI command beside `serve`). With reopen False, None
+        when the writer is closed (release_idle) instead of opening it again."""
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(f"store for {self.project_id} is closed")
+            if self._writer is None:
+                if not reopen:
+                    return None
+                self._writer = _connect(self.db_path)
+            if reopen:
+                self._used()
+            return self.commits, id(self._writer), self._writer.execute("PRAGMA data_version").fetchone()[0]
+
+    def write_grouped(self, work, now=None):
+        """`work(tx)` in a write transaction shared with the other write_grouped calls waiting for the write
+        lock; returns what `work` returned, or raises what it raised. Whoever takes the lock writes every
+        waiting work, each in its own SAVEPOINT (one that fails is rolled back alone and raises in its own
+        caller), and commits once: each caller returns after the COMMIT that holds its rows, so an answer
+        still means committed, but a burst of requests costs one lock hold and one synced COMMIT instead of
+        one each. Inside an open write it simply joins it."""
+        if getattr(self._local, "tx", None) is not None:
+            with self.write(now) as tx:
+                return work(tx)
+        request = _GroupedWork(work, now)
+        with self._grouped_guard:
+            self._grouped.append(request)
+        self._used()
+        with self._lock:
+            if not request.done:  # else an earlier holder of the lock wrote it
+                with self._grouped_guard:
+                    batch, self._grouped = self._grouped, []
+                self._write_batch(batch)
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def _write_batch(self, batch):
+        """One transaction for the works of `batch`; the caller holds the write lock. Each work gets its
+        outcome; after an error that ended the whole transaction (BEGIN's or COMMIT's, or one SQLite
+        answered by rolling everything back) every work without an error of its own gets that one."""
+        shared = _Tx(None, to_datetime(None), base=self.dir)
+        alone = len(batch) == 1  # no SAVEPOINT needed: its failure rolls back the transaction
+        committed, conn = False, None
+        try:
+            if self.closed:
+                raise RuntimeError(f"store for {self.project_id} is closed")
+            if self._writer is None:
+                self._writer = _connect(self.db_path)
+            conn = self._writer
+            conn.execute("BEGIN IMMEDIATE")
+            for request in batch:
+                # Each work reads the clock when its turn comes, under the lock: created_at follows rowids.
+                tx = _Tx(conn, to_datetime(request.now), shared.after_commit, shared.files, self.dir)
+                self._local.tx = tx
+                if alone:
+                    request.result = request.work(tx)
+                    continue
+                marks = (len(shared.files), len(shared.after_commit), self._uncommitted_event)
+                conn.execute("SAVEPOINT grouped_work")
+                try:
+                    request.result = request.work(tx)
+                    conn.execute("RELEASE grouped_work")
+                except Exception as error:
+                    if not conn.in_transaction:
+                        raise  # SQLite rolled the whole transaction back: no work of the batch is kept
+                    conn.execute("ROLLBACK TO grouped_work")
+                    conn.execute("RELEASE grouped_work")
+                    for temp, _ in shared.files[marks[0]:]:
+                        temp.unlink(missing_ok=True)
+                    del shared.files[marks[0]:], shared.after_commit[marks[1]:]
+                    self._uncommitted_event = marks[2]
+                    request.error, request.result = error, None
+            conn.execute("COMMIT")
+            committed = True
+            if self._uncommitted_event is not None:
+                self.event_watermark = self._uncommitted_event
+        except Exception as error:  # noqa: BLE001  each caller raises it: the one boundary is theirs
+            for request in batch:
+                if request.error is None:
+                    request.error, request.result = error, None
+        finally:
+            self._local.tx = None
+            self._uncommitted_event = None
+            if not committed:
+                # Also on an interrupt of this thread: nothing of the batch stays, and no caller waits on.
+                if conn is not None and conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                for temp, _ in shared.files:
+                    temp.unlink(missing_ok=True)
+                for request in batch:
+                    if request.error is None:
+                        request.error, request.result = RuntimeError("write interrupted"), None
+            for request in batch:
+                request.done = True
+        if not committed:
+            return
+        if shared.files:
+            self._place_staged(shared.files)
+        self.commits += 1
+        if self._on_commit is not None:
+            self._on_commit(self.project_id)
+        for callback in shared.after_commit:
+            callback()
 
     def _place_staged(self, files):
         """After COMMIT: rename each staged file into place (same directory: atomic), sync its

@@ -78,15 +78,22 @@ class ActivationRows:
         self.move_agent(tx, agent_id, "activation_completed", bound_to=activation_id)
         return True
 
-    def set_activation_container(self, activation_id, name, now=None):
-        """Record the container (or local-<pid>) name on the activation and its agent; re-read it."""
+    def set_activation_container(self, activation_id, name, now=None, node=None):
+        """Record the container (or local-<pid>) name, and the node when known, on the activation and
+        its agent; re-read it."""
         with self.write(now) as tx:
             row = self.activation_row(activation_id, tx.conn)
-            tx.execute("UPDATE activations SET container_name = ? WHERE project = ? AND id = ?",
-                       (name, self.project_id, activation_id))
+            tx.execute("UPDATE activations SET container_name = ?, node = COALESCE(?, node) "
+                       "WHERE project = ? AND id = ?", (name, node, self.project_id, activation_id))
             self.move_agent(tx, row["agent_id"], "container_attached", active=activation_id,
                              bound_to=activation_id, container_name=name)
             return activation_json(self.activation_row(activation_id, tx.conn))
+
+    def set_activation_node(self, activation_id, node, now=None):
+        """Record the machine an activation runs on (a Swarm task's node, once the manager placed it)."""
+        with self.write(now) as tx:
+            tx.execute("UPDATE activations SET node = ? WHERE project = ? AND id = ?",
+                       (node, self.project_id, activation_id))
 
     def end_activation(self, tx, activation_id, trigger, extra_sets, extra_params):
         sources, target = ACTIVATION_TRANSITIONS[trigger]
@@ -147,6 +154,12 @@ class ActivationRows:
         rows = self._query("SELECT * FROM activations WHERE project = ? AND status = ? "
                            "ORDER BY started_at, rowid", (self.project_id, ACT_RUNNING))
         return [activation_json(r) for r in rows]
+
+    def running_starts(self, conn=None):
+        """The start times of the project's running activations (their timeouts)."""
+        with self._reading(conn) as reader:
+            return [row[0] for row in reader.execute("SELECT started_at FROM activations WHERE project = ? "
+                                                     "AND status = ?", (self.project_id, ACT_RUNNING))]
 
     def agent_has_activations(self, agent_id):
         """Whether any activation row exists for the agent (first vs later prompt, docs/design/scheduler.md)."""

@@ -28,9 +28,10 @@ class AgentRows:
             raise NotFound(f"Unknown agent: {agent_id}")
         return row
 
-    def list_agents(self, include_tokens=False):
+    def list_agents(self, include_tokens=False, conn=None):
         """Agent records ordered by id; tokens only when asked for (never for user listings)."""
-        rows = self._query("SELECT * FROM agents WHERE project = ? ORDER BY id", (self.project_id,))
+        with self._reading(conn) as reader:
+            rows = reader.execute("SELECT * FROM agents WHERE project = ? ORDER BY id", (self.project_id,)).fetchall()
         return [agent_json(r, include_tokens) for r in rows]
 
     def public_agents(self):

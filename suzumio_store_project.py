@@ -2,6 +2,7 @@
 import json
 import secrets
 import sqlite3
+from collections import namedtuple
 
 from suzumio_errors import BadRequest, Conflict, NotFound
 from suzumio_records import (
@@ -9,13 +10,18 @@ from suzumio_records import (
     ACT_RUNNING,
     AGENT_QUIET,
     PROJECT_INITIALIZED,
+    PROJECT_RUNNING,
     PROJECT_STATUSES,
     PROJECT_TRANSITIONS,
+    SIGNAL_PENDING,
+    agent_json,
     dump_json,
     event_row_json,
+    format_ts,
     load_json,
     project_row_json,
     shrink,
+    to_datetime,
     truncate,
 )
 
@@ -23,6 +29,8 @@ from suzumio_records import (
 # created_at) index, which every event of a project file matches, so a read of the newest events costs
 # the events read, not a scan and a sort of all of them.
 BY_ROWID = "+project = ?"
+
+TickReads = namedtuple("TickReads", "project agents ready origin delayed running_starts")
 
 
 class ProjectRows:
@@ -56,6 +64,57 @@ class ProjectRows:
     def project(self):
         """The project row without config_json."""
         return project_row_json(self.project_row())
+
+    def tick_reads(self, now=None):
+        """What a scheduler tick reads before it decides anything, on one borrowed reader: the project;
+        and while it runs, its agents (id order), the ids of agents with a ready pending signal, the replay
+        origin, the earliest delayed signal's not_before and the running activations' start times. An idle
+        tick reads nothing else, and nothing at all while the database is unchanged (database_version) and
+        no delayed signal fell due; the records returned are shared between ticks and only read."""
+        ts = format_ts(to_datetime(now))
+        version = self.database_version()
+        cached = self._tick_cache
+        # Nothing committed since the last reads, the clock did not go back (a test's clock may) and no
+        # delayed signal became ready: they all still hold.
+        if (cached is not None and cached[0] == version and cached[1] <= ts
+                and (cached[2].delayed is None or cached[2].delayed > ts)):
+            return cached[2]
+        reads = self._tick_reads(ts)
+        self._tick_cache = (version, ts, reads)
+        return reads
+
+    def _tick_reads(self, ts):
+        with self._reading() as conn:
+            # The earliest delayed signal and whether an origin exists ride on the project's statement.
+            row = conn.execute("SELECT p.*, (SELECT MIN(not_before) FROM signals WHERE project = p.id "
+                               "AND status = ? AND not_before > ?) AS next_delayed, "
+                               "EXISTS (SELECT 1 FROM project_origins WHERE project = p.id) AS has_origin "
+                               "FROM projects p WHERE p.id = ?",
+                               (SIGNAL_PENDING, ts, self.project_id)).fetchone()
+            if row is None:
+                raise NotFound(f"Unknown project: {self.project_id}")
+            project = project_row_json(row)
+            if project["status"] != PROJECT_RUNNING:
+                return TickReads(project, [], set(), None, None, [])
+            agents = self._tick_agents(conn)
+            ready = self.agents_with_ready_signals([agent["id"] for agent in agents], conn=conn, ts=ts)
+            origin = self.origin(conn) if row["has_origin"] else None
+            # A tick expires an activation through its agent's binding: with no agent bound, no timeout
+            # can be due.
+            bound = any("activeActivationId" in agent for agent in agents)
+            return TickReads(project, agents, ready, origin, row["next_delayed"],
+                             self.running_starts(conn) if bound else [])
+
+    def _tick_agents(self, conn):
+        """The agent records as list_agents() reads them, shared between ticks while a row is unchanged:
+        an idle project's agents are decoded once, not on every tick. The callers only read them."""
+        rows = conn.execute("SELECT * FROM agents WHERE project = ? ORDER BY id", (self.project_id,)).fetchall()
+        cache, fresh = self._tick_agent_cache, {}
+        for row in rows:
+            key = tuple(row)
+            fresh[key] = cache.get(key) or agent_json(row)
+        self._tick_agent_cache = fresh  # only the current rows: the cache never outgrows the agents
+        return list(fresh.values())
 
     def config(self):
         """The resolved configuration dict stored at init (cached: it never changes)."""

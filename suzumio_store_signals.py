@@ -106,16 +106,17 @@ class SignalRows:
                            (self.project_id, agent_id, SIGNAL_PENDING, ts, *priorities, int(limit)))
         return [signal_json(r) for r in rows]
 
-    def agents_with_ready_signals(self, agent_ids, now=None):
+    def agents_with_ready_signals(self, agent_ids, now=None, conn=None, ts=None):
         """The ids among `agent_ids` that have a pending signal whose not_before has come: one statement
         for a tick's agents, so that an idle agent costs no ready_signals query."""
         if not agent_ids:
             return set()
-        rows = self._query(f"SELECT DISTINCT target_agent FROM signals WHERE project = ? "
-                           f"AND target_agent IN ({','.join('?' * len(agent_ids))}) AND status = ? "
-                           f"AND not_before <= ?",
-                           (self.project_id, *agent_ids, SIGNAL_PENDING, format_ts(to_datetime(now))))
-        return {row[0] for row in rows}
+        with self._reading(conn) as reader:
+            rows = reader.execute(f"SELECT DISTINCT target_agent FROM signals WHERE project = ? "
+                                  f"AND target_agent IN ({','.join('?' * len(agent_ids))}) AND status = ? "
+                                  f"AND not_before <= ?",
+                                  (self.project_id, *agent_ids, SIGNAL_PENDING, ts or format_ts(to_datetime(now))))
+            return {row[0] for row in rows}
 
     def latest_delivered(self, activation_id, kind):
         """The newest signal of a kind delivered to one activation, or None."""
@@ -136,11 +137,12 @@ class SignalRows:
             raise NotFound(f"Unknown signal: {signal_id}")
         return signal_json(row)
 
-    def earliest_delayed_signal(self, now=None):
+    def earliest_delayed_signal(self, now=None, conn=None):
         """The earliest `not_before` after `now` of the project's pending signals, or None."""
-        row = self._query_one("SELECT MIN(not_before) FROM signals WHERE project = ? AND status = ? "
-                              "AND not_before > ?", (self.project_id, SIGNAL_PENDING, format_ts(to_datetime(now))))
-        return row[0]
+        with self._reading(conn) as reader:
+            return reader.execute("SELECT MIN(not_before) FROM signals WHERE project = ? AND status = ? "
+                                  "AND not_before > ?",
+                                  (self.project_id, SIGNAL_PENDING, format_ts(to_datetime(now)))).fetchone()[0]
 
     def has_pending_signals(self, now=None):
         """Any ready signal in the project."""

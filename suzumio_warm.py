@@ -23,6 +23,9 @@ HELLO_TIMEOUT_SECONDS = 10.0  # an unknown connection that says nothing for this
 PENDING_LIMIT = 64  # unauthenticated connections held at once; the oldest goes first
 READY_WAIT_SECONDS = 5.0  # a claim waits this long for a just-started runner's hello, then starts cold
 SWEEP_SECONDS = 5.0  # how often the worker looks at every project again without a hint
+# After a failed prepare, a project's runners are not prepared again for this long: an engine that is
+# down (restarting) would otherwise be asked, and fail, at every tick's hint.
+FAILED_PREPARE_PAUSE_SECONDS = 5.0
 KEY_ENV = "SUZUMIO_WARM_KEY"
 SLOT_FLAG = "--warm-slot"
 
@@ -80,6 +83,7 @@ class WarmPool:
         self._slots = {}  # slot id -> Slot
         self._stores = {}  # project -> the store of its latest hint
         self._queue = []  # projects asking for a refresh, in order
+        self._paused = {}  # project -> monotonic time before which none of its runners is prepared
         self._closed = threading.Event()
         self._selector = selectors.DefaultSelector()
         self._pending = {}  # connection -> (bytes so far, accepted at)
@@ -269,6 +273,8 @@ class WarmPool:
             with self._lock:
                 if self._closed.is_set() or len(self._slots) >= self.limit:
                     return
+                if time.monotonic() < self._paused.get(project, 0.0):
+                    return
                 if self._slot_of(project, agent["id"]) is not None:
                     continue
                 slot = Slot(project, agent["id"], kind, fingerprint)
@@ -278,6 +284,8 @@ class WarmPool:
             except Exception as error:  # noqa: BLE001 - a slot that cannot be prepared leaves a cold start
                 log.warning("preparing a runner for %s/%s failed: %s", project, agent["id"], error)
                 slot.dead = True
+                with self._lock:
+                    self._paused[project] = time.monotonic() + FAILED_PREPARE_PAUSE_SECONDS
             with self._lock:
                 gone = self._slots.get(slot.id) is not slot or slot.dead or self._closed.is_set()
                 if gone and not slot.taken:

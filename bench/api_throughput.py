@@ -164,6 +164,7 @@ def main(argv=None):
             bare = suzumio_api.Server(BareInsertApp(str(scratch / "bare.db"), store_synchronous(store)),
                                       threads=threads, name="bench-bare").start()
             over_http, direct, over_bare = [], [], []
+            commits_before = store.commits
             try:
                 for _ in range(options.rounds):
                     over_http.append(http_rate(service.port, options.messages, options.clients))
@@ -177,6 +178,9 @@ def main(argv=None):
             results.add(f"POST …/messages, {options.clients} HTTP clients (vs store, 1 thread)",
                         benchlib.median(over_http), "/s", benchlib.median(direct), target=0.3,
                         higher_is_better=True)
+            posted = options.rounds * (options.messages // options.clients * options.clients)
+            # The route's own commits (its message, and its tick's writes: none on this stopped project).
+            results.add("POST …/messages: commits per message", (store.commits - commits_before) / posted, "count")
             streams = []
             try:
                 quiet_p99, quiet_median = listing_p99(service.port, options.requests)

@@ -75,6 +75,21 @@ def timed(function, repeat, warmup=1):
     return samples
 
 
+def timed_pair(figure, baseline, repeat, warmup=1):
+    """Seconds per call of `figure()` and of `baseline()`, their calls alternating, so that both suffer
+    the same load on a shared machine; two lists of samples."""
+    for _ in range(warmup):
+        figure()
+        baseline()
+    figures, baselines = [], []
+    for _ in range(repeat):
+        for function, samples in ((figure, figures), (baseline, baselines)):
+            started = time.perf_counter()
+            function()
+            samples.append(time.perf_counter() - started)
+    return figures, baselines
+
+
 def median(samples):
     return statistics.median(samples)
 

@@ -1,7 +1,10 @@
 """History paging at 100,000 rows: one agent's history (60% archived behind compactions, one part per
 row), paged 100 at a time through `ProjectStore.history_page` and through
 `GET /api/projects/<p>/agents/<a>/history` — first page, a deep page via `before`, and
-`includeArchived=0` — each against the bare indexed SQLite queries that fetch the same rows and parts.
+`includeArchived=0` — each against the bare indexed SQLite queries that fetch the same rows and parts,
+and the GET of the first and the deep page against the store call alternating with it (target <= 3x).
+Then the project summary (`GET /api/projects/<p>` and `project_summary`) against its own SQL statements
+(recorded with a trace callback) run on a plain connection, alternating (target <= 3x).
 Usage: .venv/bin/python bench/history_paging.py [--rows 100000] [--repeat 40] [--json]"""
 import argparse
 import http.client
@@ -56,13 +59,31 @@ def bare_page(conn, project, agent_id, before=None, include_archived=True):
     return rows, parts
 
 
-def http_page(connection, port, path):
+def http_get(connection, port, path):
+    """The answer's body, read whole: the client's own JSON parsing is not the server's cost."""
     connection.request("GET", path, headers={"Host": f"127.0.0.1:{port}"})
     response = connection.getresponse()
     body = response.read()
     if response.status != 200:
         raise SystemExit(f"GET {path} answered {response.status}: {body[:200]!r}")
-    return json.loads(body)
+    return body
+
+
+def summary_statements(store):
+    """The SQL statements project_summary(full=True) runs, with their values inlined."""
+    statements = []
+    with store.snapshot() as conn:
+        conn.set_trace_callback(statements.append)
+        try:
+            store.project_summary(full=True)
+        finally:
+            conn.set_trace_callback(None)
+    return statements
+
+
+def bare_statements(conn, statements):
+    for sql in statements:
+        conn.execute(sql).fetchall()
 
 
 def main(argv=None):
@@ -86,7 +107,8 @@ def main(argv=None):
             http_conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
             try:
                 for label, kwargs, query in cases:
-                    page = store.history_page("worker", limit=PAGE, **kwargs)
+                    path = f"/api/projects/hist/agents/worker/history?limit={PAGE}{query}"
+                    page = json.loads(http_get(http_conn, service.port, path))
                     rows, parts = bare_page(bare_conn, "hist", "worker", **kwargs)
                     if [m["sequence"] for m in page["messages"]] != [r[7] for r in rows] or len(parts) != len(rows):
                         raise SystemExit(f"{label}: the store and the bare query disagree")
@@ -94,11 +116,27 @@ def main(argv=None):
                         lambda kwargs=kwargs: bare_page(bare_conn, "hist", "worker", **kwargs), options.repeat))
                     through_store = benchlib.median(benchlib.timed(
                         lambda kwargs=kwargs: store.history_page("worker", limit=PAGE, **kwargs), options.repeat))
-                    path = f"/api/projects/hist/agents/worker/history?limit={PAGE}{query}"
                     over_http = benchlib.median(benchlib.timed(
-                        lambda path=path: http_page(http_conn, service.port, path), options.repeat))
+                        lambda path=path: http_get(http_conn, service.port, path), options.repeat))
                     results.add(f"history_page, {label} ({options.rows:,} rows)", through_store, "s", bare)
                     results.add(f"GET …/history, {label}", over_http, "s", bare)
+                    if "includeArchived" not in query:
+                        over_http, through_store = benchlib.timed_pair(
+                            lambda path=path: http_get(http_conn, service.port, path),
+                            lambda kwargs=kwargs: store.history_page("worker", limit=PAGE, **kwargs), options.repeat)
+                        results.add(f"GET …/history, {label} (vs history_page)", benchlib.median(over_http), "s",
+                                    benchlib.median(through_store), target=3.0)
+                statements = summary_statements(store)
+                summary_path = "/api/projects/hist"
+                over_http, bare = benchlib.timed_pair(lambda: http_get(http_conn, service.port, summary_path),
+                                                      lambda: bare_statements(bare_conn, statements), options.repeat)
+                results.add(f"GET /api/projects/<p> (vs its {len(statements)} statements)", benchlib.median(over_http),
+                            "s", benchlib.median(bare), target=3.0)
+                through_store, bare = benchlib.timed_pair(lambda: store.project_summary(full=True),
+                                                          lambda: bare_statements(bare_conn, statements),
+                                                          options.repeat)
+                results.add("project_summary (vs its statements)", benchlib.median(through_store), "s",
+                            benchlib.median(bare))
             finally:
                 http_conn.close()
                 bare_conn.close()

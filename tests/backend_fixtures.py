@@ -182,7 +182,7 @@ class ControllerDied(BaseException):
 def dies_before_recording(store, error=ControllerDied):
     """While active, recording a runner's name (`set_activation_container`) raises `error` instead:
     with ControllerDied, the controller dies between launching a runner and recording it."""
-    def record(activation_id, name, now=None):
+    def record(activation_id, name, now=None, node=None):
         raise error(f"recording {name} of {activation_id} failed")
     store.set_activation_container = record
     try:

@@ -53,7 +53,15 @@ ERROR_TEXTS = [
     (r"Unknown toolpack: .*|Tool .+ is not in toolpack .+|Unknown tool: .*|Unknown message: .*", {404}),
     (r"Unknown history compaction: .*|Unknown WebUI entry .+ in toolpack .+", {404}),
     (r"webui asset not found\. Run npm run build\.", {404}),
-    (r"Activation \S+ is \w+; (no more (tool|model) calls are accepted|history updates are not accepted)", {409}),
+    (r"Activation \S+ is \w+; (no more (tool|model) calls are accepted|history updates are not accepted"
+     r"|its files are no longer exchanged)", {409}),
+    # files through the controller (backend.kind swarm; docs/http-api.md, runner routes)
+    (r"path must be an absolute, normalized path|Not a regular file: .*|\S+ leads out of .*|\S+ is larger than .*",
+     {400}),
+    (r"No such file: .*|\S+ is not readable by this activation .*", {404}),
+    (r"changes must be a non-empty array|changes holds more than \d+ entries|changes\.\d+.*|\S+: \S+ is not a folder"
+     r"|\S+ is a folder in the artifacts folder; .*", {400}),
+    (r"artifact quota exceeded \(.*\)", {409}),
     # /runner/model (suzumio_model_proxy; docs/spec-notes.md 8f)
     (r"Model preset not found: .*", {404}),
     (r"Model preset \S+ is not selected for \S+", {403}),

@@ -360,6 +360,61 @@ def test_generic_stop_and_kill_errors_become_stop_failed_and_restart_proceeds(tm
         wait_until(lambda: container_of(client, env.store, second["id"]).status == "running", 30)
 
 
+class EngineLostClient:
+    """A double for what a real engine does not do on demand: its first wait for a container ends
+    midway (the engine was killed) and its first inspections cannot connect (it is still down); from
+    then on the real engine answers."""
+
+    def __init__(self, real, down_inspections=2):
+        self.real = real
+        self.containers = real.containers
+        self.api = self
+        self.wait_cut = False
+        self.down_inspections = down_inspections
+
+    def __getattr__(self, name):
+        return getattr(self.real.api, name)
+
+    def wait(self, name, timeout=None):
+        import requests.exceptions
+        if not self.wait_cut:
+            self.wait_cut = True
+            raise requests.exceptions.ChunkedEncodingError("Response ended prematurely")
+        return self.real.api.wait(name, timeout=timeout)
+
+    def inspect_container(self, name):
+        import requests.exceptions
+        if self.down_inspections:
+            self.down_inspections -= 1
+            raise requests.exceptions.ConnectionError("('Connection aborted.', ConnectionRefusedError(111))")
+        return self.real.api.inspect_container(name)
+
+    def engine_back(self):
+        return self.wait_cut and not self.down_inspections
+
+
+def test_a_watcher_that_lost_the_engine_watches_the_container_again_once_it_answers(tmp_path, client, project):
+    with docker_project(tmp_path, project, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        double = EngineLostClient(client)
+        env.backends = env.new_backends(docker_client=double)
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        wait_until(double.engine_back, 30, message="the engine answering the watcher again")
+        # The container outlived the engine's outage (live restore): still running and watched.
+        assert env.store.activation(act["id"])["status"] == "running"
+        assert env.backends.watched(act["id"])
+        container_of(client, env.store, act["id"]).kill()
+        wait_until(lambda: env.store.activation(act["id"])["status"] == "failed", 30, message="the failure")
+        assert env.store.activation(act["id"])["error"].splitlines()[0] == "Runner exited with 137"
+
+
+def test_a_start_while_the_engine_is_unreachable_fails_saying_so():
+    import requests.exceptions
+    error = requests.exceptions.ConnectionError("('Connection aborted.', FileNotFoundError(2))")
+    assert backend.failure_text(error) == f"{backend.ENGINE_UNREACHABLE_ERROR}: {error}"
+    assert backend.failure_text(RuntimeError("boom")) == "boom"
+
+
 # ---------------------------------------------------------------- the controller died before recording a name
 
 def containers_of(client, activation_id):

@@ -704,7 +704,7 @@ def test_local_backend_warns_and_unknown_kinds_fail(tmp_path):
         "Warning: backend.kind local ignores configured mounts"]
     data["backend"]["kind"] = "kubernetes"
     assert error(tmp_path, data) == ("Invalid project config:\n  - backend.kind: Invalid enum value. "
-                                     "Expected 'docker-chat' | 'local', received 'kubernetes'")
+                                     "Expected 'docker-chat' | 'local' | 'swarm', received 'kubernetes'")
 
 
 def test_agent_mounts_alone_also_draw_the_local_mount_warning(tmp_path):

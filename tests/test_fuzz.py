@@ -124,6 +124,11 @@ ROUTE_FIELDS = {
     "/runner/history/compact": {"summary": ["s"], "keepTail": [1, "2", "x", -5, 1e300], "reason": ["r"]},
     "/runner/model": {"providerId": ["replay", "ghost"], "presetId": ["offline", "ghost"],
                       "body": [{"messages": []}, [], "x"]},
+    "/runner/files/list": {},
+    "/runner/files/read": {"path": ["/artifacts/pm/x.md", "/etc/passwd", "relative", "/artifacts/../x", "/mnt"]},
+    "/runner/files/changeset": {"changes": [[{"path": "a.md", "data": "eA=="}], [{"path": "../x", "data": "eA=="}],
+                                            [{"path": "l", "link": "../../x"}], [{"path": "a.md", "delete": True}],
+                                            [], "x", [5]]},
     "/toolpacks/<toolpack_id>/support": {"tool": ["messages.send", "coordination.wait_for_signal", "shell.exec"],
                                          "input": [{"recipient": "pm", "body": "x"}, {"body": "x"}, [], {}]},
     "/activation-context": {"context": [CONTEXT, {**CONTEXT, "messages": {}}, []]},
@@ -263,13 +268,14 @@ def requests_for(draw, fuzz, route):
 
 def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     rules = {rule for _method, rule in routes}
-    assert len(routes) == 50, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
+    assert len(routes) == 53, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
     # (8f), /api/version and /api/openapi.json (17b), GET and POST /mcp (8n), the approvals list, one
     # approval, its decision and /runner/approvals/wait, GET …/costs (14f), an agent's resume
-    # and GET …/concurrency (runaways), and replay, fork and diff (docs/replay.md)
+    # and GET …/concurrency (runaways), replay, fork and diff (docs/replay.md), and the three
+    # /runner/files/* routes (backend.kind swarm)
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
-    assert len(runner_rules) == 10
+    assert len(runner_rules) == 13
     for _method, rule in routes:
         for name in placeholders(rule):
             segments(name, fuzz)  # raises for a placeholder the fuzzer cannot fill
@@ -344,7 +350,7 @@ def test_path_like_project_fields_of_runner_routes_are_unknown_projects(fuzz, ro
             body = {**fuzz.identity(), "project": project, "tool": "shell.exec", "toolCallId": "t", "status": "failed",
                     "kind": "x.note", "role": "user", "content": "c", "summary": "s", "context": CONTEXT,
                     "output": {"text": "done"}, "providerId": "replay", "presetId": "offline", "body": {},
-                    "approvalId": "apr_x"}
+                    "approvalId": "apr_x", "path": "/artifacts/pm/x.md"}
             tried("hostile project fields")
             reply = exchange(fuzz, "POST", fill(path, {"toolpack_id": "core"}), json.dumps(body).encode())
             assert (reply.status, reply.json()) == (404, {"error": f"Unknown project: {project}"}), path

@@ -26,6 +26,9 @@ RUNNING_REQUIRED = {
     "/runner/history/messages": "history updates are not accepted",
     "/runner/history/compact": "history updates are not accepted",
     "/runner/model": "no more model calls are accepted",
+    "/runner/files/list": "its files are no longer exchanged",
+    "/runner/files/read": "its files are no longer exchanged",
+    "/runner/files/changeset": "its files are no longer exchanged",
 }
 ROUTE_FIELDS = {
     "/runner/tool-calls/start": {"tool": "shell.exec", "input": {"command": "ls"}},
@@ -36,6 +39,9 @@ ROUTE_FIELDS = {
     "/runner/history/compact": {"summary": "s"},
     "/runner/model": {"providerId": "replay", "presetId": "offline", "body": {"messages": []}},
     "/runner/approvals/wait": {"approvalId": "apr_x", "waitMs": 0},
+    "/runner/files/list": {},
+    "/runner/files/read": {"path": "/artifacts/pm/x.md"},
+    "/runner/files/changeset": {"changes": [{"path": "a.md", "data": "eA=="}]},
     "/activation-context": {"context": CONTEXT},
     "/activation-output": {"output": {"text": "done"}},
 }

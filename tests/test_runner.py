@@ -1251,6 +1251,7 @@ RUNNER_MODULES = (
     "suzumio_runner_tools.py",
     "suzumio_runner_models.py",
     "suzumio_runner_egress.py",
+    "suzumio_runner_files.py",
 )
 # Imported only by an activation whose agent has a sandbox-side MCP server.
 ALL_RUNNER_MODULES = (*RUNNER_MODULES, "suzumio_runner_mcp.py")

@@ -12,6 +12,7 @@ from store_fixtures import CONFIGS, config_of
 import suzumio_backend as backend
 import suzumio_coordination as coordination
 import suzumio_scheduler as scheduler
+import suzumio_store
 from suzumio_records import parse_ts, to_datetime
 
 THREE = {"pm": {"tools": ["messages.send"]}, "worker": {"tools": ["messages.send"]},
@@ -533,8 +534,8 @@ def test_a_signal_committed_after_that_read_is_still_selected_in_the_same_tick(t
         real = env.store.agents_with_ready_signals
         sent = []
 
-        def read_then_commit(agent_ids, now=None):
-            ready = real(agent_ids, now)
+        def read_then_commit(agent_ids, now=None, **reading):
+            ready = real(agent_ids, now, **reading)
             sent.append(send(env, "worker"))
             return ready
 
@@ -542,6 +543,33 @@ def test_a_signal_committed_after_that_read_is_still_selected_in_the_same_tick(t
         tick(env, later(seconds=5))  # a tick whose clock is past the message's time
         [started] = activations_of(env, "worker")
         assert signal_of(env, sent[0])["deliveredActivationId"] == started["id"]
+
+
+def test_an_idle_tick_sees_a_message_committed_by_another_process(tmp_path):
+    # Another process writes on its own connection: this store's commit count does not move, and the
+    # reads an idle tick reuses must still give way to the changed database.
+    with project(tmp_path) as env:
+        tick(env)
+        tick(env)
+        other = suzumio_store.Root(env.root.path)
+        try:
+            coordination.send_message(other.open_project(env.store.project_id), config_of(env.store), "user",
+                                      "Do it", recipient="worker")
+        finally:
+            other.close()
+        tick(env)
+        assert len(activations_of(env, "worker")) == 1
+
+
+def test_an_idle_tick_starts_a_delayed_signal_once_it_is_due(tmp_path):
+    with project(tmp_path) as env:
+        coordination.record_signal(env.store, config_of(env.store), "custom", target_agent="worker",
+                                   payload={"message": "Later."}, not_before=later(minutes=5))
+        tick(env)
+        tick(env)
+        assert activations_of(env, "worker") == []
+        tick(env, later(minutes=6))
+        assert len(activations_of(env, "worker")) == 1
 
 
 # ---------------------------------------------------------------- route ticks shared by a burst

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 from store_fixtures import (
     T0,
     at,
@@ -132,7 +133,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                           {"id": 5, "name": "tool call keys"}, {"id": 6, "name": "events by type"},
                           {"id": 7, "name": "approval edits, paused agents"},
                           {"id": 8, "name": "flight recorder"},
-                          {"id": 9, "name": "message idempotency keys"}]
+                          {"id": 9, "name": "message idempotency keys"},
+                          {"id": 10, "name": "activation nodes"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -146,7 +148,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                     "not_before", "delivered_at", "delivered_activation_id"],
         "activations": ["id", "project", "agent_id", "status", "prompt", "input_path", "output_path",
                         "container_name", "started_at", "completed_at", "text", "error", "emitted_messages",
-                        "usage_json", "context_json"],
+                        "usage_json", "context_json", "node"],
         "tool_calls": ["id", "project", "activation_id", "agent_id", "tool", "input_json", "status", "output",
                        "error", "created_at", "completed_at", "call_key"],
         "events": ["id", "project", "type", "data_json", "created_at"],
@@ -209,7 +211,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 9
+    assert count(again, "_migrations") == 10
     again.close()
 
 
@@ -220,7 +222,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -232,7 +234,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     assert count(again, "model_calls") == 0
     again.close()
 
@@ -546,6 +548,66 @@ def test_concurrent_writers_and_reader_lose_nothing(demo):
     assert bodies == {f"t{n}-{i}" for n in range(8) for i in range(per_thread)}
     stamps = [r["created_at"] for r in rows(demo, "SELECT created_at FROM messages ORDER BY rowid")]
     assert stamps == sorted(stamps)
+
+
+def test_grouped_sends_commit_together_and_a_failing_one_rolls_back_alone(demo):
+    # The sends queue while this thread holds the write lock; the first to take it then writes all of
+    # them in one transaction. The send to an unknown agent fails in its own caller only.
+    outcomes, threads = {}, []
+
+    def sender(name, recipient):
+        try:
+            outcomes[name] = coordination.send_message(demo, config_of(demo), "user", name, recipient=recipient,
+                                                       grouped=True)
+        except SuzumioError as error:
+            outcomes[name] = error
+
+    commits = demo.commits
+    with demo.write():
+        for name, recipient in (("first", "pm"), ("refused", "nobody"), ("third", "worker")):
+            threads.append(threading.Thread(target=sender, args=(name, recipient)))
+            threads[-1].start()
+        wait_until(lambda: len(demo._grouped) == 3, message="three sends waiting for the write lock")
+    for thread in threads:
+        thread.join(timeout=30)
+    assert outcomes["first"]["body"] == "first" and outcomes["third"]["recipient"] == "worker"
+    assert isinstance(outcomes["refused"], BadRequest) and "Unknown agent: nobody" in str(outcomes["refused"])
+    assert demo.commits == commits + 2  # the empty write above, then one for all three sends
+    assert sorted(r["body"] for r in rows(demo, "SELECT body FROM messages")) == ["first", "third"]
+    assert count(demo, "signals") == 2
+    events = rows(demo, "SELECT data_json FROM events WHERE type = 'message.created'")
+    assert sorted(json.loads(e["data_json"])["body"] for e in events) == ["first", "third"]
+    assert demo.event_watermark == rows(demo, "SELECT MAX(rowid) AS m FROM events")[0]["m"]
+
+
+def test_grouped_sends_from_many_threads_lose_nothing_and_keep_rowid_order(demo):
+    per_thread, errors = 30, []
+
+    def writer(n):
+        try:
+            for i in range(per_thread):
+                coordination.send_message(demo, config_of(demo), "user", f"t{n}-{i}", recipient="pm", grouped=True)
+        except (sqlite3.Error, SuzumioError) as exc:  # collected and asserted below
+            errors.append(exc)
+
+    writers = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join(timeout=60)
+    assert errors == []
+    bodies = {r["body"] for r in rows(demo, "SELECT body FROM messages")}
+    assert bodies == {f"t{n}-{i}" for n in range(8) for i in range(per_thread)}
+    assert count(demo, "signals") == 8 * per_thread
+    stamps = [r["created_at"] for r in rows(demo, "SELECT created_at FROM messages ORDER BY rowid")]
+    assert stamps == sorted(stamps)
+
+
+def test_a_grouped_send_inside_an_open_write_joins_it(demo):
+    with pytest.raises(BadRequest), demo.write():
+        coordination.send_message(demo, config_of(demo), "user", "joined", recipient="pm", grouped=True)
+        raise BadRequest("roll it all back")
+    assert count(demo, "messages") == 0
 
 
 def test_two_stores_on_one_file_do_not_double_start(tmp_path):

@@ -208,3 +208,36 @@ def test_the_warm_socket_hands_nothing_to_a_connection_without_the_slot_key(tmp_
         activation = run_one(env)
         assert activation["status"] == "completed"
         assert (env.store.activation_dir(activation["id"]) / "runner.slot").read_text().strip() == slot_id
+
+
+class UnreachableEngine:
+    """A preparer whose engine is down: every prepare fails as a stopped engine's socket does. Not a
+    client double: the pool is driven directly, and what it asked the engine for is its state."""
+
+    def __init__(self):
+        self.prepared = []
+
+    def wanted(self, store, configs=None):
+        return [({"id": "pm"}, "docker-chat", "fingerprint", None)]
+
+    def prepare(self, store, config, agent, slot):
+        self.prepared.append(slot.id)
+        raise ConnectionError("('Connection aborted.', FileNotFoundError(2, 'No such file or directory'))")
+
+    def discard(self, slot):
+        return None
+
+
+class ProjectOnly:
+    project_id = "demo"
+
+
+def test_a_failed_prepare_pauses_the_projects_prepares_instead_of_asking_the_engine_at_every_hint(tmp_path):
+    engine = UnreachableEngine()
+    pool = suzumio_warm.WarmPool(engine, tmp_path / "runner.sock")
+    pool._refresh(ProjectOnly())
+    pool._refresh(ProjectOnly())  # a tick's hint right after the failure
+    assert len(engine.prepared) == 1 and pool.slots("demo") == []
+    pool._paused.clear()  # the pause is over
+    pool._refresh(ProjectOnly())
+    assert len(engine.prepared) == 2

@@ -1,0 +1,404 @@
+"""The `swarm` backend: one replicated-job service per activation on a Docker Swarm, through the Docker
+SDK against a manager's engine (backend.swarm.engine). Its input (the agent token and the controller's CA
+in it) is a Swarm secret, the runner's files are Swarm configs, and nothing is bind-mounted: files go
+through the controller (suzumio_files). Used by suzumio_backend's Backends and the reconciler only."""
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+
+from suzumio_backend_local import LOG_TAIL_LINES, tail_lines
+from suzumio_config import KIND_SWARM, normalize_mount_target
+from suzumio_docker import docker_sdk, engine_errors, http_status
+from suzumio_errors import NotFound
+from suzumio_records import ACT_RUNNING
+
+log = logging.getLogger(__name__)
+
+SWARM_PREFIX = "swarm:"  # a recorded containerName `swarm:<service>` names a Swarm service
+SERVICE_PREFIX = "suzumio-"
+RUNNER_DIR = "/opt/suzumio"
+INPUT_FILE = "input.json"
+INPUT_PATH = f"/run/secrets/{INPUT_FILE}"
+# The task's own folders: filled over the runner listener at start, never bind-mounted.
+SCRATCH_TARGETS = ("/workspace", "/artifacts", "/mnt", "/toolpacks")
+POLL_SECONDS = 1.0
+PLACEMENT_POLL_SECONDS = 0.2  # until the task has a node: short activations must still record theirs
+ENDED_STATES = ("complete", "failed", "rejected", "shutdown", "orphaned", "remove")
+LOST_NODE_STATES = ("down", "unknown", "disconnected")
+NODE_LOST_ERROR = "Swarm node {node} was lost while it ran this activation (task {task})"
+SERVICE_GONE_ERROR = "Runner service {service} was removed while its activation ran"
+
+
+def service_name(activation_id):
+    """A service name Swarm accepts (letters, digits and '-', at most 63): the activation id's."""
+    return (SERVICE_PREFIX + re.sub(r"[^a-z0-9]+", "-", activation_id.lower())).strip("-")[:63]
+
+
+def swarm_service(name):
+    """The service of a recorded containerName, or None when it names no Swarm service."""
+    return name[len(SWARM_PREFIX):] if isinstance(name, str) and name.startswith(SWARM_PREFIX) else None
+
+
+def scratch_targets(mounts):
+    """The task's writable folders: SCRATCH_TARGETS, and one for each configured mount outside them (its
+    target, or a file's folder), where the runner puts the copy it fetches."""
+    targets = list(SCRATCH_TARGETS)
+    for mount in mounts:
+        target = normalize_mount_target(mount.target).rstrip("/")
+        folder = target if os.path.isdir(mount.source) else os.path.dirname(target)
+        if folder not in ("", "/") and not any(folder == t or folder.startswith(t + "/") for t in targets):
+            targets.append(folder)
+    return targets
+
+
+def nano_cpus(cpus):
+    return None if cpus in (None, False) else int(float(cpus) * 1e9)
+
+
+class SwarmTask:
+    """The one task of an activation's service as the manager reports it."""
+
+    def __init__(self, state, exit_code, node_id, node, node_state, error):
+        self.state, self.exit_code, self.error = state, exit_code, error
+        self.node_id, self.node, self.node_state = node_id, node, node_state
+
+    @property
+    def ended(self):
+        return self.state in ENDED_STATES
+
+    @property
+    def node_lost(self):
+        """Its node is down or gone: the task will never report again."""
+        return bool(self.node_id) and not self.ended and self.node_state in LOST_NODE_STATES
+
+
+class SwarmBackend:
+    """Services, secrets and configs on one or more Swarm managers (one client per engine URL)."""
+
+    kind = KIND_SWARM
+
+    def __init__(self, environ):
+        self.environ = environ
+        self._clients = {}
+        self._runner_configs = {}  # (engine, config name) -> config id; configs are immutable
+        self._lock = threading.Lock()
+
+    def client(self, engine):
+        """The SDK client of `engine` (None: DOCKER_HOST of the controller's environment, else local)."""
+        with self._lock:
+            client = self._clients.get(engine)
+            if client is None:
+                docker = docker_sdk()
+                client = (docker.DockerClient(base_url=engine) if engine
+                          else docker.from_env(environment=self.environ))
+                self._clients[engine] = client
+            return client
+
+    def close(self):
+        """Close the engine clients (idempotent); services keep running."""
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
+    # -- creating
+
+    def runner_configs(self, engine, paths, owner):
+        """ConfigReferences of the runner's files under RUNNER_DIR: one Swarm config per file content
+        (named by its digest, so every activation of the same runner shares it and an upgrade gets new
+        ones), created on first use."""
+        docker = docker_sdk()
+        client = self.client(engine)
+        references = []
+        for path in paths:
+            data = path.read_bytes()
+            name = f"suzumio-runner-{hashlib.sha256(data).hexdigest()[:12]}-{path.name}"[:64]
+            with self._lock:
+                config_id = self._runner_configs.get((engine, name))
+            if config_id is None:
+                found = client.configs.list(filters={"name": name})
+                found = [c for c in found if c.name == name]
+                if found:
+                    config_id = found[0].id
+                else:
+                    try:
+                        config_id = client.configs.create(name=name, data=data, labels={
+                            "suzumio.managed": "true", "suzumio.runner-file": path.name}).id
+                    except docker.errors.APIError as error:
+                        if http_status(error) != 409:
+                            raise
+                        config_id = next(c for c in client.configs.list(filters={"name": name}) if c.name == name).id
+                with self._lock:
+                    self._runner_configs[(engine, name)] = config_id
+            references.append(docker.types.ConfigReference(config_id, name, filename=f"{RUNNER_DIR}/{path.name}",
+                                                           uid=owner[0], gid=owner[1], mode=0o444))
+        return references
+
+    def create(self, launch, user, owner):
+        """Create the activation's secret and service (the task starts as soon as a node takes it);
+        returns the recorded name. `user`: the task's user; `owner`: (uid, gid) strings of its secret."""
+        docker = docker_sdk()
+        types = docker.types
+        swarm = launch.config.backend.swarm
+        client = self.client(swarm.engine)
+        service = service_name(launch.activation_id)
+        labels = {"suzumio.managed": "true", "suzumio.project": launch.project,
+                  "suzumio.agent": launch.agent["id"], "suzumio.activation": launch.activation_id}
+        image = launch.config.backend.image
+        if swarm.resolve_image != "never":
+            digest = client.api.inspect_distribution(image)["Descriptor"]["digest"]
+            image = f"{image.split('@')[0]}@{digest}"
+        secret = client.secrets.create(name=f"{service}-input", labels=labels,
+                                       data=json.dumps(launch.data).encode("utf-8"))
+        try:
+            configs = self.runner_configs(swarm.engine, launch.runner_files(), owner)
+            placement = launch.config.swarm_placement(launch.agent["id"])
+            sandbox = launch.config.sandbox(launch.agent["id"])
+            resources = self.resources(placement, sandbox)
+            environment = {key: value for key, value in launch.env.items() if key != "SUZUMIO_TOKEN"}
+            if user.split(":", 1)[0] not in ("0", "root"):
+                environment.setdefault("HOME", "/tmp")
+            client.services.create(
+                image, ["python3", f"{RUNNER_DIR}/{launch.runner_files()[0].name}"],
+                args=["--input", INPUT_PATH], name=service, labels=labels, container_labels=labels,
+                mode=types.ServiceMode("replicated-job"), networks=[swarm.network],
+                restart_policy=types.RestartPolicy(condition="none"),
+                constraints=list(placement.constraints),
+                preferences=[("spread", label) for label in placement.preferences] or None,
+                resources=resources, env=environment, user=user, workdir="/workspace",
+                cap_drop=["ALL"], cap_add=list(sandbox.cap_add) or None,
+                # An engine whose API lacks this field ignores it; the runner then sets no_new_privs on itself.
+                privileges={"NoNewPrivileges": True},
+                mounts=[types.Mount(target, None, type="tmpfs", tmpfs_mode=0o1777)
+                        for target in scratch_targets(launch.config.mounts_for(launch.agent["id"]))],
+                secrets=[types.SecretReference(secret.id, secret.name, filename=INPUT_FILE, uid=owner[0],
+                                               gid=owner[1], mode=0o400)],
+                configs=configs)
+        except BaseException:
+            self._remove_secrets(client, launch.activation_id)
+            raise
+        return SWARM_PREFIX + service
+
+    @staticmethod
+    def resources(placement, sandbox):
+        """Reservations and limits: backend.swarm / agents.<id>.swarm, the limits defaulting to the
+        docker-chat ones (backend.docker and agents.<id>.docker memory, cpus and pidsLimit)."""
+        docker = docker_sdk()
+        memory = placement.limit_memory
+        if memory is None and sandbox.memory:
+            memory = docker.utils.parse_bytes(sandbox.memory)
+        cpus = placement.limit_cpus if placement.limit_cpus is not None else sandbox.cpus
+        resources = docker.types.Resources(cpu_limit=nano_cpus(cpus), mem_limit=memory or None,
+                                           cpu_reservation=nano_cpus(placement.reserve_cpus),
+                                           mem_reservation=placement.reserve_memory)
+        if sandbox.pids_limit:
+            resources.setdefault("Limits", {})["Pids"] = int(sandbox.pids_limit)
+        return resources
+
+    # -- following
+
+    def task(self, engine, service):
+        """The SwarmTask of a service; None while it has none yet; False when the service is gone."""
+        docker = docker_sdk()
+        client = self.client(engine)
+        try:
+            tasks = client.api.tasks(filters={"service": service})
+        except docker.errors.NotFound:
+            return False
+        if not tasks:
+            try:
+                client.api.inspect_service(service)
+            except docker.errors.NotFound:
+                return False
+            return None
+        task = max(tasks, key=lambda t: t.get("CreatedAt", ""))
+        status = task.get("Status") or {}
+        container = status.get("ContainerStatus") or {}
+        node_id = task.get("NodeID") or ""
+        node = node_state = ""
+        if node_id:
+            try:
+                attrs = client.api.inspect_node(node_id)
+                node = (attrs.get("Description") or {}).get("Hostname") or node_id
+                node_state = (attrs.get("Status") or {}).get("State", "")
+            except docker.errors.NotFound:
+                node, node_state = node_id, "unknown"
+        return SwarmTask(status.get("State", ""), container.get("ExitCode"), node_id, node, node_state,
+                         status.get("Err") or "")
+
+    def log_tail(self, engine, service):
+        """The service's last log lines; '' when the manager no longer has them."""
+        try:
+            raw = self.client(engine).api.service_logs(service, stdout=True, stderr=True, tail=LOG_TAIL_LINES,
+                                                       follow=False)
+            text = b"".join(raw).decode("utf-8", "replace")
+        except engine_errors() as error:
+            log.warning("no logs for service %s: %s", service, error)
+            return ""
+        return tail_lines(text)
+
+    def remove(self, engine, service, activation_id=None):
+        """Remove a service (its task stops) and the secrets labelled with its activation; a missing one
+        is success, another engine error is logged."""
+        client = self.client(engine)
+        try:
+            client.api.remove_service(service)
+        except engine_errors() as error:
+            if http_status(error) != 404:
+                log.warning("removing service %s failed: %s", service, error)
+        if activation_id is not None:
+            self._remove_secrets(client, activation_id)
+
+    def _remove_secrets(self, client, activation_id):
+        # A secret is in use until its service's task is gone: the manager then lets it go.
+        deadline = time.monotonic() + 10
+        for secret in client.secrets.list(filters={"label": f"suzumio.activation={activation_id}"}):
+            while True:
+                try:
+                    secret.remove()
+                    break
+                except engine_errors() as error:
+                    if http_status(error) == 404:
+                        break
+                    if time.monotonic() >= deadline:
+                        log.warning("removing secret %s failed: %s", secret.name, error)
+                        break
+                    time.sleep(0.2)
+
+    def services(self, engine, project, activation_id=None):
+        """(recorded name, activation id) of a project's activation services (of one activation)."""
+        labels = ["suzumio.managed=true", f"suzumio.project={project}"]
+        if activation_id is not None:
+            labels.append(f"suzumio.activation={activation_id}")
+        found = []
+        for service in self.client(engine).api.services(filters={"label": labels}):
+            spec = service.get("Spec") or {}
+            found.append((SWARM_PREFIX + spec.get("Name", ""), (spec.get("Labels") or {}).get("suzumio.activation")))
+        return found
+
+
+# ---------------------------------------------------------------- activations on the backend
+
+def start(backends, store, launch, user, owner):
+    """Create the activation's service, record it, and follow it on a watcher thread."""
+    swarm = backends.swarm
+    name = swarm.create(launch, user, owner)
+    engine = launch.config.backend.swarm.engine
+    try:
+        store.set_activation_container(launch.activation_id, name)
+    except Exception:
+        # Unrecorded, nothing would ever settle it (a controller dying right here leaves it to the
+        # reconciler, which finds it by its labels).
+        swarm.remove(engine, swarm_service(name), launch.activation_id)
+        raise
+    if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
+        swarm.remove(engine, swarm_service(name), launch.activation_id)
+        return
+    backends.watch(watch_service, store, launch.activation_id, name, launch.secrets, engine, backends)
+
+
+def redact(text, secrets):
+    for value in secrets:
+        text = text.replace(value, "<redacted>")
+    return text
+
+
+def save_log_tail(store, activation_id, text):
+    """Keep a service's log tail as activations/<id>/runner.log (0600, redacted by the caller)."""
+    path = store.activation_dir(activation_id) / "runner.log"
+    if path.exists():
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text + ("\n" if text else ""))
+
+
+def watch_service(store, activation_id, name, secrets, engine, backends):
+    """Follow a service until its task ends, then settle the activation and remove the service and its
+    secret (its log tail kept as runner.log). A task whose node is lost fails the activation."""
+    swarm, service = backends.swarm, swarm_service(name)
+    recorded_node = None
+    while not backends.closed.wait(POLL_SECONDS if recorded_node else PLACEMENT_POLL_SECONDS):
+        try:
+            task = swarm.task(engine, service)
+        except engine_errors() as error:
+            # A manager that does not answer now (a leader election, a restart) may answer the next
+            # poll; the activation's timeout bounds the wait.
+            log.warning("activation %s: cannot ask the manager about service %s: %s", activation_id, service, error)
+            continue
+        if task is False:
+            backends.record_artifacts(store, activation_id)
+            backends.fail_if_running(store, activation_id, SERVICE_GONE_ERROR.format(service=service))
+            swarm.remove(engine, service, activation_id)
+            return
+        if task is None:
+            continue
+        if task.node and task.node != recorded_node:
+            store.set_activation_node(activation_id, task.node)
+            recorded_node = task.node
+        if task.node_lost:
+            log.warning("activation %s: node %s is %s", activation_id, task.node, task.node_state)
+            backends.record_artifacts(store, activation_id)
+            backends.fail_if_running(store, activation_id, NODE_LOST_ERROR.format(node=task.node, task=task.state))
+            swarm.remove(engine, service, activation_id)
+            return
+        if not task.ended:
+            continue
+        text = swarm.log_tail(engine, service)
+        if task.error and task.state != "complete":
+            text = f"{text}\n{task.state}: {task.error}".strip()
+        redacted = redact(text, secrets)
+        save_log_tail(store, activation_id, redacted)
+        code = task.exit_code if task.exit_code is not None else (0 if task.state == "complete" else 1)
+        backends.settle(store, activation_id, code, lambda text=redacted: text, secrets)
+        swarm.remove(engine, service, activation_id)
+        return
+
+
+def adopt(backends, store, activation, name, secrets, engine):
+    """A running activation of a restarted controller: follow its service again, or fail it when the
+    service is gone."""
+    activation_id = activation["id"]
+    try:
+        task = backends.swarm.task(engine, swarm_service(name))
+    except engine_errors() as error:
+        log.warning("cannot inspect service %s of activation %s: %s", name, activation_id, error)
+        return
+    if task is False:
+        backends.fail_if_running(store, activation_id, f"Runner service {swarm_service(name)} not found")
+        return
+    backends.watch(watch_service, store, activation_id, name, secrets, engine, backends)
+
+
+def collect_garbage(backends, store, engine):
+    """`suzumio gc`: remove this project's services, and input secrets, whose activation is not running
+    (a controller that died before it removed them). Returns the count of services removed."""
+    removed = 0
+    client = backends.swarm.client(engine)
+    labels = ["suzumio.managed=true", f"suzumio.project={store.project_id}"]
+    for secret in client.secrets.list(filters={"label": labels}):
+        activation_id = (secret.attrs.get("Spec", {}).get("Labels") or {}).get("suzumio.activation")
+        try:
+            ended = activation_id and store.activation(activation_id)["status"] != ACT_RUNNING
+        except NotFound:
+            continue  # another root's (the same project name on this Swarm)
+        if ended and not backends.watched(activation_id):
+            try:
+                secret.remove()
+            except engine_errors() as error:
+                log.info("secret %s not removed yet (%s): its task is still stopping", secret.name, error)
+    for name, activation_id in backends.swarm.services(engine, store.project_id):
+        if not activation_id or backends.watched(activation_id):
+            continue
+        try:
+            running = store.activation(activation_id)["status"] == ACT_RUNNING
+        except NotFound:
+            continue  # another root's activation (the same project name on this Swarm)
+        if not running:
+            backends.swarm.remove(engine, swarm_service(name), activation_id)
+            removed += 1
+    return removed

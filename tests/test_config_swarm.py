@@ -1,0 +1,87 @@
+"""backend.swarm and agents.<id>.swarm (suzumio_config_swarm): defaults, an agent's placement over the
+backend's, limits from backend.docker, what `config render` says about the tasks' network; and an
+activation of a swarm project failing at start, with the reason, when the controller serves no TCP
+runner listener."""
+import yaml
+from api_fixtures import init_project, serving
+from conftest import wait_until
+from test_config import base, error, load
+
+import suzumio_backend
+import suzumio_backend_swarm
+from suzumio_config import Mount
+from suzumio_config_swarm import SwarmPlacement
+
+
+def swarm_project(swarm=None, agent_swarm=None):
+    data = base()
+    data["backend"].update(kind="swarm", swarm=swarm or {})
+    if agent_swarm is not None:
+        data["agents"]["pm"]["swarm"] = agent_swarm
+    return data
+
+
+def test_swarm_defaults_to_the_host_network_and_preloaded_images_and_render_warns(tmp_path):
+    config = load(tmp_path, swarm_project())
+    assert (config.backend.swarm.engine, config.backend.swarm.network, config.backend.swarm.resolve_image) == \
+        (None, "host", "never")
+    assert config.warnings[0].startswith("Warning: backend.swarm.network host puts every activation task on its "
+                                         "node's network")
+    assert "Network: pm gets host (backend.swarm.network: its task reaches the runner listener over it)" in \
+        config.network_report()
+    overlay = load(tmp_path, swarm_project({"network": "agents"}))
+    assert overlay.warnings[0].startswith("Warning: backend.swarm.network agents: agent tools can reach every "
+                                          "service on that overlay network")
+
+
+def test_an_agents_placement_replaces_the_backends_field_by_field(tmp_path):
+    config = load(tmp_path, swarm_project(
+        {"constraints": ["node.role == worker"], "preferences": ["node.labels.zone"],
+         "limits": {"cpus": 1, "memory": "1GiB"}},
+        {"constraints": ["node.labels.gpu == yes"], "reservations": {"memory": "64MiB", "cpus": 0.5}}))
+    assert config.swarm_placement("pm") == SwarmPlacement(
+        ("node.labels.gpu == yes",), ("node.labels.zone",), 0.5, 64 * 2**20, 1, 2**30)
+    resources = suzumio_backend_swarm.SwarmBackend.resources(config.swarm_placement("pm"), config.sandbox("pm"))
+    assert resources == {"Limits": {"NanoCPUs": 10**9, "MemoryBytes": 2**30, "Pids": 1024},
+                         "Reservations": {"NanoCPUs": 5 * 10**8, "MemoryBytes": 64 * 2**20}}
+    # Without swarm limits, the docker-chat ones apply.
+    plain = load(tmp_path, swarm_project())
+    assert suzumio_backend_swarm.SwarmBackend.resources(plain.swarm_placement("pm"), plain.sandbox("pm")) == \
+        {"Limits": {"NanoCPUs": 2 * 10**9, "MemoryBytes": 4 * 2**30, "Pids": 1024}}
+
+
+def test_bad_swarm_settings_name_their_path(tmp_path):
+    message = error(tmp_path, swarm_project({"resolveImage": "sometimes", "limits": {"memory": "lots"}},
+                                            {"constraints": "node.role == worker"}))
+    assert "backend.swarm.resolveImage: Invalid enum value. Expected 'never' | 'always' | 'changed'" in message
+    assert "backend.swarm.limits.memory: Expected a size such as 2GiB" in message
+    assert "agents.pm.swarm.constraints: Expected array" in message
+
+
+def test_tasks_get_a_folder_of_their_own_for_every_mount_outside_the_scratch_folders(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "f.txt").write_text("x")
+    mounts = [Mount(str(folder), "/data/in"), Mount(str(folder / "f.txt"), "/mnt/x/f.txt"),
+              Mount(str(folder / "f.txt"), "/cfg/f.txt"), Mount(str(folder / "f.txt"), "/top.txt")]
+    assert suzumio_backend_swarm.scratch_targets(mounts) == [
+        "/workspace", "/artifacts", "/mnt", "/toolpacks", "/data/in", "/cfg"]
+
+
+def test_service_names_are_what_swarm_accepts_and_recorded_with_their_prefix():
+    assert suzumio_backend_swarm.service_name("act_1796010303779_aafa6391") == "suzumio-act-1796010303779-aafa6391"
+    assert suzumio_backend_swarm.swarm_service("swarm:suzumio-act-1") == "suzumio-act-1"
+    assert suzumio_backend_swarm.swarm_service("suzumio_demo_pm_act_1") is None
+    assert suzumio_backend_swarm.swarm_service("local-42") is None
+
+
+def test_a_swarm_activation_fails_at_start_without_a_tcp_runner_listener(tmp_path):
+    data = swarm_project()
+    data["agents"]["pm"]["tools"] = ["messages.send", "completion.submit"]
+    with serving(tmp_path / "root") as service:  # the runner socket only, as `serve` without --runner-listen
+        store = init_project(service.root, tmp_path / "p", yaml.safe_dump(data))
+        store.start()
+        service.post(f"/api/projects/{store.project_id}/messages", {"recipient": "pm", "body": "Go."})
+        wait_until(lambda: store.list_activations(10) and store.list_activations(10)[0]["status"] == "failed",
+                   10, message="the activation to fail")
+        assert store.list_activations(10)[0]["error"] == suzumio_backend.SWARM_NEEDS_LISTENER

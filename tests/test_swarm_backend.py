@@ -1,0 +1,244 @@
+"""backend.kind swarm on a real multi-node Swarm lab (scripts/swarm-lab up; `make test-swarm` starts one):
+a team whose activations run as replicated-job services on the workers, reach the TLS runner listener,
+get their files from the controller and send their artifacts back; a worker node lost mid-activation
+fails that activation and the failed-nudge retry finishes the work on the other node. The node test
+removes a node, so it runs last. SUZUMIO_SWARM_LAB names the lab's settings file."""
+import json
+import subprocess
+
+import pytest
+import yaml
+from api_fixtures import init_project, serving
+from conftest import wait_until
+from e2e_fixtures import Team, call, project_config
+from fake_model import FakeModel
+from test_egress import BODY, Upstream, curl, names_resolver
+from test_swarm_lab import lab_settings
+
+import docker
+import suzumio_backend
+import suzumio_backend_reconcile
+import suzumio_coordination as coordination
+
+pytestmark = pytest.mark.swarm
+
+IMAGE = "suzumio-runner:dev"
+RUN_TIMEOUT = 120.0
+TOOLS = ["messages.send", "coordination.wait_for_signal", "completion.submit", "file.*", "shell.*"]
+
+
+def workers(settings):
+    return [settings[f"SUZUMIO_LAB_WORKER_{i}"] for i in range(1, int(settings["SUZUMIO_LAB_WORKERS"]) + 1)]
+
+
+def swarm_team(tmp_path, settings, agents, scheduler=None, resolver=None):
+    """Serve on the lab bridge's host address and start project `e2e` on backend.kind swarm."""
+    host = settings["SUZUMIO_LAB_HOST_IP"]
+    model = FakeModel()
+    stack = serving(tmp_path / "root", runner_listen=(host, 0), scheduler_interval=0.5,  # ticks as serve does
+                    resolver=resolver)
+    service = stack.__enter__()
+    controller_url = f"https://{host}:{service.runner_server.port}"
+    presets = {agent: {"provider": "fake", "model": agent} for agent in agents}
+    config = project_config("swarm", controller_url, model.base_url, agents=agents, presets=presets,
+                            scheduler=scheduler)
+    config["backend"].update(image=IMAGE, swarm={"engine": settings["SUZUMIO_SWARM_ENGINE"], "network": "host",
+                                                 "constraints": ["node.role == worker"]})
+    store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
+    store.start()
+    return Team(service, store, model, "swarm"), stack, model
+
+
+@pytest.fixture
+def lab():
+    settings = lab_settings()
+    client = docker.DockerClient(base_url=settings["SUZUMIO_SWARM_ENGINE"])
+    teams = []
+    try:
+        yield settings, client, teams
+    finally:
+        for team, stack, model in teams:
+            team.stop_running()
+            stack.__exit__(None, None, None)
+            model.close()
+        client.close()
+
+
+def our_services(client, team):
+    return client.services.list(filters={"label": f"suzumio.project={team.name}"})
+
+
+def test_a_team_on_two_worker_nodes_writes_through_the_controller_and_a_reader_reads_a_workers_file(tmp_path, lab):
+    settings, client, teams = lab
+    first, second = workers(settings)[:2]
+    agents = {"worker-1": {"model": "worker-1", "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={first}"]}},
+              "worker-2": {"model": "worker-2", "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={second}"]}},
+              "reader": {"model": "reader", "tools": TOOLS,
+                         "mounts": [{"source": str(tmp_path / "inputs"), "target": "/data/inputs"}]}}
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "brief.txt").write_text("the mounted brief\n")
+    team, stack, model = swarm_team(tmp_path, settings, agents)
+    teams.append((team, stack, model))
+    for worker in ("worker-1", "worker-2"):
+        folder = f"/artifacts/{worker}/out"
+        command = f"mkdir -p {folder} && echo from-$(hostname)-{worker} > {folder}/note.txt"
+        model.enqueue(tool_calls=[call("shell.exec", command=command)], model=worker)
+        model.enqueue(content="Written.", model=worker)
+        team.send(worker, "Write your note.")
+    for worker in ("worker-1", "worker-2"):
+        [activation] = team.wait_activations(worker, 1, RUN_TIMEOUT)
+        assert activation["status"] == "completed", team.describe()
+    notes = {worker: (team.store.artifacts_dir(worker) / "out" / "note.txt").read_text().strip()
+             for worker in ("worker-1", "worker-2")}
+    assert notes["worker-1"].endswith("-worker-1") and notes["worker-2"].endswith("-worker-2")
+
+    def nodes():
+        rows = team.service.get(f"/api/projects/{team.name}/activations").json()
+        return {row["agentId"]: row.get("node") for row in rows}
+    team.wait_for(lambda: all(nodes().values()), 30, "every activation's node to be recorded")
+    assert nodes() == {"worker-1": first, "worker-2": second}
+    rows = {row["agentId"]: row for row in team.service.get(f"/api/projects/{team.name}/activations").json()}
+    assert rows["worker-1"]["containerName"].startswith("swarm:suzumio-act-")
+
+    model.enqueue(tool_calls=[call("file.read", path="/artifacts/worker-2/out/note.txt"),
+                              call("shell.exec", command="cat /data/inputs/brief.txt")], model="reader")
+    model.enqueue(content="Read it.", model="reader")
+    team.send("reader", "Read worker-2's note.")
+    [read] = team.wait_activations("reader", 1, RUN_TIMEOUT)
+    assert read["status"] == "completed", team.describe()
+    assert notes["worker-2"] in team.tool_messages("reader")[0]
+    assert "the mounted brief" in team.tool_messages("reader")[1]  # a mount, copied in read-only
+    # Ended services and their secrets are gone; the log tail stays as runner.log.
+    wait_until(lambda: not our_services(client, team), 30, message="the ended services to be removed")
+    wait_until(lambda: not client.secrets.list(filters={"label": f"suzumio.project={team.name}"}), 30,
+               message="the ended services' secrets to be removed")
+    data = json.loads((team.store.activation_dir(read["id"]) / "input.json").read_text())
+    assert data["files"] == "controller" and data["controllerCa"]
+    assert (team.store.activation_dir(read["id"]) / "runner.log").exists()
+
+
+def placed(team, agent_id):
+    """The agent's running activation once the manager placed its task on a node."""
+    return team.wait_for(lambda: next((a for a in team.activations(agent_id)
+                                       if a.get("node") and a["status"] == "running"), None),
+                         RUN_TIMEOUT, f"{agent_id}'s activation to be placed")
+
+
+def test_stopping_the_project_removes_the_running_service_and_its_secret(tmp_path, lab):
+    settings, client, teams = lab
+    team, stack, model = swarm_team(tmp_path, settings, {"worker": {"model": "worker", "tools": TOOLS}})
+    teams.append((team, stack, model))
+    model.enqueue(tool_calls=[call("shell.exec", command="sleep 300", timeoutMs=300000)], model="worker")
+    team.send("worker", "Work long.")
+    running = placed(team, "worker")
+    assert our_services(client, team)
+    assert team.service.post(f"/api/projects/{team.name}/stop").status_code == 200
+    assert team.store.activation(running["id"])["status"] == "cancelled"
+    wait_until(lambda: not our_services(client, team), 30, message="the service to be removed")
+    wait_until(lambda: not client.secrets.list(filters={"label": f"suzumio.activation={running['id']}"}), 30,
+               message="its secret to be removed")
+
+
+def test_a_restarted_controller_adopts_a_running_task_by_its_labels(tmp_path, lab):
+    settings, client, teams = lab
+    team, stack, model = swarm_team(tmp_path, settings, {"worker": {"model": "worker", "tools": TOOLS}})
+    teams.append((team, stack, model))
+    model.enqueue(tool_calls=[call("shell.exec", command="sleep 5 && echo adopted > /artifacts/worker/a.txt")],
+                  model="worker")
+    model.enqueue(content="Done.", model="worker")
+    team.send("worker", "Work a little.")
+    running = placed(team, "worker")
+    # The controller's watchers stop, as when serve exits; the task goes on.
+    old = team.service.backends
+    old.closed.set()
+    wait_until(lambda: not old.watched(running["id"]), 10, message="the old watcher to stop")
+    restarted = suzumio_backend.Backends(controller_ca=old.controller_ca, configs=old.configs)
+    try:
+        engine = settings["SUZUMIO_SWARM_ENGINE"]
+        assert restarted.swarm.services(engine, team.name, running["id"]) == [(running["containerName"], running["id"])]
+        suzumio_backend_reconcile.Reconciler(restarted).reconcile([team.store])
+        assert restarted.watched(running["id"])
+        team.wait_for(lambda: team.store.activation(running["id"])["status"] == "completed", RUN_TIMEOUT,
+                      "the adopted activation to complete")
+        wait_until(lambda: not our_services(client, team), 30, message="the adopted service to be removed")
+        assert (team.store.artifacts_dir("worker") / "a.txt").read_text().strip() == "adopted"
+        assert (team.store.activation_dir(running["id"]) / "runner.log").exists()
+    finally:
+        restarted.close()
+
+
+def test_gc_removes_the_service_and_secret_a_dead_controller_left(tmp_path, lab):
+    settings, client, teams = lab
+    team, stack, model = swarm_team(tmp_path, settings, {"worker": {"model": "worker", "tools": TOOLS}})
+    teams.append((team, stack, model))
+    model.enqueue(tool_calls=[call("shell.exec", command="sleep 300", timeoutMs=300000)], model="worker")
+    team.send("worker", "Work long.")
+    running = placed(team, "worker")
+    # The controller dies (its watchers stop) and the activation ends without its runner being stopped.
+    old = team.service.backends
+    old.closed.set()
+    wait_until(lambda: not old.watched(running["id"]), 10, message="the old watcher to stop")
+    coordination.cancel_activation(team.store, running["id"], "ended while no controller ran")
+    later = suzumio_backend.Backends(configs=old.configs)
+    try:
+        config = old.configs.get(team.store)
+        reconciler = suzumio_backend_reconcile.Reconciler(later)
+        assert reconciler.collect_garbage(team.store, config, tmp_path / "unused.sock") == 1
+        wait_until(lambda: not our_services(client, team), 30, message="the service to be removed")
+
+        def secrets_gone():
+            reconciler.collect_garbage(team.store, config, tmp_path / "unused.sock")
+            return not client.secrets.list(filters={"label": f"suzumio.activation={running['id']}"})
+        wait_until(secrets_gone, 30, interval=1, message="its secret to be removed")
+    finally:
+        later.close()
+
+
+def test_a_task_goes_out_through_the_controllers_egress_proxy(tmp_path, lab):
+    settings, _client, teams = lab
+    upstream = Upstream()  # on the controller's loopback, which no node reaches but through the proxy
+    try:
+        agents = {"fetcher": {"model": "fetcher", "tools": TOOLS, "egress": [f"127.0.0.1:{upstream.port}"]}}
+        team, stack, model = swarm_team(tmp_path, settings, agents,
+                                        resolver=names_resolver({"upstream.test": ["127.0.0.1"]}))
+        teams.append((team, stack, model))
+        model.enqueue(tool_calls=[call("shell.exec", command=curl(f"http://upstream.test:{upstream.port}/"))],
+                      model="fetcher")
+        model.enqueue(content="Fetched.", model="fetcher")
+        team.send("fetcher", "Fetch it.")
+        [activation] = team.wait_activations("fetcher", 1, RUN_TIMEOUT)
+        assert activation["status"] == "completed", team.describe()
+        output = team.tool_messages("fetcher")[0]
+        assert f"200 000 {len(BODY)}" in output and BODY.decode().strip() in output, output
+        given = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())["egress"]
+        assert given == f"tcp://{settings['SUZUMIO_LAB_HOST_IP']}:{team.service.egress.tcp_address[1]}"
+    finally:
+        upstream.close()
+
+
+def test_a_lost_worker_node_fails_its_activation_and_the_retry_finishes_on_the_other_node(tmp_path, lab):
+    settings, _client, teams = lab
+    agents = {"pm": {"model": "pm", "tools": TOOLS}, "worker": {"model": "worker", "tools": TOOLS}}
+    scheduler = {"noEffectNudge": {"enabled": False},
+                 "failedNudge": {"enabled": True, "initialDelayMs": 0, "priority": "P1"}}
+    team, stack, model = swarm_team(tmp_path, settings, agents, scheduler)
+    teams.append((team, stack, model))
+    model.enqueue(tool_calls=[call("shell.exec", command="sleep 300", timeoutMs=300000)], model="worker")
+    team.send("worker", "Write the result and tell pm.")
+    running = placed(team, "worker")
+    wait_until(lambda: len(model.requests) >= 1, RUN_TIMEOUT, message="the worker to run its shell command")
+    lost = running["node"]
+    model.enqueue(tool_calls=[call("shell.exec", command="echo survived > /artifacts/worker/result.txt"),
+                              call("messages.send", recipient="pm", body="result.txt is written")], model="worker")
+    model.enqueue(content="Done.", model="worker")
+    model.enqueue(tool_calls=[call("completion.submit", report="The worker survived a lost node.")], model="pm")
+    subprocess.run(["docker", "rm", "-f", lost], check=True, capture_output=True, timeout=60)
+
+    failed = team.wait_for(lambda: team.store.activation(running["id"])["status"] == "failed", RUN_TIMEOUT,
+                           "the activation on the lost node to fail")
+    assert failed
+    assert f"Swarm node {lost} was lost" in team.store.activation(running["id"])["error"]
+    team.wait_for(lambda: team.store.project()["status"] == "submitted", RUN_TIMEOUT, "the team to submit")
+    retried = [a for a in team.activations("worker") if a["id"] != running["id"]]
+    assert retried and retried[0]["status"] == "completed" and retried[0]["node"] != lost, team.describe()
+    assert (team.store.artifacts_dir("worker") / "result.txt").read_text().strip() == "survived"
