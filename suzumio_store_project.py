@@ -71,11 +71,12 @@ class ProjectRows:
         tick reads nothing else, and nothing at all while the database is unchanged (database_version) and
         no delayed signal fell due; the records returned are shared between ticks and only read."""
         ts = format_ts(to_datetime(now))
-        version = self.database_version()
+        # Never waits for a write in progress (a burst of route commits): then the rows are read.
+        version = self.database_version(wait=False)
         cached = self._tick_cache
         # Nothing committed since the last reads, the clock did not go back (a test's clock may) and no
         # delayed signal became ready: they all still hold.
-        if (cached is not None and cached[0] == version and cached[1] <= ts
+        if (version is not None and cached is not None and cached[0] == version and cached[1] <= ts
                 and (cached[2].delayed is None or cached[2].delayed > ts)):
             return cached[2]
         reads = self._tick_reads(ts)
