@@ -278,7 +278,7 @@ class Root:
             store = self._stores.get(name)
         if store is not None:
             try:
-                version = store.database_version(reopen=False)
+                version = store.database_version(reopen=False, wait=False)
             except (RuntimeError, sqlite3.Error):  # closed meanwhile: the files tell
                 version = None
             if version is not None:
@@ -831,12 +831,15 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
             for callback in tx.after_commit:  # observers only queue work; they never fail the write
                 callback()
 
-    def database_version(self, reopen=True):
+    def database_version(self, reopen=True, wait=True):
         """A value that changes whenever the database may have: this store's commit count, the writer
         connection, and its PRAGMA data_version, which moves with every commit made on any other
         connection (another process's, such as a CLI command beside `serve`). With reopen False, None
-        when the writer is closed (release_idle) instead of opening it again."""
-        with self._lock:
+        when the writer is closed (release_idle) instead of opening it again; with wait False, None while
+        another thread writes, instead of waiting for its COMMIT (the caller then reads the rows)."""
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
             if self.closed:
                 raise RuntimeError(f"store for {self.project_id} is closed")
             if self._writer is None:
@@ -846,6 +849,8 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
             if reopen:
                 self._used()
             return self.commits, id(self._writer), self._writer.execute("PRAGMA data_version").fetchone()[0]
+        finally:
+            self._lock.release()
 
     def write_grouped(self, work, now=None):
         """`work(tx)` in a write transaction shared with the other write_grouped calls waiting for the write

@@ -13,7 +13,6 @@ from suzumio_records import (
     PROJECT_RUNNING,
     PROJECT_STATUSES,
     PROJECT_TRANSITIONS,
-    SIGNAL_PENDING,
     agent_json,
     dump_json,
     event_row_json,
@@ -72,11 +71,12 @@ class ProjectRows:
         tick reads nothing else, and nothing at all while the database is unchanged (database_version) and
         no delayed signal fell due; the records returned are shared between ticks and only read."""
         ts = format_ts(to_datetime(now))
-        version = self.database_version()
+        # Never waits for a write in progress (a burst of route commits): then the rows are read.
+        version = self.database_version(wait=False)
         cached = self._tick_cache
         # Nothing committed since the last reads, the clock did not go back (a test's clock may) and no
         # delayed signal became ready: they all still hold.
-        if (cached is not None and cached[0] == version and cached[1] <= ts
+        if (version is not None and cached is not None and cached[0] == version and cached[1] <= ts
                 and (cached[2].delayed is None or cached[2].delayed > ts)):
             return cached[2]
         reads = self._tick_reads(ts)
@@ -85,12 +85,10 @@ class ProjectRows:
 
     def _tick_reads(self, ts):
         with self._reading() as conn:
-            # The earliest delayed signal and whether an origin exists ride on the project's statement.
-            row = conn.execute("SELECT p.*, (SELECT MIN(not_before) FROM signals WHERE project = p.id "
-                               "AND status = ? AND not_before > ?) AS next_delayed, "
-                               "EXISTS (SELECT 1 FROM project_origins WHERE project = p.id) AS has_origin "
-                               "FROM projects p WHERE p.id = ?",
-                               (SIGNAL_PENDING, ts, self.project_id)).fetchone()
+            # Whether an origin exists rides on the project's statement; a project that does not run (where
+            # routes post most messages) costs this statement only.
+            row = conn.execute("SELECT p.*, EXISTS (SELECT 1 FROM project_origins WHERE project = p.id) "
+                               "AS has_origin FROM projects p WHERE p.id = ?", (self.project_id,)).fetchone()
             if row is None:
                 raise NotFound(f"Unknown project: {self.project_id}")
             project = project_row_json(row)
@@ -102,7 +100,7 @@ class ProjectRows:
             # A tick expires an activation through its agent's binding: with no agent bound, no timeout
             # can be due.
             bound = any("activeActivationId" in agent for agent in agents)
-            return TickReads(project, agents, ready, origin, row["next_delayed"],
+            return TickReads(project, agents, ready, origin, self.earliest_delayed_signal(conn=conn, ts=ts),
                              self.running_starts(conn) if bound else [])
 
     def _tick_agents(self, conn):

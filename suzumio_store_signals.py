@@ -137,12 +137,12 @@ class SignalRows:
             raise NotFound(f"Unknown signal: {signal_id}")
         return signal_json(row)
 
-    def earliest_delayed_signal(self, now=None, conn=None):
+    def earliest_delayed_signal(self, now=None, conn=None, ts=None):
         """The earliest `not_before` after `now` of the project's pending signals, or None."""
         with self._reading(conn) as reader:
             return reader.execute("SELECT MIN(not_before) FROM signals WHERE project = ? AND status = ? "
                                   "AND not_before > ?",
-                                  (self.project_id, SIGNAL_PENDING, format_ts(to_datetime(now)))).fetchone()[0]
+                                  (self.project_id, SIGNAL_PENDING, ts or format_ts(to_datetime(now)))).fetchone()[0]
 
     def has_pending_signals(self, now=None):
         """Any ready signal in the project."""
