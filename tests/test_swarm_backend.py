@@ -68,35 +68,37 @@ def our_services(client, team):
     return client.services.list(filters={"label": f"suzumio.project={team.name}"})
 
 
-def test_a_team_on_two_worker_nodes_writes_through_the_controller_and_a_reader_reads_a_workers_file(tmp_path, lab):
+def test_four_workers_on_two_nodes_write_through_the_controller_and_a_reader_reads_a_workers_file(tmp_path, lab):
     settings, client, teams = lab
     first, second = workers(settings)[:2]
-    agents = {"worker-1": {"model": "worker-1", "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={first}"]}},
-              "worker-2": {"model": "worker-2", "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={second}"]}},
-              "reader": {"model": "reader", "tools": TOOLS,
-                         "mounts": [{"source": str(tmp_path / "inputs"), "target": "/data/inputs"}]}}
+    # worker-1 and worker-3 on the first node, worker-2 and worker-4 on the second
+    placement = {f"worker-{n}": (first if n % 2 else second) for n in range(1, 5)}
+    agents = {worker: {"model": worker, "tools": TOOLS, "swarm": {"constraints": [f"node.hostname=={node}"]}}
+              for worker, node in placement.items()}
+    agents["reader"] = {"model": "reader", "tools": TOOLS,
+                        "mounts": [{"source": str(tmp_path / "inputs"), "target": "/data/inputs"}]}
     (tmp_path / "inputs").mkdir()
     (tmp_path / "inputs" / "brief.txt").write_text("the mounted brief\n")
     team, stack, model = swarm_team(tmp_path, settings, agents)
     teams.append((team, stack, model))
-    for worker in ("worker-1", "worker-2"):
+    for worker in placement:
         folder = f"/artifacts/{worker}/out"
         command = f"mkdir -p {folder} && echo from-$(hostname)-{worker} > {folder}/note.txt"
         model.enqueue(tool_calls=[call("shell.exec", command=command)], model=worker)
         model.enqueue(content="Written.", model=worker)
         team.send(worker, "Write your note.")
-    for worker in ("worker-1", "worker-2"):
+    for worker in placement:
         [activation] = team.wait_activations(worker, 1, RUN_TIMEOUT)
         assert activation["status"] == "completed", team.describe()
     notes = {worker: (team.store.artifacts_dir(worker) / "out" / "note.txt").read_text().strip()
-             for worker in ("worker-1", "worker-2")}
-    assert notes["worker-1"].endswith("-worker-1") and notes["worker-2"].endswith("-worker-2")
+             for worker in placement}
+    assert all(notes[worker].endswith(f"-{worker}") for worker in placement)
 
     def nodes():
         rows = team.service.get(f"/api/projects/{team.name}/activations").json()
         return {row["agentId"]: row.get("node") for row in rows}
     team.wait_for(lambda: all(nodes().values()), 30, "every activation's node to be recorded")
-    assert nodes() == {"worker-1": first, "worker-2": second}
+    assert nodes() == placement
     rows = {row["agentId"]: row for row in team.service.get(f"/api/projects/{team.name}/activations").json()}
     assert rows["worker-1"]["containerName"].startswith("swarm:suzumio-act-")
 
