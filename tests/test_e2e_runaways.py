@@ -175,29 +175,39 @@ def three_agents(rules):
 PRESETS = {name: {"provider": "fake", "model": name} for name in ("a", "b", "c")}
 
 
+def hold_a_while_b_and_c_wait(team):
+    """a waits on a person while it runs, so b and c, sent work then, are sure to find a cap of one full.
+    Returns a's pending approval."""
+    team.model.enqueue(tool_calls=[call("shell.exec", command="true  # rm -rf nothing")], model="a")
+    team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="a")
+    for name in ("b", "c"):
+        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model=name)
+    team.send("a", "Work.")
+    [pending] = wait_pending(team)
+    team.send("b", "Work.")
+    team.send("c", "Work.")
+    assert [a["agentId"] for a in team.activations()] == ["a"]
+    return pending
+
+
+def release_a_and_check_none_overlapped(team, pending):
+    assert decide(team, pending["id"], "allow").status_code == 200
+    for name in ("a", "b", "c"):
+        [done] = team.wait_activations(name, 1)
+        assert done["status"] == "completed"
+    assert no_overlap(team.activations())
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_three_agents_never_overlap_under_a_project_cap_of_one(tmp_path, kind):
     with running_team(tmp_path, kind, agents=three_agents([GATE]), presets=PRESETS, model="a",
                       extra={"limits": {"maxConcurrentActivations": 1}}) as team:
-        # a waits on a person while it runs, so b and c are sure to find the cap full
-        team.model.enqueue(tool_calls=[call("shell.exec", command="true  # rm -rf nothing")], model="a")
-        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="a")
-        for name in ("b", "c"):
-            team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model=name)
-        team.send("a", "Work.")
-        [pending] = wait_pending(team)
-        team.send("b", "Work.")
-        team.send("c", "Work.")
-        assert [a["agentId"] for a in team.activations()] == ["a"]
+        pending = hold_a_while_b_and_c_wait(team)
         shown = team.service.get(f"/api/projects/{team.name}/concurrency").json()
         assert (shown["maxConcurrentActivations"], shown["running"]) == (1, 1)
         assert [(w["agentId"], w["cap"], w["signals"]) for w in shown["waiting"]] == [
             ("b", "project", 1), ("c", "project", 1)]
-        assert decide(team, pending["id"], "allow").status_code == 200
-        for name in ("a", "b", "c"):
-            [done] = team.wait_activations(name, 1)
-            assert done["status"] == "completed"
-        assert no_overlap(team.activations())
+        release_a_and_check_none_overlapped(team, pending)
         assert not team.store.has_pending_signals_for_agent("b")  # nothing was dropped
         assert not team.store.has_pending_signals_for_agent("c")
         assert team.service.get(f"/api/projects/{team.name}/concurrency").json()["waiting"] == []
@@ -206,23 +216,10 @@ def test_three_agents_never_overlap_under_a_project_cap_of_one(tmp_path, kind):
 def test_the_root_cap_holds_three_agents_to_one_at_a_time(tmp_path):
     with running_team(tmp_path, "local", agents=three_agents([GATE]), presets=PRESETS, model="a",
                       max_activations=1) as team:
-        # a waits on a person while it runs, so b and c are sure to find the root's cap full
-        team.model.enqueue(tool_calls=[call("shell.exec", command="true  # rm -rf nothing")], model="a")
-        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="a")
-        for name in ("b", "c"):
-            team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model=name)
-        team.send("a", "Work.")
-        [pending] = wait_pending(team)
-        team.send("b", "Work.")
-        team.send("c", "Work.")
-        assert [a["agentId"] for a in team.activations()] == ["a"]
+        pending = hold_a_while_b_and_c_wait(team)
         shown = team.service.get(f"/api/projects/{team.name}/concurrency").json()
         assert (shown["rootMaxActivations"], shown["rootRunning"]) == (1, 1)
         assert [(w["agentId"], w["cap"]) for w in shown["waiting"]] == [("b", "root"), ("c", "root")]
-        assert decide(team, pending["id"], "allow").status_code == 200
-        for name in ("a", "b", "c"):
-            [done] = team.wait_activations(name, 1)
-            assert done["status"] == "completed"
-        assert no_overlap(team.activations())
+        release_a_and_check_none_overlapped(team, pending)
         shown = team.service.get(f"/api/projects/{team.name}/concurrency").json()
         assert (shown["rootMaxActivations"], shown["rootRunning"], shown["waiting"]) == (1, 0, [])
