@@ -13,7 +13,7 @@ import suzumio_coordination as coordination
 import suzumio_guards
 import suzumio_replay
 from suzumio_backend import KIND_LOCAL, activation_paths
-from suzumio_errors import Conflict
+from suzumio_errors import Conflict, NotFound
 from suzumio_records import (
     ACT_RUNNING,
     AGENT_FAILED,
@@ -386,6 +386,10 @@ class Scheduler:
     def _tick_guarded(self, name, now=None):
         try:
             return self.tick(name, now)
+        except NotFound:
+            # Listed while `init` was still writing it (or just removed): nothing to schedule yet.
+            log.debug("scheduler: project %s is not ready", name)
+            return None
         except Exception:  # one boundary per project: it is tried again shortly
             log.exception("scheduler tick failed for project %s", name)
             return utc_now() + timedelta(seconds=HOOK_INTERVAL_SECONDS)

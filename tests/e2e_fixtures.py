@@ -187,16 +187,17 @@ def remove_containers(client, store):
 
 @contextlib.contextmanager
 def running_team(tmp_path, kind, *, runner_listen=None, mcp=None, warm_limit=0, flavor="openai", max_activations=None,
-                 **options):
+                 scheduler_interval=None, **options):
     """Serve the controller, initialize project `e2e` for `kind`, start it, and yield a Team. The
     runners reach the controller over its runner socket, or, with `runner_listen` (host, port), over
     TCP at the URL written as backend.controllerUrl. `mcp`: an McpHub for MCP toolpacks (test_mcp);
-    `flavor`: the FakeModel's server flavor (fake_model.FLAVORS)."""
+    `flavor`: the FakeModel's server flavor (fake_model.FLAVORS); `scheduler_interval`: run the scheduler
+    thread as serve does (needed by delayed signals such as nudges), else ticks come only from routes."""
     client = require_engine(kind)
     model = FakeModel(flavor)
     try:
         with serving(tmp_path / "root", runner_listen=runner_listen, mcp=mcp, warm_limit=warm_limit,
-                     max_activations=max_activations) as service:
+                     max_activations=max_activations, scheduler_interval=scheduler_interval) as service:
             controller_url = service.runner_url if runner_listen else None
             config = project_config(kind, controller_url, model.base_url, **options)
             store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))

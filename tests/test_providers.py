@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import anthropic
@@ -15,7 +16,7 @@ import openai
 import pytest
 from e2e_fixtures import PM_TOOLS, call, kind_params, running_team
 from fake_anthropic import OVERFLOW_BODY, OVERLOADED_BODY, FakeAnthropic
-from fake_model import FakeModel
+from fake_model import FakeModel, Reply, answer
 from sse_fixtures import SseClient
 
 import suzumio_config
@@ -150,6 +151,81 @@ def test_three_503s_then_the_fallback_preset(tmp_path, kind):
         assert [r.body["model"] for r in team.model.requests] == ["primary"] * 4 + ["backup"]
         assert [e["data"]["reason"] for e in team.events("model.retry")] == ["HTTP 503"] * 3
         assert activation["usage"]["model"] == "backup"
+
+
+class DownServer:
+    """A FakeModel responder: while `down`, every request for a model in `models` is a dropped connection
+    (a server being restarted, or a dead balancer in front of it); otherwise it answers `content`.
+    Counts the requests per model."""
+
+    def __init__(self, models, content="Back again."):
+        self.models = set(models)
+        self.content = content
+        self.down = True
+        self.requests = Counter()
+
+    def __call__(self, request):
+        model = request.get("model")
+        self.requests[model] += 1
+        if self.down and model in self.models:
+            return Reply(0, {}, None, 0)
+        return answer(content=self.content)
+
+
+def test_a_model_server_down_for_long_fails_each_activation_once_after_backoff_and_the_team_resumes(tmp_path):
+    """Down for longer than the retry window: each activation retries with growing delays within the
+    window, then fails with one clear error; failedNudge tries again after its own backoff, at most
+    maxConsecutive times, and after that nothing more is sent. Once the server is back, a message runs."""
+    down = DownServer({"pm"})
+    scheduler = {"noEffectNudge": {"enabled": False},
+                 "failedNudge": {"enabled": True, "maxConsecutive": 2, "initialDelayMs": 500, "backoffFactor": 2}}
+    with running_team(tmp_path, "local", agents={"pm": {"model": "pm", "tools": PM_TOOLS}}, scheduler=scheduler,
+                      fake_provider={"options": {"maxRetries": 50, "retryWindowMs": 1500}},
+                      scheduler_interval=0.2) as team:
+        team.model.responder = down
+        team.send("pm", "Start.")
+        failed = team.wait_activations("pm", 3)
+        assert [a["status"] for a in failed] == ["failed"] * 3
+        for activation in failed:
+            assert activation["error"].endswith("All model attempts failed:\npm: Request to provider fake failed: "
+                                                "Remote end closed connection without response"), activation["error"]
+        retries = [r["data"] for r in team.events("model.retry")]
+        for activation in failed:
+            delays = [r["delayMs"] for r in retries if r["activationId"] == activation["id"]]
+            # Exponential backoff from 250 ms (jitter only adds), never past the 1.5 s window in total,
+            # so maxRetries: 50 is never reached.
+            assert delays and all(delay >= 250 * 2 ** n for n, delay in enumerate(delays)), delays
+            assert sum(delays) <= 1500, delays
+        assert down.requests["pm"] == len(retries) + 3, "one request per attempt, nothing in between"
+        nudges = team.store.list_signals("pm", kind="scheduler.failed_nudge")
+        assert sorted(n["payload"]["delayMs"] for n in nudges) == [500, 1000]
+        # Exhausted: another tick finds the agent failed and schedules nothing more for it.
+        team.service.scheduler.trigger(team.name)
+        assert len(team.store.list_signals("pm", kind="scheduler.failed_nudge")) == 2
+        assert team.store.list_signals("pm", status="pending") == []
+        assert down.requests["pm"] == len(retries) + 3
+        down.down = False
+        team.send("pm", "The server is back; go on.")
+        resumed = team.wait_activations("pm", 4)[-1]
+        assert resumed["status"] == "completed", resumed.get("error")
+        assert resumed["text"] == "Back again."
+
+
+def test_a_primary_down_for_long_falls_back_to_the_next_preset_once_its_window_is_spent(tmp_path):
+    presets = {"chain": {"model-list": ["primary", "backup"]},
+               "primary": {"provider": "fake", "model": "primary"},
+               "backup": {"provider": "fake", "model": "backup"}}
+    down = DownServer({"primary"}, content="Backup answered.")
+    with running_team(tmp_path, "local", agents={"pm": {"model": "chain", "tools": PM_TOOLS}}, presets=presets,
+                      model="chain", fake_provider={"options": {"maxRetries": 50, "retryWindowMs": 1000}}) as team:
+        team.model.responder = down
+        team.send("pm", "Start.")
+        [activation] = team.wait_activations("pm", 1)
+        assert activation["status"] == "completed", activation.get("error")
+        assert activation["usage"]["model"] == "backup" and activation["text"] == "Backup answered."
+        retries = [r["data"]["delayMs"] for r in team.events("model.retry")]
+        assert retries and sum(retries) <= 1000 and down.requests["primary"] == len(retries) + 1
+        assert down.requests["backup"] == 1
 
 
 # ---------------------------------------------------------------- context overflow
