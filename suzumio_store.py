@@ -799,12 +799,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
             return
         self._used()
         with self._lock:
-            if self.closed:
-                raise RuntimeError(f"store for {self.project_id} is closed")
-            if self._writer is None:
-                self._writer = _connect(self.db_path)
-            conn = self._writer
-            conn.execute("BEGIN IMMEDIATE")
+            conn = self._begin()
             # the clock is read only after the write lock is held, so created_at follows rowid order
             tx = _Tx(conn, to_datetime(now), base=self.dir)
             self._local.tx = tx
@@ -852,6 +847,16 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         finally:
             self._lock.release()
 
+    def _begin(self):
+        """The writer connection (opened on first use) with a transaction begun; the caller holds the
+        write lock."""
+        if self.closed:
+            raise RuntimeError(f"store for {self.project_id} is closed")
+        if self._writer is None:
+            self._writer = _connect(self.db_path)
+        self._writer.execute("BEGIN IMMEDIATE")
+        return self._writer
+
     def write_grouped(self, work, now=None):
         """`work(tx)` in a write transaction shared with the other write_grouped calls waiting for the write
         lock; returns what `work` returned, or raises what it raised. Whoever takes the lock writes every
@@ -883,12 +888,7 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
         alone = len(batch) == 1  # no SAVEPOINT needed: its failure rolls back the transaction
         committed, conn = False, None
         try:
-            if self.closed:
-                raise RuntimeError(f"store for {self.project_id} is closed")
-            if self._writer is None:
-                self._writer = _connect(self.db_path)
-            conn = self._writer
-            conn.execute("BEGIN IMMEDIATE")
+            conn = self._begin()
             for request in batch:
                 # Each work reads the clock when its turn comes, under the lock: created_at follows rowids.
                 tx = _Tx(conn, to_datetime(request.now), shared.after_commit, shared.files, self.dir)
