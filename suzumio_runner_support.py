@@ -191,14 +191,15 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
 
         clock = time.monotonic()
 
-        def record(answer, error=None):
+        def record(answer, error=None, packed=None):
             if config.recording.enabled:
                 call.store.record_exchange(
                     call.activation_id, call.agent_id, provider_id, preset_id, call.body["body"],
                     status=answer.status if answer else None, headers=answer.headers if answer else {},
                     answer=answer.body if answer else "", overflow=answer.overflow is not None if answer else False,
                     usage=answer.usage if answer else {}, retries=len(retries), error=error,
-                    started_at=format_ts(started), duration_ms=(time.monotonic() - clock) * 1000)
+                    started_at=format_ts(started), duration_ms=(time.monotonic() - clock) * 1000,
+                    packed=packed)
 
         replayed = replays.answer(call.store, call.activation_id, call.agent_id, provider_id, preset_id,
                                   call.body["body"])
@@ -216,11 +217,18 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
                 record(None, error.message)
             trace_model_call(tracer, call, config, provider_id, preset_id, started, None, error.message)
             raise
-        record(answer)
-        # Recorded whatever the activation's status by now: the provider counted these tokens.
-        call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
-                                     answer.status, answer.usage,
-                                     cost_usd=call_cost(config.runner.presets.get(preset_id), answer.usage))
+        packed = call.store.pack_request(call.body["body"]) if config.recording.enabled else None
+
+        def answered(_tx):
+            record(answer, packed=packed)
+            # Recorded whatever the activation's status by now: the provider counted these tokens.
+            call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
+                                         answer.status, answer.usage,
+                                         cost_usd=call_cost(config.runner.presets.get(preset_id), answer.usage))
+
+        # One COMMIT for the exchange and its usage, shared with the other calls ending at the same time:
+        # concurrent streams otherwise queue behind two synced COMMITs each at their end.
+        call.store.write_grouped(answered)
         trace_model_call(tracer, call, config, provider_id, preset_id, started, answer,
                          None if 200 <= answer.status < 300 else f"HTTP {answer.status}")
         return json_response({"status": answer.status, "headers": answer.headers, "body": answer.body,

@@ -59,9 +59,11 @@ class RecorderRows:
 
     def record_exchange(self, activation_id, agent_id, provider_id, preset_id, request, *, status, headers,
                         answer, overflow, usage, retries, error, started_at, duration_ms, replayed=False,
-                        now=None):
-        """Append one model exchange of an activation; its index is the next of that activation."""
-        packed = zlib.compress(dump_json(request).encode("utf-8"), REQUEST_COMPRESSION)  # outside the write lock
+                        now=None, packed=None):
+        """Append one model exchange of an activation; its index is the next of that activation. `packed`:
+        the request as pack_request made it, for a caller that writes inside a transaction it opened."""
+        if packed is None:
+            packed = self.pack_request(request)  # outside the write lock
         with self.write(now) as tx:
             index = tx.one("SELECT COUNT(*) FROM model_exchanges WHERE activation_id = ?", (activation_id,))[0]
             tx.execute(f"INSERT INTO model_exchanges (project, {EXCHANGE_COLUMNS}) "
@@ -71,6 +73,11 @@ class RecorderRows:
                         dump_json(usage or {}), int(retries), error, int(bool(replayed)), started_at,
                         int(duration_ms)))
             return index
+
+    @staticmethod
+    def pack_request(request):
+        """A request's stored form (compressed JSON)."""
+        return zlib.compress(dump_json(request).encode("utf-8"), REQUEST_COMPRESSION)
 
     def exchanges(self, activation_id=None):
         """The recorded exchanges of one activation (or of the project), in the order they were made."""

@@ -287,6 +287,17 @@ def test_the_route_answers_status_headers_and_body_and_records_the_usage(route, 
     assert [tuple(c.values()) for c in calls] == [("pm", "gw", "main", 200, 42), ("pm", "gw", "main", 400, 0)]
 
 
+def test_a_calls_exchange_and_usage_are_one_commit(route, model):
+    service, store = route
+    act = running_activation(store, "pm")
+    model.enqueue(content="Once", usage=(4, 2, 6))
+    commits = store.commits
+    assert service.post("/runner/model", identity(service, store, "pm", act["id"])).json()["status"] == 200
+    assert store.commits == commits + 1
+    [exchange] = store.exchanges(act["id"])
+    assert (exchange["status"], store.model_usage(act["id"])["calls"]) == (200, 1)
+
+
 def test_the_route_refuses_like_every_runner_route(route, model):
     service, store = route
     act = running_activation(store, "pm")
