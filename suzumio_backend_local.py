@@ -21,6 +21,9 @@ LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")  # the controller's variable
 LOCAL_PREFIX = "local-"  # a local runner's recorded name: local-<pid>
 KIND_LOCAL = "local"
 STOP_GRACE_SECONDS = 2.0
+# Local runners, and every tool they start, yield the CPU to the controller: on a host where many agents
+# compute at once, the process that schedules them and answers the control room stays responsive.
+RUNNER_NICE = 10
 LOG_TAIL_LINES = 200
 
 
@@ -30,6 +33,15 @@ def digest(value):
 
 def tail_lines(text, count=LOG_TAIL_LINES):
     return "\n".join(text.splitlines()[-count:])
+
+
+def lower_priority(pid):
+    """Give a just-started runner RUNNER_NICE more niceness than the controller. It is still starting its
+    interpreter then, so the tools it runs later inherit the value. A process gone already is left alone."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + RUNNER_NICE))
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 # ---------------------------------------------------------------- the local backend
@@ -162,6 +174,7 @@ class LocalBackend:
                 stderr=subprocess.STDOUT, env=env, close_fds=True, start_new_session=True)
         finally:
             os.close(fd)
+        lower_priority(process.pid)
         return process
 
     def base_env(self):
@@ -183,6 +196,7 @@ class LocalBackend:
              suzumio_warm.SLOT_FLAG, slot.id],
             cwd=os.path.realpath(launch.workspace), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True)
+        lower_priority(slot.process.pid)
 
     @staticmethod
     def discard(slot):

@@ -305,6 +305,16 @@ def test_local_cancel_terminates_the_process_group(tmp_path):
         assert events_of(env.store, "activation.stop_failed") == []
 
 
+def test_a_local_runner_runs_ten_steps_nicer_than_the_controller(tmp_path):
+    with local_project(tmp_path, agent_env={"STANDIN_MODE": "sleep"}) as env:
+        act = open_activation(env, "worker")
+        env.backends.start(env.store, act["id"])
+        pid = backend.local_pid(env.store.activation(act["id"])["containerName"])
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+        coordination.cancel_activation(env.store, act["id"], "test over")
+        env.backends.stop_runner(env.store, env.store.activation(act["id"]))
+
+
 def test_stopping_a_dead_or_foreign_local_runner_does_nothing(tmp_path):
     with local_project(tmp_path) as env:
         act = open_activation(env, "worker")
