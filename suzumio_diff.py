@@ -18,17 +18,29 @@ def _text(store, value):
     return normalized(value.replace(store.project_id, "<project>"))
 
 
+def _by(key, rows):
+    """{key value: [rows in order]}, sorted by key. Agents of one team run at once, so how their
+    messages and tool calls interleave is timing, not behaviour: a run is compared sender by sender and
+    agent by agent, each in its own order."""
+    out = {}
+    for row in rows:
+        out.setdefault(row.pop(key), []).append(row)
+    return dict(sorted(out.items()))
+
+
 def _messages(store):
-    return [{"sender": m["sender"], "recipient": m.get("recipient"), "channel": m.get("channel"),
-             "priority": m["priority"], "body": _text(store, m["body"])}
-            for m in store.list_messages(1000000, full_body=True)]
+    """{sender: [messages in the order sent]}."""
+    return _by("sender", [{"sender": m["sender"], "recipient": m.get("recipient"), "channel": m.get("channel"),
+                           "priority": m["priority"], "body": _text(store, m["body"])}
+                          for m in store.list_messages(1000000, full_body=True)])
 
 
 def _tool_calls(store):
-    return [{"agent": r["agent_id"], "tool": r["tool"], "status": r["status"],
-             "input": _text(store, r["input_json"]), "output": _text(store, r.get("output")),
-             "error": _text(store, r.get("error"))}
-            for r in reversed(store.list_tool_calls(1000000))]
+    """{agent: [tool calls in audit order]}."""
+    return _by("agent", [{"agent": r["agent_id"], "tool": r["tool"], "status": r["status"],
+                          "input": _text(store, r["input_json"]), "output": _text(store, r.get("output")),
+                          "error": _text(store, r.get("error"))}
+                         for r in reversed(store.list_tool_calls(1000000))])
 
 
 def _activations(store):
