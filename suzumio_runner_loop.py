@@ -621,7 +621,7 @@ class Runner:
         if not isinstance(self.egress, str) or not self.egress:
             return None
         identity = preamble(self.input["project"], self.activation_id, self.input["token"])
-        forwarder = Forwarder(self.egress, identity, warn=self.warn).start()
+        forwarder = Forwarder(self.egress, identity, warn=self.warn, ca=self.input.get("controllerCa")).start()
         self.egress_proxy = forwarder.url
         self.env = dict(self.env, **proxy_environment(forwarder.url))
         return forwarder

@@ -213,7 +213,7 @@ def test_a_task_goes_out_through_the_controllers_egress_proxy(tmp_path, lab):
         output = team.tool_messages("fetcher")[0]
         assert f"200 000 {len(BODY)}" in output and BODY.decode().strip() in output, output
         given = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())["egress"]
-        assert given == f"tcp://{settings['SUZUMIO_LAB_HOST_IP']}:{team.service.egress.tcp_address[1]}"
+        assert given == f"tls://{settings['SUZUMIO_LAB_HOST_IP']}:{team.service.runner_server.port}"
     finally:
         upstream.close()
 
