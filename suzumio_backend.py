@@ -355,9 +355,9 @@ class Launch:
         local toolpack manifests (any change makes prepared runners stale)."""
         return digest([self.store.config(), suzumio_config.manifest_stamps(self.config)])
 
-    def runner_files(self):
-        """The runner's files, or `Runner file not found: <path>`."""
-        paths = [self.support_dir / name for name in RUNNER_FILES]
+    def runner_files(self, names=RUNNER_FILES):
+        """The runner's files (or those of `names`), or `Runner file not found: <path>`."""
+        paths = [self.support_dir / name for name in names]
         if self.support_dir == SUPPORT_DIR:  # a wheel installs the Node host under <prefix>/share/suzumio
             paths = [path if path.is_file() else resource_path(path.name) for path in paths]
         for path in paths:
@@ -402,6 +402,9 @@ class Launch:
             # artifacts back (suzumio_files), and forbids new privileges to itself and its tools.
             data["files"] = "controller"
             data["noNewPrivileges"] = True
+            if self.config.backend.swarm.sealed:
+                # The task's one route: its node's gateway, which carries the bytes to the listener.
+                data["controllerVia"] = swarm_backend.GATEWAY_SOCKET
         return data
 
 

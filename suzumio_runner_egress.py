@@ -29,10 +29,11 @@ def preamble(project, activation_id, token):
     return f"{PREAMBLE} {project} {activation_id} {token}\n".encode()
 
 
-def open_endpoint(url, timeout=CONNECT_TIMEOUT_SECONDS, ca=None):
+def open_endpoint(url, timeout=CONNECT_TIMEOUT_SECONDS, ca=None, via=None):
     """A connected socket to the egress proxy: `unix:///path` (beside the runner socket), or
     `tls://host:port` (the runner listener: TLS verified against `ca`, the controllerCa, offering
-    ALPN_EGRESS; a listener that does not select it would hand the tunnel to the runner routes)."""
+    ALPN_EGRESS; a listener that does not select it would hand the tunnel to the runner routes),
+    reached through the Unix socket `via` (a Swarm node's gateway) when given."""
     parts = urlsplit(url)
     if parts.scheme == "unix":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -44,8 +45,34 @@ def open_endpoint(url, timeout=CONNECT_TIMEOUT_SECONDS, ca=None):
             raise
         return sock
     if parts.scheme == "tls" and parts.hostname and parts.port:
+        if via:
+            return open_tls(connect_via(via, timeout), parts.hostname, ca)
         return open_tls(socket.create_connection((parts.hostname, parts.port), timeout=timeout), parts.hostname, ca)
     raise ValueError(f"Unsupported egress address: {url}")
+
+
+VIA_WAIT_SECONDS = 5.0
+
+
+def connect_via(path, timeout):
+    """A connected Unix socket to `path`, which stands for a TCP connection. A socket not there yet,
+    or not accepting, is tried again for VIA_WAIT_SECONDS: a node's gateway that has just started (or
+    restarted) binds it a moment after its task runs."""
+    deadline = time.monotonic() + VIA_WAIT_SECONDS
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+            return sock
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+        except OSError:
+            sock.close()
+            raise
 
 
 def tls_context(ca):
@@ -312,11 +339,12 @@ class Forwarder:
     """The loopback listener of one activation: every connection is tunnelled to `endpoint` behind the
     activation's preamble, in one thread ("suzumio-egress-forwarder")."""
 
-    def __init__(self, endpoint, identity, warn=None, ca=None):
+    def __init__(self, endpoint, identity, warn=None, ca=None, via=None):
         self.endpoint = endpoint
         self.identity = identity
         self.warn = warn
         self.ca = ca  # PEM: the CA a tls:// endpoint is verified against
+        self.via = via  # a Unix socket standing for the TCP route to a tls:// endpoint
         self.relay = Relay()
         self.stopped = threading.Event()
         self.thread = None
@@ -358,7 +386,7 @@ class Forwarder:
     def _open(self, client):
         """The tunnel to the proxy with the preamble sent, or None (`client` closed, a warning given)."""
         try:
-            upstream = open_endpoint(self.endpoint, ca=self.ca)
+            upstream = open_endpoint(self.endpoint, ca=self.ca, via=self.via)
             upstream.sendall(self.identity)
         except (OSError, ValueError) as error:
             if self.warn is not None:

@@ -9,12 +9,16 @@ import socket
 import socketserver
 import ssl
 import stat
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from conftest import wait_until
 
 import suzumio_runner_egress as egress_mod
+import suzumio_runner_models as models_mod
 import suzumio_tls
 from suzumio_runner_loop import ControllerClient, ControllerError
 
@@ -314,3 +318,29 @@ def test_the_forwarder_carries_large_bodies_both_ways_over_a_tls_tunnel(front, e
         wait_until(lambda: not forwarder._tls_open, 10, message="the tunnel's thread to end")
     finally:
         forwarder.stop()
+
+
+def test_through_a_node_gateway_the_runner_routes_and_the_egress_tunnel_keep_their_tls(front, egress_socket, tmp_path):
+    relay, tls = front(alpn_sockets={egress_mod.ALPN_EGRESS: egress_socket})
+    gateway_socket = tmp_path / "gateway.sock"
+    script = Path(suzumio_tls.__file__).with_name("suzumio_runner_gateway.py")
+    gateway = subprocess.Popen([sys.executable, str(script), str(gateway_socket), "127.0.0.1", str(relay.port)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert gateway.stdout.readline().startswith("suzumio gateway: ")  # listening
+        # The name checked is the listener's, whatever carries the bytes.
+        via = str(gateway_socket)
+        with egress_mod.open_endpoint(f"tls://localhost:{relay.port}", ca=tls.ca_pem, via=via) as tunnel:
+            tunnel.sendall(b"who\n")
+            assert tunnel.makefile("rb").read(len(b"egress who\n")) == b"egress who\n"
+        with pytest.raises(ssl.SSLCertVerificationError):
+            egress_mod.open_endpoint(f"tls://example.org:{relay.port}", ca=tls.ca_pem, via=via)
+        conn = models_mod._ResumingHTTPSConnection("localhost", relay.port, 5, client_context(tls.ca_pem),
+                                                   models_mod.TlsSessions(), via=via)
+        conn.connect()
+        with conn.sock:
+            conn.sock.sendall(b"plain http bytes\n")
+            assert conn.sock.recv(100) == b"plain http bytes\n"  # the echo: the runner routes' socket
+    finally:
+        gateway.kill()
+        gateway.wait()
