@@ -1,8 +1,9 @@
 """TLS for the runner listener on TCP (`serve --runner-listen HOST:PORT`).
 
 The runner routes stay a plain WSGI app on Waitress, bound to a Unix socket in a private folder of the
-root; TlsFront accepts TLS on HOST:PORT and relays each connection's bytes to that socket, so nothing
-on the network ever speaks plain HTTP to the runner routes. The certificate is the operator's (cert,
+root; TlsFront accepts TLS on HOST:PORT and relays each connection's bytes to that socket (or, when
+the client chose the egress ALPN protocol, to the egress proxy's socket), so nothing on the network
+ever speaks plain HTTP to the runner routes or a plain tunnel to the proxy. The certificate is the operator's (cert,
 key and the CA runners verify it against), or a CA and server certificate created in `<root>/tls/` on
 first start with the `openssl` command (Python's standard library cannot issue certificates; see
 docs/spec-notes.md, "Runner listener over TLS"). Runners get the CA with their activation."""
