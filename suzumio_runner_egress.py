@@ -349,7 +349,7 @@ class Forwarder:
         self.stopped = threading.Event()
         self.thread = None
         self.port = None
-        self._tls_open = set()  # the sockets of TLS tunnels, each relayed on its own thread
+        self._tls_open = {}  # client socket -> its TLS tunnel (None while it opens), one thread each
         self._tls_lock = threading.Lock()
 
     def start(self):
@@ -370,7 +370,7 @@ class Forwarder:
         with self._tls_lock:
             full = len(self.relay.pairs) + len(self._tls_open) >= MAX_CONNECTIONS
             if not full and self.endpoint.startswith("tls:"):
-                self._tls_open.add(client)
+                self._tls_open[client] = None
         if full:
             client.close()
             return
@@ -402,14 +402,13 @@ class Forwarder:
             upstream = self._open(client)
             if upstream is not None:
                 with self._tls_lock:
-                    self._tls_open.add(upstream)
+                    self._tls_open[client] = upstream
                 relay_tls(upstream, client)
         except (OSError, ssl.SSLError):
             pass  # either side went away: the client sees its connection end
         finally:
             with self._tls_lock:
-                self._tls_open.discard(client)
-                self._tls_open.discard(upstream)
+                self._tls_open.pop(client, None)
             client.close()
             if upstream is not None:
                 upstream.close()
@@ -421,10 +420,11 @@ class Forwarder:
     def stop(self):
         self.stopped.set()
         with self._tls_lock:
-            tunnels = list(self._tls_open)
+            tunnels = [sock for pair in self._tls_open.items() for sock in pair if sock is not None]
         for sock in tunnels:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                # The plain socket's shutdown: SSLSocket's would drop its TLS state under the relaying thread.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
             except OSError:
                 pass
         if self.thread is not None:

@@ -316,6 +316,11 @@ def test_the_forwarder_carries_large_bodies_both_ways_over_a_tls_tunnel(front, e
                 assert reader.read(len(payload)) == payload
             sender.join()
         wait_until(lambda: not forwarder._tls_open, 10, message="the tunnel's thread to end")
+        idle = socket.create_connection(("127.0.0.1", forwarder.port), timeout=10)
+        with idle, idle.makefile("rb") as reader:
+            assert reader.read(len(b"egress who\n")) == b"egress who\n"
+            forwarder.stop()  # ends the open tunnel too
+            assert reader.read() == b""
     finally:
         forwarder.stop()
 
