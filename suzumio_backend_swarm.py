@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
 from urllib.parse import urlsplit
@@ -37,6 +38,7 @@ GATEWAY_FILES = ("suzumio_runner_gateway.py", "suzumio_runner_egress.py")
 GATEWAY_DIR = "/run/suzumio-gateway"  # in the gateway (read-write) and in every sealed task (read-only)
 GATEWAY_SOCKET = f"{GATEWAY_DIR}/gateway.sock"  # input.json controllerVia
 GATEWAY_USER = "65532:65532"
+GATEWAY_PROBE_SECONDS = 3.0  # gc: how long a listener may take to accept before its gateway is removed
 GATEWAY_READY_SECONDS = 60.0  # a new gateway's tasks start on every node before the first activation's
 NETWORK_SUFFIX = "-net"
 NODE_LOST_ERROR = "Swarm node {node} was lost while it ran this activation (task {task})"
@@ -514,3 +516,25 @@ def collect_garbage(backends, store, engine):
             backends.swarm.remove(engine, swarm_service(name), activation_id)
             removed += 1
     return removed
+
+
+def collect_gateway(backends, engine, controller_url):
+    """`suzumio gc`: remove the gateway of the project's runner listener when nothing answers at its
+    address from here (its controller is gone; a controller started there later makes it anew).
+    Returns whether it was removed."""
+    name = gateway_name(controller_url)
+    client = backends.swarm.client(engine)
+    if not [service for service in client.services.list(filters={"name": name}) if service.name == name]:
+        return False
+    try:
+        socket.create_connection(listener_address(controller_url), timeout=GATEWAY_PROBE_SECONDS).close()
+        return False
+    except OSError:
+        pass
+    try:
+        client.api.remove_service(name)
+    except engine_errors() as error:
+        if http_status(error) != 404:
+            log.warning("removing gateway %s failed: %s", name, error)
+            return False
+    return True

@@ -19,6 +19,7 @@ from test_swarm_lab import lab_settings
 import docker
 import suzumio_backend
 import suzumio_backend_reconcile
+import suzumio_backend_swarm
 import suzumio_coordination as coordination
 
 pytestmark = pytest.mark.swarm
@@ -197,6 +198,16 @@ def test_gc_removes_the_service_and_secret_a_dead_controller_left(tmp_path, lab)
             reconciler.collect_garbage(team.store, config, tmp_path / "unused.sock")
             return not client.secrets.list(filters={"label": f"suzumio.activation={running['id']}"})
         wait_until(secrets_gone, 30, interval=1, message="its secret to be removed")
+        # The listener still answers: its gateway stays. Once the controller is gone, gc removes it.
+        url = json.loads((team.store.activation_dir(running["id"]) / "input.json").read_text())["controllerUrl"]
+        engine = config.backend.swarm.engine
+        assert not suzumio_backend_swarm.collect_gateway(later, engine, url)
+        assert client.services.list(filters={"label": "suzumio.gateway"})
+        teams.remove((team, stack, model))
+        stack.__exit__(None, None, None)
+        model.close()
+        assert suzumio_backend_swarm.collect_gateway(later, engine, url)
+        assert not client.services.list(filters={"label": "suzumio.gateway"})
     finally:
         later.close()
 
