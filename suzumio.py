@@ -146,8 +146,9 @@ class Runtime:
         self.configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
         self.toolpacks = suzumio_toolpacks.ToolpackRuntime(self.configs, mcp=self.mcp)
         # Prepared runners only in serve: a CLI command's process ends before one is claimed.
-        if runner_socket is None and controller_ca is None:
-            # A CLI command's runners reach a TLS runner listener with the CA that serve published.
+        if controller_ca is None:
+            # A CLI command's swarm (and local) runners reach a TLS runner listener with the CA that
+            # serve published.
             controller_ca = suzumio_tls.published_ca(root.path)
         self.backends = suzumio_backend.Backends(runner_socket=runner_socket, warm_limit=warm_limit,
                                                  configs=self.configs, controller_ca=controller_ca)
@@ -743,15 +744,10 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         who = ("any local process, agent tools on the local backend included," if host in LOOPBACK
                else f"anyone who can reach {host}")
         print(f"Warning: --no-auth: the user API takes no token; {who} controls every project", file=err)
-    socket_path = None
-    if runner_listen is None:
-        socket_path = runner_socket_path(root.path)
-        prepare_runner_socket_dir(socket_path)
-    else:
-        # A socket left by a killed serve would send the activations CLI commands start to nobody.
-        stale = live_runner_socket(root.path)
-        if stale is not None:
-            stale.unlink()
+    # The runner socket is served with --runner-listen too: docker-chat runners reach the controller
+    # only there, without a network.
+    socket_path = runner_socket_path(root.path)
+    prepare_runner_socket_dir(socket_path)
     descriptors = raise_descriptor_limit(err)
     tune_malloc()
     liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
@@ -759,6 +755,9 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         if runner_tls is None:
             raise SuzumioError("serve --runner-listen needs the listener's TLS certificate")
         suzumio_tls.publish_ca(root.path, runner_tls.ca_pem)
+    else:
+        # CLI commands' runners would take it for a TLS listener that no longer runs.
+        suzumio_tls.unpublish_ca(root.path)
     runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm, max_activations=max_activations,
                       controller_ca=None if runner_tls is None else runner_tls.ca_pem)
     servers = []
@@ -783,30 +782,29 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         def runner_died(_component, error):
             liveness.died("runner-http", error)
 
-        if runner_listen is None:
-            runner_server = suzumio_api.Server(runner_app, threads=threads, connection_limit=limit,
-                                               on_fatal=runner_died, unix_socket=socket_path,
-                                               name="suzumio-runner-http")
-            runner_url = f"unix://{socket_path}"
-        else:
-            runner_server = suzumio_tls.TlsRunnerListener(runner_app, runner_listen[0], runner_listen[1], runner_tls,
-                                                          threads=threads, connection_limit=limit,
-                                                          on_fatal=runner_died, name="suzumio-runner-http")
-            runner_url = f"https://{url_host(runner_listen[0])}:{runner_server.port}"
+        runner_server = suzumio_api.Server(runner_app, threads=threads, connection_limit=limit,
+                                           on_fatal=runner_died, unix_socket=socket_path, name="suzumio-runner-http")
         servers.append(runner_server)
+        egress_socket = socket_path.parent / suzumio_egress.EGRESS_SOCKET
+        tls_server = None
+        if runner_listen is not None:
+            # Its egress tunnels (ALPN) go to the same proxy socket as the runner socket's neighbours.
+            tls_server = suzumio_tls.TlsRunnerListener(runner_app, runner_listen[0], runner_listen[1], runner_tls,
+                                                       egress_socket=egress_socket, threads=threads,
+                                                       connection_limit=limit, on_fatal=runner_died,
+                                                       name="suzumio-runner-tls-http")
+            servers.append(tls_server)
         # The controller's own listeners are never a destination, whatever an allowlist says.
-        own = [(host, server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])
+        own = [(host, server.port)] + ([(runner_listen[0], tls_server.port)] if tls_server else [])
         egress = suzumio_egress.EgressProxy(root, runtime.configs, own_listeners=lambda: own)
-        if runner_listen is None:
-            egress.listen_unix(socket_path.parent / suzumio_egress.EGRESS_SOCKET)
-        else:
-            egress.listen_tcp(runner_listen[0])
-            runtime.backends.egress_port = egress.tcp_address[1]
+        egress.listen_unix(egress_socket)
         # The handlers only record the signal: appending to a list takes no lock, so a signal can never
         # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.
         previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
-        runner_server.start()
+        for runner in (runner_server, tls_server):
+            if runner is not None:
+                runner.start()
         egress.start()
         if tracer is not None and tracer.enabled:
             tracer.start()
@@ -815,7 +813,11 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         base = f"http://{host}:{server.port}"
         print(f"suzumio listening on {base}", file=out)
         print(f"Control room: {base}/" + (f"?token={api_token}" if api_token else ""), file=out)
-        print(f"Runner listener: {runner_url}", file=out, flush=True)
+        if tls_server is None:
+            print(f"Runner listener: unix://{socket_path}", file=out, flush=True)
+        else:
+            print(f"Runner listener: https://{url_host(runner_listen[0])}:{tls_server.port}", file=out)
+            print(f"Runner socket: unix://{socket_path}", file=out, flush=True)
         runtime.reconciler.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
         if scheduler_enabled:
             runtime.scheduler.start()

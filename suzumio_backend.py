@@ -138,16 +138,17 @@ def runner_controller_url(kind, runner_socket, configured_url):
     return configured_url if kind in CONTAINER_KINDS else local_controller_url(configured_url)
 
 
-def runner_egress_url(kind, runner_socket, controller_url, egress_port):
+def runner_egress_url(kind, runner_socket, controller_url):
     """Where the runner's forwarder reaches the egress proxy: its socket beside the runner socket, or
-    (serve --runner-listen) its TCP port on the host of the runner's controllerUrl; None without one."""
+    (a TLS runner listener) `tls://` to the host and port of the runner's https controllerUrl, where
+    the listener hands a connection offering the egress ALPN protocol to the proxy; None otherwise."""
     if runner_socket is not None:
         path = Path(runner_socket).parent / suzumio_egress.EGRESS_SOCKET
         return f"unix://{CONTAINER_RUN_DIR}/{path.name}" if kind == KIND_DOCKER else f"unix://{os.path.abspath(path)}"
-    if egress_port is None:
+    parts = urllib.parse.urlsplit(controller_url)
+    if parts.scheme != "https" or not parts.hostname:
         return None
-    host = urllib.parse.urlsplit(controller_url).hostname
-    return f"tcp://{host}:{egress_port}" if host and not controller_url.startswith("unix:") else None
+    return f"tls://{parts.netloc.rpartition('@')[2]}" if parts.port else f"tls://{parts.netloc}:443"
 
 
 def tls_url(url):
@@ -311,19 +312,23 @@ class Launch:
     """Everything one backend needs to start one activation, prepared by Backends.start."""
 
     def __init__(self, store, config, activation, agent, support_dir, environ, runner_socket=None,
-                 egress_port=None, controller_ca=None):
+                 controller_ca=None):
         self.store = store
-        self.egress_port = egress_port
-        self.controller_ca = controller_ca  # PEM: the runner listener speaks TLS, verified against it
-        # The runner reaches the controller over the bind-mounted runner socket, so containers get
-        # `none` (DockerBackend.network_mode) and go out through the egress proxy. Without a socket
-        # (serve --runner-listen) it needs TCP: every container then gets its agent's configured network.
-        self.runner_socket = runner_socket
-        self.controller_over_network = runner_socket is None
+        self.kind = config.backend.kind
+        # A docker-chat runner reaches the controller over the bind-mounted runner socket, so its
+        # container gets `none` (DockerBackend.network_mode) and goes out through the egress proxy. A
+        # swarm task cannot mount it, and a local runner keeps the TLS runner listener when there is
+        # one (`controller_ca`, PEM, that runners verify it against).
+        use_socket = self.kind == KIND_DOCKER or (self.kind != KIND_SWARM and controller_ca is None)
+        self.runner_socket = runner_socket if use_socket else None
+        # Only without any serve of the root (a CLI command's activation; serve always serves the
+        # socket): the runner can then only try backend.controllerUrl, and no tool runs before the
+        # controller answers it.
+        self.controller_over_network = self.kind == KIND_DOCKER and runner_socket is None
+        self.controller_ca = None if self.runner_socket is not None else controller_ca
         self.config = config
         self.activation = activation
         self.agent = agent
-        self.kind = config.backend.kind
         self.support_dir = Path(support_dir)
         self.project = config.name
         self.project_dir = Path(store.dir)
@@ -350,9 +355,9 @@ class Launch:
         local toolpack manifests (any change makes prepared runners stale)."""
         return digest([self.store.config(), suzumio_config.manifest_stamps(self.config)])
 
-    def runner_files(self):
-        """The runner's files, or `Runner file not found: <path>`."""
-        paths = [self.support_dir / name for name in RUNNER_FILES]
+    def runner_files(self, names=RUNNER_FILES):
+        """The runner's files (or those of `names`), or `Runner file not found: <path>`."""
+        paths = [self.support_dir / name for name in names]
         if self.support_dir == SUPPORT_DIR:  # a wheel installs the Node host under <prefix>/share/suzumio
             paths = [path if path.is_file() else resource_path(path.name) for path in paths]
         for path in paths:
@@ -383,7 +388,7 @@ class Launch:
             "readRoots": read_roots,
             "writeRoots": [workspace, f"{artifacts_root}/{agent['id']}"],
             "controllerUrl": controller_url,
-            "egress": runner_egress_url(self.kind, self.runner_socket, controller_url, self.egress_port),
+            "egress": runner_egress_url(self.kind, self.runner_socket, controller_url),
             "token": agent["token"],
             "runner": runner_section(self.config),
             "tools": [tool for spec in specs for tool in spec["tools"]],
@@ -397,6 +402,9 @@ class Launch:
             # artifacts back (suzumio_files), and forbids new privileges to itself and its tools.
             data["files"] = "controller"
             data["noNewPrivileges"] = True
+            if self.config.backend.swarm.sealed:
+                # The task's one route: its node's gateway, which carries the bytes to the listener.
+                data["controllerVia"] = swarm_backend.GATEWAY_SOCKET
         return data
 
 
@@ -446,8 +454,8 @@ def numeric_ids(user):
 
 
 def network_mode(sandbox, controller_over_network):
-    """The container's network mode: the agent's network when it has network (or while the runner
-    still needs one to reach the controller), else `none`. None means Docker's default."""
+    """The container's network mode: the agent's network when it has network (or when no runner socket
+    is served, and the runner can only try backend.controllerUrl), else `none`. None means Docker's default."""
     if sandbox.has_network or controller_over_network:
         return sandbox.network
     return "none"
@@ -773,17 +781,17 @@ class Backends:
 
     def __init__(self, support_dir=SUPPORT_DIR, docker_client=None, environ=None, runner_socket=None,
                  warm_limit=0, configs=None, controller_ca=None):
-        """`runner_socket`: the path of the controller's runner socket, which every runner then
-        reaches; None when the runner routes are on TCP (`serve --runner-listen`), reached through
-        `backend.controllerUrl`. `warm_limit`: how many prepared runners this process may hold (
-        0, or no runner socket: none, every activation starts cold); `configs`: the runtime's ConfigCache
-        (serve shares its one; a CLI command's or a test's Backends keep their own); `controller_ca`: the
-        PEM CA of a TLS runner listener, given to every runner with its input."""
+        """`runner_socket`: the path of the controller's runner socket, which docker-chat runners always
+        reach and local ones unless there is a TLS runner listener (`controller_ca`, its PEM CA, given to
+        the runners that reach it through `backend.controllerUrl`: swarm tasks, and local runners);
+        None when no serve of this root runs. `warm_limit`: how many prepared runners this process may
+        hold (0, no runner socket, or a TLS listener: none, every activation starts cold); `configs`:
+        the runtime's ConfigCache (serve shares its one; a CLI command's or a test's Backends keep their
+        own)."""
         self.controller_ca = controller_ca
         self.configs = configs if configs is not None else suzumio_config.ConfigCache()
         self.support_dir = Path(support_dir)
         self.runner_socket = None if runner_socket is None else Path(runner_socket)
-        self.egress_port = None  # the egress proxy's TCP port with serve --runner-listen (set by serve)
         self.environ = dict(os.environ if environ is None else environ)
         self.local = LocalBackend(self.environ)
         self.docker = DockerBackend(docker_client)
@@ -795,7 +803,8 @@ class Backends:
         self.closed = threading.Event()  # set by close(): the watchers and the reconciler end
         self.retention = Retention(self.docker)
         self.warm = None
-        if warm_limit and self.runner_socket is not None:
+        # Not with a TLS runner listener: a prepared local runner would be made for the runner socket.
+        if warm_limit and self.runner_socket is not None and controller_ca is None:
             self.warm = suzumio_warm.WarmPool(self, self.runner_socket, warm_limit, self.configs).start()
 
     # -- warm activations
@@ -824,8 +833,7 @@ class Backends:
         agent_ids = store.agent_ids()
         wanted = []
         for agent in agents[:count]:
-            launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket,
-                            self.egress_port)
+            launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket)
             wanted.append((agent, launch.kind, self._fingerprint(launch, agent_ids), config))
         return wanted
 
@@ -836,8 +844,7 @@ class Backends:
 
     def prepare(self, store, config, agent, slot):
         """For WarmPool: create and start the container, or spawn the process, of `slot`."""
-        launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket,
-                            self.egress_port)
+        launch = Launch(store, config, None, agent, self.support_dir, self.environ, self.runner_socket)
         if launch.kind == KIND_LOCAL:
             self.local.prepare(launch, slot, self.warm.path)
             return
@@ -882,7 +889,7 @@ class Backends:
         if config.backend.kind == KIND_SWARM and self.controller_ca is None:
             raise ValueError(SWARM_NEEDS_LISTENER)
         launch = Launch(store, config, activation, agent, self.support_dir, self.environ, self.runner_socket,
-                        self.egress_port, self.controller_ca)
+                        self.controller_ca)
         agent_ids = store.agent_ids()
         make_private_dir(store.activations_root)
         make_private_dir(launch.activation_dir)

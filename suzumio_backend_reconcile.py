@@ -195,7 +195,9 @@ class Reconciler:
         that a `serve` of this root (`runner_socket`, its socket's path) left and no longer runs. Returns
         the count removed."""
         if config.backend.kind == KIND_SWARM:
-            return swarm_backend.collect_garbage(self.backends, store, config.backend.swarm.engine)
+            removed = swarm_backend.collect_garbage(self.backends, store, config.backend.swarm.engine)
+            swarm_backend.collect_gateway(self.backends, config.backend.swarm.engine, config.backend.controller_url)
+            return removed
         removed = 0
         owner = warm_owner(runner_socket)
         for name, state in self.docker.warm_containers(owner=owner, project=store.project_id):

@@ -1,14 +1,18 @@
 """The `swarm` backend: one replicated-job service per activation on a Docker Swarm, through the Docker
 SDK against a manager's engine (backend.swarm.engine). Its input (the agent token and the controller's CA
 in it) is a Swarm secret, the runner's files are Swarm configs, and nothing is bind-mounted: files go
-through the controller (suzumio_files). Used by suzumio_backend's Backends and the reconciler only."""
+through the controller (suzumio_files). On the sealed network (the default) each task is alone on an
+internal overlay of its own and reaches the runner listener only through its node's gateway, a global
+service per listener (suzumio_runner_gateway). Used by suzumio_backend's Backends and the reconciler only."""
 import hashlib
 import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
+from urllib.parse import urlsplit
 
 from suzumio_backend_local import LOG_TAIL_LINES, tail_lines
 from suzumio_config import KIND_SWARM, normalize_mount_target
@@ -29,6 +33,14 @@ POLL_SECONDS = 1.0
 PLACEMENT_POLL_SECONDS = 0.2  # until the task has a node: short activations must still record theirs
 ENDED_STATES = ("complete", "failed", "rejected", "shutdown", "orphaned", "remove")
 LOST_NODE_STATES = ("down", "unknown", "disconnected")
+GATEWAY_PREFIX = "suzumio-gateway-"
+GATEWAY_FILES = ("suzumio_runner_gateway.py", "suzumio_runner_egress.py")
+GATEWAY_DIR = "/run/suzumio-gateway"  # in the gateway (read-write) and in every sealed task (read-only)
+GATEWAY_SOCKET = f"{GATEWAY_DIR}/gateway.sock"  # input.json controllerVia
+GATEWAY_USER = "65532:65532"
+GATEWAY_PROBE_SECONDS = 3.0  # gc: how long a listener may take to accept before its gateway is removed
+GATEWAY_READY_SECONDS = 60.0  # a new gateway's tasks start on every node before the first activation's
+NETWORK_SUFFIX = "-net"
 NODE_LOST_ERROR = "Swarm node {node} was lost while it ran this activation (task {task})"
 SERVICE_GONE_ERROR = "Runner service {service} was removed while its activation ran"
 
@@ -43,6 +55,30 @@ def swarm_service(name):
     return name[len(SWARM_PREFIX):] if isinstance(name, str) and name.startswith(SWARM_PREFIX) else None
 
 
+def listener_address(controller_url):
+    """(host, port) of the https runner listener a controllerUrl names."""
+    parts = urlsplit(controller_url)
+    return parts.hostname, parts.port or 443
+
+
+def gateway_name(controller_url):
+    """One gateway per runner listener, named by a digest of its address (a listener that moves gets
+    a new one; projects of the same controller share it)."""
+    host, port = listener_address(controller_url)
+    return GATEWAY_PREFIX + hashlib.sha256(f"{host}:{port}".encode()).hexdigest()[:12]
+
+
+def gateway_mount(name, read_only):
+    """The node's gateway folder: a tmpfs volume of the node (created with the gateway's first task
+    there, shared by the node's containers that mount it), owned by the gateway's user."""
+    types = docker_sdk().types
+    uid, gid = GATEWAY_USER.split(":")
+    driver = types.DriverConfig("local", options={"type": "tmpfs", "device": "tmpfs",
+                                                  "o": f"uid={uid},gid={gid},mode=0755"})
+    return types.Mount(GATEWAY_DIR, name, type="volume", read_only=read_only, driver_config=driver,
+                       labels={"suzumio.managed": "true", "suzumio.gateway": name})
+
+
 def scratch_targets(mounts):
     """The task's writable folders: SCRATCH_TARGETS, and one for each configured mount outside them (its
     target, or a file's folder), where the runner puts the copy it fetches."""
@@ -53,6 +89,10 @@ def scratch_targets(mounts):
         if folder not in ("", "/") and not any(folder == t or folder.startswith(t + "/") for t in targets):
             targets.append(folder)
     return targets
+
+
+def types_mode_global():
+    return docker_sdk().types.ServiceMode("global")
 
 
 def nano_cpus(cpus):
@@ -85,7 +125,9 @@ class SwarmBackend:
         self.environ = environ
         self._clients = {}
         self._runner_configs = {}  # (engine, config name) -> config id; configs are immutable
+        self._gateways = set()  # (engine, gateway name) known to run
         self._lock = threading.Lock()
+        self._gateway_lock = threading.Lock()  # one creation at a time: activations start in parallel
 
     def client(self, engine):
         """The SDK client of `engine` (None: DOCKER_HOST of the controller's environment, else local)."""
@@ -138,6 +180,53 @@ class SwarmBackend:
                                                            uid=owner[0], gid=owner[1], mode=0o444))
         return references
 
+    def ensure_gateway(self, engine, launch):
+        """The gateway service of the launch's runner listener, created on first use (and its tasks
+        waited for) or adopted when it exists; returns its name, which is also its volume's."""
+        docker = docker_sdk()
+        name = gateway_name(launch.data["controllerUrl"])
+        with self._gateway_lock:
+            if (engine, name) in self._gateways:
+                return name
+            client = self.client(engine)
+            if not [s for s in client.services.list(filters={"name": name}) if s.name == name]:
+                host, port = listener_address(launch.data["controllerUrl"])
+                files = launch.runner_files(GATEWAY_FILES)
+                labels = {"suzumio.managed": "true", "suzumio.gateway": name}
+                try:
+                    client.services.create(
+                        launch.config.backend.image,
+                        ["python3", f"{RUNNER_DIR}/{GATEWAY_FILES[0]}", GATEWAY_SOCKET, host, str(port)],
+                        name=name, labels=labels, container_labels=labels, mode=types_mode_global(),
+                        networks=["host"], user=GATEWAY_USER, cap_drop=["ALL"], privileges={"NoNewPrivileges": True},
+                        mounts=[gateway_mount(name, read_only=False)],
+                        configs=self.runner_configs(engine, files, GATEWAY_USER.split(":")))
+                except docker.errors.APIError as error:
+                    if http_status(error) != 409:  # another controller of this listener made it meanwhile
+                        raise
+                self._wait_for_gateway(client, name)
+            self._gateways.add((engine, name))
+        return name
+
+    @staticmethod
+    def _wait_for_gateway(client, name):
+        """Until a task of the new gateway runs on every node that takes tasks: a task placed before
+        its node's gateway runs would find no socket."""
+        deadline = time.monotonic() + GATEWAY_READY_SECONDS
+        while time.monotonic() < deadline:
+            nodes = [n for n in client.api.nodes() if (n.get("Spec") or {}).get("Availability") == "active"
+                     and (n.get("Status") or {}).get("State") == "ready"]
+            running = {t.get("NodeID") for t in client.api.tasks(filters={"service": name, "desired-state": "running"})
+                       if (t.get("Status") or {}).get("State") == "running"}
+            if nodes and all(n["ID"] in running for n in nodes):
+                return
+            time.sleep(PLACEMENT_POLL_SECONDS)
+        log.warning("gateway %s: not running on every node after %ss", name, GATEWAY_READY_SECONDS)
+
+    def create_network(self, client, service, labels):
+        """The task's own overlay: internal (no gateway, no route out) and joined by nothing else."""
+        return client.networks.create(service + NETWORK_SUFFIX, driver="overlay", internal=True, labels=labels).id
+
     def create(self, launch, user, owner):
         """Create the activation's secret and service (the task starts as soon as a node takes it);
         returns the recorded name. `user`: the task's user; `owner`: (uid, gid) strings of its secret."""
@@ -152,9 +241,16 @@ class SwarmBackend:
         if swarm.resolve_image != "never":
             digest = client.api.inspect_distribution(image)["Descriptor"]["digest"]
             image = f"{image.split('@')[0]}@{digest}"
+        mounts = [types.Mount(target, None, type="tmpfs", tmpfs_mode=0o1777)
+                  for target in scratch_targets(launch.config.mounts_for(launch.agent["id"]))]
+        networks = [swarm.network]
+        if swarm.sealed:
+            mounts.append(gateway_mount(self.ensure_gateway(swarm.engine, launch), read_only=True))
         secret = client.secrets.create(name=f"{service}-input", labels=labels,
                                        data=json.dumps(launch.data).encode("utf-8"))
         try:
+            if swarm.sealed:
+                networks = [self.create_network(client, service, labels)]
             configs = self.runner_configs(swarm.engine, launch.runner_files(), owner)
             placement = launch.config.swarm_placement(launch.agent["id"])
             sandbox = launch.config.sandbox(launch.agent["id"])
@@ -165,21 +261,20 @@ class SwarmBackend:
             client.services.create(
                 image, ["python3", f"{RUNNER_DIR}/{launch.runner_files()[0].name}"],
                 args=["--input", INPUT_PATH], name=service, labels=labels, container_labels=labels,
-                mode=types.ServiceMode("replicated-job"), networks=[swarm.network],
+                mode=types.ServiceMode("replicated-job"), networks=networks,
                 restart_policy=types.RestartPolicy(condition="none"),
                 constraints=list(placement.constraints),
                 preferences=[("spread", label) for label in placement.preferences] or None,
                 resources=resources, env=environment, user=user, workdir="/workspace",
                 cap_drop=["ALL"], cap_add=list(sandbox.cap_add) or None,
                 # An engine whose API lacks this field ignores it; the runner then sets no_new_privs on itself.
-                privileges={"NoNewPrivileges": True},
-                mounts=[types.Mount(target, None, type="tmpfs", tmpfs_mode=0o1777)
-                        for target in scratch_targets(launch.config.mounts_for(launch.agent["id"]))],
+                privileges={"NoNewPrivileges": True}, mounts=mounts,
                 secrets=[types.SecretReference(secret.id, secret.name, filename=INPUT_FILE, uid=owner[0],
                                                gid=owner[1], mode=0o400)],
                 configs=configs)
         except BaseException:
             self._remove_secrets(client, launch.activation_id)
+            self._remove_networks(client, launch.activation_id)
             raise
         return SWARM_PREFIX + service
 
@@ -252,6 +347,23 @@ class SwarmBackend:
                 log.warning("removing service %s failed: %s", service, error)
         if activation_id is not None:
             self._remove_secrets(client, activation_id)
+            self._remove_networks(client, activation_id)
+
+    def _remove_networks(self, client, activation_id):
+        # Like a secret, the task's network is in use until its task is gone.
+        deadline = time.monotonic() + 10
+        for network in client.networks.list(filters={"label": f"suzumio.activation={activation_id}"}):
+            while True:
+                try:
+                    network.remove()
+                    break
+                except engine_errors() as error:
+                    if http_status(error) == 404:
+                        break
+                    if time.monotonic() >= deadline:
+                        log.warning("removing network %s failed: %s", network.name, error)
+                        break
+                    time.sleep(0.2)
 
     def _remove_secrets(self, client, activation_id):
         # A secret is in use until its service's task is gone: the manager then lets it go.
@@ -375,22 +487,24 @@ def adopt(backends, store, activation, name, secrets, engine):
 
 
 def collect_garbage(backends, store, engine):
-    """`suzumio gc`: remove this project's services, and input secrets, whose activation is not running
-    (a controller that died before it removed them). Returns the count of services removed."""
+    """`suzumio gc`: remove this project's services, and input secrets and task networks, whose
+    activation is not running (a controller that died before it removed them). Returns the count of
+    services removed."""
     removed = 0
     client = backends.swarm.client(engine)
     labels = ["suzumio.managed=true", f"suzumio.project={store.project_id}"]
-    for secret in client.secrets.list(filters={"label": labels}):
-        activation_id = (secret.attrs.get("Spec", {}).get("Labels") or {}).get("suzumio.activation")
+    for thing in [*client.secrets.list(filters={"label": labels}), *client.networks.list(filters={"label": labels})]:
+        activation_id = (thing.attrs.get("Labels") or (thing.attrs.get("Spec") or {}).get("Labels") or {}).get(
+            "suzumio.activation")
         try:
             ended = activation_id and store.activation(activation_id)["status"] != ACT_RUNNING
         except NotFound:
             continue  # another root's (the same project name on this Swarm)
         if ended and not backends.watched(activation_id):
             try:
-                secret.remove()
+                thing.remove()
             except engine_errors() as error:
-                log.info("secret %s not removed yet (%s): its task is still stopping", secret.name, error)
+                log.info("%s not removed yet (%s): its task is still stopping", thing.name, error)
     for name, activation_id in backends.swarm.services(engine, store.project_id):
         if not activation_id or backends.watched(activation_id):
             continue
@@ -402,3 +516,25 @@ def collect_garbage(backends, store, engine):
             backends.swarm.remove(engine, swarm_service(name), activation_id)
             removed += 1
     return removed
+
+
+def collect_gateway(backends, engine, controller_url):
+    """`suzumio gc`: remove the gateway of the project's runner listener when nothing answers at its
+    address from here (its controller is gone; a controller started there later makes it anew).
+    Returns whether it was removed."""
+    name = gateway_name(controller_url)
+    client = backends.swarm.client(engine)
+    if not [service for service in client.services.list(filters={"name": name}) if service.name == name]:
+        return False
+    try:
+        socket.create_connection(listener_address(controller_url), timeout=GATEWAY_PROBE_SECONDS).close()
+        return False
+    except OSError:
+        pass
+    try:
+        client.api.remove_service(name)
+    except engine_errors() as error:
+        if http_status(error) != 404:
+            log.warning("removing gateway %s failed: %s", name, error)
+            return False
+    return True

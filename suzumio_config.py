@@ -833,7 +833,7 @@ def boundary_warnings(config):
             lines.append(LOCAL_MOUNTS_WARNING)
         return lines + egress + _quota_warnings(data)
     sandboxes = {agent.id: config.sandbox(agent.id) for agent in config.agents}
-    lines = [swarm_network_warning(config.backend.swarm)] if config.backend.kind == KIND_SWARM else []
+    lines = [w for w in [swarm_network_warning(config.backend.swarm)] if w] if config.backend.kind == KIND_SWARM else []
     if config.backend.docker.grant_network:
         lines.append(f"Warning: backend.docker.grantNetwork true gives every agent {ESCAPE_HATCH}")
     for key, entry in data["agents"].items():
@@ -987,8 +987,9 @@ class ProjectConfig:
         for agent in self._agents:
             egress = self.egress(agent.id)
             if self.backend.kind == KIND_SWARM:
-                lines.append(f"Network: {agent.id} gets {self.backend.swarm.network} (backend.swarm.network: "
-                             "its task reaches the runner listener over it)")
+                lines.append(f"Network: {agent.id} gets {self.backend.swarm.network} (backend.swarm.network: " + (
+                    "its own internal network, no route but its node's gateway to the runner listener)"
+                    if self.backend.swarm.sealed else "its task reaches the runner listener over it)"))
             elif self.backend.kind != "local":
                 sandbox = self.sandbox(agent.id)
                 lines.append(f"Network: {agent.id} gets {sandbox.network_label} ({sandbox.network_reason})")

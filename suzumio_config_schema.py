@@ -647,7 +647,7 @@ _BACKEND = _Obj(
     # One replicated-job service per activation on a Swarm (docs/operations.md#beyond-one-machine-swarm-and-kubernetes).
     ("swarm", _Obj(
         ("engine", _TEXT, _OMIT),  # a manager's engine URL; default DOCKER_HOST, else the local engine
-        ("network", _TEXT, "host"),  # `host`, or an overlay network the tasks join
+        ("network", _TEXT, "sealed"),  # sealed: a task's own internal overlay; or `host`, or an overlay to join
         ("resolveImage", _Enum("never", "always", "changed"), "never"),  # never: images pre-loaded on the nodes
         *_swarm_placement_fields(),
     ), _OMIT),

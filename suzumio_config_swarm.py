@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from suzumio_config_schema import parse_size
 
 KIND_SWARM = "swarm"
+SEALED = "sealed"  # backend.swarm.network: a task's own internal overlay, and the node's gateway to the controller
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class SwarmConfig:
     """`backend.swarm` (docs/configuration.md); present only with backend.kind swarm or when written."""
 
     engine: str = None
-    network: str = "host"
+    network: str = SEALED
     resolve_image: str = "never"
     placement: object = None  # the placement fields as written
 
@@ -34,11 +35,15 @@ class SwarmConfig:
     def host_network(self):
         return self.network == "host"
 
+    @property
+    def sealed(self):
+        return self.network == SEALED
+
 
 def swarm_config(swarm):
     """The SwarmConfig of a normalized backend.swarm ({} when absent)."""
     placement = {key: swarm[key] for key in ("constraints", "preferences", "reservations", "limits") if key in swarm}
-    return SwarmConfig(swarm.get("engine"), swarm.get("network", "host"), swarm.get("resolveImage", "never"),
+    return SwarmConfig(swarm.get("engine"), swarm.get("network", SEALED), swarm.get("resolveImage", "never"),
                        placement)
 
 
@@ -56,11 +61,14 @@ def swarm_placement(swarm, agent):
 
 
 def swarm_network_warning(swarm):
-    """Swarm tasks need a network to reach the runner listener, so none of them is without one."""
+    """What `config render` says about the tasks' network: nothing when sealed (no route but the
+    node's gateway to the runner listener); `host` and a named overlay are escape hatches."""
+    if swarm.sealed:
+        return None
     if swarm.host_network:
         return ("Warning: backend.swarm.network host puts every activation task on its node's network: agent tools "
                 "can reach whatever that node reaches (its 127.0.0.1 services included), outside the egress "
                 "allowlist and its audit")
     return (f"Warning: backend.swarm.network {swarm.network}: agent tools can reach every service on that overlay "
-            "network and whatever it routes to, outside the egress allowlist and its audit; attach nothing else "
-            "to it and give it no route but the runner listener")
+            "network and whatever it routes to, outside the egress allowlist and its audit (the default, sealed, "
+            "gives each task no route but the runner listener)")

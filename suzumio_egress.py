@@ -150,7 +150,8 @@ class _Usage:
 # ---------------------------------------------------------------- the proxy
 
 class EgressProxy:
-    """Listeners (a Unix socket beside the runner socket, TCP with serve --runner-listen), one acceptor
+    """Listeners (a Unix socket beside the runner socket, which the TLS runner listener also hands
+    the tunnels that come to it with the egress ALPN protocol), one acceptor
     thread and a bounded pool of named workers, each serving one connection from request to close.
     `resolve(host, port)` gives a name's addresses (tests inject one); `own_listeners()` gives the
     (host, port) of the controller's listeners, never reachable through the proxy."""
@@ -169,7 +170,6 @@ class EgressProxy:
         self._lock = threading.Lock()
         self._pool = None
         self._thread = None
-        self.tcp_address = None
 
     def listen_unix(self, path):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -177,12 +177,6 @@ class EgressProxy:
             path.unlink()  # a socket a killed serve left; prepare_runner_socket_dir checked the folder
         sock.bind(str(path))
         path.chmod(0o666)  # containers run as other uids; the preamble's token is the authentication
-        self._add_listener(sock)
-        return self
-
-    def listen_tcp(self, host, port=0):
-        sock = socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self.tcp_address = sock.getsockname()[:2]
         self._add_listener(sock)
         return self
 
@@ -332,8 +326,6 @@ class EgressProxy:
 
     def is_own(self, address, port):
         listeners = list(self.own_listeners())
-        if self.tcp_address is not None:
-            listeners.append(self.tcp_address)
         for host, own_port in listeners:
             if port != own_port:
                 continue

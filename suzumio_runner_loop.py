@@ -161,8 +161,9 @@ class ControllerClient:
     socket for a `unix://<path>` controllerUrl, else over HTTP(S) to the URL; an https URL's server
     must present a certificate of `ca` (PEM text, the controllerCa of input.json) when one is given."""
 
-    def __init__(self, base_url, identity, ca=None):
+    def __init__(self, base_url, identity, ca=None, via=None):
         self.base_url = base_url.rstrip("/")
+        self.via = via  # a Unix socket standing for the TCP route to an https controllerUrl
         self.socket_path = base_url[len(UNIX_SCHEME):] if base_url.startswith(UNIX_SCHEME) else None
         self.identity = identity
         self.tls_context = ssl.create_default_context(cadata=ca) if ca else None
@@ -182,7 +183,7 @@ class ControllerClient:
             else:
                 response = http_request("POST", self.base_url + path, headers, payload, None,
                                         CONTROLLER_CONNECT_TIMEOUT_S, read_timeout, tls_context=self.tls_context,
-                                        tls_sessions=self.tls_sessions)
+                                        tls_sessions=self.tls_sessions, via=self.via)
                 status, raw = response.status, response.body
         except TransportError as error:
             raise ControllerError(f"Suzumio controller request failed: {error}. {self.reach_hint()}") from None
@@ -587,6 +588,7 @@ class Runner:
                 "token": activation["token"],
             },
             ca=activation.get("controllerCa"),
+            via=activation.get("controllerVia"),
         )
 
     def run(self):
@@ -621,7 +623,8 @@ class Runner:
         if not isinstance(self.egress, str) or not self.egress:
             return None
         identity = preamble(self.input["project"], self.activation_id, self.input["token"])
-        forwarder = Forwarder(self.egress, identity, warn=self.warn).start()
+        forwarder = Forwarder(self.egress, identity, warn=self.warn, ca=self.input.get("controllerCa"),
+                              via=self.input.get("controllerVia")).start()
         self.egress_proxy = forwarder.url
         self.env = dict(self.env, **proxy_environment(forwarder.url))
         return forwarder

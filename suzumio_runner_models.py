@@ -15,6 +15,8 @@ import time
 from collections import namedtuple
 from urllib.parse import unquote, urlsplit
 
+from suzumio_runner_egress import connect_via
+
 DEFAULT_MODEL_TIMEOUT_S = 300.0
 READ_CHUNK = 65536
 MAX_ERROR_BODY = 4000
@@ -162,21 +164,28 @@ class TlsSessions:
 
 
 class _ResumingHTTPSConnection(http.client.HTTPSConnection):
-    """An HTTPSConnection (never through a proxy) that offers the session kept in `sessions`."""
+    """An HTTPSConnection (never through a proxy) that offers the session kept in `sessions`; with
+    `via`, its TCP connection is a Unix socket that carries the bytes to host:port (a Swarm node's
+    gateway), TLS on top as ever."""
 
-    def __init__(self, host, port, timeout, context, sessions):
+    def __init__(self, host, port, timeout, context, sessions, via=None):
         super().__init__(host, port, timeout=timeout, context=context)
         self._sessions = sessions
+        self._via = via
 
     def connect(self):
-        http.client.HTTPConnection.connect(self)
+        if self._via is None:
+            http.client.HTTPConnection.connect(self)
+        else:
+            self.sock = connect_via(self._via, self.timeout)
         self.sock = self._context.wrap_socket(self.sock, server_hostname=self.host, session=self._sessions.session)
 
 
-def _connection(url, proxy, timeout, tls_context=None, tls_sessions=None):
+def _connection(url, proxy, timeout, tls_context=None, tls_sessions=None, via=None):
     """An unconnected HTTP(S)Connection for url (through proxy when given) and the request target;
     `tls_context` verifies an https URL's server (default: the system's CAs); `tls_sessions`, a
-    TlsSessions, resumes the session of the previous connection to the same server."""
+    TlsSessions, resumes the session of the previous connection to the same server, reached through
+    the Unix socket `via` when given."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname:
@@ -187,7 +196,7 @@ def _connection(url, proxy, timeout, tls_context=None, tls_sessions=None):
     if proxy is None:
         if scheme == "https" and tls_sessions is not None:
             conn = _ResumingHTTPSConnection(parts.hostname, port, timeout, tls_context or _tls_context(),
-                                            tls_sessions)
+                                            tls_sessions, via)
         elif scheme == "https":
             conn = http.client.HTTPSConnection(parts.hostname, port, timeout=timeout,
                                                context=tls_context or _tls_context())
@@ -213,11 +222,11 @@ def _connection(url, proxy, timeout, tls_context=None, tls_sessions=None):
 
 def http_request(
     method, url, headers=None, body=None, proxy=None, connect_timeout=None, idle_timeout=None, deadline=None,
-    tls_context=None, tls_sessions=None,
+    tls_context=None, tls_sessions=None, via=None,
 ):
     """One HTTP exchange without redirects. Timeouts are seconds (None: no limit); `deadline` is a
-    time.monotonic() instant bounding the whole exchange; `tls_context` and `tls_sessions` as for
-    _connection. Raises TransportError."""
+    time.monotonic() instant bounding the whole exchange; `tls_context`, `tls_sessions` and `via` as
+    for _connection. Raises TransportError."""
 
     def limit(seconds):
         if deadline is None:
@@ -229,7 +238,7 @@ def http_request(
 
     conn = None
     try:
-        conn, target, extra = _connection(url, proxy, limit(connect_timeout), tls_context, tls_sessions)
+        conn, target, extra = _connection(url, proxy, limit(connect_timeout), tls_context, tls_sessions, via)
         conn.connect()
         sock = conn.sock
         sock.settimeout(limit(idle_timeout))

@@ -1,8 +1,9 @@
 """TLS for the runner listener on TCP (`serve --runner-listen HOST:PORT`).
 
 The runner routes stay a plain WSGI app on Waitress, bound to a Unix socket in a private folder of the
-root; TlsFront accepts TLS on HOST:PORT and relays each connection's bytes to that socket, so nothing
-on the network ever speaks plain HTTP to the runner routes. The certificate is the operator's (cert,
+root; TlsFront accepts TLS on HOST:PORT and relays each connection's bytes to that socket (or, when
+the client chose the egress ALPN protocol, to the egress proxy's socket), so nothing on the network
+ever speaks plain HTTP to the runner routes or a plain tunnel to the proxy. The certificate is the operator's (cert,
 key and the CA runners verify it against), or a CA and server certificate created in `<root>/tls/` on
 first start with the `openssl` command (Python's standard library cannot issue certificates; see
 docs/spec-notes.md, "Runner listener over TLS"). Runners get the CA with their activation."""
@@ -10,7 +11,6 @@ docs/spec-notes.md, "Runner listener over TLS"). Runners get the CA with their a
 import ipaddress
 import logging
 import os
-import selectors
 import shutil
 import socket
 import ssl
@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from suzumio_errors import SuzumioError
+from suzumio_runner_egress import ALPN_EGRESS, relay_tls
 
 log = logging.getLogger("suzumio.tls")
 
@@ -34,9 +35,7 @@ CA_DAYS = 3650
 CERT_DAYS = 825
 OPENSSL_TIMEOUT_S = 60
 HANDSHAKE_TIMEOUT_S = 10
-IDLE_TIMEOUT_S = 3600  # a model stream through the controller may be quiet for long
-RELAY_CHUNK = 16384  # one TLS record
-RELAY_BUFFER = 1 << 20  # bytes held per direction before the relay stops reading that side
+ALPN_HTTP = "http/1.1"
 RELAY_LIMIT = 1024  # connections relayed at once; more are closed at once
 ACCEPT_BACKOFF_S = 0.1
 # Names every generated certificate carries: runners on this host and in its containers.
@@ -161,6 +160,10 @@ def publish_ca(root_path, ca_pem):
     os.replace(scratch, path)
 
 
+def unpublish_ca(root_path):
+    (Path(root_path) / TLS_DIR / PUBLISHED_CA_FILE).unlink(missing_ok=True)
+
+
 def published_ca(root_path):
     """The CA `serve --runner-listen` published in the root, or None."""
     path = Path(root_path) / TLS_DIR / PUBLISHED_CA_FILE
@@ -171,16 +174,23 @@ def published_ca(root_path):
 
 
 class TlsFront:
-    """Accepts TLS on host:port and relays each connection to the Unix socket `backend_socket`. A
-    client that does not complete a TLS handshake (plain HTTP, for one) is dropped: the runner routes
-    never see it. One thread per connection, at most RELAY_LIMIT at once."""
+    """Accepts TLS on host:port and relays each connection to the Unix socket `backend_socket`, or to
+    `alpn_sockets[protocol]` when the client offered that ALPN protocol (the egress tunnels of runners
+    that have no other route to the controller). A client that does not complete a TLS handshake
+    (plain HTTP, or a plain egress tunnel) is dropped: nothing behind sees it. One thread per
+    connection, at most RELAY_LIMIT at once."""
 
     def __init__(self, context, host, port, backend_socket, name="suzumio-runner-tls", on_fatal=None,
-                 handshake_timeout=HANDSHAKE_TIMEOUT_S, limit=RELAY_LIMIT):
+                 handshake_timeout=HANDSHAKE_TIMEOUT_S, limit=RELAY_LIMIT, alpn_sockets=None):
         self.context = context
         self.on_fatal = on_fatal  # called with the error if the accept loop itself dies
         self.handshake_timeout = handshake_timeout
         self.backend_socket = str(backend_socket)
+        self.alpn_sockets = {name: str(path) for name, path in (alpn_sockets or {}).items()}
+        if self.alpn_sockets:
+            # A client offering none of these (the runner's HTTP client offers none) gets no ALPN
+            # answer and the runner routes.
+            context.set_alpn_protocols([ALPN_HTTP, *self.alpn_sockets])
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.listener = socket.socket(family, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -243,8 +253,8 @@ class TlsFront:
                     self._connections.add(tls)
                 upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 with upstream:
-                    upstream.connect(self.backend_socket)
-                    relay(tls, upstream)
+                    upstream.connect(self.alpn_sockets.get(tls.selected_alpn_protocol(), self.backend_socket))
+                    relay_tls(tls, upstream)
         except (OSError, ssl.SSLError) as error:
             log.debug("runner listener relay ended: %s", error)
         finally:
@@ -271,72 +281,12 @@ class TlsFront:
         self.thread.join(timeout=5)
 
 
-def relay(tls, upstream, idle_timeout=IDLE_TIMEOUT_S):
-    """Copy bytes both ways, non-blocking with a bounded buffer per direction, so neither side can
-    stall the other (a body still arriving while the answer already flows back). Ends when the
-    runner app closes and everything it sent has reached the client, when the client closes, or after
-    `idle_timeout` seconds of silence. One thread owns the TLS socket, so it is never used concurrently."""
-    tls.setblocking(False)
-    upstream.setblocking(False)
-    to_upstream, to_client = bytearray(), bytearray()
-    client_open = upstream_open = True
-    with selectors.DefaultSelector() as selector:
-        registered = {}
-
-        def want(sock, events):
-            if events == registered.get(sock, 0):
-                return
-            if not events:
-                selector.unregister(sock)
-            elif registered.get(sock):
-                selector.modify(sock, events)
-            else:
-                selector.register(sock, events)
-            registered[sock] = events
-
-        while True:
-            if not client_open and not to_upstream:
-                return  # the client is gone: nothing more can reach it
-            if not upstream_open and not to_client:
-                return  # the answer is complete
-            want(tls, (selectors.EVENT_READ if client_open and len(to_upstream) < RELAY_BUFFER else 0)
-                 | (selectors.EVENT_WRITE if to_client else 0))
-            want(upstream, (selectors.EVENT_READ if upstream_open and len(to_client) < RELAY_BUFFER else 0)
-                 | (selectors.EVENT_WRITE if to_upstream else 0))
-            pending = client_open and tls.pending() > 0 and len(to_upstream) < RELAY_BUFFER
-            events = {key.fileobj: mask for key, mask in selector.select(0 if pending else idle_timeout)}
-            if not events and not pending:
-                return
-            if pending or events.get(tls, 0) & selectors.EVENT_READ:
-                try:
-                    data = tls.recv(RELAY_CHUNK)
-                    if data:
-                        to_upstream += data
-                    else:
-                        client_open = False
-                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    pass
-            if to_client and events.get(tls, 0) & selectors.EVENT_WRITE:
-                try:
-                    # Retried with the same bytes after a want-write, as OpenSSL requires.
-                    del to_client[:tls.send(to_client[:RELAY_CHUNK])]
-                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    pass
-            if events.get(upstream, 0) & selectors.EVENT_READ:
-                data = upstream.recv(RELAY_CHUNK)
-                if data:
-                    to_client += data
-                else:
-                    upstream_open = False
-            if to_upstream and events.get(upstream, 0) & selectors.EVENT_WRITE:
-                del to_upstream[:upstream.send(to_upstream)]
-
-
 class TlsRunnerListener:
     """The runner app as `serve --runner-listen` serves it: Waitress on a Unix socket in a private
-    temporary folder (mode 0700), reachable only through a TlsFront on host:port."""
+    temporary folder (mode 0700), reachable only through a TlsFront on host:port, which hands the
+    connections offering ALPN_EGRESS to `egress_socket` (the egress proxy's) instead."""
 
-    def __init__(self, runner_app, host, port, runner_tls, **server_options):
+    def __init__(self, runner_app, host, port, runner_tls, egress_socket=None, **server_options):
         import suzumio_api
 
         self.relay_dir = Path(tempfile.mkdtemp(prefix="suzumio-tls-"))
@@ -344,7 +294,8 @@ class TlsRunnerListener:
             self.server = suzumio_api.Server(runner_app, unix_socket=self.relay_dir / "runner.sock", **server_options)
             try:
                 self.front = TlsFront(runner_tls.server_context(), host, port, self.relay_dir / "runner.sock",
-                                      on_fatal=server_options.get("on_fatal"))
+                                      on_fatal=server_options.get("on_fatal"),
+                                      alpn_sockets={ALPN_EGRESS: egress_socket} if egress_socket else None)
             except BaseException:
                 self.server.close()
                 raise

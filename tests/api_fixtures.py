@@ -165,15 +165,14 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
             mcp=None, warm_limit=0, resolver=None, max_activations=None, **app_options):
     """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
     at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
-    None: no token), the runner app on the root's runner socket (or, with runner_listen=("127.0.0.1", 0),
-    over TLS on TCP with the root's generated certificate, reached through backend.controllerUrl). The
+    None: no token), the runner app on the root's runner socket (and, with runner_listen=("127.0.0.1", 0),
+    over TLS on TCP with the root's generated certificate, reached through backend.controllerUrl by
+    local runners and swarm tasks: service.runner_server is then that listener). The
     scheduler thread runs only with `scheduler_interval`; otherwise ticks run synchronously from the
     routes that ask for them. `mcp`: an McpHub for MCP toolpacks (test_mcp)."""
     root = suzumio_store.Root(root_path)
-    socket_path = None
-    if runner_listen is None:
-        socket_path = suzumio.runner_socket_path(root.path)
-        suzumio.prepare_runner_socket_dir(socket_path)
+    socket_path = suzumio.runner_socket_path(root.path)
+    suzumio.prepare_runner_socket_dir(socket_path)
     # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
     token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
     runner_tls = None if runner_listen is None else suzumio_tls.generated_tls(root.path, runner_listen[0])
@@ -191,23 +190,24 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     tracer = app_options.pop("tracer", None)
     app = suzumio_api.make_app(root, scheduler, backends, toolpacks, api_token=token, **app_options)
     runner_app = suzumio_runner_support.make_runner_app(root, toolpacks, scheduler, model_proxy, tracer)
-    if runner_listen is None:
-        runner_server = suzumio_api.Server(runner_app, threads=threads, unix_socket=socket_path).start()
-    else:
-        runner_server = suzumio_tls.TlsRunnerListener(runner_app, *runner_listen, runner_tls, threads=threads).start()
+    # Like serve: the runner socket always (docker-chat runners reach only it), and the TLS listener
+    # with runner_listen, which hands egress tunnels to the proxy's socket beside the runner socket.
+    socket_server = suzumio_api.Server(runner_app, threads=threads, unix_socket=socket_path).start()
+    egress_socket = socket_path.parent / suzumio_egress.EGRESS_SOCKET
+    runner_server = socket_server
+    if runner_listen is not None:
+        runner_server = suzumio_tls.TlsRunnerListener(runner_app, *runner_listen, runner_tls, threads=threads,
+                                                      egress_socket=egress_socket).start()
     server = suzumio_api.Server(app, "127.0.0.1", 0, threads=threads).start()
-    # Like serve: the egress proxy beside the runner socket (or on TCP), never reaching these listeners.
+    # Like serve: the egress proxy never reaches these listeners.
     own = [("127.0.0.1", server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])
     egress = suzumio_egress.EgressProxy(root, configs, resolver=resolver or suzumio_egress.resolve,
                                         own_listeners=lambda: own)
-    if runner_listen is None:
-        egress.listen_unix(socket_path.parent / suzumio_egress.EGRESS_SOCKET)
-    else:
-        egress.listen_tcp(runner_listen[0])
-        backends.egress_port = egress.tcp_address[1]
+    egress.listen_unix(egress_socket)
     egress.start()
     service = Service(root, scheduler, backends, toolpacks, server, runner_server, token)
     service.egress = egress
+    service.socket_path = socket_path
     try:
         yield service
     finally:
@@ -215,7 +215,9 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
         wait_for_runners(service)
         service.http.close()
         server.close()
-        runner_server.close()
+        if runner_server is not socket_server:
+            runner_server.close()
+        socket_server.close()
         egress.close()
         backends.close()
         toolpacks.close()

@@ -118,7 +118,7 @@ def test_container_spec_labels_env_and_mounts(tmp_path, client, project):
 
 def test_default_network_is_dockers_default_while_the_runner_reaches_the_controller_over_tcp(
         tmp_path, client, project):
-    # No runner socket (serve --runner-listen): the runner needs a network for backend.controllerUrl.
+    # No runner socket (no serve of the root runs): the runner can only try backend.controllerUrl.
     with local_project(tmp_path, name=project, kind="docker-chat",
                        agent_env={"STANDIN_MODE": "exit:0"}) as env:
         act = open_activation(env, "worker")

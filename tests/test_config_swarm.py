@@ -21,14 +21,18 @@ def swarm_project(swarm=None, agent_swarm=None):
     return data
 
 
-def test_swarm_defaults_to_the_host_network_and_preloaded_images_and_render_warns(tmp_path):
+def test_swarm_defaults_to_the_sealed_network_and_preloaded_images_and_render_warns_about_the_others(tmp_path):
     config = load(tmp_path, swarm_project())
     assert (config.backend.swarm.engine, config.backend.swarm.network, config.backend.swarm.resolve_image) == \
-        (None, "host", "never")
-    assert config.warnings[0].startswith("Warning: backend.swarm.network host puts every activation task on its "
-                                         "node's network")
+        (None, "sealed", "never")
+    assert not [line for line in config.warnings if "backend.swarm.network" in line]
+    assert ("Network: pm gets sealed (backend.swarm.network: its own internal network, no route but its node's "
+            "gateway to the runner listener)") in config.network_report()
+    host = load(tmp_path, swarm_project({"network": "host"}))
+    assert host.warnings[0].startswith("Warning: backend.swarm.network host puts every activation task on its "
+                                       "node's network")
     assert "Network: pm gets host (backend.swarm.network: its task reaches the runner listener over it)" in \
-        config.network_report()
+        host.network_report()
     overlay = load(tmp_path, swarm_project({"network": "agents"}))
     assert overlay.warnings[0].startswith("Warning: backend.swarm.network agents: agent tools can reach every "
                                           "service on that overlay network")

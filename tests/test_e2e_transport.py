@@ -174,4 +174,4 @@ def test_runner_listen_on_tcp_with_controller_url_runs_a_local_team(tmp_path):
         assert data["controllerUrl"] == runner_url
         ca_file = Path(team.service.root.path) / "tls" / "ca.pem"
         assert data["controllerCa"] == ca_file.read_text()
-        assert not os.path.exists(suzumio.runner_socket_path(team.service.root.path))
+        assert data["egress"] == "tls://" + runner_url[len("https://"):]  # not the runner socket served beside

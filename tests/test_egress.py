@@ -283,16 +283,46 @@ def test_limits_cap_an_activations_connections_and_bytes(tmp_path, upstream):
     assert cut["error"] == "byte limit reached" and cut["bytesIn"] < len(BODY) + 200
 
 
-def test_the_egress_proxy_is_reached_over_tcp_when_the_runner_routes_are(tmp_path, upstream):
+def plain_answer(address, data):
+    """What a TCP listener answers `data` sent in clear (b"" when it resets the connection)."""
+    with socket.create_connection(address, timeout=10) as plain:
+        plain.sendall(data)
+        try:
+            with plain.makefile("rb") as reader:
+                return reader.read()
+        except ConnectionResetError:
+            return b""
+
+
+def test_the_egress_tunnel_is_tls_to_the_runner_listener_and_a_plain_one_is_dropped(tmp_path, upstream):
     names = {"upstream.test": ["127.0.0.1"]}
     agents = {"pm": agent(), "listed": agent(egress=[f"127.0.0.1:{upstream.port}"])}
     with sandbox_team(tmp_path, agents, resolver=names_resolver(names), kind="local",
                       runner_listen=("127.0.0.1", 0)) as team:
         activation, stdout, _ = shell_and_fetches(team, "listed", [curl(f"http://upstream.test:{upstream.port}/")], [])
-        tcp_port = team.service.egress.tcp_address[1]
         given = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())["egress"]
-    assert given == f"tcp://127.0.0.1:{tcp_port}"
+        token = team.store.agent("listed", include_token=True)["token"]
+        # The same preamble in clear to the runner listener: no TLS handshake, so nothing behind it reads it.
+        answer = plain_answer(("127.0.0.1", team.service.runner_server.port),
+                              f"SUZUMIO-EGRESS/1 {team.name} {activation['id']} {token}\n".encode()
+                              + b"GET http://upstream.test/ HTTP/1.1\r\nHost: upstream.test\r\n\r\n")
+        events = egress_events(team, activation["id"])
+    assert given == f"tls://127.0.0.1:{team.service.runner_server.port}"
     assert stdout.splitlines() == [f"200 000 {len(BODY)}", BODY.decode().strip()]
+    assert not answer.startswith(b"HTTP/")
+    assert [kind_ for kind_, _ in events] == ["egress.allowed"]
+
+
+def test_docker_chat_under_a_tls_runner_listener_has_only_loopback_and_the_runner_socket(tmp_path, upstream):
+    names = {"upstream.test": ["127.0.0.1"]}
+    agents = {"pm": agent(), "listed": agent(egress=[f"127.0.0.1:{upstream.port}"])}
+    with sandbox_team(tmp_path, agents, resolver=names_resolver(names), runner_listen=("127.0.0.1", 0)) as team:
+        commands = ["ls /sys/class/net", curl(f"http://upstream.test:{upstream.port}/")]
+        activation, stdout, _ = shell_and_fetches(team, "listed", commands, [])
+        given = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())
+    assert stdout.splitlines() == ["lo", f"200 000 {len(BODY)}", BODY.decode().strip()]
+    assert given["controllerUrl"].startswith("unix:///") and given["egress"].startswith("unix:///")
+    assert "controllerCa" not in given
 
 
 def test_a_tunnel_needs_a_running_activations_token_and_the_proxy_joins_its_threads(tmp_path):

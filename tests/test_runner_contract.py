@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 import suzumio_backend
+import suzumio_backend_swarm
 import suzumio_config
 import suzumio_records
 import suzumio_registry
@@ -69,6 +70,9 @@ def test_the_runners_call_keys_are_ones_the_controller_accepts():
 def test_every_runner_file_has_the_runner_prefix_and_is_mounted():
     mounted = {name for name in suzumio_backend.RUNNER_FILES if name.endswith(".py")}
     assert all(name.startswith("suzumio_runner") for name in mounted)
-    # suzumio_runner_support.py keeps its design-card name: the controller's runner-facing routes.
-    prefixed = {path.name for path in REPO.glob("suzumio_runner*.py")} - {"suzumio_runner_support.py"}
+    # suzumio_runner_support.py keeps its design-card name: the controller's runner-facing routes. The
+    # Swarm node gateway is runner code of its own service, shipped with the egress relay it uses.
+    prefixed = {path.name for path in REPO.glob("suzumio_runner*.py")} - {"suzumio_runner_support.py",
+                                                                         "suzumio_runner_gateway.py"}
     assert prefixed == mounted
+    assert set(suzumio_backend_swarm.GATEWAY_FILES) <= mounted | {"suzumio_runner_gateway.py"}

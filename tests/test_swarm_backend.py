@@ -4,6 +4,7 @@ get their files from the controller and send their artifacts back; a worker node
 fails that activation and the failed-nudge retry finishes the work on the other node. The node test
 removes a node, so it runs last. SUZUMIO_SWARM_LAB names the lab's settings file."""
 import json
+import socket
 import subprocess
 
 import pytest
@@ -18,6 +19,7 @@ from test_swarm_lab import lab_settings
 import docker
 import suzumio_backend
 import suzumio_backend_reconcile
+import suzumio_backend_swarm
 import suzumio_coordination as coordination
 
 pytestmark = pytest.mark.swarm
@@ -31,8 +33,9 @@ def workers(settings):
     return [settings[f"SUZUMIO_LAB_WORKER_{i}"] for i in range(1, int(settings["SUZUMIO_LAB_WORKERS"]) + 1)]
 
 
-def swarm_team(tmp_path, settings, agents, scheduler=None, resolver=None):
-    """Serve on the lab bridge's host address and start project `e2e` on backend.kind swarm."""
+def swarm_team(tmp_path, settings, agents, scheduler=None, resolver=None, network=None):
+    """Serve on the lab bridge's host address and start project `e2e` on backend.kind swarm (on the
+    default sealed network unless `network` names another)."""
     host = settings["SUZUMIO_LAB_HOST_IP"]
     model = FakeModel()
     stack = serving(tmp_path / "root", runner_listen=(host, 0), scheduler_interval=0.5,  # ticks as serve does
@@ -42,8 +45,9 @@ def swarm_team(tmp_path, settings, agents, scheduler=None, resolver=None):
     presets = {agent: {"provider": "fake", "model": agent} for agent in agents}
     config = project_config("swarm", controller_url, model.base_url, agents=agents, presets=presets,
                             scheduler=scheduler)
-    config["backend"].update(image=IMAGE, swarm={"engine": settings["SUZUMIO_SWARM_ENGINE"], "network": "host",
-                                                 "constraints": ["node.role == worker"]})
+    config["backend"].update(image=IMAGE, swarm={"engine": settings["SUZUMIO_SWARM_ENGINE"],
+                                                 "constraints": ["node.role == worker"],
+                                                 **({"network": network} if network else {})})
     store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
     store.start()
     return Team(service, store, model, "swarm"), stack, model
@@ -61,6 +65,8 @@ def lab():
             team.stop_running()
             stack.__exit__(None, None, None)
             model.close()
+        for service in client.services.list(filters={"label": "suzumio.gateway"}):
+            service.remove()  # stopping a project leaves its listener's gateway running
         client.close()
 
 
@@ -192,16 +198,92 @@ def test_gc_removes_the_service_and_secret_a_dead_controller_left(tmp_path, lab)
             reconciler.collect_garbage(team.store, config, tmp_path / "unused.sock")
             return not client.secrets.list(filters={"label": f"suzumio.activation={running['id']}"})
         wait_until(secrets_gone, 30, interval=1, message="its secret to be removed")
+        # The listener still answers: its gateway stays. Once the controller is gone, gc removes it.
+        url = json.loads((team.store.activation_dir(running["id"]) / "input.json").read_text())["controllerUrl"]
+        engine = config.backend.swarm.engine
+        assert not suzumio_backend_swarm.collect_gateway(later, engine, url)
+        assert client.services.list(filters={"label": "suzumio.gateway"})
+        teams.remove((team, stack, model))
+        stack.__exit__(None, None, None)
+        model.close()
+        assert suzumio_backend_swarm.collect_gateway(later, engine, url)
+        assert not client.services.list(filters={"label": "suzumio.gateway"})
     finally:
         later.close()
 
 
-def test_a_task_goes_out_through_the_controllers_egress_proxy(tmp_path, lab):
-    settings, _client, teams = lab
+class HostListener:
+    """A TCP listener on the lab host's bridge address: something a task must not reach directly."""
+
+    def __init__(self, host):
+        self.sock = socket.create_server((host, 0))
+        self.port = self.sock.getsockname()[1]
+
+    def close(self):
+        self.sock.close()
+
+
+PROBE = ("python3 -c \"import socket\n"
+         "for target in {targets!r}:\n"
+         "    try:\n"
+         "        socket.create_connection(target, 3).close(); print('reached', *target)\n"
+         "    except OSError as error: print('no', *target)\"")
+
+
+def test_a_sealed_task_has_one_route_to_the_controller_and_goes_out_through_its_egress_proxy(tmp_path, lab):
+    settings, client, teams = lab
+    host = settings["SUZUMIO_LAB_HOST_IP"]
     upstream = Upstream()  # on the controller's loopback, which no node reaches but through the proxy
+    listener = HostListener(host)
     try:
         agents = {"fetcher": {"model": "fetcher", "tools": TOOLS, "egress": [f"127.0.0.1:{upstream.port}"]}}
         team, stack, model = swarm_team(tmp_path, settings, agents,
+                                        resolver=names_resolver({"upstream.test": ["127.0.0.1"]}))
+        teams.append((team, stack, model))
+        manager = host.rsplit(".", 1)[0] + ".10"  # scripts/swarm-lab: node i at .10+i
+        targets = [(host, team.service.port), (host, listener.port), (host, team.service.runner_server.port),
+                   (manager, 2377), ("1.1.1.1", 443)]
+        commands = ["ls /sys/class/net | tr '\\n' ' '; echo",
+                    "awk 'NR > 1 && $2 == \"00000000\"' /proc/net/route | wc -l",
+                    PROBE.format(targets=targets),
+                    curl(f"http://upstream.test:{upstream.port}/")]
+        model.enqueue(tool_calls=[call("shell.exec", command="; ".join(commands))], model="fetcher")
+        model.enqueue(content="Fetched.", model="fetcher")
+        team.send("fetcher", "Fetch it.")
+        # Created before its service and removed with it: caught while the task runs.
+        [network] = wait_until(lambda: client.networks.list(filters={"label": f"suzumio.project={team.name}"}),
+                               RUN_TIMEOUT, message="the task's network")
+        [gateway] = client.services.list(filters={"label": "suzumio.gateway"})
+        [activation] = team.wait_activations("fetcher", 1, RUN_TIMEOUT)
+        assert activation["status"] == "completed", team.describe()
+        assert network.attrs["Labels"]["suzumio.activation"] == activation["id"]
+        output = json.loads(team.tool_messages("fetcher")[0])["output"]
+        lines = output.split("[stdout]\n", 1)[1].split("\n[stderr]", 1)[0].splitlines()
+        data = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())
+        allowed = [event["data"] for event in team.events("egress.allowed")]
+        wait_until(lambda: not client.networks.list(filters={"label": f"suzumio.activation={activation['id']}"}),
+                   30, message="the task's network to be removed with its service")
+    finally:
+        upstream.close()
+        listener.close()
+    assert lines[0].split() == ["eth0", "lo"] and lines[1] == "0", lines  # its overlay's interface, no default route
+    assert lines[2:7] == [f"no {host} {port}" for host, port in targets], lines  # the controller itself included
+    assert lines[7:] == [f"200 000 {len(BODY)}", BODY.decode().strip()], lines
+    assert [(event["host"], event["port"]) for event in allowed] == [("upstream.test", upstream.port)]
+    assert network.attrs["Internal"] and network.attrs["Driver"] == "overlay"
+    spec = gateway.attrs["Spec"]
+    assert "Global" in spec["Mode"] and spec["TaskTemplate"]["ContainerSpec"]["User"] == "65532:65532"
+    assert spec["TaskTemplate"]["ContainerSpec"]["CapabilityDrop"] == ["ALL"]
+    assert data["egress"] == f"tls://{host}:{team.service.runner_server.port}"
+    assert data["controllerVia"] == "/run/suzumio-gateway/gateway.sock"
+
+
+def test_a_task_on_the_host_network_reaches_the_egress_proxy_over_tls_too(tmp_path, lab):
+    settings, _client, teams = lab
+    upstream = Upstream()
+    try:
+        agents = {"fetcher": {"model": "fetcher", "tools": TOOLS, "egress": [f"127.0.0.1:{upstream.port}"]}}
+        team, stack, model = swarm_team(tmp_path, settings, agents, network="host",
                                         resolver=names_resolver({"upstream.test": ["127.0.0.1"]}))
         teams.append((team, stack, model))
         model.enqueue(tool_calls=[call("shell.exec", command=curl(f"http://upstream.test:{upstream.port}/"))],
@@ -212,8 +294,9 @@ def test_a_task_goes_out_through_the_controllers_egress_proxy(tmp_path, lab):
         assert activation["status"] == "completed", team.describe()
         output = team.tool_messages("fetcher")[0]
         assert f"200 000 {len(BODY)}" in output and BODY.decode().strip() in output, output
-        given = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())["egress"]
-        assert given == f"tcp://{settings['SUZUMIO_LAB_HOST_IP']}:{team.service.egress.tcp_address[1]}"
+        data = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())
+        assert data["egress"] == f"tls://{settings['SUZUMIO_LAB_HOST_IP']}:{team.service.runner_server.port}"
+        assert "controllerVia" not in data
     finally:
         upstream.close()
 

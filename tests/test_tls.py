@@ -9,11 +9,16 @@ import socket
 import socketserver
 import ssl
 import stat
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from conftest import wait_until
 
+import suzumio_runner_egress as egress_mod
+import suzumio_runner_models as models_mod
 import suzumio_tls
 from suzumio_runner_loop import ControllerClient, ControllerError
 
@@ -240,3 +245,107 @@ def test_the_runners_client_verifies_the_listener_and_resumes_its_session(tmp_pa
     finally:
         listener.close()
     assert not listener.relay_dir.exists()
+
+
+class Tagged(socketserver.StreamRequestHandler):
+    """Answers its first line with `egress <line>`, then echoes: stands for the egress proxy's socket."""
+
+    def handle(self):
+        line = self.rfile.readline()
+        self.wfile.write(b"egress " + line)
+        while True:
+            data = self.rfile.read1(65536)
+            if not data:
+                return
+            self.wfile.write(data)
+
+
+@pytest.fixture
+def egress_socket(tmp_path):
+    path = tmp_path / "egress.sock"
+    server = socketserver.ThreadingUnixStreamServer(str(path), Tagged)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield path
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_egress_alpn_protocol_reaches_its_own_socket_and_everything_else_the_runner_routes(front, egress_socket):
+    relay, tls = front(alpn_sockets={egress_mod.ALPN_EGRESS: egress_socket})
+    with egress_mod.open_endpoint(f"tls://127.0.0.1:{relay.port}", ca=tls.ca_pem) as tunnel:
+        tunnel.sendall(b"who\nafter")
+        assert tunnel.makefile("rb").read(len(b"egress who\nafter")) == b"egress who\nafter"
+    for offered in (None, ["h2"], ["http/1.1"]):
+        context = client_context(tls.ca_pem)
+        if offered:
+            context.set_alpn_protocols(offered)
+        with context.wrap_socket(socket.create_connection(("127.0.0.1", relay.port), timeout=5),
+                                 server_hostname="localhost") as conn:
+            conn.sendall(b"who\n")
+            assert conn.recv(100) == b"who\n", offered  # the echo: the runner routes' socket
+    with socket.create_connection(("127.0.0.1", relay.port), timeout=5) as plain:
+        plain.sendall(b"SUZUMIO-EGRESS/1 p act_x token\n")
+        try:
+            answer = plain.makefile("rb").read()
+        except ConnectionResetError:
+            answer = b""
+        assert not answer.startswith(b"egress")  # no handshake: dropped unread
+
+
+def test_a_tunnel_refuses_a_listener_without_the_egress_protocol_or_of_another_ca(front, tmp_path):
+    relay, tls = front()  # no ALPN: a tunnel would land on the runner routes
+    with pytest.raises(OSError, match="did not accept the egress protocol"):
+        egress_mod.open_endpoint(f"tls://127.0.0.1:{relay.port}", ca=tls.ca_pem)
+    (tmp_path / "other").mkdir()
+    other = suzumio_tls.generated_tls(tmp_path / "other", "127.0.0.1")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        egress_mod.open_endpoint(f"tls://127.0.0.1:{relay.port}", ca=other.ca_pem)
+
+
+def test_the_forwarder_carries_large_bodies_both_ways_over_a_tls_tunnel(front, egress_socket):
+    relay, tls = front(alpn_sockets={egress_mod.ALPN_EGRESS: egress_socket})
+    forwarder = egress_mod.Forwarder(f"tls://127.0.0.1:{relay.port}", b"who\n", ca=tls.ca_pem).start()
+    try:
+        payload = os.urandom(3 * 1024 * 1024)
+        with socket.create_connection(("127.0.0.1", forwarder.port), timeout=10) as client:
+            sender = threading.Thread(target=client.sendall, args=(payload,))
+            sender.start()
+            with client.makefile("rb") as reader:
+                assert reader.read(len(b"egress who\n")) == b"egress who\n"
+                assert reader.read(len(payload)) == payload
+            sender.join()
+        wait_until(lambda: not forwarder._tls_open, 10, message="the tunnel's thread to end")
+        idle = socket.create_connection(("127.0.0.1", forwarder.port), timeout=10)
+        with idle, idle.makefile("rb") as reader:
+            assert reader.read(len(b"egress who\n")) == b"egress who\n"
+            forwarder.stop()  # ends the open tunnel too
+            assert reader.read() == b""
+    finally:
+        forwarder.stop()
+
+
+def test_through_a_node_gateway_the_runner_routes_and_the_egress_tunnel_keep_their_tls(front, egress_socket, tmp_path):
+    relay, tls = front(alpn_sockets={egress_mod.ALPN_EGRESS: egress_socket})
+    gateway_socket = tmp_path / "gateway.sock"
+    script = Path(suzumio_tls.__file__).with_name("suzumio_runner_gateway.py")
+    gateway = subprocess.Popen([sys.executable, str(script), str(gateway_socket), "127.0.0.1", str(relay.port)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert gateway.stdout.readline().startswith("suzumio gateway: ")  # listening
+        # The name checked is the listener's, whatever carries the bytes.
+        via = str(gateway_socket)
+        with egress_mod.open_endpoint(f"tls://localhost:{relay.port}", ca=tls.ca_pem, via=via) as tunnel:
+            tunnel.sendall(b"who\n")
+            assert tunnel.makefile("rb").read(len(b"egress who\n")) == b"egress who\n"
+        with pytest.raises(ssl.SSLCertVerificationError):
+            egress_mod.open_endpoint(f"tls://example.org:{relay.port}", ca=tls.ca_pem, via=via)
+        conn = models_mod._ResumingHTTPSConnection("localhost", relay.port, 5, client_context(tls.ca_pem),
+                                                   models_mod.TlsSessions(), via=via)
+        conn.connect()
+        with conn.sock:
+            conn.sock.sendall(b"plain http bytes\n")
+            assert conn.sock.recv(100) == b"plain http bytes\n"  # the echo: the runner routes' socket
+    finally:
+        gateway.kill()
+        gateway.wait()
