@@ -915,13 +915,15 @@ def cmd_replay(rest, options, out, err, now):
 
 def wait_for_replay(options, name, out):
     """--wait: poll the replay (its runners and `serve` write it from other processes) until it is no
-    longer running or diverged; 1 when it diverged."""
+    longer running or diverged and none of its activations still runs (a submission comes before its
+    activation's output: a diff right after must see the whole run); 1 when it diverged."""
     root = open_root(options)
     try:
         store = root.open_project(name)
         while True:
             origin, status = store.origin(), store.project()["status"]
-            if origin["diverged"] is not None or status != "running":
+            ended = origin["diverged"] is not None or status != "running"
+            if ended and not store.running_activations():
                 break
             time.sleep(SIGNAL_POLL_SECONDS)
         diverged = origin["diverged"]

@@ -232,7 +232,8 @@ def test_the_cli_replays_and_waits_for_the_end(tmp_path):
         assert team.service.root.open_project("e2e-cli").origin()["tools"] == "recorded"
         out = io.StringIO()
         code = suzumio.main(["diff", "e2e", "e2e-cli", "--root", str(team.service.root.path)], out=out)
-        assert (code, out.getvalue()) == (0, "e2e and e2e-cli are identical\n")
+        assert code == 0, out.getvalue()
+        assert out.getvalue() == "e2e and e2e-cli are identical\n"
         for argv, message in [(["replay", "e2e"], "Error: --as NAME is required\n"),
                               (["replay", "e2e", "--as", "e2e-cli"], "Error: Project already initialized: e2e-cli\n"),
                               (["fork", "e2e", "--as", "y"], "Error: --at ACTIVATION is required\n"),
