@@ -273,8 +273,7 @@ class SwarmBackend:
                                                gid=owner[1], mode=0o400)],
                 configs=configs)
         except BaseException:
-            self._remove_secrets(client, launch.activation_id)
-            self._remove_networks(client, launch.activation_id)
+            self._remove_held(client, launch.activation_id)
             raise
         return SWARM_PREFIX + service
 
@@ -346,40 +345,26 @@ class SwarmBackend:
             if http_status(error) != 404:
                 log.warning("removing service %s failed: %s", service, error)
         if activation_id is not None:
-            self._remove_secrets(client, activation_id)
-            self._remove_networks(client, activation_id)
+            self._remove_held(client, activation_id)
 
-    def _remove_networks(self, client, activation_id):
-        # Like a secret, the task's network is in use until its task is gone.
+    @staticmethod
+    def _remove_held(client, activation_id):
+        """Remove an activation's secret and network. Each is in use until the service's task is gone,
+        when the manager lets it go: asked again for up to 10 s."""
         deadline = time.monotonic() + 10
-        for network in client.networks.list(filters={"label": f"suzumio.activation={activation_id}"}):
-            while True:
-                try:
-                    network.remove()
-                    break
-                except engine_errors() as error:
-                    if http_status(error) == 404:
+        for kind, collection in (("secret", client.secrets), ("network", client.networks)):
+            for item in collection.list(filters={"label": f"suzumio.activation={activation_id}"}):
+                while True:
+                    try:
+                        item.remove()
                         break
-                    if time.monotonic() >= deadline:
-                        log.warning("removing network %s failed: %s", network.name, error)
-                        break
-                    time.sleep(0.2)
-
-    def _remove_secrets(self, client, activation_id):
-        # A secret is in use until its service's task is gone: the manager then lets it go.
-        deadline = time.monotonic() + 10
-        for secret in client.secrets.list(filters={"label": f"suzumio.activation={activation_id}"}):
-            while True:
-                try:
-                    secret.remove()
-                    break
-                except engine_errors() as error:
-                    if http_status(error) == 404:
-                        break
-                    if time.monotonic() >= deadline:
-                        log.warning("removing secret %s failed: %s", secret.name, error)
-                        break
-                    time.sleep(0.2)
+                    except engine_errors() as error:
+                        if http_status(error) == 404:
+                            break
+                        if time.monotonic() >= deadline:
+                            log.warning("removing %s %s failed: %s", kind, item.name, error)
+                            break
+                        time.sleep(0.2)
 
     def services(self, engine, project, activation_id=None):
         """(recorded name, activation id) of a project's activation services (of one activation)."""
