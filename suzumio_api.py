@@ -537,10 +537,13 @@ class Server:
         # SSE streams leave the worker threads for the app's hub (suzumio_sse), which the loop's fatal
         # error handler also covers.
         suzumio_sse.install_hand_off(self.server)
-        # A Bottle app of make_app has its hub in its config; any other WSGI callable has none.
-        self.streams = getattr(app, "config", {}).get("suzumio.streams")
-        if self.streams is not None and on_fatal is not None:
-            self.streams.on_fatal = lambda error: on_fatal("http", error)
+        # A Bottle app of make_app has its SSE hub in its config, one with the runner routes its model loop;
+        # any other WSGI callable has neither.
+        config = getattr(app, "config", {})
+        self.loops = [config[key] for key in ("suzumio.streams", "suzumio.model_loop") if config.get(key) is not None]
+        if on_fatal is not None:
+            for loop in self.loops:
+                loop.on_fatal = lambda error: on_fatal("http", error)
         self.port = None if unix_socket is not None else int(self.server.effective_port)
         # The socket this server bound, so that close() removes it only while it is still this one
         # (a newer serve may already have replaced it).
@@ -571,8 +574,8 @@ class Server:
     def close(self):
         """End open streams and let the worker threads finish (they wake the loop as they finish, so the
         trigger must still be open), then have the loop thread close every socket. Idempotent."""
-        if self.streams is not None:
-            self.streams.close()
+        for loop in self.loops:
+            loop.close()
         self.server.task_dispatcher.shutdown()
         self._closing.set()
         if self.thread.is_alive():

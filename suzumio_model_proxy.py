@@ -146,75 +146,127 @@ class ModelProxy:
 
     def forward(self, config, agent_id, provider_id, preset_id, body, publish=None, on_retry=None):
         """Send one model request, retrying 429, 5xx, connections that failed before any byte and streams
-        cut after some within the preset's retry policy (each retry told to `on_retry(info)`); streamed where the server
-        accepts it, the deltas handed to `publish(delta)`. Answers the final status and a Chat Completions
-        body whatever the provider's dialect; a transport failure left after the retries is a 502."""
+        cut after some within the preset's retry policy (each retry told to `on_retry(info)`); streamed
+        where the server accepts it, the deltas handed to `publish(delta)`. Answers the final status and a
+        Chat Completions body whatever the provider's dialect; a transport failure left after the retries
+        is a 502. The exchanges block this thread (suzumio_model_loop drives the same Forwarding without)."""
+        return self.drive(Forwarding(self, config, agent_id, provider_id, preset_id, body, on_retry), publish)
+
+    def drive(self, forwarding, publish=None):
+        """forward() of a Forwarding made already: its exchanges on this thread, one after another."""
+        while True:
+            request = forwarding.request()
+            try:
+                result = self._exchange(forwarding.upstream, request, publish)
+            except TransportError as error:
+                result = error
+            step = forwarding.outcome(request, result)
+            if isinstance(step, ModelAnswer):
+                return step
+            if step:
+                self._sleep(step)
+
+    def _exchange(self, upstream, request, publish):
+        """One blocking upstream exchange: (status, headers, Chat Completions text, usage)."""
+        connect, idle, _overall = upstream.timeouts
+        status, headers, chunks = providers.open_exchange(upstream.url, upstream.headers, request.payload,
+                                                          upstream.proxy, connect, idle, request.deadline,
+                                                          self._clock)
+        deltas = providers.Deltas(publish if request.stream else None, self._clock)
+        status, text, usage = providers.answer_of(upstream.kind, status, headers, chunks, deltas)
+        return status, headers, text, usage
+
+    def refused(self, provider_id, model):
+        with self._lock:
+            return {f for p, m, f in self._refused if (p, m) == (provider_id, model)}
+
+    def refuse(self, provider_id, model, feature):
+        with self._lock:
+            self._refused.add((provider_id, model, feature))
+
+
+Request = namedtuple("Request", "payload stream sent deadline")
+
+
+class Forwarding:
+    """One runner request on its way to its provider: what the next exchange sends, and after each one
+    whether to answer, resend at once, retry after a delay or give up. Both the threaded path
+    (ModelProxy.forward) and the model loop drive it, so both decide alike. A 400 refusing
+    `max_tokens`, `stream_options` or `stream` is resent at once without it."""
+
+    def __init__(self, proxy, config, agent_id, provider_id, preset_id, body, on_retry=None):
         if not isinstance(body, dict):
             raise BadRequest("body must be an object")
-        upstream = self.upstream(config, agent_id, provider_id, preset_id)
-        started = self._clock()
-        retry = 0
-        while True:
-            try:
-                status, headers, text, usage = self._exchange(provider_id, upstream, body, publish)
-                reason = f"HTTP {status}"
-            except providers.EarlyTransportError as error:
-                status, headers, text, usage, reason = None, {}, str(error), {}, f"connection failed: {error}"
-            except providers.StreamCut as error:
-                # Cut after bytes arrived: the partial answer is dropped (never returned, its usage never
-                # counted) and the whole request asked again within the same budget.
-                status, headers, text, usage, reason = None, {}, str(error), {}, f"stream cut: {error}"
-            except TransportError as error:
-                raise BadGateway(f"Request to provider {provider_id} failed: {error}") from None
-            overflow = providers.overflow_server(status, text) if status is not None else None
-            if status is not None and (200 <= status < 300 or overflow or not providers.retriable_status(status)):
-                break
-            delay = providers.retry_delay(headers, retry)
-            within = self._clock() - started + delay <= upstream.retry.window_s
-            if retry >= upstream.retry.max_retries or not within:
-                if status is None:
-                    raise BadGateway(f"Request to provider {provider_id} failed: {text}") from None
-                break
-            retry += 1
-            log.warning("project %s agent %s provider %s: %s; retry %d/%d in %.1f s", config.name, agent_id,
-                        provider_id, reason, retry, upstream.retry.max_retries, delay)
-            if on_retry is not None:
-                on_retry({"providerId": provider_id, "presetId": preset_id, "retry": retry,
-                          "maxRetries": upstream.retry.max_retries, "reason": redact(reason, upstream.secrets),
-                          "status": status, "delayMs": int(delay * 1000)})
-            self._sleep(delay)
+        self.proxy = proxy
+        self.project, self.agent_id, self.provider_id, self.preset_id = config.name, agent_id, provider_id, preset_id
+        self.body = body
+        self.on_retry = on_retry
+        self.upstream = proxy.upstream(config, agent_id, provider_id, preset_id)
+        self.started = proxy._clock()
+        self.retry = 0
+
+    def request(self):
+        """The next exchange's Request: its body, whether it streams, the features it sent, its deadline."""
+        upstream = self.upstream
+        refused = self.proxy.refused(self.provider_id, upstream.api_model)
+        stream = upstream.stream and "stream" not in refused
+        if upstream.kind == "anthropic":
+            payload = providers.anthropic_payload(self.body, upstream.api_model, stream)
+        else:
+            payload = providers.openai_payload(self.body, upstream.api_model, stream,
+                                               upstream.include_usage and "stream_options" not in refused,
+                                               "max_tokens" in refused)
+        overall = upstream.timeouts[2]
+        deadline = self.proxy._clock() + overall if overall is not None else None
+        sent = {"max_tokens": "max_tokens" in payload, "stream_options": "stream_options" in payload,
+                "stream": stream}
+        return Request(json.dumps(payload).encode("utf-8"), stream, sent, deadline)
+
+    def outcome(self, request, result):
+        """`result`: the exchange's (status, headers, text, usage), or the TransportError it raised.
+        Answers the ModelAnswer, or the seconds to wait before the next request (0: at once); raises
+        BadGateway when no answer came within the retry policy."""
+        upstream, provider_id = self.upstream, self.provider_id
+        if isinstance(result, providers.EarlyTransportError):
+            status, headers, text, usage, reason = None, {}, str(result), {}, f"connection failed: {result}"
+        elif isinstance(result, providers.StreamCut):
+            # Cut after bytes arrived: the partial answer is dropped (never returned, its usage never
+            # counted) and the whole request asked again within the same budget.
+            status, headers, text, usage, reason = None, {}, str(result), {}, f"stream cut: {result}"
+        elif isinstance(result, TransportError):
+            raise BadGateway(f"Request to provider {provider_id} failed: {result}") from None
+        else:
+            status, headers, text, usage = result
+            feature = providers.refused_feature(status, text) if upstream.kind != "anthropic" else None
+            if feature is not None and request.sent.get(feature):
+                log.warning("provider %s model %s refuses %s; resending without it", provider_id,
+                            upstream.api_model, feature)
+                self.proxy.refuse(provider_id, upstream.api_model, feature)
+                return 0.0
+            reason = f"HTTP {status}"
+        overflow = providers.overflow_server(status, text) if status is not None else None
+        done = status is not None and (200 <= status < 300 or overflow or not providers.retriable_status(status))
+        if not done:
+            delay = providers.retry_delay(headers, self.retry)
+            within = self.proxy._clock() - self.started + delay <= upstream.retry.window_s
+            if self.retry < upstream.retry.max_retries and within:
+                return self._again(reason, status, delay)
+            if status is None:
+                raise BadGateway(f"Request to provider {provider_id} failed: {text}") from None
         headers = {name: headers[name] for name in RETRY_HEADERS if name in headers}
         return ModelAnswer(status, redact(headers, upstream.secrets), redact(text, upstream.secrets), usage,
                            overflow)
 
-    def _exchange(self, provider_id, upstream, body, publish):
-        """One upstream exchange in the provider's dialect: (status, headers, Chat Completions text, usage).
-        A 400 refusing `max_tokens`, `stream_options` or `stream` is resent at once without it."""
-        connect, idle, overall = upstream.timeouts
-        while True:
-            refused = {f for p, m, f in self._refused if (p, m) == (provider_id, upstream.api_model)}
-            stream = upstream.stream and "stream" not in refused
-            if upstream.kind == "anthropic":
-                payload = providers.anthropic_payload(body, upstream.api_model, stream)
-            else:
-                payload = providers.openai_payload(body, upstream.api_model, stream,
-                                                   upstream.include_usage and "stream_options" not in refused,
-                                                   "max_tokens" in refused)
-            deadline = self._clock() + overall if overall is not None else None
-            status, headers, chunks = providers.open_exchange(
-                upstream.url, upstream.headers, json.dumps(payload).encode("utf-8"), upstream.proxy, connect, idle,
-                deadline, self._clock)
-            deltas = providers.Deltas(publish if stream else None, self._clock)
-            status, text, usage = providers.answer_of(upstream.kind, status, headers, chunks, deltas)
-            feature = providers.refused_feature(status, text) if upstream.kind != "anthropic" else None
-            sent = {"max_tokens": "max_tokens" in payload, "stream_options": "stream_options" in payload,
-                    "stream": stream}
-            if feature is None or not sent.get(feature):
-                return status, headers, text, usage
-            log.warning("provider %s model %s refuses %s; resending without it", provider_id, upstream.api_model,
-                        feature)
-            with self._lock:
-                self._refused.add((provider_id, upstream.api_model, feature))
+    def _again(self, reason, status, delay):
+        self.retry += 1
+        upstream = self.upstream
+        log.warning("project %s agent %s provider %s: %s; retry %d/%d in %.1f s", self.project, self.agent_id,
+                    self.provider_id, reason, self.retry, upstream.retry.max_retries, delay)
+        if self.on_retry is not None:
+            self.on_retry({"providerId": self.provider_id, "presetId": self.preset_id, "retry": self.retry,
+                           "maxRetries": upstream.retry.max_retries, "reason": redact(reason, upstream.secrets),
+                           "status": status, "delayMs": int(delay * 1000)})
+        return delay
 
 
 def answer_usage(text):

@@ -175,29 +175,35 @@ def _reason(error):
     return f"timed out ({reason})" if "timed out" in reason.lower() and reason != "timed out" else reason
 
 
-def sse_events(chunks):
-    """(event name or None, data text) of each Server-Sent Event in a byte stream."""
-    buffer = b""
-    event, data = None, []
-    for chunk in chunks:
-        buffer += chunk
+class SseParser:
+    """Server-Sent Events from a byte stream fed in pieces: feed() answers the events each piece
+    completes, (event name or None, data text); finish() the last one when the stream ends mid-event."""
+
+    def __init__(self):
+        self.buffer = b""
+        self.event, self.data = None, []
+
+    def feed(self, chunk):
+        self.buffer += chunk
+        events = []
         while True:
-            cut = buffer.find(b"\n")
+            cut = self.buffer.find(b"\n")
             if cut < 0:
-                break
-            line, buffer = buffer[:cut].rstrip(b"\r").decode("utf-8", "replace"), buffer[cut + 1:]
+                return events
+            line, self.buffer = self.buffer[:cut].rstrip(b"\r").decode("utf-8", "replace"), self.buffer[cut + 1:]
             if not line:
-                if data:
-                    yield event, "\n".join(data)
-                event, data = None, []
+                if self.data:
+                    events.append((self.event, "\n".join(self.data)))
+                self.event, self.data = None, []
             elif line.startswith(":"):
                 continue
             elif line.startswith("event:"):
-                event = line[6:].strip()
+                self.event = line[6:].strip()
             elif line.startswith("data:"):
-                data.append(line[5:][1:] if line[5:].startswith(" ") else line[5:])
-    if data:
-        yield event, "\n".join(data)
+                self.data.append(line[5:][1:] if line[5:].startswith(" ") else line[5:])
+
+    def finish(self):
+        return [(self.event, "\n".join(self.data))] if self.data else []
 
 
 class Deltas:
@@ -267,72 +273,88 @@ def refused_feature(status, text):
     return None
 
 
-def openai_stream_answer(events, deltas):
-    """One Chat Completions answer (as JSON text) assembled from its streamed chunks, as the server would
-    have answered without streaming. Tool calls are keyed by `index` (Ollama sends them whole)."""
-    first, content, reasoning, calls, finish, usage, ended = None, [], [], {}, None, None, False
-    for _name, data in events:
+class OpenAIStream:
+    """One Chat Completions answer assembled from its streamed chunks, as the server would have answered
+    without streaming. Tool calls are keyed by `index` (Ollama sends them whole). feed() takes each event
+    and says whether the answer is complete; finish() answers (answer, None) or (None, error text)."""
+
+    def __init__(self, deltas):
+        self.deltas = deltas
+        self.first, self.content, self.reasoning, self.calls = None, [], [], {}
+        self.finish_reason, self.usage, self.ended, self.error = None, None, False, None
+
+    def feed(self, _name, data):
         if data.strip() == "[DONE]":
-            ended = True
-            break
+            self.ended = True
+            return True
         try:
             chunk = json.loads(data)
         except ValueError:
-            continue
+            return False
         if not isinstance(chunk, dict):
-            continue
+            return False
         if isinstance(chunk.get("error"), (dict, str)):
-            return None, json.dumps(chunk)
-        first = first or chunk
+            self.error = json.dumps(chunk)
+            return True
+        self.first = self.first or chunk
         if isinstance(chunk.get("usage"), dict):
-            usage = chunk["usage"]
+            self.usage = chunk["usage"]
         for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            if isinstance(delta.get("content"), str):
-                content.append(delta["content"])
-                deltas.add("text", delta["content"])
-            think = delta.get("reasoning_content", delta.get("reasoning"))
-            if isinstance(think, str):
-                reasoning.append(think)
-                deltas.add("reasoning", think)
-            for position, call in enumerate(delta.get("tool_calls") or []):
-                index = call.get("index", position) if isinstance(call, dict) else position
-                slot = calls.setdefault(index, {"id": None, "type": "function",
-                                                "function": {"name": "", "arguments": ""}})
-                function = call.get("function") or {}
-                slot["id"] = slot["id"] or call.get("id")
-                if function.get("name"):
-                    slot["function"]["name"] += function["name"]
-                arguments = function.get("arguments")
-                if arguments is not None and not isinstance(arguments, str):
-                    arguments = json.dumps(arguments)
-                if arguments:
-                    slot["function"]["arguments"] += arguments
-                deltas.add("toolCalls", {"index": index, "id": call.get("id"), "name": function.get("name"),
-                                         "arguments": arguments or ""})
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
-    if first is not None and not ended and finish is None:
-        # Closed after some chunks without [DONE] or a finish_reason: a cut, not an answer.
-        deltas.flush()
-        raise StreamCut("stream ended before the answer was complete")
-    deltas.flush(done=True)
-    if first is None:
-        return None, "stream ended without a chunk"
-    message = {"role": "assistant", "content": "".join(content) if content or not calls else None}
-    if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
-    if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    answer = {"id": first.get("id"), "object": "chat.completion", "created": first.get("created"),
-              "model": first.get("model"),
-              "choices": [{"index": 0, "message": message, "logprobs": None,
-                           "finish_reason": finish or ("tool_calls" if calls else "stop")}]}
-    if usage is not None:
-        answer["usage"] = usage
-    return answer, None
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._choice(choice)
+        return False
+
+    def _choice(self, choice):
+        deltas = self.deltas
+        delta = choice.get("delta") or {}
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+            deltas.add("text", delta["content"])
+        think = delta.get("reasoning_content", delta.get("reasoning"))
+        if isinstance(think, str):
+            self.reasoning.append(think)
+            deltas.add("reasoning", think)
+        for position, call in enumerate(delta.get("tool_calls") or []):
+            index = call.get("index", position) if isinstance(call, dict) else position
+            slot = self.calls.setdefault(index, {"id": None, "type": "function",
+                                                 "function": {"name": "", "arguments": ""}})
+            function = call.get("function") or {}
+            slot["id"] = slot["id"] or call.get("id")
+            if function.get("name"):
+                slot["function"]["name"] += function["name"]
+            arguments = function.get("arguments")
+            if arguments is not None and not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            if arguments:
+                slot["function"]["arguments"] += arguments
+            deltas.add("toolCalls", {"index": index, "id": call.get("id"), "name": function.get("name"),
+                                     "arguments": arguments or ""})
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+
+    def finish(self):
+        if self.error is not None:
+            return None, self.error
+        if self.first is not None and not self.ended and self.finish_reason is None:
+            # Closed after some chunks without [DONE] or a finish_reason: a cut, not an answer.
+            self.deltas.flush()
+            raise StreamCut("stream ended before the answer was complete")
+        self.deltas.flush(done=True)
+        if self.first is None:
+            return None, "stream ended without a chunk"
+        calls, first = self.calls, self.first
+        message = {"role": "assistant", "content": "".join(self.content) if self.content or not calls else None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if calls:
+            message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        answer = {"id": first.get("id"), "object": "chat.completion", "created": first.get("created"),
+                  "model": first.get("model"),
+                  "choices": [{"index": 0, "message": message, "logprobs": None,
+                               "finish_reason": self.finish_reason or ("tool_calls" if calls else "stop")}]}
+        if self.usage is not None:
+            answer["usage"] = self.usage
+        return answer, None
 
 
 def openai_usage(answer):
@@ -473,20 +495,27 @@ def anthropic_to_chat(message):
             "stop_reason": message.get("stop_reason")}, usage
 
 
-def anthropic_stream_message(events, deltas):
-    """The whole Anthropic message rebuilt from its stream events; an `error` event (such as
-    `overloaded_error` mid-stream) is returned as the error body instead."""
-    message, blocks, partial = None, {}, {}
-    for name, data in events:
+class AnthropicStream:
+    """The whole Anthropic message rebuilt from its stream events, fed one at a time (feed() says
+    whether it is complete); an `error` event (such as `overloaded_error` mid-stream) makes finish()
+    answer the error body instead: (message, None) or (None, error text)."""
+
+    def __init__(self, deltas):
+        self.deltas = deltas
+        self.message, self.blocks, self.partial, self.error = None, {}, {}, None
+
+    def feed(self, name, data):
         try:
             event = json.loads(data)
         except ValueError:
-            continue
+            return False
         kind = event.get("type") if isinstance(event, dict) else name
         if kind == "error":
-            return None, json.dumps(event)
+            self.error = json.dumps(event)
+            return True
+        blocks, partial, deltas = self.blocks, self.partial, self.deltas
         if kind == "message_start":
-            message = dict(event.get("message") or {}, content=[])
+            self.message = dict(event.get("message") or {}, content=[])
         elif kind == "content_block_start":
             index = event.get("index", len(blocks))
             blocks[index] = dict(event.get("content_block") or {})
@@ -513,51 +542,93 @@ def anthropic_stream_message(events, deltas):
                     blocks[index]["input"] = json.loads(partial[index] or "{}")
                 except ValueError:
                     blocks[index]["input"] = {}
-        elif kind == "message_delta" and message is not None:
+        elif kind == "message_delta" and self.message is not None:
+            message = self.message
             message.update({k: v for k, v in (event.get("delta") or {}).items() if v is not None})
             usage = dict(message.get("usage") or {})
             usage.update(event.get("usage") or {})
             message["usage"] = usage
         elif kind == "message_stop":
-            break
-    deltas.flush(done=True)
-    if message is None:
-        return None, "stream ended without message_start"
-    message["content"] = [blocks[i] for i in sorted(blocks)]
-    return message, None
+            return True
+        return False
+
+    def finish(self):
+        if self.error is not None:
+            return None, self.error
+        self.deltas.flush(done=True)
+        if self.message is None:
+            return None, "stream ended without message_start"
+        self.message["content"] = [self.blocks[i] for i in sorted(self.blocks)]
+        return self.message, None
 
 
 # ---------------------------------------------------------------------------------------------
 # One exchange in a dialect
 
 
-def answer_of(kind, status, headers, chunks, deltas):
-    """(status, body text, usage) of an upstream answer in Chat Completions terms; streamed answers are
-    assembled, error bodies pass through unchanged (Anthropic stream errors become 529 or 500 answers)."""
-    is_stream = "text/event-stream" in headers.get("content-type", "")
-    if not 200 <= status < 300 or not is_stream:
-        raw = b"".join(chunks).decode("utf-8", "replace")
-        if not 200 <= status < 300:
-            return status, raw, {}
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return status, raw, {}
-        if kind == "anthropic" and isinstance(data, dict) and data.get("type") == "message":
-            answer, usage = anthropic_to_chat(data)
-            return status, json.dumps(answer), usage
-        return status, raw, openai_usage(data)
-    events = sse_events(chunks)
-    if kind == "anthropic":
-        message, error = anthropic_stream_message(events, deltas)
-        if message is None:
+class AnswerReader:
+    """An upstream answer in Chat Completions terms, read from its body fed in pieces: streamed answers
+    are assembled event by event (feed() says when the rest need not be read), error bodies pass
+    through unchanged (Anthropic stream errors become 529 or 500 answers). finish() answers (status,
+    body text, usage). The threaded proxy and the model loop both read answers with it."""
+
+    def __init__(self, kind, status, headers, deltas):
+        self.kind, self.status = kind, status
+        self.streamed = 200 <= status < 300 and "text/event-stream" in headers.get("content-type", "")
+        self.raw = []
+        self.events = SseParser() if self.streamed else None
+        self.stream = (AnthropicStream if kind == "anthropic" else OpenAIStream)(deltas) if self.streamed else None
+        self.complete = False
+
+    def feed(self, data):
+        if not self.streamed:
+            self.raw.append(data)
+            return False
+        for name, text in self.events.feed(data):
+            if self.stream.feed(name, text):
+                self.complete = True
+                return True
+        return False
+
+    def finish(self):
+        status = self.status
+        if not self.streamed:
+            raw = b"".join(self.raw).decode("utf-8", "replace")
+            if not 200 <= status < 300:
+                return status, raw, {}
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                return status, raw, {}
+            if self.kind == "anthropic" and isinstance(data, dict) and data.get("type") == "message":
+                answer, usage = anthropic_to_chat(data)
+                return status, json.dumps(answer), usage
+            return status, raw, openai_usage(data)
+        if not self.complete:
+            for name, text in self.events.finish():
+                if self.stream.feed(name, text):
+                    break
+        answer, error = self.stream.finish()
+        if answer is None:
             return stream_error_status(error), error, {}
-        answer, usage = anthropic_to_chat(message)
-        return status, json.dumps(answer), usage
-    answer, error = openai_stream_answer(events, deltas)
-    if answer is None:
-        return stream_error_status(error), error, {}
-    return status, json.dumps(answer), openai_usage(answer)
+        if self.kind == "anthropic":
+            answer, usage = anthropic_to_chat(answer)
+            return status, json.dumps(answer), usage
+        return status, json.dumps(answer), openai_usage(answer)
+
+
+def answer_of(kind, status, headers, chunks, deltas):
+    """AnswerReader over a chunk iterator (open_exchange's), closed once the answer is complete."""
+    reader = AnswerReader(kind, status, headers, deltas)
+    try:
+        for data in chunks:
+            if reader.feed(data):
+                break
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return reader.finish()
 
 
 def stream_error_status(text):

@@ -2,6 +2,7 @@
 signals, history, model calls (forwarded by suzumio_model_proxy), activation context and output, all
 authenticated by the per-agent token, served by their own app on the runner listener (make_runner_app).
 The HTTP conventions both apps share are suzumio_http's."""
+import concurrent.futures
 import hmac
 import json
 import logging
@@ -11,13 +12,17 @@ import re
 import threading
 import time
 
+import bottle
+
 import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_files
 import suzumio_guards
+import suzumio_model_loop
 import suzumio_recorder
 import suzumio_replay
 import suzumio_scheduler
+import suzumio_sse
 from suzumio_cost import call_cost
 from suzumio_errors import BadGateway, BadRequest, Conflict, Forbidden, SuzumioError
 from suzumio_http import (
@@ -30,7 +35,7 @@ from suzumio_http import (
     run_tick,
 )
 from suzumio_live import DELTA_EVENT
-from suzumio_model_proxy import ModelProxy
+from suzumio_model_proxy import Forwarding, ModelProxy
 from suzumio_records import (
     ACT_RUNNING,
     HISTORY_CLOSED,
@@ -165,6 +170,9 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
     `model_proxy` (a suzumio_model_proxy.ModelProxy, by default one over the controller's environment)
     forwards `/runner/model`; `tracer` (suzumio_telemetry) gets a span for every model and tool call."""
     model_proxy = model_proxy or ModelProxy()
+    # Calls to upstreams reached directly leave the worker threads for one loop (suzumio_model_loop);
+    # the listener closes it with the app.
+    model_loop = app.config["suzumio.model_loop"] = suzumio_model_loop.ModelLoop()
     replays = suzumio_replay.Replays(root)
     long_polls = threading.BoundedSemaphore(suzumio_approvals.MAX_LONG_POLLS)
 
@@ -182,12 +190,18 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         def publish(delta):
             root.live.publish(call.store.project_id, dict(live_base, **delta), after=call.store.event_watermark)
 
-        retries = []
+        retries, deferred = [], []  # deferred: the pool's retry events, when the model loop has the call
 
         def on_retry(info):
             retries.append(info)
-            call.store.append_event(KIND_MODEL_RETRY, dict(info, activationId=call.activation_id,
-                                                           agentId=call.agent_id))
+
+            def write():
+                call.store.append_event(KIND_MODEL_RETRY, dict(info, activationId=call.activation_id,
+                                                               agentId=call.agent_id))
+            if handed:
+                deferred.append(model_loop.submit(write, lambda _result: None))
+            else:
+                write()
 
         clock = time.monotonic()
 
@@ -201,6 +215,33 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
                     started_at=format_ts(started), duration_ms=(time.monotonic() - clock) * 1000,
                     packed=packed)
 
+        def conclude(outcome):
+            """The runner's answer to a forwarded call: `outcome` is its ModelAnswer or the SuzumioError it
+            ended with (raised again once recorded)."""
+            concurrent.futures.wait(deferred)  # its retry events come before its exchange
+            if isinstance(outcome, SuzumioError):
+                if isinstance(outcome, BadGateway):  # forwarded, and no answer came; a refused request is no exchange
+                    record(None, outcome.message)
+                trace_model_call(tracer, call, config, provider_id, preset_id, started, None, outcome.message)
+                raise outcome
+            answer = outcome
+            packed = call.store.pack_request(call.body["body"]) if config.recording.enabled else None
+
+            def answered(_tx):
+                record(answer, packed=packed)
+                # Recorded whatever the activation's status by now: the provider counted these tokens.
+                call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
+                                             answer.status, answer.usage,
+                                             cost_usd=call_cost(config.runner.presets.get(preset_id), answer.usage))
+
+            # One COMMIT for the exchange and its usage, shared with the other calls ending at the same time:
+            # concurrent streams otherwise queue behind two synced COMMITs each at their end.
+            call.store.write_grouped(answered)
+            trace_model_call(tracer, call, config, provider_id, preset_id, started, answer,
+                             None if 200 <= answer.status < 300 else f"HTTP {answer.status}")
+            return {"status": answer.status, "headers": answer.headers, "body": answer.body,
+                    "overflow": answer.overflow is not None}
+
         replayed = replays.answer(call.store, call.activation_id, call.agent_id, provider_id, preset_id,
                                   call.body["body"])
         if isinstance(replayed, suzumio_replay.Recorded):
@@ -209,30 +250,24 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
             suzumio_scheduler.stop_project(call.store, scheduler.backends)
             raise Conflict(f"Replay {call.store.project_id} diverged at request {replayed['requestIndex']} of "
                            f"activation {call.activation_id}; the replay is stopped")
+        handed = False
         try:
-            answer = model_proxy.forward(config, call.agent_id, provider_id, preset_id, call.body["body"],
-                                         publish=publish, on_retry=on_retry)
+            forwarding = Forwarding(model_proxy, config, call.agent_id, provider_id, preset_id, call.body["body"],
+                                    on_retry=on_retry)
         except SuzumioError as error:
-            if isinstance(error, BadGateway):  # forwarded, and no answer came; a refused request is no exchange
-                record(None, error.message)
-            trace_model_call(tracer, call, config, provider_id, preset_id, started, None, error.message)
-            raise
-        packed = call.store.pack_request(call.body["body"]) if config.recording.enabled else None
-
-        def answered(_tx):
-            record(answer, packed=packed)
-            # Recorded whatever the activation's status by now: the provider counted these tokens.
-            call.store.record_model_call(call.activation_id, call.agent_id, provider_id, preset_id,
-                                         answer.status, answer.usage,
-                                         cost_usd=call_cost(config.runner.presets.get(preset_id), answer.usage))
-
-        # One COMMIT for the exchange and its usage, shared with the other calls ending at the same time:
-        # concurrent streams otherwise queue behind two synced COMMITs each at their end.
-        call.store.write_grouped(answered)
-        trace_model_call(tracer, call, config, provider_id, preset_id, started, answer,
-                         None if 200 <= answer.status < 300 else f"HTTP {answer.status}")
-        return json_response({"status": answer.status, "headers": answer.headers, "body": answer.body,
-                              "overflow": answer.overflow is not None})
+            return json_response(conclude(error))
+        hand_off = bottle.request.environ.get(suzumio_sse.HAND_OFF)
+        if hand_off is None or forwarding.upstream.proxy is not None:  # through an HTTP proxy: this thread
+            try:
+                outcome = model_proxy.drive(forwarding, publish)
+            except SuzumioError as error:
+                outcome = error
+            return json_response(conclude(outcome))
+        sock = hand_off()
+        if sock is not None:  # None: the runner left before its call began
+            handed = True
+            model_loop.start(forwarding, publish, conclude, reply_sock=sock)
+        return bottle.HTTPResponse(b"", 200)
 
     @app.post("/runner/tool-calls/start")
     def tool_call_start():

@@ -4,11 +4,16 @@ import threading
 from http.server import ThreadingHTTPServer
 
 
+class _Server(ThreadingHTTPServer):
+    # A listen backlog of 128, as servers set it (socketserver's 5 drops the connections of a burst).
+    request_queue_size = 128
+
+
 class LocalHTTPServer:
     """Serves `handler` until close(); keyword attributes are set on the server for the handler."""
 
     def __init__(self, handler, name, **attributes):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = _Server(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         for key, value in attributes.items():
             setattr(self.server, key, value)

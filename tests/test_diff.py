@@ -1,8 +1,9 @@
 """suzumio_diff on two real project stores: agents working at once interleave their messages
 differently from run to run, which is no difference; what one agent sent, in its own order, is."""
+from store_fixtures import at, config_of, expanded_agents, init_demo, make_config
+
 import suzumio_coordination as coordination
 import suzumio_diff
-from store_fixtures import at, config_of, expanded_agents, init_demo, make_config
 
 
 def two_runs(tmp_path):
