@@ -42,10 +42,22 @@ class Conflict(SuzumioError):
     status = 409
 
 
+class InternalError(SuzumioError):
+    """A failure of the controller itself; the message names an error id the log has, never the cause."""
+
+    status = 500
+
+
 class BadGateway(SuzumioError):
     """The controller could not get an answer from an upstream service (a model provider)."""
 
     status = 502
+
+
+class Unavailable(SuzumioError):
+    """The controller is shutting down the part that would answer."""
+
+    status = 503
 
 
 class InsufficientStorage(SuzumioError):

@@ -29,7 +29,7 @@ import uuid
 from urllib.parse import urlsplit
 
 import suzumio_providers as providers
-from suzumio_errors import SuzumioError, storage_error
+from suzumio_errors import InternalError, SuzumioError, Unavailable, storage_error
 from suzumio_http import JSON_TYPE, NOSNIFF, VERSION_HEADER, encode_json
 from suzumio_model_proxy import ModelAnswer
 from suzumio_resources import VERSION
@@ -78,10 +78,10 @@ class ModelLoop:
         call = Call(self, forwarding, publish, finish, reply_sock, on_done)
         with self._lock:
             if self._closing:
-                raise SuzumioError("The model loop is shut down")
+                raise Unavailable("The model loop is shut down")
             if self._thread is None:
                 self._start()
-            self._soon.append(call.begin)
+            self._soon.append((call.begin, call))
             self._wake()
 
     def tls_context(self):
@@ -104,14 +104,15 @@ class ModelLoop:
             raise outcome[0]
         return outcome[0]
 
-    def call_soon(self, callback):
+    def call_soon(self, callback, item=None):
+        """Run `callback()` on the loop; should it fail, `item.crashed()` fails its call."""
         with self._lock:
             if self._closing:
                 return
-            self._soon.append(callback)
+            self._soon.append((callback, item))
             self._wake()
 
-    def submit(self, work, then):
+    def submit(self, work, then, item=None):
         """Run `work()` on the pool, then `then(result or the exception it raised)` on the loop; answers
         the pool's future."""
         def job():
@@ -119,7 +120,7 @@ class ModelLoop:
                 result = work()
             except Exception as error:  # noqa: BLE001 - handed to the loop, which answers it in the error shape
                 result = error
-            self.call_soon(lambda: then(result))
+            self.call_soon(lambda: then(result), item)
         return self._pool.submit(job)
 
     def close(self):
@@ -168,13 +169,13 @@ class ModelLoop:
                     while os.read(self._wake_r, 4096):
                         pass
             else:
-                key.data.ready(mask)
+                self._contain(key.data.ready, mask, item=key.data)
         while True:
             with self._lock:
                 if not self._soon:
                     break
-                callback = self._soon.popleft()
-            callback()
+                callback, item = self._soon.popleft()
+            self._contain(callback, item=item)
         if self.clock() >= self._next_due:
             self._timers()
 
@@ -185,8 +186,18 @@ class ModelLoop:
         for item in due:
             item.wake_at = math.inf
             self._timed.discard(item)
-            item.expired()
+            self._contain(item.expired, item=item)
         self._next_due = min((item.wake_at for item in self._timed), default=math.inf)
+
+    def _contain(self, step, *args, item=None):
+        """A failure of one call's step fails that call (a 500 for its runner), never the loop."""
+        try:
+            step(*args)
+        except Exception as error:
+            error_id = uuid.uuid4().hex[:12]
+            log.error("model loop: a call failed (error id %s)", error_id, exc_info=error)
+            if item is not None:
+                item.crashed(InternalError(f"Internal error (id {error_id})"))
 
     def set_timer(self, item, when):
         """`item.expired()` runs at `when` (monotonic seconds) unless set again or cleared (inf)."""
@@ -240,7 +251,7 @@ class Call:
         self.on_done = on_done
         self.wake_at = math.inf  # a retry's delay
         self.exchange = None
-        self.dropped = False
+        self.dropped = self.replied = False
 
     def begin(self):
         request = self.forwarding.request()
@@ -264,22 +275,31 @@ class Call:
     def expired(self):
         self.begin()
 
+    def crashed(self, error):
+        if self.exchange is not None:
+            self.exchange.abandon()
+        self.loop.set_timer(self, math.inf)
+        self.loop.submit(lambda: self.finish(error), self.reply)
+
     def reply(self, value):
         """Runs on the loop with finish()'s JSON value or the exception it raised."""
+        if self.replied:
+            return
+        self.replied = True
         if self.on_done is not None:
             self.on_done(value)
         if self.reply_sock is not None:
             Reply(self.loop, self.reply_sock, *http_answer(value)).send()
 
     def drop(self):
-        if self.dropped:
+        if self.dropped or self.replied:
             return
         self.dropped = True
         self.loop.set_timer(self, math.inf)
         if self.reply_sock is not None:
             self.reply_sock.close()
         if self.on_done is not None:
-            self.on_done(SuzumioError("The model loop is shut down"))
+            self.on_done(Unavailable("The model loop is shut down"))
 
 
 def http_answer(value):
@@ -309,12 +329,15 @@ class Reply:
                 f"{NOSNIFF[0]}: {NOSNIFF[1]}"]
         self.pending = memoryview(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
         self.wake_at = math.inf
+        self.closed = False
 
     def send(self):
         self.sock.setblocking(False)
         self.ready(selectors.EVENT_WRITE)
 
     def ready(self, _mask):
+        if self.closed:  # an event of this descriptor from before it was closed
+            return
         try:
             while self.pending:
                 self.pending = self.pending[self.sock.send(self.pending):]
@@ -331,7 +354,11 @@ class Reply:
         log.info("a runner did not read its model answer within %.0f s; dropped", REPLY_TIMEOUT_S)
         self.drop()
 
+    def crashed(self, _error):
+        self.drop()
+
     def drop(self):
+        self.closed = True
         self.loop.set_timer(self, math.inf)
         self.loop.unregister(self.sock)
         self.sock.close()
@@ -388,9 +415,12 @@ class Exchange:
         except ValueError:
             literal = False
         if literal:
-            self._resolved(self._lookup())
+            try:
+                self._resolved(self._lookup())
+            except OSError as error:
+                self._resolved(error)
         else:
-            self.loop.submit(self._lookup, self._resolved)
+            self.loop.submit(self._lookup, self._resolved, self)
 
     def _lookup(self):
         return self.loop.resolve(self.host, self.port, type=socket.SOCK_STREAM)
@@ -425,6 +455,8 @@ class Exchange:
         self.loop.register(self.sock, selectors.EVENT_WRITE, self)
 
     def ready(self, mask):
+        if self.done:  # an event of this descriptor from before it was closed
+            return
         try:
             if self.state == "connect":
                 code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -485,7 +517,7 @@ class Exchange:
             if self._body(data):
                 return
         if self.tls and self.sock.pending():  # decrypted bytes the selector cannot see
-            self.loop.call_soon(lambda: None if self.done else self.ready(selectors.EVENT_READ))
+            self.loop.call_soon(lambda: None if self.done else self.ready(selectors.EVENT_READ), self)
 
     def _head(self):
         """The answer's head once it is all in (a 1xx head is skipped); False while more is needed."""
@@ -642,13 +674,21 @@ class Exchange:
         error = TransportError("timed out") if self.connected else providers.EarlyTransportError("timed out")
         self._end(error)
 
+    def crashed(self, error):
+        self.abandon()
+        self.call.crashed(error)
+
     def drop(self):
+        self.abandon()
+        self.call.drop()
+
+    def abandon(self):
+        """Close the exchange without an outcome."""
         if not self.done:
             self.done = True
             self.loop.opened(-1)
         self.loop.set_timer(self, math.inf)
         self._close_socket()
-        self.call.drop()
 
 
 def _reason(error):

@@ -7,11 +7,15 @@ Two parts, each against its baseline from the same run, calls alternating betwee
   1. one call at a time: time to the first token (direct) vs to the first delta on the project's stream;
      aim <= 1.1x + 5 ms;
   2. `--concurrent` calls at once through one controller (serve's 32 worker threads): time to the first
-     token/delta and to the whole answer (p50, p95), and the peak thread count of the controller process
-     (sampled from /proc/self/task) against its count before the burst.
+     token/delta and to the whole answer (p50, p95), the peak thread count of the controller process
+     (sampled from /proc/self/task) against its count before the burst, and how many calls were
+     forwarded at once.
+`--path threaded` takes the hand-off away from the runner listener, so that every call keeps its worker
+thread as calls through an HTTP proxy do (the model loop's baseline, for a before/after in one run).
 The runner clients, the stream client and the direct clients share one separate process, so that
 neither side holds the controller's GIL.
-Usage: .venv/bin/python bench/model_stream.py [--runs 30] [--concurrent 100] [--rounds 3] [--json]"""
+Usage: .venv/bin/python bench/model_stream.py [--runs 30] [--concurrent 100] [--rounds 3] [--path loop|threaded]
+       [--json]"""
 import argparse
 import concurrent.futures
 import http.client
@@ -239,24 +243,37 @@ def client_burst(mode, model_port, count):
 # ---------------------------------------------------------------- the controller (this process)
 
 def counting_proxy():
-    """The real ModelProxy, counting the calls it forwards at once (each holds a worker thread)."""
+    """The real ModelProxy, counting the calls it forwards at once on worker threads (the model loop
+    counts its own: ModelLoop.peak_exchanges)."""
     from suzumio_model_proxy import ModelProxy
 
     class CountingProxy(ModelProxy):
         in_flight = peak = 0
         lock = threading.Lock()
 
-        def forward(self, *args, **kwargs):
+        def drive(self, *args, **kwargs):
             with self.lock:
                 self.in_flight += 1
                 self.peak = max(self.peak, self.in_flight)
             try:
-                return super().forward(*args, **kwargs)
+                return super().drive(*args, **kwargs)
             finally:
                 with self.lock:
                     self.in_flight -= 1
 
     return CountingProxy()
+
+
+def without_hand_off(server):
+    """The runner listener's app without the hand-off: /runner/model keeps its worker thread."""
+    import suzumio_sse
+    app = server.server.application
+
+    def threaded(environ, start_response):
+        environ.pop(suzumio_sse.HAND_OFF, None)
+        return app(environ, start_response)
+
+    server.server.application = threaded
 
 
 class ThreadPeak:
@@ -294,6 +311,8 @@ def main(argv=None):
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--interval-ms", type=float, default=10.0, help="between two tokens")
     parser.add_argument("--threads", type=int, default=32, help="the listeners' worker threads (serve's default)")
+    parser.add_argument("--path", choices=("loop", "threaded"), default="loop",
+                        help="how the controller forwards: its model loop, or a worker thread per call")
     parser.add_argument("--json", action="store_true", help="also print the rows as one JSON line")
     options = parser.parse_args(argv)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # 100 calls queue behind the workers
@@ -314,6 +333,9 @@ def main(argv=None):
             scratch = Path(scratch)
             proxy = counting_proxy()
             with serving(scratch / "root", threads=options.threads, api_token=None, model_proxy=proxy) as service:
+                if options.path == "threaded":
+                    without_hand_off(service.runner_server)
+                loop = service.runner_server.app.config["suzumio.model_loop"]
                 agents = [f"a{i}" for i in range(count)]
                 text = PROJECT_YAML.format(agents="\n".join(f"  {a}: {{tools: [messages.send]}}" for a in agents),
                                            model_url=f"http://127.0.0.1:{model_port}/v1")
@@ -327,15 +349,16 @@ def main(argv=None):
                 with concurrent.futures.ProcessPoolExecutor(
                         1, mp_context=context, initializer=client_setup,
                         initargs=(socket_path, service.port, identities)) as pool:
-                    measure(options, results, pool, model_port, count, proxy)
+                    measure(options, results, pool, model_port, count, proxy, loop)
     finally:
         model.kill()
     results.note(f"(load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; model: first token after "
-                 f"{options.think_ms:.0f} ms, {options.tokens} tokens {options.interval_ms:.0f} ms apart)")
+                 f"{options.think_ms:.0f} ms, {options.tokens} tokens {options.interval_ms:.0f} ms apart; "
+                 f"path: {options.path})")
     return results.emit(options.json)
 
 
-def measure(options, results, pool, model_port, count, proxy):
+def measure(options, results, pool, model_port, count, proxy, loop):
     single = {"direct": [], "proxied": []}
     for mode in ("direct", "proxied"):  # warm-up: connections, config cache, the stream's first frames
         pool.submit(client_single, mode, model_port).result()
@@ -356,19 +379,19 @@ def measure(options, results, pool, model_port, count, proxy):
     peaks, forwarded = [], []
     for _ in range(options.rounds):
         for mode in bursts:
-            proxy.peak = 0
+            proxy.peak = loop.peak_exchanges = 0
             with ThreadPeak() as peak:
                 bursts[mode] += pool.submit(client_burst, mode, model_port, count).result()
             if mode == "proxied":
                 peaks.append(peak.peak)
-                forwarded.append(proxy.peak)
+                forwarded.append(max(proxy.peak, loop.peak_exchanges))
     for label, index in (("first token", 0), ("whole answer", 1)):
         for name, fraction in (("p50", 0.5), ("p95", 0.95)):
             results.add(f"{label} {name}, {count} concurrent: via proxy vs direct",
                         benchlib.percentile([pair[index] for pair in bursts["proxied"]], fraction), "s",
                         benchlib.percentile([pair[index] for pair in bursts["direct"]], fraction))
     results.add(f"controller threads, {count} concurrent calls: peak vs idle", max(peaks), "threads", idle)
-    results.add(f"calls forwarded at once (a worker thread each) of {count}", max(forwarded), "calls", count)
+    results.add(f"calls forwarded at once of {count}", max(forwarded), "calls", count)
 
 
 if __name__ == "__main__":

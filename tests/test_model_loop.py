@@ -360,6 +360,21 @@ def test_a_hundred_streams_at_once_take_the_loop_and_its_pool_not_a_thread_each(
         server.close()
 
 
+def test_a_call_that_fails_inside_the_loop_answers_a_500_and_the_loop_goes_on(loop, model):
+    model.enqueue(content="streamed")
+    model.enqueue(content="next")
+    config = models_config(model.base_url)
+
+    def broken_publish(_delta):
+        raise RuntimeError("the live feed broke")
+
+    with pytest.raises(SuzumioError, match=r"^Internal error \(id [0-9a-f]{12}\)$") as failed:
+        loop.run(Forwarding(ModelProxy({"KEY_VAR": KEY}), config, "pm", "gw", "main", BODY), broken_publish)
+    assert failed.value.status == 500
+    answer = loop.run(Forwarding(ModelProxy({"KEY_VAR": KEY}), config, "pm", "gw", "main", BODY))
+    assert whole(answer.body)[0] == "next" and loop.open_exchanges == 0
+
+
 def test_closing_the_loop_ends_the_calls_in_flight(model):
     model_loop = suzumio_model_loop.ModelLoop()
     model.enqueue(content="never read", delay=30)
