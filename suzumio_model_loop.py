@@ -34,6 +34,7 @@ from suzumio_http import JSON_TYPE, NOSNIFF, VERSION_HEADER, encode_json
 from suzumio_model_proxy import ModelAnswer
 from suzumio_resources import VERSION
 from suzumio_runner_models import READ_CHUNK, TransportError
+from suzumio_selector_loop import SelectorLoop
 
 log = logging.getLogger(__name__)
 
@@ -46,23 +47,20 @@ REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
            503: "Service Unavailable", 507: "Insufficient Storage"}
 
 
-class ModelLoop:
+class ModelLoop(SelectorLoop):
     """The loop thread (started on first use) and its pool. start() and close() are called from other
     threads; everything else runs in the loop thread."""
 
+    name = "suzumio-model-loop"
+
     def __init__(self, clock=time.monotonic, resolve=socket.getaddrinfo, tls_context=None):
+        super().__init__()
         self.clock = clock
         self.resolve = resolve
         self._tls_context = tls_context  # verifies https upstreams (default: the system's CAs, as the threaded path)
         self.open_exchanges = 0
-        self.on_fatal = None  # called with the error if the loop dies (set by the listener)
         self.peak_exchanges = 0  # the most upstream exchanges open at once (bench/model_stream.py)
-        self._lock = threading.Lock()
-        self._soon = collections.deque()  # callables handed to the loop thread
-        self._closing = False
-        self._thread = None
-        self._selector = None
-        self._wake_r = self._wake_w = None
+        self._soon = collections.deque()  # (callable, its call's item) handed to the loop thread
         self._pool = None
         self._timed = set()  # exchanges and replies with a wake_at
         self._next_due = math.inf  # no timer is due before this (see _timers)
@@ -125,49 +123,22 @@ class ModelLoop:
 
     def close(self):
         """Stop the loop: open calls are dropped (their runners see the connection close). Idempotent."""
-        with self._lock:
-            self._closing = True
-            thread = self._thread
-            self._wake()
-        if thread is not None:
-            thread.join(timeout=10)
+        super().close()
+        if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _start(self):
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._pool = concurrent.futures.ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="suzumio-model-io")
-        self._thread = threading.Thread(target=self._serve, name="suzumio-model-loop", daemon=True)
-        self._thread.start()
-
-    def _wake(self):
-        """Under self._lock, so that the pipe is never written after _shut_down closed it."""
-        if self._wake_w is not None:
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._wake_w, b"\0")
+        super()._start()
 
     # -- the loop thread
-
-    def _serve(self):
-        try:
-            while not self._closing:
-                self._step()
-        except BaseException as error:  # the loop's one boundary: the listener reports it as down
-            log.critical("model loop died", exc_info=True)
-            if self.on_fatal is not None:
-                self.on_fatal(error)
-        finally:
-            self._shut_down()
 
     def _step(self):
         now = self.clock()
         wait = None if self._next_due == math.inf else max(0.0, self._next_due - now)
         for key, mask in self._selector.select(wait):
             if key.data is None:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(self._wake_r, 4096):
-                        pass
+                self._woken()
             else:
                 self._contain(key.data.ready, mask, item=key.data)
         while True:
@@ -232,11 +203,7 @@ class ModelLoop:
         for key in list(self._selector.get_map().values()):
             if key.data is not None:
                 key.data.drop()
-        self._selector.close()
-        with self._lock:
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            self._wake_r = self._wake_w = None
+        self._close_selector()
 
 
 class Call:

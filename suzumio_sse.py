@@ -25,13 +25,13 @@ import email.utils
 import json
 import logging
 import math
-import os
 import selectors
-import threading
 import time
 
 import waitress.channel
 import waitress.task
+
+from suzumio_selector_loop import SelectorLoop
 
 log = logging.getLogger(__name__)
 
@@ -182,24 +182,21 @@ class ProjectFeed:
         return list(zip(self.rowids[start:], self.frames[start:], strict=True))
 
 
-class StreamHub:
+class StreamHub(SelectorLoop):
     """Every open stream of one listener, served by one thread (see the module's text). open() is called
     by the worker thread that handed a connection over; everything else runs in the hub thread."""
 
+    name = "suzumio-sse"
+
     def __init__(self, root, poll_seconds, keep_alive_seconds):
+        super().__init__()
         self.root = root
         self.poll_seconds = poll_seconds
         self.keep_alive_seconds = keep_alive_seconds
-        self.on_fatal = None  # called with the error if the hub's loop dies (set by the listener)
         self.steps = 0  # passes of the hub's loop (an idle one makes about one a second, for keep-alives)
-        self._lock = threading.Lock()
         self._arrivals = []  # (client, head and replay) handed over, not yet taken by the hub thread
         self._dirty = set()  # projects with news (a commit, a client to bring up) since their last round
         self._watched = set()  # projects with clients
-        self._closing = False
-        self._thread = None
-        self._selector = None
-        self._wake_r = self._wake_w = None
         self._feeds = {}
         self._clients = set()
         self._next_keep_alive = 0.0
@@ -234,53 +231,21 @@ class StreamHub:
             self._dirty.add(project_id)
             self._wake()
 
-    def close(self):
-        """End every stream (the last chunk, then the connection) and stop the thread. Idempotent."""
-        with self._lock:
-            self._closing = True
-            thread = self._thread
-            self._wake()
-        if thread is not None:
-            thread.join(timeout=10)
-
     def stream_count(self):
         with self._lock:
             return len(self._clients) + len(self._arrivals)
 
     def _start(self):
-        self._selector = selectors.DefaultSelector()  # epoll on Linux: no select() ceiling
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self.root.changes.listen(self.changed)
-        self._thread = threading.Thread(target=self._serve, name="suzumio-sse", daemon=True)
-        self._thread.start()
+        super()._start()
 
-    def _wake(self):
-        """Under self._lock, so that the pipe is never written after _shut_down closed it."""
-        if self._wake_w is not None:
-            with contextlib.suppress(BlockingIOError):  # a full pipe wakes the hub all the same
-                os.write(self._wake_w, b"\0")
-
-    # -- the hub thread
-
-    def _serve(self):
-        try:
-            while not self._closing:
-                self._step()
-        except BaseException as error:  # the loop's one boundary: the listener reports it as down
-            log.critical("SSE hub died", exc_info=True)
-            if self.on_fatal is not None:
-                self.on_fatal(error)
-        finally:
-            self._shut_down()
+    # -- the hub thread (close(), which ends every stream with its last chunk, stops it)
 
     def _step(self):
         self.steps += 1
         for key, mask in self._selector.select(self._wait):
             if key.data is None:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(self._wake_r, 4096):
-                        pass
+                self._woken()
                 continue
             client = key.data
             if mask & selectors.EVENT_READ:
@@ -494,8 +459,4 @@ class StreamHub:
                     client.sock.send(LAST_CHUNK)
             self._drop(client)
         self.root.changes.unlisten(self.changed)
-        self._selector.close()
-        with self._lock:
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            self._wake_r = self._wake_w = None
+        self._close_selector()

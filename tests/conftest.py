@@ -1,5 +1,5 @@
-"""Shared fixtures: an isolated runtime root, the served app with its `demo` project, free_port, and
-wait_until for other threads and processes."""
+"""Shared fixtures: an isolated runtime root, the served app with its `demo` project, a fake model server,
+free_port, and wait_until for other threads and processes."""
 import os
 import socket
 import time
@@ -25,6 +25,15 @@ def root(tmp_path, monkeypatch):
     path = tmp_path / "root"
     monkeypatch.setenv("SUZUMIO_ROOT", str(path))
     return path
+
+
+@pytest.fixture
+def model():
+    """A fake Chat Completions server (tests/fake_model.py) on 127.0.0.1, closed after the test."""
+    from fake_model import FakeModel
+    fake = FakeModel()
+    yield fake
+    fake.close()
 
 
 def require(kind):

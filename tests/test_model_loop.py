@@ -11,11 +11,11 @@ import threading
 import time
 
 import pytest
-from api_fixtures import init_project, running_activation, serving
+from api_fixtures import running_activation
 from conftest import wait_until
 from fake_anthropic import OVERLOADED_BODY, FakeAnthropic
 from fake_model import FakeModel, RecordingProxy
-from test_model_proxy import HEADER_SECRET, ROUTE_YAML, closed_port, identity
+from test_model_proxy import closed_port, identity, route_service
 from test_providers import BODY, KEY, REPLY, models_config, whole
 
 import suzumio_model_loop
@@ -31,13 +31,6 @@ def loop():
     model_loop = suzumio_model_loop.ModelLoop()
     yield model_loop
     model_loop.close()
-
-
-@pytest.fixture
-def model():
-    server = FakeModel()
-    yield server
-    server.close()
 
 
 def both(model_loop, config, body=BODY, environ=None):
@@ -401,11 +394,8 @@ def _outcome(model_loop, forwarding):
 
 @pytest.fixture
 def route(tmp_path, model):
-    with serving(tmp_path / "root", model_proxy=ModelProxy({"KEY_VAR": KEY})) as service:
-        text = ROUTE_YAML.format(controller_url=service.base_url, model_url=model.base_url, header=HEADER_SECRET)
-        store = init_project(service.root, tmp_path / "demo", text)
-        store.start()
-        yield service, store
+    with route_service(tmp_path, model.base_url) as pair:
+        yield pair
 
 
 def runner_loop(service):
@@ -429,29 +419,10 @@ def test_the_route_hands_a_direct_call_to_the_loop_and_answers_from_it(route, mo
     assert (retry["status"], exchange["retries"]) == (503, 1)
 
 
-def test_the_route_answers_a_failure_from_the_loop_in_the_error_shape(tmp_path):
-    with serving(tmp_path / "root", model_proxy=ModelProxy({"KEY_VAR": KEY})) as service:
-        text = ROUTE_YAML.format(controller_url=service.base_url, model_url=f"http://127.0.0.1:{closed_port()}/v1",
-                                 header=HEADER_SECRET)
-        store = init_project(service.root, tmp_path / "demo", text)
-        store.start()
-        act = running_activation(store, "pm")
-        response = service.post("/runner/model", identity(service, store, "pm", act["id"]))
-        assert (response.status_code, response.json()) == (
-            502, {"error": "Request to provider gw failed: [Errno 111] Connection refused"})
-        assert runner_loop(service).peak_exchanges >= 1
-        [exchange] = store.exchanges(act["id"])
-        assert exchange["error"] == "Request to provider gw failed: [Errno 111] Connection refused"
-
-
 def test_a_call_through_an_http_proxy_stays_on_its_worker_thread(tmp_path, model):
     proxy = RecordingProxy()
     try:
-        environ = {"KEY_VAR": KEY, "HTTP_PROXY": proxy.url}
-        with serving(tmp_path / "root", model_proxy=ModelProxy(environ)) as service:
-            text = ROUTE_YAML.format(controller_url=service.base_url, model_url=model.base_url, header=HEADER_SECRET)
-            store = init_project(service.root, tmp_path / "demo", text)
-            store.start()
+        with route_service(tmp_path, model.base_url, {"KEY_VAR": KEY, "HTTP_PROXY": proxy.url}) as (service, store):
             act = running_activation(store, "pm")
             model.enqueue(content="Proxied")
             response = service.post("/runner/model", identity(service, store, "pm", act["id"]))

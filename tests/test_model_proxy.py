@@ -4,6 +4,7 @@ controller's, upstream answers reach the runner unchanged, the usual authorizati
 controller records usage and the budget counts it; and the hole tests: from `shell.exec` inside a real
 activation the key is found nowhere, on docker-chat and on local. Real parts throughout: the FakeModel
 and RecordingProxy are real HTTP servers, the app runs on Waitress, the runner image on Docker."""
+import contextlib
 import json
 import socket
 
@@ -11,7 +12,7 @@ import pytest
 from api_fixtures import init_project, running_activation, serving
 from conftest import free_port
 from e2e_fixtures import call, running_team
-from fake_model import OVERFLOW_MESSAGE, FakeModel, RecordingProxy
+from fake_model import OVERFLOW_MESSAGE, RecordingProxy
 
 import suzumio_config
 import suzumio_coordination as coordination
@@ -23,13 +24,6 @@ pytestmark = pytest.mark.timeout(300)
 KEY = "sk-proxy-key-8c41d2"
 HEADER_SECRET = "hdr-secret-66aa19"
 BODY = {"model": "whatever-the-runner-says", "messages": [{"role": "user", "content": "Hi"}], "stream": True}
-
-
-@pytest.fixture
-def model():
-    fake = FakeModel()
-    yield fake
-    fake.close()
 
 
 def models_config(base_url, provider=None, presets=None, proxy=None, agents=None):
@@ -251,13 +245,21 @@ backend:
 """
 
 
-@pytest.fixture
-def route(tmp_path, model):
-    with serving(tmp_path / "root", model_proxy=ModelProxy({"KEY_VAR": KEY})) as service:
-        text = ROUTE_YAML.format(controller_url=service.base_url, model_url=model.base_url, header=HEADER_SECRET)
+@contextlib.contextmanager
+def route_service(tmp_path, model_url, environ=None):
+    """The served apps with the started project `demo` of ROUTE_YAML whose provider is at `model_url`:
+    (service, store); the model proxy reads `environ` (the key by default)."""
+    with serving(tmp_path / "root", model_proxy=ModelProxy(environ or {"KEY_VAR": KEY})) as service:
+        text = ROUTE_YAML.format(controller_url=service.base_url, model_url=model_url, header=HEADER_SECRET)
         store = init_project(service.root, tmp_path / "demo", text)
         store.start()
         yield service, store
+
+
+@pytest.fixture
+def route(tmp_path, model):
+    with route_service(tmp_path, model.base_url) as pair:
+        yield pair
 
 
 def identity(service, store, agent_id, activation_id, **fields):
@@ -322,16 +324,14 @@ def test_the_route_refuses_like_every_runner_route(route, model):
 
 
 def test_the_route_answers_a_transport_failure_with_a_json_502(tmp_path):
-    with serving(tmp_path / "root", model_proxy=ModelProxy({"KEY_VAR": KEY})) as service:
-        text = ROUTE_YAML.format(controller_url=service.base_url, model_url=f"http://127.0.0.1:{closed_port()}/v1",
-                                 header=HEADER_SECRET)
-        store = init_project(service.root, tmp_path / "demo", text)
-        store.start()
+    with route_service(tmp_path, f"http://127.0.0.1:{closed_port()}/v1") as (service, store):
         act = running_activation(store, "pm")
         response = service.post("/runner/model", identity(service, store, "pm", act["id"]))
-        assert response.status_code == 502
-        assert response.json()["error"].startswith("Request to provider gw failed: ")
+        failure = "Request to provider gw failed: [Errno 111] Connection refused"
+        assert (response.status_code, response.json()) == (502, {"error": failure})
         assert store.model_usage(act["id"])["calls"] == 0
+        [exchange] = store.exchanges(act["id"])  # forwarded, and no answer came
+        assert (exchange["status"], exchange["error"]) == (None, failure)
 
 
 def test_the_budget_pauses_on_what_the_controller_saw_even_when_the_runner_reports_zero(route, model):

@@ -56,13 +56,6 @@ def models_config(base_url, type_="openai-compatible", options=None, preset=None
 
 
 @pytest.fixture
-def model():
-    server = FakeModel()
-    yield server
-    server.close()
-
-
-@pytest.fixture
 def claude():
     server = FakeAnthropic()
     yield server
