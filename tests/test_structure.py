@@ -1,8 +1,10 @@
 """Claims about the code's structure, checked: where SQL lives, how large a class or a module may grow,
-that every `.md` file a comment or a document names is in the repository, and that README.md's module
-table gives every module a layer that its imports respect (docs/design/README.md)."""
+that every `.md` file a comment or a document names is in the repository, that README.md's module
+table gives every module a layer that its imports respect (docs/design/README.md), and that the wheel
+and the pex ship every module."""
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -278,3 +280,21 @@ def test_the_layer_check_sees_a_missing_module_an_upward_import_and_a_cycle(tmp_
         "suzumio_low (base) imports suzumio_high (top), a higher layer",
         "import cycle: suzumio_high -> suzumio_low -> suzumio_peer -> suzumio_high",
     ]
+
+
+def unpackaged(root=REPO):
+    """Top-level modules that pyproject.toml's `py-modules` (what the wheel and the pex ship) leaves out."""
+    with (root / "pyproject.toml").open("rb") as handle:
+        listed = set(tomllib.load(handle)["tool"]["setuptools"]["py-modules"])
+    return sorted(set(modules(root)) - listed)
+
+
+def test_every_module_is_packaged():
+    assert unpackaged() == []
+
+
+def test_the_packaging_check_sees_a_module_left_out(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools]\npy-modules = ["suzumio"]\n')
+    (tmp_path / "suzumio.py").write_text("")
+    (tmp_path / "suzumio_new.py").write_text("")
+    assert unpackaged(tmp_path) == ["suzumio_new"]
