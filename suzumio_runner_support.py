@@ -266,7 +266,11 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         sock = hand_off()
         if sock is not None:  # None: the runner left before its call began
             handed = True
-            model_loop.start(forwarding, publish, conclude, reply_sock=sock)
+            try:
+                model_loop.start(forwarding, publish, conclude, reply_sock=sock)
+            except SuzumioError:  # shut down: no answer can follow on the taken connection
+                sock.close()
+                raise
         return bottle.HTTPResponse(b"", 200)
 
     @app.post("/runner/tool-calls/start")

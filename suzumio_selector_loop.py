@@ -1,6 +1,6 @@
 """One thread over an epoll selector that other threads wake through a pipe: the frame of the SSE hub
 (suzumio_sse) and of the model loop (suzumio_model_loop). A subclass gives the thread's `name`,
-its pass (`_step`: select, then work) and what its shut-down ends (`_shut_down`, which closes the
+defines its pass (`_step`: select, then work) and what its shut-down ends (`_shut_down`, which closes the
 selector and the pipe with `_close_selector` last)."""
 import contextlib
 import logging
@@ -64,9 +64,6 @@ class SelectorLoop:
                 self.on_fatal(error)
         finally:
             self._shut_down()
-
-    def _step(self):
-        raise NotImplementedError
 
     def _shut_down(self):
         self._close_selector()

@@ -76,25 +76,6 @@ def test_every_flavor_answers_alike_streamed_or_whole(loop, flavor, stream):
         server.close()
 
 
-@pytest.mark.parametrize("flavor, refused", [("nostream", "stream"), ("nostreamoptions", "stream_options"),
-                                             ("completiontokens", "max_tokens")])
-def test_a_refused_feature_is_dropped_and_resent_at_once_by_the_loop(loop, flavor, refused):
-    server = FakeModel(flavor)
-    try:
-        proxy = ModelProxy({"KEY_VAR": KEY})
-        server.enqueue(content="one")
-        server.enqueue(content="two")
-        config = models_config(server.base_url)
-        for expected in ("one", "two"):
-            answer = loop.run(Forwarding(proxy, config, "pm", "gw", "main", BODY))
-            assert whole(answer.body)[0] == expected
-        sent = {"stream": lambda b: b["stream"], "stream_options": lambda b: "stream_options" in b,
-                "max_tokens": lambda b: "max_tokens" in b}[refused]
-        assert [sent(r.body) for r in server.requests] == [True, False, False]
-    finally:
-        server.close()
-
-
 def test_error_answers_overflow_and_an_echoed_key_pass_as_on_the_threaded_path(loop, model):
     model.enqueue_error(400, "This model's maximum context length is 8192 tokens. However, your messages "
                              "resulted in 9000 tokens.")

@@ -22,9 +22,10 @@ from sse_fixtures import SseClient
 import suzumio_config
 import suzumio_config_schema
 import suzumio_cost
+import suzumio_model_loop
 import suzumio_providers as providers
 from suzumio_errors import BadGateway
-from suzumio_model_proxy import ModelProxy
+from suzumio_model_proxy import Forwarding, ModelProxy
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -330,15 +331,18 @@ def test_each_flavors_stream_parses_in_the_openai_client_and_assembles_to_the_wh
 
 @pytest.mark.parametrize("flavor, refused", [("nostream", "stream"), ("nostreamoptions", "stream_options"),
                                              ("completiontokens", "max_tokens")])
-def test_a_server_refusing_a_request_feature_is_asked_again_without_it_and_remembered(flavor, refused):
+@pytest.mark.parametrize("path", ["threaded", "loop"])
+def test_a_server_refusing_a_request_feature_is_asked_again_without_it_and_remembered(flavor, refused, path):
     server = FakeModel(flavor)
+    loop = suzumio_model_loop.ModelLoop()
     try:
         proxy = ModelProxy({"KEY_VAR": KEY})
+        drive = proxy.drive if path == "threaded" else loop.run
         server.enqueue(content="one")
         server.enqueue(content="two")
         config = models_config(server.base_url)
-        assert whole(proxy.forward(config, "pm", "gw", "main", BODY).body)[0] == "one"
-        assert whole(proxy.forward(config, "pm", "gw", "main", BODY).body)[0] == "two"
+        for expected in ("one", "two"):
+            assert whole(drive(Forwarding(proxy, config, "pm", "gw", "main", BODY)).body)[0] == expected
         first, second, third = (r.body for r in server.requests)
         sent = {"stream": lambda b: b["stream"], "stream_options": lambda b: "stream_options" in b,
                 "max_tokens": lambda b: "max_tokens" in b}[refused]
@@ -346,6 +350,7 @@ def test_a_server_refusing_a_request_feature_is_asked_again_without_it_and_remem
         if refused == "max_tokens":
             assert second["max_completion_tokens"] == 50
     finally:
+        loop.close()
         server.close()
 
 
