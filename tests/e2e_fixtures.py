@@ -186,20 +186,15 @@ def remove_containers(client, store):
 
 
 @contextlib.contextmanager
-def running_team(tmp_path, kind, *, runner_listen=None, mcp=None, warm_limit=0, flavor="openai", max_activations=None,
-                 scheduler_interval=None, **options):
-    """Serve the controller, initialize project `e2e` for `kind`, start it, and yield a Team. The
-    runners reach the controller over its runner socket, or, with `runner_listen` (host, port), over
-    TCP at the URL written as backend.controllerUrl. `mcp`: an McpHub for MCP toolpacks (test_mcp);
-    `flavor`: the FakeModel's server flavor (fake_model.FLAVORS); `scheduler_interval`: run the scheduler
-    thread as serve does (needed by delayed signals such as nudges), else ticks come only from routes."""
+def served_team(tmp_path, kind, make_config, *, flavor="openai", **serving_options):
+    """Serve the controller with `serving_options` (api_fixtures.serving), initialize project `e2e`
+    from `make_config(service, model)` and start it; yields a Team whose containers are removed after.
+    `flavor`: the FakeModel's server flavor (fake_model.FLAVORS)."""
     client = require_engine(kind)
     model = FakeModel(flavor)
     try:
-        with serving(tmp_path / "root", runner_listen=runner_listen, mcp=mcp, warm_limit=warm_limit,
-                     max_activations=max_activations, scheduler_interval=scheduler_interval) as service:
-            controller_url = service.runner_url if runner_listen else None
-            config = project_config(kind, controller_url, model.base_url, **options)
+        with serving(tmp_path / "root", **serving_options) as service:
+            config = make_config(service, model)
             store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
             store.start()
             team = Team(service, store, model, kind, client)
@@ -211,6 +206,25 @@ def running_team(tmp_path, kind, *, runner_listen=None, mcp=None, warm_limit=0, 
                     remove_containers(client, store)
     finally:
         model.close()
+
+
+@contextlib.contextmanager
+def running_team(tmp_path, kind, *, runner_listen=None, mcp=None, warm_limit=0, flavor="openai", max_activations=None,
+                 scheduler_interval=None, **options):
+    """Serve the controller, initialize project `e2e` for `kind` (project_config with `options`), start
+    it, and yield a Team. The runners reach the controller over its runner socket, or, with
+    `runner_listen` (host, port), over TCP at the URL written as backend.controllerUrl. `mcp`: an McpHub
+    for MCP toolpacks (test_mcp); `scheduler_interval`: run the scheduler thread as serve does (needed by
+    delayed signals such as nudges), else ticks come only from routes."""
+
+    def make_config(service, model):
+        controller_url = service.runner_url if runner_listen else None
+        return project_config(kind, controller_url, model.base_url, **options)
+
+    with served_team(tmp_path, kind, make_config, flavor=flavor, runner_listen=runner_listen, mcp=mcp,
+                     warm_limit=warm_limit, max_activations=max_activations,
+                     scheduler_interval=scheduler_interval) as team:
+        yield team
 
 
 def process_alive(pid):

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from api_fixtures import init_project, serving
-from e2e_fixtures import Team, call, project_config, remove_containers, require_engine
-from fake_model import FakeModel
+from e2e_fixtures import call, project_config, served_team
 
 import suzumio
 import suzumio_backend as backend
@@ -50,26 +48,16 @@ def sandbox_team(tmp_path, agents, docker=None, resolver=None, kind="docker-chat
     controller over the mounted runner socket and the model through the controller, so an agent without
     network needs none. `resolver`: the egress proxy's name resolution (suzumio_egress.resolve);
     `runner_listen` (host, port): the runner routes and the egress proxy on TCP instead."""
-    client = require_engine(kind)
-    model = FakeModel()
-    try:
-        with serving(tmp_path / "root", resolver=resolver, runner_listen=runner_listen) as service:
-            docker = dict(docker or {})
-            controller_url = service.runner_url if runner_listen else service.base_url
-            config = project_config(kind, controller_url, model.base_url, agents=agents,
-                                    presets={"worker": {"provider": "fake", "model": "worker"}}, model="worker")
-            config["backend"]["docker"] = docker
-            store = init_project(service.root, tmp_path / "config", yaml.safe_dump(config, sort_keys=False))
-            store.start()
-            team = Team(service, store, model, kind, client)
-            try:
-                yield team
-            finally:
-                team.stop_running()
-                if client is not None:
-                    remove_containers(client, store)
-    finally:
-        model.close()
+
+    def make_config(service, model):
+        controller_url = service.runner_url if runner_listen else service.base_url
+        config = project_config(kind, controller_url, model.base_url, agents=agents,
+                                presets={"worker": {"provider": "fake", "model": "worker"}}, model="worker")
+        config["backend"]["docker"] = dict(docker or {})
+        return config
+
+    with served_team(tmp_path, kind, make_config, resolver=resolver, runner_listen=runner_listen) as team:
+        yield team
 
 
 def run_shell(team, agent_id, command):

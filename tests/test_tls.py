@@ -1,6 +1,7 @@
 """suzumio_tls: the root's CA and server certificate (real openssl), and the relay in front of the
 runner app (real TLS sockets, a real Unix socket server behind it)."""
 
+import contextlib
 import http.client
 import http.server
 import os
@@ -41,16 +42,23 @@ class Echo(socketserver.StreamRequestHandler):
             self.request.sendall(data)
 
 
+@contextlib.contextmanager
+def unix_server(path, handler):
+    """A threading Unix socket server at `path` with `handler`, for the relay to reach; yields the path."""
+    server = socketserver.ThreadingUnixStreamServer(str(path), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield path
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def echo_socket(tmp_path):
-    path = tmp_path / "echo.sock"
-    server = socketserver.ThreadingUnixStreamServer(str(path), Echo)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield path
-    server.shutdown()
-    server.server_close()
+    with unix_server(tmp_path / "echo.sock", Echo) as path:
+        yield path
 
 
 @pytest.fixture
@@ -101,26 +109,22 @@ class Reverse(http.server.BaseHTTPRequestHandler):
 
 def test_the_relay_carries_a_large_request_and_answer_and_checks_the_name(tmp_path):
     (tmp_path / "root").mkdir()
-    backend = tmp_path / "http.sock"
-    server = socketserver.ThreadingUnixStreamServer(str(backend), Reverse)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     tls = suzumio_tls.generated_tls(tmp_path / "root", "127.0.0.1")
-    relay = suzumio_tls.TlsFront(tls.server_context(), "127.0.0.1", 0, backend).start()
-    try:
-        payload = os.urandom(3 * 1024 * 1024)
-        for name in ("127.0.0.1", "localhost"):
-            conn = http.client.HTTPSConnection(name, relay.port, timeout=10, context=client_context(tls.ca_pem))
-            conn.request("POST", "/", body=payload)
-            answer = conn.getresponse()
-            assert (answer.status, answer.read() == payload[::-1]) == (200, True)
-            conn.close()
-        with pytest.raises(ssl.SSLCertVerificationError):
-            tls_connect(relay.port, tls.ca_pem, "example.org")
-    finally:
-        relay.close()
-        server.shutdown()
-        server.server_close()
+    with unix_server(tmp_path / "http.sock", Reverse) as backend:
+        relay = suzumio_tls.TlsFront(tls.server_context(), "127.0.0.1", 0, backend).start()
+        try:
+            payload = os.urandom(3 * 1024 * 1024)
+            for name in ("127.0.0.1", "localhost"):
+                conn = http.client.HTTPSConnection(name, relay.port, timeout=10,
+                                                   context=client_context(tls.ca_pem))
+                conn.request("POST", "/", body=payload)
+                answer = conn.getresponse()
+                assert (answer.status, answer.read() == payload[::-1]) == (200, True)
+                conn.close()
+            with pytest.raises(ssl.SSLCertVerificationError):
+                tls_connect(relay.port, tls.ca_pem, "example.org")
+        finally:
+            relay.close()
 
 
 def test_the_relay_does_not_stall_when_both_directions_flow_at_once(front):
@@ -262,13 +266,8 @@ class Tagged(socketserver.StreamRequestHandler):
 
 @pytest.fixture
 def egress_socket(tmp_path):
-    path = tmp_path / "egress.sock"
-    server = socketserver.ThreadingUnixStreamServer(str(path), Tagged)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield path
-    server.shutdown()
-    server.server_close()
+    with unix_server(tmp_path / "egress.sock", Tagged) as path:
+        yield path
 
 
 def test_the_egress_alpn_protocol_reaches_its_own_socket_and_everything_else_the_runner_routes(front, egress_socket):
