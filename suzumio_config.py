@@ -24,6 +24,7 @@ from suzumio_config_schema import (
     _format_path,
     _type_name,
     parse_size,
+    runaway_warnings,
     validate_schema,
 )
 from suzumio_config_swarm import KIND_SWARM, SwarmConfig, swarm_config, swarm_network_warning, swarm_placement
@@ -976,9 +977,8 @@ class ProjectConfig:
 
     @property
     def warnings(self):
-        """The stderr lines `config render` and `init` print after a successful load (docs/configuration.md):
-        the local backend and every setting that weakens the container boundary."""
-        return boundary_warnings(self)
+        """`config render` and `init` stderr (docs/configuration.md): weakened boundaries, then unbounded nudges."""
+        return boundary_warnings(self) + runaway_warnings(self.scheduler)
 
     def network_report(self):
         """What `config render` prints about each agent's way out: its container's network on

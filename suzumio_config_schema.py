@@ -27,6 +27,10 @@ DEFAULT_WARM = 2  # prepared runners per running project; false or 0 turns them 
 DEFAULT_ARTIFACT_QUOTA = "2GiB"  # what one agent's artifacts folder may hold; a normal host has room for many
 DEFAULT_KEEP_RECORDED = 2000  # activations whose recordings are kept (recording.keepActivations)
 DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
+# No-effect nudges in a row before an agent is left to wait for a person or a new signal: a model that
+# ignored three reminders (at once, after 30 s, after 60 s) is not helped by a fourth
+# (docs/operations.md#runaways); failedNudge has the same bound.
+DEFAULT_NUDGES_IN_A_ROW = 3
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -502,6 +506,18 @@ FAILED_MONITOR_MESSAGE = (
     "automatic retry is already pending before intervening.")
 
 
+def runaway_warnings(scheduler):
+    """The `config render` and `init` lines for a nudge that may wake an agent forever (a typed
+    SchedulerConfig): `maxConsecutive: 0` on an enabled no-effect or failed nudge."""
+    lines = []
+    for name, rule, what in (("noEffectNudge", scheduler.no_effect_nudge, "an agent that does nothing"),
+                             ("failedNudge", scheduler.failed_nudge, "an agent that keeps failing")):
+        if rule.enabled and rule.max_consecutive == 0:
+            lines.append(f"Warning: scheduler.{name}.maxConsecutive 0: the nudge is unbounded, {what} is "
+                         f"woken again every maxDelayMs ({rule.max_delay_ms // 1000} s) until a person stops it")
+    return lines
+
+
 def _monitor_schema(priority, initial_delay_ms, message):
     rule = _Obj(
         ("id", _TEXT, _OMIT),
@@ -523,7 +539,7 @@ _SCHEDULER = _SchedulerObj(
     ("noEffectNudge", _Obj(
         ("enabled", _Bool(), True),
         ("priority", _PRIORITY, "P3"),
-        ("maxConsecutive", _INT_GE0, 0),
+        ("maxConsecutive", _INT_GE0, DEFAULT_NUDGES_IN_A_ROW),
         ("initialDelayMs", _INT_GE0, 30000),
         ("backoffFactor", _Num(ge=1), 2),
         ("maxDelayMs", _INT_GE0, 300000),
@@ -531,7 +547,7 @@ _SCHEDULER = _SchedulerObj(
     ("failedNudge", _Obj(
         ("enabled", _Bool(), False),
         ("priority", _PRIORITY, "P2"),
-        ("maxConsecutive", _INT_GE0, 3),
+        ("maxConsecutive", _INT_GE0, DEFAULT_NUDGES_IN_A_ROW),
         ("initialDelayMs", _INT_GE0, 60000),
         ("backoffFactor", _Num(ge=1), 2),
         ("maxDelayMs", _INT_GE0, 900000),

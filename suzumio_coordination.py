@@ -47,6 +47,7 @@ from suzumio_records import (
     default_useful_effect,
     describe,
     format_ts,
+    is_news,
     no_effect_message,
     nudge_attempt,
     omit_none,
@@ -60,6 +61,8 @@ log = logging.getLogger(__name__)
 
 QUIET_MONITOR_EVENT = "scheduler.quiet_agent_monitor.message_sent"
 FAILED_MONITOR_EVENT = "scheduler.failed_agent_monitor.message_sent"
+NUDGE_EXHAUSTED = "scheduler.nudge_exhausted"
+NO_EFFECT_RULE, FAILED_RULE = "noEffectNudge", "failedNudge"  # as the rules are named in scheduler:
 URGENT = ("P0", "P1")  # delivered together, up to the per-activation limit (docs/design/store.md)
 ROUTINE = ("P2", "P3")  # delivered one at a time, when nothing urgent is ready
 DEFAULT_KEEP_TAIL = 12
@@ -113,7 +116,8 @@ def _send(store, config, tx, sender, body, recipient=None, channel=None, priorit
     if recipient is None and channel is None:
         raise BadRequest("Message needs recipient or channel")
     if recipient is not None and channel is not None:
-        raise BadRequest("Message cannot have both recipient and channel")
+        raise BadRequest(f'Message cannot have both recipient and channel: drop "channel" to send to {recipient} '
+                         f'only, or drop "recipient" to post to {channel}')
     # An unknown recipient agent is refused by _fan_out, which reads the agent anyway; the message row
     # written before it is rolled back with the transaction.
     if channel is not None and channel not in config.channels:
@@ -127,7 +131,7 @@ def _send(store, config, tx, sender, body, recipient=None, channel=None, priorit
             return prior
     message = store.insert_message(tx, sender, body, recipient, channel, priority, idempotency_key)
     _fan_out(store, config, tx, KIND_MESSAGE, source_agent=source_agent, source_activation=source_activation,
-             target_agent=recipient, target_channel=channel, priority=priority, payload=message)
+             target_agent=recipient, target_channel=channel, priority=priority, payload=message, sender=sender)
     return message
 
 
@@ -145,7 +149,10 @@ def record_signal(store, config, kind, *, source_agent=None, source_activation=N
 
 
 def _fan_out(store, config, tx, kind, *, source_agent=None, source_activation=None, target_agent=None,
-             target_channel=None, priority=None, payload=None, status=None, useful_effect=None, not_before=None):
+             target_channel=None, priority=None, payload=None, status=None, useful_effect=None, not_before=None,
+             sender=None):
+    """`sender`: a message's sender, who like its source agent never gets its own channel post (a message a
+    toolpack sends on an agent's behalf may carry no source agent)."""
     if not isinstance(kind, str) or not kind.strip():
         raise BadRequest("kind is required")
     # payload and usefulEffect are checked first, as POST /runner/signals does (docs/http-api.md)
@@ -168,7 +175,7 @@ def _fan_out(store, config, tx, kind, *, source_agent=None, source_activation=No
     elif target_channel is not None:
         if target_channel not in config.channels:
             raise BadRequest(f"Unknown channel: {target_channel}")
-        targets = [agent_id for agent_id in store.agent_ids() if agent_id != source_agent]
+        targets = [agent_id for agent_id in store.agent_ids() if agent_id not in (source_agent, sender)]
     else:
         targets = []
     if status is not None and status not in RECORDABLE_SIGNAL_STATUSES:
@@ -535,14 +542,31 @@ def _nudge_payload(rule, previous_activation, attempt, delay, now):
     return payload, not_before
 
 
+def _nudge_streak(store, agent_id, activation_id, kind):
+    """How many nudges of `kind` in a row led to this activation: the attempt of the one delivered to it, 0
+    when none was or when something new (a message, another agent's signal) came with it."""
+    delivered = store.signals_delivered_to(activation_id)
+    if any(is_news(signal, agent_id) for signal in delivered):
+        return 0
+    return max((nudge_attempt(s["payload"]) for s in delivered if s["kind"] == kind), default=0)
+
+
+def _exhausted(store, tx, agent_id, rule_name, count, activation_id):
+    """The one event that says an agent is nudged no more: it waits for a person or a new signal."""
+    store.add_event(tx, NUDGE_EXHAUSTED, {"agentId": agent_id, "rule": rule_name, "count": count,
+                                          "activationId": activation_id})
+    log.info("%s of %s/%s stopped after %d nudges", rule_name, store.project_id, agent_id, count)
+
+
 def _no_effect_nudge(store, config, tx, agent_id, activation_id):
-    """docs/design/scheduler.md, inside completion: the first nudge at once, later ones backing off."""
+    """docs/design/scheduler.md, inside completion: the first nudge at once, later ones backing off, none
+    past maxConsecutive (the activation that reaches it records `scheduler.nudge_exhausted` once)."""
     rule = config.scheduler.no_effect_nudge
     if not rule.enabled:
         return None
-    woke = store.latest_delivered(activation_id, KIND_NO_EFFECT_NUDGE)
-    previous = nudge_attempt(woke["payload"]) if woke else 0
+    previous = _nudge_streak(store, agent_id, activation_id, KIND_NO_EFFECT_NUDGE)
     if rule.max_consecutive and previous >= rule.max_consecutive:
+        _exhausted(store, tx, agent_id, NO_EFFECT_RULE, previous, activation_id)
         return None
     attempt = previous + 1
     delay = backoff_ms(rule, attempt - 2) if attempt > 1 else 0
@@ -578,9 +602,9 @@ def _failed_nudges(store, config, agents, now):
         latest = store.latest_failed_activation(agent["id"])
         if latest is None:
             continue
-        woke = store.latest_delivered(latest["id"], KIND_FAILED_NUDGE)
-        previous = nudge_attempt(woke["payload"]) if woke else 0
+        previous = _nudge_streak(store, agent["id"], latest["id"], KIND_FAILED_NUDGE)
         if rule.max_consecutive and previous >= rule.max_consecutive:
+            _failed_nudges_exhausted(store, agent["id"], previous, latest["id"], now)
             continue
         attempt = previous + 1
         payload, not_before = _nudge_payload(rule, latest["id"], attempt, backoff_ms(rule, attempt - 1), now)
@@ -589,6 +613,16 @@ def _failed_nudges(store, config, agents, now):
         with store.write(now) as tx:
             _emit(store, tx, KIND_FAILED_NUDGE, agent["id"], rule.priority, payload, useful_effect=False,
                   not_before=not_before)
+
+
+def _failed_nudges_exhausted(store, agent_id, count, activation_id, now):
+    """Every tick sees an exhausted failed agent again: the event is written for its failed activation once."""
+    match = {"agentId": agent_id, "rule": FAILED_RULE, "activationId": activation_id}
+    if store.latest_event(NUDGE_EXHAUSTED, match) is not None:
+        return
+    with store.write(now) as tx:
+        if store.latest_event(NUDGE_EXHAUSTED, match) is None:  # again under the write lock
+            _exhausted(store, tx, agent_id, FAILED_RULE, count, activation_id)
 
 
 def ms_between(earlier_text, now):

@@ -45,7 +45,9 @@ def _later(*stamps):
 def _repeated_call(store, agent_id, tool, tool_input, limit):
     if tool in ENDING_TOOLS:  # waiting or submitting again is how an agent ends, not a loop
         return None
-    earlier = rows.recent_tool_calls(store, agent_id, rows.guards_since(store, agent_id), limit - 1)
+    # The same answer to each of several messages is not a loop: only calls since the newest one count.
+    since = _later(rows.guards_since(store, agent_id), rows.news_delivered_at(store, agent_id))
+    earlier = rows.recent_tool_calls(store, agent_id, since, limit - 1)
     if len(earlier) < limit - 1 or any(call != (tool, tool_input) for call in earlier):
         return None
     return {"rule": REPEATED_TOOL_CALL, "limit": limit, "tool": tool,
@@ -70,8 +72,9 @@ def _ping_pong(store, agent_id, tool, tool_input, limit):
 def tripped_guard(store, config, agent_id, tool, tool_input):
     """The guard this tool call would trip (the rule, its limit, a reason), or None. The call that reaches
     a limit is the one refused: `repeatedToolCall` N counts N identical calls in a row of one agent since it
-    was last resumed; `pingPong` M counts the direct messages of a pair, either way, since the newest
-    artifact change (or either agent's resume)."""
+    was last resumed or last heard something new (a message, another agent's signal; never a nudge);
+    `pingPong` M counts the direct messages of a pair, either way, since the newest artifact change (or
+    either agent's resume)."""
     limits = config.guards(agent_id)
     for rule, check in ((REPEATED_TOOL_CALL, _repeated_call), (PING_PONG, _ping_pong)):
         if limits[rule] is not None:

@@ -109,6 +109,8 @@ TOOL_SUBMIT = "completion.submit"
 ENDING_TOOLS = (TOOL_WAIT, TOOL_SUBMIT)
 _USEFUL_WHEN_CLOSED = (KIND_MESSAGE, KIND_SUBMITTED, KIND_WAIT)
 _NEVER_USEFUL = (KIND_NO_EFFECT_NUDGE, KIND_FAILED_NUDGE)
+# The scheduler's own wake-ups: an agent woken only by these has heard nothing new (docs/operations.md#runaways).
+NUDGE_KINDS = (KIND_NO_EFFECT_NUDGE, KIND_FAILED_NUDGE, KIND_ALL_QUIET_NUDGE)
 
 STOP_REASON = "Project stopped"
 APPROVE_REASON = "Project approved"
@@ -462,6 +464,12 @@ def no_effect_message(agent_id):
     if agent_id == "pm":
         text += ", or call completion.submit with the final report"
     return text + ". Do not merely run shell commands."
+
+
+def is_news(signal, agent_id):
+    """Whether a signal delivered to `agent_id` brings something new: anything but the scheduler's nudges and
+    the agent's own signals (docs/operations.md#runaways)."""
+    return signal["kind"] not in NUDGE_KINDS and signal.get("sourceAgent") != agent_id
 
 
 def nudge_attempt(payload):

@@ -1,8 +1,8 @@
 """The rows the loop guards and the concurrency caps read and write (docs/operations.md#runaways): an
-agent's recent tool calls and the messages of a pair of agents since a time, the `paused_json` and
-`guards_since` columns of an agent, and the agents that have a ready signal but no activation. Only SQL:
-the rules are suzumio_guards'."""
-from suzumio_records import dump_json, load_json
+agent's recent tool calls and the messages of a pair of agents since a time, when something new last
+reached an agent, the `paused_json` and `guards_since` columns of an agent, and the agents that have a
+ready signal but no activation. Only SQL: the rules are suzumio_guards'."""
+from suzumio_records import NUDGE_KINDS, SIGNAL_DELIVERED, dump_json, load_json
 
 
 def recent_tool_calls(store, agent_id, since, limit):
@@ -28,6 +28,16 @@ def pair_message_time(store, a, b, since, nth):
     row = store.db_get(f"SELECT created_at FROM messages WHERE {where} ORDER BY created_at DESC, rowid DESC "
                        "LIMIT 1 OFFSET ?", [*params, int(nth) - 1])
     return row["created_at"] if row else None
+
+
+def news_delivered_at(store, agent_id):
+    """When the newest signal that brought the agent something new (suzumio_records.is_news: not a nudge, not
+    its own) was delivered to it, or None."""
+    kinds = ", ".join("?" * len(NUDGE_KINDS))
+    row = store.db_get(f"SELECT MAX(delivered_at) AS at FROM signals WHERE project = ? AND target_agent = ? "
+                       f"AND status = ? AND kind NOT IN ({kinds}) AND (source_agent IS NULL OR source_agent <> ?)",
+                       [store.project_id, agent_id, SIGNAL_DELIVERED, *NUDGE_KINDS, agent_id])
+    return row["at"] if row else None
 
 
 def guards_since(store, agent_id):

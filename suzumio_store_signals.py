@@ -118,13 +118,6 @@ class SignalRows:
                                   (self.project_id, *agent_ids, SIGNAL_PENDING, ts or format_ts(to_datetime(now))))
             return {row[0] for row in rows}
 
-    def latest_delivered(self, activation_id, kind):
-        """The newest signal of a kind delivered to one activation, or None."""
-        row = self._query_one("SELECT * FROM signals WHERE project = ? AND delivered_activation_id = ? "
-                              "AND kind = ? ORDER BY created_at DESC, rowid DESC LIMIT 1",
-                              (self.project_id, activation_id, kind))
-        return signal_json(row) if row else None
-
     def useful_effects(self, activation_id):
         """How many signals an activation emitted that count as a useful effect."""
         return self._query_one("SELECT COUNT(*) FROM signals WHERE project = ? AND source_activation = ? "

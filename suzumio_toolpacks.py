@@ -15,6 +15,7 @@ from suzumio_http import object_input, optional_boolean, optional_string, requir
 from suzumio_records import (
     ACT_RUNNING,
     AGENT_RUNNING,
+    ENDING_TOOLS,
     EVENT_HOOK_FAILED,
     RECORDABLE_SIGNAL_STATUSES,
     SIGNAL_CLOSED,
@@ -141,12 +142,25 @@ def facade_callbacks(store, config, source_agent=None, source_activation=None):
 
 # ---------------------------------------------------------------- core tools (docs/design/tools.md)
 
+def self_message_refusal(agent):
+    """What an agent that messages itself is told: delivered, the message would only wake it again with nothing
+    new (docs/operations.md#runaways). It names only the ending tools this agent may call."""
+    endings = [tool for tool in ENDING_TOOLS if is_allowed(tool, agent["tools"])]
+    text = f"You are {agent['id']}: a message to yourself is not delivered. Do the work now with your tools"
+    return text + (f", or end with {' / '.join(endings)}." if endings else ".")
+
+
 def send_message_tool(store, config, agent, activation_id, data):
     data = object_input(data)
     body = required_string(data, "body")
     priority = checked_priority(data.get("priority"))
     recipient = optional_string(data.get("recipient"))
     channel = optional_string(data.get("channel"))
+    if recipient == agent["id"]:
+        if channel is not None:
+            raise BadRequest(f'Message cannot have both recipient and channel: drop "recipient" to post to {channel} '
+                             f"(you are {agent['id']}: a message to yourself is not delivered)")
+        raise BadRequest(self_message_refusal(agent))
     coordination.check_policy(config, agent["id"], recipient, channel, priority)
     message = coordination.send_message(store, config, sender=agent["id"], recipient=recipient, channel=channel,
                                         priority=priority, body=body, source_agent=agent["id"],

@@ -42,7 +42,7 @@ ERROR_TEXTS = [
     (r"output(\.text)? is required|context is required|Invalid activation context", {400}),
     (r"Invalid history role: .*|Invalid tool call status: .*|payload must be an object", {400}),
     (r"Expected boolean, got .*|Invalid priority: .*", {400}),
-    (r"Message needs recipient or channel|Message cannot have both recipient and channel", {400}),
+    (r"Message needs recipient or channel|Message cannot have both recipient and channel: drop .*", {400}),
     (r"Unknown channel: .*", {400}),
     (r"Targeted signals cannot be closed; omit the target or omit status|Invalid signal status: .*", {400}),
     (r"Unknown agent: .*", {400, 404}),

@@ -113,7 +113,8 @@ def test_rejected_messages_write_nothing(service, demo):
     assert_error(service.post(path, {"recipient": "ghost", "priority": "P9"}), 400, "body is required")
     assert_error(service.post(path, {"body": "x"}), 400, "Message needs recipient or channel")
     assert_error(service.post(path, {"recipient": "pm", "channel": "#project", "body": "x"}), 400,
-                 "Message cannot have both recipient and channel")
+                 'Message cannot have both recipient and channel: drop "channel" to send to pm only, '
+                 'or drop "recipient" to post to #project')
     assert_error(service.post(path, {"channel": "#nope", "body": "x"}), 400, "Unknown channel: #nope")
     assert_error(service.post(path, {"recipient": "ghost", "body": "x"}), 400, "Unknown agent: ghost")
     assert demo.project_stats() == before

@@ -35,7 +35,8 @@ def test_direct_message_defaults_to_p3_with_one_pending_signal(demo):
 
 
 @pytest.mark.parametrize("kwargs, error", [
-    ({"recipient": "pm", "channel": "#project"}, "Message cannot have both recipient and channel"),
+    ({"recipient": "pm", "channel": "#project"}, 'Message cannot have both recipient and channel: drop "channel" '
+                                                 'to send to pm only, or drop "recipient" to post to #project'),
     ({}, "Message needs recipient or channel"),
     ({"recipient": "ghost"}, "Unknown agent: ghost"),
     ({"channel": "#nope"}, "Unknown channel: #nope"),
@@ -282,7 +283,7 @@ def test_no_effect_completion_records_first_nudge_immediately(demo):
     assert nudge["targetAgent"] == "worker" and nudge["priority"] == "P3" and nudge["status"] == "pending"
     assert nudge["usefulEffect"] is False
     payload = nudge["payload"]
-    assert payload["attempt"] == 1 and payload["delayMs"] == 0 and payload["maxConsecutive"] == 0
+    assert payload["attempt"] == 1 and payload["delayMs"] == 0 and payload["maxConsecutive"] == 3
     assert payload["previousActivationId"] == act["id"] and "notBefore" not in payload
     assert "messages.send" in payload["message"]
 
@@ -312,7 +313,7 @@ def test_no_effect_nudge_respects_max_consecutive(tmp_path):
 
 def test_no_effect_nudge_backoff_delays(tmp_path):
     config = make_config(scheduler={"noEffectNudge": {"initialDelayMs": 1000, "backoffFactor": 2,
-                                                      "maxDelayMs": 5000}})
+                                                      "maxDelayMs": 5000, "maxConsecutive": 0}})
     root, store = init_demo(tmp_path / "root", config)
     payloads = _run_no_effect_chain(store, 5)
     assert [p["delayMs"] for p in payloads] == [0, 1000, 2000, 4000, 5000]

@@ -220,7 +220,8 @@ def test_messages_send_errors_are_handler_errors(service, demo):
     worker = running_activation(demo, "worker")
     before = demo.project_stats()["messageCount"]
     cases = [({"recipient": "pm", "channel": "#project", "body": "x"},
-              "Message cannot have both recipient and channel"),
+              'Message cannot have both recipient and channel: drop "channel" to send to pm only, '
+              'or drop "recipient" to post to #project'),
              ({"body": "x"}, "Message needs recipient or channel"),
              ({"recipient": "pm", "priority": "P4", "body": "x"}, "Invalid priority: P4"),
              ({"recipient": "pm"}, "body is required")]
