@@ -144,6 +144,23 @@ def test_base_config_materializes_every_default(tmp_path):
     assert out["scheduler"]["allQuietNudge"]["message"] == schema.ALL_QUIET_MESSAGE
 
 
+def test_nudges_are_bounded_by_default_and_an_unbounded_one_is_a_render_warning(tmp_path):
+    out = rendered(tmp_path, BASE)
+    assert out["scheduler"]["noEffectNudge"]["maxConsecutive"] == 3
+    assert out["scheduler"]["failedNudge"]["maxConsecutive"] == 3
+    data = base(scheduler={"noEffectNudge": {"maxConsecutive": 0},
+                           "failedNudge": {"enabled": True, "maxConsecutive": 0, "maxDelayMs": 60000}})
+    text, warnings = config.render_file(write(tmp_path / "unbounded.yaml", data), env={})
+    assert parse_yaml(text)["scheduler"]["noEffectNudge"]["maxConsecutive"] == 0
+    assert warnings == [
+        "Warning: scheduler.noEffectNudge.maxConsecutive 0: the nudge is unbounded, an agent that does nothing "
+        "is woken again every maxDelayMs (300 s) until a person stops it",
+        "Warning: scheduler.failedNudge.maxConsecutive 0: the nudge is unbounded, an agent that keeps failing "
+        "is woken again every maxDelayMs (60 s) until a person stops it"]
+    # a nudge that is off wakes nobody
+    assert load(tmp_path, base(scheduler={"failedNudge": {"maxConsecutive": 0}})).warnings == []
+
+
 def test_rendered_keys_follow_schema_declaration_order(tmp_path):
     out = rendered(tmp_path, BASE)
     assert list(out) == ["name", "task", "scheduler", "communication", "backend", "agents", "channels", "tools",

@@ -77,6 +77,12 @@ def test_channel_fan_out_excludes_source_agent(demo):
     assert len(demo.list_signals(status="pending")) == 5
 
 
+def test_a_channel_post_never_wakes_its_sender_even_without_a_source_agent(demo):
+    # a toolpack sending on an agent's behalf (a scheduled post) names the sender but no source agent
+    coordination.send_message(demo, config_of(demo), "worker", "standup", channel="#project")
+    assert sorted(s["targetAgent"] for s in demo.list_signals(status="pending")) == ["pm", "verifier"]
+
+
 def test_channel_with_no_remaining_agent_records_one_closed_signal(tmp_path):
     root, store = init_demo(tmp_path / "root", make_config(agents={"solo": {}}))
     coordination.send_message(store, config_of(store), "solo", "me", channel="#project", source_agent="solo")
@@ -288,8 +294,8 @@ def test_no_effect_completion_records_first_nudge_immediately(demo):
     assert "messages.send" in payload["message"]
 
 
-def _run_no_effect_chain(store, rounds):
-    attempts, now = [], 0
+def _run_no_effect_chain(store, rounds, start=0):
+    attempts, now = [], start
     for _ in range(rounds):
         now += 1000
         signals = coordination.pending_signals(store, config_of(store), "worker", now=at(now))
@@ -319,6 +325,70 @@ def test_no_effect_nudge_backoff_delays(tmp_path):
     assert [p["delayMs"] for p in payloads] == [0, 1000, 2000, 4000, 5000]
     second = store.list_signals(kind="scheduler.no_effect_nudge")[-2]
     assert second["payload"]["attempt"] == 2 and second["notBefore"] == second["payload"]["notBefore"]
+    root.close()
+
+
+def nudge_exhausted(store):
+    return [json.loads(e["data_json"]) for e in reversed(store.list_events(1000))
+            if e["type"] == "scheduler.nudge_exhausted"]
+
+
+def test_no_effect_nudges_stop_after_three_by_default_with_one_event_and_a_message_starts_again(tmp_path):
+    root, store = init_demo(tmp_path / "root", make_config(scheduler={"noEffectNudge": {"initialDelayMs": 0}}))
+    payloads = _run_no_effect_chain(store, 4)
+    assert [p and p["attempt"] for p in payloads] == [1, 2, 3, None]
+    assert payloads[0]["maxConsecutive"] == 3
+    last = max(store.list_activations(10), key=lambda a: a["startedAt"])
+    assert nudge_exhausted(store) == [{"agentId": "worker", "rule": "noEffectNudge", "count": 3,
+                                       "activationId": last["id"]}]
+    # nothing is pending: the agent waits for a person or a new signal
+    assert not store.has_pending_signals_for_agent("worker", include_delayed=True)
+    coordination.send_message(store, config_of(store), "user", "Anything new?", recipient="worker", now=at(4500))
+    payloads = _run_no_effect_chain(store, 1, start=4500)
+    assert [p["attempt"] for p in payloads] == [1]
+    assert len(nudge_exhausted(store)) == 1
+    root.close()
+
+
+def test_a_message_delivered_with_a_nudge_starts_the_count_again(tmp_path):
+    config = make_config(scheduler={"noEffectNudge": {"initialDelayMs": 0, "maxConsecutive": 2}})
+    root, store = init_demo(tmp_path / "root", config)
+    assert [p["attempt"] for p in _run_no_effect_chain(store, 2)] == [1, 2]
+    nudge = store.latest_signal("scheduler.no_effect_nudge", "worker")
+    message = coordination.send_message(store, config_of(store), "user", "Here is more.", recipient="worker",
+                                        now=at(3000))
+    [signal] = [s for s in store.list_signals(status="pending") if s["payload"].get("id") == message["id"]]
+    act = coordination.start_activation(store, "worker", "p", [nudge, signal], now=at(3001))
+    coordination.complete_activation(store, config_of(store), act["id"], "worker", "nothing", now=at(3002))
+    assert store.latest_signal("scheduler.no_effect_nudge", "worker")["payload"]["attempt"] == 1
+    assert nudge_exhausted(store) == []
+    root.close()
+
+
+def test_failed_nudges_stop_at_max_consecutive_with_one_event_across_ticks(tmp_path):
+    config = make_config(scheduler={"failedNudge": {"enabled": True, "maxConsecutive": 2, "initialDelayMs": 0}})
+    root, store = init_demo(tmp_path / "root", config)
+    signals, failed = [], []
+    for step in range(3):
+        act = coordination.start_activation(store, "worker", "p", signals, now=at(10 * step))
+        coordination.fail_activation(store, act["id"], "model timeout", now=at(10 * step + 1))
+        failed.append(act["id"])
+        for tick in range(3):  # every tick looks again; one nudge, or one event, is all it writes
+            coordination.nudge_and_monitor(store, config_of(store), rec.parse_ts(at(10 * step + 2 + tick)))
+        signals = coordination.pending_signals(store, config_of(store), "worker", now=rec.parse_ts(at(10 * step + 5)))
+    assert [s["payload"]["attempt"] for s in reversed(store.list_signals(kind="scheduler.failed_nudge"))] == [1, 2]
+    assert signals == []
+    assert nudge_exhausted(store) == [{"agentId": "worker", "rule": "failedNudge", "count": 2,
+                                       "activationId": failed[-1]}]
+    # a person's message starts the count again
+    coordination.send_message(store, config_of(store), "user", "Try this instead.", recipient="worker", now=at(40))
+    act = coordination.start_activation(store, "worker", "p",
+                                        coordination.pending_signals(store, config_of(store), "worker", at(41)),
+                                        now=at(41))
+    coordination.fail_activation(store, act["id"], "still failing", now=at(42))
+    coordination.nudge_and_monitor(store, config_of(store), rec.parse_ts(at(43)))
+    assert store.latest_signal("scheduler.failed_nudge", "worker")["payload"]["attempt"] == 1
+    assert len(nudge_exhausted(store)) == 1
     root.close()
 
 

@@ -161,6 +161,33 @@ def test_a_pair_bouncing_messages_without_artifact_changes_is_stopped(tmp_path, 
         assert team.model.pending() == 0
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_message_to_oneself_is_refused_audited_and_wakes_nobody(tmp_path, kind):
+    with running_team(tmp_path, kind) as team:
+        team.model.enqueue(tool_calls=[call("messages.send", recipient="pm", body="Remember to plan.")], model="pm")
+        team.model.enqueue(tool_calls=[call("messages.send", channel="#project", body="Plan: split the work.")],
+                           model="pm")
+        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="pm")
+        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal", notifyPm=False)], model="worker-1")
+        team.send("pm", "Plan the work.")
+        [first] = team.wait_activations("pm", 1)
+        assert first["status"] == "completed"
+        team.wait_activations("worker-1", 1)  # the channel post woke the worker
+        team.wait_quiet()
+        hint = ("You are pm: a message to yourself is not delivered. Do the work now with your tools, or end with "
+                "coordination.wait_for_signal / completion.submit.")
+        calls = [(r["tool"], r["status"], r.get("error")) for r in reversed(team.store.list_tool_calls(100))
+                 if r["agent_id"] == "pm"]
+        assert calls == [("messages.send", "failed", hint), ("messages.send", "completed", None),
+                         ("coordination.wait_for_signal", "completed", None)]
+        assert team.tool_messages("pm")[0] == hint  # the model read what to do instead
+        # neither the refused message nor pm's own channel post woke pm
+        assert len(team.activations("pm")) == 1
+        assert not team.store.has_pending_signals_for_agent("pm", include_delayed=True)
+        assert [m["body"] for m in team.store.list_messages(50) if m["sender"] == "pm"] == ["Plan: split the work."]
+        assert team.model.pending() == 0
+
+
 def no_overlap(activations):
     """Each activation started at or after the previous one ended (recorded times, ISO-8601 UTC)."""
     ordered = sorted(activations, key=lambda a: a["startedAt"])

@@ -145,6 +145,57 @@ def test_resume_lets_the_agent_start_with_what_waited_and_counts_afresh(held):
     assert start(service, fresh, "file.read", {"path": "x"}).json()["end"] is True
 
 
+def call_through(service, who, tool, tool_input):
+    """A tool call as a runner makes it: start (where the guards look), run on the controller, finish."""
+    started = start(service, who, tool, tool_input).json()
+    if started.get("end"):
+        return started
+    ran = service.post("/toolpacks/core/support", {**who, "tool": tool, "input": tool_input})
+    assert ran.status_code == 200, ran.text
+    finished = service.post("/runner/tool-calls/finish", {**who, "toolCallId": started["toolCallId"],
+                                                          "status": "completed", "output": ran.json()["output"]})
+    assert finished.status_code == 200, finished.text
+    return started
+
+
+def test_the_same_reply_to_each_of_five_messages_is_not_a_loop(served):
+    service, store = served
+    config = service.toolpacks.configs.get(store)
+    reply = {"recipient": "user", "body": "Done, see artifacts/worker/answer.md."}
+    for number in range(5):  # three identical calls in a row would trip here: each message starts the count
+        coordination.send_message(store, config, "user", f"Question {number}?", recipient="worker")
+        activation = coordination.start_activation(store, "worker", "p",
+                                                   coordination.pending_signals(store, config, "worker"))
+        assert "end" not in call_through(service, identity(service, store, "worker", activation["id"]),
+                                         "messages.send", reply)
+        coordination.complete_activation(store, config, activation["id"], "worker", "Answered.")
+    assert store.agent("worker").get("paused") is None
+    assert [m["body"] for m in store.list_messages(20) if m["sender"] == "worker"] == [reply["body"]] * 5
+    assert events_of(store, "guard.tripped") == []
+
+
+def test_identical_calls_across_activations_woken_only_by_nudges_still_trip(served):
+    service, store = served
+    config = service.toolpacks.configs.get(store)
+    coordination.send_message(store, config, "user", "Read the notes.", recipient="worker")
+    signals = coordination.pending_signals(store, config, "worker")
+    for _ in range(2):  # each reads and reports nothing, so the no-effect nudge wakes it again
+        activation = coordination.start_activation(store, "worker", "p", signals)
+        who = identity(service, store, "worker", activation["id"])
+        assert "end" not in start(service, who, "file.read", {"path": "notes.md"}).json()
+        coordination.complete_activation(store, config, activation["id"], "worker", "Nothing to say.")
+        signals = [store.latest_signal("scheduler.no_effect_nudge", "worker")]  # delayed: started by hand
+    activation = coordination.start_activation(store, "worker", "p", signals)
+    tripped = start(service, identity(service, store, "worker", activation["id"]), "file.read", {"path": "notes.md"})
+    assert tripped.json()["end"] is True
+    assert tripped.json()["output"].startswith("Loop guard repeatedToolCall tripped: file.read was called 3 times")
+    assert store.agent("worker")["paused"]["rule"] == "repeatedToolCall"
+
+
+def events_of(store, event_type):
+    return [json.loads(e["data_json"]) for e in store.list_events(1000) if e["type"] == event_type]
+
+
 def test_waiting_again_never_trips_the_repeated_call_guard(served):
     service, store = served
     who = identity(service, store, "worker", running_activation(store, "worker")["id"])

@@ -501,6 +501,39 @@ def test_completion_without_effect_leaves_a_no_effect_nudge_that_the_completion_
         assert second["text"] == "No scripted turn for pm."
 
 
+def test_an_agent_that_ignores_nudges_is_nudged_three_times_then_waits_until_a_person_writes(tmp_path):
+    with project(tmp_path, scheduler={"noEffectNudge": {}}) as env:  # the defaults, as a project file has them
+        send(env, "pm")
+        tick(env)
+        # the first nudge comes at once: the completion's own tick starts pm again with it
+        wait_until(lambda: len(activations_of(env, "pm")) == 2, 15, message="the first nudge started pm")
+        for count, wait in ((3, 31), (4, 61)):  # the second after 30 s, the third after 60 s
+            wait_settled(env, "pm")
+            tick(env, later(seconds=wait))
+            assert len(activations_of(env, "pm")) == count
+        wait_settled(env, "pm")
+        attempts = [s["payload"]["attempt"] for s in env.store.list_signals(kind="scheduler.no_effect_nudge")]
+        assert sorted(attempts) == [1, 2, 3]
+        last = activations_of(env, "pm")[-1]  # by start time: the one the third nudge started
+        [exhausted] = events_of(env.store, "scheduler.nudge_exhausted")
+        assert exhausted["data"] == {"agentId": "pm", "rule": "noEffectNudge", "count": 3, "activationId": last["id"]}
+        # nothing more however long it waits: a tick an hour later starts nothing and says nothing again
+        for hours in (1, 24):
+            tick(env, later(minutes=60 * hours))
+        assert len(activations_of(env, "pm")) == 4
+        assert not env.store.has_pending_signals_for_agent("pm", include_delayed=True)
+        assert len(events_of(env.store, "scheduler.nudge_exhausted")) == 1
+        # a person's message starts it again, and the count with it
+        send(env, "pm", body="Any news?")
+        tick(env)
+        wait_until(lambda: len(activations_of(env, "pm")) == 6, 15, message="the message and a first nudge again")
+        wait_settled(env, "pm")
+        [answered] = [a for a in activations_of(env, "pm") if "Any news?" in a["prompt"]]
+        [fresh] = [s for s in env.store.list_signals(kind="scheduler.no_effect_nudge")
+                   if s["payload"]["previousActivationId"] == answered["id"]]
+        assert fresh["payload"]["attempt"] == 1
+
+
 # ---------------------------------------------------------------- one read of who has ready signals
 
 def counting_ready_signals(env):

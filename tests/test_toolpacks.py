@@ -231,6 +231,29 @@ def test_messages_send_errors_are_handler_errors(service, demo):
     assert demo.project_stats()["messageCount"] == before
 
 
+def test_a_message_to_oneself_is_refused_with_what_to_do_instead(service, tmp_path):
+    demo = team(service, tmp_path, POLICY)  # the self check comes before the policy's "message only pm"
+    before = demo.project_stats()["messageCount"]
+    pm, worker, reviewer = (running_activation(demo, agent) for agent in ("pm", "worker", "reviewer"))
+
+    def send(agent, act, **fields):
+        return error_of(support(service, agent, act, "messages.send", {"body": "note to self", **fields}), 500)
+
+    assert send("pm", pm, recipient="pm") == (
+        "You are pm: a message to yourself is not delivered. Do the work now with your tools, or end with "
+        "coordination.wait_for_signal / completion.submit.")
+    assert send("worker", worker, recipient="worker").endswith(
+        "or end with coordination.wait_for_signal / completion.submit.")  # tools: ["*"]
+    # only the ending tools the agent may call are named
+    assert send("reviewer", reviewer, recipient="reviewer") == (
+        "You are reviewer: a message to yourself is not delivered. Do the work now with your tools.")
+    assert send("pm", pm, recipient="pm", channel="#project") == (
+        'Message cannot have both recipient and channel: drop "recipient" to post to #project '
+        "(you are pm: a message to yourself is not delivered)")
+    assert demo.project_stats()["messageCount"] == before
+    assert not any(demo.has_pending_signals_for_agent(agent) for agent in ("pm", "worker", "reviewer"))
+
+
 def test_communication_policy_restricts_non_coordinators(service, tmp_path):
     demo = team(service, tmp_path, POLICY)
     worker = running_activation(demo, "worker")
