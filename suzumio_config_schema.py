@@ -27,9 +27,9 @@ DEFAULT_WARM = 2  # prepared runners per running project; false or 0 turns them 
 DEFAULT_ARTIFACT_QUOTA = "2GiB"  # what one agent's artifacts folder may hold; a normal host has room for many
 DEFAULT_KEEP_RECORDED = 2000  # activations whose recordings are kept (recording.keepActivations)
 DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; "all" keeps every one
-# No-effect nudges in a row before an agent is left to wait for a person or a new signal: a model that
-# ignored three reminders (at once, after 30 s, after 60 s) is not helped by a fourth
-# (docs/operations.md#runaways); failedNudge has the same bound.
+# Nudges in a row (no-effect and failed alike) before an agent is left to wait for a person or a new
+# signal: a model that ignored three reminders (the no-effect ones come at once, after 30 s, after 60 s)
+# is not helped by a fourth (docs/operations.md#runaways).
 DEFAULT_NUDGES_IN_A_ROW = 3
 
 
