@@ -205,7 +205,7 @@ def secret_values(config, agent, environ):
 # What input.json keeps of a provider: the runner builds request bodies, replays scripts and retries,
 # but the controller resolves base URLs, keys, headers and query parameters when it forwards.
 RUNNER_PROVIDER_FIELDS = ("type", "timeoutMs", "chunkTimeoutMs", "script")
-RUNNER_PROVIDER_OPTIONS = ("maxRetries",)
+RUNNER_PROVIDER_OPTIONS = ("maxRetries", "retryWindowMs")
 
 
 def runner_section(config):
@@ -266,7 +266,7 @@ def runner_toolpack_specs(config, agent, kind):
     for pack in config.resolve_toolpacks().toolpacks:
         if pack.kind == "mcp" and pack.mcp_where == "runner":
             # The runner starts the server in the sandbox and lists its tools there.
-            allow = [p for p in patterns if p == "*" or p.startswith(pack.id + ".")]
+            allow = [p for p in patterns if suzumio_registry.reaches_toolpack(p, pack.id)]
             if allow:
                 mcp = {key: value for key, value in pack.mcp.items() if key in ("command", "env", "cwd")}
                 specs.append({"id": pack.id, "tools": [], "runnerModule": MCP_SANDBOX_MODULE, "mcp": mcp,
