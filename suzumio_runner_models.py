@@ -529,7 +529,7 @@ PLACEHOLDER = re.compile(r"\{(agent|project|workspace|artifacts)\}|\{artifacts:(
 
 
 def new_signals_block(prompt):
-    """The part of an activation prompt that `when` is matched against (docs/configuration.md rule 2)."""
+    """The part of an activation prompt that `when` is matched against (docs/configuration.md#the-scripted-provider)."""
     lines = (prompt or "").split("\n")
     starts = [i for i, line in enumerate(lines) if line.strip() == SIGNALS_HEADING]
     if not starts:
@@ -586,7 +586,7 @@ class ScriptedProvider:
         return {} if self.entry_index is None else {"scriptedEntry": self.entry_index}
 
     def fill(self, value):
-        """Replace the placeholders of docs/configuration.md rule 5 in every string of value."""
+        """Replace the placeholders of docs/configuration.md#the-scripted-provider in every string of value."""
         if isinstance(value, str):
 
             def replace(match):

@@ -1042,10 +1042,6 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
     def source_yaml_path(self):
         return self.dir / "source.yaml"
 
-    @property
-    def logs_dir(self):
-        return self.dir / "logs"
-
     def toolpack_state_dir(self, toolpack_id):
         return self.dir / "toolpack-state" / toolpack_id
 

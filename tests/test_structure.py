@@ -271,7 +271,8 @@ def test_every_anchor_of_a_reference_names_a_heading():
 def test_the_anchor_check_sees_a_dead_anchor(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "ops.md").write_text(
-        "# Operations\n\n## What survives what\n\n## Egress (`agents.<id>.egress`)\n\n## Egress (`agents.<id>.egress`)\n"
+        "# Operations\n\n## What survives what\n\n## Egress (`agents.<id>.egress`)\n\n"
+        "## Egress (`agents.<id>.egress`)\n"
         "\n```\n# not a heading\n```\n\nSee [below](#what-survives-what) and [gone](#what-survives-which).\n")
     (tmp_path / "README.md").write_text(
         "[ok](docs/ops.md#egress-agentsidegress) [twice](docs/ops.md#egress-agentsidegress-1) "
