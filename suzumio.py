@@ -608,7 +608,8 @@ def cmd_serve(rest, options, out, err, now):
         raise SuzumioError("--runner-ca needs --runner-cert and --runner-key")
     import suzumio_telemetry
 
-    # The only place the OTEL_* variables are read: once, here (docs/spec-notes.md 17c).
+    # The only place the OTEL_* variables are read: once, here
+    # (docs/spec-notes.md#traces-a-standard-library-otlp-encoder).
     endpoint = suzumio_telemetry.endpoint_from(options.otlp_endpoint, os.environ)
     tracer = suzumio_telemetry.Tracer(endpoint, headers=suzumio_telemetry.headers_from(os.environ))
     root = open_root(options, observer=tracer)

@@ -105,7 +105,7 @@ def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, no
     no `allow-always` covers it, a pending approval request, in one transaction. The answer carries
     `approval` (id, status, expiresAt) when the runner must wait for a decision. Asked again with the
     same `call_key` (the runner lost the answer), it answers the call and request recorded then, in
-    their current status, and records nothing (spec-notes 16k)."""
+    their current status, and records nothing (docs/spec-notes.md#repeats-are-answered-not-redone)."""
     rule = matching_rule(config, agent_id, tool, tool_input)
     with store.write(now) as tx:
         started = store.start_tool_call(agent_id, activation_id, tool, tool_input, call_key=call_key)

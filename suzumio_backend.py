@@ -49,7 +49,7 @@ RUNNER_FILE = "suzumio_runner.py"
 HOST_FILE = "suzumio_toolpack_host.mjs"
 # Everything the runner needs, mounted read-only under /opt/suzumio (docs/design/runner.md). The entry
 # script stays small and imports the rest from modules beside it, which get a bytecode cache where
-# the directory is writable (docs/spec-notes.md entry 6).
+# the directory is writable (docs/spec-notes.md#several-standard-library-files-started-with--s).
 RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_runner_models.py",
                 HOST_FILE, "suzumio_runner_mcp.py", "suzumio_runner_egress.py", "suzumio_runner_files.py")
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
@@ -166,9 +166,9 @@ def local_controller_url(url):
 
 
 def activation_env(config, agent, activation_id, environ, rewrite_proxy):
-    """docs/design/runner.md items 1-8, in order; a later name replaces an earlier one. Item 5 (the
-    provider variables) is gone: model requests go through the controller, which reads the keys from
-    its own environment, so no provider key reaches a runner (docs/spec-notes.md)."""
+    """The activation's environment (docs/design/runner.md#what-the-runner-is-given), in order; a later
+    name replaces an earlier one. No provider variable: model requests go through the controller, which
+    reads the keys from its own environment (docs/spec-notes.md#model-requests-go-through-the-controller)."""
     env = {
         "SUZUMIO_PROJECT": config.name,
         "SUZUMIO_AGENT": agent["id"],
@@ -205,7 +205,7 @@ def secret_values(config, agent, environ):
 # What input.json keeps of a provider: the runner builds request bodies, replays scripts and retries,
 # but the controller resolves base URLs, keys, headers and query parameters when it forwards.
 RUNNER_PROVIDER_FIELDS = ("type", "timeoutMs", "chunkTimeoutMs", "script")
-RUNNER_PROVIDER_OPTIONS = ("maxRetries",)
+RUNNER_PROVIDER_OPTIONS = ("maxRetries", "retryWindowMs")
 
 
 def runner_section(config):
@@ -255,7 +255,7 @@ def make_private_dir(path):
 
 # ---------------------------------------------------------------- runner toolpack specs
 
-MCP_SUPPORT_MODULE = "support:"  # runner-input marker: every tool of the spec is a support-route call
+MCP_SUPPORT_MODULE = "support:"  # runner-input marker: every tool of the toolpack spec is a support-route call
 MCP_SANDBOX_MODULE = "mcp-stdio:"  # runner-input marker: the runner starts this MCP server itself
 
 def runner_toolpack_specs(config, agent, kind):
@@ -266,7 +266,7 @@ def runner_toolpack_specs(config, agent, kind):
     for pack in config.resolve_toolpacks().toolpacks:
         if pack.kind == "mcp" and pack.mcp_where == "runner":
             # The runner starts the server in the sandbox and lists its tools there.
-            allow = [p for p in patterns if p == "*" or p.startswith(pack.id + ".")]
+            allow = [p for p in patterns if suzumio_registry.reaches_toolpack(p, pack.id)]
             if allow:
                 mcp = {key: value for key, value in pack.mcp.items() if key in ("command", "env", "cwd")}
                 specs.append({"id": pack.id, "tools": [], "runnerModule": MCP_SANDBOX_MODULE, "mcp": mcp,

@@ -19,7 +19,7 @@ from suzumio_yaml import HTTP_URL
 DEFAULT_CONTROLLER_URL = "http://host.docker.internal:39400"
 
 # Limits every activation container gets unless backend.docker or agents.<id>.docker say otherwise;
-# `false` turns one off (docs/configuration.md; docs/spec-notes.md 4e).
+# `false` turns one off (docs/configuration.md#network-and-privileges; docs/spec-notes.md#least-privilege-by-default).
 DEFAULT_MEMORY = "4g"
 DEFAULT_CPUS = 2
 DEFAULT_PIDS_LIMIT = 1024
@@ -433,7 +433,7 @@ def _check_string_map(value, path, issues):
 
 def _check_mcp_entry(value, path, issues):
     """`{id, mcp: {command: [...], env?, envFrom?, cwd?, where?}}` (stdio) or `{id, mcp: {url, headers?,
-    headersEnv?}}` (streamable HTTP): an MCP toolpack (docs/spec-notes.md)."""
+    headersEnv?}}` (streamable HTTP): an MCP toolpack (docs/mcp.md)."""
     extra = sorted(set(value) - {"id", "mcp"})
     if extra:
         issues.add(path + [extra[0]], "Not allowed in an MCP toolpack entry (use id and mcp)")

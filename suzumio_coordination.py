@@ -270,7 +270,7 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
     a running activation (not one that ends it), ready P1 signals ride on the tool result. `boundary`:
     deliver them although the call failed (a denied approval is a tool boundary). The same
     finish asked again (a runner retrying after a lost answer) answers the first one's result, signal
-    text included, and records nothing (spec-notes 16l)."""
+    text included, and records nothing (docs/spec-notes.md#repeats-are-answered-not-redone)."""
     if status not in TOOL_CALL_END_STATUSES:
         raise BadRequest(f"Invalid tool call status: {status}")
     output = None if output is None else str(output)

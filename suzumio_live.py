@@ -1,6 +1,6 @@
 """Ephemeral live events: the model deltas of running activations, kept in memory per project in a small
-ring, never stored and never replayed by Last-Event-ID. The model proxy publishes; the SSE stream
-(suzumio_api) sends each client what arrived after it connected. Held by the store's Root."""
+ring, never stored and never replayed by Last-Event-ID. The model proxy publishes; the SSE hub
+(suzumio_sse) sends each client what arrived after it connected. Held by the store's Root."""
 
 import collections
 import json

@@ -131,7 +131,7 @@ def content_text(block):
 
 def tool_result(result):
     """A CallToolResult in wire spelling → the support result of docs/design/tools.md (`output` is a string)."""
-    texts = [content_text(block) for block in result.get("content") or []]
+    texts = [content_text(block) for block in result.get("content") or [] if isinstance(block, dict)]
     structured = result.get("structuredContent")
     output = "\n".join(texts)
     if not output and structured is not None:

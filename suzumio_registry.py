@@ -234,6 +234,14 @@ def is_allowed(tool_name, patterns):
     return False
 
 
+def reaches_toolpack(pattern, toolpack_id):
+    """True when an allowlist entry can allow some tool `<toolpack_id>.<name>` (`*`, `org.*` for `org.gh`)."""
+    prefix = toolpack_id + "."
+    if pattern == "*" or pattern.startswith(prefix):
+        return True
+    return pattern.endswith(".*") and prefix.startswith(pattern[:-1])
+
+
 def frozen_json(value):
     """JSON text of a value, so frozen dataclasses can hold it and hand out fresh copies."""
     return json.dumps(value, ensure_ascii=False, sort_keys=False)

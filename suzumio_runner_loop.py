@@ -207,7 +207,7 @@ class ControllerClient:
 
 
 def new_call_key():
-    """The key of one model tool call (spec-notes 16k): 32 random hex digits."""
+    """The key of one model tool call (`callKey`, docs/http-api.md#runner-routes): 32 random hex digits."""
     return os.urandom(CALL_KEY_BYTES).hex()
 
 

@@ -46,6 +46,7 @@ def content_text(block):
 
 
 def tool_result(result):
+    """A CallToolResult → {output, isError?, structuredContent?} (as the controller's suzumio_mcp.tool_result)."""
     texts = [content_text(block) for block in result.get("content") or [] if isinstance(block, dict)]
     structured = result.get("structuredContent")
     output = "\n".join(texts)
@@ -57,6 +58,15 @@ def tool_result(result):
     if result.get("isError"):
         out["isError"] = True
     return out
+
+
+def tool_definition(tool):
+    """A listed tool → {name, description, inputSchema} (as the controller's suzumio_mcp.tool_definition)."""
+    schema = tool.get("inputSchema")
+    if not isinstance(schema, dict):
+        schema = {"type": "object", "properties": {}}
+    return {"name": tool["name"], "description": tool.get("description") or tool.get("title") or tool["name"],
+            "inputSchema": schema}
 
 
 class StdioMcpClient:
@@ -97,13 +107,8 @@ class StdioMcpClient:
         tools, cursor = [], None
         while True:
             page = self.request("tools/list", {"cursor": cursor} if cursor else {}, START_TIMEOUT_SECONDS)
-            for tool in page.get("tools") or []:
-                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                    schema = tool.get("inputSchema")
-                    tools.append({"name": tool["name"],
-                                  "description": tool.get("description") or tool.get("title") or tool["name"],
-                                  "inputSchema": schema if isinstance(schema, dict) else
-                                  {"type": "object", "properties": {}}})
+            tools.extend(tool_definition(tool) for tool in page.get("tools") or []
+                         if isinstance(tool, dict) and isinstance(tool.get("name"), str))
             cursor = page.get("nextCursor")
             if not cursor:
                 return tools
@@ -202,7 +207,7 @@ class StdioMcpClient:
 
 
 def is_allowed(tool_name, patterns):
-    """Allowlist match as the controller's (docs/design/tools.md): exact name, `*`, or an `x.*` prefix."""
+    """Allowlist match as the controller's suzumio_registry.is_allowed: exact name, `*`, or an `x.*` prefix."""
     for pattern in patterns:
         if pattern == tool_name or pattern == "*":
             return True

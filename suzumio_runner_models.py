@@ -42,7 +42,8 @@ LATER_PROVIDER_TYPES = ("openai", "google")
 # Provider types whose requests the runner writes as Chat Completions bodies: the controller's model proxy
 # translates them for the server's dialect (anthropic Messages) and answers Chat Completions.
 PROXIED_PROVIDER_TYPES = ("openai-compatible", "anthropic")
-# The controller retries; the runner waits for at most this many tries plus the retry window.
+# The controller retries; the runner waits for at most this many tries plus the retry window (the
+# controller's defaults, suzumio_providers.retry_policy, which tests/test_runner_contract.py holds it to).
 PROXY_RETRIES = 3
 PROXY_RETRY_WINDOW_S = 60.0
 SKIPPED_PROVIDER_OPTIONS = ("reasoningEffort", "user", "textVerbosity")
@@ -354,7 +355,7 @@ def create_provider(attempt, activation, transport, sleep=time.sleep, warn=stder
         return ScriptedProvider(attempt, activation)
     if kind in LATER_PROVIDER_TYPES:
         raise ModelError(
-            f"Provider type {kind} is not supported by this version (use openai-compatible or scripted)"
+            f"Provider type {kind} is not supported by this version (use openai-compatible, anthropic or scripted)"
         )
     raise ModelError(f"Unknown provider type for {attempt.provider_id}: {kind}")
 
@@ -380,16 +381,32 @@ def _error_text(body):
     return f"{message}\n{raw}" if message else raw
 
 
-def model_call_timeout(provider):
+def retry_bounds(provider, preset=None):
+    """(retries, window seconds) the controller's proxy allows one preset: the preset's `maxRetries`, else
+    the provider's `options.maxRetries`, else 3; `options.retryWindowMs`, else 60 s."""
+    options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
+    retries = (preset or {}).get("maxRetries")
+    if retries is None:
+        retries = options.get("maxRetries")
+    if not _non_negative(retries):
+        retries = PROXY_RETRIES
+    window = options.get("retryWindowMs")
+    return int(retries), window / 1000.0 if _non_negative(window) else PROXY_RETRY_WINDOW_S
+
+
+def _non_negative(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def model_call_timeout(provider, preset=None):
     """How long the runner waits for the controller's answer to one model request: the provider's
-    overall deadline plus a margin, or no limit when only the controller's idle timeouts bound it."""
+    overall deadline for every try the proxy may make, its retry window and a margin, or no limit when
+    only the controller's idle timeouts bound it."""
     overall = model_timeouts(provider)[2]
     if overall is None:
         return None
-    options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
-    retries = options.get("maxRetries", PROXY_RETRIES)
-    tries = 1 + (int(retries) if _positive_number(retries) else 0)
-    return overall * tries + PROXY_RETRY_WINDOW_S + MODEL_CALL_MARGIN_S
+    retries, window = retry_bounds(provider, preset)
+    return overall * (1 + retries) + window + MODEL_CALL_MARGIN_S
 
 
 class OpenAICompatibleProvider:
@@ -403,7 +420,7 @@ class OpenAICompatibleProvider:
         self.transport = transport
         self.sleep = sleep
         self.warn = warn
-        self.timeout = model_call_timeout(attempt.provider)
+        self.timeout = model_call_timeout(attempt.provider, attempt.preset)
 
     def request_body(self, messages, tools, tool_choice, max_output_tokens=None):
         preset = self.attempt.preset
@@ -512,7 +529,7 @@ PLACEHOLDER = re.compile(r"\{(agent|project|workspace|artifacts)\}|\{artifacts:(
 
 
 def new_signals_block(prompt):
-    """The part of an activation prompt that `when` is matched against (docs/configuration.md rule 2)."""
+    """The part of an activation prompt that `when` is matched against (docs/configuration.md#the-scripted-provider)."""
     lines = (prompt or "").split("\n")
     starts = [i for i, line in enumerate(lines) if line.strip() == SIGNALS_HEADING]
     if not starts:
@@ -569,7 +586,7 @@ class ScriptedProvider:
         return {} if self.entry_index is None else {"scriptedEntry": self.entry_index}
 
     def fill(self, value):
-        """Replace the placeholders of docs/configuration.md rule 5 in every string of value."""
+        """Replace the placeholders of docs/configuration.md#the-scripted-provider in every string of value."""
         if isinstance(value, str):
 
             def replace(match):

@@ -113,7 +113,7 @@ def check_model_request(body):
 
 
 def check_call_key(body):
-    """`callKey` (spec-notes 16k), the runner's key for one model tool call, is optional (a
+    """`callKey` (docs/http-api.md#runner-routes), the runner's key for one model tool call, is optional (a
     runner without it gets no retry safety) and a short token when given."""
     key = body.get("callKey")
     if key is not None and (not isinstance(key, str) or CALL_KEY.fullmatch(key) is None):

@@ -412,7 +412,7 @@ class _Undo:
 
 # ---------------------------------------------------------------------------------------------
 # Schema (docs/design/store.md). Shipped migrations are frozen literal SQL and never edited: a new status, column or
-# table is a new entry appended to MIGRATIONS (tests/test_store.py checks the result against SCHEMA_FINGERPRINT).
+# table is a new entry appended to MIGRATIONS (tests/test_store.py checks the result against tests/schema/expected.sql).
 
 _MIGRATION_1 = [
     """CREATE TABLE projects (
@@ -1041,10 +1041,6 @@ class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRo
     @property
     def source_yaml_path(self):
         return self.dir / "source.yaml"
-
-    @property
-    def logs_dir(self):
-        return self.dir / "logs"
 
     def toolpack_state_dir(self, toolpack_id):
         return self.dir / "toolpack-state" / toolpack_id

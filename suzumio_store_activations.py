@@ -175,7 +175,7 @@ class ActivationRows:
 
     def start_tool_call(self, agent_id, activation_id, tool, input=None, now=None, call_key=None):
         """docs/design/store.md start: running row, tool.called event, tool_call history row. A `call_key` the
-        activation already used answers that call again (`replayed: True`) and records nothing (16k)."""
+        activation already used answers that call again (`replayed: True`) and records nothing."""
         if not isinstance(tool, str) or not tool:
             raise BadRequest("tool is required")
         input_value = {} if input is None else input
@@ -212,7 +212,7 @@ class ActivationRows:
         """docs/design/store.md finish: the row, its tool.<status> event and the tool_result history row.
         Returns (the final status, the tool's name, replayed). The same finish asked again (status,
         output and error as recorded: a runner retrying after a lost answer) changes and records nothing
-        and says `replayed`; a different one overwrites the result (docs/design/tools.md, spec-notes 16l)."""
+        and says `replayed`; a different one overwrites the result (docs/design/store.md#rows-and-their-transitions)."""
         sources, target = TOOL_CALL_TRANSITIONS["complete" if status == TOOL_COMPLETED else "fail"]
         owned = "project = ? AND id = ? AND agent_id = ? AND activation_id = ?"
         key = (self.project_id, tool_call_id, agent_id, activation_id)

@@ -3,8 +3,8 @@
 Off unless the composition root builds a Tracer with an endpoint (`serve --otlp-endpoint URL`, else
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces); a disabled Tracer
 does nothing and nothing ever phones home. Standard library only: a small protobuf encoder of the OTLP
-trace messages and one named exporter thread that posts batches (docs/spec-notes.md 17c says why not the
-SDK).
+trace messages and one named exporter thread that posts batches (why not the SDK:
+docs/spec-notes.md#traces-a-standard-library-otlp-encoder).
 
 One trace per activation: its trace id and its span id are derived from the activation id, so the
 activation span (exported when the activation ends), the tool-call spans and the model-call spans find

@@ -6,7 +6,7 @@ the client chose the egress ALPN protocol, to the egress proxy's socket), so not
 ever speaks plain HTTP to the runner routes or a plain tunnel to the proxy. The certificate is the operator's (cert,
 key and the CA runners verify it against), or a CA and server certificate created in `<root>/tls/` on
 first start with the `openssl` command (Python's standard library cannot issue certificates; see
-docs/spec-notes.md, "Runner listener over TLS"). Runners get the CA with their activation."""
+docs/spec-notes.md#tls-certificates-come-from-the-openssl-command). Runners get the CA with their activation."""
 
 import ipaddress
 import logging

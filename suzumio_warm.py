@@ -16,7 +16,6 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 WARM_SOCKET = "warm.sock"  # beside the runner socket, in the folder mounted into every container
-DEFAULT_PER_PROJECT = 2  # backend.warm when not written
 DEFAULT_LIMIT = 8  # prepared runners of one controller, all projects together (serve --warm)
 HELLO_LIMIT = 1024  # bytes of a hello line; a longer one is not a prepared runner
 HELLO_TIMEOUT_SECONDS = 10.0  # an unknown connection that says nothing for this long is closed
@@ -193,15 +192,6 @@ class WarmPool:
             self._lock.notify_all()
         self.detach(slot)
         return slot
-
-    def release_project(self, project):
-        """Remove every prepared runner of a project (stop, approve)."""
-        with self._lock:
-            slots = [slot for slot in self._slots.values() if slot.project == project]
-            for slot in slots:
-                del self._slots[slot.id]
-        for slot in slots:
-            self._discard(slot)
 
     def owns(self, name):
         """True for the container name of one of this pool's unclaimed slots."""

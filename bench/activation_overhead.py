@@ -51,8 +51,9 @@ connection.getresponse().read()
 """
 SOCKET_NAME = "runner.sock"
 MODEL_PATH = "/runner/model"
-# The runner's model requests go to the controller (docs/spec-notes.md 8f), so the stand-in sees the
-# first one; it answers `{}`, the runner fails the activation, and the next run begins.
+# The runner's model requests go to the controller
+# (docs/spec-notes.md#model-requests-go-through-the-controller), so the stand-in sees the first one;
+# it answers `{}`, the runner fails the activation, and the next run begins.
 PROVIDER = 'replay: {type: openai-compatible, baseURL: "http://127.0.0.1:9/v1"}'
 
 

@@ -40,7 +40,7 @@ SCRIBE_ENTRIES = 40
 
 def crash_script(worker_sleep=WORKER_SLEEP_S, pm_sleep=PM_SLEEP_S, scribe_entries=SCRIBE_ENTRIES):
     """The scripted turns of the crash team. No entry has a `when`: a failed activation does not consume
-    its entry (docs/configuration.md rule 3), so the failed nudge replays the interrupted entry, and
+    its entry (docs/configuration.md#the-scripted-provider), so the failed nudge replays the interrupted entry, and
     every completed activation plays the next one."""
     def shell(command):
         return {"name": "shell.exec", "input": {"command": command}}

@@ -1,5 +1,5 @@
 """Test stand-in for the controller's runner routes (docs/design/runner.md, docs/http-api.md): a real HTTP
-server for one project/agent/activation that records every call and answers with the spec's shapes,
+server for one project/agent/activation that records every call and answers with the documented shapes,
 including P1 `signalText` on tool-call finish and `{"error": ...}` failures. `/runner/model` is forwarded
 by the real suzumio_model_proxy with the controller-side models config and environment the test gives
 (`use_runner`). Imported by tests only."""

@@ -62,7 +62,7 @@ ERROR_TEXTS = [
     (r"changes must be a non-empty array|changes holds more than \d+ entries|changes\.\d+.*|\S+: \S+ is not a folder"
      r"|\S+ is a folder in the artifacts folder; .*", {400}),
     (r"artifact quota exceeded \(.*\)", {409}),
-    # /runner/model (suzumio_model_proxy; docs/spec-notes.md 8f)
+    # /runner/model (suzumio_model_proxy; docs/spec-notes.md#model-requests-go-through-the-controller)
     (r"Model preset not found: .*", {404}),
     (r"Model preset \S+ is not selected for \S+", {403}),
     (r"Model preset \S+ is a model list; .*|Model preset \S+ uses provider \S+, not .*", {400}),
@@ -81,7 +81,7 @@ ERROR_TEXTS = [
     # loop guards (docs/http-api.md, loop guards and concurrency caps)
     (r"Agent \S+ is not paused", {409}),
     (r"Expected a JSON object", {400}),
-    # tool-call keys (spec-notes 16k)
+    # tool-call keys (`callKey`, docs/http-api.md#runner-routes)
     (r"callKey must be 1 to \d+ letters, digits, '\.', '_', ':' or '-'", {400}),
     (r"callKey \S+ was already used for another tool call", {409}),
     # replays, forks and diffs (docs/replay.md)
@@ -199,7 +199,7 @@ def error_problems(reply, path):
     """What is wrong with a response under docs/http-api.md; [] when it is fine."""
     problems = []
     if reply.status not in VALID_STATUSES | (MCP_STATUSES if path == "/mcp" else set()):
-        problems.append(f"status {reply.status} is outside the spec's mapping")
+        problems.append(f"status {reply.status} is outside the documented mapping")
     handler_route = any(pattern.match(path) for pattern in HANDLER_ROUTES)
     if reply.status == 500 and not handler_route:
         problems.append("500 on a route whose errors are all 4xx")

@@ -751,7 +751,7 @@ def test_docker_limits_render_in_order_and_are_validated(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Least privilege: container settings, network per agent, warnings (docs/spec-notes.md entries 4d-4g)
+# Least privilege: container settings, network per agent, warnings (docs/configuration.md#network-and-privileges)
 
 def docker_base(docker=None, **agents):
     data = base()
@@ -1704,7 +1704,7 @@ def test_render_file_returns_the_yaml_and_the_warning_lines(tmp_path):
     assert warnings == [config.LOCAL_WARNING, config.LOCAL_EGRESS_WARNING]
 
 
-# ---------------------------------------------------------------- unknown keys (docs/spec-notes.md 17c)
+# ------------------------------------------------ unknown keys (docs/spec-notes.md#unknown-keys-are-reported)
 
 def test_unknown_keys_at_any_depth_are_listed_with_the_closest_known_key(tmp_path):
     data = base(agents={"pm": {"tolls": ["messages.send"], "promt": "x"}}, schedular={})

@@ -268,11 +268,11 @@ def requests_for(draw, fuzz, route):
 
 def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     rules = {rule for _method, rule in routes}
-    assert len(routes) == 53, routes  # 34 of the spec table, the Team view's timeline (9a), /runner/model
-    # (8f), /api/version and /api/openapi.json (17b), GET and POST /mcp (8n), the approvals list, one
-    # approval, its decision and /runner/approvals/wait, GET …/costs (14f), an agent's resume
-    # and GET …/concurrency (runaways), replay, fork and diff (docs/replay.md), and the three
-    # /runner/files/* routes (backend.kind swarm)
+    # Every route of docs/http-api.md: the projects, messages, events, activations, tools, control actions
+    # and runner routes, the Team view's timeline, /runner/model, /api/version and /api/openapi.json, GET
+    # and POST /mcp, the approvals list, one approval, its decision and /runner/approvals/wait, …/costs, an
+    # agent's resume and …/concurrency, replay, fork and diff, and the three /runner/files/* routes
+    assert len(routes) == 53, routes
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
     assert len(runner_rules) == 13

@@ -174,9 +174,9 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
     with world(tmp_path, api_token="s3cret", webui_dir=suzumio_api.WEBUI_DIR) as iso:
         routes = app_routes(iso.service)
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
-        # docs/http-api.md, the timeline (9a), /api/version and /api/openapi.json (17b), the approvals list,
-        # one approval and its decision, …/costs (14f), an agent's resume and …/concurrency
-        # (runaways), replay, fork and diff (docs/replay.md)
+        # docs/http-api.md: among them the timeline, /api/version and /api/openapi.json, the approvals
+        # list, one approval and its decision, …/costs, an agent's resume and …/concurrency, replay, fork
+        # and diff
         assert len(api) == 35
         before = iso.snapshot()
         for method, target in api:
@@ -204,7 +204,7 @@ def first_asset():
 
 def test_every_post_route_refuses_foreign_origins_and_hosts_without_side_effects(iso, routes):
     posts = [(m, t) for m, t in user_requests(routes) if m == "POST"]
-    # docs/http-api.md, POST /mcp (spec-notes 8n), the approval decision, an agent's resume, replay and fork
+    # docs/http-api.md, POST /mcp (docs/mcp.md), the approval decision, an agent's resume, replay and fork
     assert len(posts) == 11
     before = iso.snapshot()
     for method, target in posts:

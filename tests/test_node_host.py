@@ -456,7 +456,7 @@ def controller():
 
 
 class RunnerBridge:
-    """The runner side of the §9 protocol, spoken from the test."""
+    """The runner side of the Node host's line protocol (suzumio_toolpack_host.mjs), spoken from the test."""
 
     def __init__(self, env=None):
         self.proc = subprocess.Popen(["node", str(HOST_SCRIPT), "--role", "runner"], stdin=subprocess.PIPE,

@@ -1119,7 +1119,7 @@ def test_missing_input_argument_exits_1(tmp_path):
             lambda a: a["runner"]["models"]["providers"]["gw"].update(type="google"),
             (
                 "All model attempts failed:\nmain: Provider type google is not supported by this version "
-                "(use openai-compatible or scripted)"
+                "(use openai-compatible, anthropic or scripted)"
             ),
         ),
     ],

@@ -1,6 +1,7 @@
 """The runner's copies of controller facts (it imports no controller module, docs/design/runner.md): the
 built-in tool names, ending and support-backed tools, and preset expansion must equal the controller's.
 Also: every runner file shares the `suzumio_runner` prefix and is what the backend mounts."""
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,147 @@ def test_every_runner_file_has_the_runner_prefix_and_is_mounted():
                                                                          "suzumio_runner_gateway.py"}
     assert prefixed == mounted
     assert set(suzumio_backend_swarm.GATEWAY_FILES) <= mounted | {"suzumio_runner_gateway.py"}
+
+
+# ---------------------------------------------------------------- copies of controller rules in the runner
+# The runner imports no controller module, so it keeps copies of a few rules. Each is held to the
+# controller's on a table of inputs here.
+
+ALLOWLISTS = [[], ["*"], ["file.*"], ["file.read"], ["file"], ["fil*"], ["file.*.x"], ["gh.*", "shell.exec"],
+              ["org.*"], ["org.gh.*"], ["org.gh.search"], ["org.ghx.*"], ["o*"], [".*"]]
+TOOL_NAMES = ["file.read", "file.write", "file", "files.read", "shell.exec", "gh.search", "org.gh.search",
+              "org.gh.sub.list", "org.ghx.search", "org.other", "x"]
+
+
+@pytest.mark.parametrize("patterns", ALLOWLISTS, ids=lambda p: ",".join(p) or "none")
+def test_the_runners_allowlist_match_is_the_controllers(patterns):
+    import suzumio_runner_mcp as runner_mcp
+
+    for name in TOOL_NAMES:
+        assert runner_mcp.is_allowed(name, patterns) == suzumio_registry.is_allowed(name, patterns), name
+
+
+@pytest.mark.parametrize("toolpack_id", ["gh", "org.gh", "org"])
+@pytest.mark.parametrize("patterns", ALLOWLISTS, ids=lambda p: ",".join(p) or "none")
+def test_a_sandbox_mcp_toolpack_gets_every_allowlist_entry_that_reaches_its_tools(toolpack_id, patterns):
+    # The backend hands the runner only the entries that can match `<id>.…`; the runner then allows
+    # exactly the listed tools the controller's /runner/tool-calls/start accepts.
+    import suzumio_runner_mcp as runner_mcp
+
+    handed = [p for p in patterns if suzumio_registry.reaches_toolpack(p, toolpack_id)]
+    for tool in ("search", "sub.list", "x"):
+        name = f"{toolpack_id}.{tool}"
+        assert runner_mcp.is_allowed(name, handed) == suzumio_registry.is_allowed(name, patterns), name
+
+
+@pytest.mark.parametrize("name", ["file.read", "shell.exec", "gh.search-issues", "a b/c", "ünï.x", "x..y", "_"])
+def test_the_runner_names_tools_for_models_as_the_controller_does(name):
+    assert models.safe_tool_name(name) == suzumio_registry.model_tool_name(name)
+
+
+CONTENT_BLOCKS = [
+    {"type": "text", "text": "hello"},
+    {"type": "text"},
+    {"type": "image", "mimeType": "image/png", "data": "aGVsbG8="},
+    {"type": "image", "data": "not base64!"},
+    {"type": "audio", "mimeType": "audio/wav", "data": "aGk"},
+    {"type": "resource_link", "uri": "file:///a.txt", "name": "a"},
+    {"type": "resource_link", "uri": "file:///b.txt"},
+    {"type": "resource", "resource": {"uri": "file:///c.txt", "text": "contents"}},
+    {"type": "resource", "resource": {"uri": "file:///d.bin", "mimeType": "application/zip"}},
+    {"type": "resource"},
+    {"type": "hologram"},
+]
+
+
+@pytest.mark.parametrize("block", CONTENT_BLOCKS, ids=lambda b: b.get("type") + ("+" if len(b) > 1 else ""))
+def test_the_runner_renders_mcp_content_as_the_controller_does(block):
+    import suzumio_mcp
+    import suzumio_runner_mcp as runner_mcp
+
+    assert runner_mcp.content_text(block) == suzumio_mcp.content_text(block)
+
+
+TOOL_RESULTS = [
+    {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    {"content": [], "structuredContent": {"n": 1, "é": "ü"}},
+    {"content": [{"type": "text", "text": "shown"}], "structuredContent": {"n": 1}},
+    {"content": [{"type": "text", "text": "boom"}], "isError": True},
+    {"isError": False},
+    {},
+    {"content": [{"type": "image", "data": "aGk="}, "not a block", None]},
+]
+
+
+@pytest.mark.parametrize("result", TOOL_RESULTS)
+def test_the_runner_shapes_mcp_tool_results_as_the_controller_does(result):
+    import suzumio_mcp
+    import suzumio_runner_mcp as runner_mcp
+
+    assert runner_mcp.tool_result(result) == suzumio_mcp.tool_result(result)
+
+
+@pytest.mark.parametrize("tool", [
+    {"name": "search", "description": "Find things", "inputSchema": {"type": "object", "required": ["q"]}},
+    {"name": "search", "title": "Search"},
+    {"name": "search", "description": "", "inputSchema": "not a schema"},
+])
+def test_the_runner_lists_mcp_tools_as_the_controller_does(tool):
+    import suzumio_mcp
+    import suzumio_runner_mcp as runner_mcp
+
+    assert runner_mcp.tool_definition(tool) == suzumio_mcp.tool_definition(tool)
+
+
+def test_the_runners_mcp_timeouts_are_the_controllers():
+    import suzumio_mcp
+    import suzumio_runner_mcp as runner_mcp
+
+    assert (runner_mcp.START_TIMEOUT_SECONDS, runner_mcp.CALL_TIMEOUT_SECONDS) == (
+        suzumio_mcp.START_TIMEOUT_SECONDS, suzumio_mcp.CALL_TIMEOUT_SECONDS)
+
+
+@pytest.mark.parametrize(("options", "preset"), [
+    ({}, {}), ({"maxRetries": 0}, {}), ({"maxRetries": 7}, {}), ({"maxRetries": 7}, {"maxRetries": 1}),
+    ({}, {"maxRetries": 0}), ({"retryWindowMs": 5000}, {}), ({"retryWindowMs": 0, "maxRetries": 2}, {}),
+    ({"maxRetries": -1, "retryWindowMs": "soon"}, {}), ({"maxRetries": True}, {}),
+])
+def test_the_runner_waits_for_every_retry_the_proxy_may_make(options, preset):
+    import suzumio_providers
+
+    policy = suzumio_providers.retry_policy(options, preset.get("maxRetries"))
+    provider = {"type": "openai-compatible", "timeoutMs": 1000, "options": options}
+    assert models.retry_bounds(provider, preset) == (policy.max_retries, policy.window_s)
+    expected = 1.0 * (1 + policy.max_retries) + policy.window_s + models.MODEL_CALL_MARGIN_S
+    assert models.model_call_timeout(provider, preset) == expected
+
+
+def test_input_json_carries_every_provider_option_the_runners_wait_reads():
+    import suzumio_backend
+
+    assert set(suzumio_backend.RUNNER_PROVIDER_OPTIONS) == {"maxRetries", "retryWindowMs"}
+
+
+@pytest.mark.parametrize("provider_type", ["openai", "google"])
+def test_the_runner_refuses_the_provider_types_the_controller_refuses_in_its_words(tmp_path, provider_type):
+    providers = {"g": {"type": provider_type, "baseURL": "http://127.0.0.1:9/v1"}}
+    project = tmp_path / "p.yaml"
+    project.write_text(json.dumps({
+        "name": "contract", "task": "t", "agents": {"pm": {}},
+        "backend": {"runner": {"model": "p", "models": {"providers": providers,
+                                                        "presets": {"p": {"provider": "g", "model": "m"}}}}}}))
+    with pytest.raises(ConfigError) as refused:
+        suzumio_config.load_project(project, env={})
+    assert provider_type in models.LATER_PROVIDER_TYPES
+    attempt = models.Attempt("p", {"provider": "g", "model": "m"}, "g", providers["g"])
+    with pytest.raises(models.ModelError) as caught:
+        models.create_provider(attempt, {}, transport=None)
+    assert refused.value.message == f"backend.runner.models.providers.g.type: {caught.value}"
+
+
+def test_the_runner_handles_every_provider_type_the_schema_accepts():
+    import suzumio_config_schema
+
+    accepted = set(next(node for key, node, _ in suzumio_config_schema._PROVIDER.fields if key == "type").values)
+    assert accepted == set(models.PROXIED_PROVIDER_TYPES) | {"scripted"} | set(models.LATER_PROVIDER_TYPES)
+    assert set(models.LATER_PROVIDER_TYPES) == set(suzumio_config.UNSUPPORTED_PROVIDER_TYPES)

@@ -87,6 +87,7 @@ MD_REFERENCE = re.compile(r"(?<![\w/.$-])([\w][\w./-]*\.md)\b")
 # Names of files the runtime writes, which comments mention as files, not as documents.
 RUNTIME_FILES = {"final-report.md"}
 CODE_SUFFIXES = (".py", ".mjs", ".js", ".ts", ".tsx", ".jsx")
+HASH_SUFFIXES = (".sh", ".yaml", ".yml", ".toml")
 FENCE = re.compile(r"^\s*(```|~~~).*?^\s*\1", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK_TARGET = re.compile(r"\]\(([^)\s#]+\.md)(?:#[^)]*)?\)")
@@ -123,6 +124,24 @@ def markdown_prose(text):
     return [(0, prose)] + [(0, f"{target} ") for target in LINK_TARGET.findall(text)]
 
 
+def hash_prose(text):
+    """(line, text) of the `#` comments of a shell script, Dockerfile, Makefile, YAML or TOML file."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        match = re.search(r"(^|\s)#(?!!)", line)
+        if match:
+            found.append((number, INLINE_CODE.sub("", line[match.end() - 1:])))
+    return found
+
+
+def is_hash_commented(name):
+    """Files whose comments start with `#`: shell scripts (scripts/* without a suffix, .ci/*), Dockerfiles,
+    Makefiles, YAML and TOML."""
+    base = name.rsplit("/", 1)[-1]
+    return (name.endswith(HASH_SUFFIXES) or base.startswith("Dockerfile") or base == "Makefile"
+            or (name.startswith(("scripts/", ".ci/")) and "." not in base))
+
+
 def prose_of(root, name):
     path = root / name
     if not path.is_file():
@@ -135,6 +154,8 @@ def prose_of(root, name):
         return python_prose(path.read_text(encoding="utf-8"))
     if name.endswith(CODE_SUFFIXES):
         return script_prose(path.read_text(encoding="utf-8"))
+    if is_hash_commented(name):
+        return hash_prose(path.read_text(encoding="utf-8", errors="replace"))
     return []
 
 
@@ -159,13 +180,108 @@ def test_every_md_reference_names_a_file_in_the_repository():
 
 def test_the_reference_check_sees_a_dead_reference_in_code_and_docs(tmp_path):
     (tmp_path / "docs").mkdir()
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "docker").mkdir()
     (tmp_path / "docs" / "here.md").write_text("See [there](there.md) and here.md; `data.md` is code.\n")
     (tmp_path / "suzumio_x.py").write_text('"""Rules of docs/here.md."""\n# store.md §4.2 says so\nNAME = "not.md"\n')
     (tmp_path / "app.ts").write_text("// webui.md §2\nconst a = 'b.md';\n")
-    found = missing_md_references(tmp_path, ["docs/here.md", "suzumio_x.py", "app.ts"])
+    (tmp_path / "host.mjs").write_text("/* runner.md §3 */\nexport const x = 1;\n")
+    (tmp_path / "scripts" / "tool").write_text("#!/bin/sh\n# see spec.md §1\necho notes.md\n")
+    (tmp_path / "docker" / "Dockerfile").write_text("# image.md §14\nFROM debian\n")
+    (tmp_path / "Makefile").write_text("all:  # make.md\n\ttrue\n")
+    (tmp_path / "demo.yaml").write_text("# script.md\nbody: 'write part-a.md'  # docs/here.md\n")
+    (tmp_path / "pyproject.toml").write_text('readme = "README.md"\n# ARCH.md asks for it\n')
+    names = ["docs/here.md", "suzumio_x.py", "app.ts", "host.mjs", "scripts/tool", "docker/Dockerfile", "Makefile",
+             "demo.yaml", "pyproject.toml"]
+    found = missing_md_references(tmp_path, names)
     assert sorted((name, ref) for name, _, ref in found) == [
-        ("app.ts", "webui.md"), ("docs/here.md", "there.md"), ("docs/here.md", "there.md"),
+        ("Makefile", "make.md"), ("app.ts", "webui.md"), ("demo.yaml", "script.md"),
+        ("docker/Dockerfile", "image.md"), ("docs/here.md", "there.md"), ("docs/here.md", "there.md"),
+        ("host.mjs", "runner.md"), ("pyproject.toml", "ARCH.md"), ("scripts/tool", "spec.md"),
         ("suzumio_x.py", "store.md")]
+
+
+# ---------------------------------------------------------------- every `#anchor` of a reference resolves
+
+LINK_ANCHOR = re.compile(r"\]\(([^)\s#]*)#([^)\s]+)\)")
+CITED_ANCHOR = re.compile(r"(?<![\w/.$-])([\w][\w./-]*\.md)#([\w-]+)")
+HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)(?:\s+#+)?\s*$")
+HTML_ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
+
+
+def heading_slugs(text):
+    """The anchors GitHub gives a Markdown page: each heading's text lowercased, links reduced to their
+    text, every character but letters, digits, `_`, `-` and spaces dropped, spaces made `-`; a repeated
+    slug gets `-1`, `-2`, …; plus explicit `<a id=…>` anchors."""
+    slugs, seen = set(HTML_ANCHOR.findall(text)), {}
+    for line in FENCE.sub("", text).splitlines():
+        heading = HEADING.match(line)
+        if not heading:
+            continue
+        title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.group(1))
+        slug = re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        slugs.add(slug if count == 0 else f"{slug}-{count}")
+    return slugs
+
+
+def anchored_references(root, name):
+    """(line, target file, anchor) of every Markdown link with an anchor, and of every cited page with one
+    (`docs/operations.md#egress`)."""
+    path = root / name
+    if not path.is_file():
+        return []
+    if not name.endswith(".md"):
+        return [(line, target, anchor) for line, text in prose_of(root, name)
+                for target, anchor in CITED_ANCHOR.findall(text)]
+    found = []
+    for number, line in enumerate(FENCE.sub(lambda m: "\n" * m.group(0).count("\n"),
+                                            path.read_text(encoding="utf-8")).splitlines(), 1):
+        for target, anchor in LINK_ANCHOR.findall(line):
+            if target == "" or target.endswith(".md"):
+                found.append((number, target or path.name, anchor))
+        found += [(number, target, anchor)
+                  for target, anchor in CITED_ANCHOR.findall(INLINE_CODE.sub("", LINK_ANCHOR.sub("", line)))]
+    return found
+
+
+def dead_anchors(root=REPO, names=None):
+    """(file, line, reference) of every `#anchor` that names no heading of the file it points into."""
+    dead, slugs = [], {}
+    for name in names or tracked_files(root):
+        for line, target, anchor in anchored_references(root, name):
+            for candidate in ((root / name).parent / target, root / target):
+                if candidate.is_file():
+                    break
+            else:
+                continue  # a missing file is the reference check's finding
+            key = candidate.resolve()
+            if key not in slugs:
+                slugs[key] = heading_slugs(candidate.read_text(encoding="utf-8"))
+            if anchor not in slugs[key]:
+                dead.append((name, line, f"{target}#{anchor}"))
+    return dead
+
+
+def test_every_anchor_of_a_reference_names_a_heading():
+    assert dead_anchors() == []
+
+
+def test_the_anchor_check_sees_a_dead_anchor(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "ops.md").write_text(
+        "# Operations\n\n## What survives what\n\n## Egress (`agents.<id>.egress`)\n\n"
+        "## Egress (`agents.<id>.egress`)\n"
+        "\n```\n# not a heading\n```\n\nSee [below](#what-survives-what) and [gone](#what-survives-which).\n")
+    (tmp_path / "README.md").write_text(
+        "[ok](docs/ops.md#egress-agentsidegress) [twice](docs/ops.md#egress-agentsidegress-1) "
+        "[code](docs/ops.md#not-a-heading) [missing file](docs/none.md#x)\n")
+    (tmp_path / "suzumio_x.py").write_text('"""As docs/ops.md#operations says; docs/ops.md#renamed is gone."""\n')
+    found = dead_anchors(tmp_path, ["docs/ops.md", "README.md", "suzumio_x.py"])
+    assert sorted((name, ref) for name, _, ref in found) == [
+        ("README.md", "docs/ops.md#not-a-heading"), ("docs/ops.md", "ops.md#what-survives-which"),
+        ("suzumio_x.py", "docs/ops.md#renamed")]
 
 
 # ---------------------------------------------------------------- no history in comments

@@ -85,7 +85,7 @@ const STREAM_EVENT_TYPES = [
 ];
 
 // ---------------------------------------------------------------------------------------------
-// URL hash (§3).
+// URL hash (`#/<project>/<view>`, docs/design/webui.md).
 
 interface HashState {
   project: string | null;
