@@ -54,6 +54,7 @@ from suzumio_records import (
     render_boundary_text,
     require_running,
     to_datetime,
+    waking_signal,
 )
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,10 @@ def start_activation(store, agent_id, prompt, signals, now=None):
         if len(delivered) != len(ids):
             missing = [i for i in ids if i not in delivered]
             raise Conflict(f"Signals are no longer pending for {agent_id}: {', '.join(missing)}")
-        priorities = [store.signal(i)["priority"] for i in ids]
+        woke = [store.signal(i) for i in ids]
+        priorities = [signal["priority"] for signal in woke]
+        store.add_event(tx, "activation.started", {"activationId": act_id, "agentId": agent_id,
+                                                   "signals": [waking_signal(signal) for signal in woke]})
         store.add_history(tx, agent_id, act_id, "user", "activation_prompt", prompt,
                           {"delivery": "activation_start", "signalIds": ids, "priorities": priorities})
         return store.activation(act_id)
