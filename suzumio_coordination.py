@@ -34,6 +34,7 @@ from suzumio_records import (
     KIND_WAIT,
     PRIORITIES,
     PROJECT_RUNNING,
+    PROJECT_SUBMITTED,
     RECORDABLE_SIGNAL_STATUSES,
     RESUME_AFTER_STOP_MESSAGE,
     SIGNAL_CLOSED,
@@ -432,14 +433,19 @@ def pause_for_budget(store, max_tokens, now=None, max_cost_usd=None):
         return data
 
 
-def request_changes(store, config, body, recipient=None, now=None):
-    """docs/http-api.md: running again, and a P2 user message (to the coordinator by default)."""
+def request_changes(store, config, body, recipient=None, now=None, submitted_only=False):
+    """docs/http-api.md: running again, and a P2 user message (to the coordinator by default). With
+    `submitted_only` (the CLI), a project that is not submitted is a Conflict."""
     if not isinstance(body, str) or not body.strip():
         raise BadRequest("body is required")
     recipient = recipient or config.communication.coordinator_agent
     if recipient != "user" and store.agent_row(recipient) is None:
         raise BadRequest(f"Unknown agent: {recipient}")
     with store.write(now) as tx:
+        status = store.project_row(tx.conn)["status"] if submitted_only else PROJECT_SUBMITTED
+        if status != PROJECT_SUBMITTED:
+            raise Conflict(f"Project {store.project_id} is {status}, not submitted: there is no report to "
+                           "request changes on")
         store.set_project_status(tx, "request_changes")
         return _send(store, config, tx, "user", body, recipient=recipient, priority="P2")
 
