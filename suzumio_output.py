@@ -16,12 +16,8 @@ def report(store):
     """{"report": the last submitted report's text or None, "status": the project's status}."""
     project = store.project()
     path = project["submitted_report"]
-    text = None
-    if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            text = None
+    # A report file gone from a submitted project is damage to the root, not "no report": it raises.
+    text = Path(path).read_text(encoding="utf-8") if path else None
     return {"report": text, "status": project["status"]}
 
 

@@ -38,12 +38,12 @@ def record(store, agent, files):
 
 @pytest.fixture
 def team(demo):
-    """pm's notes.md in two recorded versions (and a third written after the last recording), worker's
+    """pm's notes.txt in two recorded versions (and a third written after the last recording), worker's
     out.bin recorded once, a file that was recorded and deleted, and a symbolic link out of the folder."""
-    record(demo, "pm", {"notes.md": b"# Notes\nold line\n", "gone.txt": b"bye\n"})
+    record(demo, "pm", {"notes.txt": b"# Notes\nold line\n", "gone.txt": b"bye\n"})
     record(demo, "worker", {"runs/out.bin": BINARY})
-    record(demo, "pm", {"notes.md": b"# Notes\nnew line\n", "gone.txt": None})
-    (demo.artifacts_dir("pm") / "notes.md").write_bytes(b"# Notes\nnew line\nunrecorded line\n")
+    record(demo, "pm", {"notes.txt": b"# Notes\nnew line\n", "gone.txt": None})
+    (demo.artifacts_dir("pm") / "notes.txt").write_bytes(b"# Notes\nnew line\nunrecorded line\n")
     (demo.artifacts_dir("pm") / "passwd").symlink_to("/etc/passwd")
     return demo
 
@@ -60,18 +60,18 @@ def test_artifacts_lists_every_agents_files_with_their_recorded_versions(service
     response = service.get("/api/projects/demo/artifacts")
     assert response.status_code == 200
     assert response.json() == [
-        {"agent": "pm", "path": "notes.md", "size": 33, "versions": 2},
+        {"agent": "pm", "path": "notes.txt", "size": 33, "versions": 2},
         {"agent": "worker", "path": "runs/out.bin", "size": 256, "versions": 1}]
 
 
 def test_an_artifact_reads_as_it_is_now_or_as_a_recorded_version(service, team):
-    now = service.get("/api/projects/demo/artifacts/pm/notes.md").json()
-    assert now == {"agent": "pm", "path": "pm/notes.md", "version": None, "versions": 2, "size": 33,
+    now = service.get("/api/projects/demo/artifacts/pm/notes.txt").json()
+    assert now == {"agent": "pm", "path": "pm/notes.txt", "version": None, "versions": 2, "size": 33,
                    "content": "# Notes\nnew line\nunrecorded line\n", "binary": False}
-    first = service.get("/api/projects/demo/artifacts/pm/notes.md?version=1").json()
+    first = service.get("/api/projects/demo/artifacts/pm/notes.txt?version=1").json()
     assert (first["version"], first["content"]) == (1, "# Notes\nold line\n")
-    assert service.get("/api/projects/demo/artifacts/pm/notes.md?version=2").json()["content"] == "# Notes\nnew line\n"
-    encoded = service.get("/api/projects/demo/artifacts/pm%2Fnotes.md?version=2").json()
+    assert service.get("/api/projects/demo/artifacts/pm/notes.txt?version=2").json()["content"] == "# Notes\nnew line\n"
+    encoded = service.get("/api/projects/demo/artifacts/pm%2Fnotes.txt?version=2").json()
     assert encoded["version"] == 2
     binary = service.get("/api/projects/demo/artifacts/worker/runs/out.bin").json()
     assert (binary["version"], binary["content"], binary["binary"], binary["size"]) == (1, None, True, 256)
@@ -82,19 +82,19 @@ def test_an_artifact_reads_as_it_is_now_or_as_a_recorded_version(service, team):
 
 
 @pytest.mark.parametrize("path, status, error", [
-    ("pm/notes.md?version=3", 404, "Unknown version 3 of pm/notes.md (it has 2)"),
+    ("pm/notes.txt?version=3", 404, "Unknown version 3 of pm/notes.txt (it has 2)"),
     ("pm/gone.txt", 404, "Unknown artifact: pm/gone.txt"),
     ("pm/gone.txt?version=1", 200, None),
     ("pm/passwd", 404, "Unknown artifact: pm/passwd"),
     ("pm/passwd?version=1", 404, "No recorded versions of pm/passwd"),
-    ("ghost/notes.md", 404, "Unknown agent: ghost"),
-    ("pm/notes.md?version=0", 400, "version must be a positive integer, got '0'"),
-    ("pm/notes.md?version=two", 400, "version must be a positive integer, got 'two'"),
+    ("ghost/notes.txt", 404, "Unknown agent: ghost"),
+    ("pm/notes.txt?version=0", 400, "version must be a positive integer, got '0'"),
+    ("pm/notes.txt?version=two", 400, "version must be a positive integer, got 'two'"),
     ("pm", 400, "Invalid artifact path: 'pm' (expected <agent>/<path inside its folder>)"),
     ("pm/%2E%2E/%2E%2E/suzumio.sqlite", 400,
      "Invalid artifact path: 'pm/../../suzumio.sqlite' (expected <agent>/<path inside its folder>)"),
     ("%2Fetc%2Fpasswd", 400, "Invalid artifact path: '/etc/passwd' (expected <agent>/<path inside its folder>)"),
-    ("pm//notes.md", 400, "Invalid artifact path: 'pm//notes.md' (expected <agent>/<path inside its folder>)"),
+    ("pm//notes.txt", 400, "Invalid artifact path: 'pm//notes.txt' (expected <agent>/<path inside its folder>)"),
 ])
 def test_artifact_paths_and_versions_are_checked(service, team, path, status, error):
     response = service.get(f"/api/projects/demo/artifacts/{path}")
@@ -118,14 +118,14 @@ def test_a_path_with_dot_segments_sent_as_is_is_refused(service, team):
 
 
 def test_two_versions_compare_as_a_unified_diff(service, team):
-    answer = service.get("/api/projects/demo/artifacts/pm/notes.md/diff?from=1&to=2").json()
-    assert answer == {"path": "pm/notes.md", "from": 1, "to": 2, "diff": (
-        "--- a/pm/notes.md@1\n+++ b/pm/notes.md@2\n@@ -1,2 +1,2 @@\n # Notes\n-old line\n+new line\n")}
-    against_now = service.get("/api/projects/demo/artifacts/pm/notes.md/diff?from=2").json()
+    answer = service.get("/api/projects/demo/artifacts/pm/notes.txt/diff?from=1&to=2").json()
+    assert answer == {"path": "pm/notes.txt", "from": 1, "to": 2, "diff": (
+        "--- a/pm/notes.txt@1\n+++ b/pm/notes.txt@2\n@@ -1,2 +1,2 @@\n # Notes\n-old line\n+new line\n")}
+    against_now = service.get("/api/projects/demo/artifacts/pm/notes.txt/diff?from=2").json()
     assert against_now["to"] is None and against_now["diff"].endswith(" new line\n+unrecorded line\n")
-    assert service.get("/api/projects/demo/artifacts/pm/notes.md/diff?to=2").json() == {
+    assert service.get("/api/projects/demo/artifacts/pm/notes.txt/diff?to=2").json() == {
         "error": "from is required (a version number)"}
-    assert service.get("/api/projects/demo/artifacts/pm/notes.md/diff?from=1&to=9").status_code == 404
+    assert service.get("/api/projects/demo/artifacts/pm/notes.txt/diff?from=1&to=9").status_code == 404
     binary = service.get("/api/projects/demo/artifacts/worker/runs/out.bin/diff?from=1")
     assert binary.status_code == 400 and "not text" in binary.json()["error"]
 
@@ -177,16 +177,16 @@ def test_request_changes_sends_a_submitted_project_back_to_work(service, demo):
 def test_artifacts_lists_prints_a_file_and_an_older_version(service, team):
     root = str(service.root.path)
     assert cli("artifacts", "demo", "--root", root) == (0, (
-        "pm/notes.md 33 bytes, 2 versions\nworker/runs/out.bin 256 bytes, 1 version\n"), "")
+        "pm/notes.txt 33 bytes, 2 versions\nworker/runs/out.bin 256 bytes, 1 version\n"), "")
     code, out, _ = cli("artifacts", "demo", "--json", "--root", root)
-    assert json.loads(out)[0] == {"agent": "pm", "path": "notes.md", "size": 33, "versions": 2}
-    assert cli("artifacts", "demo", "pm/notes.md", "--root", root) == (
+    assert json.loads(out)[0] == {"agent": "pm", "path": "notes.txt", "size": 33, "versions": 2}
+    assert cli("artifacts", "demo", "pm/notes.txt", "--root", root) == (
         0, "# Notes\nnew line\nunrecorded line\n", "")
-    assert cli("artifacts", "demo", "pm/notes.md", "--version", "1", "--root", root) == (0, "# Notes\nold line\n", "")
-    code, out, _ = cli("artifacts", "demo", "pm/notes.md", "--version", "2", "--json", "--root", root)
+    assert cli("artifacts", "demo", "pm/notes.txt", "--version", "1", "--root", root) == (0, "# Notes\nold line\n", "")
+    code, out, _ = cli("artifacts", "demo", "pm/notes.txt", "--version", "2", "--json", "--root", root)
     assert json.loads(out)["content"] == "# Notes\nnew line\n"
-    assert cli("artifacts", "demo", "pm/notes.md", "--version", "7", "--root", root) == (
-        1, "", "Error: Unknown version 7 of pm/notes.md (it has 2)\n")
+    assert cli("artifacts", "demo", "pm/notes.txt", "--version", "7", "--root", root) == (
+        1, "", "Error: Unknown version 7 of pm/notes.txt (it has 2)\n")
     assert cli("artifacts", "demo", "pm/../x", "--root", root)[2].startswith("Error: Invalid artifact path:")
     assert cli("artifacts", "demo", "worker/runs/out.bin", "--root", root)[2] == (
         "Error: worker/runs/out.bin is binary (256 bytes); print it to a terminal or file\n")
