@@ -1,6 +1,6 @@
-"""`suzumio watch <project>`: a terminal client of a running controller's SSE stream that prints each
-running activation's text, reasoning and tool calls as the model produces them, and the stored events
-that frame them."""
+"""`suzumio watch <project>`: a terminal client of a running controller's SSE stream that narrates the
+team from its stored events (the Narrator, which scripts/demo.py prints too) and prints each running
+activation's text, reasoning and tool calls as the model produces them."""
 
 import http.client
 import json
