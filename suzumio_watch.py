@@ -88,6 +88,7 @@ WAKE_REASONS = {
 }
 NUDGE_KINDS = (KIND_NO_EFFECT_NUDGE, KIND_FAILED_NUDGE, KIND_ALL_QUIET_NUDGE)
 LINE_CHARS = 120
+KEY_CHARS = 100  # of a tool call's key input
 REPORT_LINES = 3
 
 
@@ -102,16 +103,16 @@ def key_input(tool, tool_input):
     if not isinstance(tool_input, dict) or tool in (TOOL_WAIT, TOOL_SUBMIT):
         return ""  # their own lines follow: the wait with its reason, the submission with the report
     if tool_input.get("command"):
-        return "$ " + one_line(tool_input["command"], 100)
+        return "$ " + one_line(tool_input["command"], KEY_CHARS)
     if tool_input.get("recipient") or tool_input.get("channel"):
         return str(tool_input.get("recipient") or tool_input.get("channel"))
     if isinstance(tool_input.get("operations"), list):
         edits = [f"{op.get('op', '?')} {op.get('path', '?')}" for op in tool_input["operations"]
                  if isinstance(op, dict)]
-        return one_line(", ".join(edits), 100)
+        return one_line(", ".join(edits), KEY_CHARS)
     for key in ("path", "url", "query"):
         if isinstance(tool_input.get(key), str) and tool_input[key].strip():
-            return one_line(tool_input[key], 100)
+            return one_line(tool_input[key], KEY_CHARS)
     for key, value in tool_input.items():
         if isinstance(value, str) and value.strip():
             return f"{key}={one_line(value, 80)}"

@@ -44,6 +44,10 @@ def test_watch_narrates_the_demo_team_in_order_per_agent(tmp_path):
     assert not watcher.is_alive() and codes == [0], out.getvalue()
     lines = [line.strip() for line in out.getvalue().splitlines()]
     artifacts = store.artifacts_root
+
+    def key(path):  # a long path is cut to the key input's width
+        return suzumio_watch.one_line(f"{artifacts}/{path}", suzumio_watch.KEY_CHARS)
+
     per_agent = {
         "user": ["· project running", f"✉ user → pm: {KICKOFF}"],
         "pm": ["▶ pm wakes up (act_", "pm → messages.send worker-1", "✉ pm → worker-1: Write part A of the card",
@@ -51,14 +55,14 @@ def test_watch_narrates_the_demo_team_in_order_per_agent(tmp_path):
                "⏸ pm waits: Waiting for part A and part B.", "■ pm done",
                "▶ pm wakes up (act_", "⏸ pm waits: One part is in; waiting for the other one.", "■ pm done",
                "▶ pm wakes up (act_", "✉ pm → critic: Please review the card", "■ pm done",
-               "▶ pm wakes up (act_", f"pm → file.read {artifacts}/critic/review.md", "pm → completion.submit",
+               "▶ pm wakes up (act_", f"pm → file.read {key('critic/review.md')}", "pm → completion.submit",
                "✓ pm submitted the final report", "# Greeting card",
                "- Salutation by worker-1: ", "■ pm done"],
-        "worker-1": ["▶ worker-1 wakes up (act_", f"worker-1 → file.write {artifacts}/worker-1/part-a.md",
-                     "worker-1 → messages.send pm", f"✉ worker-1 → pm: Part A is ready at {artifacts}/worker-1",
+        "worker-1": ["▶ worker-1 wakes up (act_", f"worker-1 → file.write {key('worker-1/part-a.md')}",
+                     "worker-1 → messages.send pm", "✉ worker-1 → pm: Part A is ready at ",
                      "⏸ worker-1 waits: Reported part A to pm.", "■ worker-1 done"],
         "worker-2": ["▶ worker-2 wakes up (act_", "worker-2 → shell.exec $ printf 'Warm wishes",
-                     f"✉ worker-2 → pm: Part B is ready at {artifacts}/worker-2", "■ worker-2 done"],
+                     "✉ worker-2 → pm: Part B is ready at ", "■ worker-2 done"],
         "critic": ["▶ critic wakes up (act_", "critic → file.read", "critic → file.write",
                    "✉ critic → pm: Verdict: approved.", "■ critic done"],
     }
