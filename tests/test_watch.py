@@ -1,14 +1,20 @@
 """`suzumio watch` (suzumio_watch): the narration of a real scripted team followed over the live stream
 of the real app, and the Narrator's lines for the events a scripted team does not produce."""
 import io
+import json
 import threading
 
 import pytest
-from api_fixtures import serving
+from api_fixtures import init_project, serving
 from conftest import wait_until
+from store_fixtures import config_of
 from webui_fixtures import KICKOFF, init_demo_team
 
 import suzumio
+import suzumio_approvals
+import suzumio_coordination as coordination
+import suzumio_guards
+import suzumio_store
 import suzumio_watch
 
 pytestmark = pytest.mark.timeout(180)
@@ -74,6 +80,70 @@ def test_watch_narrates_the_demo_team_in_order_per_agent(tmp_path):
     assert any(line.startswith("▶ worker-1 wakes up") and line.endswith(": message from pm (P3)") for line in wakes)
     assert any(line.startswith("▶ pm wakes up") and line.endswith(": message from critic (P3)") for line in wakes)
     assert not any(line.startswith("* ") for line in lines), "raw event lines are gone"
+
+
+GATED_YAML = """\
+name: gated
+task: Ship it.
+agents:
+  pm:
+    tools: [messages.send]
+  worker:
+    tools: [messages.send, "shell.*"]
+    approve:
+      - {tool: shell.exec, match: {command: "git push"}}
+tools:
+  toolpacks: [core, shell]
+backend:
+  kind: local
+  runner:
+    model: offline
+    models:
+      providers:
+        replay: {type: scripted, script: {agents: {}}}
+      presets:
+        offline: {provider: replay, model: team}
+"""
+
+
+def narrate(store):
+    """Every stored event of the project, oldest first, through one Narrator."""
+    narrator = suzumio_watch.Narrator()
+    return [line for event in reversed(store.list_events(limit=1000))
+            for line in narrator.lines(event["type"], json.loads(event["data_json"]))]
+
+
+def test_approvals_and_a_guard_trip_written_by_the_controller_are_narrated(tmp_path):
+    root = suzumio_store.Root(tmp_path / "root")
+    try:
+        store = init_project(root, tmp_path / "gated", GATED_YAML)
+        store.start()
+        config = config_of(store)
+        coordination.send_message(store, config, "user", "Push the branch.", recipient="worker", priority="P2")
+        activation = coordination.start_activation(store, "worker", "Work.",
+                                                   coordination.pending_signals(store, config, "worker"))["id"]
+        started = suzumio_approvals.start_tool_call(store, config, "worker", activation, "shell.exec",
+                                                    {"command": "git push origin main"})
+        approval = started["approval"]["id"]
+        suzumio_approvals.decide(store, approval, "deny", note="Open a pull request\ninstead.", via="cli")
+        suzumio_guards.trip(store, "worker", activation, "shell.exec", {"command": "ls"},
+                            {"rule": "repeatedToolCall", "limit": 5, "reason": "the same call 5 times"})
+        lines = narrate(store)
+    finally:
+        root.close()
+    expected = [
+        "  ✉ user → worker: Push the branch.",
+        f"▶ worker wakes up ({activation}): message from user (P2)",
+        "  worker → shell.exec $ git push origin main",
+        f"  ? worker asks to run shell.exec: approval {approval} pending",
+        f"  ! approval {approval} of worker (shell.exec): deny by cli: Open a pull request instead.",
+        "  worker → shell.exec $ ls",
+        "  ✗ worker shell.exec failed: Loop guard repeatedToolCall tripped: the same call 5 times. The tool did "
+        "not run; this activation ends and you are paused until a person resumes you.",
+        "⛔ worker paused: loop guard repeatedToolCall tripped: the same call 5 times",
+        "■ worker cancelled: Loop guard repeatedToolCall tripped: the same call 5 times",
+    ]
+    assert in_order(lines, expected) is None, "\n".join(lines)
 
 
 # Event data as the controller writes it (suzumio_approvals, suzumio_guards, suzumio_coordination,
