@@ -348,15 +348,13 @@ def cmd_artifacts(rest, options, out, err, now):
         else:
             version = None if options.version is None else suzumio_output.version_number(options.version)
             found = suzumio_output.artifact(store, rest[1], version)
+    if options.json:
+        print_json(files if len(rest) == 1 else suzumio_output.artifact_json(found), out)
+        return 0
     if len(rest) == 1:
-        if options.json:
-            print_json(files, out)
-        for item in [] if options.json else files:
+        for item in files:
             versions = f"{item['versions']} version{'' if item['versions'] == 1 else 's'}"
             print(f"{item['agent']}/{item['path']} {item['size']} bytes, {versions}", file=out)
-        return 0
-    if options.json:
-        print_json(suzumio_output.artifact_json(found), out)
         return 0
     text = suzumio_output.as_text(found["data"])
     if text is None:
