@@ -339,37 +339,53 @@ def cmd_events(rest, options, out, err, now):
 
 
 def cmd_artifacts(rest, options, out, err, now):
+    """Without a path, every agent's artifact files; with `<agent>/<path>`, that file (or --version N)."""
+    import suzumio_output
+
     with project_store(options, rest[0]) as store:
-        lines = []
-        for agent in store.list_agents():
-            for path, size in walk_files(store.artifacts_dir(agent["id"])):
-                lines.append((agent["id"], path, size))
-    lines.sort()
+        if len(rest) == 1:
+            files = suzumio_output.artifact_files(store)
+        else:
+            version = None if options.version is None else suzumio_output.version_number(options.version)
+            found = suzumio_output.artifact(store, rest[1], version)
     if options.json:
-        print_json([{"agent": agent_id, "path": path, "size": size} for agent_id, path, size in lines], out)
+        print_json(files if len(rest) == 1 else suzumio_output.artifact_json(found), out)
         return 0
-    for agent_id, path, size in lines:
-        print(f"{agent_id}/{path} {size}", file=out)
+    if len(rest) == 1:
+        for item in files:
+            versions = f"{item['versions']} version{'' if item['versions'] == 1 else 's'}"
+            print(f"{item['agent']}/{item['path']} {item['size']} bytes, {versions}", file=out)
+        return 0
+    text = suzumio_output.as_text(found["data"])
+    if text is None:
+        if not hasattr(out, "buffer"):
+            raise SuzumioError(f"{rest[1]} is binary ({found['size']} bytes); print it to a terminal or file")
+        out.flush()
+        out.buffer.write(found["data"])
+    else:
+        out.write(text)
     return 0
 
 
-def walk_files(folder):
-    """(relative path, size) of the regular files under folder; symbolic links are never followed
-    nor listed (docs/cli.md)."""
-    if folder.is_symlink() or not folder.is_dir():
-        return
-    stack = [(folder, "")]
-    while stack:
-        directory, prefix = stack.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.is_symlink():
-                    continue
-                relative = f"{prefix}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((Path(entry.path), relative + "/"))
-                elif entry.is_file(follow_symlinks=False):
-                    yield relative, entry.stat(follow_symlinks=False).st_size
+def cmd_report(rest, options, out, err, now):
+    import suzumio_output
+
+    with project_store(options, rest[0]) as store:
+        answer = suzumio_output.report(store)
+    if answer["report"] is None:
+        raise SuzumioError(f"No report submitted for {rest[0]} yet (it is {answer['status']})")
+    out.write(answer["report"] if answer["report"].endswith("\n") else answer["report"] + "\n")
+    return 0
+
+
+def cmd_request_changes(rest, options, out, err, now):
+    import suzumio_coordination
+
+    with project_store(options, rest[0]) as store:
+        config = suzumio_config.ProjectConfig.from_data(store.config())
+        message = suzumio_coordination.request_changes(store, config, " ".join(rest[1:]), submitted_only=True)
+        print(f"{store.project_id}: running; sent {message['id']} to {message['recipient']}", file=out)
+    return tick_projects(options, [rest[0]], err)
 
 
 class project_store:
@@ -978,6 +994,7 @@ COMMANDS = {
     "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
     "respond": lambda *a: cmd_decide(*a, decision="respond"), "resume": cmd_resume,
     "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff, "fork": cmd_fork,
+    "report": cmd_report, "request-changes": cmd_request_changes,
 }
 
 

@@ -21,11 +21,12 @@ import suzumio_diff
 import suzumio_guards
 import suzumio_mcp_server
 import suzumio_openapi
+import suzumio_output
 import suzumio_replay
 import suzumio_scheduler
 import suzumio_sse
 import suzumio_yaml
-from suzumio_errors import Forbidden, NotFound, SuzumioError, Unauthorized
+from suzumio_errors import BadRequest, Forbidden, NotFound, SuzumioError, Unauthorized
 from suzumio_http import (
     JSON_TYPE,
     NOSNIFF,
@@ -357,10 +358,10 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
 
     @app.get("/api/projects/<project>/report")
     def report(project):
-        report_path = root.open_project(project).project()["submitted_report"]
-        if not report_path:
-            return text_response("No report submitted.")
-        return text_response(Path(report_path).read_text(encoding="utf-8"))
+        answer = suzumio_output.report(root.open_project(project))
+        if wants_json():
+            return json_response(answer)
+        return text_response(answer["report"] if answer["report"] is not None else "No report submitted.")
 
     @app.post("/api/projects/<project>/start")
     def start(project):
@@ -455,6 +456,48 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
             priority=body.get("priority"), grouped=True)
         tick(store)
         return json_response(message)
+
+    mount_output_routes(app, root)
+
+
+def wants_json():
+    """Whether the request's Accept header asks for JSON rather than text (`GET …/report`)."""
+    return "application/json" in bottle.request.get_header("Accept", "")
+
+
+def mount_output_routes(app, root):
+    """The team's output (suzumio_output): the artifact files, one version's content, two versions compared."""
+
+    def version_query(name):
+        value = bottle.request.query.get(name)
+        return None if value is None or value == "" else suzumio_output.version_number(value, name)
+
+    @app.get("/api/projects/<project>/artifacts")
+    def artifacts(project):
+        return json_response(suzumio_output.artifact_files(root.open_project(project)))
+
+    # Before the content route: `<agent>/<path>/diff` asks for a diff (a file named `diff` is read with
+    # neither `from` nor `to`).
+    @app.get("/api/projects/<project>/artifacts/<path:path>/diff")
+    def artifact_diff(project, path):
+        store = root.open_project(project)
+        query = bottle.request.query
+        if query.get("from") is None and query.get("to") is None:
+            return artifact_content(project, f"{path}/diff")
+        old = version_query("from")
+        if old is None:
+            raise BadRequest("from is required (a version number)")
+        return json_response(suzumio_output.artifact_diff(store, path, old, version_query("to")))
+
+    @app.get("/api/projects/<project>/artifacts/<path:path>")
+    def artifact_content(project, path):
+        found = suzumio_output.artifact(root.open_project(project), path, version_query("version"))
+        if bottle.request.query.get("raw") not in (None, "", "0"):
+            name = urllib.parse.quote(suzumio_output.download_name(found["path"]))
+            return bottle.HTTPResponse(found["data"], 200, {
+                "Content-Type": "application/octet-stream", NOSNIFF[0]: NOSNIFF[1],
+                "Content-Disposition": f"attachment; filename*=UTF-8''{name}"})
+        return json_response(suzumio_output.artifact_json(found))
 
 
 # ---------------------------------------------------------------- SSE

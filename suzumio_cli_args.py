@@ -92,8 +92,14 @@ COMMAND_TABLE = (
     Command("messages", "<project>", "Show a project's newest messages, oldest first.", [LIMIT, ROOT, JSON]),
     Command("activations", "<project>", "Show a project's newest activations, oldest first.",
             [LIMIT, ROOT, JSON], aliases=("turns",)),
-    Command("artifacts", "<project>", "List the files agents wrote to their artifact directories.",
-            [ROOT, JSON]),
+    Command("artifacts", "<project> [path]", "List the files agents wrote to their artifact directories, with "
+            "their size and recorded versions; with <agent>/<path>, print that file.",
+            [Option("--version", "N", "print recorded version N of the file (1 the oldest kept) instead of the "
+                    "file as it is now"), ROOT, JSON]),
+    # The team's output
+    Command("report", "<project>", "Print the project's final report.", [ROOT]),
+    Command("request-changes", "<project> <text...>", "Send a submitted project back to work: the text goes to the "
+            "coordinator as a P2 message, then one scheduler pass runs.", [ROOT]),
     Command("events", "<project>", "Show a project's newest events, oldest first.", [LIMIT, ROOT, JSON]),
     # Approval gates
     Command("approvals", "<project>", "Show a project's approval requests: pending ones first, then decided ones.",
@@ -158,7 +164,8 @@ USAGE = ("Suzumio\n\nCommands:\n"
 COMMAND_ARITY = {
     "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
-    "artifacts": (1, 1), "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
+    "artifacts": (1, 2), "report": (1, 1), "request-changes": (2, None),
+    "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
     "respond": (3, None), "resume": (2, 2),
     "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
     "replay": (1, 1), "diff": (2, 2), "fork": (1, 1),
@@ -194,12 +201,14 @@ def build_parser():
     parser = _Parser(prog="suzumio", add_help=False)
     parser.add_argument("words", nargs="*")
     for option in ALL_OPTIONS.values():
+        if option.flag == "--version":
+            continue  # below: alone it asks for Suzumio's version, `artifacts --version N` for a file's
         if option.metavar is None:
             parser.add_argument(option.flag, action="store_true", default=None)
         else:
             parser.add_argument(option.flag, action="append" if option.repeat else "store")
     parser.add_argument("-h", "--help", action="store_true", default=None)
-    parser.add_argument("--version", action="store_true", default=None)
+    parser.add_argument("--version", nargs="?", const=True, default=None)
     return parser
 
 
@@ -233,9 +242,8 @@ def parse_args(argv):
         raise HelpRequested("help", command)
     accepted = {option.dest for option in COMMANDS_BY_NAME[command].options} | {"root"}
     given = sorted(dest for dest in ALL_OPTIONS if getattr(args, dest) is not None and dest not in accepted)
-    if given or args.version:
-        flag = ALL_OPTIONS[given[0]].flag if given else "--version"
-        raise UsageError(f"{command} does not take {flag}", command)
+    if given:
+        raise UsageError(f"{command} does not take {ALL_OPTIONS[given[0]].flag}", command)
     if command == "config":
         if len(rest) != 2 or rest[0] != "render" or not rest[1]:
             raise UsageError("expected: config render <file>", command)
@@ -246,6 +254,10 @@ def parse_args(argv):
             raise UsageError("wrong number of arguments", command)
     if command == "send" and not " ".join(rest[3:]).strip():
         raise UsageError("message body is required", command)
+    if command == "request-changes" and not " ".join(rest[1:]).strip():
+        raise UsageError("the text of the change request is required", command)
+    if command == "artifacts" and args.version is not None and (args.version is True or len(rest) != 2):
+        raise UsageError("--version N needs the <agent>/<path> of one file", command)
     if args.no_auth and args.api_token_env is not None:
         raise UsageError("--no-auth and --api-token-env exclude each other", command)
     threads = args.threads

@@ -34,6 +34,7 @@ from suzumio_records import (
     KIND_WAIT,
     PRIORITIES,
     PROJECT_RUNNING,
+    PROJECT_SUBMITTED,
     RECORDABLE_SIGNAL_STATUSES,
     RESUME_AFTER_STOP_MESSAGE,
     SIGNAL_CLOSED,
@@ -55,6 +56,7 @@ from suzumio_records import (
     render_boundary_text,
     require_running,
     to_datetime,
+    waking_signal,
 )
 
 log = logging.getLogger(__name__)
@@ -236,7 +238,10 @@ def start_activation(store, agent_id, prompt, signals, now=None):
         if len(delivered) != len(ids):
             missing = [i for i in ids if i not in delivered]
             raise Conflict(f"Signals are no longer pending for {agent_id}: {', '.join(missing)}")
-        priorities = [store.signal(i)["priority"] for i in ids]
+        woke = [store.signal(i) for i in ids]
+        priorities = [signal["priority"] for signal in woke]
+        store.add_event(tx, "activation.started", {"activationId": act_id, "agentId": agent_id,
+                                                   "signals": [waking_signal(signal) for signal in woke]})
         store.add_history(tx, agent_id, act_id, "user", "activation_prompt", prompt,
                           {"delivery": "activation_start", "signalIds": ids, "priorities": priorities})
         return store.activation(act_id)
@@ -435,14 +440,19 @@ def pause_for_budget(store, max_tokens, now=None, max_cost_usd=None):
         return data
 
 
-def request_changes(store, config, body, recipient=None, now=None):
-    """docs/http-api.md: running again, and a P2 user message (to the coordinator by default)."""
+def request_changes(store, config, body, recipient=None, now=None, submitted_only=False):
+    """docs/http-api.md: running again, and a P2 user message (to the coordinator by default). With
+    `submitted_only` (the CLI), a project that is not submitted is a Conflict."""
     if not isinstance(body, str) or not body.strip():
         raise BadRequest("body is required")
     recipient = recipient or config.communication.coordinator_agent
     if recipient != "user" and store.agent_row(recipient) is None:
         raise BadRequest(f"Unknown agent: {recipient}")
     with store.write(now) as tx:
+        status = store.project_row(tx.conn)["status"] if submitted_only else PROJECT_SUBMITTED
+        if status != PROJECT_SUBMITTED:
+            raise Conflict(f"Project {store.project_id} is {status}, not submitted: there is no report to "
+                           "request changes on")
         store.set_project_status(tx, "request_changes")
         return _send(store, config, tx, "user", body, recipient=recipient, priority="P2")
 

@@ -168,6 +168,21 @@ SCHEMAS = {
                             "at": {"type": "string", "minLength": 1, "description": "an ended activation's id"},
                             "config": {"type": "string", "description": "a project file (YAML) with the "
                                                                         "source's agents; its name is replaced"}}},
+    "Report": {"type": "object", "required": ["report", "status"],
+               "properties": {"report": {"type": ["string", "null"], "description": "the last submitted report"},
+                              "status": STRING}},
+    "ArtifactFile": {"type": "object", "required": ["agent", "path", "size", "versions"],
+                     "properties": {"agent": STRING, "path": {"type": "string", "description": "inside the "
+                                                              "agent's artifacts folder"},
+                                    "size": INTEGER, "versions": {"type": "integer", "description": "the versions "
+                                                                  "the flight recorder holds"}}},
+    "Artifact": {"type": "object", "required": ["agent", "path", "version", "versions", "size", "content", "binary"],
+                 "properties": {"agent": STRING, "path": STRING, "version": {"type": ["integer", "null"]},
+                                "versions": INTEGER, "size": INTEGER, "content": NULLABLE_STRING,
+                                "binary": {"type": "boolean"}}},
+    "ArtifactDiff": {"type": "object", "required": ["path", "from", "to", "diff"],
+                     "properties": {"path": STRING, "from": INTEGER, "to": {"type": ["integer", "null"]},
+                                    "diff": {"type": "string", "description": "unified diff"}}},
     "Origin": {"type": "object", "required": ["kind", "source"],
                "description": "Where a replay or fork came from, and how far a replay got",
                "properties": {"kind": {"enum": ["replay", "fork"]}, "source": STRING, "at": NULLABLE_STRING,
@@ -185,6 +200,9 @@ ERRORS = {
 }
 CONFLICT = {"409": {"$ref": "#/components/responses/Conflict"}}
 PROJECT = _path_param("project", "Project name")
+ARTIFACT_PATH = _path_param("path", "<agent>/<path inside its artifacts folder> (slashes may be percent-encoded)")
+VERSION_QUERY = {"name": "version", "in": "query", "required": False, "schema": STRING,
+                 "description": "a recorded version, 1 the oldest the recorder holds; default: the file now"}
 
 
 def _get(summary, answer, parameters=(), errors=ERRORS):
@@ -260,7 +278,28 @@ PATHS = {
         {"type": "object"}, [PROJECT, _path_param("toolpackId", "Toolpack id"), _path_param("entryId", "Entry id")]),
     "/api/projects/{project}/config/resolved": _get(
         "The resolved configuration as YAML, secrets redacted", _text("resolved.yaml, redacted"), [PROJECT]),
-    "/api/projects/{project}/report": _get("The submitted final report", _text("The report"), [PROJECT]),
+    "/api/projects/{project}/report": _get(
+        "The submitted final report: text, or {report, status} with Accept: application/json",
+        {"description": "The report", "content": {
+            "text/plain; charset=utf-8": {"schema": STRING}, "application/json": {"schema": _ref("Report")}}},
+        [PROJECT]),
+    "/api/projects/{project}/artifacts": _get(
+        "Every agent's artifact files with their size and recorded versions",
+        _json(_array("ArtifactFile"), "Files by agent and path"), [PROJECT]),
+    "/api/projects/{project}/artifacts/{path}": _get(
+        "One artifact file as it is now, or a recorded version; ?raw=1 downloads its bytes",
+        {"description": "The file", "content": {"application/json": {"schema": _ref("Artifact")},
+                                                "application/octet-stream": {"schema": STRING}}},
+        [PROJECT, ARTIFACT_PATH, VERSION_QUERY,
+         {"name": "raw", "in": "query", "required": False, "schema": STRING,
+          "description": "1: the bytes as a download instead of JSON"}]),
+    "/api/projects/{project}/artifacts/{path}/diff": _get(
+        "A unified diff of two recorded versions of an artifact file (to absent: the file as it is now)",
+        _json(_ref("ArtifactDiff"), "The diff"),
+        [PROJECT, ARTIFACT_PATH, *({"name": name, "in": "query", "required": False, "schema": STRING,
+                                    "description": text} for name, text in (
+                                        ("from", "the older version number (required)"),
+                                        ("to", "the newer version number; default: the file now")))]),
     "/api/projects/{project}/start": _post("Start or resume the project", PROJECT_ANSWER),
     "/api/projects/{project}/stop": _post("Stop the project", PROJECT_ANSWER),
     "/api/projects/{project}/approve": _post("Approve the result and complete the project", PROJECT_ANSWER),

@@ -258,6 +258,34 @@ def shrink(value, limit):
     return value
 
 
+PREVIEW_CHARS = 200
+PREVIEW_ITEMS = 10
+
+
+def preview(value, depth=0):
+    """A small copy of a tool input for its `tool.called` event (what `suzumio watch` narrates): strings
+    cut at PREVIEW_CHARS characters (ending `…`), lists and objects at PREVIEW_ITEMS entries, three levels."""
+    if isinstance(value, str):
+        return value if len(value) <= PREVIEW_CHARS else value[:PREVIEW_CHARS - 1] + "…"
+    if depth >= 3 and isinstance(value, (list, dict)):
+        return "…"
+    if isinstance(value, list):
+        return [preview(item, depth + 1) for item in value[:PREVIEW_ITEMS]]
+    if isinstance(value, dict):
+        return {key: preview(item, depth + 1) for key, item in list(value.items())[:PREVIEW_ITEMS]}
+    return value
+
+
+def waking_signal(signal):
+    """What an `activation.started` event says of one signal that woke it: id, kind, priority, the
+    source agent, and for a message its sender and id."""
+    payload = signal.get("payload") if isinstance(signal.get("payload"), dict) else {}
+    message = signal["kind"] == KIND_MESSAGE
+    return omit_none({"id": signal["id"], "kind": signal["kind"], "priority": signal["priority"],
+                      "sourceAgent": signal.get("sourceAgent"), "sender": payload.get("sender") if message else None,
+                      "messageId": payload.get("id") if message else None})
+
+
 # ---------------------------------------------------------------------------------------------
 # Priorities and project names.
 

@@ -14,6 +14,7 @@ from suzumio_records import (
     dump_json,
     load_json,
     omit_none,
+    preview,
     public_activation_json,
     require_running,
     tool_call_row_json,
@@ -56,7 +57,8 @@ class ActivationRows:
                                     extra_where=guard, extra_params=(PROJECT_RUNNING,)))
 
     def insert_activation(self, tx, activation_id, agent_id, prompt):
-        """The running activation row and its activation.started event."""
+        """The running activation row (the caller writes its activation.started event once its signals
+        are delivered)."""
         directory = self.activation_dir(activation_id)
         tx.execute("INSERT INTO activations (id, project, agent_id, status, prompt, input_path, "
                    "output_path, container_name, started_at, completed_at, text, error, "
@@ -64,7 +66,6 @@ class ActivationRows:
                    "VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?, NULL, NULL, NULL, 0, NULL, NULL)",
                    (activation_id, self.project_id, agent_id, ACT_RUNNING, prompt,
                     str(directory / "input.json"), str(directory / "result.json"), tx.ts))
-        self.add_event(tx, "activation.started", {"activationId": activation_id, "agentId": agent_id})
 
     def mark_completed(self, tx, activation_id, agent_id, text, usage):
         """running -> completed with text, usage and the count of messages the agent sent meanwhile;
@@ -193,7 +194,8 @@ class ActivationRows:
             if not inserted:
                 return self._replayed_start(tx, activation_id, call_key, tool, input_json)
             self.add_event(tx, "tool.called", {"id": call_id, "activationId": activation_id, "agentId": agent_id,
-                                            "tool": tool, "status": TOOL_RUNNING})
+                                            "tool": tool, "status": TOOL_RUNNING,
+                                            "inputPreview": preview(input_value)})
             content = f"# Tool Call\nTool: {tool}\n\n" + json.dumps(input_value, indent=2, ensure_ascii=False)
             self.add_history(tx, agent_id, activation_id, "tool_call", "tool_call", content,
                                  {"toolCallId": call_id, "tool": tool, "status": TOOL_RUNNING},

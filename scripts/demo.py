@@ -3,7 +3,7 @@
 
 Initialises examples/demo.yaml (a PM, two workers and a critic replaying a script with the `scripted`
 provider) in a fresh root, serves it with `suzumio serve`, sends the kick-off message, follows the
-project's SSE stream to show which agent runs which tool, prints the final report, and leaves the
+project's SSE stream narrated as `suzumio watch` narrates it, prints the final report, and leaves the
 server running with the WebUI address until Ctrl-C. It uses Docker when an engine and the runner
 image are present, else the `local` backend.
 """
@@ -22,6 +22,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+import suzumio_watch  # noqa: E402  the narration of `suzumio watch`, from this checkout
+
 EXAMPLES = REPO / "examples"
 DEFAULT_PORT = 39400
 RUNNER_IMAGE = os.environ.get("SUZUMIO_RUNNER_IMAGE", "suzumio-runner:dev")
@@ -102,44 +105,15 @@ def wait_for_health(url, process, timeout=30):
     raise SystemExit("suzumio serve did not answer /health")
 
 
-def describe(event_type, data):
-    """One progress line for the events a person wants to follow, else None."""
-    if event_type == "activation.started":
-        return f"▶ {data['agentId']} wakes up ({data['activationId']})"
-    if event_type == "tool.called":
-        return f"  {data['agentId']} → {data['tool']}"
-    if event_type == "message.created" and data.get("sender") != "user":
-        target = data.get("recipient") or data.get("channel")
-        first_line = data.get("body", "").strip().splitlines()[0] if data.get("body") else ""
-        return f"  ✉ {data['sender']} → {target}: {first_line[:100]}"
-    if event_type == "activation.completed":
-        return f"■ {data['agentId']} done"
-    if event_type == "activation.failed":
-        return f"✗ {data['agentId']} failed: {data.get('error', '')[:200]}"
-    if event_type == "project.submitted":
-        return f"✓ {data['agentId']} submitted the final report"
-    return None
-
-
 def follow(url, token, timeout):
-    """Print progress from the SSE stream until the project is submitted; False on timeout."""
-    deadline = time.monotonic() + timeout
-    with open_api(url + "/api/projects/demo/stream", token, timeout=timeout) as stream:
-        event_type = None
-        for raw in stream:
-            line = raw.decode("utf-8").rstrip("\n")
-            if line.startswith("event: "):
-                event_type = line[len("event: "):]
-            elif line.startswith("data: ") and event_type:
-                row = json.loads(line[len("data: "):])  # the raw event row, data_json a string
-                text = describe(event_type, json.loads(row["data_json"]))
-                if text:
-                    print(text, flush=True)
-                if event_type == "project.submitted":
-                    return True
-            if time.monotonic() > deadline:
-                return False
-    return False
+    """Print the team's story as `suzumio watch` narrates it until the project is submitted; False when
+    the stream stays silent for `timeout` seconds or breaks off."""
+    try:
+        ended = suzumio_watch.follow(url, "demo", token, sys.stdout, stop=lambda kind: kind == "project.submitted",
+                                     limit=100, timeout=timeout)
+    except suzumio_watch.WatchError:
+        return False
+    return ended is not None
 
 
 def main():

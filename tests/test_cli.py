@@ -241,7 +241,7 @@ def test_read_commands_print_stable_json(demo):
     events = json.loads(run("events", "demo", "--json", "--limit", "2", "--root", str(demo)).out)
     assert len(events) == 2 and all(isinstance(e["data"], dict) for e in events)
     assert json.loads(run("artifacts", "demo", "--json", "--root", str(demo)).out) == [
-        {"agent": "pm", "path": "a.md", "size": 5}]
+        {"agent": "pm", "path": "a.md", "size": 5, "versions": 0}]
     first = run("messages", "demo", "--json", "--root", str(demo)).out
     assert first == run("messages", "demo", "--json", "--root", str(demo)).out
     assert first.startswith("[\n  {\n")  # indented, keys sorted
@@ -407,7 +407,8 @@ def test_artifacts_lists_regular_files_only(demo):
     (artifacts / "pm" / "a.md").write_text("hello")
     (artifacts / "pm" / "etc").symlink_to("/etc")
     (artifacts / "top.txt").write_text("not listed")
-    assert run("artifacts", "demo", "--root", str(demo)).out == "pm/a.md 5\nworker-1/runs/out.txt 3\n"
+    assert run("artifacts", "demo", "--root", str(demo)).out == (
+        "pm/a.md 5 bytes, 0 versions\nworker-1/runs/out.txt 3 bytes, 0 versions\n")
 
 
 def test_flags_anywhere(project_file, R):

@@ -54,7 +54,7 @@ READ_PATHS = ["/health", "/api/version", "/api/openapi.json", "/api/projects", "
               "/api/projects/demo/task", "/api/projects/demo/agents", "/api/projects/demo/agents/pm/history",
               "/api/projects/demo/messages", "/api/projects/demo/events", "/api/projects/demo/activations",
               "/api/projects/demo/tool-calls", "/api/projects/demo/tool-status", "/api/projects/demo/tool-ui",
-              "/api/projects/demo/config/resolved", "/api/projects/demo/report",
+              "/api/projects/demo/config/resolved", "/api/projects/demo/report", "/api/projects/demo/artifacts",
               "/api/projects/nope", "/api/projects/demo/messages/msg_0_00000000"]
 
 
@@ -80,8 +80,8 @@ def test_the_document_describes_every_user_route_and_not_the_runner_routes(servi
     document = service.get("/api/openapi.json", headers=AUTH).json()
     assert document["openapi"] == "3.1.0" and document["info"]["version"] == suzumio_resources.VERSION
     routes = {(route.method, route.rule) for route in service.server.app.routes}
-    user = {(method, rule.replace("<", "{").replace(">", "}").replace("toolpack_id", "toolpackId")
-             .replace("entry_id", "entryId"))
+    user = {(method, rule.replace(":path>", ">").replace("<", "{").replace(">", "}")
+             .replace("toolpack_id", "toolpackId").replace("entry_id", "entryId"))
             for method, rule in routes if rule.startswith(("/api/", "/health"))}
     described = {(method.upper(), path) for path, item in document["paths"].items() for method in item}
     assert user == described

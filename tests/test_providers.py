@@ -626,7 +626,7 @@ def test_watch_prints_the_streamed_text_and_tool_calls_of_a_running_activation(t
         assert watcher.returncode == 0, err
         assert "[pm act_" in out and "Let me tell the user." in out and "Told them." in out
         assert '-> messages_send({"recipient": "user", "body": "Hello there"})' in out
-        assert "* activation.completed act_" in out
+        assert "▶ pm wakes up (act_" in out and "■ pm done" in out
         status = subprocess.run([sys.executable, str(ROOT / "suzumio.py"), "status", team.name, "--root",
                                  str(team.service.root.path), "--json"], capture_output=True, text=True, check=True)
         [project] = json.loads(status.stdout)
