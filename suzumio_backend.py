@@ -22,6 +22,7 @@ import suzumio_backend_swarm as swarm_backend
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_egress
+import suzumio_prompts
 import suzumio_recorder
 import suzumio_registry
 import suzumio_warm
@@ -51,7 +52,8 @@ HOST_FILE = "suzumio_toolpack_host.mjs"
 # script stays small and imports the rest from modules beside it, which get a bytecode cache where
 # the directory is writable (docs/spec-notes.md#several-standard-library-files-started-with--s).
 RUNNER_FILES = (RUNNER_FILE, "suzumio_runner_loop.py", "suzumio_runner_tools.py", "suzumio_runner_models.py",
-                HOST_FILE, "suzumio_runner_mcp.py", "suzumio_runner_egress.py", "suzumio_runner_files.py")
+                HOST_FILE, "suzumio_runner_mcp.py", "suzumio_runner_egress.py", "suzumio_runner_files.py",
+                "suzumio_runner_calls.py")
 CONTAINER_SUPPORT_DIR = "/opt/suzumio"
 # docker-chat mounts the runner socket's directory (not the socket: a restarted controller's new
 # socket must be seen by the containers it adopts) here, read-only.
@@ -365,6 +367,16 @@ class Launch:
                 raise FileNotFoundError(f"Runner file not found: {path}")
         return paths
 
+    def system_prompt(self, specs, workspace, artifacts_root):
+        """The system message of this agent's activations (suzumio_prompts)."""
+        mounts = [] if self.kind == KIND_LOCAL else [
+            (mount.target, mount.readonly is False, mount.description)
+            for mount in self.config.mounts_for(self.agent["id"])]
+        return suzumio_prompts.system_prompt(
+            task=self.store.project()["task"], agent=self.agent, agents=self.store.list_agents(),
+            config=self.config, tools=[tool["name"] for spec in specs for tool in spec["tools"]],
+            workspace=workspace, artifacts_root=artifacts_root, mounts=mounts)
+
     def input_data(self):
         """The fields of docs/design/runner.md, in table order."""
         agent = self.agent
@@ -382,7 +394,8 @@ class Launch:
         data = {
             "project": self.project,
             "agent": agent_part,
-            "activation": {"id": self.activation_id, "prompt": self.activation["prompt"]},
+            "activation": {"id": self.activation_id, "prompt": self.activation["prompt"],
+                           "system": self.system_prompt(specs, workspace, artifacts_root)},
             "workspace": workspace,
             "artifactsRoot": artifacts_root,
             "readRoots": read_roots,

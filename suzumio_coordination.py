@@ -42,6 +42,7 @@ from suzumio_records import (
     STOP_REASON,
     TOOL_CALL_END_STATUSES,
     TOOL_COMPLETED,
+    TOOL_FAILED,
     WAIT_PREFIX,
     budget_message,
     checked_priority,
@@ -267,6 +268,20 @@ def complete_activation(store, config, activation_id, agent_id, text, usage=None
         if useful == 0:
             _no_effect_nudge(store, config, tx, agent_id, activation_id)
         return {"status": ACT_COMPLETED, "activationId": activation_id}
+
+
+def refuse_tool_call(store, agent_id, activation_id, tool, tool_input, error, call_key=None, now=None):
+    """A call the runner refused before running it: a tool call row that failed with `error`, its events
+    and history rows as for any failed call. The same refusal asked again (same `call_key`) records nothing."""
+    if not isinstance(tool, str) or not tool.strip():
+        tool = "(no name)"
+    started = store.start_tool_call(agent_id, activation_id, tool[:200], tool_input, now=now, call_key=call_key)
+    if started.pop("replayed", False):
+        return started
+    with store.write(now) as tx:
+        store.record_tool_result(tx, agent_id, activation_id, started["toolCallId"], TOOL_FAILED, None,
+                                 error or "Refused")
+    return dict(started, status=TOOL_FAILED)
 
 
 def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, output=None, error=None, now=None,

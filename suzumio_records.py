@@ -123,7 +123,7 @@ BOUNDARY_INTRO = ("These P1 signals arrived while you were working. They are new
                   "follow the tool result above; take them into account before you continue.")
 _NUDGE_FALLBACKS = {
     KIND_NO_EFFECT_NUDGE: "Your previous activation ended without an externally visible effect. "
-                          "Report results or a blocker with messages.send before ending.",
+                          "Report results or a blocker with messages_send before ending.",
     KIND_FAILED_NUDGE: "Your previous activation failed. Retry from the existing history and workspace.",
     KIND_ALL_QUIET_NUDGE: "All agents are quiet and there are no pending work signals. "
                           "Rehydrate the work with targeted messages.",
@@ -448,25 +448,23 @@ def render_signal(signal):
     """Render one Signal JSON as the Markdown block the model sees."""
     kind = signal.get("kind", "")
     payload = signal.get("payload") if isinstance(signal.get("payload"), dict) else {}
-    head = f"## {signal.get('id')} {kind}"
+    # Headings are plain words: a model took a dotted signal kind in a heading for a tool to call.
     if kind == KIND_MESSAGE:
-        lines = [head, f"Message: {payload.get('id') or signal.get('id')}",
-                 f"From: {payload.get('sender') or 'unknown'}"]
         channel = payload.get("channel") or signal.get("targetChannel")
-        if payload.get("recipient"):
-            lines.append(f"To: {payload['recipient']}")
-        elif channel:
-            lines.append(f"Channel: {channel}")
-        lines += [f"Priority: {payload.get('priority') or signal.get('priority')}",
-                  f"Time: {payload.get('createdAt') or signal.get('createdAt')}", "",
-                  str(payload.get("body") or "").strip()]
+        where = f" to {payload['recipient']}" if payload.get("recipient") else (f" in {channel}" if channel else "")
+        lines = [f"## Message from {payload.get('sender') or 'unknown'}{where}",
+                 f"Message: {payload.get('id') or signal.get('id')}",
+                 f"Priority: {payload.get('priority') or signal.get('priority')}",
+                 f"Time: {payload.get('createdAt') or signal.get('createdAt')}", "",
+                 str(payload.get("body") or "").strip()]
         return "\n".join(lines)
     if kind in _NUDGE_FALLBACKS:
         message = payload.get("message")
         text = message if isinstance(message, str) and message.strip() else _NUDGE_FALLBACKS[kind]
-        return "\n".join([head, f"Priority: {signal.get('priority')}", "", text])
-    return "\n".join([head, f"Priority: {signal.get('priority')}", f"Time: {signal.get('createdAt')}", "",
-                      json.dumps(payload, indent=2, ensure_ascii=False)])
+        return "\n".join([f"## Reminder from the scheduler ({signal.get('id')})",
+                          f"Priority: {signal.get('priority')}", "", text])
+    return "\n".join([f"## Signal {signal.get('id')} of kind \"{kind}\"", f"Priority: {signal.get('priority')}",
+                      f"Time: {signal.get('createdAt')}", "", json.dumps(payload, indent=2, ensure_ascii=False)])
 
 
 def render_boundary_text(signals):
@@ -486,11 +484,11 @@ def default_useful_effect(kind, status):
 def no_effect_message(agent_id):
     """The no-effect nudge text (docs/design/scheduler.md); pm is also reminded of completion.submit."""
     text = ("Your previous activation ended without any externally visible effect. Before ending an "
-            "activation you must use messages.send to report results, artifact paths or a blocker to "
-            "the requested recipient or the coordinator, or call coordination.wait_for_signal after "
+            "activation you must use messages_send to report results, artifact paths or a blocker to "
+            "the requested recipient or the coordinator, or call coordination_wait_for_signal after "
             "reporting")
     if agent_id == "pm":
-        text += ", or call completion.submit with the final report"
+        text += ", or call completion_submit with the final report"
     return text + ". Do not merely run shell commands."
 
 

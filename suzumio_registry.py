@@ -50,107 +50,84 @@ def _schema(properties, required=None):
 
 _PRIORITY_PROPERTY = {"type": "string", "enum": list(PRIORITIES), "default": DEFAULT_PRIORITY}
 
+# Descriptions are short and exact: they cost prompt tokens in every request of every activation, and a
+# small model follows a short one better. Other tools are named as the docs do (`file.patch`); the runner
+# shows each model the names it can call.
 _BUILTIN_TOOLS = {
     "core": [
         ("messages.send",
-         ("Send a message to one agent (recipient), to the user (recipient: user) or to a project channel. "
-          "Delivery is immediate: the recipient is woken by it, so do not ask for receipt confirmation and do not "
-          "send acknowledgement-only messages. Report results, exact artifact paths, commands and outcomes, the "
-          "next action wanted, or the blocker."),
+         ("Send a message to an agent, to user, or to a channel; the recipient is woken by it. Say what you did "
+          "(exact file paths), what you want next, or what blocks you. No acknowledgements."),
          _schema({
-             "recipient": {"type": "string", "description": "Agent id to message directly, or user. Non-coordinator "
-                           "agents normally report to the coordinator."},
-             "channel": {"type": "string", "description": "A configured project channel such as #project. Give "
-                         "either recipient or channel."},
+             "recipient": {"type": "string", "description": "An agent id, or user."},
+             "channel": {"type": "string", "description": "A channel such as #project, instead of recipient."},
              "priority": dict(_PRIORITY_PROPERTY, description=(
-                 "P3 for routine queued work; P2 for control-flow or continuation work that should run before "
-                 "routine backlog; P1 only for real blockers or messages that unblock active work; P0 only for "
-                 "emergencies (human stop, destructive conflict, secret or safety issue).")),
-             "body": {"type": "string", "description": "Markdown: results, exact artifact paths, exact commands and "
-                      "outcomes, the next action wanted, or the blocker. Never an acknowledgement-only note."},
+                 "P3 routine; P2 continuation; P1 only to unblock active work; P0 only for emergencies.")),
+             "body": {"type": "string", "description": "The message (Markdown)."},
          }, ["body"])),
         ("coordination.wait_for_signal",
-         ("End this activation and wait for a future signal (a message, a review, an external response). Call it "
-          "after sending the messages you owe, never instead of reporting. Non-coordinator agents notify the "
-          "coordinator by default."),
+         ("End this activation until a new signal arrives. Call it after you have reported, never instead of "
+          "reporting."),
          _schema({
-             "reason": {"type": "string", "description": "The future signal or external response being waited for."},
-             "pm": {"type": "string", "description": "Coordinator agent id to notify; defaults to the configured "
-                    "coordinator (pm)."},
-             "notifyPm": {"type": "boolean", "description": "Whether to send the coordinator a direct message (only "
-                          "if that agent exists). Defaults to true for non-coordinator agents and false for the "
-                          "coordinator. Use false after already reporting to the coordinator in this activation."},
+             "reason": {"type": "string", "description": "What you wait for."},
+             "pm": {"type": "string", "description": "The coordinator to notify (default: the configured one)."},
+             "notifyPm": {"type": "boolean", "description": "Tell the coordinator you wait (default: true, except "
+                          "for the coordinator). Use false if you already reported to it."},
          })),
         ("completion.submit",
-         ("Submit the final Markdown report of the project for user approval. Use it only after the relevant "
-          "current information is incorporated and no requested substantive reply is outstanding."),
-         _schema({"report": {"type": "string", "description": "Final Markdown report."}}, ["report"])),
+         "Submit the project's final report for the user's approval, once the work is done.",
+         _schema({"report": {"type": "string", "description": "The final report (Markdown)."}}, ["report"])),
         ("file.read",
-         ("Read a file (numbered lines) or list a directory under /workspace, /artifacts or /mnt. Prefer this tool "
-          "over cat, sed, head or tail, and read large files in focused ranges with offset and limit."),
+         "Read a file (numbered lines) or list a folder under /workspace, /artifacts or /mnt.",
          _schema({
-             "path": {"type": "string", "description": "Absolute path under /workspace, /artifacts or /mnt, or a "
-                      "path relative to /workspace."},
-             "offset": {"type": "number", "description": "First line (1-based) to return; default 1."},
-             "limit": {"type": "number", "description": "Maximum lines or directory entries; default 200, capped at "
-                       "2000."},
-             "maxBytes": {"type": "number", "description": "Maximum output size; default 50000, capped at 100000."},
+             "path": {"type": "string", "description": "An absolute path, or one relative to /workspace."},
+             "offset": {"type": "number", "description": "First line, from 1 (default 1)."},
+             "limit": {"type": "number", "description": "Lines or entries (default 200, at most 2000)."},
+             "maxBytes": {"type": "number", "description": "Output size (default 50000, at most 100000)."},
          }, ["path"])),
         ("file.write",
-         ("Write a complete file under /workspace or your own /artifacts/<agent-id>, creating or overwriting it. "
-          "Use file.patch for targeted edits."),
+         "Write a whole file under /workspace or your own /artifacts/<agent-id>, creating or replacing it.",
          _schema({
-             "path": {"type": "string", "description": "Absolute path under /workspace or your own "
-                      "/artifacts/<agent-id>, or a path relative to /workspace."},
-             "content": {"type": "string", "description": "Complete new file content."},
-             "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent directories."},
+             "path": {"type": "string", "description": "An absolute path, or one relative to /workspace."},
+             "content": {"type": "string", "description": "The file's complete content."},
+             "createDirs": {"type": "boolean", "default": False, "description": "Create missing folders."},
          }, ["path", "content"])),
         ("file.patch",
-         ("Apply edits in order under /workspace or your own /artifacts/<agent-id>: add creates or overwrites a "
-          "file, update replaces exact text, delete removes a file. Edits are not transactional."),
+         ("Edit files under /workspace or your own /artifacts/<agent-id>, in order: add creates or replaces a "
+          "file, update replaces exact text, delete removes a file."),
          _schema({
              "operations": {
                  "type": "array",
-                 "description": "Edits applied in order: add creates or overwrites a file, update replaces exact "
-                                "text, delete removes a file.",
+                 "description": "The edits, applied in order (not atomically).",
                  "items": _schema({
                      "op": {"type": "string", "enum": ["add", "update", "delete"]},
                      "path": {"type": "string"},
-                     "content": {"type": "string", "description": "File content for add."},
-                     "search": {"type": "string", "description": "Exact existing text for update."},
-                     "replace": {"type": "string", "description": "Replacement text for update."},
-                     "replaceAll": {"type": "boolean", "default": False, "description": "Replace every occurrence "
-                                    "instead of exactly one."},
-                     "createDirs": {"type": "boolean", "default": False, "description": "Create missing parent "
-                                    "directories for add."},
+                     "content": {"type": "string", "description": "For add: the file's content."},
+                     "search": {"type": "string", "description": "For update: the exact text to replace."},
+                     "replace": {"type": "string", "description": "For update: the new text."},
+                     "replaceAll": {"type": "boolean", "default": False, "description": "Replace every occurrence."},
+                     "createDirs": {"type": "boolean", "default": False, "description": "For add: create folders."},
                  }, ["op", "path"]),
              },
          }, ["operations"])),
     ],
     "shell": [
         ("shell.exec",
-         ("Run a bash command in the runner (working directory /workspace by default). Running a command notifies "
-          "nobody: report important results with messages.send."),
+         "Run a bash command (in /workspace by default). Its output reaches no one until you report it.",
          _schema({
-             "command": {"type": "string", "description": "Bash command to run inside the runner container."},
-             "cwd": {"type": "string", "description": "Working directory; default /workspace. Relative paths "
-                     "resolve against /workspace."},
-             "timeoutMs": {"type": "number", "description": "Timeout in milliseconds; default 60000, capped at "
-                           "300000."},
-             "maxOutputBytes": {"type": "number", "description": "Maximum combined stdout and stderr bytes kept; "
-                                "default 40000, capped at 200000."},
+             "command": {"type": "string", "description": "The bash command."},
+             "cwd": {"type": "string", "description": "Working folder (default /workspace)."},
+             "timeoutMs": {"type": "number", "description": "Timeout (default 60000, at most 300000)."},
+             "maxOutputBytes": {"type": "number", "description": "Output kept (default 40000, at most 200000)."},
          }, ["command"])),
     ],
     "web": [
         ("web.fetch",
-         ("Fetch an http(s) URL with GET and return its text (HTML is reduced to text unless format is raw). "
-          "HTTP error statuses are returned, not raised."),
+         "GET an http(s) URL and return its text (HTML reduced to text unless format is raw); errors are returned.",
          _schema({
              "url": {"type": "string"},
-             "maxBytes": {"type": "number", "description": "Maximum characters returned; default 20000, capped at "
-                          "100000."},
-             "timeoutMs": {"type": "number", "description": "Request timeout in milliseconds; default 30000, capped "
-                           "at 120000."},
+             "maxBytes": {"type": "number", "description": "Characters returned (default 20000, at most 100000)."},
+             "timeoutMs": {"type": "number", "description": "Timeout (default 30000, at most 120000)."},
              "format": {"type": "string", "enum": ["text", "raw"], "default": "text"},
          }, ["url"])),
     ],

@@ -11,7 +11,7 @@ import socket
 import sys
 
 RUNNER_MODULES = ("suzumio_runner_models", "suzumio_runner_tools", "suzumio_runner_loop", "suzumio_runner_egress",
-                  "suzumio_runner_files")
+                  "suzumio_runner_files", "suzumio_runner_calls")
 
 try:
     from suzumio_runner_loop import Runner, RunnerError

@@ -13,6 +13,16 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from suzumio_runner_calls import (
+    REPORTING_TOOLS,
+    bad_json_answer,
+    calls_in_text,
+    contract_reminder,
+    input_problem,
+    resolve_tool,
+    schema_answer,
+    unknown_tool_answer,
+)
 from suzumio_runner_egress import Forwarder, preamble, proxy_environment
 from suzumio_runner_files import FileSync, forbid_new_privileges, may_write
 from suzumio_runner_models import (
@@ -521,6 +531,7 @@ class RequestState:
         self.ended = False
         self.end_output = None
         self.tool_calls = 0
+        self.reported = False  # a reporting tool (a message, a wait, a submission) ran in this activation
 
 
 def localize(value, workspace, artifacts_root):
@@ -536,6 +547,18 @@ def localize(value, workspace, artifacts_root):
             k: localize(v, workspace, artifacts_root) if k == "description" or isinstance(v, dict) else v
             for k, v in value.items()
         }
+    return value
+
+
+def teach_names(value, names):
+    """Tool descriptions name other tools as the docs do (`file.patch`); the model sees the names it can
+    call (`file_patch`)."""
+    if isinstance(value, str):
+        for dotted in sorted(names, key=len, reverse=True):
+            value = re.sub(rf"(?<![\w.]){re.escape(dotted)}(?![\w])", names[dotted], value)
+        return value
+    if isinstance(value, dict):
+        return {k: teach_names(v, names) if k == "description" or isinstance(v, dict) else v for k, v in value.items()}
     return value
 
 
@@ -687,6 +710,9 @@ class Runner:
             tools = self.register_tools(bridges)
             by_safe = {tool.safe: tool for tool in tools}
             messages = history_to_messages(history)
+            system = (self.input.get("activation") or {}).get("system")
+            if isinstance(system, str) and system:
+                messages.insert(0, {"role": "system", "content": system})
             self.submit_context(attempt, selected, messages, history)
             tool_defs = [
                 {"name": t.safe, "description": t.description, "parameters": t.schema} for t in tools
@@ -694,31 +720,40 @@ class Runner:
             tool_choice = attempt.preset.get("toolChoice") or ("auto" if tools else "none")
             max_iterations = self.runner_config.get("maxIterations") or 1000000
             state = RequestState()
+            reminder = contract_reminder(list(by_safe))
             text = ""
             usage = {}
             steps = 0
             while True:
                 turn = provider.complete(messages, tool_defs, tool_choice)
                 steps += 1
-                text += turn.text
                 sum_usage(usage, turn.usage)
-                if not turn.tool_calls:
-                    break
+                calls = turn.tool_calls or calls_in_text(turn.text)
+                # A call written into the text is acted on like any call; the text around it is not output.
+                text += turn.text if not calls or turn.tool_calls else ""
+                if not calls:
+                    if reminder is None or state.reported or steps >= max_iterations:
+                        break
+                    # Text alone reaches no one: the model is told so once, in this activation.
+                    messages += [{"role": "assistant", "content": turn.text}, {"role": "user", "content": reminder}]
+                    self.record_reminder(reminder)
+                    reminder = None
+                    continue
                 messages.append(
                     {
                         "role": "assistant",
-                        "content": turn.text,
+                        "content": turn.text if turn.tool_calls else "",
                         "tool_calls": [
                             {
                                 "id": call.id,
                                 "type": "function",
                                 "function": {"name": call.name, "arguments": call.arguments},
                             }
-                            for call in turn.tool_calls
+                            for call in calls
                         ],
                     }
                 )
-                for call in turn.tool_calls:
+                for call in calls:
                     content = self.execute_tool_call(state, call, by_safe)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
                 if state.ended or steps >= max_iterations:
@@ -823,6 +858,9 @@ class Runner:
                 description = localize(description, self.workspace, self.artifacts_root)
                 schema = localize(schema, self.workspace, self.artifacts_root)
                 tools.append(RegisteredTool(name, safe, description, schema, handlers[name]))
+        names = {tool.name: tool.safe for tool in tools if tool.name != tool.safe}
+        for tool in tools:
+            tool.description, tool.schema = teach_names(tool.description, names), teach_names(tool.schema, names)
         return tools
 
     @staticmethod
@@ -907,15 +945,18 @@ class Runner:
 
     def execute_tool_call(self, state, call, by_safe):
         """Run one model tool call with its audit posts; returns the tool message text."""
-        tool = by_safe.get(call.name)
+        tool = resolve_tool(call.name, by_safe)
         if tool is None:
-            return f"Model called unknown tool: {call.name}"
+            return self.refuse(call, call.arguments, unknown_tool_answer(call.name, list(by_safe)))
         try:
             args = json.loads(call.arguments) if call.arguments and call.arguments.strip() else {}
         except ValueError as error:
-            return f"Invalid tool input for {call.name} (arguments are not valid JSON): {error}"
+            return self.refuse(call, call.arguments, bad_json_answer(tool.safe, error), tool.name)
         if args is None:
             args = {}
+        problem = input_problem(tool.schema, args)
+        if problem is not None:
+            return self.refuse(call, args, schema_answer(tool.safe, tool.schema, problem), tool.name)
         if state.ended:
             return compact_json({"title": "activation ended", "output": ENDED_OUTPUT})
         state.tool_calls += 1
@@ -978,6 +1019,8 @@ class Runner:
             result["output"] = (
                 "{}\n\n{}".format(result["output"], signal_text) if result["output"] else signal_text
             )
+        if tool.safe in REPORTING_TOOLS:
+            state.reported = True
         if tool.name in ENDING_TOOLS:
             state.ended = True
             state.end_output = result["output"]
@@ -985,6 +1028,21 @@ class Runner:
         if edited_note:
             shown["note"] = edited_note
         return compact_json(shown)
+
+    def refuse(self, call, tool_input, answer, tool=None):
+        """Answer a call that cannot run, and record it as a failed call: a person sees what the model tried."""
+        fields = {"tool": tool or call.name, "input": tool_input, "error": answer, "callKey": new_call_key()}
+        try:
+            self.post_through_restarts("/runner/tool-calls/refused", fields)
+        except ControllerError as error:
+            self.warn("%s (refused call of %s not recorded)", error, call.name)
+        return answer
+
+    def record_reminder(self, text):
+        try:
+            self.client.post("/runner/history/messages", {"role": "user", "kind": "contract_reminder", "content": text})
+        except ControllerError as error:
+            self.warn("%s (contract reminder not recorded in history)", error)
 
     def fetch_before(self, tool, args):
         """Reading another agent's file reads its current version; a shell command sees the others'

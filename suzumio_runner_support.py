@@ -298,6 +298,15 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
                 started = dict(started, recorded=recorded)
         return json_response(started)
 
+    @app.post("/runner/tool-calls/refused")
+    def tool_call_refused():
+        """A call the runner answered without running it (an unknown tool, arguments that are not JSON or
+        fail the schema): recorded as a failed call, so a person sees what the model tried."""
+        call = authorize(root, read_fields(), ("tool", "error"), body_checks=check_call_key, running=TOOL_CALLS_CLOSED)
+        return json_response(coordination.refuse_tool_call(
+            call.store, call.agent_id, call.activation_id, call.body["tool"], call.body.get("input"),
+            optional_text(call.body, "error"), call_key=call.body.get("callKey")))
+
     @app.post("/runner/approvals/wait")
     def approval_wait():
         """The runner waits for the decision on its request (long-poll, asked again)."""

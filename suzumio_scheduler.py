@@ -11,8 +11,8 @@ import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_guards
+import suzumio_prompts
 import suzumio_replay
-from suzumio_backend import KIND_LOCAL, activation_paths
 from suzumio_errors import Conflict, NotFound
 from suzumio_records import (
     ACT_RUNNING,
@@ -23,7 +23,6 @@ from suzumio_records import (
     EVENT_HOOK_FAILED,
     PROJECT_RUNNING,
     parse_ts,
-    render_signal,
     to_datetime,
     utc_now,
 )
@@ -36,127 +35,6 @@ SAFETY_INTERVAL_SECONDS = 30.0  # a pass over every project even when nothing as
 MIN_WAIT_SECONDS = 0.01  # the thread's shortest sleep, so a due time a hair away cannot spin it
 STOP_GRACE_SECONDS = 15.0
 SETTLED = frozenset((AGENT_QUIET, AGENT_FAILED))  # statuses an agent with no ready signal keeps
-
-# ---------------------------------------------------------------- prompt composition
-
-def _mounted_inputs(config, agent_id, kind):
-    mounts = [] if kind == KIND_LOCAL else config.mounts_for(agent_id)
-    if not mounts:
-        return ""
-    lines = ["# Mounted Inputs\n",
-             "These inputs are mounted read-only unless marked read-write. Copy files into /workspace "
-             "before editing them."]
-    for mount in mounts:
-        line = f"- {mount.target} ({'read-write' if mount.readonly is False else 'read-only'})"
-        if mount.description:
-            line += f": {mount.description}"
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def _first_blocks(task, agent, agents, config, kind, artifacts_root):
-    identity = [f"# Project Task\n\n{task.strip()}",
-                f"# Agent Identity\n\nID: {agent['id']}\nName: {agent['displayName']}\nRole: {agent['role']}"]
-    if (agent.get("prompt") or "").strip():
-        identity.append(f"# Agent Instructions\n\n{agent['prompt'].strip()}")
-    mounted = _mounted_inputs(config, agent["id"], kind)
-    if mounted:
-        identity.append(mounted)
-    roster = ["# Project Agents\n\nUse these agent ids exactly when you send messages."]
-    roster += [f"## {a['id']}\nName: {a['displayName']}\nRole: {a['role']}"
-               for a in sorted(agents, key=lambda a: a["id"])]
-    artifact_lines = [f"- {artifacts_root}/{a['id']} "
-                      + ("(read-write, yours)" if a["id"] == agent["id"] else "(read-only)")
-                      for a in sorted(agents, key=lambda a: a["id"])]
-    shared = ("# Shared Artifacts\n\nUse your workspace for mutable work. Artifact directories hold "
-              "published snapshots: once you announce a file there, do not change it.\n"
-              + "\n".join(artifact_lines))
-    blocks = ["\n\n".join(identity), "\n\n".join(roster), shared]
-    if config.channels:
-        blocks.append("# Project Channels\n\n" + "\n".join(f"- {c}" for c in config.channels))
-    return blocks
-
-
-def _contract(agent, agents, config, workspace, artifacts_root):
-    communication = config.communication
-    coordinator = communication.coordinator_agent
-    has_coordinator = any(a["id"] == coordinator for a in agents)
-    is_coordinator = agent["id"] == coordinator
-    tools = agent.get("tools") or []
-    lines = [
-        "# Tool And Reporting Contract",
-        f"Available tools for you: {', '.join(tools) if tools else 'none'}",
-        "New Signals are your current assignments; the newest direct assignment wins unless a "
-        "higher-priority signal blocks it.",
-        "Priorities: use P3 by default for routine work; P2 for control flow and continuation; P1 only for "
-        "concrete blockers, urgent corrections or messages that unblock active work; P0 only for a human "
-        "stop, a destructive repository conflict, a secret or safety issue, or a blocker where continuing "
-        "is harmful.",
-    ]
-    if communication.restrict_non_coordinator_to_coordinator:
-        if is_coordinator:
-            lines.append(
-                f"As the coordinator you may message any agent or user; use "
-                f"{communication.pm_routine_verifier_priority} for routine verifier review and "
-                "delegation, P1 only when it unblocks active work, and P0 only for emergencies.")
-        else:
-            lines.append(
-                f"Send direct messages only to {coordinator}; never to user or to channels. Use "
-                f"{communication.non_coordinator_max_priority} or lower, never P0.")
-    lines += [
-        "Prefer file.read, file.write and file.patch for files and shell.exec for commands that need a "
-        "shell; shell output and files stay private until you report them.",
-        f"Use {workspace} for mutable files and {artifacts_root}/{agent['id']} for published snapshots "
-        "that are not modified after being announced.",
-        "Every activation must end with at least one externally visible effect made through a tool.",
-        "Do not send acknowledgement-only messages; messages.send delivery needs no confirmation.",
-    ]
-    if is_coordinator or not has_coordinator:
-        lines.append("Send finished work or blockers with messages.send to the requested recipient; if "
-                     "none was named, to a configured channel or user.")
-    else:
-        lines.append("Send finished work or blockers with messages.send to the requested recipient; if "
-                     f"none was named, to {coordinator}.")
-    lines += [
-        "The coordinator reports delegation with messages.send to the target agent or user.",
-        "If you already reported and are waiting, call coordination.wait_for_signal with notifyPm: false.",
-        "Only the coordinator calls completion.submit, and only for the final report.",
-    ]
-    if is_coordinator:
-        blocker_target = "user"
-    elif has_coordinator:
-        blocker_target = coordinator
-    else:
-        blocker_target = "the requested recipient, a configured channel or user"
-    lines.append(f"When the task, recipient or tool is unclear, send a blocker to {blocker_target}; "
-                 "never end silently.")
-    return "\n".join(lines)
-
-
-ACTIVATION_RULE = "\n\n".join([
-    "# Activation Rule",
-    "Earlier history is continuity only; the New Signals above are the only newly delivered items.",
-    "Keep working until you have a useful result, a blocker, a message to send, a wait declaration or a "
-    "final submission.",
-    "A signal that asks for a report to a specific recipient obliges you to call messages.send to that "
-    "recipient in this activation.",
-    "coordination.wait_for_signal and completion.submit end the activation. Do not poll: new signals "
-    "arrive in a later activation.",
-])
-
-CONTINUE_BLOCK = ("# Continue Existing Context\n\nContinue the same session. Do not restart the project, "
-                  "repeat setup, or treat old messages as new requests.")
-
-
-def render_prompt(*, first, task, agent, agents, config, kind, workspace, artifacts_root, signals):
-    """The activation prompt (docs/design/scheduler.md): first or later activation."""
-    blocks = (_first_blocks(task, agent, agents, config, kind, artifacts_root) if first
-              else [CONTINUE_BLOCK])
-    blocks.append("\n\n".join(["# New Signals"] + [render_signal(s) for s in signals]))
-    blocks.append(_contract(agent, agents, config, workspace, artifacts_root))
-    blocks.append(ACTIVATION_RULE)
-    return "\n\n".join(b for b in blocks if b)
-
 
 # ---------------------------------------------------------------- hooks
 
@@ -198,7 +76,7 @@ def tick(store, backends, hooks, now, configs, caps=None, replays=None):
         reads = store.tick_reads(now)
         if reads.project["status"] != PROJECT_RUNNING:
             return None
-    project, agents, ready = reads.project, reads.agents, reads.ready
+    agents, ready = reads.agents, reads.ready
     # Who has a ready signal was read once for all agents; after any commit (this tick's own expiries,
     # cancellations and starts, or anyone's) an agent's signals are read again.
     held = []  # the caps that kept a ready agent from starting in this tick
@@ -206,7 +84,7 @@ def tick(store, backends, hooks, now, configs, caps=None, replays=None):
         if (agent["status"] in SETTLED and "activeActivationId" not in agent and agent["id"] not in ready
                 and store.commits == seen):
             continue  # quiet or failed, unbound, nothing ready and nothing written since: _tick_agent's no-op
-        _tick_agent(store, backends, config, project["task"], agents, agent, now,
+        _tick_agent(store, backends, config, agent, now,
                     lambda agent_id=agent["id"]: agent_id in ready or store.commits != seen, caps, held, may_start)
     try:
         hooks.run_hooks(store, config, now)
@@ -242,7 +120,7 @@ def next_due(store, config, now, dues, reads=None):
     return max(min(candidates), now) if candidates else None
 
 
-def _tick_agent(store, backends, config, task, agents, agent, now, may_have_ready=lambda: True, caps=None,
+def _tick_agent(store, backends, config, agent, now, may_have_ready=lambda: True, caps=None,
                 held=None, may_start=None):
     """Steps 2-5 of a tick for one agent; `may_have_ready()` False (no ready pending signal when the tick read
     them for all its agents at once, and nothing committed since) spares its signal selection. A paused
@@ -282,23 +160,19 @@ def _tick_agent(store, backends, config, task, agents, agent, now, may_have_read
         return
     if agent.get("paused"):
         return
-    cap = _start_activation(store, backends, config, task, agents, agent, candidates, now,
+    cap = _start_activation(store, backends, config, agent, candidates, now,
                             caps or suzumio_guards.Caps(None))
     if cap is not None and held is not None:
         held.append(cap)
 
 
-def _start_activation(store, backends, config, task, agents, agent, signals, now, caps):
+def _start_activation(store, backends, config, agent, signals, now, caps):
     """Start the activation unless a concurrency cap is full; returns that cap, or None."""
-    kind = config.backend.kind
     with caps.starting():  # the cap check and the activation row it allows, together (not the runner start)
         cap = caps.holding(store, config)
         if cap is not None:
             return cap
-        workspace, artifacts_root = activation_paths(kind, store.dir, agent["workspacePath"])
-        prompt = render_prompt(first=not store.agent_has_activations(agent["id"]), task=task, agent=agent,
-                               agents=agents, config=config, kind=kind, workspace=workspace,
-                               artifacts_root=artifacts_root, signals=signals)
+        prompt = suzumio_prompts.user_prompt(signals)
         try:
             activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
         except Conflict as error:

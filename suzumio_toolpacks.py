@@ -25,7 +25,7 @@ from suzumio_records import (
     format_ts,
     to_datetime,
 )
-from suzumio_registry import is_allowed
+from suzumio_registry import is_allowed, model_tool_name
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def self_message_refusal(agent):
     new (docs/operations.md#runaways). It names only the ending tools this agent may call."""
     endings = [tool for tool in ENDING_TOOLS if is_allowed(tool, agent["tools"])]
     text = f"You are {agent['id']}: a message to yourself is not delivered. Do the work now with your tools"
-    return text + (f", or end with {' / '.join(endings)}." if endings else ".")
+    return text + (f", or end with {' or '.join(model_tool_name(t) for t in endings)}." if endings else ".")
 
 
 def send_message_tool(store, config, agent, activation_id, data):

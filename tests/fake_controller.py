@@ -19,7 +19,7 @@ from suzumio_model_proxy import ModelProxy
 IDENTITY = ("project", "agentId", "activationId", "token")
 ROLES = ("user", "assistant", "tool_call", "tool_result", "compaction")
 ENDING_TOOLS = ("coordination.wait_for_signal", "completion.submit")
-TOOL_ROUTES = ("/runner/tool-calls/start", "/runner/signals")
+TOOL_ROUTES = ("/runner/tool-calls/start", "/runner/tool-calls/refused", "/runner/signals")
 HISTORY_ROUTES = ("/runner/history/messages", "/runner/history/compact")
 SIGNAL_HEADING = "# New P1 Signals Delivered At Tool Boundary"
 
@@ -137,6 +137,12 @@ class FakeController:
                 return {"toolCallId": tool_call_id}
             if path == "/runner/tool-calls/finish":
                 return self._finish(body)
+            if path == "/runner/tool-calls/refused":
+                if blank(body.get("tool")) or blank(body.get("error")):
+                    raise RouteError(400, "tool and error are required")
+                tool_call_id = "tool_%s" % (len(self.tool_calls) + 1)
+                self.tool_calls[tool_call_id] = body["tool"]
+                return {"toolCallId": tool_call_id, "status": "failed"}
             if path == "/runner/signals":
                 return {"status": "recorded"}
             if path == "/runner/history/messages":

@@ -14,6 +14,10 @@ from urllib.parse import urlsplit
 
 from http_fixtures import LocalHTTPServer
 
+from suzumio_runner_calls import contract_reminder
+
+REMINDER_START = contract_reminder(["messages_send"]).split(":")[0]
+
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 OVERFLOW_MESSAGE = (
     "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
@@ -85,7 +89,8 @@ class _ModelHandler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         path = urlsplit(self.path).path
-        fake._record(RecordedRequest(path, {k.lower(): v for k, v in self.headers.items()}, body))
+        fake._record(RecordedRequest(path, {k.lower(): v for k, v in self.headers.items()}, body),
+                     reminder=is_reminder(body))
         if path not in CHAT_PATHS:
             return self._send(Reply(404, {}, {"error": {"message": f"no route {path}"}}, 0))
         refusal = fake._refusal(body)
@@ -194,6 +199,14 @@ def answer(content=None, tool_calls=None):
 
 
 _ANSWERS = itertools.count(1)
+REMINDER = "reminder"  # the queue of replies to the runner's contract reminder (enqueue(model=REMINDER))
+
+
+def is_reminder(body):
+    """Whether a request is the runner's contract reminder: its last message is the reminder's text."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    last = messages[-1] if isinstance(messages, list) and messages and isinstance(messages[-1], dict) else {}
+    return last.get("role") == "user" and str(last.get("content") or "").startswith(REMINDER_START)
 OVERFLOW_REPLY = Reply(400, {}, OVERFLOW_BODY, 0)
 
 
@@ -203,7 +216,10 @@ class FakeModel:
     (request body -> Reply, e.g. answer(...)) when there is one, else answers 500. A request
     with `stream: true` is answered as Server-Sent Events in the server `flavor` (FLAVORS): `nostream`
     refuses streaming, `nostreamoptions` refuses `stream_options`, `completiontokens` refuses `max_tokens`
-    (as OpenAI's reasoning models do)."""
+    (as OpenAI's reasoning models do). The runner's contract reminder (an answer without a tool call is
+    told once that text reaches no one) takes its reply from the REMINDER queue, else gets an empty
+    answer, as from a model that ignores it; it is recorded in `reminders`, not `requests`, so a test
+    of anything else sees the requests and replies it scripted."""
 
     def __init__(self, flavor="openai", responder=None, record=True):
         assert flavor in FLAVORS
@@ -211,6 +227,7 @@ class FakeModel:
         self.responder = responder
         self.record = record  # False: keep no request (a soak's hours of them)
         self.requests = []
+        self.reminders = []
         self.token_times = []  # time.monotonic() of every streamed content chunk written
         self._queues = {}
         self._lock = threading.Lock()
@@ -302,6 +319,12 @@ class FakeModel:
 
     def _next(self, request):
         model = (request or {}).get("model") if isinstance(request, dict) else None
+        if is_reminder(request):
+            with self._lock:
+                if self._queues.get(REMINDER):
+                    return self._queues[REMINDER].pop(0)
+            return Reply(200, {}, lambda body: _chat_body((body or {}).get("model"), 0, "", None, None, None, None,
+                                                          self.flavor), 0)
         with self._lock:
             for key in (model, None):
                 if self._queues.get(key):
@@ -310,11 +333,11 @@ class FakeModel:
             return self.responder(request if isinstance(request, dict) else {})
         return Reply(500, {}, {"error": {"message": "fake model: no reply queued"}}, 0)
 
-    def _record(self, request):
+    def _record(self, request, reminder=False):
         if not self.record:
             return
         with self._lock:
-            self.requests.append(request)
+            (self.reminders if reminder else self.requests).append(request)
 
     def close(self):
         self._closing.set()

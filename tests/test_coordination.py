@@ -291,7 +291,7 @@ def test_no_effect_completion_records_first_nudge_immediately(demo):
     payload = nudge["payload"]
     assert payload["attempt"] == 1 and payload["delayMs"] == 0 and payload["maxConsecutive"] == 3
     assert payload["previousActivationId"] == act["id"] and "notBefore" not in payload
-    assert "messages.send" in payload["message"]
+    assert "messages_send" in payload["message"]
 
 
 def _run_no_effect_chain(store, rounds, start=0):
@@ -656,7 +656,7 @@ def test_stop_cancels_running_work_and_records_resume_signal(demo):
     assert demo.signal(resume["id"])["deliveredActivationId"] == act2["id"]
     assert coordination.pending_signals(demo, config_of(demo), "worker",
                                         now=at(6))[0]["payload"]["body"] == "later work"
-    assert "## " + resume["id"] + " scheduler.resume_after_stop" in rec.render_signal(resume)
+    assert "## Reminder from the scheduler (" + resume["id"] + ")" in rec.render_signal(resume)
 
 
 def test_approve_cancels_without_resume_signal(demo):

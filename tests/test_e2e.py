@@ -8,7 +8,7 @@ import os
 import pytest
 from e2e_fixtures import API_KEY, PM_TOOLS, call, kind_params, process_alive, running_team
 
-from suzumio_records import parse_ts
+from suzumio_records import parse_ts, render_signal
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -19,8 +19,8 @@ def tool_rows(team):
     return list(reversed(team.store.list_tool_calls(1000)))
 
 
-def prompts_naming(team, signal_id):
-    return [a["id"] for a in team.activations() if f"## {signal_id} " in a["prompt"]]
+def prompts_naming(team, signal):
+    return [a["id"] for a in team.activations() if render_signal(signal) in a["prompt"]]
 
 
 # ---------------------------------------------------------------- the whole loop
@@ -78,7 +78,7 @@ def test_start_message_runs_delegation_to_a_submitted_report(tmp_path, kind):
         activation_ids = {a["id"] for a in team.activations()}
         for signal in targeted:
             assert signal["deliveredActivationId"] in activation_ids
-            assert prompts_naming(team, signal["id"]) == [signal["deliveredActivationId"]]
+            assert prompts_naming(team, signal) == [signal["deliveredActivationId"]]
         [start_signal] = [s for s in targeted if s["payload"].get("id") == start["id"]]
         assert start_signal["deliveredActivationId"] == team.activations("pm")[0]["id"]
 

@@ -175,7 +175,7 @@ def test_a_message_to_oneself_is_refused_audited_and_wakes_nobody(tmp_path, kind
         team.wait_activations("worker-1", 1)  # the channel post woke the worker
         team.wait_quiet()
         hint = ("You are pm: a message to yourself is not delivered. Do the work now with your tools, or end with "
-                "coordination.wait_for_signal / completion.submit.")
+                "coordination_wait_for_signal or completion_submit.")
         calls = [(r["tool"], r["status"], r.get("error")) for r in reversed(team.store.list_tool_calls(100))
                  if r["agent_id"] == "pm"]
         assert calls == [("messages.send", "failed", hint), ("messages.send", "completed", None),

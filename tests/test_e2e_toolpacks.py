@@ -103,7 +103,7 @@ def test_reviewer_calls_a_local_toolpack_from_its_runner_and_pm_wakes(tmp_path, 
         assert json.loads(team.tool_messages("reviewer")[0])["output"] == f"Summary recorded for pm: {summarized['id']}"
         assert summarized["sourceAgent"] == "reviewer" and summarized["sourceActivation"] == reviewed["id"]
         assert summarized["status"] == "delivered" and summarized["deliveredActivationId"] == woken["id"]
-        assert f"## {summarized['id']} review.summarized" in woken["prompt"]
+        assert f'## Signal {summarized["id"]} of kind "review.summarized"' in woken["prompt"]
         assert "LGTM: the proof holds." in woken["prompt"]
         assert ok(ui(team, "review-tools", "review.stats"))["output"] == "Summaries: 1"
 
@@ -371,7 +371,7 @@ def test_plan_nudges_its_idle_target_once_per_cooldown_up_to_max_nudges(tmp_path
         tick(PROJECT, now=base + datetime.timedelta(seconds=5))  # delivers the nudge: pm runs
         [woken] = team.wait_activations("pm", 1)
         assert woken["status"] == "completed", woken.get("error")
-        assert f"## {first['id']} plan.continuation_nudge" in woken["prompt"]
+        assert f'## Signal {first["id"]} of kind "plan.continuation_nudge"' in woken["prompt"]
         assert len(nudges(team)) == 1, "no nudge while pm ran, none within the cooldown after"
 
         tick(PROJECT, now=base + datetime.timedelta(seconds=10))

@@ -262,7 +262,9 @@ def test_each_overflow_fixture_compacts_the_history_and_retries(tmp_path, path):
         overflowed, summary, retried = team.model_requests("pm")[2:]
         assert overflowed.body["messages"] != retried.body["messages"]
         assert "tools" not in summary.body and "tools" in retried.body
-        assert retried.body["messages"][0]["content"].startswith("# Compacted Agent History")
+        # the system message stays first; the compacted history follows it
+        assert retried.body["messages"][0]["role"] == "system"
+        assert retried.body["messages"][1]["content"].startswith("# Compacted Agent History")
 
 
 def test_a_400_that_is_not_overflow_fails_the_attempt_without_compaction(tmp_path):
@@ -571,7 +573,8 @@ def test_cost_per_activation_agent_and_project_and_max_cost_usd_warns_then_pause
         costs = team.service.get(f"/api/projects/{team.name}/costs").json()
         assert costs["activations"][first["id"]]["costUsd"] == pytest.approx(0.003)
         assert costs["agents"]["pm"]["costUsd"] == pytest.approx(0.003)
-        assert costs["project"] == {"calls": 1, "tokens": 1100, "costUsd": pytest.approx(0.003)}
+        # the second call is the contract reminder, answered with no usage
+        assert costs["project"] == {"calls": 2, "tokens": 1100, "costUsd": pytest.approx(0.003)}
         assert team.store.model_usage(first["id"])["costUsd"] == pytest.approx(0.003)
 
     # the same prices under a $0.01 budget: $0.009 warns (80%), then $0.012 pauses

@@ -105,6 +105,10 @@ def two_presets(base_url, first="a", second="b", **provider_extra):
     }
 
 
+def output_rows(controller):
+    return [b for b in controller.bodies("/runner/history/messages") if b["kind"] == "assistant_output"]
+
+
 def tool_messages(request):
     return [m for m in request.body["messages"] if m["role"] == "tool"]
 
@@ -122,18 +126,25 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
     model.enqueue(content="Hello", usage=(10, 2, 12))
     result = run_runner(tmp_path, activation)
     assert result.returncode == 0, result.stderr
+    # an answer without a tool call is told once that text reaches no one, and the reminder is kept
     assert controller.paths() == [
         "/activation-context",
         "/runner/model",
         "/runner/history/messages",
+        "/runner/model",
+        "/runner/history/messages",
         "/activation-output",
     ]
+    reminder, output = controller.bodies("/runner/history/messages")
+    assert reminder["kind"] == "contract_reminder"
+    assert reminder["content"] == model.reminders[0].body["messages"][-1]["content"]
+    assert output["kind"] == "assistant_output"
     context = controller.context
     assert (context["messageCount"], context["totalChars"], context["firstPrompt"]) == (1, 5, True)
     assert context["messages"] == [{"role": "user", "content": "Start", "chars": 5}]
     assert (context["selectedModel"], context["model"], context["apiModel"]) == ("main", "main", "m1")
     tokens = {"input": 10, "output": 2, "total": 12}
-    [history] = controller.bodies("/runner/history/messages")
+    history = output
     assert (history["role"], history["kind"], history["content"]) == (
         "assistant",
         "assistant_output",
@@ -154,8 +165,8 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
     # the controller added the key the runner never had, and read the usage from the answer
     assert request.headers["authorization"] == "Bearer " + API_KEY
     assert "GW_KEY" not in runner_env() and API_KEY not in json.dumps(activation)
-    assert [(c.status, c.usage) for c in controller.model_calls] == [(200, tokens)]
-    [forwarded] = controller.bodies("/runner/model")
+    assert [(c.status, c.usage) for c in controller.model_calls] == [(200, tokens), (200, {})]  # and the reminder
+    forwarded = controller.bodies("/runner/model")[0]
     assert (forwarded["providerId"], forwarded["presetId"]) == ("gw", "main")
     body = request.body
     # the controller streams upstream and hands the runner the whole answer
@@ -211,6 +222,8 @@ def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, mod
         "/runner/model",
         "/runner/tool-calls/start",
         "/runner/tool-calls/finish",
+        "/runner/model",
+        "/runner/history/messages",  # no reporting tool ran: the contract reminder
         "/runner/model",
         "/runner/history/messages",
         "/activation-output",
@@ -281,13 +294,27 @@ def test_ended_activation_answers_later_calls_without_posting(tmp_path):
 
 def test_unknown_tool_and_invalid_arguments_go_back_to_the_model(tmp_path, model, setup):
     controller, activation = setup()
-    model.enqueue(tool_calls=[("nope_tool", {}), {"name": "file_read", "arguments": "{bad"}])
+    model.enqueue(tool_calls=[("nope_tool", {}), {"name": "file_read", "arguments": "{bad"},
+                              ("file_read", {"path": 3}), {"name": "file_read", "arguments": "[1]"}])
     model.enqueue(content="ok")
     assert run_runner(tmp_path, activation).returncode == 0
-    first, second = tool_messages(model.requests[1])
-    assert first["content"] == "Model called unknown tool: nope_tool"
-    assert second["content"].startswith("Invalid tool input for file_read")
+    answers = [m["content"] for m in tool_messages(model.requests[1])]
+    assert answers == [
+        'There is no tool named "nope_tool". Your tools are: messages_send, coordination_wait_for_signal, '
+        "completion_submit, file_read, file_write, file_patch, shell_exec, web_fetch. Call one of them by its "
+        "exact name.",
+        "The arguments of file_read are not valid JSON (Expecting property name enclosed in double quotes: line 1 "
+        "column 2 (char 1)). Call file_read again with its arguments as one JSON object.",
+        'Invalid arguments for file_read: "path" must be string, not a number. Its fields: path (string). Call '
+        "file_read again with corrected arguments.",
+        "Invalid arguments for file_read: the arguments must be one JSON object. Its fields: path (string). Call "
+        "file_read again with corrected arguments.",
+    ]
+    # none ran, and each is recorded as a refused call with the answer the model read
     assert "/runner/tool-calls/start" not in controller.paths()
+    refused = controller.bodies("/runner/tool-calls/refused")
+    names = ["nope_tool"] + ["file.read"] * 3
+    assert [(r["tool"], r["error"]) for r in refused] == list(zip(names, answers, strict=True))
 
 
 def test_tool_error_is_recorded_as_failed_and_the_activation_continues(tmp_path, model, setup):
@@ -632,8 +659,9 @@ def test_controller_calls_bypass_the_proxy_while_the_controller_sends_model_call
         model.enqueue(content="via proxy")
         result = run_runner(tmp_path, activation, env=runner_env(HTTP_PROXY=proxy.url, http_proxy=proxy.url))
         assert result.returncode == 0, result.stderr
-        # one model request, sent by the controller through its HTTP_PROXY; no runner call went there
-        assert proxy.seen == [("POST", model.base_url + "/chat/completions")]
+        # the model requests (the answer and the contract reminder) went through the controller's
+        # HTTP_PROXY; no runner call went there
+        assert proxy.seen == [("POST", model.base_url + "/chat/completions")] * 2
         assert model.requests[0].headers["authorization"] == "Bearer " + API_KEY
         assert controller.output["text"] == "via proxy"
     finally:
@@ -923,7 +951,7 @@ def test_scripted_provider_skips_played_entries_and_matches_only_the_signals_blo
     )
     assert run_runner(tmp_path, activation).returncode == 0
     assert controller.output["text"] == "fallback entry"
-    assert controller.bodies("/runner/history/messages")[0]["metadata"]["scriptedEntry"] == 2
+    assert output_rows(controller)[0]["metadata"]["scriptedEntry"] == 2
 
 
 def test_scripted_provider_without_entry_answers_no_scripted_turn(tmp_path, controllers):
@@ -937,7 +965,7 @@ def test_scripted_provider_without_entry_answers_no_scripted_turn(tmp_path, cont
     }
     assert run_runner(tmp_path, activation).returncode == 0
     assert controller.output["text"] == "No scripted turn for worker-1."
-    assert "scriptedEntry" not in controller.bodies("/runner/history/messages")[0]["metadata"]
+    assert "scriptedEntry" not in output_rows(controller)[0]["metadata"]
 
 
 def test_new_signals_block_ends_at_the_last_contract_heading():
@@ -1252,6 +1280,7 @@ RUNNER_MODULES = (
     "suzumio_runner_models.py",
     "suzumio_runner_egress.py",
     "suzumio_runner_files.py",
+    "suzumio_runner_calls.py",
 )
 # Imported only by an activation whose agent has a sandbox-side MCP server.
 ALL_RUNNER_MODULES = (*RUNNER_MODULES, "suzumio_runner_mcp.py")

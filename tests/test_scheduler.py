@@ -11,6 +11,7 @@ from store_fixtures import CONFIGS, config_of
 
 import suzumio_backend as backend
 import suzumio_coordination as coordination
+import suzumio_prompts
 import suzumio_scheduler as scheduler
 import suzumio_store
 from suzumio_records import parse_ts, to_datetime
@@ -90,47 +91,34 @@ def test_user_message_starts_one_activation_and_records_the_prompt(tmp_path):
         assert env.store.activation(act["id"])["status"] == "completed"
 
 
-def test_first_prompt_lists_roster_artifacts_and_channels_in_order(tmp_path):
+def test_activation_prompt_is_the_new_signals_and_the_system_message_holds_the_rest(tmp_path):
     agents = {"pm": {"tools": ["messages.send"]}, "worker": {"count": 2, "tools": ["messages.send"]}}
     with project(tmp_path, agents=agents) as env:
-        send(env, "worker-1")
+        message = send(env, "worker-1")
         tick(env)
-        prompt = activations_of(env, "worker-1")[0]["prompt"]
-        artifacts = env.store.dir.resolve() / "artifacts"
-        order = ["# Project Task", "# Agent Identity", "# Project Agents", "## worker-1", "## worker-2",
-                 "# Shared Artifacts", f"- {artifacts}/worker-1 (read-write, yours)",
-                 f"- {artifacts}/worker-2 (read-only)", "# Project Channels", "- #project", "# New Signals",
-                 "# Tool And Reporting Contract", "# Activation Rule"]
-        positions = [prompt.index(text) for text in order]
-        assert positions == sorted(positions)
-        assert "# Mounted Inputs" not in prompt
-        assert "Available tools for you: messages.send" in prompt
+        [act] = activations_of(env, "worker-1")
+        assert act["prompt"] == suzumio_prompts.user_prompt([signal_of(env, message)])
+        for heading in ("# Project Task", "# Team", "# Files", suzumio_prompts.CONTRACT_HEADING):
+            assert heading not in act["prompt"]
+        wait_settled(env, "worker-1")
+        # the runner was handed the system message, rendered for the tools the agent has
+        data = json.loads((env.store.activation_dir(act["id"]) / "input.json").read_text())
+        system = data["activation"]["system"]
+        assert system.startswith("You are worker-1 (agent id `worker-1`)")
+        assert "Your tools: `messages_send`. Call them by exactly these names." in system
+        assert f"- `{env.store.dir.resolve() / 'artifacts'}/worker-1`: your published folder." in system
 
 
-def test_docker_paths_and_mounted_inputs_in_first_prompt(tmp_path):
-    agents = {"worker": {"tools": ["messages.send"], "mounts": [
-        {"source": str(tmp_path), "target": "/mnt/ref", "description": "Reference data"}]}}
-    with project(tmp_path, agents=agents) as env:
-        config = scheduler.suzumio_config.ProjectConfig.from_data(
-            dict(env.store.config(), backend=dict(env.store.config()["backend"], kind="docker-chat")))
-        prompt = scheduler.render_prompt(first=True, task="T", agent=env.store.agent("worker"),
-                                         agents=env.store.list_agents(), config=config, kind="docker-chat",
-                                         workspace="/workspace", artifacts_root="/artifacts", signals=[])
-        assert "- /artifacts/worker (read-write, yours)" in prompt
-        assert "# Mounted Inputs" in prompt and "- /mnt/ref (read-only): Reference data" in prompt
-
-
-def test_second_activation_continues_existing_context(tmp_path):
+def test_second_activation_prompt_has_only_its_own_signals(tmp_path):
     with project(tmp_path) as env:
         send(env, "pm")
         tick(env)
         wait_settled(env, "pm")
-        send(env, "pm", priority="P2")
+        second_message = send(env, "pm", priority="P2", body="Next step")
         tick(env)
         second = activations_of(env, "pm")[-1]["prompt"]
-        assert second.startswith("# Continue Existing Context")
-        for heading in ("# Project Task", "# Project Agents", "# Shared Artifacts"):
-            assert heading not in second
+        assert second == suzumio_prompts.user_prompt([signal_of(env, second_message)])
+        assert "Do it" not in second
 
 
 def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
@@ -139,20 +127,21 @@ def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
         tick(env)
         sig = signal_of(env, direct)
         prompt = activations_of(env, "pm")[0]["prompt"]
-        assert (f"## {sig['id']} message.created\nMessage: {direct['id']}\nFrom: user\nTo: pm\nPriority: P3\n"
+        assert sig["payload"]["id"] == direct["id"]
+        assert (f"## Message from user to pm\nMessage: {direct['id']}\nPriority: P3\n"
                 f"Time: {direct['createdAt']}\n\nDo it") in prompt
         wait_settled(env, "pm")
         channel = coordination.send_message(env.store, config_of(env.store), "user", "Hello all", channel="#project",
                                             priority="P2")
         tick(env)
-        assert "Channel: #project" in activations_of(env, "worker")[-1]["prompt"]
+        assert "## Message from user in #project\n" in activations_of(env, "worker")[-1]["prompt"]
         [custom] = coordination.record_signal(env.store, config_of(env.store), "review.ready",
                                               target_agent="verifier", priority="P1",
                                               payload={"file": "a.md"})
         wait_settled(env, "verifier")
         tick(env)
         prompt = activations_of(env, "verifier")[-1]["prompt"]
-        assert f"## {custom['id']} review.ready\nPriority: P1\nTime: " in prompt
+        assert f'## Signal {custom["id"]} of kind "review.ready"\nPriority: P1\nTime: ' in prompt
         assert '{\n  "file": "a.md"\n}' in prompt
         assert channel
 
@@ -241,7 +230,7 @@ def test_stop_cancels_stops_process_and_leaves_resume_signal(tmp_path):
         env.store.start()
         tick(env)
         prompt = activations_of(env, "worker")[-1]["prompt"]
-        assert f"## {resume['id']} scheduler.resume_after_stop\nPriority: P2" in prompt
+        assert f"## Reminder from the scheduler ({resume['id']})\nPriority: P2" in prompt
         assert signal_of(env, waiting)["status"] == "pending"
 
 
@@ -327,13 +316,13 @@ def test_backend_start_failure_fails_activation_and_tick_continues(tmp_path):
 def test_guarded_creation_after_concurrent_stop_writes_nothing(tmp_path, monkeypatch):
     with project(tmp_path) as env:
         message = send(env, "worker")
-        original = env.store.agent_has_activations
+        original = suzumio_prompts.user_prompt
 
-        def stop_meanwhile(agent_id):
+        def stop_meanwhile(signals):
             coordination.stop(env.store)  # another process's stop commits while this tick renders the prompt
-            return original(agent_id)
+            return original(signals)
 
-        monkeypatch.setattr(env.store, "agent_has_activations", stop_meanwhile)
+        monkeypatch.setattr(suzumio_prompts, "user_prompt", stop_meanwhile)
         tick(env)
         assert env.store.list_activations() == []
         assert signal_of(env, message)["status"] == "pending"
@@ -497,7 +486,7 @@ def test_completion_without_effect_leaves_a_no_effect_nudge_that_the_completion_
         assert nudge["payload"]["attempt"] == 1 and nudge["payload"]["delayMs"] == 0
         assert nudge["payload"]["previousActivationId"] == first["id"]
         assert nudge["deliveredActivationId"] == second["id"]
-        assert f"## {nudge['id']} scheduler.no_effect_nudge" in second["prompt"]
+        assert f"## Reminder from the scheduler ({nudge['id']})" in second["prompt"]
         assert second["text"] == "No scripted turn for pm."
 
 

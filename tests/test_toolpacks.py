@@ -241,9 +241,9 @@ def test_a_message_to_oneself_is_refused_with_what_to_do_instead(service, tmp_pa
 
     assert send("pm", pm, recipient="pm") == (
         "You are pm: a message to yourself is not delivered. Do the work now with your tools, or end with "
-        "coordination.wait_for_signal / completion.submit.")
+        "coordination_wait_for_signal or completion_submit.")
     assert send("worker", worker, recipient="worker").endswith(
-        "or end with coordination.wait_for_signal / completion.submit.")  # tools: ["*"]
+        "or end with coordination_wait_for_signal or completion_submit.")  # tools: ["*"]
     # only the ending tools the agent may call are named
     assert send("reviewer", reviewer, recipient="reviewer") == (
         "You are reviewer: a message to yourself is not delivered. Do the work now with your tools.")

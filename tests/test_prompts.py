@@ -1,0 +1,91 @@
+"""What a model reads (suzumio_prompts, docs/real-models.md): the system message that stays the same across an
+agent's activations, and the user message with the new signals."""
+import copy
+
+import suzumio_config
+import suzumio_prompts as prompts
+from suzumio_records import render_signal
+
+BASE = {
+    "name": "demo",
+    "task": "Write a poem about the sea.",
+    "backend": {"kind": "local", "runner": {"model": "m", "models": {
+        "providers": {"p": {"type": "scripted", "script": {"agents": {}}}},
+        "presets": {"m": {"provider": "p", "model": "x"}}}}},
+}
+ALL = ["messages.send", "coordination.wait_for_signal", "completion.submit", "file.read", "file.write"]
+
+
+def config(agents, **extra):
+    return suzumio_config.ProjectConfig.from_data(dict(copy.deepcopy(BASE), agents=agents, **extra))
+
+
+def agent(agent_id, role="worker", prompt="", name=None):
+    return {"id": agent_id, "displayName": name or agent_id, "role": role, "prompt": prompt}
+
+
+def system(config_, me, team, tools=ALL, mounts=(), kind_paths=("/workspace", "/artifacts")):
+    return prompts.system_prompt(task=config_.task, agent=me, agents=team, config=config_, tools=tools,
+                                 workspace=kind_paths[0], artifacts_root=kind_paths[1], mounts=mounts)
+
+
+def test_system_message_orders_identity_task_instructions_team_files_and_contract():
+    team = [agent("pm", "coordinator", "Keep it short.", "Mio"), agent("worker-1", "writer")]
+    text = system(config({"pm": {}, "worker-1": {}}), team[0], team)
+    order = ["You are Mio (agent id `pm`), coordinator, one agent of a team working on one project. You coordinate "
+             "the team.", "# Project Task\n\nWrite a poem about the sea.", "# Your Instructions\n\nKeep it short.",
+             "# Team", "- `pm` (Mio): coordinator, you", "- `worker-1` (worker-1): writer",
+             "- `user`: the person who runs the project", "# Files", "- `/workspace`: your private working folder",
+             "- `/artifacts/pm`: your published folder.", "- `/artifacts/<agent id>`: each other agent's published",
+             "# Channels", prompts.CONTRACT_HEADING]
+    positions = [text.index(part) for part in order]
+    assert positions == sorted(positions)
+
+
+def test_the_contract_names_exactly_the_tools_the_agent_has_as_the_model_calls_them():
+    team = [agent("pm", "coordinator"), agent("w", "writer")]
+    cfg = config({"pm": {}, "w": {}})
+    lead = system(cfg, team[0], team)
+    assert ("Your tools: `messages_send`, `coordination_wait_for_signal`, `completion_submit`, `file_read`, "
+            "`file_write`. Call them by exactly these names.") in lead
+    assert "call `completion_submit` with the final report" in lead
+    assert "Give work to another agent with `messages_send`" in lead
+    # no dotted name the model cannot call, and no tool the agent lacks
+    contract = lead[lead.index(prompts.CONTRACT_HEADING):]
+    for dotted in ALL + ["shell.exec", "shell_exec"]:
+        assert dotted not in contract
+    worker = system(cfg, team[1], team, tools=["messages.send", "coordination.wait_for_signal", "file.write"])
+    assert "report it to `pm` with `messages_send`" in worker and "then call `coordination_wait_for_signal`" in worker
+    assert "completion_submit" not in worker
+
+
+def test_an_agent_alone_is_told_so_and_gets_no_team_rules():
+    me = agent("pm", "poet")
+    text = system(config({"pm": {}}), me, [me])
+    assert text.startswith("You are pm (agent id `pm`), poet. You work alone on this project.")
+    assert "# Team" not in text and "Give work to another agent" not in text and "Never message yourself" not in text
+    assert "`messages_send` to `user` only when you are blocked" in text
+    assert "call `completion_submit` with the final report" in text
+
+
+def test_mounted_inputs_and_restricted_messaging_are_in_the_system_message():
+    team = [agent("pm", "coordinator"), agent("w")]
+    cfg = config({"pm": {}, "w": {}}, communication={"restrictNonCoordinatorToCoordinator": True})
+    text = system(cfg, team[1], team, mounts=[("/mnt/ref", False, "Reference data"), ("/mnt/out", True, "")])
+    assert "- `/mnt/ref`: an input, read-only: Reference data" in text
+    assert "- `/mnt/out`: an input, read-write." in text
+    assert "Send messages only to `pm`, at priority P2 or lower." in text
+
+
+def test_the_system_message_is_the_same_for_every_activation_and_the_user_message_holds_only_signals():
+    team = [agent("pm", "coordinator"), agent("w")]
+    cfg = config({"pm": {}, "w": {}})
+    assert system(cfg, team[0], team) == system(cfg, team[0], list(reversed(team)))
+    signal = {"id": "sig_1", "kind": "message.created", "priority": "P3", "createdAt": "2026-01-01T00:00:00Z",
+              "payload": {"id": "msg_1", "sender": "user", "recipient": "pm", "body": "Please begin.",
+                          "priority": "P3", "createdAt": "2026-01-01T00:00:00Z"}}
+    user = prompts.user_prompt([signal])
+    assert user == "\n\n".join([prompts.SIGNALS_HEADING, render_signal(signal), prompts.ACT_NOW])
+    assert user.startswith("# New Signals\n\n## Message from user to pm\nMessage: msg_1\nPriority: P3\n")
+    # no dotted signal kind reads like a tool to call
+    assert "message.created" not in user
