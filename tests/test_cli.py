@@ -25,6 +25,7 @@ import suzumio
 import suzumio_cli_args
 import suzumio_coordination as coordination
 import suzumio_records
+import suzumio_runtime
 import suzumio_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -563,7 +564,7 @@ def test_serve_prints_the_control_room_url_and_keeps_its_token_in_a_0600_file(de
 def test_serve_serves_runner_routes_on_the_root_socket_only(demo):
     with serving("--root", str(demo), "--port", "0", "--no-scheduler") as served:
         socket_path = served.runner.removeprefix("unix://")
-        assert socket_path == str(suzumio.runner_socket_path(demo))
+        assert socket_path == str(suzumio_runtime.runner_socket_path(demo))
         assert stat.S_ISSOCK(os.stat(socket_path).st_mode)
         body = {"project": "demo", "agentId": "pm", "activationId": "act_x", "token": "nope", "kind": "x"}
         on_user = served.post("/runner/signals", body)
@@ -577,7 +578,7 @@ def test_serve_serves_runner_routes_on_the_root_socket_only(demo):
 
 
 def test_serve_runner_listen_serves_runner_routes_over_tls(demo):
-    stale = suzumio.runner_socket_path(demo)  # as a killed serve leaves it
+    stale = suzumio_runtime.runner_socket_path(demo)  # as a killed serve leaves it
     stale.parent.mkdir(parents=True, exist_ok=True)
     with socket.socket(socket.AF_UNIX) as left_behind:
         left_behind.bind(str(stale))
@@ -794,21 +795,22 @@ def test_every_docker_free_command_works_without_a_docker_daemon(project_file, R
 
 def test_runner_socket_path_falls_back_to_tmp_when_the_root_path_is_too_long(tmp_path):
     short = tmp_path.parent / "r"
-    assert suzumio.runner_socket_path(short) == short / "run" / "runner.sock"
+    assert suzumio_runtime.runner_socket_path(short) == short / "run" / "runner.sock"
     deep = Path("/srv/" + "x" * 120)
-    fallback = suzumio.runner_socket_path(deep)
+    fallback = suzumio_runtime.runner_socket_path(deep)
     assert fallback.parent.parent == Path("/tmp") and fallback.name == "runner.sock"
     assert re.fullmatch(r"suzumio-run-[0-9a-f]{16}", fallback.parent.name)
-    assert suzumio.runner_socket_path(deep) == fallback != suzumio.runner_socket_path(Path("/srv/" + "y" * 120))
+    other = suzumio_runtime.runner_socket_path(Path("/srv/" + "y" * 120))
+    assert suzumio_runtime.runner_socket_path(deep) == fallback != other
 
 
 def test_the_runner_socket_folder_must_hold_nothing_else(tmp_path):
     socket_path = tmp_path / "run" / "runner.sock"
-    suzumio.prepare_runner_socket_dir(socket_path)
+    suzumio_runtime.prepare_runner_socket_dir(socket_path)
     assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755
     (tmp_path / "run" / "suzumio.sqlite").write_text("")
     with pytest.raises(suzumio.SuzumioError, match="holds other files"):
-        suzumio.prepare_runner_socket_dir(socket_path)
+        suzumio_runtime.prepare_runner_socket_dir(socket_path)
 
 
 def test_run_and_api_token_are_not_project_names(tmp_path, R):

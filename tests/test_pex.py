@@ -25,8 +25,8 @@ from conftest import free_port, wait_until
 from mcp_fixtures import install_mcp_servers
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 
-import suzumio
 import suzumio_backend
+import suzumio_runtime
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -369,7 +369,7 @@ def test_docker_backend_mounts_the_runner_files_from_the_unpacked_pex(host, pex_
             shipped = {file_name: archive.read(file_name) for file_name in RUNNER_FILES}
         for container in containers:
             mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
-            assert mounts["/run/suzumio"] == str(suzumio.runner_socket_path(root).parent)
+            assert mounts["/run/suzumio"] == str(suzumio_runtime.runner_socket_path(root).parent)
             for file_name in RUNNER_FILES:
                 source = Path(mounts[f"/opt/suzumio/{file_name}"])
                 assert source == extracted / file_name
