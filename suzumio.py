@@ -773,12 +773,22 @@ COMMANDS = {
 
 
 def main(argv=None, out=None, err=None, now=None):
-    """Run one CLI command; returns the exit code (0 or 1). `now` is the clock of relative times."""
+    """Run one CLI command; returns the exit code (0 or 1, READER_GONE when the reader of its output went
+    away). `now` is the clock of relative times."""
     out = out or sys.stdout
     err = err or sys.stderr
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=os.environ.get("SUZUMIO_LOG_LEVEL", "WARNING").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=err)
+    try:
+        code = run_command(argv, out, err, now)
+        out.flush()  # what is still buffered meets a reader that went away here, not at exit
+        return code
+    except BrokenPipeError:
+        return reader_gone()
+
+
+def run_command(argv, out, err, now):
     try:
         command, rest, options = parse_args(argv)
     except UsageError as error:
@@ -794,9 +804,26 @@ def main(argv=None, out=None, err=None, now=None):
     except SuzumioError as error:
         print(f"Error: {error}", file=err)
         return 1
+    except BrokenPipeError:
+        raise
     except OSError as error:
         print(f"Error: {error}", file=err)
         return 1
+
+
+READER_GONE = 141  # 128 + SIGPIPE: what a Unix tool that a closed pipe ends reports (docs/cli.md)
+
+
+def reader_gone():
+    """The reader of our output went away (`suzumio status | head -1`): point stdout at /dev/null so the
+    interpreter's last flush finds no broken pipe either, and end quietly with READER_GONE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout without a descriptor (tests capture it in memory)
+        pass
+    return READER_GONE
 
 
 if __name__ == "__main__":

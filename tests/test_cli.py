@@ -820,3 +820,29 @@ def test_run_and_api_token_are_not_project_names(tmp_path, R):
         result = cli("init", str(path), "--root", str(R))
         assert result.returncode == 1
         assert result.stderr.strip() == f"Error: Invalid project name: {name} (reserved in the runtime root)"
+
+
+def test_a_reader_that_goes_away_ends_a_command_quietly_with_141(demo):
+    store = suzumio_store.Root(demo).open_project("demo")
+    for index in range(200):  # 400 kB of output: far more than a pipe holds, so the writer meets the close
+        coordination.send_message(store, config_of(store), "user", f"{index} " + "x" * 2000, recipient="pm")
+    process = subprocess.Popen([sys.executable, str(REPO / "suzumio.py"), "messages", "demo", "--limit", "500",
+                                "--root", str(demo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL)
+    try:
+        lines = [process.stdout.readline(), process.stdout.readline()]
+        process.stdout.close()  # `| head -2`: the reader goes away
+        errors = process.stderr.read()
+        assert process.wait(timeout=30) == suzumio.READER_GONE == 141
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert lines[0] == b"\n" and lines[1].startswith(b"msg_")
+    assert errors == b""
+
+
+def test_status_piped_into_head_prints_its_line_and_nothing_else(demo):
+    result = subprocess.run(["bash", "-c", 'set -o pipefail; "$0" suzumio.py status --root "$1" | head -1',
+                             sys.executable, str(demo)], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert (result.stdout, result.stderr) == ("demo  initialized\n", "")
+    assert result.returncode in (0, 141)
