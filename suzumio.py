@@ -677,14 +677,15 @@ def cmd_watch(rest, options, out, err, now):
         return 0
 
 
-def read_config_option(options):
-    """The text of --config FILE, or None."""
+def config_option(options):
+    """The path of --config FILE, checked readable (its relative paths are read from its folder), or None."""
     if options.config is None:
         return None
     try:
-        return Path(options.config).read_text(encoding="utf-8")
+        Path(options.config).read_bytes()
     except OSError as error:
         raise SuzumioError(f"Cannot read {options.config}: {error.strerror}") from None
+    return Path(options.config)
 
 
 def cmd_replay(rest, options, out, err, now):
@@ -697,7 +698,7 @@ def cmd_replay(rest, options, out, err, now):
     try:
         store = suzumio_replay.create_replay(root, rest[0], name, tools=options.tools or "live",
                                              on_diverge=options.on_diverge or "stop",
-                                             config_text=read_config_option(options))
+                                             config_file=config_option(options))
         print(f"Replaying {rest[0]} as {store.project_id}", file=out)
     finally:
         root.close()
@@ -738,7 +739,7 @@ def cmd_fork(rest, options, out, err, now):
         raise SuzumioError("--at ACTIVATION is required")
     root = open_root(options)
     try:
-        store = suzumio_replay.create_fork(root, rest[0], name, options.at, config_text=read_config_option(options))
+        store = suzumio_replay.create_fork(root, rest[0], name, options.at, config_file=config_option(options))
         print(f"Forked {rest[0]} at {options.at} as {store.project_id}", file=out)
     finally:
         root.close()

@@ -846,3 +846,41 @@ def test_status_piped_into_head_prints_its_line_and_nothing_else(demo):
                              sys.executable, str(demo)], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert (result.stdout, result.stderr) == ("demo  initialized\n", "")
     assert result.returncode in (0, 141)
+
+
+OTHER_SCRIPT = """\
+agents:
+  worker-*:
+    - steps:
+        - say: "From the other folder."
+"""
+
+
+def test_replay_and_fork_read_a_config_files_relative_paths_from_its_folder(tmp_path, R):
+    assert run("init", str(sleepy_project(tmp_path, 1234)), "--root", str(R)).code == 0
+    store = suzumio_store.Root(R).open_project("demo")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "script.yaml").write_text(OTHER_SCRIPT)  # the same name as the first file's, another folder
+    first = (tmp_path / "sleepy.yaml").read_text()
+    assert str(tmp_path / "script.yaml") in first
+    (other / "again.yaml").write_text(first.replace(str(tmp_path / "script.yaml"), "script.yaml"))
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    with serving("--root", str(R), "--port", "0", "--no-scheduler") as served:
+        served.post("/api/projects/demo/start").raise_for_status()
+        served.post("/api/projects/demo/messages", {"recipient": "worker-1", "body": "hello"}).raise_for_status()
+        [done] = wait_until(lambda: [a for a in store.list_activations() if a["status"] == "completed"], timeout=30,
+                            message="worker-1's activation to complete")
+        wait_until(lambda: store.artifact_snapshot(done["id"]), timeout=10, message="its artifacts recorded")
+        assert cli("stop", "demo", "--root", str(R)).returncode == 0
+        config = str(Path("..") / "other" / "again.yaml")  # relative to the working folder, too
+        replayed = cli("replay", "demo", "--as", "again", "--config", config, "--root", str(R), cwd=elsewhere)
+        assert (replayed.returncode, replayed.stderr) == (0, ""), replayed.stderr
+        forked = cli("fork", "demo", "--at", done["id"], "--as", "forked", "--config", config, "--root", str(R),
+                     cwd=elsewhere)
+        assert (forked.returncode, forked.stderr) == (0, ""), forked.stderr
+    root = suzumio_store.Root(R)
+    for name in ("again", "forked"):
+        script = root.open_project(name).config()["backend"]["runner"]["models"]["providers"]["replay"]["script"]
+        assert script["agents"]["worker-*"][0]["steps"] == [{"say": "From the other folder."}], name
