@@ -285,9 +285,11 @@ def cmd_send(rest, options, out, err, now):
         import suzumio_coordination
 
         config = suzumio_config.ProjectConfig.from_data(store.config())
-        message = suzumio_coordination.send_message(store, config, "user", " ".join(rest[3:]), recipient=recipient,
-                                                    priority=priority)
+        message = suzumio_coordination.send_user_message(store, config, "user", " ".join(rest[3:]),
+                                                         recipient=recipient, priority=priority)
         print(f"Sent {message['id']}", file=out)
+        if message.get("note"):
+            print(message["note"], file=out)
     finally:
         root.close()
     return tick_projects(options, [project], err)

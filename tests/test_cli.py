@@ -300,7 +300,10 @@ def test_unknown_project_creates_nothing(R, demo):
 
 def test_send_stores_message_without_activation(demo):
     result = run("send", "demo", "pm", "P1", "hello", "world", "--root", str(demo))
-    assert result.code == 0 and re.fullmatch(r"Sent msg_[0-9]+_[0-9a-f]{8}\n", result.out)
+    assert result.code == 0 and re.fullmatch(
+        r"Sent msg_[0-9]+_[0-9a-f]{8}\nProject demo is initialized: the message is kept and delivered when the "
+        r"team runs again; start it to resume \(suzumio start demo, or a POST to /api/projects/demo/start\)\n",
+        result.out)
     message_id = result.out.split()[1]
     lines = run("messages", "demo", "--root", str(demo)).out.splitlines()
     assert lines[0] == "" and re.fullmatch(rf"{message_id} \S+Z \((just now|\d+s ago)\) user -> pm \[P1\]", lines[1])
