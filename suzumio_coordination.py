@@ -469,6 +469,11 @@ def request_changes(store, config, body, recipient=None, now=None):
     """docs/http-api.md: running again, and a P2 user message (to the coordinator by default)."""
     if not isinstance(body, str) or not body.strip():
         raise BadRequest("body is required")
+    if not recipient and store.agent_row(config.communication.coordinator_agent) is None:
+        coordinator = config.communication.coordinator_agent
+        raise BadRequest(f'request-changes needs a recipient: communication.coordinatorAgent is "{coordinator}", '
+                         f"which is not in agents ({', '.join(store.agent_ids())}); send a recipient, or set "
+                         "communication.coordinatorAgent to one of them")
     recipient = recipient or config.communication.coordinator_agent
     if recipient != "user" and store.agent_row(recipient) is None:
         raise BadRequest(f"Unknown agent: {recipient}")
