@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import signal
 import sys
 import time
@@ -120,6 +121,27 @@ def cmd_init(rest, options, out, err, now):
         print(f"Root: {store.dir}", file=out)
     finally:
         root.close()
+    return 0
+
+
+def cmd_examples(rest, options, out, err, now):
+    """Copy the packaged examples into a folder (docs/cli.md); a file already there only with --force."""
+    source = suzumio_resources.resource_path("examples")
+    if not source.is_dir():
+        raise SuzumioError(f"No examples in this installation (looked for {source})")
+    target = Path(rest[0])
+    names = sorted(path.relative_to(source) for path in source.rglob("*")
+                   if path.is_file() and "__pycache__" not in path.parts)
+    there = [str(target / name) for name in names if (target / name).exists()]
+    if there and not options.force:
+        more = f" and {len(there) - 1} more" if len(there) > 1 else ""
+        raise SuzumioError(f"{there[0]}{more} already exist; nothing written (--force overwrites)")
+    for name in names:
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, target / name)
+    tops = sorted({name.parts[0] + ("/" if len(name.parts) > 1 else "") for name in names})
+    print(f"Wrote {len(names)} files to {target} ({', '.join(tops)})", file=out)
+    print(f"Next: suzumio init {target / 'demo.yaml'}", file=out)
     return 0
 
 
@@ -764,7 +786,7 @@ def cmd_diff(rest, options, out, err, now):
 
 
 COMMANDS = {
-    "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
+    "config": cmd_config_render, "init": cmd_init, "examples": cmd_examples, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
     "messages": cmd_messages, "activations": cmd_activations, "turns": cmd_activations,
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,

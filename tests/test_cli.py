@@ -887,3 +887,23 @@ def test_replay_and_fork_read_a_config_files_relative_paths_from_its_folder(tmp_
     for name in ("again", "forked"):
         script = root.open_project(name).config()["backend"]["runner"]["models"]["providers"]["replay"]["script"]
         assert script["agents"]["worker-*"][0]["steps"] == [{"say": "From the other folder."}], name
+
+
+def test_examples_writes_every_example_and_never_overwrites_without_force(tmp_path, R):
+    folder = tmp_path / "ex"
+    result = run("examples", str(folder))
+    shipped = sorted(p.relative_to(REPO / "examples") for p in (REPO / "examples").rglob("*") if p.is_file())
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file()) == shipped
+    assert result.code == 0 and result.out == (
+        f"Wrote {len(shipped)} files to {folder} (demo-script.yaml, demo.yaml, imports/, smoke.yaml, team.yaml)\n"
+        f"Next: suzumio init {folder / 'demo.yaml'}\n")
+    (folder / "demo.yaml").write_text("mine")
+    refused = run("examples", str(folder))
+    assert (refused.code, refused.out) == (1, "")
+    assert refused.err == (f"Error: {folder / 'demo-script.yaml'} and {len(shipped) - 1} more already exist; "
+                           "nothing written (--force overwrites)\n")
+    assert (folder / "demo.yaml").read_text() == "mine"
+    assert run("examples", str(folder), "--force").code == 0
+    assert (folder / "demo.yaml").read_bytes() == (REPO / "examples" / "demo.yaml").read_bytes()
+    assert run("init", str(folder / "demo.yaml"), "--root", str(R)).code == 0
+    assert run("init", str(folder / "imports" / "project.yaml"), "--root", str(R)).code == 0
