@@ -187,8 +187,9 @@ class Listeners:
     """What `serve` listens on (docs/cli.md): the user listener on host:port, the runner socket always,
     and with `runner_listen` (host, port) a TLS runner listener, its certificate `runner_tls` (a
     suzumio_tls.RunnerTls; None: the root's generated one). `api_token`: GENERATED (the root's token
-    file), None (`--no-auth`) or the token. `app_options` go to suzumio_api.make_app (tests shorten its
-    polls); `resolver` is the egress proxy's name resolution."""
+    file), None (`--no-auth`) or the token. `reconcile`: run the reconciler (test fixtures leave it off);
+    `app_options` go to suzumio_api.make_app (tests shorten its polls); `resolver` is the egress proxy's
+    name resolution."""
 
     host: str = "127.0.0.1"
     port: int = 0
@@ -209,8 +210,7 @@ class RuntimeOptions:
     reach a live `serve`'s socket if there is one, and start() starts nothing; with them it is `serve`'s.
     `scheduler`: start() starts the scheduler thread (every `scheduler_interval` seconds, else its
     default); `warm`: prepared runners; `tracer`: the root's observer and the runner routes' spans;
-    `model_proxy` and `mcp` replace the defaults (one over `environ` or the controller's environment, a
-    new McpHub)."""
+    `model_proxy` and `mcp` replace the defaults (one over the controller's environment, a new McpHub)."""
 
     root: object
     listeners: Listeners | None = None
@@ -221,7 +221,6 @@ class RuntimeOptions:
     tracer: object = None
     model_proxy: object = None
     mcp: object = None
-    environ: dict | None = None
 
 
 class Runtime:
@@ -245,8 +244,8 @@ class Runtime:
         return [server for server in (self.server, self.tls_server, self.runner_server) if server is not None]
 
     def start(self):
-        """Start the listeners (runner side first, so a runner never finds the user side open and its
-        own closed), the tracer, the reconciler and the scheduler. Returns self."""
+        """Start the listeners, the runner side before the user side (an activation a user starts finds its
+        runner listener open), the egress proxy, the tracer, the reconciler and the scheduler. Returns self."""
         listeners = self.options.listeners
         for server in (self.runner_server, self.tls_server):
             if server is not None:
@@ -367,8 +366,7 @@ def _build(options, path, lock):
                                                 configs=runtime.configs, controller_ca=controller_ca)
     runtime.reconciler = suzumio_backend_reconcile.Reconciler(runtime.backends)
     # The model keys stay in this process.
-    runtime.model_proxy = options.model_proxy or suzumio_model_proxy.ModelProxy(
-        os.environ if options.environ is None else options.environ)
+    runtime.model_proxy = options.model_proxy or suzumio_model_proxy.ModelProxy(os.environ)
     interval = {} if options.scheduler_interval is None else {"interval": options.scheduler_interval}
     runtime.scheduler = suzumio_scheduler.Scheduler(runtime.root, runtime.backends, runtime.configs,
                                                     hooks=runtime.toolpacks, on_fatal=on_fatal,
