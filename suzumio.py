@@ -3,23 +3,21 @@
 Parses the CLI (docs/cli.md), builds the runtime from arguments — store root, backends, scheduler,
 toolpack runtime and the WSGI app — and runs Waitress for `serve`. Nothing is built at import time."""
 import ctypes
-import hashlib
+import dataclasses
 import json
 import logging
 import os
 import resource
-import secrets
+import shutil
 import signal
-import stat
 import sys
-import threading
 import time
 from pathlib import Path
 
 import suzumio_config
 import suzumio_config_schema
-import suzumio_egress
 import suzumio_resources
+import suzumio_runtime
 import suzumio_store
 import suzumio_tls
 import suzumio_warm
@@ -37,83 +35,14 @@ MALLOC_ARENAS = 2
 MMAP_THRESHOLD_BYTES = 128 * 1024
 TRIM_INTERVAL_SECONDS = 60.0
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-RUNNER_SOCKET = "runner.sock"
-# sun_path holds 108 bytes on Linux and 104 on macOS, both with the terminating NUL.
-UNIX_PATH_LIMIT = 103
-
-
 def open_root(options, observer=None):
     return suzumio_store.Root(suzumio_store.resolve_root(options.root, os.environ), observer=observer)
 
 
-def runner_socket_path(root_path):
-    """Where `serve` listens for runners: <root>/run/runner.sock, or, when that path is too long for
-    AF_UNIX, /tmp/suzumio-run-<sha256(root)[:16]>/runner.sock."""
-    root_path = Path(os.path.abspath(root_path))
-    path = root_path / suzumio_store.RUN_DIR / RUNNER_SOCKET
-    if len(os.fsencode(path)) <= UNIX_PATH_LIMIT:
-        return path
-    digest = hashlib.sha256(os.fsencode(root_path)).hexdigest()[:16]
-    return Path("/tmp") / f"suzumio-run-{digest}" / RUNNER_SOCKET
-
-
-def prepare_runner_socket_dir(socket_path):
-    """Create the socket's directory (mode 0755) and check it: it is bind-mounted into every container,
-    so it must be ours, a real directory, and hold nothing but the socket."""
-    directory = socket_path.parent
-    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode):
-        raise SuzumioError(f"Runner socket directory {directory} is not a directory")
-    if info.st_uid != os.getuid():
-        raise SuzumioError(f"Runner socket directory {directory} belongs to another user")
-    os.chmod(directory, 0o755)
-    # The warm and egress sockets live beside the runner socket: runners reach them there.
-    others = sorted(name for name in os.listdir(directory)
-                    if name not in (socket_path.name, suzumio_warm.WARM_SOCKET, suzumio_egress.EGRESS_SOCKET))
-    if others:
-        raise SuzumioError(f"Runner socket directory {directory} holds other files ({', '.join(others[:3])}); "
-                           "it is mounted into every container, so it may hold only the socket")
-    if socket_path.exists() and not stat.S_ISSOCK(os.lstat(socket_path).st_mode):
-        raise SuzumioError(f"Runner socket path {socket_path} exists and is not a socket")
-
-
-def live_runner_socket(root_path):
-    """The root's runner socket when one exists (a `serve` listens there), else None: activations that
-    a CLI command starts then reach the controller through backend.controllerUrl."""
-    path = runner_socket_path(root_path)
-    try:
-        return path if stat.S_ISSOCK(os.lstat(path).st_mode) else None
-    except OSError:
-        return None
-
-
-def api_token_path(root_path):
-    return Path(root_path) / suzumio_store.API_TOKEN_FILE
-
-
-def read_api_token(root_path):
-    """The token `serve` keeps in <root>/api-token (for HTTP clients on this machine), or None."""
-    try:
-        return api_token_path(root_path).read_text(encoding="utf-8").strip() or None
-    except FileNotFoundError:
-        return None
-
-
-def root_api_token(root_path):
-    """The token in <root>/api-token (kept mode 0600), or a new one written there."""
-    path = api_token_path(root_path)
-    token = read_api_token(root_path)
-    if token:
-        os.chmod(path, 0o600)
-        return token
-    token = secrets.token_urlsafe(32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        handle.write(token + "\n")
-    return token
+def cli_runtime(options):
+    """A CLI command's runtime (suzumio_runtime): no listener; runners reach a live serve's socket."""
+    return suzumio_runtime.build_runtime(
+        suzumio_runtime.RuntimeOptions(root=suzumio_store.resolve_root(options.root, os.environ)))
 
 
 def parse_listen(value):
@@ -123,47 +52,6 @@ def parse_listen(value):
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise SuzumioError(f"Invalid --runner-listen: {value} (expected HOST:PORT)")
     return host, int(port)
-
-
-class Runtime:
-    """The collaborators of one process, built from the root: backends, toolpack runtime, scheduler.
-    Imported lazily so that `config render`, `status` and friends never load Docker or Bottle.
-    `runner_socket`: where runners reach the controller (None: backend.controllerUrl); `controller_ca`:
-    the PEM CA runners verify a TLS runner listener against."""
-
-    def __init__(self, root, runner_socket=None, on_fatal=None, warm_limit=0, max_activations=None,
-                 controller_ca=None):
-        import suzumio_backend
-        import suzumio_backend_reconcile
-        import suzumio_mcp
-        import suzumio_model_proxy
-        import suzumio_scheduler
-        import suzumio_toolpacks
-
-        self.root = root
-        self.mcp = suzumio_mcp.McpHub()  # MCP sessions: none start until a project needs one
-        # the one ConfigCache of the process: ticks, routes and toolpacks read the same ProjectConfig
-        self.configs = suzumio_config.ConfigCache(mcp_tools=self.mcp.listing)
-        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(self.configs, mcp=self.mcp)
-        # Prepared runners only in serve: a CLI command's process ends before one is claimed.
-        if controller_ca is None:
-            # A CLI command's swarm (and local) runners reach a TLS runner listener with the CA that
-            # serve published.
-            controller_ca = suzumio_tls.published_ca(root.path)
-        self.backends = suzumio_backend.Backends(runner_socket=runner_socket, warm_limit=warm_limit,
-                                                 configs=self.configs, controller_ca=controller_ca)
-        self.reconciler = suzumio_backend_reconcile.Reconciler(self.backends)
-        self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
-        self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, self.configs, hooks=self.toolpacks,
-                                                     on_fatal=on_fatal, max_activations=max_activations)
-
-    def close(self):
-        """Shutdown order of docs/design/README.md after HTTP: scheduler, backend watchers, Node host, stores."""
-        self.scheduler.stop()
-        self.reconciler.close()
-        self.backends.close()
-        self.toolpacks.close()
-        self.root.close()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,6 +121,27 @@ def cmd_init(rest, options, out, err, now):
         print(f"Root: {store.dir}", file=out)
     finally:
         root.close()
+    return 0
+
+
+def cmd_examples(rest, options, out, err, now):
+    """Copy the packaged examples into a folder (docs/cli.md); a file already there only with --force."""
+    source = suzumio_resources.resource_path("examples")
+    if not source.is_dir():
+        raise SuzumioError(f"No examples in this installation (looked for {source})")
+    target = Path(rest[0])
+    names = sorted(path.relative_to(source) for path in source.rglob("*")
+                   if path.is_file() and "__pycache__" not in path.parts)
+    there = [str(target / name) for name in names if (target / name).exists()]
+    if there and not options.force:
+        more = f" and {len(there) - 1} more" if len(there) > 1 else ""
+        raise SuzumioError(f"{there[0]}{more} already exist; nothing written (--force overwrites)")
+    for name in names:
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source / name, target / name)
+    tops = sorted({name.parts[0] + ("/" if len(name.parts) > 1 else "") for name in names})
+    print(f"Wrote {len(names)} files to {target} ({', '.join(tops)})", file=out)
+    print(f"Next: suzumio init {target / 'demo.yaml'}", file=out)
     return 0
 
 
@@ -414,9 +323,11 @@ def cmd_send(rest, options, out, err, now):
         import suzumio_coordination
 
         config = suzumio_config.ProjectConfig.from_data(store.config())
-        message = suzumio_coordination.send_message(store, config, "user", " ".join(rest[3:]), recipient=recipient,
-                                                    priority=priority)
+        message = suzumio_coordination.send_user_message(store, config, "user", " ".join(rest[3:]),
+                                                         recipient=recipient, priority=priority)
         print(f"Sent {message['id']}", file=out)
+        if message.get("note"):
+            print(message["note"], file=out)
     finally:
         root.close()
     return tick_projects(options, [project], err)
@@ -469,8 +380,7 @@ def stored_unknown_keys(store):
 def cmd_stop(rest, options, out, err, now, *, approve=False):
     import suzumio_scheduler
 
-    root = open_root(options)
-    runtime = Runtime(root, live_runner_socket(root.path))
+    runtime = cli_runtime(options)
     try:
         store = runtime.root.open_project(rest[0])
         if approve:
@@ -576,7 +486,7 @@ def cmd_gc(rest, options, out, err, now):
             if config.backend.kind not in suzumio_backend.CONTAINER_KINDS and not rest:
                 continue
             try:
-                removed = reconciler.collect_garbage(store, config, runner_socket_path(root.path))
+                removed = reconciler.collect_garbage(store, config, suzumio_runtime.runner_socket_path(root.path))
             except suzumio_backend.engine_errors() as error:
                 raise SuzumioError(f"Docker engine unavailable: {error}") from None
             print(f"{store.project_id}: removed {removed} container{'' if removed == 1 else 's'}", file=out)
@@ -589,8 +499,7 @@ def cmd_gc(rest, options, out, err, now):
 def tick_projects(options, names, err, every=False):
     """One scheduler pass per project (docs/cli.md). Over every project an error is reported per
     project and the rest go on; for a named project it is the command's error."""
-    root = open_root(options)
-    runtime = Runtime(root, live_runner_socket(root.path))
+    runtime = cli_runtime(options)
     failed = False
     try:
         if every:
@@ -628,7 +537,6 @@ def cmd_serve(rest, options, out, err, now):
     # (docs/spec-notes.md#traces-a-standard-library-otlp-encoder).
     endpoint = suzumio_telemetry.endpoint_from(options.otlp_endpoint, os.environ)
     tracer = suzumio_telemetry.Tracer(endpoint, headers=suzumio_telemetry.headers_from(os.environ))
-    root = open_root(options, observer=tracer)
     if options.no_auth:
         api_token = None
     elif options.api_token_env is not None:
@@ -636,42 +544,78 @@ def cmd_serve(rest, options, out, err, now):
         if not api_token:
             raise SuzumioError(f"API token variable {options.api_token_env} is not set")
     else:
-        api_token = root_api_token(root.path)
-    host = options.host or "127.0.0.1"
+        api_token = suzumio_runtime.GENERATED
     warm_text = options.warm if options.warm is not None else str(suzumio_warm.DEFAULT_LIMIT)
     if not warm_text.isdigit():
         raise SuzumioError(f"Invalid --warm: {warm_text} (expected a whole number)")
     cap_text = options.max_activations
     if cap_text is not None and (not cap_text.isdigit() or int(cap_text) < 1):
         raise SuzumioError(f"Invalid --max-activations: {cap_text} (expected a whole number of at least 1)")
-    runner_tls = None
-    if runner_listen is not None:
-        if options.runner_cert is not None:
-            runner_tls = suzumio_tls.operator_tls(*runner_tls_files)
+    # The operator's certificate, else the root's own, made under the root's lock (suzumio_runtime).
+    runner_tls = suzumio_tls.operator_tls(*runner_tls_files) if options.runner_cert is not None else None
+    listeners = suzumio_runtime.Listeners(
+        host=options.host or "127.0.0.1", port=int(port_text), threads=int(options.threads or 32),
+        api_token=api_token, allowed_hosts=tuple(options.allow_host or ()), runner_listen=runner_listen,
+        runner_tls=runner_tls)
+    return serve(suzumio_runtime.RuntimeOptions(
+        root=suzumio_store.resolve_root(options.root, os.environ), listeners=listeners,
+        scheduler=not options.no_scheduler, warm=int(warm_text),
+        max_activations=None if cap_text is None else int(cap_text), tracer=tracer), out, err)
+
+
+def serve(options, out, err):
+    """Run the controller of `options` (a suzumio_runtime.RuntimeOptions with listeners) until SIGINT or
+    SIGTERM (docs/cli.md). Returns 1 when one of its loops died (Liveness), else 0."""
+    import suzumio_api
+
+    # Half the descriptors for connections (of both listeners), the rest for databases, runner logs,
+    # pipes and engine calls.
+    descriptors = raise_descriptor_limit(err)
+    tune_malloc()
+    listeners = dataclasses.replace(options.listeners,
+                                    connection_limit=min(suzumio_api.CONNECTION_LIMIT, descriptors // 4))
+    runtime = suzumio_runtime.build_runtime(dataclasses.replace(options, listeners=listeners))
+    received = []
+    previous = {}
+    try:
+        if listeners.api_token is None:
+            who = ("any local process, agent tools on the local backend included," if listeners.host in LOOPBACK
+                   else f"anyone who can reach {listeners.host}")
+            print(f"Warning: --no-auth: the user API takes no token; {who} controls every project", file=err)
+        if listeners.runner_listen is None:
+            warn_unused_controller_urls(runtime.root, err)
+        # The handlers only record the signal: appending to a list takes no lock, so a signal can never
+        # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.
+        previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        runtime.start()
+        tracer = options.tracer
+        if tracer is not None and tracer.enabled:
+            print(f"suzumio exporting traces to {tracer.endpoint}", file=err, flush=True)
+        print(f"suzumio listening on {runtime.address}", file=out)
+        print(f"Control room: {runtime.address}/" + (f"?token={runtime.api_token}" if runtime.api_token else ""),
+              file=out)
+        if runtime.tls_server is None:
+            print(f"Runner listener: unix://{runtime.runner_socket}", file=out, flush=True)
         else:
-            runner_tls = suzumio_tls.generated_tls(root.path, runner_listen[0])
-    return serve(root, host=host, port=int(port_text), threads=int(options.threads or 32),
-                 scheduler_enabled=not options.no_scheduler, allowed_hosts=tuple(options.allow_host or ()),
-                 api_token=api_token, runner_listen=runner_listen, out=out, err=err, tracer=tracer,
-                 warm=int(warm_text), max_activations=None if cap_text is None else int(cap_text),
-                 runner_tls=runner_tls)
-
-
-class Liveness:
-    """The long-lived loops of `serve` (HTTP, scheduler, reconciler). A loop that dies reports here;
-    the first death ends the process with exit code 1, so a supervisor restarts it and the restarted
-    controller adopts the runners. /health names the state of each loop meanwhile."""
-
-    def __init__(self, components):
-        self._states = dict.fromkeys(components, "up")
-        self.dead = threading.Event()
-
-    def died(self, component, error):
-        self._states[component] = f"down: {type(error).__name__}: {error}"
-        self.dead.set()
-
-    def states(self):
-        return dict(self._states)
+            host = suzumio_runtime.url_host(listeners.runner_listen[0])
+            print(f"Runner listener: https://{host}:{runtime.tls_server.port}", file=out)
+            print(f"Runner socket: unix://{runtime.runner_socket}", file=out, flush=True)
+        trimmed = time.monotonic()
+        while not received and not runtime.liveness.dead.wait(SIGNAL_POLL_SECONDS):
+            if time.monotonic() - trimmed >= TRIM_INTERVAL_SECONDS:
+                release_free_memory()
+                trimmed = time.monotonic()
+        if received:
+            log.info("signal %s: shutting down", received[0])
+    finally:
+        runtime.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if runtime.liveness.dead.is_set():
+        print(f"Error: serve stopped because a loop died: {runtime.liveness.down()}", file=err)
+        return 1
+    return 0
 
 
 def raise_descriptor_limit(err):
@@ -718,21 +662,6 @@ def release_free_memory():
     return bool(libc.malloc_trim(0)) if libc is not None else False
 
 
-def open_stores(root):
-    """The stores of every project in the root, skipping one removed between listing and opening."""
-    stores = []
-    for name in root.list_projects():
-        try:
-            stores.append(root.open_project(name))
-        except SuzumioError as error:
-            log.warning("project %s skipped: %s", name, error)
-    return stores
-
-
-def url_host(host):
-    return f"[{host}]" if ":" in host else host
-
-
 def warn_unused_controller_urls(root, err):
     """backend.controllerUrl is read only with --runner-listen: say so for every project that sets one,
     and that a swarm project's activations cannot start without it."""
@@ -750,122 +679,9 @@ def warn_unused_controller_urls(root, err):
                   "over its runner socket (it applies only with serve --runner-listen)", file=err)
 
 
-def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_token, out, err,
-          runner_listen=None, tracer=None, warm=0, max_activations=None, runner_tls=None):
-    """Run the controller until SIGINT/SIGTERM: the user listener (host:port), the runner listener (the
-    root's runner socket, or TLS on `runner_listen` (host, port) with `runner_tls`, a suzumio_tls.RunnerTls),
-    scheduler, reconciliation (docs/cli.md). Returns 1 when one of its loops died (Liveness), else 0."""
-    import suzumio_api
-    import suzumio_runner_support
-    if api_token is None:
-        who = ("any local process, agent tools on the local backend included," if host in LOOPBACK
-               else f"anyone who can reach {host}")
-        print(f"Warning: --no-auth: the user API takes no token; {who} controls every project", file=err)
-    # The runner socket is served with --runner-listen too: docker-chat runners reach the controller
-    # only there, without a network.
-    socket_path = runner_socket_path(root.path)
-    prepare_runner_socket_dir(socket_path)
-    descriptors = raise_descriptor_limit(err)
-    tune_malloc()
-    liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
-    if runner_listen is not None:
-        if runner_tls is None:
-            raise SuzumioError("serve --runner-listen needs the listener's TLS certificate")
-        suzumio_tls.publish_ca(root.path, runner_tls.ca_pem)
-    else:
-        # CLI commands' runners would take it for a TLS listener that no longer runs.
-        suzumio_tls.unpublish_ca(root.path)
-    runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm, max_activations=max_activations,
-                      controller_ca=None if runner_tls is None else runner_tls.ca_pem)
-    servers = []
-    egress = None
-    received = []
-    previous = {}
-    try:
-        if runner_listen is None:
-            warn_unused_controller_urls(root, err)
-        app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
-                                   api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
-                                   liveness=liveness.states)
-        runner_app = suzumio_runner_support.make_runner_app(root, runtime.toolpacks, runtime.scheduler,
-                                                              runtime.model_proxy, tracer)
-        # Half the descriptors for connections (of both listeners), the rest for databases, runner logs,
-        # pipes and engine calls.
-        limit = min(suzumio_api.CONNECTION_LIMIT, descriptors // 4)
-        server = suzumio_api.Server(app, host, port, threads=threads, connection_limit=limit,
-                                    on_fatal=liveness.died)
-        servers.append(server)
-
-        def runner_died(_component, error):
-            liveness.died("runner-http", error)
-
-        runner_server = suzumio_api.Server(runner_app, threads=threads, connection_limit=limit,
-                                           on_fatal=runner_died, unix_socket=socket_path, name="suzumio-runner-http")
-        servers.append(runner_server)
-        egress_socket = socket_path.parent / suzumio_egress.EGRESS_SOCKET
-        tls_server = None
-        if runner_listen is not None:
-            # Its egress tunnels (ALPN) go to the same proxy socket as the runner socket's neighbours.
-            tls_server = suzumio_tls.TlsRunnerListener(runner_app, runner_listen[0], runner_listen[1], runner_tls,
-                                                       egress_socket=egress_socket, threads=threads,
-                                                       connection_limit=limit, on_fatal=runner_died,
-                                                       name="suzumio-runner-tls-http")
-            servers.append(tls_server)
-        # The controller's own listeners are never a destination, whatever an allowlist says.
-        own = [(host, server.port)] + ([(runner_listen[0], tls_server.port)] if tls_server else [])
-        egress = suzumio_egress.EgressProxy(root, runtime.configs, own_listeners=lambda: own)
-        egress.listen_unix(egress_socket)
-        # The handlers only record the signal: appending to a list takes no lock, so a signal can never
-        # deadlock on one the main thread holds (Event.set would). The main thread shuts down in order.
-        previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-        for runner in (runner_server, tls_server):
-            if runner is not None:
-                runner.start()
-        egress.start()
-        if tracer is not None and tracer.enabled:
-            tracer.start()
-            print(f"suzumio exporting traces to {tracer.endpoint}", file=err, flush=True)
-        server.start()
-        base = f"http://{host}:{server.port}"
-        print(f"suzumio listening on {base}", file=out)
-        print(f"Control room: {base}/" + (f"?token={api_token}" if api_token else ""), file=out)
-        if tls_server is None:
-            print(f"Runner listener: unix://{socket_path}", file=out, flush=True)
-        else:
-            print(f"Runner listener: https://{url_host(runner_listen[0])}:{tls_server.port}", file=out)
-            print(f"Runner socket: unix://{socket_path}", file=out, flush=True)
-        runtime.reconciler.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
-        if scheduler_enabled:
-            runtime.scheduler.start()
-        trimmed = time.monotonic()
-        while not received and not liveness.dead.wait(SIGNAL_POLL_SECONDS):
-            if time.monotonic() - trimmed >= TRIM_INTERVAL_SECONDS:
-                release_free_memory()
-                trimmed = time.monotonic()
-        if received:
-            log.info("signal %s: shutting down", received[0])
-    finally:
-        for server in servers:
-            server.close()
-        if egress is not None:
-            egress.close()
-        runtime.close()
-        if tracer is not None:
-            tracer.close()  # after the runtime: the last activation spans are exported
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if liveness.dead.is_set():
-        down = ", ".join(f"{name} {state}" for name, state in liveness.states().items() if state != "up")
-        print(f"Error: serve stopped because a loop died: {down}", file=err)
-        return 1
-    return 0
-
-
 def cmd_toolpacks(rest, options, out, err, now):
     """Every toolpack of a project with its kind, state and tools (MCP servers are started to list)."""
-    root = open_root(options)
-    runtime = Runtime(root, live_runner_socket(root.path))
+    runtime = cli_runtime(options)
     try:
         store = runtime.root.open_project(rest[0])
         for row in runtime.toolpacks.toolpack_listing(store):
@@ -881,8 +697,8 @@ def cmd_mcp(rest, options, out, err, now):
     """Serve Suzumio's MCP tools over stdio (for desktop MCP clients)."""
     import suzumio_mcp_server
 
-    root = open_root(options)
-    return suzumio_mcp_server.serve_stdio(root, Runtime(root, live_runner_socket(root.path)), sys.stdin, out)
+    runtime = cli_runtime(options)
+    return suzumio_mcp_server.serve_stdio(runtime.root, runtime, sys.stdin, out)
 
 
 def cmd_watch(rest, options, out, err, now):
@@ -894,7 +710,7 @@ def cmd_watch(rest, options, out, err, now):
         if not token:
             raise SuzumioError(f"--api-token-env {options.api_token_env}: the variable is not set")
     else:
-        token = read_api_token(root_path)
+        token = suzumio_runtime.read_api_token(root_path)
     try:
         return suzumio_watch.watch(options.url or "http://127.0.0.1:39400", rest[0], token, out,
                                    once=bool(options.once))
@@ -902,14 +718,15 @@ def cmd_watch(rest, options, out, err, now):
         return 0
 
 
-def read_config_option(options):
-    """The text of --config FILE, or None."""
+def config_option(options):
+    """The path of --config FILE, checked readable (its relative paths are read from its folder), or None."""
     if options.config is None:
         return None
     try:
-        return Path(options.config).read_text(encoding="utf-8")
+        Path(options.config).read_bytes()
     except OSError as error:
         raise SuzumioError(f"Cannot read {options.config}: {error.strerror}") from None
+    return Path(options.config)
 
 
 def cmd_replay(rest, options, out, err, now):
@@ -922,7 +739,7 @@ def cmd_replay(rest, options, out, err, now):
     try:
         store = suzumio_replay.create_replay(root, rest[0], name, tools=options.tools or "live",
                                              on_diverge=options.on_diverge or "stop",
-                                             config_text=read_config_option(options))
+                                             config_file=config_option(options))
         print(f"Replaying {rest[0]} as {store.project_id}", file=out)
     finally:
         root.close()
@@ -963,7 +780,7 @@ def cmd_fork(rest, options, out, err, now):
         raise SuzumioError("--at ACTIVATION is required")
     root = open_root(options)
     try:
-        store = suzumio_replay.create_fork(root, rest[0], name, options.at, config_text=read_config_option(options))
+        store = suzumio_replay.create_fork(root, rest[0], name, options.at, config_file=config_option(options))
         print(f"Forked {rest[0]} at {options.at} as {store.project_id}", file=out)
     finally:
         root.close()
@@ -986,7 +803,7 @@ def cmd_diff(rest, options, out, err, now):
 
 
 COMMANDS = {
-    "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
+    "config": cmd_config_render, "init": cmd_init, "examples": cmd_examples, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
     "messages": cmd_messages, "activations": cmd_activations, "turns": cmd_activations,
     "artifacts": cmd_artifacts, "events": cmd_events, "tick": cmd_tick,
@@ -999,12 +816,22 @@ COMMANDS = {
 
 
 def main(argv=None, out=None, err=None, now=None):
-    """Run one CLI command; returns the exit code (0 or 1). `now` is the clock of relative times."""
+    """Run one CLI command; returns the exit code (0 or 1, READER_GONE when the reader of its output went
+    away). `now` is the clock of relative times."""
     out = out or sys.stdout
     err = err or sys.stderr
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=os.environ.get("SUZUMIO_LOG_LEVEL", "WARNING").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=err)
+    try:
+        code = run_command(argv, out, err, now)
+        out.flush()  # what is still buffered meets a reader that went away here, not at exit
+        return code
+    except BrokenPipeError:
+        return reader_gone()
+
+
+def run_command(argv, out, err, now):
     try:
         command, rest, options = parse_args(argv)
     except UsageError as error:
@@ -1020,9 +847,26 @@ def main(argv=None, out=None, err=None, now=None):
     except SuzumioError as error:
         print(f"Error: {error}", file=err)
         return 1
+    except BrokenPipeError:
+        raise
     except OSError as error:
         print(f"Error: {error}", file=err)
         return 1
+
+
+READER_GONE = 141  # 128 + SIGPIPE: what a Unix tool that a closed pipe ends reports (docs/cli.md)
+
+
+def reader_gone():
+    """The reader of our output went away (`suzumio status | head -1`): point stdout at /dev/null so the
+    interpreter's last flush finds no broken pipe either, and end quietly with READER_GONE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # a stdout without a descriptor (tests capture it in memory)
+        pass
+    return READER_GONE
 
 
 if __name__ == "__main__":

@@ -449,7 +449,7 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
     def send_message(project):
         store = root.open_project(project)
         body = read_fields()
-        message = coordination.send_message(
+        message = coordination.send_user_message(
             store, toolpacks.configs.get(store), sender=optional_string(body.get("sender")) or "user",
             body=body.get("body"),
             recipient=optional_string(body.get("recipient")), channel=optional_string(body.get("channel")),

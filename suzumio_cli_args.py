@@ -60,6 +60,8 @@ COMMAND_TABLE = (
             [Option("--strict", None, "unknown keys in the file are errors, not warnings"),
              Option("--check", None, "also start each MCP server once and check allowlists against its tools")]),
     Command("init", "<file>", "Create a project under the runtime root from a project file.", [ROOT]),
+    Command("examples", "<dir>", "Write the example project files (and the scripts, imports and prompts they "
+            "read) into a folder, to init or adapt.", [Option("--force", None, "overwrite files that exist")]),
     Command("serve", "", "Run the controller: HTTP API, control room, scheduler and runner supervision.", [
         Option("--host", "HOST", "address to listen on (default 127.0.0.1)", shown="127.0.0.1"),
         Option("--port", "PORT", "port to listen on, 0 for any free one (default 39400)", shown="39400"),
@@ -162,7 +164,7 @@ USAGE = ("Suzumio\n\nCommands:\n"
 
 # (minimum, maximum) positionals after the command word; None = unbounded.
 COMMAND_ARITY = {
-    "init": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
+    "init": (1, 1), "examples": (1, 1), "serve": (0, 0), "start": (1, 1), "stop": (1, 1), "approve": (1, 1),
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
     "artifacts": (1, 2), "report": (1, 1), "request-changes": (2, None),
     "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),

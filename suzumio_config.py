@@ -21,15 +21,17 @@ from suzumio_config_schema import (
     DEFAULT_KEEP_RECORDED,
     DEFAULT_PIDS_LIMIT,
     DEFAULT_WARM,
+    RESERVED_AGENT_ID,
     _format_path,
     _type_name,
+    check_references,
+    coordinator_warning,
     parse_size,
     runaway_warnings,
     validate_schema,
 )
 from suzumio_config_swarm import KIND_SWARM, SwarmConfig, swarm_config, swarm_network_warning, swarm_placement
 from suzumio_errors import ConfigError, NotFound
-from suzumio_records import DEFAULT_COORDINATOR
 from suzumio_registry import (
     BUILTIN_TOOLPACKS,
     MANIFEST_NAME,
@@ -45,7 +47,6 @@ from suzumio_yaml import apply_extends, dump_yaml, lexical_abspath, load_file, r
 
 log = logging.getLogger(__name__)
 
-RESERVED_AGENT_ID = "user"
 RESERVED_MOUNT_TARGETS = ("/activation", "/workspace", "/artifacts", "/toolpacks", "/opt/suzumio", "/run/suzumio")
 UNSUPPORTED_PROVIDER_TYPES = ("openai", "google")  # Anthropic is supported
 LOCAL_WARNING = "Warning: backend.kind local runs agent tools on this host without isolation"
@@ -512,35 +513,6 @@ def _check_models(data):
             raise ConfigError(f"Agent {agent_id} selected unknown model preset: {selected}")
 
 
-def _written(tree, *path):
-    """The value at path in the merged tree before defaults, or None when not written there."""
-    for key in path:
-        if isinstance(key, int):
-            if not isinstance(tree, list) or key >= len(tree):
-                return None
-        elif not isinstance(tree, dict) or key not in tree:
-            return None
-        tree = tree[key]
-    return tree
-
-
-def _check_references(data, merged, agent_ids):
-    def known(value, path, allow_user=False):
-        if value is not None and value not in agent_ids and not (allow_user and value == RESERVED_AGENT_ID):
-            raise ConfigError(f"{path}: unknown agent {value}")
-    # A written value equal to the default (`pm`) is not checked, like the default itself: a rendered
-    # resolved.yaml spells every default out and must render again (docs/configuration.md).
-    coordinator = _written(merged, "communication", "coordinatorAgent")
-    known(coordinator if coordinator != DEFAULT_COORDINATOR else None, "communication.coordinatorAgent")
-    target = _written(merged, "scheduler", "allQuietNudge", "targetAgent")
-    known(target if target != DEFAULT_COORDINATOR else None, "scheduler.allQuietNudge.targetAgent")
-    for monitor in ("quietAgentMonitor", "failedAgentMonitor"):
-        for index, rule in enumerate(data["scheduler"][monitor]["rules"]):
-            known(rule["agent"], f"scheduler.{monitor}.rules.{index}.agent")
-            if _written(merged, "scheduler", monitor, "rules", index, "recipient") is not None:
-                known(rule["recipient"], f"scheduler.{monitor}.rules.{index}.recipient", allow_user=True)
-
-
 def _check_presets(models):
     presets, providers = models["presets"], models["providers"]
     for preset_id, preset in presets.items():
@@ -718,7 +690,7 @@ def _post_validate(data, merged, base_dir, env, packaged_dir, mcp_tools=None):
     registry = resolve_toolpacks(entries, base_dir, packaged_dir, mcp_tools)
     if RESERVED_AGENT_ID in agent_ids:
         raise ConfigError(f"Agent id is reserved: {RESERVED_AGENT_ID}")
-    _check_references(data, merged, set(agent_ids))
+    check_references(data, merged, set(agent_ids))
     models = data["backend"]["runner"]["models"]
     _check_presets(models)
     _check_allowlists(data, registry)
@@ -977,8 +949,11 @@ class ProjectConfig:
 
     @property
     def warnings(self):
-        """`config render` and `init` stderr (docs/configuration.md): weakened boundaries, then unbounded nudges."""
-        return boundary_warnings(self) + runaway_warnings(self.scheduler)
+        """The stderr lines `config render` and `init` print after a successful load (docs/configuration.md):
+        the local backend, every setting that weakens the container boundary, a team without its coordinator,
+        unbounded nudges."""
+        return (boundary_warnings(self) + [line for line in [coordinator_warning(self.data, self.agent_ids)] if line]
+                + runaway_warnings(self.scheduler))
 
     def network_report(self):
         """What `config render` prints about each agent's way out: its container's network on

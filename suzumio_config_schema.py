@@ -779,3 +779,60 @@ def unknown_keys(tree):
         tree = {key: value for key, value in tree.items() if key != "extends"}
     _PROJECT.check(tree, [], issues)
     return list(issues.unknown)
+
+
+# ---------------------------------------------------------------- cross references
+
+RESERVED_AGENT_ID = "user"
+
+
+def _written(tree, *path):
+    """The value at path in the merged tree before defaults, or None when not written there."""
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(tree, list) or key >= len(tree):
+                return None
+        elif not isinstance(tree, dict) or key not in tree:
+            return None
+        tree = tree[key]
+    return tree
+
+
+def check_references(data, merged, agent_ids):
+    """Every agent a setting names is in the team. A default `pm` only where a feature that is on sends to
+    it: the coordinator with restrictNonCoordinatorToCoordinator, the all-quiet nudge's target, an
+    enabled monitor rule's recipient (coordinator_warning covers the rest)."""
+    def check(path, allow_user=False, needed=True):
+        value, written = _value(data, path), _written(merged, *path)
+        if value in agent_ids or (allow_user and value == RESERVED_AGENT_ID):
+            return
+        name, also = ".".join(map(str, path)), f" or {RESERVED_AGENT_ID}" if allow_user else ""
+        if written is not None and written != DEFAULT_COORDINATOR:
+            raise ConfigError(f"{name}: unknown agent {value}")
+        if needed:
+            raise ConfigError(f'{name}: agent "{value}" is not in agents ({", ".join(sorted(agent_ids))}); '
+                              f"set {name} to one of them{also}")
+    check(("communication", "coordinatorAgent"), needed=data["communication"]["restrictNonCoordinatorToCoordinator"])
+    check(("scheduler", "allQuietNudge", "targetAgent"), needed=data["scheduler"]["allQuietNudge"]["enabled"])
+    for monitor in ("quietAgentMonitor", "failedAgentMonitor"):
+        for index, rule in enumerate(data["scheduler"][monitor]["rules"]):
+            if rule["agent"] not in agent_ids:
+                raise ConfigError(f"scheduler.{monitor}.rules.{index}.agent: unknown agent {rule['agent']}")
+            check(("scheduler", monitor, "rules", index, "recipient"), allow_user=True,
+                  needed=data["scheduler"][monitor]["enabled"] and rule["enabled"])
+
+
+def coordinator_warning(data, agent_ids):
+    """The warning of a team without its coordinator: request-changes must then name a recipient."""
+    coordinator = data["communication"]["coordinatorAgent"]
+    if coordinator in agent_ids:
+        return None
+    return (f'Warning: communication.coordinatorAgent: agent "{coordinator}" is not in agents '
+            f'({", ".join(sorted(agent_ids))}); request-changes then needs a "recipient" and wait notices go to '
+            "no one; set communication.coordinatorAgent to one of them")
+
+
+def _value(tree, path):
+    for key in path:
+        tree = tree[key]
+    return tree

@@ -33,6 +33,7 @@ from suzumio_records import (
     KIND_SUBMITTED,
     KIND_WAIT,
     PRIORITIES,
+    PROJECT_COMPLETED,
     PROJECT_RUNNING,
     PROJECT_SUBMITTED,
     RECORDABLE_SIGNAL_STATUSES,
@@ -104,6 +105,41 @@ def send_message(store, config, sender, body, recipient=None, channel=None, prio
         return store.write_grouped(send, now)
     with store.write(now) as tx:
         return send(tx)
+
+
+def send_user_message(store, config, sender, body, recipient=None, channel=None, priority=None, now=None,
+                      grouped=False):
+    """A message from a person or a script (the HTTP API, the CLI). A project that is not running keeps it
+    (its signals stay pending until the team runs again): the Message JSON then carries `queued: true` and
+    a `note` naming the status and how to resume (waiting_note). A completed project takes none (Conflict
+    with the same kind of note)."""
+    def send(tx):
+        message = _send(store, config, tx, sender, body, recipient, channel, priority)  # its checks first
+        status = store.project()["status"]  # no other writer can change it while this write is open
+        if status == PROJECT_COMPLETED:
+            raise Conflict(waiting_note(store.project_id, status))  # rolls the message back
+        note = waiting_note(store.project_id, status) if recipient != "user" else None
+        return message if note is None else {**message, "queued": True, "note": note}
+
+    if grouped:
+        return store.write_grouped(send, now)
+    with store.write(now) as tx:
+        return send(tx)
+
+
+def waiting_note(project_id, status):
+    """What a message to a project in `status` waits for, or None while it runs (docs/http-api.md)."""
+    if status == PROJECT_RUNNING:
+        return None
+    if status == PROJECT_COMPLETED:
+        return (f"Project {project_id} is completed and takes no more messages; start it to run the team "
+                f"again (suzumio start {project_id}, or a POST to /api/projects/{project_id}/start)")
+    if status == PROJECT_SUBMITTED:
+        resume = f"request changes to resume (a POST to /api/projects/{project_id}/request-changes)"
+    else:
+        resume = f"start it to resume (suzumio start {project_id}, or a POST to /api/projects/{project_id}/start)"
+    return (f"Project {project_id} is {status}: the message is kept and delivered when the team runs again; "
+            f"{resume}")
 
 
 def _send(store, config, tx, sender, body, recipient=None, channel=None, priority=None, source_agent=None,
@@ -460,6 +496,11 @@ def request_changes(store, config, body, recipient=None, now=None, submitted_onl
     `submitted_only` (the CLI), a project that is not submitted is a Conflict."""
     if not isinstance(body, str) or not body.strip():
         raise BadRequest("body is required")
+    if not recipient and store.agent_row(config.communication.coordinator_agent) is None:
+        coordinator = config.communication.coordinator_agent
+        raise BadRequest(f'request-changes needs a recipient: communication.coordinatorAgent is "{coordinator}", '
+                         f"which is not in agents ({', '.join(store.agent_ids())}); send a recipient, or set "
+                         "communication.coordinatorAgent to one of them")
     recipient = recipient or config.communication.coordinator_agent
     if recipient != "user" and store.agent_row(recipient) is None:
         raise BadRequest(f"Unknown agent: {recipient}")

@@ -384,7 +384,7 @@ def mount_mcp(app, server):
 
 def serve_stdio(root, runtime, stdin, stdout):
     """`suzumio mcp`: newline-delimited JSON-RPC on stdin/stdout until stdin closes, then the runtime
-    (the CLI's suzumio.Runtime) is closed. Changes run a scheduler pass in this process, as `suzumio send`
+    (a suzumio_runtime.Runtime) is closed. Changes run a scheduler pass in this process, as `suzumio send`
     does."""
     try:
         def tick(project):

@@ -53,7 +53,10 @@ SCHEMAS = {
     "Message": {"type": "object", "required": ["id", "project", "sender", "priority", "body", "createdAt"],
                 "properties": {"id": STRING, "project": STRING, "sender": STRING, "recipient": STRING,
                                "channel": STRING, "priority": {"enum": ["P0", "P1", "P2", "P3"]},
-                               "body": STRING, "createdAt": STRING}},
+                               "body": STRING, "createdAt": STRING, "queued": {"type": "boolean"},
+                               "note": STRING},
+                "description": "`queued` and `note` only in the answer to a send to a project that is not "
+                               "running: the message waits for the team's next run (docs/http-api.md)."},
     "Activation": {"type": "object", "required": ["id", "project", "agentId", "status", "startedAt"],
                    "properties": {"id": STRING, "project": STRING, "agentId": STRING, "status": STRING,
                                   "containerName": STRING, "node": STRING, "startedAt": STRING,

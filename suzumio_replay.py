@@ -306,10 +306,18 @@ def check_name(root, name):
         raise Conflict(f"Project already initialized: {name}")
 
 
-def new_project_config(root, source, name, config_text=None):
-    """The loaded ProjectConfig of a replay or fork named `name`: `config_text` (a project file, its
-    `name` replaced) or the source's resolved config; the agents must be the source's."""
-    if config_text is None:
+def new_project_config(root, source, name, config_text=None, config_file=None):
+    """The loaded ProjectConfig of a replay or fork named `name`: `config_file` (a project file, whose
+    relative paths are read from its own folder) or `config_text` (its text, paths from nowhere: the
+    HTTP API), its `name` replaced, or else the source's resolved config; the agents must be the source's."""
+    if config_file is not None:
+        try:
+            loaded = suzumio_config.load_project(config_file)
+        except suzumio_config.ConfigError as error:
+            raise BadRequest(f"config: {error.message}") from None
+        config = suzumio_config.ProjectConfig.from_data(dict(loaded.data, name=name))
+        source_text = loaded.source_text
+    elif config_text is None:
         data = dict(source.config(), name=name)
         config = suzumio_config.ProjectConfig.from_data(data)
         source_text = source.source_yaml_path.read_text(encoding="utf-8") \
@@ -333,7 +341,8 @@ def new_project_config(root, source, name, config_text=None):
     return config, source_text
 
 
-def create_replay(root, source_name, name, tools="live", on_diverge="stop", config_text=None, now=None):
+def create_replay(root, source_name, name, tools="live", on_diverge="stop", config_text=None, config_file=None,
+                  now=None):
     """Initialize `name` as a replay of `source_name` and start it (the caller ticks it)."""
     source = root.open_project(source_name)  # an unknown source is a 404 before any field is read
     if tools not in TOOLS_MODES:
@@ -343,7 +352,7 @@ def create_replay(root, source_name, name, tools="live", on_diverge="stop", conf
     check_name(root, name)
     if source.project()["status"] in (PROJECT_INITIALIZED, PROJECT_RUNNING):
         raise Conflict(f"Project {source_name} is {source.project()['status']}; replay a run that has ended")
-    config, source_text = new_project_config(root, source, name, config_text)
+    config, source_text = new_project_config(root, source, name, config_text, config_file)
     store = root.init_project(name, config.task, config.data, config.agents, source_text, config.render(),
                               now=now)
     store.set_origin(KIND_REPLAY, source_name, tools=tools, on_diverge=on_diverge, now=now)
@@ -371,7 +380,7 @@ def _fork_row(row, source, store):
     return out
 
 
-def create_fork(root, source_name, name, at, config_text=None, now=None):
+def create_fork(root, source_name, name, at, config_text=None, config_file=None, now=None):
     """Initialize `name` holding `source_name` as it was when activation `at` ended (messages, signals,
     histories, activations, audits, recordings, artifacts), then start it live (the caller ticks it)."""
     source = root.open_project(source_name)  # an unknown source is a 404 before any field is read
@@ -387,7 +396,7 @@ def create_fork(root, source_name, name, at, config_text=None, now=None):
     cut = point["completedAt"]
     kept = [a for a in source.activation_ids_in_order()
             if (row := source.activation(a))["status"] != "running" and row["completedAt"] <= cut]
-    config, source_text = new_project_config(root, source, name, config_text)
+    config, source_text = new_project_config(root, source, name, config_text, config_file)
     store = root.init_project(name, config.task, config.data, config.agents, source_text, config.render(),
                               now=now)
     for table in FORK_TABLES:

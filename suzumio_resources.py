@@ -1,5 +1,6 @@
 """Suzumio's version and where its runtime files are at run time: the WebUI bundle (`webui_dist/`), the
-packaged toolpacks (`toolpacks/`) and the Node toolpack host (`suzumio_toolpack_host.mjs`).
+packaged toolpacks (`toolpacks/`), the Node toolpack host (`suzumio_toolpack_host.mjs`) and the example
+projects (`examples/`, for `suzumio examples`).
 
 In a checkout, an editable install and the unpacked pex they sit beside the modules. A regular wheel
 cannot put directories beside flat top-level modules, so it installs them as data files under

@@ -36,6 +36,7 @@ DB_FILE = "suzumio.sqlite"
 # holds nothing else) and the user API token (mode 0600, never mounted). No project may take these names.
 RUN_DIR = "run"
 API_TOKEN_FILE = "api-token"
+SERVE_LOCK_FILE = "serve.lock"  # one serve per root (suzumio_runtime.ServeLock)
 BUSY_TIMEOUT_S = 5
 # Descriptor bounds (each connection holds the database and its WAL; a project adds its -shm once).
 IDLE_READERS = 2  # pooled reader connections kept per project; a burst beyond it closes its extras
@@ -328,7 +329,7 @@ class Root:
         the config's expanded agents (ProjectConfig.agents: id, role, display_name, prompt, model, tools)."""
         if not valid_project_name(name):
             raise BadRequest(f"Invalid project name: {name}")
-        if name in (RUN_DIR, API_TOKEN_FILE):
+        if name in (RUN_DIR, API_TOKEN_FILE, SERVE_LOCK_FILE):
             raise BadRequest(f"Invalid project name: {name} (reserved in the runtime root)")
         directory = self.path / name
         db_path = directory / DB_FILE

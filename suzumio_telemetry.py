@@ -1,6 +1,6 @@
 """OpenTelemetry traces of activations, model calls and tool calls, exported over OTLP/HTTP (protobuf).
 
-Off unless the composition root builds a Tracer with an endpoint (`serve --otlp-endpoint URL`, else
+Off unless `serve` builds a Tracer with an endpoint (`serve --otlp-endpoint URL`, else
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces); a disabled Tracer
 does nothing and nothing ever phones home. Standard library only: a small protobuf encoder of the OTLP
 trace messages and one named exporter thread that posts batches (why not the SDK:

@@ -318,8 +318,8 @@ def main(argv=None):
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # 100 calls queue behind the workers
     from api_fixtures import serving
 
-    import suzumio
     import suzumio_coordination as coordination
+    import suzumio_runtime
     results = benchlib.Results("model_stream")
     context = multiprocessing.get_context("spawn")
     ports = context.Queue()
@@ -345,7 +345,7 @@ def main(argv=None):
                     activation = coordination.start_activation(store, agent, "Measure.", [])
                     identities.append({"project": "stream", "agentId": agent, "activationId": activation["id"],
                                        "token": store.agent(agent, include_token=True)["token"]})
-                socket_path = str(suzumio.runner_socket_path(service.root.path))
+                socket_path = str(suzumio_runtime.runner_socket_path(service.root.path))
                 with concurrent.futures.ProcessPoolExecutor(
                         1, mp_context=context, initializer=client_setup,
                         initargs=(socket_path, service.port, identities)) as pool:

@@ -2,10 +2,12 @@
 """`make demo`: an offline team of agents on the embedded default, end to end.
 
 Initialises examples/demo.yaml (a PM, two workers and a critic replaying a script with the `scripted`
-provider) in a fresh root, serves it with `suzumio serve`, sends the kick-off message, follows the
+provider) as project `demo` of its root (replacing only that project's folder: other projects of the root,
+such as replays, stay), serves it with `suzumio serve`, sends the kick-off message, follows the
 project's SSE stream narrated as `suzumio watch` narrates it, prints the final report, and leaves the
 server running with the WebUI address until Ctrl-C. It uses Docker when an engine and the runner
-image are present, else the `local` backend.
+image are present, else the `local` backend. A root that a running `suzumio serve` holds is left alone:
+the demo says so and stops.
 """
 import argparse
 import json
@@ -23,9 +25,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+import suzumio_runtime  # noqa: E402  (the repository's modules, after the path above)
 import suzumio_watch  # noqa: E402  the narration of `suzumio watch`, from this checkout
 
 EXAMPLES = REPO / "examples"
+PROJECT = "demo"  # examples/demo.yaml's name: the one project of the root the demo replaces
 DEFAULT_PORT = 39400
 RUNNER_IMAGE = os.environ.get("SUZUMIO_RUNNER_IMAGE", "suzumio-runner:dev")
 
@@ -118,7 +123,8 @@ def follow(url, token, timeout):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default=str(REPO / "demo-root"), help="runtime root (recreated)")
+    parser.add_argument("--root", default=str(REPO / "demo-root"),
+                        help="runtime root (its demo project is replaced; refused while a serve runs on it)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--backend", choices=["auto", "local", "docker"], default="auto")
     parser.add_argument("--exit-when-done", action="store_true", help="stop the server after the report")
@@ -127,8 +133,16 @@ def main():
 
     started = time.monotonic()
     root = Path(args.root).resolve()
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
+    holder = suzumio_runtime.serve_holder(root)
+    if holder is not None:
+        pid, address = holder
+        print(f"A suzumio serve (process {pid}, {address or 'starting'}) is running on {root}; the demo leaves "
+              f"it alone. Stop it (kill {pid}), or run the demo on another root: make demo "
+              f'DEMO_ARGS="--root other-root"', file=sys.stderr)
+        return 1
+    # Only the demo's own project is replaced: other projects of the root (replays, forks) stay.
+    shutil.rmtree(root / PROJECT, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
     backend = args.backend if args.backend != "auto" else ("docker" if docker_ready() else "local")
     port = free_port(args.port)
     url = f"http://127.0.0.1:{port}"

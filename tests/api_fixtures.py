@@ -1,8 +1,9 @@
 """HTTP test fixtures: a real runtime root with projects initialized through the real config pipeline,
-and the controller's two real listeners as `serve` builds them: the user app on Waitress at an
-ephemeral port (send_bytes=1, ≥ 16 threads) with an API token, and the runner app on the root's runner
-socket (or TCP at port 0), shut down with server.close() + task_dispatcher.shutdown(). Imported by the
-test_api*, test_sse, test_runner_support and test_toolpacks modules and by bench/api_throughput.py."""
+and the controller's two real listeners built as `serve` builds them (suzumio_runtime.build_runtime): the
+user app on Waitress at an ephemeral port (send_bytes=1, ≥ 16 threads) with an API token, and the runner
+app on the root's runner socket (or TCP at port 0), shut down with server.close() +
+task_dispatcher.shutdown(). Imported by the test_api*, test_sse, test_runner_support and test_toolpacks
+modules and by bench/api_throughput.py."""
 import contextlib
 import json as jsonlib
 import textwrap
@@ -11,21 +12,16 @@ from pathlib import Path
 import requests
 from conftest import wait_until
 
-import suzumio
-import suzumio_api
-import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_egress
-import suzumio_runner_support
+import suzumio_runtime
 import suzumio_scheduler
-import suzumio_store
 import suzumio_tls
-import suzumio_toolpacks
 from suzumio_runner_loop import UnixHTTPConnection
 
 RUNNER_PREFIXES = ("/runner/", "/toolpacks/", "/activation-")
-GENERATED = object()
+GENERATED = suzumio_runtime.GENERATED
 
 DEMO_YAML = """\
 name: {name}
@@ -162,66 +158,38 @@ class Service:
 
 @contextlib.contextmanager
 def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
-            mcp=None, warm_limit=0, resolver=None, max_activations=None, **app_options):
-    """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
-    at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
-    None: no token), the runner app on the root's runner socket (and, with runner_listen=("127.0.0.1", 0),
-    over TLS on TCP with the root's generated certificate, reached through backend.controllerUrl by
-    local runners and swarm tasks: service.runner_server is then that listener). The
-    scheduler thread runs only with `scheduler_interval`; otherwise ticks run synchronously from the
-    routes that ask for them. `mcp`: an McpHub for MCP toolpacks (test_mcp)."""
-    root = suzumio_store.Root(root_path)
-    socket_path = suzumio.runner_socket_path(root.path)
-    suzumio.prepare_runner_socket_dir(socket_path)
-    # Like serve: the token lives in <root>/api-token (0600), which nothing mounts into a container.
-    token = suzumio.root_api_token(root.path) if api_token is GENERATED else api_token
-    runner_tls = None if runner_listen is None else suzumio_tls.generated_tls(root.path, runner_listen[0])
-    backends = suzumio_backend.Backends(runner_socket=socket_path, warm_limit=warm_limit,
-                                        controller_ca=runner_tls and runner_tls.ca_pem)
-    # Like serve: scheduler and routes share one config cache (listing MCP tools with an McpHub, test_mcp).
-    configs = suzumio_config.ConfigCache(mcp_tools=mcp.listing if mcp is not None else None)
-    toolpacks = suzumio_toolpacks.ToolpackRuntime(configs, mcp=mcp)
-    scheduler = suzumio_scheduler.Scheduler(root, backends, configs, hooks=toolpacks,
-                                            interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS,
-                                            max_activations=max_activations)  # serve --max-activations
-    if scheduler_interval is not None:
-        scheduler.start()
-    model_proxy = app_options.pop("model_proxy", None)
-    tracer = app_options.pop("tracer", None)
-    app = suzumio_api.make_app(root, scheduler, backends, toolpacks, api_token=token, **app_options)
-    runner_app = suzumio_runner_support.make_runner_app(root, toolpacks, scheduler, model_proxy, tracer)
-    # Like serve: the runner socket always (docker-chat runners reach only it), and the TLS listener
-    # with runner_listen, which hands egress tunnels to the proxy's socket beside the runner socket.
-    socket_server = suzumio_api.Server(runner_app, threads=threads, unix_socket=socket_path).start()
-    egress_socket = socket_path.parent / suzumio_egress.EGRESS_SOCKET
-    runner_server = socket_server
-    if runner_listen is not None:
-        runner_server = suzumio_tls.TlsRunnerListener(runner_app, *runner_listen, runner_tls, threads=threads,
-                                                      egress_socket=egress_socket).start()
-    server = suzumio_api.Server(app, "127.0.0.1", 0, threads=threads).start()
-    # Like serve: the egress proxy never reaches these listeners.
-    own = [("127.0.0.1", server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])
-    egress = suzumio_egress.EgressProxy(root, configs, resolver=resolver or suzumio_egress.resolve,
-                                        own_listeners=lambda: own)
-    egress.listen_unix(egress_socket)
-    egress.start()
-    service = Service(root, scheduler, backends, toolpacks, server, runner_server, token)
-    service.egress = egress
-    service.socket_path = socket_path
+            mcp=None, warm_limit=0, resolver=None, max_activations=None, model_proxy=None, tracer=None,
+            **app_options):
+    """The runtime `serve` runs (suzumio_runtime.build_runtime), with a real root, local backend and
+    scheduler: the user app at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file
+    as serve makes it; None: no token), the runner app on the root's runner socket (and, with
+    runner_listen=("127.0.0.1", 0), over TLS on TCP with the root's generated certificate, reached through
+    backend.controllerUrl by local runners and swarm tasks: service.runner_server is then that listener).
+    The scheduler thread runs only with `scheduler_interval`; otherwise ticks run synchronously from the
+    routes that ask for them; the reconciler does not run. `mcp`: an McpHub for MCP toolpacks (test_mcp);
+    `app_options` go to suzumio_api.make_app."""
+    listeners = suzumio_runtime.Listeners(
+        host="127.0.0.1", port=0, threads=threads, api_token=api_token, runner_listen=runner_listen,
+        reconcile=False, resolver=resolver or suzumio_egress.resolve, app_options=app_options)
+    runtime = suzumio_runtime.build_runtime(suzumio_runtime.RuntimeOptions(
+        root=root_path, listeners=listeners, scheduler=scheduler_interval is not None,
+        scheduler_interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS, warm=warm_limit,
+        max_activations=max_activations, tracer=tracer, model_proxy=model_proxy, mcp=mcp))
     try:
-        yield service
+        runtime.start()
+        service = Service(runtime.root, runtime.scheduler, runtime.backends, runtime.toolpacks, runtime.server,
+                          runtime.tls_server or runtime.runner_server, runtime.api_token)
+        service.runtime = runtime
+        service.egress = runtime.egress
+        service.socket_path = runtime.runner_socket
+        try:
+            yield service
+        finally:
+            runtime.scheduler.stop()
+            wait_for_runners(service)
+            service.http.close()
     finally:
-        scheduler.stop()
-        wait_for_runners(service)
-        service.http.close()
-        server.close()
-        if runner_server is not socket_server:
-            runner_server.close()
-        socket_server.close()
-        egress.close()
-        backends.close()
-        toolpacks.close()
-        root.close()
+        runtime.close()
 
 
 def wait_for_runners(service, timeout=20.0):

@@ -11,17 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
-from store_fixtures import CONFIGS, config_of
+from store_fixtures import config_of
 
-import suzumio
-import suzumio_api
 import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
-import suzumio_runner_support
-import suzumio_scheduler
+import suzumio_runtime
 import suzumio_store
-import suzumio_toolpacks
 
 HERE = Path(__file__).resolve().parent
 STAND_IN = HERE / "stand_in_runner.py"
@@ -239,16 +235,16 @@ class ServedEnv:
 
     def __init__(self, tmp_path, config, warm_limit=0):
         self.tmp_path = tmp_path
-        self.root = suzumio_store.Root(tmp_path / "root")
-        socket_path = suzumio.runner_socket_path(self.root.path)
-        suzumio.prepare_runner_socket_dir(socket_path)
-        self.backends = suzumio_backend.Backends(runner_socket=socket_path, warm_limit=warm_limit)
-        self.toolpacks = suzumio_toolpacks.ToolpackRuntime(CONFIGS)
-        self.scheduler = suzumio_scheduler.Scheduler(self.root, self.backends, CONFIGS, hooks=self.toolpacks)
-        app = suzumio_api.make_app(self.root, self.scheduler, self.backends, self.toolpacks)
-        self.server = suzumio_api.Server(app, "127.0.0.1", 0, threads=16).start()
-        runner_app = suzumio_runner_support.make_runner_app(self.root, self.toolpacks, self.scheduler)
-        self.runner_server = suzumio_api.Server(runner_app, threads=16, unix_socket=socket_path).start()
+        # serve's runtime without the scheduler thread and the reconciler: ticks run when a test asks.
+        self.runtime = suzumio_runtime.build_runtime(suzumio_runtime.RuntimeOptions(
+            root=tmp_path / "root", warm=warm_limit,
+            listeners=suzumio_runtime.Listeners(threads=16, api_token=None, reconcile=False))).start()
+        self.root = self.runtime.root
+        self.backends = self.runtime.backends
+        self.toolpacks = self.runtime.toolpacks
+        self.scheduler = self.runtime.scheduler
+        self.server = self.runtime.server
+        self.runner_server = self.runtime.runner_server
         config["backend"].pop("controllerUrl", None)
         _, self.store = init_project(None, config, tmp_path / "config", root=self.root)
 
@@ -257,12 +253,7 @@ class ServedEnv:
         for activation in self.store.running_activations():
             coordination.cancel_activation(self.store, activation["id"], "test over")
             self.backends.stop_runner(self.store, self.store.activation(activation["id"]))
-        self.server.close()
-        self.runner_server.close()
-        self.scheduler.stop()
-        self.backends.close()
-        self.toolpacks.close()
-        self.root.close()
+        self.runtime.close()
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from conftest import free_port, wait_until
 import suzumio
 import suzumio_backend
 import suzumio_backend_local
+import suzumio_runtime
 import suzumio_store
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ class Controller:
             self.kill()
 
     def post(self, path, body=None, timeout=10):
-        token = suzumio.read_api_token(self.root)
+        token = suzumio_runtime.read_api_token(self.root)
         return requests.post(self.url + path, json=body or {}, timeout=timeout,
                              headers={"Authorization": f"Bearer {token}"})
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import yaml
 from conftest import free_port, wait_until
 
-import suzumio
 import suzumio_config
+import suzumio_runtime
 import suzumio_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -112,7 +112,7 @@ class ServeProcess:
 
     def auth_headers(self):
         """The API token serve keeps in <root>/api-token, once it has written it."""
-        token = suzumio.read_api_token(self.root)
+        token = suzumio_runtime.read_api_token(self.root)
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def request(self, method, path, body=None, timeout=30):

@@ -55,9 +55,9 @@ def test_health_answers_exact_json_body(service):
 
 
 def test_health_names_the_loop_that_is_down(tmp_path):
-    import suzumio
+    import suzumio_runtime
 
-    liveness = suzumio.Liveness(["http", "scheduler", "reconciler"])
+    liveness = suzumio_runtime.Liveness(["http", "scheduler", "reconciler"])
     with serving(tmp_path / "root", liveness=liveness.states) as down_service:
         assert down_service.get("/health").json() == {"healthy": True}
         liveness.died("scheduler", OSError(24, "Too many open files"))

@@ -25,6 +25,7 @@ import suzumio
 import suzumio_cli_args
 import suzumio_coordination as coordination
 import suzumio_records
+import suzumio_runtime
 import suzumio_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -299,7 +300,10 @@ def test_unknown_project_creates_nothing(R, demo):
 
 def test_send_stores_message_without_activation(demo):
     result = run("send", "demo", "pm", "P1", "hello", "world", "--root", str(demo))
-    assert result.code == 0 and re.fullmatch(r"Sent msg_[0-9]+_[0-9a-f]{8}\n", result.out)
+    assert result.code == 0 and re.fullmatch(
+        r"Sent msg_[0-9]+_[0-9a-f]{8}\nProject demo is initialized: the message is kept and delivered when the "
+        r"team runs again; start it to resume \(suzumio start demo, or a POST to /api/projects/demo/start\)\n",
+        result.out)
     message_id = result.out.split()[1]
     lines = run("messages", "demo", "--root", str(demo)).out.splitlines()
     assert lines[0] == "" and re.fullmatch(rf"{message_id} \S+Z \((just now|\d+s ago)\) user -> pm \[P1\]", lines[1])
@@ -564,7 +568,7 @@ def test_serve_prints_the_control_room_url_and_keeps_its_token_in_a_0600_file(de
 def test_serve_serves_runner_routes_on_the_root_socket_only(demo):
     with serving("--root", str(demo), "--port", "0", "--no-scheduler") as served:
         socket_path = served.runner.removeprefix("unix://")
-        assert socket_path == str(suzumio.runner_socket_path(demo))
+        assert socket_path == str(suzumio_runtime.runner_socket_path(demo))
         assert stat.S_ISSOCK(os.stat(socket_path).st_mode)
         body = {"project": "demo", "agentId": "pm", "activationId": "act_x", "token": "nope", "kind": "x"}
         on_user = served.post("/runner/signals", body)
@@ -578,7 +582,7 @@ def test_serve_serves_runner_routes_on_the_root_socket_only(demo):
 
 
 def test_serve_runner_listen_serves_runner_routes_over_tls(demo):
-    stale = suzumio.runner_socket_path(demo)  # as a killed serve leaves it
+    stale = suzumio_runtime.runner_socket_path(demo)  # as a killed serve leaves it
     stale.parent.mkdir(parents=True, exist_ok=True)
     with socket.socket(socket.AF_UNIX) as left_behind:
         left_behind.bind(str(stale))
@@ -795,21 +799,22 @@ def test_every_docker_free_command_works_without_a_docker_daemon(project_file, R
 
 def test_runner_socket_path_falls_back_to_tmp_when_the_root_path_is_too_long(tmp_path):
     short = tmp_path.parent / "r"
-    assert suzumio.runner_socket_path(short) == short / "run" / "runner.sock"
+    assert suzumio_runtime.runner_socket_path(short) == short / "run" / "runner.sock"
     deep = Path("/srv/" + "x" * 120)
-    fallback = suzumio.runner_socket_path(deep)
+    fallback = suzumio_runtime.runner_socket_path(deep)
     assert fallback.parent.parent == Path("/tmp") and fallback.name == "runner.sock"
     assert re.fullmatch(r"suzumio-run-[0-9a-f]{16}", fallback.parent.name)
-    assert suzumio.runner_socket_path(deep) == fallback != suzumio.runner_socket_path(Path("/srv/" + "y" * 120))
+    other = suzumio_runtime.runner_socket_path(Path("/srv/" + "y" * 120))
+    assert suzumio_runtime.runner_socket_path(deep) == fallback != other
 
 
 def test_the_runner_socket_folder_must_hold_nothing_else(tmp_path):
     socket_path = tmp_path / "run" / "runner.sock"
-    suzumio.prepare_runner_socket_dir(socket_path)
+    suzumio_runtime.prepare_runner_socket_dir(socket_path)
     assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o755
     (tmp_path / "run" / "suzumio.sqlite").write_text("")
     with pytest.raises(suzumio.SuzumioError, match="holds other files"):
-        suzumio.prepare_runner_socket_dir(socket_path)
+        suzumio_runtime.prepare_runner_socket_dir(socket_path)
 
 
 def test_run_and_api_token_are_not_project_names(tmp_path, R):
@@ -819,3 +824,87 @@ def test_run_and_api_token_are_not_project_names(tmp_path, R):
         result = cli("init", str(path), "--root", str(R))
         assert result.returncode == 1
         assert result.stderr.strip() == f"Error: Invalid project name: {name} (reserved in the runtime root)"
+
+
+def test_a_reader_that_goes_away_ends_a_command_quietly_with_141(demo):
+    store = suzumio_store.Root(demo).open_project("demo")
+    for index in range(200):  # 400 kB of output: far more than a pipe holds, so the writer meets the close
+        coordination.send_message(store, config_of(store), "user", f"{index} " + "x" * 2000, recipient="pm")
+    process = subprocess.Popen([sys.executable, str(REPO / "suzumio.py"), "messages", "demo", "--limit", "500",
+                                "--root", str(demo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL)
+    try:
+        lines = [process.stdout.readline(), process.stdout.readline()]
+        process.stdout.close()  # `| head -2`: the reader goes away
+        errors = process.stderr.read()
+        assert process.wait(timeout=30) == suzumio.READER_GONE == 141
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert lines[0] == b"\n" and lines[1].startswith(b"msg_")
+    assert errors == b""
+
+
+def test_status_piped_into_head_prints_its_line_and_nothing_else(demo):
+    result = subprocess.run(["bash", "-c", 'set -o pipefail; "$0" suzumio.py status --root "$1" | head -1',
+                             sys.executable, str(demo)], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert (result.stdout, result.stderr) == ("demo  initialized\n", "")
+    assert result.returncode in (0, 141)
+
+
+OTHER_SCRIPT = """\
+agents:
+  worker-*:
+    - steps:
+        - say: "From the other folder."
+"""
+
+
+def test_replay_and_fork_read_a_config_files_relative_paths_from_its_folder(tmp_path, R):
+    assert run("init", str(sleepy_project(tmp_path, 1234)), "--root", str(R)).code == 0
+    store = suzumio_store.Root(R).open_project("demo")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "script.yaml").write_text(OTHER_SCRIPT)  # the same name as the first file's, another folder
+    first = (tmp_path / "sleepy.yaml").read_text()
+    assert str(tmp_path / "script.yaml") in first
+    (other / "again.yaml").write_text(first.replace(str(tmp_path / "script.yaml"), "script.yaml"))
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    with serving("--root", str(R), "--port", "0", "--no-scheduler") as served:
+        served.post("/api/projects/demo/start").raise_for_status()
+        served.post("/api/projects/demo/messages", {"recipient": "worker-1", "body": "hello"}).raise_for_status()
+        [done] = wait_until(lambda: [a for a in store.list_activations() if a["status"] == "completed"], timeout=30,
+                            message="worker-1's activation to complete")
+        wait_until(lambda: store.artifact_snapshot(done["id"]), timeout=10, message="its artifacts recorded")
+        assert cli("stop", "demo", "--root", str(R)).returncode == 0
+        config = str(Path("..") / "other" / "again.yaml")  # relative to the working folder, too
+        replayed = cli("replay", "demo", "--as", "again", "--config", config, "--root", str(R), cwd=elsewhere)
+        assert (replayed.returncode, replayed.stderr) == (0, ""), replayed.stderr
+        forked = cli("fork", "demo", "--at", done["id"], "--as", "forked", "--config", config, "--root", str(R),
+                     cwd=elsewhere)
+        assert (forked.returncode, forked.stderr) == (0, ""), forked.stderr
+    root = suzumio_store.Root(R)
+    for name in ("again", "forked"):
+        script = root.open_project(name).config()["backend"]["runner"]["models"]["providers"]["replay"]["script"]
+        assert script["agents"]["worker-*"][0]["steps"] == [{"say": "From the other folder."}], name
+
+
+def test_examples_writes_every_example_and_never_overwrites_without_force(tmp_path, R):
+    folder = tmp_path / "ex"
+    result = run("examples", str(folder))
+    shipped = sorted(p.relative_to(REPO / "examples") for p in (REPO / "examples").rglob("*") if p.is_file())
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file()) == shipped
+    assert result.code == 0 and result.out == (
+        f"Wrote {len(shipped)} files to {folder} (demo-script.yaml, demo.yaml, imports/, smoke.yaml, team.yaml)\n"
+        f"Next: suzumio init {folder / 'demo.yaml'}\n")
+    (folder / "demo.yaml").write_text("mine")
+    refused = run("examples", str(folder))
+    assert (refused.code, refused.out) == (1, "")
+    assert refused.err == (f"Error: {folder / 'demo-script.yaml'} and {len(shipped) - 1} more already exist; "
+                           "nothing written (--force overwrites)\n")
+    assert (folder / "demo.yaml").read_text() == "mine"
+    assert run("examples", str(folder), "--force").code == 0
+    assert (folder / "demo.yaml").read_bytes() == (REPO / "examples" / "demo.yaml").read_bytes()
+    assert run("init", str(folder / "demo.yaml"), "--root", str(R)).code == 0
+    assert run("init", str(folder / "imports" / "project.yaml"), "--root", str(R)).code == 0

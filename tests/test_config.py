@@ -992,13 +992,31 @@ def test_a_team_without_pm_renders_again(tmp_path):
     assert second.communication.coordinator_agent == "pm"
 
 
-def test_defaulted_references_are_not_checked(tmp_path):
-    data = base(agents={"lead": {"tools": []}},
-                scheduler={"quietAgentMonitor": {"enabled": True, "rules": [{"agent": "lead"}]}})
-    config_ = load(tmp_path, data)
+def test_a_default_pm_is_checked_only_where_a_feature_sends_to_it(tmp_path):
+    monitor = {"quietAgentMonitor": {"enabled": True, "rules": [{"agent": "lead"}]}}
+    assert error(tmp_path, base(agents={"lead": {"tools": []}}, scheduler=monitor)) == (
+        'scheduler.quietAgentMonitor.rules.0.recipient: agent "pm" is not in agents (lead); set '
+        "scheduler.quietAgentMonitor.rules.0.recipient to one of them or user")
+    nudge = {"allQuietNudge": {"enabled": True}}
+    assert error(tmp_path, base(agents={"lead": {"tools": []}, "aide": {"tools": []}}, scheduler=nudge)) == (
+        'scheduler.allQuietNudge.targetAgent: agent "pm" is not in agents (aide, lead); set '
+        "scheduler.allQuietNudge.targetAgent to one of them")
+    policy = {"restrictNonCoordinatorToCoordinator": True}
+    assert error(tmp_path, base(agents={"lead": {"tools": []}}, communication=policy)) == (
+        'communication.coordinatorAgent: agent "pm" is not in agents (lead); set '
+        "communication.coordinatorAgent to one of them")
+    # Off, the same defaults are no error; the team without its coordinator is warned about.
+    monitor["quietAgentMonitor"]["enabled"] = False
+    config_ = load(tmp_path, base(agents={"lead": {"tools": []}}, scheduler=monitor))
     assert config_.communication.coordinator_agent == "pm"
     rule = config_.scheduler.quiet_agent_monitor.rules[0]
     assert (rule.recipient, rule.sender, rule.priority, rule.key) == ("pm", "monitor", "P3", "0:lead:monitor->pm")
+    assert config_.warnings[-1] == (
+        'Warning: communication.coordinatorAgent: agent "pm" is not in agents (lead); request-changes then '
+        'needs a "recipient" and wait notices go to no one; set communication.coordinatorAgent to one of them')
+    led = load(tmp_path, base(agents={"lead": {"tools": []}}, communication={"coordinatorAgent": "lead"},
+                              scheduler={"allQuietNudge": {"enabled": True, "targetAgent": "lead"}}))
+    assert not any("coordinatorAgent" in line for line in led.warnings)
 
 
 def test_monitor_recipient_may_be_the_user_and_counted_ids_are_references(tmp_path):

@@ -832,3 +832,17 @@ def test_an_activation_that_ends_takes_its_pending_approval_requests_with_it(tmp
         assert suzumio_approvals.pending_count(store) == 0
     finally:
         root.close()
+
+
+def test_request_changes_in_a_team_without_its_coordinator_names_the_setting(tmp_path):
+    root, store = init_demo(tmp_path / "root", make_config(agents={"solo": {}}))
+    store.set_status("submitted")
+    with pytest.raises(BadRequest) as refused:
+        coordination.request_changes(store, config_of(store), "Again.")
+    assert refused.value.message == (
+        'request-changes needs a recipient: communication.coordinatorAgent is "pm", which is not in agents '
+        "(solo); send a recipient, or set communication.coordinatorAgent to one of them")
+    assert store.project()["status"] == "submitted"
+    message = coordination.request_changes(store, config_of(store), "Again.", recipient="solo")
+    assert (message["recipient"], store.project()["status"]) == ("solo", "running")
+    root.close()

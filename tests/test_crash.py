@@ -51,6 +51,7 @@ import suzumio_approvals
 import suzumio_backend
 import suzumio_backend_local
 import suzumio_coordination as coordination
+import suzumio_runtime
 import suzumio_store
 import suzumio_warm
 
@@ -96,7 +97,7 @@ def test_restarted_controller_adopts_live_runners_and_their_activations_complete
 def prepared_containers(root):
     """(name, state) of the crash project's prepared containers of this root's controller not yet
     claimed (other roots on the same engine may run a project of the same name)."""
-    owner = suzumio_backend.warm_owner(suzumio.runner_socket_path(root))
+    owner = suzumio_backend.warm_owner(suzumio_runtime.runner_socket_path(root))
     return suzumio_backend.DockerBackend().warm_containers(owner=owner, project=PROJECT)
 
 
@@ -142,7 +143,7 @@ def prepared_processes(root):
     and not yet claimed. A claimed runner keeps its command line, so its slot id (recorded in its
     activation's runner.slot before it gets its input) tells it apart: it runs an activation that
     outlives a killed controller on purpose, to be adopted by the next one."""
-    marker = f"--warm {suzumio_warm.warm_socket_path(suzumio.runner_socket_path(root))} "
+    marker = f"--warm {suzumio_warm.warm_socket_path(suzumio_runtime.runner_socket_path(root))} "
     claimed = {path.read_text(encoding="utf-8").strip() for path in Path(root).glob("*/activations/*/runner.slot")}
     return {pid for pid, text in suzumio_backend_local.command_lines()
             if marker in text and warm_slot(text) not in claimed and not process_gone(pid)}
@@ -554,7 +555,7 @@ def test_killed_controller_keeps_a_pending_approval_and_the_allowed_tool_runs_ex
     token = {}
     try:
         controller.start()
-        token["Authorization"] = f"Bearer {suzumio.read_api_token(root_path)}"
+        token["Authorization"] = f"Bearer {suzumio_runtime.read_api_token(root_path)}"
         assert controller.post(f"/api/projects/{PROJECT}/start").status_code == 200
         assert controller.post(f"/api/projects/{PROJECT}/messages",
                                {"recipient": "worker", "body": "Deploy."}).status_code == 200

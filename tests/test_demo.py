@@ -2,6 +2,7 @@
 offline runner image with a real Docker engine, ending with a submitted project and its report."""
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
 
+import suzumio_runtime
 import suzumio_store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,3 +61,58 @@ def test_demo_runs_on_the_offline_runner_image(tmp_path):
     finally:
         for container in containers:
             container.remove(force=True)
+
+
+OTHER = """\
+name: other
+task: T
+backend:
+  kind: local
+  runner:
+    model: offline
+    models:
+      providers: {replay: {type: scripted, script: {agents: {}}}}
+      presets: {offline: {provider: replay, model: m}}
+agents:
+  pm: {tools: [messages.send]}
+"""
+
+
+def init_other(tmp_path, root):
+    path = tmp_path / "other.yaml"
+    path.write_text(OTHER)
+    result = subprocess.run([sys.executable, str(REPO / "suzumio.py"), "init", str(path), "--root", str(root)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_second_demo_replaces_only_its_own_project(tmp_path):
+    root = tmp_path / "demo-root"
+    init_other(tmp_path, root)
+    (root / "demo").mkdir()  # what an earlier demo left, as far as this one is concerned
+    (root / "demo" / "stale.txt").write_text("from before")
+    result, root = run_demo(tmp_path, "local")
+    assert_team_finished(result, root, "local")
+    assert not (root / "demo" / "stale.txt").exists()
+    assert suzumio_store.Root(root).open_project("other").project()["status"] == "initialized"
+
+
+def test_the_demo_leaves_a_root_a_running_serve_holds_alone(tmp_path):
+    root = tmp_path / "demo-root"
+    init_other(tmp_path, root)
+    serve = subprocess.Popen([sys.executable, str(REPO / "suzumio.py"), "serve", "--root", str(root), "--port", "0",
+                              "--no-scheduler"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             stdin=subprocess.DEVNULL)
+    try:
+        address = re.fullmatch(r"suzumio listening on (\S+)\n", serve.stdout.readline()).group(1)
+        result, _ = run_demo(tmp_path, "local")
+        assert result.returncode == 1 and result.stdout == ""
+        assert result.stderr == (
+            f"A suzumio serve (process {serve.pid}, {address}) is running on {root}; the demo leaves it alone. "
+            f'Stop it (kill {serve.pid}), or run the demo on another root: make demo DEMO_ARGS="--root other-root"\n')
+        assert serve.poll() is None
+        assert suzumio_store.Root(root).list_projects() == ["other"]
+        assert (root / "serve.lock").exists() and suzumio_runtime.live_runner_socket(root) is not None
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=30)

@@ -12,14 +12,9 @@ from api_fixtures import init_project, serving
 from conftest import require, wait_until
 
 import suzumio
-import suzumio_api
-import suzumio_backend
 import suzumio_cli_args
 import suzumio_config
-import suzumio_runner_support
-import suzumio_scheduler
-import suzumio_store
-import suzumio_toolpacks
+import suzumio_runtime
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -260,18 +255,12 @@ def documented_routes(path):
 
 @pytest.fixture(scope="module")
 def app_routes(tmp_path_factory):
-    root = suzumio_store.Root(tmp_path_factory.mktemp("routes") / "root")
-    backends = suzumio_backend.Backends()
-    toolpacks = suzumio_toolpacks.ToolpackRuntime(suzumio_config.ConfigCache())
-    scheduler = suzumio_scheduler.Scheduler(root, backends, toolpacks.configs, hooks=toolpacks)
+    runtime = suzumio_runtime.build_runtime(suzumio_runtime.RuntimeOptions(
+        root=tmp_path_factory.mktemp("routes") / "root", listeners=suzumio_runtime.Listeners(api_token=None)))
     try:
-        apps = (suzumio_api.make_app(root, scheduler, backends, toolpacks),
-                suzumio_runner_support.make_runner_app(root, toolpacks, scheduler))
-        yield {route_key(route.method, route.rule) for app in apps for route in app.routes}
+        yield {route_key(route.method, route.rule) for app in (runtime.app, runtime.runner_app) for route in app.routes}
     finally:
-        backends.close()
-        toolpacks.close()
-        root.close()
+        runtime.close()
 
 
 def test_every_route_in_the_docs_exists_in_the_app(app_routes):

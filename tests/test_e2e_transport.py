@@ -13,7 +13,7 @@ import pytest
 from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, call, kind_params, running_team
 from fuzz_fixtures import app_routes, fill, is_runner_rule
 
-import suzumio
+import suzumio_runtime
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -117,7 +117,7 @@ def test_docker_activation_with_host_network_gets_401_from_every_user_route_and_
         attrs = team.docker.containers.get(activation["containerName"]).attrs
         assert attrs["HostConfig"]["NetworkMode"] == "host"
         run_mounts = [(m["Source"], m["RW"]) for m in attrs["Mounts"] if m["Destination"] == "/run/suzumio"]
-        assert run_mounts == [(str(suzumio.runner_socket_path(service.root.path).parent), False)]
+        assert run_mounts == [(str(suzumio_runtime.runner_socket_path(service.root.path).parent), False)]
         data = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())
         assert data["controllerUrl"] == "unix:///run/suzumio/runner.sock"
 
@@ -154,7 +154,7 @@ def test_runners_reach_the_controller_over_its_socket(tmp_path, kind):
         [activation] = team.wait_activations("pm", 1)
         assert activation["status"] == "completed", team.describe()
         assert "Over the socket." in [m["body"] for m in team.store.list_messages(100)]
-        socket_path = suzumio.runner_socket_path(team.service.root.path)
+        socket_path = suzumio_runtime.runner_socket_path(team.service.root.path)
         data = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())
         expected = "unix:///run/suzumio/runner.sock" if kind == "docker-chat" else f"unix://{socket_path}"
         assert data["controllerUrl"] == expected

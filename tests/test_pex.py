@@ -25,8 +25,8 @@ from conftest import free_port, wait_until
 from mcp_fixtures import install_mcp_servers
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 
-import suzumio
 import suzumio_backend
+import suzumio_runtime
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -192,11 +192,12 @@ def test_pex_holds_every_runtime_file_beside_the_modules_for_four_platforms(pex_
         info = json.loads(archive.read("PEX-INFO"))
         index = archive.read("webui_dist/index.html").decode()
     expected = {f"{m}.py" for m in modules} | {"suzumio_toolpack_host.mjs"}
-    expected |= {str(p.relative_to(REPO)) for p in (REPO / "toolpacks").rglob("*") if p.is_file()}
+    for folder in ("toolpacks", "examples"):
+        expected |= {str(p.relative_to(REPO)) for p in (REPO / folder).rglob("*") if p.is_file()}
     assets = {f"webui_dist{ref}" for ref in re.findall(r'(?:src|href)="(/assets/[^"]+)"', index)}
     assert any(asset.endswith(".js") for asset in assets), index
     assert expected | assets <= names
-    assert not [n for n in names if n.startswith(("tests/", "examples/", "webui/", "node_modules/"))]
+    assert not [n for n in names if n.startswith(("tests/", "webui/", "node_modules/"))]
     assert (info["entry_point"], info["venv"]) == ("suzumio:main", True)
     wheels = info["distributions"]
     for project in ("pyyaml", "rpds_py"):
@@ -253,6 +254,21 @@ def test_copied_pex_renders_a_copied_example(host, tmp_path):
     assert rendered["communication"]["coordinatorAgent"] == "pm"
     assert rendered["backend"]["image"] == "suzumio-runner:dev"
     assert "runs agent tools on this host without isolation" in result.stderr
+
+
+def test_copied_pex_writes_its_examples_and_inits_the_demo_as_the_readme_says(host, tmp_path):
+    folder = tmp_path / "here"
+    folder.mkdir()
+    written = subprocess.run([str(host.pex), "examples", "."], capture_output=True, text=True, cwd=folder,
+                             env=host.env, timeout=120, stdin=subprocess.DEVNULL)
+    assert written.returncode == 0, written.stderr
+    assert (folder / "demo.yaml").read_bytes() == (EXAMPLES / "demo.yaml").read_bytes()
+    assert (folder / "imports" / "prompts" / "pm.md").is_file()
+    init = subprocess.run([str(host.pex), "init", "demo.yaml", "--root", str(tmp_path / "root")],
+                          capture_output=True, text=True, cwd=folder, env=host.env, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert init.returncode == 0, init.stderr
+    assert init.stdout.startswith("Initialized demo\n")
 
 
 def cpython_3_11_and_3_12():
@@ -369,7 +385,7 @@ def test_docker_backend_mounts_the_runner_files_from_the_unpacked_pex(host, pex_
             shipped = {file_name: archive.read(file_name) for file_name in RUNNER_FILES}
         for container in containers:
             mounts = {m["Destination"]: m["Source"] for m in container.attrs["Mounts"]}
-            assert mounts["/run/suzumio"] == str(suzumio.runner_socket_path(root).parent)
+            assert mounts["/run/suzumio"] == str(suzumio_runtime.runner_socket_path(root).parent)
             for file_name in RUNNER_FILES:
                 source = Path(mounts[f"/opt/suzumio/{file_name}"])
                 assert source == extracted / file_name

@@ -10,6 +10,7 @@ from e2e_fixtures import call, running_team
 
 import suzumio
 import suzumio_backend
+import suzumio_runtime
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
@@ -29,7 +30,7 @@ def agent_containers(team, agent_id, include_foreign=False):
         found = team.docker.containers.list(all=True, filters={"label": labels})
     if include_foreign:
         return found
-    owner = suzumio_backend.warm_owner(suzumio.runner_socket_path(team.service.root.path))
+    owner = suzumio_backend.warm_owner(suzumio_runtime.runner_socket_path(team.service.root.path))
 
     def ours(container):
         activation_id = suzumio_backend.container_activation(container.name, container.labels, team.name, agent_id)
@@ -157,7 +158,7 @@ def test_gc_removes_only_this_roots_stale_prepared_containers(tmp_path):
     # A prepared container carries its root's hash (suzumio.warm); gc removes this root's stale ones
     # and leaves another root's, of the same project and agent names, alone.
     with running_team(tmp_path, "docker-chat") as team:
-        ours = suzumio_backend.warm_owner(suzumio.runner_socket_path(team.service.root.path))
+        ours = suzumio_backend.warm_owner(suzumio_runtime.runner_socket_path(team.service.root.path))
         prepared = {owner: team.docker.containers.create(
             "suzumio-runner:dev", command=["true"], name=f"suzumio_{team.name}_worker-1_warm-gc{index}",
             labels={"suzumio.managed": "true", "suzumio.project": team.name, "suzumio.agent": "worker-1",

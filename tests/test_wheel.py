@@ -63,7 +63,7 @@ def test_data_files_list_every_runtime_file():
                 if Path(path).is_file():
                     listed[Path(path).relative_to(REPO)] = target
     wanted = {Path("suzumio_toolpack_host.mjs")}
-    for directory in ("webui_dist", "toolpacks"):
+    for directory in ("webui_dist", "toolpacks", "examples"):
         wanted |= {p.relative_to(REPO) for p in (REPO / directory).rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts}
     assert set(listed) == wanted
@@ -118,6 +118,17 @@ def test_the_wheel_puts_the_runtime_files_under_share_and_nothing_beside_the_mod
     assert Path(host) == Path(runner_host) == share / "suzumio_toolpack_host.mjs"
     assert not (Path(support) / "webui_dist").exists()  # the modules' folder is site-packages
     assert (Path(support) / "suzumio_runner.py").is_file()
+
+
+def test_the_installed_cli_writes_the_examples_and_inits_one(installed, tmp_path):
+    work = installed[2]
+    folder = work / "examples-here"
+    written = run(installed, "examples", folder)
+    assert written.returncode == 0, written.stderr
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file()) == sorted(
+        p.relative_to(REPO / "examples") for p in (REPO / "examples").rglob("*") if p.is_file())
+    init = run(installed, "init", folder / "demo.yaml", "--root", tmp_path / "root")
+    assert init.returncode == 0, init.stderr
 
 
 def test_the_installed_cli_prints_its_help_and_version(installed):
