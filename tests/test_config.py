@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import suzumio_config as config
+import suzumio_config_models as config_models
 import suzumio_config_schema as schema
 import suzumio_registry as registry
 import suzumio_yaml
@@ -1014,14 +1015,14 @@ def test_model_list_expansion_flattens_depth_first_with_duplicates(tmp_path):
 
 def test_run_time_expansion_errors():
     presets = {
-        "a": config.PresetConfig("a", model_list=("b",)), "b": config.PresetConfig("b", model_list=("a",)),
-        "half": config.PresetConfig("half", provider="g"), "lost": config.PresetConfig("lost", provider="x", model="m"),
-        "ghostly": config.PresetConfig("ghostly", model_list=("ghost",)),
+        "a": config_models.PresetConfig("a", model_list=("b",)), "b": config_models.PresetConfig("b", model_list=("a",)),
+        "half": config_models.PresetConfig("half", provider="g"), "lost": config_models.PresetConfig("lost", provider="x", model="m"),
+        "ghostly": config_models.PresetConfig("ghostly", model_list=("ghost",)),
     }
     providers = {"g": object()}
     def failure(selected):
         with pytest.raises(ConfigError) as caught:
-            config.expand_model_list(presets, providers, selected)
+            config_models.expand_model_list(presets, providers, selected)
         return caught.value.message
     assert failure("a") == "Circular model-list preset: a -> b -> a"
     assert failure("ghostly") == "Model preset not found: ghost"
