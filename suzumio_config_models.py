@@ -43,6 +43,19 @@ def _ro(mapping):
 
 
 @dataclass(frozen=True)
+class ProviderLimits:
+    """`providers.<id>.limits`: what the controller lets the team send to this provider (None: no limit);
+    suzumio_model_gate enforces them."""
+
+    concurrency: int = None
+    requests_per_minute: int = None
+    tokens_per_minute: int = None
+
+
+NO_LIMITS = ProviderLimits()
+
+
+@dataclass(frozen=True)
 class ProviderConfig:
     """`backend.runner.models.providers.<id>`; `script` is the resolved mapping for scripted providers."""
 
@@ -57,6 +70,8 @@ class ProviderConfig:
     chunk_timeout_ms: int = None
     options: FrozenMapping = None
     _script_json: str = field(default=None, repr=False)
+    first_byte_timeout_ms: int = None
+    limits: "ProviderLimits" = None
 
     @property
     def script(self):
@@ -149,7 +164,14 @@ def _provider_config(provider_id, data):
     return ProviderConfig(
         provider_id, data["type"], data.get("apiKey"), data.get("apiKeyEnv"), data.get("baseURL"),
         data.get("baseURLEnv"), _ro(data.get("headers", {})), data.get("timeoutMs"), data.get("chunkTimeoutMs"),
-        _ro(data.get("options", {})), None if script is None else frozen_json(script))
+        _ro(data.get("options", {})), None if script is None else frozen_json(script),
+        data.get("firstByteTimeoutMs"), _provider_limits(data.get("limits")))
+
+
+def _provider_limits(data):
+    if not data:
+        return NO_LIMITS
+    return ProviderLimits(data.get("concurrency"), data.get("requestsPerMinute"), data.get("tokensPerMinute"))
 
 
 def _preset_config(preset_id, data):

@@ -6,10 +6,12 @@ call's Forwarding (suzumio_model_proxy), which decides retries and resends exact
 does. One thread drives every upstream exchange over an epoll selector: a non-blocking connect (names
 resolved on the pool), TLS, the request, an incremental HTTP/1.1 head, chunked or delimited body, and
 the answer assembled event by event (suzumio_providers.AnswerReader), its deltas published as they come.
-Retry delays and the provider's timeouts are timers of the same loop. What writes the store (a retry's
-event, the exchange and its usage, the trace span) runs on a small pool, since a synced COMMIT on the
-loop would stall every stream; the answer then goes back to the runner's socket from the loop, non-
-blocking. A hundred streams cost a hundred sockets, not a hundred threads taking turns at the GIL.
+Retry delays, the provider's timeouts and a wait at the provider's gate (suzumio_model_gate: limits, a
+pause, the queue) are timers of the same loop; a waiting call holds its runner's socket and no thread.
+What writes the store (a retry's or a wait's event, the exchange and its usage, the trace span) runs on
+a small pool, since a synced COMMIT on the loop would stall every stream; the answer then goes back to
+the runner's socket from the loop, non-blocking. A hundred streams cost a hundred sockets, not a hundred
+threads taking turns at the GIL.
 Upstreams reached through an HTTP proxy stay on the threaded path."""
 import collections
 import concurrent.futures
@@ -207,7 +209,8 @@ class ModelLoop(SelectorLoop):
 
 
 class Call:
-    """One runner request: its exchanges, one after another as the Forwarding decides, then its reply."""
+    """One runner request: its exchanges, one after another as the Forwarding decides, each after its
+    turn at the provider's gate, then its reply."""
 
     def __init__(self, loop, forwarding, publish, finish, reply_sock, on_done):
         self.loop = loop
@@ -216,11 +219,35 @@ class Call:
         self.finish = finish
         self.reply_sock = reply_sock
         self.on_done = on_done
-        self.wake_at = math.inf  # a retry's delay
+        self.wake_at = math.inf  # a retry's delay, or when the gate asked to be pumped
         self.exchange = None
+        self.waiting = False  # at the provider's gate
         self.dropped = self.replied = False
 
     def begin(self):
+        if self.forwarding.enter(self._admit, self._wake):
+            self._go()
+        else:
+            self.waiting = True
+
+    def _admit(self):
+        """The gate lets the next exchange start (called on any thread)."""
+        self.loop.call_soon(self._admitted, self)
+
+    def _admitted(self):
+        if self.dropped or self.replied:
+            self.forwarding.leave(None)
+            return
+        self.waiting = False
+        self.loop.set_timer(self, math.inf)
+        self.forwarding.admitted()
+        self._go()
+
+    def _wake(self, when):
+        """The gate asks to be pumped at `when` (called on any thread)."""
+        self.loop.call_soon(lambda: self.loop.set_timer(self, when) if self.waiting else None, self)
+
+    def _go(self):
         request = self.forwarding.request()
         self.exchange = Exchange(self, request)
         self.exchange.begin()
@@ -228,6 +255,7 @@ class Call:
     def outcome(self, request, result):
         """An exchange ended with `result` (see Forwarding.outcome): answer, resend, or wait and retry."""
         self.exchange = None
+        self.forwarding.leave(result)
         try:
             step = self.forwarding.outcome(request, result)
         except SuzumioError as error:
@@ -240,11 +268,15 @@ class Call:
             self.begin()
 
     def expired(self):
-        self.begin()
+        if self.waiting:
+            self.forwarding.pump()
+        else:
+            self.begin()
 
     def crashed(self, error):
         if self.exchange is not None:
             self.exchange.abandon()
+        self.forwarding.leave(None)
         self.loop.set_timer(self, math.inf)
         self.loop.submit(lambda: self.finish(error), self.reply)
 
@@ -262,6 +294,7 @@ class Call:
         if self.dropped or self.replied:
             return
         self.dropped = True
+        self.forwarding.leave(None)
         self.loop.set_timer(self, math.inf)
         if self.reply_sock is not None:
             self.reply_sock.close()
@@ -343,6 +376,7 @@ class Exchange:
         self.request = request
         upstream = call.forwarding.upstream
         self.connect_timeout, self.idle_timeout, _overall = upstream.timeouts
+        self.first_byte_timeout = upstream.first_byte if upstream.first_byte is not None else self.idle_timeout
         parts = urlsplit(upstream.url)
         self.tls = parts.scheme.lower() == "https"
         self.host = parts.hostname
@@ -460,7 +494,7 @@ class Exchange:
         """Connected (TLS included): from now on a wait that times out is not retried."""
         self.connected = True
         self.state = "send"
-        self._limit(self.idle_timeout)
+        self._limit(self.first_byte_timeout)
 
     def _read(self):
         for _ in range(READS_PER_WAKE):

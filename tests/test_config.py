@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import suzumio_config as config
-import suzumio_config_models as config_models
 import suzumio_config_schema as schema
 import suzumio_registry as registry
 import suzumio_yaml
 from suzumio_config import ProjectConfig, load_project
+from suzumio_config_models import PresetConfig, expand_model_list
 from suzumio_errors import ConfigError, NotFound
 from suzumio_yaml import parse_yaml
 
@@ -1015,14 +1015,14 @@ def test_model_list_expansion_flattens_depth_first_with_duplicates(tmp_path):
 
 def test_run_time_expansion_errors():
     presets = {
-        "a": config_models.PresetConfig("a", model_list=("b",)), "b": config_models.PresetConfig("b", model_list=("a",)),
-        "half": config_models.PresetConfig("half", provider="g"), "lost": config_models.PresetConfig("lost", provider="x", model="m"),
-        "ghostly": config_models.PresetConfig("ghostly", model_list=("ghost",)),
+        "a": PresetConfig("a", model_list=("b",)), "b": PresetConfig("b", model_list=("a",)),
+        "half": PresetConfig("half", provider="g"), "lost": PresetConfig("lost", provider="x", model="m"),
+        "ghostly": PresetConfig("ghostly", model_list=("ghost",)),
     }
     providers = {"g": object()}
     def failure(selected):
         with pytest.raises(ConfigError) as caught:
-            config_models.expand_model_list(presets, providers, selected)
+            expand_model_list(presets, providers, selected)
         return caught.value.message
     assert failure("a") == "Circular model-list preset: a -> b -> a"
     assert failure("ghostly") == "Model preset not found: ghost"
