@@ -109,8 +109,9 @@ class Printer:
         self.out.flush()
 
     def event(self, kind, data):
-        if kind.startswith("activation.") or kind in ("model.retry", "project.budget_warning",
-                                                      "project.budget_exceeded", "message.created"):
+        if kind.startswith("activation.") or kind in ("model.retry", "model.waiting", "model.provider_paused",
+                                                      "project.budget_warning", "project.budget_exceeded",
+                                                      "message.created"):
             self._newline()
             try:  # the stored event row carries its data as JSON text
                 inner = json.loads(data.get("data_json") or "{}")
