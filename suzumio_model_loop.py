@@ -65,6 +65,7 @@ class ModelLoop(SelectorLoop):
         self._soon = collections.deque()  # (callable, its call's item) handed to the loop thread
         self._pool = None
         self._timed = set()  # exchanges and replies with a wake_at
+        self.waiting = set()  # calls waiting at their provider's gate (no socket registered, maybe no timer)
         self._next_due = math.inf  # no timer is due before this (see _timers)
 
     # -- called from other threads
@@ -200,7 +201,7 @@ class ModelLoop(SelectorLoop):
         with self._lock:
             self._closing = True
             self._soon.clear()
-        for item in list(self._timed):
+        for item in list(self._timed) + list(self.waiting):
             item.drop()
         for key in list(self._selector.get_map().values()):
             if key.data is not None:
@@ -222,23 +223,25 @@ class Call:
         self.wake_at = math.inf  # a retry's delay, or when the gate asked to be pumped
         self.exchange = None
         self.waiting = False  # at the provider's gate
-        self.dropped = self.replied = False
+        self.dropped = self.replied = self.over = False  # over: dropped, or failing inside the loop
 
     def begin(self):
         if self.forwarding.enter(self._admit, self._wake):
             self._go()
         else:
             self.waiting = True
+            self.loop.waiting.add(self)
 
     def _admit(self):
         """The gate lets the next exchange start (called on any thread)."""
         self.loop.call_soon(self._admitted, self)
 
     def _admitted(self):
-        if self.dropped or self.replied:
+        if self.over or self.replied:
             self.forwarding.leave(None)
             return
         self.waiting = False
+        self.loop.waiting.discard(self)
         self.loop.set_timer(self, math.inf)
         self.forwarding.admitted()
         self._go()
@@ -274,6 +277,8 @@ class Call:
             self.begin()
 
     def crashed(self, error):
+        self.over, self.waiting = True, False
+        self.loop.waiting.discard(self)
         if self.exchange is not None:
             self.exchange.abandon()
         self.forwarding.leave(None)
@@ -293,7 +298,9 @@ class Call:
     def drop(self):
         if self.dropped or self.replied:
             return
-        self.dropped = True
+        self.dropped = self.over = True
+        self.waiting = False
+        self.loop.waiting.discard(self)
         self.forwarding.leave(None)
         self.loop.set_timer(self, math.inf)
         if self.reply_sock is not None:

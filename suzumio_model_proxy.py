@@ -274,9 +274,12 @@ class Forwarding:
             self.ticket = governor.ticket(self.gate_key, self.priority, admit, wake)
         else:
             self.ticket.admit, self.ticket.wake = admit, wake
+        limits = self.upstream.limits or NO_LIMITS
         if self._estimate is None:
-            self._estimate = estimate_tokens(json.dumps(self.body.get("messages"), ensure_ascii=False))
-        waiting = governor.enter(self.ticket, self.upstream.limits or NO_LIMITS, self._estimate)
+            # Only tokensPerMinute needs it, and a long context takes a while to serialise.
+            self._estimate = 0 if limits.tokens_per_minute is None else \
+                estimate_tokens(json.dumps(self.body.get("messages"), ensure_ascii=False))
+        waiting = governor.enter(self.ticket, limits, self._estimate)
         if waiting is None:
             return True
         self._wait_began = self.proxy._clock()

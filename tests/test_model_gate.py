@@ -16,9 +16,10 @@ from fake_model import FakeModel
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_model_gate as gate
+import suzumio_model_loop
 from suzumio_config_models import NO_LIMITS
-from suzumio_errors import ConfigError
-from suzumio_model_proxy import ModelProxy
+from suzumio_errors import ConfigError, SuzumioError
+from suzumio_model_proxy import Forwarding, ModelProxy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -296,6 +297,38 @@ def test_a_429_storm_with_retry_after_pauses_the_provider_once_and_every_call_is
         model.close()
 
 
+def test_the_model_loop_holds_a_waiting_call_without_a_thread_and_ends_it_when_it_closes(model):
+    model_loop = suzumio_model_loop.ModelLoop()
+    proxy = ModelProxy(KEY_ENV)
+    config = config_with(gw={"baseURL": model.base_url, "limits": {"concurrency": 1}})
+    hold = threading.Event()
+    model.enqueue(content="held", hold=hold)
+    outcomes = []
+
+    def run(text):
+        try:
+            outcomes.append(model_loop.run(Forwarding(proxy, config, "pm", "gw", "main", said(text))))
+        except SuzumioError as error:
+            outcomes.append(error)
+
+    threads = [threading.Thread(target=run, args=(text,), daemon=True) for text in ("first", "second")]
+    try:
+        threads[0].start()
+        wait_until(lambda: len(model.requests) == 1, 10, message="the first call at the model")
+        threads[1].start()
+        wait_until(lambda: len(model_loop.waiting) == 1, 10, message="the second call to wait in the loop")
+        assert proxy.governor.waiting(GW) == 1 and model_loop.open_exchanges == 1
+        model_loop.close()
+        for thread in threads:
+            thread.join(10)
+        assert [str(o) for o in outcomes] == ["The model loop is shut down"] * 2, "in flight and waiting alike"
+        assert proxy.governor.waiting(GW) == 0 and proxy.governor.running(GW) == 0
+    finally:
+        hold.set()
+        model_loop.close()
+        threads[0].join(10)
+
+
 def test_requests_per_minute_hold_a_call_until_the_injected_clock_moves_a_minute_on(model):
     clock = Clock()
     proxy = ModelProxy(KEY_ENV, clock=clock)
@@ -328,15 +361,25 @@ def test_a_retry_after_longer_than_the_retry_window_is_answered_and_pauses_nobod
     assert pauses == [] and proxy.governor.paused_for(GW) == 0.0
 
 
-def test_the_first_byte_timeout_is_apart_from_the_wait_between_bytes(model):
-    config = config_with(gw={"baseURL": model.base_url, "chunkTimeoutMs": 300, "firstByteTimeoutMs": 5000})
-    model.enqueue(content="slow to start", delay=0.6)  # longer than chunkTimeoutMs, shorter than the first byte's
-    assert ModelProxy(KEY_ENV).forward(config, "pm", "gw", "main", said("x")).status == 200
-    short = config_with(gw={"baseURL": model.base_url, "chunkTimeoutMs": 300, "firstByteTimeoutMs": 200,
-                            "options": {"maxRetries": 0}})
-    model.enqueue(content="too slow", delay=0.6)
-    with pytest.raises(Exception, match="timed out"):
-        ModelProxy(KEY_ENV).forward(short, "pm", "gw", "main", said("x"))
+@pytest.mark.parametrize("way", ["threaded", "loop"])
+def test_the_first_byte_timeout_is_apart_from_the_wait_between_bytes(model, way):
+    model_loop = suzumio_model_loop.ModelLoop()
+
+    def forward(config):
+        forwarding = Forwarding(ModelProxy(KEY_ENV), config, "pm", "gw", "main", said("x"))
+        return forwarding.proxy.drive(forwarding) if way == "threaded" else model_loop.run(forwarding)
+
+    try:
+        patient = config_with(gw={"baseURL": model.base_url, "chunkTimeoutMs": 300, "firstByteTimeoutMs": 5000})
+        model.enqueue(content="slow to start", delay=0.6)  # past chunkTimeoutMs, within the first byte's
+        assert forward(patient).status == 200
+        hasty = config_with(gw={"baseURL": model.base_url, "chunkTimeoutMs": 5000, "firstByteTimeoutMs": 200,
+                                "options": {"maxRetries": 0}})
+        model.enqueue(content="too slow", delay=0.6)
+        with pytest.raises(SuzumioError, match="timed out"):
+            forward(hasty)
+    finally:
+        model_loop.close()
 
 
 @pytest.fixture
