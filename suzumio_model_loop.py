@@ -409,6 +409,7 @@ class Exchange:
         self.framing = None  # "chunked", "length" or "close"
         self.left = 0  # bytes left: of the body ("length"), of the current chunk ("chunked")
         self.chunk_state = "size"
+        self.body_begun = False
         self.wake_at = math.inf
         self.done = False
 
@@ -512,7 +513,9 @@ class Exchange:
             if not data:
                 self._ended()
                 return
-            self._limit(self.idle_timeout)
+            # Until the body's first byte (a stream's first event, a whole answer once it is done) the
+            # first-byte timeout applies, between bytes after it the idle one.
+            self._limit(self.idle_timeout if self.body_begun else self.first_byte_timeout)
             if self.state == "head":
                 self.inbuf += data
                 if not self._head():
@@ -522,6 +525,9 @@ class Exchange:
                 data, self.inbuf = bytes(self.inbuf), bytearray()
                 if not data:
                     continue
+            if not self.body_begun:
+                self.body_begun = True
+                self._limit(self.idle_timeout)
             if self._body(data):
                 return
         if self.tls and self.sock.pending():  # decrypted bytes the selector cannot see

@@ -167,8 +167,8 @@ class ModelProxy:
         after its turn at the provider's gate."""
         while True:
             self._wait_turn(forwarding)
-            request = forwarding.request()
             try:
+                request = forwarding.request()
                 result = self._exchange(forwarding.upstream, request, publish)
             except TransportError as error:
                 result = error
@@ -284,8 +284,8 @@ class Forwarding:
             return True
         self._wait_began = self.proxy._clock()
         reason, position = waiting
-        log.info("project %s agent %s provider %s: the call waits (%s, position %d)", self.project,
-                 self.agent_id, self.provider_id, reason, position)
+        log.info("project %s agent %s activation %s provider %s: the call waits (%s, position %d)",
+                 self.project, self.agent_id, self.activation_id, self.provider_id, reason, position)
         if self.on_wait is not None:
             self.on_wait({"providerId": self.provider_id, "presetId": self.preset_id, "reason": reason,
                           "position": position})

@@ -70,10 +70,10 @@ def retry_after_given(headers):
 
 
 def first_byte_timeout(timeout_ms, first_byte_ms):
-    """Seconds from a request sent to the first byte of its answer: `firstByteTimeoutMs`, else `timeoutMs`,
-    else 300 s; None when `timeoutMs` is false and no first-byte timeout is set. A whole (not streamed)
-    answer's first byte comes only once the model is done, so this is the long wait; `chunkTimeoutMs`
-    bounds the waits between bytes after it."""
+    """Seconds from a request sent to the first byte of its answer's body: `firstByteTimeoutMs`, else
+    `timeoutMs`, else 300 s; None when `timeoutMs` is false and no first-byte timeout is set. A stream's
+    first event comes once the model read the prompt, a whole answer's body once it is done, so this is
+    the long wait; `chunkTimeoutMs` bounds the waits between bytes after it."""
     for value in (first_byte_ms, timeout_ms):
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return value / 1000.0
@@ -145,9 +145,10 @@ def overflow_server(status, text):
 def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, deadline, clock=time.monotonic,
                   first_byte_timeout=None):
     """POST `body` and return (status, lowercased headers, chunk iterator); the first-byte timeout
-    (default: the idle one) bounds the wait for the answer's head, the idle timeout every read after it,
-    so between the chunks of a stream. Raises EarlyTransportError when nothing of the answer arrived,
-    TransportError when it broke off later."""
+    (default: the idle one) bounds the wait for the answer's head and the first byte of its body (a
+    stream's first event), the idle timeout every read after it, so between the chunks of a stream.
+    Raises EarlyTransportError when nothing of the answer arrived, TransportError when it broke off
+    later."""
 
     def limit(seconds):
         if deadline is None:
@@ -177,12 +178,14 @@ def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, dead
     response_headers = {key.lower(): value for key, value in response.getheaders()}
 
     def chunks():
+        wait = first_byte_timeout if first_byte_timeout is not None else idle_timeout
         try:
             while True:
-                sock.settimeout(limit(idle_timeout))
+                sock.settimeout(limit(wait))
                 data = response.read1(READ_CHUNK)
                 if not data:
                     return
+                wait = idle_timeout
                 yield data
         except TimeoutError as error:
             raise TransportError(_reason(error)) from None  # waiting longer is not retried (see above)

@@ -23,7 +23,8 @@ OVERFLOW_BODY = {"error": {"message": OVERFLOW_MESSAGE, "type": "invalid_request
                            "code": "context_length_exceeded"}}
 
 RecordedRequest = namedtuple("RecordedRequest", "path headers body")
-Reply = namedtuple("Reply", "status headers body delay chunk_delay cut_after hold", defaults=(0.0, None, None))
+Reply = namedtuple("Reply", "status headers body delay chunk_delay cut_after hold first_delay",
+                   defaults=(0.0, None, None, 0.0))
 HOLD_LIMIT_S = 30.0  # a held reply goes out after this even when its event was never set
 FLAVORS = ("openai", "vllm", "llamacpp", "ollama", "nostream", "nostreamoptions", "completiontokens")
 WORDS = re.compile(r"\S+\s*|\s+")
@@ -124,6 +125,8 @@ class _ModelHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         try:
+            if reply.first_delay and fake._closing.wait(reply.first_delay):
+                return
             for index, chunk in enumerate(stream_chunks(reply.body, request, fake.flavor)):
                 if reply.chunk_delay and fake._closing.wait(reply.chunk_delay):
                     return
@@ -257,12 +260,14 @@ class FakeModel:
         chunk_delay=0.0,
         cut_after=None,
         hold=None,
+        first_delay=0.0,
     ):
         """Queue one reply (`cut_after`: a streamed reply's connection closes after that many chunks, without
         the rest or [DONE]): assistant `content` and/or `tool_calls` [(name, args) or {name, arguments, id}],
         `usage` (prompt, completion, total) or a raw dict; or an error `status` with a JSON `body`
         (bytes are sent as is); `delay` seconds before answering; `hold`, a threading.Event, keeps the answer
-        until it is set; `model` routes it to that model."""
+        until it is set; `first_delay` seconds between a stream's head and its first chunk; `model` routes it
+        to that model."""
         with self._lock:
             self._count += 1
             number = self._count
@@ -274,7 +279,7 @@ class FakeModel:
                     self.flavor,
                 )
 
-        reply = Reply(status, headers or {}, body, delay, chunk_delay, cut_after, hold)
+        reply = Reply(status, headers or {}, body, delay, chunk_delay, cut_after, hold, first_delay)
         with self._lock:
             self._queues.setdefault(model, []).append(reply)
 

@@ -373,6 +373,8 @@ def test_the_first_byte_timeout_is_apart_from_the_wait_between_bytes(model, way)
         patient = config_with(gw={"baseURL": model.base_url, "chunkTimeoutMs": 300, "firstByteTimeoutMs": 5000})
         model.enqueue(content="slow to start", delay=0.6)  # past chunkTimeoutMs, within the first byte's
         assert forward(patient).status == 200
+        model.enqueue(content="slow first token", first_delay=0.6)  # the head at once, its first event later
+        assert forward(patient).status == 200
         hasty = config_with(gw={"baseURL": model.base_url, "chunkTimeoutMs": 5000, "firstByteTimeoutMs": 200,
                                 "options": {"maxRetries": 0}})
         model.enqueue(content="too slow", delay=0.6)
