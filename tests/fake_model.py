@@ -230,7 +230,7 @@ class FakeModel:
         self.record = record  # False: keep no request (a soak's hours of them)
         self.requests = []
         self.token_times = []  # time.monotonic() of every streamed content chunk written
-        self.in_flight = self.peak_in_flight = 0  # requests being answered now, and the most at once
+        self.in_flight = 0  # requests being answered now
         self._queues = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -323,7 +323,6 @@ class FakeModel:
     def _began(self):
         with self._lock:
             self.in_flight += 1
-            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
 
     def _ended(self):
         with self._lock:

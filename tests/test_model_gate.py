@@ -10,6 +10,7 @@ import threading
 import pytest
 from api_fixtures import init_project, serving
 from conftest import wait_until
+from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, running_team
 from fake_anthropic import FakeAnthropic
 from fake_model import FakeModel
 
@@ -455,3 +456,24 @@ def test_cached_prompt_tokens_of_each_dialect_reach_the_usage_rows_and_the_cost(
                 assert "cache_control" not in sent["tools"][0]
     finally:
         server.close()
+
+
+def test_real_runners_on_one_slot_take_turns_and_both_activations_complete(tmp_path):
+    agents = {"pm": {"model": "pm", "tools": PM_TOOLS}, "worker-1": {"model": "worker", "tools": WORKER_TOOLS}}
+    # the worker's call waits in the controller; its runner only waits for the answer
+    with running_team(tmp_path, "local", agents=agents,
+                      fake_provider={"limits": {"concurrency": 1}, "timeoutMs": 5000}) as team:
+        hold = threading.Event()
+        team.model.enqueue(content="The pm is done.", model="pm", hold=hold)
+        team.model.enqueue(content="The worker is done.", model="worker-1")
+        team.send("pm", "Start.")
+        team.wait_for(lambda: team.model.in_flight == 1, 60, "the pm's call at the model")
+        team.send("worker-1", "Start too.")
+        team.wait_for(lambda: team.events("model.waiting"), 60, "the worker's call to wait")
+        [waiting] = team.events("model.waiting")
+        assert (waiting["data"]["agentId"], waiting["data"]["reason"]) == ("worker-1", "concurrency")
+        assert team.model.in_flight == 1 and len(team.model.requests) == 1
+        hold.set()
+        [pm] = team.wait_activations("pm", 1)
+        [worker] = team.wait_activations("worker-1", 1)
+        assert (pm["status"], worker["status"]) == ("completed", "completed"), (pm.get("error"), worker.get("error"))
