@@ -39,7 +39,7 @@ class Ticket:
     enter) when its exchange may start; `wake(when)` asks its waiter to call Governor.pump at monotonic
     `when`, because the head of the queue waits for time to pass (a minute's window, a pause)."""
 
-    __slots__ = ("admit", "entered_at", "estimate", "key", "order", "state", "urgent", "wake")
+    __slots__ = ("admit", "estimate", "key", "order", "state", "urgent", "wake")
 
     def __init__(self, key, urgent, order, admit, wake):
         self.key = key
@@ -49,7 +49,6 @@ class Ticket:
         self.admit = admit
         self.wake = wake
         self.state = "out"  # out, waiting, running
-        self.entered_at = None
 
     def rank(self):
         return (0 if self.urgent else 1, self.order)
@@ -120,7 +119,7 @@ class Governor:
             position = next((i for i, other in enumerate(gate.queue) if ticket.rank() < other.rank()),
                             len(gate.queue))
             reason = gate.blocked(gate.queue[0] if ahead else ticket, now) or (REASON_CONCURRENCY, math.inf)
-            ticket.state, ticket.entered_at = "waiting", now
+            ticket.state = "waiting"
             gate.queue.insert(position, ticket)
             woken = self._admissions(gate, now)
             if ticket.state == "running":  # the queue moved on as it came: no wait after all
