@@ -207,7 +207,7 @@ def secret_values(config, agent, environ):
 # What input.json keeps of a provider: the runner builds request bodies, replays scripts and retries,
 # but the controller resolves base URLs, keys, headers and query parameters when it forwards.
 RUNNER_PROVIDER_FIELDS = ("type", "timeoutMs", "chunkTimeoutMs", "script")
-RUNNER_PROVIDER_OPTIONS = ("maxRetries", "retryWindowMs")
+RUNNER_PROVIDER_OPTIONS = ("maxRetries",)
 
 
 def runner_section(config):

@@ -587,6 +587,13 @@ _PROVIDER = _ProviderObj(
     ("headers", _Record(_Str()), {}),
     ("timeoutMs", _TimeoutMs(), _OMIT),
     ("chunkTimeoutMs", _INT_GT0, _OMIT),
+    ("firstByteTimeoutMs", _INT_GT0, _OMIT),
+    # What the controller lets the whole team send to this provider (suzumio_model_gate)
+    ("limits", _Obj(
+        ("concurrency", _INT_GT0, _OMIT),
+        ("requestsPerMinute", _INT_GT0, _OMIT),
+        ("tokensPerMinute", _INT_GT0, _OMIT),
+    ), _OMIT),
     ("options", _Record(_Any()), {}),
     ("script", _Script(), _OMIT),
 )

@@ -6,10 +6,12 @@ call's Forwarding (suzumio_model_proxy), which decides retries and resends exact
 does. One thread drives every upstream exchange over an epoll selector: a non-blocking connect (names
 resolved on the pool), TLS, the request, an incremental HTTP/1.1 head, chunked or delimited body, and
 the answer assembled event by event (suzumio_providers.AnswerReader), its deltas published as they come.
-Retry delays and the provider's timeouts are timers of the same loop. What writes the store (a retry's
-event, the exchange and its usage, the trace span) runs on a small pool, since a synced COMMIT on the
-loop would stall every stream; the answer then goes back to the runner's socket from the loop, non-
-blocking. A hundred streams cost a hundred sockets, not a hundred threads taking turns at the GIL.
+Retry delays, the provider's timeouts and a wait at the provider's gate (suzumio_model_gate: limits, a
+pause, the queue) are timers of the same loop; a waiting call holds its runner's socket and no thread.
+What writes the store (a retry's or a wait's event, the exchange and its usage, the trace span) runs on
+a small pool, since a synced COMMIT on the loop would stall every stream; the answer then goes back to
+the runner's socket from the loop, non-blocking. A hundred streams cost a hundred sockets, not a hundred
+threads taking turns at the GIL.
 Upstreams reached through an HTTP proxy stay on the threaded path."""
 import collections
 import concurrent.futures
@@ -63,6 +65,7 @@ class ModelLoop(SelectorLoop):
         self._soon = collections.deque()  # (callable, its call's item) handed to the loop thread
         self._pool = None
         self._timed = set()  # exchanges and replies with a wake_at
+        self.waiting = set()  # calls waiting at their provider's gate (no socket registered, maybe no timer)
         self._next_due = math.inf  # no timer is due before this (see _timers)
 
     # -- called from other threads
@@ -198,7 +201,7 @@ class ModelLoop(SelectorLoop):
         with self._lock:
             self._closing = True
             self._soon.clear()
-        for item in list(self._timed):
+        for item in list(self._timed) + list(self.waiting):
             item.drop()
         for key in list(self._selector.get_map().values()):
             if key.data is not None:
@@ -207,7 +210,8 @@ class ModelLoop(SelectorLoop):
 
 
 class Call:
-    """One runner request: its exchanges, one after another as the Forwarding decides, then its reply."""
+    """One runner request: its exchanges, one after another as the Forwarding decides, each after its
+    turn at the provider's gate, then its reply."""
 
     def __init__(self, loop, forwarding, publish, finish, reply_sock, on_done):
         self.loop = loop
@@ -216,11 +220,37 @@ class Call:
         self.finish = finish
         self.reply_sock = reply_sock
         self.on_done = on_done
-        self.wake_at = math.inf  # a retry's delay
+        self.wake_at = math.inf  # a retry's delay, or when the gate asked to be pumped
         self.exchange = None
-        self.dropped = self.replied = False
+        self.waiting = False  # at the provider's gate
+        self.dropped = self.replied = self.over = False  # over: dropped, or failing inside the loop
 
     def begin(self):
+        if self.forwarding.enter(self._admit, self._wake):
+            self._go()
+        else:
+            self.waiting = True
+            self.loop.waiting.add(self)
+
+    def _admit(self):
+        """The gate lets the next exchange start (called on any thread)."""
+        self.loop.call_soon(self._admitted, self)
+
+    def _admitted(self):
+        if self.over or self.replied:
+            self.forwarding.leave(None)
+            return
+        self.waiting = False
+        self.loop.waiting.discard(self)
+        self.loop.set_timer(self, math.inf)
+        self.forwarding.admitted()
+        self._go()
+
+    def _wake(self, when):
+        """The gate asks to be pumped at `when` (called on any thread)."""
+        self.loop.call_soon(lambda: self.loop.set_timer(self, when) if self.waiting else None, self)
+
+    def _go(self):
         request = self.forwarding.request()
         self.exchange = Exchange(self, request)
         self.exchange.begin()
@@ -228,6 +258,7 @@ class Call:
     def outcome(self, request, result):
         """An exchange ended with `result` (see Forwarding.outcome): answer, resend, or wait and retry."""
         self.exchange = None
+        self.forwarding.leave(result)
         try:
             step = self.forwarding.outcome(request, result)
         except SuzumioError as error:
@@ -240,11 +271,17 @@ class Call:
             self.begin()
 
     def expired(self):
-        self.begin()
+        if self.waiting:
+            self.forwarding.pump()
+        else:
+            self.begin()
 
     def crashed(self, error):
+        self.over, self.waiting = True, False
+        self.loop.waiting.discard(self)
         if self.exchange is not None:
             self.exchange.abandon()
+        self.forwarding.leave(None)
         self.loop.set_timer(self, math.inf)
         self.loop.submit(lambda: self.finish(error), self.reply)
 
@@ -261,7 +298,10 @@ class Call:
     def drop(self):
         if self.dropped or self.replied:
             return
-        self.dropped = True
+        self.dropped = self.over = True
+        self.waiting = False
+        self.loop.waiting.discard(self)
+        self.forwarding.leave(None)
         self.loop.set_timer(self, math.inf)
         if self.reply_sock is not None:
             self.reply_sock.close()
@@ -343,6 +383,7 @@ class Exchange:
         self.request = request
         upstream = call.forwarding.upstream
         self.connect_timeout, self.idle_timeout, _overall = upstream.timeouts
+        self.first_byte_timeout = upstream.first_byte if upstream.first_byte is not None else self.idle_timeout
         parts = urlsplit(upstream.url)
         self.tls = parts.scheme.lower() == "https"
         self.host = parts.hostname
@@ -368,6 +409,7 @@ class Exchange:
         self.framing = None  # "chunked", "length" or "close"
         self.left = 0  # bytes left: of the body ("length"), of the current chunk ("chunked")
         self.chunk_state = "size"
+        self.body_begun = False
         self.wake_at = math.inf
         self.done = False
 
@@ -460,7 +502,7 @@ class Exchange:
         """Connected (TLS included): from now on a wait that times out is not retried."""
         self.connected = True
         self.state = "send"
-        self._limit(self.idle_timeout)
+        self._limit(self.first_byte_timeout)
 
     def _read(self):
         for _ in range(READS_PER_WAKE):
@@ -471,7 +513,9 @@ class Exchange:
             if not data:
                 self._ended()
                 return
-            self._limit(self.idle_timeout)
+            # Until the body's first byte (a stream's first event, a whole answer once it is done) the
+            # first-byte timeout applies, between bytes after it the idle one.
+            self._limit(self.idle_timeout if self.body_begun else self.first_byte_timeout)
             if self.state == "head":
                 self.inbuf += data
                 if not self._head():
@@ -481,6 +525,9 @@ class Exchange:
                 data, self.inbuf = bytes(self.inbuf), bytearray()
                 if not data:
                     continue
+            if not self.body_begun:
+                self.body_begun = True
+                self._limit(self.idle_timeout)
             if self._body(data):
                 return
         if self.tls and self.sock.pending():  # decrypted bytes the selector cannot see

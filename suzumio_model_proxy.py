@@ -3,9 +3,11 @@ this module resolves the provider and preset from the project's ProjectConfig, a
 secret headers from the controller's own environment, and forwards through the controller's proxies with
 the provider's timeouts, retrying and streaming as suzumio_providers describes (also the Anthropic
 Messages dialect); it answers the final status, a Chat Completions body, the usage and its overflow
-verdict."""
+verdict. Each exchange first passes its provider's gate (suzumio_model_gate): the limits, the pause after
+a 429 or 503 with Retry-After, the queue in priority order."""
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -17,6 +19,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import suzumio_providers as providers
 from suzumio_errors import BadGateway, BadRequest, Forbidden, NotFound
+from suzumio_model_gate import NO_LIMITS, Governor, estimate_tokens
 from suzumio_runner_models import TransportError, chat_completions_usage, model_timeouts, proxy_for
 
 log = logging.getLogger(__name__)
@@ -36,8 +39,11 @@ RETRY_HEADERS = ("retry-after", "retry-after-ms")
 SECRET_HEADER = re.compile(r"(?i)authorization|api[-_]?key|token|secret|cookie|password")
 
 ModelAnswer = namedtuple("ModelAnswer", "status headers body usage overflow", defaults=(None,))
-Upstream = namedtuple("Upstream", "url headers proxy timeouts api_model secrets kind retry stream include_usage",
-                      defaults=("openai-compatible", providers.RetryPolicy(0, 0.0), False, False))
+Upstream = namedtuple("Upstream", "url headers proxy timeouts api_model secrets kind retry stream include_usage "
+                      "first_byte limits",
+                      defaults=("openai-compatible", providers.RetryPolicy(0, 0.0), False, False, None, None))
+# Statuses whose Retry-After pauses the provider for every agent, instead of each call retrying on its own.
+PAUSE_STATUSES = (429, 503)
 
 
 def is_secret_header(name):
@@ -60,6 +66,7 @@ class ModelProxy:
         self._lock = threading.Lock()
         self._gateway_resolves = None
         self._warned = set()
+        self.governor = Governor(clock)
 
     def controller_base_url(self, base_url):
         """Base URLs written for runners in containers name `host.docker.internal`; the controller on the
@@ -127,11 +134,13 @@ class ModelProxy:
         except TransportError as error:
             raise BadGateway(f"Request to provider {provider_id} failed: {error}") from None
         timeouts = model_timeouts({"timeoutMs": provider.timeout_ms, "chunkTimeoutMs": provider.chunk_timeout_ms})
+        first_byte = providers.first_byte_timeout(provider.timeout_ms, provider.first_byte_timeout_ms)
         secrets = sorted({s for s in secrets if isinstance(s, str) and len(s) >= MIN_REDACTED_LENGTH},
                          key=len, reverse=True)
         retry = providers.retry_policy(options, getattr(preset, "max_retries", None))
         return Upstream(url, headers, proxy, timeouts, preset.api_model or preset.model, secrets, provider.type,
-                        retry, options.get("stream") is not False, options.get("streamOptions") is not False)
+                        retry, options.get("stream") is not False, options.get("streamOptions") is not False,
+                        first_byte, provider.limits)
 
     def _warn_ignored(self, project, provider_id, options):
         """Once per project, provider and option: an option the proxy does not apply."""
@@ -144,34 +153,71 @@ class ModelProxy:
                 self._warned.add((project, provider_id, name))
             log.warning("project %s provider %s: option %s is ignored", project, provider_id, name)
 
-    def forward(self, config, agent_id, provider_id, preset_id, body, publish=None, on_retry=None):
+    def forward(self, config, agent_id, provider_id, preset_id, body, publish=None, on_retry=None, **gate):
         """Send one model request, retrying 429, 5xx, connections that failed before any byte and streams
         cut after some within the preset's retry policy (each retry told to `on_retry(info)`); streamed
         where the server accepts it, the deltas handed to `publish(delta)`. Answers the final status and a
         Chat Completions body whatever the provider's dialect; a transport failure left after the retries
-        is a 502. The exchanges block this thread (suzumio_model_loop drives the same Forwarding without)."""
-        return self.drive(Forwarding(self, config, agent_id, provider_id, preset_id, body, on_retry), publish)
+        is a 502. The exchanges block this thread (suzumio_model_loop drives the same Forwarding without);
+        `gate` are Forwarding's arguments for the provider's gate."""
+        return self.drive(Forwarding(self, config, agent_id, provider_id, preset_id, body, on_retry, **gate), publish)
 
     def drive(self, forwarding, publish=None):
-        """forward() of a Forwarding made already: its exchanges on this thread, one after another."""
+        """forward() of a Forwarding made already: its exchanges on this thread, one after another, each
+        after its turn at the provider's gate."""
         while True:
-            request = forwarding.request()
+            self._wait_turn(forwarding)
             try:
+                request = forwarding.request()
                 result = self._exchange(forwarding.upstream, request, publish)
             except TransportError as error:
                 result = error
+            except BaseException:
+                forwarding.leave(None)
+                raise
+            forwarding.leave(result)
             step = forwarding.outcome(request, result)
             if isinstance(step, ModelAnswer):
                 return step
             if step:
                 self._sleep(step)
 
+    def _wait_turn(self, forwarding):
+        """Block this thread until the gate lets the forwarding's next exchange start."""
+        changed = threading.Event()
+        turn = {"admitted": False, "due": math.inf}
+
+        def admit():
+            turn["admitted"] = True
+            changed.set()
+
+        def wake(when):
+            turn["due"] = when
+            changed.set()
+
+        if forwarding.enter(admit, wake):
+            return
+        try:
+            while True:
+                timeout = None if turn["due"] == math.inf else max(0.0, turn["due"] - self._clock())
+                changed.wait(timeout)
+                changed.clear()
+                if turn["admitted"]:
+                    break
+                if self._clock() >= turn["due"]:
+                    turn["due"] = math.inf
+                    forwarding.pump()
+        except BaseException:
+            forwarding.leave(None)
+            raise
+        forwarding.admitted()
+
     def _exchange(self, upstream, request, publish):
         """One blocking upstream exchange: (status, headers, Chat Completions text, usage)."""
         connect, idle, _overall = upstream.timeouts
         status, headers, chunks = providers.open_exchange(upstream.url, upstream.headers, request.payload,
                                                           upstream.proxy, connect, idle, request.deadline,
-                                                          self._clock)
+                                                          self._clock, upstream.first_byte)
         deltas = providers.Deltas(publish if request.stream else None, self._clock)
         status, text, usage = providers.answer_of(upstream.kind, status, headers, chunks, deltas)
         return status, headers, text, usage
@@ -189,21 +235,92 @@ Request = namedtuple("Request", "payload stream sent deadline")
 
 
 class Forwarding:
-    """One runner request on its way to its provider: what the next exchange sends, and after each one
-    whether to answer, resend at once, retry after a delay or give up. Both the threaded path
-    (ModelProxy.forward) and the model loop drive it, so both decide alike. A 400 refusing
-    `max_tokens`, `stream_options` or `stream` is resent at once without it."""
+    """One runner request on its way to its provider: its turn at the provider's gate before each
+    exchange, what the exchange sends, and after each one whether to answer, resend at once, retry after
+    a delay or give up. Both the threaded path (ModelProxy.forward) and the model loop drive it, so both
+    decide alike. A 400 refusing `max_tokens`, `stream_options` or `stream` is resent at once without it.
+    `priority` is the highest of the signals the calling activation got (urgent ones go first at the
+    gate); `on_wait(info)` hears each wait at the gate, `on_pause(info)` each pause this call announces."""
 
-    def __init__(self, proxy, config, agent_id, provider_id, preset_id, body, on_retry=None):
+    def __init__(self, proxy, config, agent_id, provider_id, preset_id, body, on_retry=None, *,
+                 activation_id=None, priority=None, on_wait=None, on_pause=None):
         if not isinstance(body, dict):
             raise BadRequest("body must be an object")
         self.proxy = proxy
         self.project, self.agent_id, self.provider_id, self.preset_id = config.name, agent_id, provider_id, preset_id
+        self.activation_id, self.priority = activation_id, priority
         self.body = body
-        self.on_retry = on_retry
+        self.on_retry, self.on_wait, self.on_pause = on_retry, on_wait, on_pause
         self.upstream = proxy.upstream(config, agent_id, provider_id, preset_id)
         self.started = proxy._clock()
         self.retry = 0
+        self.ticket = None
+        self.waited = 0.0  # seconds at the gate: not counted against the retry window
+        self._wait_began = None
+        self._estimate = None
+
+    # -- the gate
+
+    @property
+    def gate_key(self):
+        return (self.project, self.provider_id)
+
+    def enter(self, admit, wake):
+        """Ask the provider's gate for the next exchange: True when it may start now; else the call waits
+        (on_wait is told) and `admit()` comes when it may, from any thread; `wake(when)` asks for pump()
+        at monotonic `when`."""
+        governor = self.proxy.governor
+        if self.ticket is None:
+            self.ticket = governor.ticket(self.gate_key, self.priority, admit, wake)
+        else:
+            self.ticket.admit, self.ticket.wake = admit, wake
+        limits = self.upstream.limits or NO_LIMITS
+        if self._estimate is None:
+            # Only tokensPerMinute needs it, and a long context takes a while to serialise.
+            self._estimate = 0 if limits.tokens_per_minute is None else \
+                estimate_tokens(json.dumps(self.body.get("messages"), ensure_ascii=False))
+        waiting = governor.enter(self.ticket, limits, self._estimate)
+        if waiting is None:
+            return True
+        self._wait_began = self.proxy._clock()
+        reason, position = waiting
+        log.info("project %s agent %s activation %s provider %s: the call waits (%s, position %d)",
+                 self.project, self.agent_id, self.activation_id, self.provider_id, reason, position)
+        if self.on_wait is not None:
+            self.on_wait({"providerId": self.provider_id, "presetId": self.preset_id, "reason": reason,
+                          "position": position})
+        return False
+
+    def admitted(self):
+        """The waiter's admit() came: the wait ends."""
+        if self._wait_began is not None:
+            self.waited += self.proxy._clock() - self._wait_began
+            self._wait_began = None
+
+    def pump(self):
+        self.proxy.governor.pump(self.gate_key)
+
+    def leave(self, result):
+        """The exchange ended with `result` (None: abandoned, or the call gave up while waiting)."""
+        if self.ticket is None:
+            return
+        tokens = 0
+        if isinstance(result, tuple):
+            status, _headers, _text, usage = result
+            tokens = usage.get("total") or (usage.get("input", 0) + usage.get("output", 0))
+            if not tokens and 200 <= status < 300:
+                tokens = self._estimate  # an answer without usage still spent tokens
+        self.proxy.governor.leave(self.ticket, tokens)
+
+    def _pause(self, status, delay):
+        """A 429 or 503 with Retry-After: the provider pauses for every agent; the retry waits at the gate."""
+        if not self.proxy.governor.pause(self.gate_key, delay):
+            return
+        log.warning("project %s provider %s: HTTP %d with Retry-After; paused for %.1f s", self.project,
+                    self.provider_id, status, delay)
+        if self.on_pause is not None:
+            self.on_pause({"providerId": self.provider_id, "status": status, "pauseMs": int(delay * 1000),
+                           "untilMs": int((time.time() + delay) * 1000)})
 
     def request(self):
         """The next exchange's Request: its body, whether it streams, the features it sent, its deadline."""
@@ -248,16 +365,24 @@ class Forwarding:
         done = status is not None and (200 <= status < 300 or overflow or not providers.retriable_status(status))
         if not done:
             delay = providers.retry_delay(headers, self.retry)
-            within = self.proxy._clock() - self.started + delay <= upstream.retry.window_s
+            # A Retry-After longer than the retry window is not waited for, by this call or the others.
+            paused = (status in PAUSE_STATUSES and providers.retry_after_given(headers)
+                      and delay <= upstream.retry.window_s)
+            if paused:
+                self._pause(status, delay)
+            # Time spent waiting at the gate is not the call's own.
+            spent = self.proxy._clock() - self.started - self.waited
+            within = spent + delay <= upstream.retry.window_s
             if self.retry < upstream.retry.max_retries and within:
-                return self._again(reason, status, delay)
+                return self._again(reason, status, delay, 0.0 if paused else delay)
             if status is None:
                 raise BadGateway(f"Request to provider {provider_id} failed: {text}") from None
         headers = {name: headers[name] for name in RETRY_HEADERS if name in headers}
         return ModelAnswer(status, redact(headers, upstream.secrets), redact(text, upstream.secrets), usage,
                            overflow)
 
-    def _again(self, reason, status, delay):
+    def _again(self, reason, status, delay, wait):
+        """Count a retry and answer the seconds to wait before it (`wait`; the gate holds a paused one)."""
         self.retry += 1
         upstream = self.upstream
         log.warning("project %s agent %s provider %s: %s; retry %d/%d in %.1f s", self.project, self.agent_id,
@@ -266,7 +391,7 @@ class Forwarding:
             self.on_retry({"providerId": self.provider_id, "presetId": self.preset_id, "retry": self.retry,
                            "maxRetries": upstream.retry.max_retries, "reason": redact(reason, upstream.secrets),
                            "status": status, "delayMs": int(delay * 1000)})
-        return delay
+        return wait
 
 
 def answer_usage(text):

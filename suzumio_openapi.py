@@ -130,9 +130,11 @@ SCHEMAS = {
                                        "properties": {"agentId": STRING, "signals": INTEGER, "since": STRING,
                                                       "cap": {"enum": ["project", "root"]}}}},
                                    "paused": {"type": "array", "items": {"type": "object"}}}},
-    # Controller-observed spend; costUsd is null when no call of the group had prices
-    "Spend": {"type": "object", "required": ["calls", "tokens", "costUsd"],
-              "properties": {"calls": INTEGER, "tokens": INTEGER, "costUsd": {"type": ["number", "null"]}}},
+    # Controller-observed spend; costUsd is null when no call of the group had prices; tokens count the
+    # cached prompt tokens too (cachedTokens read from a provider's cache, cacheWriteTokens written to it)
+    "Spend": {"type": "object", "required": ["calls", "tokens", "cachedTokens", "costUsd"],
+              "properties": {"calls": INTEGER, "tokens": INTEGER, "cachedTokens": INTEGER,
+                             "cacheWriteTokens": INTEGER, "costUsd": {"type": ["number", "null"]}}},
     "Costs": {"type": "object", "required": ["project", "agents", "activations"],
               "properties": {"project": _ref("Spend"),
                              "agents": {"type": "object", "additionalProperties": _ref("Spend")},
@@ -346,7 +348,9 @@ PATHS = {
                        "set a header may pass the API token as the `token` query parameter. Running "
                        "activations also send ephemeral `activation.delta` frames without an `id:` line "
                        "(components.schemas.ActivationDelta): never stored, never replayed. Stored events "
-                       "include `model.retry` (a retried model request and its reason), "
+                       "include `model.retry` (a retried model request and its reason), `model.waiting` "
+                       "(a model call waits at its provider's limits or pause), `model.provider_paused` (a 429 "
+                       "or 503 with Retry-After paused a provider for the team), "
                        "`project.budget_warning` and `project.budget_exceeded`.",
         "parameters": [PROJECT, LIMIT,
                        {"name": "Last-Event-ID", "in": "header", "required": False, "schema": STRING},

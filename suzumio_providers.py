@@ -11,7 +11,13 @@ import socket
 import time
 from collections import namedtuple
 
-from suzumio_runner_models import READ_CHUNK, TransportError, _connection, chat_completions_usage
+from suzumio_runner_models import (
+    DEFAULT_MODEL_TIMEOUT_S,
+    READ_CHUNK,
+    TransportError,
+    _connection,
+    chat_completions_usage,
+)
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_WINDOW_S = 60.0
@@ -55,6 +61,23 @@ def retry_policy(provider_options, preset_max_retries=None):
 
 def _non_negative(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def retry_after_given(headers):
+    """Whether an answer says when to ask again (`retry-after` or `retry-after-ms`)."""
+    headers = headers or {}
+    return bool(str(headers.get("retry-after", "")).strip() or str(headers.get("retry-after-ms", "")).strip())
+
+
+def first_byte_timeout(timeout_ms, first_byte_ms):
+    """Seconds from a request sent to the first byte of its answer's body: `firstByteTimeoutMs`, else
+    `timeoutMs`, else 300 s; None when `timeoutMs` is false and no first-byte timeout is set. A stream's
+    first event comes once the model read the prompt, a whole answer's body once it is done, so this is
+    the long wait; `chunkTimeoutMs` bounds the waits between bytes after it."""
+    for value in (first_byte_ms, timeout_ms):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return value / 1000.0
+    return None if timeout_ms is False else DEFAULT_MODEL_TIMEOUT_S
 
 
 def retriable_status(status):
@@ -119,10 +142,13 @@ def overflow_server(status, text):
 # HTTP with a streamed body
 
 
-def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, deadline, clock=time.monotonic):
-    """POST `body` and return (status, lowercased headers, chunk iterator); the idle timeout applies to
-    every read, so between the chunks of a stream. Raises EarlyTransportError when nothing of the answer
-    arrived, TransportError when it broke off later."""
+def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, deadline, clock=time.monotonic,
+                  first_byte_timeout=None):
+    """POST `body` and return (status, lowercased headers, chunk iterator); the first-byte timeout
+    (default: the idle one) bounds the wait for the answer's head and the first byte of its body (a
+    stream's first event), the idle timeout every read after it, so between the chunks of a stream.
+    Raises EarlyTransportError when nothing of the answer arrived, TransportError when it broke off
+    later."""
 
     def limit(seconds):
         if deadline is None:
@@ -138,7 +164,7 @@ def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, dead
         conn.connect()
         connected = True
         sock = conn.sock  # http.client drops conn.sock once a `Connection: close` answer owns it
-        sock.settimeout(limit(idle_timeout))
+        sock.settimeout(limit(first_byte_timeout if first_byte_timeout is not None else idle_timeout))
         conn.request("POST", target, body=body, headers={**headers, **extra})
         response = conn.getresponse()
     except (OSError, http.client.HTTPException) as error:
@@ -152,12 +178,14 @@ def open_exchange(url, headers, body, proxy, connect_timeout, idle_timeout, dead
     response_headers = {key.lower(): value for key, value in response.getheaders()}
 
     def chunks():
+        wait = first_byte_timeout if first_byte_timeout is not None else idle_timeout
         try:
             while True:
-                sock.settimeout(limit(idle_timeout))
+                sock.settimeout(limit(wait))
                 data = response.read1(READ_CHUNK)
                 if not data:
                     return
+                wait = idle_timeout
                 yield data
         except TimeoutError as error:
             raise TransportError(_reason(error)) from None  # waiting longer is not retried (see above)
@@ -282,6 +310,7 @@ class OpenAIStream:
         self.deltas = deltas
         self.first, self.content, self.reasoning, self.calls = None, [], [], {}
         self.finish_reason, self.usage, self.ended, self.error = None, None, False, None
+        self.timings = None  # llama.cpp's, on its last chunk
 
     def feed(self, _name, data):
         if data.strip() == "[DONE]":
@@ -299,6 +328,8 @@ class OpenAIStream:
         self.first = self.first or chunk
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+        if isinstance(chunk.get("timings"), dict):
+            self.timings = chunk["timings"]
         for choice in chunk.get("choices") or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice)
@@ -354,11 +385,23 @@ class OpenAIStream:
                                "finish_reason": self.finish_reason or ("tool_calls" if calls else "stop")}]}
         if self.usage is not None:
             answer["usage"] = self.usage
+        if self.timings is not None:
+            answer["timings"] = self.timings
         return answer, None
 
 
 def openai_usage(answer):
-    return chat_completions_usage(answer.get("usage")) if isinstance(answer, dict) else {}
+    """Suzumio usage of a Chat Completions answer. Cached prompt tokens come from
+    `usage.prompt_tokens_details.cached_tokens` (OpenAI, recent llama.cpp), else from llama.cpp's
+    `timings.cache_n`; `input` counts them, as `prompt_tokens` does."""
+    if not isinstance(answer, dict):
+        return {}
+    usage = chat_completions_usage(answer.get("usage"))
+    timings = answer.get("timings")
+    cached = timings.get("cache_n") if isinstance(timings, dict) else None
+    if usage and "cacheRead" not in usage and isinstance(cached, int) and not isinstance(cached, bool) and cached > 0:
+        usage["cacheRead"] = cached
+    return usage
 
 
 # ---------------------------------------------------------------------------------------------

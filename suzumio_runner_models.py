@@ -20,7 +20,6 @@ from suzumio_runner_egress import connect_via
 DEFAULT_MODEL_TIMEOUT_S = 300.0
 READ_CHUNK = 65536
 MAX_ERROR_BODY = 4000
-MODEL_CALL_MARGIN_S = 30.0
 PROXY_NAMES = {
     "https": ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"),
     "http": ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"),
@@ -42,10 +41,6 @@ LATER_PROVIDER_TYPES = ("openai", "google")
 # Provider types whose requests the runner writes as Chat Completions bodies: the controller's model proxy
 # translates them for the server's dialect (anthropic Messages) and answers Chat Completions.
 PROXIED_PROVIDER_TYPES = ("openai-compatible", "anthropic")
-# The controller retries; the runner waits for at most this many tries plus the retry window (the
-# controller's defaults, suzumio_providers.retry_policy, which tests/test_runner_contract.py holds it to).
-PROXY_RETRIES = 3
-PROXY_RETRY_WINDOW_S = 60.0
 SKIPPED_PROVIDER_OPTIONS = ("reasoningEffort", "user", "textVerbosity")
 
 HttpResponse = namedtuple("HttpResponse", "status reason headers body")
@@ -381,32 +376,12 @@ def _error_text(body):
     return f"{message}\n{raw}" if message else raw
 
 
-def retry_bounds(provider, preset=None):
-    """(retries, window seconds) the controller's proxy allows one preset: the preset's `maxRetries`, else
-    the provider's `options.maxRetries`, else 3; `options.retryWindowMs`, else 60 s."""
-    options = provider.get("options") if isinstance(provider.get("options"), dict) else {}
-    retries = (preset or {}).get("maxRetries")
-    if retries is None:
-        retries = options.get("maxRetries")
-    if not _non_negative(retries):
-        retries = PROXY_RETRIES
-    window = options.get("retryWindowMs")
-    return int(retries), window / 1000.0 if _non_negative(window) else PROXY_RETRY_WINDOW_S
-
-
-def _non_negative(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-
-
-def model_call_timeout(provider, preset=None):
-    """How long the runner waits for the controller's answer to one model request: the provider's
-    overall deadline for every try the proxy may make, its retry window and a margin, or no limit when
-    only the controller's idle timeouts bound it."""
-    overall = model_timeouts(provider)[2]
-    if overall is None:
-        return None
-    retries, window = retry_bounds(provider, preset)
-    return overall * (1 + retries) + window + MODEL_CALL_MARGIN_S
+def model_call_timeout(_provider):
+    """How long the runner waits for the controller's answer to one model request: without a limit of
+    its own. The controller bounds each exchange (connect, first byte, between bytes, overall) and its
+    retries, but a call may also wait there for its turn at the provider (the team's limits, a pause
+    after a Retry-After) for as long as the team needs; the activation's timeout bounds the whole."""
+    return None
 
 
 class OpenAICompatibleProvider:
@@ -420,7 +395,7 @@ class OpenAICompatibleProvider:
         self.transport = transport
         self.sleep = sleep
         self.warn = warn
-        self.timeout = model_call_timeout(attempt.provider, attempt.preset)
+        self.timeout = model_call_timeout(attempt.provider)
 
     def request_body(self, messages, tools, tool_choice, max_output_tokens=None):
         preset = self.attempt.preset

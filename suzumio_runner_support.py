@@ -41,6 +41,8 @@ from suzumio_records import (
     HISTORY_CLOSED,
     HISTORY_ROLES,
     KIND_MODEL_RETRY,
+    KIND_MODEL_WAITING,
+    KIND_PROVIDER_PAUSED,
     TOOL_CALL_END_STATUSES,
     TOOL_CALLS_CLOSED,
     format_ts,
@@ -190,18 +192,19 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         def publish(delta):
             root.live.publish(call.store.project_id, dict(live_base, **delta), after=call.store.event_watermark)
 
-        retries, deferred = [], []  # deferred: the pool's retry events, when the model loop has the call
+        retries, deferred = [], []  # deferred: the pool's events, when the model loop has the call
 
-        def on_retry(info):
-            retries.append(info)
-
+        def event(kind, info):
             def write():
-                call.store.append_event(KIND_MODEL_RETRY, dict(info, activationId=call.activation_id,
-                                                               agentId=call.agent_id))
+                call.store.append_event(kind, dict(info, activationId=call.activation_id, agentId=call.agent_id))
             if handed:
                 deferred.append(model_loop.submit(write, lambda _result: None))
             else:
                 write()
+
+        def on_retry(info):
+            retries.append(info)
+            event(KIND_MODEL_RETRY, info)
 
         clock = time.monotonic()
 
@@ -252,8 +255,12 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
                            f"activation {call.activation_id}; the replay is stopped")
         handed = False
         try:
+            # Urgent calls go first at the provider's gate: those of an activation a P0 or P1 signal reached.
             forwarding = Forwarding(model_proxy, config, call.agent_id, provider_id, preset_id, call.body["body"],
-                                    on_retry=on_retry)
+                                    on_retry=on_retry, activation_id=call.activation_id,
+                                    priority=call.store.activation_priority(call.activation_id),
+                                    on_wait=lambda info: event(KIND_MODEL_WAITING, info),
+                                    on_pause=lambda info: event(KIND_PROVIDER_PAUSED, info))
         except SuzumioError as error:
             return json_response(conclude(error))
         hand_off = bottle.request.environ.get(suzumio_sse.HAND_OFF)

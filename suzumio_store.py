@@ -557,11 +557,20 @@ _MIGRATION_9 = ["ALTER TABLE messages ADD COLUMN idempotency_key TEXT",
 # The machine an activation ran on: a Swarm node's host name, else the controller's.
 _MIGRATION_10 = ["ALTER TABLE activations ADD COLUMN node TEXT"]
 
+# Cached prompt tokens of each model call apart (read from the cache, written to it; `tokens` still counts
+# them), so that usage and cost answers need not parse usage_json; and the signals delivered to an
+# activation found by index (a model call's priority at its provider's gate).
+_MIGRATION_11 = ["ALTER TABLE model_calls ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0",
+                 "ALTER TABLE model_calls ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0",
+                 "CREATE INDEX IF NOT EXISTS idx_signals_project_delivered "
+                 "ON signals (project, delivered_activation_id)"]
+
 MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION_2),
               (3, "approval requests", _MIGRATION_3), (4, "model call cost", _MIGRATION_4),
               (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6),
               (7, "approval edits, paused agents", _MIGRATION_7), (8, "flight recorder", MIGRATION_RECORDER),
-              (9, "message idempotency keys", _MIGRATION_9), (10, "activation nodes", _MIGRATION_10)]
+              (9, "message idempotency keys", _MIGRATION_9), (10, "activation nodes", _MIGRATION_10),
+              (11, "cached prompt tokens", _MIGRATION_11)]
 
 
 STAGED_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what _Tx.write_file stages

@@ -179,6 +179,12 @@ class SignalRows:
             params.append(kind)
         return [signal_json(r) for r in self._query(sql + " ORDER BY delivered_at, rowid", params)]
 
+    def activation_priority(self, activation_id):
+        """The highest priority ("P0" first) of the signals delivered to one activation, None without any."""
+        row = self._query_one("SELECT MIN(priority) AS priority FROM signals WHERE project = ? "
+                              "AND delivered_activation_id = ?", (self.project_id, activation_id))
+        return row["priority"] if row else None
+
     def latest_signal(self, kind, target_agent=None):
         """Newest signal of a kind (for one target when given), any status, or None."""
         sql, params = "SELECT * FROM signals WHERE project = ? AND kind = ?", [self.project_id, kind]

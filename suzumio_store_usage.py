@@ -1,4 +1,5 @@
-"""The model_calls table and the read models over it: the budget window, costs and spend."""
+"""The model_calls table and the read models over it: the budget window, costs and spend (with the cached
+prompt tokens apart: `cachedTokens` read from a provider's prompt cache, `cacheWriteTokens` written to it)."""
 
 from suzumio_records import (
     KIND_BUDGET_WARNING,
@@ -37,9 +38,11 @@ class UsageRows:
         with self.write(now) as tx:
             self.owned_activation(tx.conn, agent_id, activation_id)
             tx.execute("INSERT INTO model_calls (id, project, activation_id, agent_id, provider_id, preset_id, "
-                       "status, tokens, usage_json, created_at, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       "status, tokens, usage_json, created_at, cost_usd, cached_tokens, cache_write_tokens) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (tx.id("mcall"), self.project_id, activation_id, agent_id, provider_id, preset_id,
-                        int(status), usage_tokens({"tokens": usage}), dump_json(usage), tx.ts, cost_usd))
+                        int(status), usage_tokens({"tokens": usage}), dump_json(usage), tx.ts, cost_usd,
+                        _count(usage.get("cacheRead")), _count(usage.get("cacheWrite"))))
 
     def model_usage(self, activation_id):
         """The controller-observed usage of one activation: its model calls, their summed tokens and cost
@@ -60,22 +63,26 @@ class UsageRows:
     def model_costs(self):
         """Controller-observed tokens and cost per activation, per agent and for the project:
         {"project": {...}, "agents": {id: {...}}, "activations": {id: {...}}}, each {"calls", "tokens",
-        "costUsd"} (costUsd null when no call was priced)."""
+        "cachedTokens", "cacheWriteTokens", "costUsd"} (costUsd null when no call was priced; `tokens`
+        counts the cached ones too)."""
         rows = self._query("SELECT activation_id, agent_id, COUNT(*) AS calls, SUM(tokens) AS tokens, "
+                           "SUM(cached_tokens) AS cached, SUM(cache_write_tokens) AS written, "
                            "SUM(cost_usd) AS cost FROM model_calls WHERE project = ? "
                            "GROUP BY activation_id, agent_id", (self.project_id,))
-        out = {"project": {"calls": 0, "tokens": 0, "costUsd": None}, "agents": {}, "activations": {}}
+        out = {"project": _spend(), "agents": {}, "activations": {}}
 
         def add(total, row):
             total["calls"] += row["calls"]
             total["tokens"] += row["tokens"] or 0
+            total["cachedTokens"] += row["cached"] or 0
+            total["cacheWriteTokens"] += row["written"] or 0
             if row["cost"] is not None:
                 total["costUsd"] = round((total["costUsd"] or 0) + row["cost"], 10)
 
         for row in rows:
             add(out["project"], row)
-            add(out["agents"].setdefault(row["agent_id"], {"calls": 0, "tokens": 0, "costUsd": None}), row)
-            add(out["activations"].setdefault(row["activation_id"], {"calls": 0, "tokens": 0, "costUsd": None}), row)
+            add(out["agents"].setdefault(row["agent_id"], _spend()), row)
+            add(out["activations"].setdefault(row["activation_id"], _spend()), row)
         return out
 
     def egress_totals(self):
@@ -95,17 +102,18 @@ class UsageRows:
         return out
 
     def project_spend(self):
-        """({"calls", "tokens", "costUsd"} over every model call of the project, the same per
-        agent id) for the project summaries the control room lists; costUsd None when none was priced."""
+        """({"calls", "tokens", "cachedTokens", "costUsd"} over every model call of the project, the same
+        per agent id) for the project summaries the control room lists; costUsd None when none was priced."""
         rows = self._query("SELECT agent_id, COUNT(*) AS calls, COALESCE(SUM(tokens), 0) AS tokens, "
-                           "SUM(cost_usd) AS cost FROM model_calls WHERE project = ? GROUP BY agent_id ORDER BY "
-                           "agent_id", (self.project_id,))
-        agents = {row["agent_id"]: {"calls": row["calls"], "tokens": row["tokens"],
+                           "COALESCE(SUM(cached_tokens), 0) AS cached, SUM(cost_usd) AS cost FROM model_calls "
+                           "WHERE project = ? GROUP BY agent_id ORDER BY agent_id", (self.project_id,))
+        agents = {row["agent_id"]: {"calls": row["calls"], "tokens": row["tokens"], "cachedTokens": row["cached"],
                                     "costUsd": None if row["cost"] is None else round(row["cost"], 10)}
                   for row in rows}
         costs = [spend["costUsd"] for spend in agents.values() if spend["costUsd"] is not None]
         total = {"calls": sum(spend["calls"] for spend in agents.values()),
                  "tokens": sum(spend["tokens"] for spend in agents.values()),
+                 "cachedTokens": sum(spend["cachedTokens"] for spend in agents.values()),
                  "costUsd": round(sum(costs), 10) if costs else None}
         return total, agents
 
@@ -121,3 +129,13 @@ class UsageRows:
             "AND json_extract(data_json, '$.status') = ? ORDER BY rowid DESC LIMIT 1",
             (self.project_id, PROJECT_RUNNING)).fetchone()
         return row[0] if row else 0
+
+
+def _spend():
+    return {"calls": 0, "tokens": 0, "cachedTokens": 0, "cacheWriteTokens": 0, "costUsd": None}
+
+
+def _count(value):
+    """A token count of a usage field as stored: a non-negative whole number, 0 when absent."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    return max(0, int(value)) if ok else 0

@@ -226,6 +226,17 @@ class Narrator:
         return [f"  … {agent} model {data.get('presetId')} retry {data.get('retry')}/{data.get('maxRetries')}"
                 f"{wait}: {one_line(data.get('reason'))}"]
 
+    def _model_waiting(self, data, agent):
+        reasons = {"concurrency": "all of its slots are busy", "rpm": "its requests per minute are used",
+                   "tpm": "its tokens per minute are used", "paused": "it is paused"}
+        why = reasons.get(data.get("reason"), data.get("reason"))
+        return [f"  … {agent} waits for provider {data.get('providerId')}: {why} (position {data.get('position')})"]
+
+    def _model_provider_paused(self, data, _agent):
+        pause = data.get("pauseMs")
+        length = f" for {pause / 1000:.1f} s" if isinstance(pause, (int, float)) else ""
+        return [f"! provider {data.get('providerId')} answered {data.get('status')}: paused for every agent{length}"]
+
     def _project_budget_warning(self, data, _agent):
         return ["! budget warning: 80% of the project's budget is used"]
 

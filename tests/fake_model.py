@@ -27,7 +27,9 @@ OVERFLOW_BODY = {"error": {"message": OVERFLOW_MESSAGE, "type": "invalid_request
                            "code": "context_length_exceeded"}}
 
 RecordedRequest = namedtuple("RecordedRequest", "path headers body")
-Reply = namedtuple("Reply", "status headers body delay chunk_delay cut_after", defaults=(0.0, None))
+Reply = namedtuple("Reply", "status headers body delay chunk_delay cut_after hold first_delay",
+                   defaults=(0.0, None, None, 0.0))
+HOLD_LIMIT_S = 30.0  # a held reply goes out after this even when its event was never set
 FLAVORS = ("openai", "vllm", "llamacpp", "ollama", "nostream", "nostreamoptions", "completiontokens")
 WORDS = re.compile(r"\S+\s*|\s+")
 
@@ -82,6 +84,13 @@ class _ModelHandler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         fake = self.server.fake
+        fake._began()
+        try:
+            self._post(fake)
+        finally:
+            fake._ended()
+
+    def _post(self, fake):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         try:
@@ -98,6 +107,8 @@ class _ModelHandler(BaseHTTPRequestHandler):
             return self._send(Reply(400, {}, {"error": {"message": refusal, "type": "invalid_request_error",
                                                         "code": None}}, 0))
         reply = fake._next(body)
+        if reply.hold is not None:
+            reply.hold.wait(HOLD_LIMIT_S)
         if reply.delay and fake._closing.wait(reply.delay):
             return
         if reply.status == 0:  # enqueue_drop: the connection closes before any byte of an answer
@@ -119,6 +130,8 @@ class _ModelHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         try:
+            if reply.first_delay and fake._closing.wait(reply.first_delay):
+                return
             for index, chunk in enumerate(stream_chunks(reply.body, request, fake.flavor)):
                 if reply.chunk_delay and fake._closing.wait(reply.chunk_delay):
                     return
@@ -180,9 +193,14 @@ def stream_chunks(answer, request, flavor):
     last = chunk({}, choice["finish_reason"])
     usage = answer.get("usage")
     if flavor == "llamacpp":
+        # `cache_n` in a reply's usage stands for the prompt tokens llama.cpp found in its cache: reported
+        # in `timings` only, as builds before `prompt_tokens_details` do
+        usage = dict(usage or {})
+        cached = usage.pop("cache_n", 0)
         if usage:
             last["usage"] = usage
-        last["timings"] = {"prompt_n": (usage or {}).get("prompt_tokens", 0), "predicted_ms": 1.0}
+        last["timings"] = {"prompt_n": usage.get("prompt_tokens", 0) - cached, "cache_n": cached,
+                           "predicted_ms": 1.0}
         yield last
         return
     yield last
@@ -229,6 +247,7 @@ class FakeModel:
         self.requests = []
         self.reminders = []
         self.token_times = []  # time.monotonic() of every streamed content chunk written
+        self.in_flight = 0  # requests being answered now
         self._queues = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -257,11 +276,15 @@ class FakeModel:
         reasoning=None,
         chunk_delay=0.0,
         cut_after=None,
+        hold=None,
+        first_delay=0.0,
     ):
         """Queue one reply (`cut_after`: a streamed reply's connection closes after that many chunks, without
         the rest or [DONE]): assistant `content` and/or `tool_calls` [(name, args) or {name, arguments, id}],
         `usage` (prompt, completion, total) or a raw dict; or an error `status` with a JSON `body`
-        (bytes are sent as is); `delay` seconds before answering; `model` routes it to that model."""
+        (bytes are sent as is); `delay` seconds before answering; `hold`, a threading.Event, keeps the answer
+        until it is set; `first_delay` seconds between a stream's head and its first chunk; `model` routes it
+        to that model."""
         with self._lock:
             self._count += 1
             number = self._count
@@ -273,11 +296,11 @@ class FakeModel:
                     self.flavor,
                 )
 
-        reply = Reply(status, headers or {}, body, delay, chunk_delay, cut_after)
+        reply = Reply(status, headers or {}, body, delay, chunk_delay, cut_after, hold, first_delay)
         with self._lock:
             self._queues.setdefault(model, []).append(reply)
 
-    def enqueue_error(self, status, message, headers=None, model=None, delay=0.0):
+    def enqueue_error(self, status, message, headers=None, model=None, delay=0.0, hold=None):
         """Queue an OpenAI-style error body `{"error": {"message": ...}}` with the given status."""
         self.enqueue(
             status=status,
@@ -285,6 +308,7 @@ class FakeModel:
             headers=headers,
             model=model,
             delay=delay,
+            hold=hold,
         )
 
     def enqueue_context_overflow(self, model=None):
@@ -312,6 +336,14 @@ class FakeModel:
             return ("Unsupported parameter: 'max_tokens' is not supported with this model. "
                     "Use 'max_completion_tokens' instead.")
         return None
+
+    def _began(self):
+        with self._lock:
+            self.in_flight += 1
+
+    def _ended(self):
+        with self._lock:
+            self.in_flight -= 1
 
     def pending(self):
         with self._lock:

@@ -13,6 +13,7 @@ import suzumio_config_schema as schema
 import suzumio_registry as registry
 import suzumio_yaml
 from suzumio_config import ProjectConfig, load_project
+from suzumio_config_models import PresetConfig, expand_model_list
 from suzumio_errors import ConfigError, NotFound
 from suzumio_yaml import parse_yaml
 
@@ -1049,14 +1050,14 @@ def test_model_list_expansion_flattens_depth_first_with_duplicates(tmp_path):
 
 def test_run_time_expansion_errors():
     presets = {
-        "a": config.PresetConfig("a", model_list=("b",)), "b": config.PresetConfig("b", model_list=("a",)),
-        "half": config.PresetConfig("half", provider="g"), "lost": config.PresetConfig("lost", provider="x", model="m"),
-        "ghostly": config.PresetConfig("ghostly", model_list=("ghost",)),
+        "a": PresetConfig("a", model_list=("b",)), "b": PresetConfig("b", model_list=("a",)),
+        "half": PresetConfig("half", provider="g"), "lost": PresetConfig("lost", provider="x", model="m"),
+        "ghostly": PresetConfig("ghostly", model_list=("ghost",)),
     }
     providers = {"g": object()}
     def failure(selected):
         with pytest.raises(ConfigError) as caught:
-            config.expand_model_list(presets, providers, selected)
+            expand_model_list(presets, providers, selected)
         return caught.value.message
     assert failure("a") == "Circular model-list preset: a -> b -> a"
     assert failure("ghostly") == "Model preset not found: ghost"

@@ -579,17 +579,16 @@ def test_request_body_maps_preset_and_provider_options(model):
             "function": {"name": "file_read", "description": "d", "parameters": {"type": "object"}},
         }
     ]
-    # the runner names provider and preset; it waits for the controller past the provider's deadline
-    assert sent == [("gw", "main", 2.0 * 4 + models.PROXY_RETRY_WINDOW_S + models.MODEL_CALL_MARGIN_S)]
+    # the runner names provider and preset; the controller bounds the call, which may wait there its turn
+    assert sent == [("gw", "main", None)]
 
 
-def test_the_runner_waits_without_limit_when_the_controller_bounds_the_call_by_idle_timeouts():
+def test_the_runner_waits_without_limit_since_the_controller_bounds_the_call_and_queues_it():
     assert models.model_call_timeout({}) is None
     assert models.model_call_timeout({"timeoutMs": False, "chunkTimeoutMs": 100}) is None
-    # the controller may try four times (three retries) and wait out its retry window
-    margin = models.PROXY_RETRY_WINDOW_S + models.MODEL_CALL_MARGIN_S
-    assert models.model_call_timeout({"timeoutMs": 500}) == 0.5 * 4 + margin
-    assert models.model_call_timeout({"timeoutMs": 500, "options": {"maxRetries": 0}}) == 0.5 + margin
+    # a provider's deadline bounds each exchange in the controller, not the wait for a turn before it
+    assert models.model_call_timeout({"timeoutMs": 500}) is None
+    assert models.model_call_timeout({"timeoutMs": 500, "options": {"maxRetries": 0}}) is None
 
 
 def test_later_provider_types_fail_the_attempt():

@@ -177,27 +177,6 @@ def test_the_runners_mcp_timeouts_are_the_controllers():
         suzumio_mcp.START_TIMEOUT_SECONDS, suzumio_mcp.CALL_TIMEOUT_SECONDS)
 
 
-@pytest.mark.parametrize(("options", "preset"), [
-    ({}, {}), ({"maxRetries": 0}, {}), ({"maxRetries": 7}, {}), ({"maxRetries": 7}, {"maxRetries": 1}),
-    ({}, {"maxRetries": 0}), ({"retryWindowMs": 5000}, {}), ({"retryWindowMs": 0, "maxRetries": 2}, {}),
-    ({"maxRetries": -1, "retryWindowMs": "soon"}, {}), ({"maxRetries": True}, {}),
-])
-def test_the_runner_waits_for_every_retry_the_proxy_may_make(options, preset):
-    import suzumio_providers
-
-    policy = suzumio_providers.retry_policy(options, preset.get("maxRetries"))
-    provider = {"type": "openai-compatible", "timeoutMs": 1000, "options": options}
-    assert models.retry_bounds(provider, preset) == (policy.max_retries, policy.window_s)
-    expected = 1.0 * (1 + policy.max_retries) + policy.window_s + models.MODEL_CALL_MARGIN_S
-    assert models.model_call_timeout(provider, preset) == expected
-
-
-def test_input_json_carries_every_provider_option_the_runners_wait_reads():
-    import suzumio_backend
-
-    assert set(suzumio_backend.RUNNER_PROVIDER_OPTIONS) == {"maxRetries", "retryWindowMs"}
-
-
 @pytest.mark.parametrize("provider_type", ["openai", "google"])
 def test_the_runner_refuses_the_provider_types_the_controller_refuses_in_its_words(tmp_path, provider_type):
     providers = {"g": {"type": provider_type, "baseURL": "http://127.0.0.1:9/v1"}}

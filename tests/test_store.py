@@ -134,7 +134,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                           {"id": 7, "name": "approval edits, paused agents"},
                           {"id": 8, "name": "flight recorder"},
                           {"id": 9, "name": "message idempotency keys"},
-                          {"id": 10, "name": "activation nodes"}]
+                          {"id": 10, "name": "activation nodes"},
+                          {"id": 11, "name": "cached prompt tokens"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -162,7 +163,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                                       "archived_message_count", "raw_chars", "summary", "reason",
                                       "selected_model", "created_at"],
         "model_calls": ["id", "project", "activation_id", "agent_id", "provider_id", "preset_id", "status",
-                        "tokens", "usage_json", "created_at", "cost_usd"],
+                        "tokens", "usage_json", "created_at", "cost_usd", "cached_tokens", "cache_write_tokens"],
         "approvals": ["id", "project", "agent_id", "activation_id", "tool_call_id", "tool", "input_json",
                       "rule_json", "rule_key", "status", "decision", "decided_by", "note", "on_expiry",
                       "expires_at", "created_at", "decided_at", "used_at", "edited_input_json", "output"],
@@ -196,6 +197,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
         "idx_artifact_versions_agent_path": ["project", "agent_id", "path", "seq"],
         "idx_artifact_versions_activation": ["activation_id"],
         "idx_messages_project_idempotency_key": ["project", "idempotency_key"],
+        "idx_signals_project_delivered": ["project", "delivered_activation_id"],
     }
     for name, columns in indexes.items():
         assert [c["name"] for c in rows(store, f"PRAGMA index_info({name})")] == columns, name
@@ -211,7 +213,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 10
+    assert count(again, "_migrations") == 11
     again.close()
 
 
@@ -222,7 +224,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 12))
     assert count(again, "approvals") == 0
     again.close()
 
@@ -231,10 +233,10 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
     store = st.ProjectStore("older", tmp_path)
     with store.write() as tx:
         tx.execute("DROP TABLE model_calls")
-        tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
+        tx.execute("DELETE FROM _migrations WHERE id IN (2, 4, 11)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 12))
     assert count(again, "model_calls") == 0
     again.close()
 

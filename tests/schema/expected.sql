@@ -50,6 +50,9 @@ CREATE INDEX idx_model_calls_project_activation ON model_calls (project, activat
 -- index idx_model_exchanges_activation_index on model_exchanges
 CREATE UNIQUE INDEX idx_model_exchanges_activation_index ON model_exchanges (activation_id, request_index);
 
+-- index idx_signals_project_delivered on signals
+CREATE INDEX idx_signals_project_delivered ON signals (project, delivered_activation_id);
+
 -- index idx_signals_project_source on signals
 CREATE INDEX idx_signals_project_source ON signals (project, source_activation, useful_effect);
 
@@ -142,7 +145,7 @@ CREATE TABLE messages (
 CREATE TABLE model_calls (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, activation_id TEXT NOT NULL, agent_id TEXT NOT NULL,
         provider_id TEXT NOT NULL, preset_id TEXT NOT NULL, status INTEGER NOT NULL,
-        tokens INTEGER NOT NULL, usage_json TEXT NOT NULL, created_at TEXT NOT NULL, cost_usd REAL);
+        tokens INTEGER NOT NULL, usage_json TEXT NOT NULL, created_at TEXT NOT NULL, cost_usd REAL, cached_tokens INTEGER NOT NULL DEFAULT 0, cache_write_tokens INTEGER NOT NULL DEFAULT 0);
 
 -- table model_exchanges on model_exchanges
 CREATE TABLE model_exchanges (

@@ -390,10 +390,13 @@ function projectPath(project: string): string {
 
 export const listProjects = () => getJson<Project[]>('/api/projects');
 
-/** Tokens and USD the controller saw; costUsd is null when no call had prices. */
+/** Tokens and USD the controller saw; costUsd is null when no call had prices; cachedTokens (prompt
+ * tokens read from the provider's cache) are among tokens. */
 export interface Spend {
   calls: number;
   tokens: number;
+  cachedTokens?: number;
+  cacheWriteTokens?: number;
   costUsd: number | null;
 }
 

@@ -68,7 +68,9 @@ function MetricStrip(props: { project: Project }) {
         <Metric
           label="Cost"
           value={formatCost(spend.costUsd) || '—'}
-          note={`${spend.tokens} tokens in ${spend.calls} model calls`}
+          note={`${spend.tokens} tokens${spend.cachedTokens ? ` (${spend.cachedTokens} cached)` : ''} in ${
+            spend.calls
+          } model calls`}
           tone="amber"
         />
       )}
