@@ -1,4 +1,5 @@
-"""Models in a project's configuration (docs/configuration.md#models): the typed views of
+"""Models in a project's configuration (docs/configuration.md#models-providers-presets-model-list): the
+typed views of
 `backend.runner` (its providers and presets), how they are built from the validated tree, the checks
 after the schema that concern them, and model-list expansion. Imported by suzumio_config and by the
 model proxy's callers through ProjectConfig."""

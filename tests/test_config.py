@@ -1522,8 +1522,8 @@ def test_builtin_tool_definitions_carry_the_spec_schemas(tmp_path):
     assert send.input_schema["required"] == ["body"] and send.input_schema["additionalProperties"] is False
     assert send.input_schema["properties"]["priority"]["enum"] == ["P0", "P1", "P2", "P3"]
     assert send.support_backed and not config_.tool("file.read").support_backed
-    assert "immediate" in send.description
-    assert "messages.send" in config_.tool("shell.exec").description
+    assert "woken" in send.description
+    assert "reaches no one until you report it" in config_.tool("shell.exec").description
     patch = config_.tool("file.patch").definition()
     assert patch["inputSchema"]["properties"]["operations"]["items"]["required"] == ["op", "path"]
     assert config_.tool("nope") is None

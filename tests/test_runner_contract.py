@@ -9,6 +9,7 @@ import pytest
 import suzumio_backend
 import suzumio_backend_swarm
 import suzumio_config
+import suzumio_config_models
 import suzumio_records
 import suzumio_registry
 import suzumio_runner_loop as loop
@@ -199,4 +200,4 @@ def test_the_runner_handles_every_provider_type_the_schema_accepts():
 
     accepted = set(next(node for key, node, _ in suzumio_config_schema._PROVIDER.fields if key == "type").values)
     assert accepted == set(models.PROXIED_PROVIDER_TYPES) | {"scripted"} | set(models.LATER_PROVIDER_TYPES)
-    assert set(models.LATER_PROVIDER_TYPES) == set(suzumio_config.UNSUPPORTED_PROVIDER_TYPES)
+    assert set(models.LATER_PROVIDER_TYPES) == set(suzumio_config_models.UNSUPPORTED_PROVIDER_TYPES)
