@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import suzumio_egress_policy
+from suzumio_backend_contract import KIND_LOCAL, KIND_SWARM
 from suzumio_config_schema import (
     DEFAULT_ARTIFACT_QUOTA,
     DEFAULT_GUARDS,
@@ -26,7 +27,7 @@ from suzumio_config_schema import (
     parse_size,
     validate_schema,
 )
-from suzumio_config_swarm import KIND_SWARM, SwarmConfig, swarm_config, swarm_network_warning, swarm_placement
+from suzumio_config_swarm import SwarmConfig, swarm_config, swarm_network_warning, swarm_placement
 from suzumio_errors import ConfigError, NotFound
 from suzumio_records import DEFAULT_COORDINATOR
 from suzumio_registry import (
@@ -827,7 +828,7 @@ def boundary_warnings(config):
     data = config.data
     egress = [line for agent in config.agents
               for line in suzumio_egress_policy.egress_warnings(agent, config.egress(agent.id))]
-    if config.backend.kind == "local":
+    if config.backend.kind == KIND_LOCAL:
         lines = [LOCAL_WARNING, LOCAL_EGRESS_WARNING]
         if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
             lines.append(LOCAL_MOUNTS_WARNING)
@@ -990,7 +991,7 @@ class ProjectConfig:
                 lines.append(f"Network: {agent.id} gets {self.backend.swarm.network} (backend.swarm.network: " + (
                     "its own internal network, no route but its node's gateway to the runner listener)"
                     if self.backend.swarm.sealed else "its task reaches the runner listener over it)"))
-            elif self.backend.kind != "local":
+            elif self.backend.kind != KIND_LOCAL:
                 sandbox = self.sandbox(agent.id)
                 lines.append(f"Network: {agent.id} gets {sandbox.network_label} ({sandbox.network_reason})")
             lines.append(f"Egress: {agent.id} may reach {egress.label} ({egress.reason})")
@@ -1107,10 +1108,9 @@ class ProjectConfig:
         """Backend-wide mounts followed by the agent's own (docker-chat only)."""
         return list(self.backend.docker.mounts) + list(self.agent(agent_id).mounts)
 
-    def proxy_environment(self, environ, rewrite_hosts=None):
-        """Proxy variables for an activation container or local runner (docs/configuration.md)."""
-        if rewrite_hosts is None:
-            rewrite_hosts = self.backend.kind != "local"
+    def proxy_environment(self, environ, rewrite_hosts):
+        """Proxy variables for an activation container or local runner (docs/configuration.md); a
+        container's (`rewrite_hosts`) reach the host's loopback proxies as host.docker.internal."""
         return proxy_environment(self.backend.docker.proxy, self.backend.docker.network, environ, rewrite_hosts)
 
 

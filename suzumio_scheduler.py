@@ -12,7 +12,7 @@ import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_guards
 import suzumio_replay
-from suzumio_backend import KIND_LOCAL, activation_paths
+from suzumio_backend import activation_paths, backend_class
 from suzumio_errors import Conflict, NotFound
 from suzumio_records import (
     ACT_RUNNING,
@@ -40,7 +40,7 @@ SETTLED = frozenset((AGENT_QUIET, AGENT_FAILED))  # statuses an agent with no re
 # ---------------------------------------------------------------- prompt composition
 
 def _mounted_inputs(config, agent_id, kind):
-    mounts = [] if kind == KIND_LOCAL else config.mounts_for(agent_id)
+    mounts = config.mounts_for(agent_id) if backend_class(kind).container else []
     if not mounts:
         return ""
     lines = ["# Mounted Inputs\n",

@@ -126,12 +126,15 @@ def init_project(root_path, config, config_dir, root=None):
 
 
 class Env:
-    """One project, its backends and its stub controller."""
+    """One project, its backends and its stub controller. `implementations` and `controller_ca` go to
+    every Backends it builds (a FakeBackend's table entry; a swarm project's runner listener CA)."""
 
-    def __init__(self, tmp_path, config, environ, support_dir):
+    def __init__(self, tmp_path, config, environ, support_dir, implementations=None, controller_ca=None):
         self.tmp_path = tmp_path
         self.support_dir = support_dir
         self.environ = environ
+        self.implementations = implementations
+        self.controller_ca = controller_ca
         self.controller = ControllerStub(store=None)
         url = config["backend"]["controllerUrl"].format(port=self.controller.port)
         config["backend"]["controllerUrl"] = url
@@ -142,7 +145,8 @@ class Env:
 
     def new_backends(self, docker_client=None):
         backends = suzumio_backend.Backends(support_dir=self.support_dir, docker_client=docker_client,
-                                            environ=self.environ)
+                                            environ=self.environ, implementations=self.implementations,
+                                            controller_ca=self.controller_ca)
         if hasattr(self, "_all_backends"):
             self._all_backends.append(backends)
         return backends
@@ -158,11 +162,16 @@ class Env:
 
 
 @contextlib.contextmanager
-def local_project(tmp_path, *, environ=None, agent_env=None, kind="local", support_dir=None, **options):
-    """A running project on the given backend kind with the stand-in runner."""
+def local_project(tmp_path, *, environ=None, agent_env=None, kind="local", support_dir=None, implementations=None,
+                  controller_ca=None, edit=None, **options):
+    """A running project on the given backend kind with the stand-in runner; `edit(config)` changes the
+    configuration dict before the project is made."""
     environ = environ if environ is not None else {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")}
     config = project_config(kind=kind, agent_env=agent_env, **options)
-    env = Env(tmp_path, config, environ, support_dir or make_support_dir(tmp_path / "support"))
+    if edit is not None:
+        edit(config)
+    env = Env(tmp_path, config, environ, support_dir or make_support_dir(tmp_path / "support"), implementations,
+              controller_ca)
     try:
         yield env
     finally:
