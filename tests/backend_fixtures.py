@@ -1,7 +1,8 @@
 """Fixtures for backend and scheduler tests: a real project store under tmp_path; for backend tests a
 support directory holding the stand-in runner and a tiny real HTTP controller that accepts
 /activation-output; for scheduler tests the real controller (runner routes, scheduler, toolpacks on
-Waitress at port 0) with the real runner and the scripted provider (`served_project`)."""
+Waitress at port 0) with the real runner and the scripted provider (`served_project`), or the same
+project on the in-memory FakeBackend (`fake_project`)."""
 import contextlib
 import json
 import os
@@ -11,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
+from fake_backend import FakeEngine
 from store_fixtures import CONFIGS, config_of
 
 import suzumio
@@ -274,11 +276,9 @@ class ServedEnv:
         self.root.close()
 
 
-@contextlib.contextmanager
-def served_project(tmp_path, *, agents, script="done", scheduler=None, warm_limit=0, **options):
-    """A running project whose activations run the real runner against the real controller; every
-    agent plays SCRIPTS[script] through the scripted provider. The no-effect nudge is off unless
-    `scheduler` turns it on, so completions start nothing a test did not ask for."""
+def served_config(agents, script, scheduler, options):
+    """The configuration of served_project: every agent plays SCRIPTS[script] (a `sleep` agent gets
+    shell.exec), the no-effect nudge off unless `scheduler` turns it on."""
     agents = json.loads(json.dumps(agents))
     if script == "sleep":
         for spec in agents.values():
@@ -288,7 +288,51 @@ def served_project(tmp_path, *, agents, script="done", scheduler=None, warm_limi
     keys = [f"{agent_id}-*" if spec.get("count") else agent_id for agent_id, spec in agents.items()]
     config["backend"]["runner"]["models"]["providers"]["replay"]["script"] = {
         "agents": {key: SCRIPTS[script] for key in keys}}
-    env = ServedEnv(tmp_path, config, warm_limit=warm_limit)
+    return config
+
+
+@contextlib.contextmanager
+def served_project(tmp_path, *, agents, script="done", scheduler=None, warm_limit=0, **options):
+    """A running project whose activations run the real runner against the real controller; every
+    agent plays SCRIPTS[script] through the scripted provider. The no-effect nudge is off unless
+    `scheduler` turns it on, so completions start nothing a test did not ask for."""
+    env = ServedEnv(tmp_path, served_config(agents, script, scheduler, options), warm_limit=warm_limit)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------- the FakeBackend behind a real store
+
+class FakeEnv:
+    """One running project whose `local` activations run on a FakeBackend (tests/fake_backend.py): a
+    real root and store, Backends whose table puts the fake in place of `local`, and no process. The
+    runners play `script` ("done" completes each activation with "done", "sleep" keeps it running until
+    it is stopped); `engine.runner(activation_id)` is the runner a test drives by hand."""
+
+    def __init__(self, tmp_path, config, script):
+        self.tmp_path = tmp_path
+        self.root = suzumio_store.Root(tmp_path / "root")
+        self.engine = FakeEngine(FAKE_SCRIPTS[script])
+        self.backends = suzumio_backend.Backends(implementations={suzumio_backend.KIND_LOCAL: self.engine.backend})
+        _, self.store = init_project(None, config, tmp_path / "config", root=self.root)
+
+    def close(self):
+        for activation in self.store.running_activations():
+            coordination.cancel_activation(self.store, activation["id"], "test over")
+            self.backends.stop_runner(self.store, self.store.activation(activation["id"]))
+        self.backends.close()
+        self.root.close()
+
+
+FAKE_SCRIPTS = {"done": "output", "sleep": "sleep"}  # SCRIPTS' names -> what a fake runner plays
+
+
+@contextlib.contextmanager
+def fake_project(tmp_path, *, agents, script="done", scheduler=None, **options):
+    """served_project's project and configuration, with its runners on the FakeBackend."""
+    env = FakeEnv(tmp_path, served_config(agents, script, scheduler, options), script)
     try:
         yield env
     finally:
