@@ -314,7 +314,8 @@ KIND_LITERAL = r"""["'](?:local|docker-chat|swarm)["']"""
 KIND_BRANCH = re.compile(
     rf"\bkind[\"'\]]*\s*(?:==|!=)\s*{KIND_VALUE}|{KIND_VALUE}\s*(?:==|!=)\s*[\w.\[\]\"']*kind\b"
     rf"|\bkind\s+(?:not\s+)?in\s+\(?[^\n:]*{KIND_VALUE}|\bbackend\.kind\s*(?:==|!=|in\b|not\s+in\b)|CONTAINER_KINDS")
-LITERAL_BRANCH = re.compile(rf"\bkind[\"'\]]*\s*(?:==|!=)\s*{KIND_LITERAL}|{KIND_LITERAL}\s*(?:==|!=)\s*[\w.\[\]\"']*kind\b")
+LITERAL_BRANCH = re.compile(
+    rf"\bkind[\"'\]]*\s*(?:==|!=)\s*{KIND_LITERAL}|{KIND_LITERAL}\s*(?:==|!=)\s*[\w.\[\]\"']*kind\b")
 NAME_PARSING = re.compile(r"""startswith\(\s*(?:["'](?:suzumio[_-]|local-|swarm:)|LOCAL_PREFIX|SWARM_PREFIX"""
                           r"""|CONTAINER_PREFIX)|\blocal_pid\(|\bswarm_service\(|containerName"\]\.(?:split|partition)""")
 
