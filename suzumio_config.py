@@ -1108,10 +1108,10 @@ class ProjectConfig:
         """Backend-wide mounts followed by the agent's own (docker-chat only)."""
         return list(self.backend.docker.mounts) + list(self.agent(agent_id).mounts)
 
-    def proxy_environment(self, environ, rewrite_hosts):
-        """Proxy variables for an activation container or local runner (docs/configuration.md); a
-        container's (`rewrite_hosts`) reach the host's loopback proxies as host.docker.internal."""
-        return proxy_environment(self.backend.docker.proxy, self.backend.docker.network, environ, rewrite_hosts)
+    def proxy_environment(self, environ, rewrite_hosts=None):
+        """Proxy variables for an activation container or local runner (docs/configuration.md)."""
+        rewrite = self.backend.kind != KIND_LOCAL if rewrite_hosts is None else rewrite_hosts
+        return proxy_environment(self.backend.docker.proxy, self.backend.docker.network, environ, rewrite)
 
 
 def _communication_config(data):
