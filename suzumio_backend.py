@@ -15,7 +15,6 @@ import urllib.parse
 from contextlib import contextmanager
 from pathlib import Path
 
-import suzumio_backend_swarm as swarm_backend
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_egress
@@ -75,11 +74,12 @@ def runner_controller_url(kind, runner_socket, configured_url):
     """The `controllerUrl` of input.json: the runner socket when the controller serves one (inside a
     container under CONTAINER_RUN_DIR, for a host runner its real path), else `backend.controllerUrl`
     (serve --runner-listen), with host.docker.internal made 127.0.0.1 for host runners."""
+    backend = backend_class(kind)
     if runner_socket is not None:
-        if kind == KIND_DOCKER:
-            return f"unix://{CONTAINER_RUN_DIR}/{Path(runner_socket).name}"
+        if backend.socket_dir is not None:
+            return f"unix://{backend.socket_dir}/{Path(runner_socket).name}"
         return f"unix://{os.path.abspath(runner_socket)}"
-    return configured_url if backend_class(kind).container else local_controller_url(configured_url)
+    return configured_url if backend.container else local_controller_url(configured_url)
 
 
 def runner_egress_url(kind, runner_socket, controller_url):
@@ -88,7 +88,8 @@ def runner_egress_url(kind, runner_socket, controller_url):
     the listener hands a connection offering the egress ALPN protocol to the proxy; None otherwise."""
     if runner_socket is not None:
         path = Path(runner_socket).parent / suzumio_egress.EGRESS_SOCKET
-        return f"unix://{CONTAINER_RUN_DIR}/{path.name}" if kind == KIND_DOCKER else f"unix://{os.path.abspath(path)}"
+        socket_dir = backend_class(kind).socket_dir
+        return f"unix://{socket_dir}/{path.name}" if socket_dir is not None else f"unix://{os.path.abspath(path)}"
     parts = urllib.parse.urlsplit(controller_url)
     if parts.scheme != "https" or not parts.hostname:
         return None
@@ -222,14 +223,9 @@ def runner_toolpack_specs(config, agent, kind):
             continue
         if pack.builtin:
             spec["runnerModule"] = pack.runner_module_ref
-        elif kind == KIND_SWARM:
-            raise ValueError(f"backend.kind swarm cannot run the local toolpack {pack.id} yet (its files are "
-                             "on the controller); allow none of its tools")
-        elif kind == KIND_DOCKER:
-            spec["runnerModule"] = pack.container_runner_module
-            mounts.append((pack.safe_id, str(pack.path)))
         else:
-            spec["runnerModule"] = pack.runner_module
+            spec["runnerModule"], mount = backend_class(kind).local_toolpack(pack)
+            mounts += [mount] if mount else []
         if not pack.builtin:
             spec["declaredTools"] = pack.tool_names
         spec["supportPath"] = pack.support_path
@@ -257,12 +253,13 @@ class Launch:
         # container gets `none` (DockerBackend.network_mode) and goes out through the egress proxy. A
         # swarm task cannot mount it, and a local runner keeps the TLS runner listener when there is
         # one (`controller_ca`, PEM, that runners verify it against).
-        use_socket = self.kind == KIND_DOCKER or (self.kind != KIND_SWARM and controller_ca is None)
+        backend = backend_class(self.kind)
+        use_socket = backend.socket_dir is not None or (backend.listener_required is None and controller_ca is None)
         self.runner_socket = runner_socket if use_socket else None
         # Only without any serve of the root (a CLI command's activation; serve always serves the
         # socket): the runner can then only try backend.controllerUrl, and no tool runs before the
         # controller answers it.
-        self.controller_over_network = self.kind == KIND_DOCKER and runner_socket is None
+        self.controller_over_network = backend.socket_dir is not None and runner_socket is None
         self.controller_ca = None if self.runner_socket is not None else controller_ca
         self.config = config
         self.activation = activation
@@ -336,14 +333,7 @@ class Launch:
         }
         if self.controller_ca is not None:
             data["controllerCa"] = self.controller_ca
-        if self.kind == KIND_SWARM:
-            # Nothing is mounted: the runner fetches its files from the controller and sends its own
-            # artifacts back (suzumio_files), and forbids new privileges to itself and its tools.
-            data["files"] = "controller"
-            data["noNewPrivileges"] = True
-            if self.config.backend.swarm.sealed:
-                # The task's one route: its node's gateway, which carries the bytes to the listener.
-                data["controllerVia"] = swarm_backend.GATEWAY_SOCKET
+        data.update(backend_class(self.kind).input_fields(self.config))
         return data
 
 
@@ -392,7 +382,7 @@ class Backends:
         self.environ = dict(os.environ if environ is None else environ)
         self.docker_client = docker_client
         self._backends = {kind: make(self) for kind, make in {**BACKENDS, **(implementations or {})}.items()}
-        self.local, self.docker, self.swarm = (self._backends[kind] for kind in (KIND_LOCAL, KIND_DOCKER, KIND_SWARM))
+        self.local, self.docker, self.swarm = map(self._backends.get, (KIND_LOCAL, KIND_DOCKER, KIND_SWARM))
         self._lock = threading.Lock()
         self._watched = set()
         self._starting = set()

@@ -22,6 +22,7 @@ ProjectConfig = Any  # suzumio_config.ProjectConfig: the project's typed configu
 Launch = Any  # suzumio_backend.Launch: the activation, agent, config, input.json data, env, secrets
 Slot = Any  # suzumio_warm.Slot: one prepared runner of the warm pool
 WarmPool = Any  # suzumio_warm.WarmPool
+ToolpackSpec = Any  # suzumio_registry.ToolpackSpec: one toolpack of the project
 Host = Any  # suzumio_backend.Backends
 
 
@@ -59,6 +60,20 @@ class Backend:
     collects_garbage: bool = True  # `suzumio gc` without a project name goes over its projects
     listener_required: str | None = None  # why its runners need serve --runner-listen; None: they do not
     prepares: bool = False  # it prepares runners ahead of their activations (fingerprint ... discard)
+    socket_dir: str | None = None  # where its runner sees the runner socket's folder mounted; None: host path
+
+    # -- what input.json says (asked of the class, for a Launch)
+
+    @staticmethod
+    def local_toolpack(pack: ToolpackSpec) -> tuple[str, tuple[str, str] | None]:
+        """The `runnerModule` of a local toolpack's spec and what to mount for it ((safe id, host root) or
+        None); raises when this backend's runners cannot reach local toolpacks."""
+        return pack.runner_module, None
+
+    @staticmethod
+    def input_fields(config: ProjectConfig) -> dict:
+        """What input.json carries for this backend's runners beyond the fields every runner gets."""
+        return {}
 
     def __init__(self, host: Host):
         self.host = host

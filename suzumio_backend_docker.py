@@ -138,6 +138,11 @@ class DockerBackend(Backend):
 
     kind = KIND_DOCKER
     prepares = True
+    socket_dir = CONTAINER_RUN_DIR
+
+    @staticmethod
+    def local_toolpack(pack):
+        return pack.container_runner_module, (pack.safe_id, str(pack.path))
 
     def __init__(self, host=None, client=None, host_ids=None):
         super().__init__(host)

@@ -126,6 +126,21 @@ class SwarmBackend(Backend):
     kind = KIND_SWARM
     listener_required = SWARM_NEEDS_LISTENER
 
+    @staticmethod
+    def local_toolpack(pack):
+        raise ValueError(f"backend.kind swarm cannot run the local toolpack {pack.id} yet (its files are "
+                         "on the controller); allow none of its tools")
+
+    @staticmethod
+    def input_fields(config):
+        # Nothing is mounted: the runner fetches its files from the controller and sends its own artifacts
+        # back (suzumio_files), and forbids new privileges to itself and its tools.
+        fields = {"files": "controller", "noNewPrivileges": True}
+        if config.backend.swarm.sealed:
+            # The task's one route: its node's gateway, which carries the bytes to the listener.
+            fields["controllerVia"] = GATEWAY_SOCKET
+        return fields
+
     def __init__(self, host):
         super().__init__(host)
         self.environ = host.environ

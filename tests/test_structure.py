@@ -302,10 +302,9 @@ def test_the_packaging_check_sees_a_module_left_out(tmp_path):
 
 # ---------------------------------------------------------------- one seam for the backends
 
-# The modules that implement the backend contract (suzumio_backend_contract) and the facade that holds
-# the one table of kinds: the only places that may branch on a backend kind or read a runner's name.
-BACKEND_FILES = {"suzumio_backend", "suzumio_backend_contract", "suzumio_backend_local", "suzumio_backend_docker",
-                 "suzumio_backend_swarm"}
+# The contract (suzumio_backend_contract) and the modules that implement it: the only places that may
+# branch on a backend kind or read a runner's recorded name. The facade, suzumio_backend, asks them too.
+BACKEND_FILES = {"suzumio_backend_contract", "suzumio_backend_local", "suzumio_backend_docker", "suzumio_backend_swarm"}
 # The config layer sits below the backends and describes each kind's settings (render's warnings, a
 # swarm network): it may compare backend.kind with the contract's constants, never with a literal.
 CONFIG_FILES = {"suzumio_config", "suzumio_config_schema", "suzumio_config_swarm"}
