@@ -111,5 +111,5 @@ def test_a_swarm_runner_refuses_a_local_toolpack_that_docker_chat_mounts_and_loc
     assert suzumio_backend.backend_class("local").local_toolpack(Pack) == ("/host/notes/runner.mjs", None)
     assert suzumio_backend.backend_class("docker-chat").local_toolpack(Pack) == (
         "/toolpacks/notes/runner.mjs", ("notes", str(tmp_path)))
-    with pytest.raises(ValueError, match="^backend.kind swarm cannot run the local toolpack notes yet"):
+    with pytest.raises(ValueError, match=r"^backend\.kind swarm cannot run the local toolpack notes yet"):
         suzumio_backend.backend_class("swarm").local_toolpack(Pack)
