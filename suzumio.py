@@ -719,13 +719,13 @@ def url_host(host):
 def warn_unused_controller_urls(root, err):
     """backend.controllerUrl is read only with --runner-listen: say so for every project that sets one,
     and that a swarm project's activations cannot start without it."""
+    import suzumio_backend
     for name in root.list_projects():
         try:
             backend = suzumio_config.ProjectConfig.from_data(root.open_project(name).config()).backend
         except SuzumioError:
             continue
         url = backend.controller_url
-        import suzumio_backend
         needs_listener = suzumio_backend.backend_class(backend.kind).listener_required
         if needs_listener:
             print(f"Error: {name}: every activation will fail: {needs_listener}", file=err)
