@@ -6,6 +6,7 @@ which every Backends a test builds over it shares, so a restarted controller fin
 import itertools
 import threading
 
+import suzumio_config
 import suzumio_coordination as coordination
 from suzumio_backend_contract import Backend, Exit
 from suzumio_backend_local import tail_lines
@@ -38,7 +39,7 @@ class FakeRunner:
 
     def complete(self, text="done", usage=None):
         """Submit the activation's output, as the real runner does through the runner routes, then exit 0."""
-        config = self.store_config()
+        config = suzumio_config.ProjectConfig.from_data(self.store.config())
         coordination.complete_activation(self.store, config, self.activation_id, self.agent_id, text, usage)
         self.exit(0)
 
@@ -49,10 +50,6 @@ class FakeRunner:
         if self.running:
             self.code = code
             self._ended.set()
-
-    def store_config(self):
-        import suzumio_config
-        return suzumio_config.ProjectConfig.from_data(self.store.config())
 
     def play(self):
         """Do once what `mode` says; `sleep` (and None) leaves it running."""
