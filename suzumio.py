@@ -483,7 +483,7 @@ def cmd_gc(rest, options, out, err, now):
         stores = [root.open_project(name) for name in names]
         for store in stores:
             config = suzumio_config.ProjectConfig.from_data(store.config())
-            if config.backend.kind not in suzumio_backend.CONTAINER_KINDS and not rest:
+            if not suzumio_backend.backend_class(config.backend.kind).collects_garbage and not rest:
                 continue
             try:
                 removed = reconciler.collect_garbage(store, config, suzumio_runtime.runner_socket_path(root.path))
@@ -665,15 +665,16 @@ def release_free_memory():
 def warn_unused_controller_urls(root, err):
     """backend.controllerUrl is read only with --runner-listen: say so for every project that sets one,
     and that a swarm project's activations cannot start without it."""
+    import suzumio_backend
     for name in root.list_projects():
         try:
             backend = suzumio_config.ProjectConfig.from_data(root.open_project(name).config()).backend
         except SuzumioError:
             continue
         url = backend.controller_url
-        if backend.kind == suzumio_config.KIND_SWARM:
-            import suzumio_backend
-            print(f"Error: {name}: every activation will fail: {suzumio_backend.SWARM_NEEDS_LISTENER}", file=err)
+        needs_listener = suzumio_backend.backend_class(backend.kind).listener_required
+        if needs_listener:
+            print(f"Error: {name}: every activation will fail: {needs_listener}", file=err)
         elif url != suzumio_config_schema.DEFAULT_CONTROLLER_URL:
             print(f"Warning: {name}: backend.controllerUrl ({url}) is not used: runners reach this controller "
                   "over its runner socket (it applies only with serve --runner-listen)", file=err)

@@ -1,17 +1,23 @@
-"""The `local` backend: the runner as a host process in its own process group (no isolation; `config
-render` says so), and how a local runner is found again: by its pid and the command line that names its
-activation, or by the input file it was started with. Used by suzumio_backend's Backends and by the
-Reconciler."""
+"""The `local` backend (suzumio_backend_contract's Backend): the runner as a host process in its own
+process group (no isolation; `config render` says so), and how a local runner is found again: by its pid
+and the command line that names its activation, or by the input file it was started with. Built by
+suzumio_backend's BACKENDS table."""
 import hashlib
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import suzumio_warm
+from suzumio_backend_contract import KIND_LOCAL, Backend, Exit
+from suzumio_records import ACT_RUNNING
+
+log = logging.getLogger(__name__)
 
 # The local runner's interpreter flags. -S (no `site`): the runner is standard library only and imports
 # its own modules from beside the script, so site-packages (an installed or editable suzumio, .pth
@@ -19,12 +25,12 @@ import suzumio_warm
 LOCAL_RUNNER_FLAGS = ("-S",)
 LOCAL_BASE_ENV = ("PATH", "HOME", "LANG", "TMPDIR")  # the controller's variables a local runner keeps
 LOCAL_PREFIX = "local-"  # a local runner's recorded name: local-<pid>
-KIND_LOCAL = "local"
 STOP_GRACE_SECONDS = 2.0
 # Local runners, and every tool they start, yield the CPU to the controller: on a host where many agents
 # compute at once, the process that schedules them and answers the control room stays responsive.
 RUNNER_NICE = 10
 LOG_TAIL_LINES = 200
+ADOPT_POLL_SECONDS = 2.0  # how often an adopted runner (not this process's child) is looked for
 
 
 def digest(value):
@@ -151,18 +157,42 @@ def find_local_runner(store, activation_id):
     return None
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Runs the runner as a host subprocess in its own session with a scrubbed environment."""
 
     kind = KIND_LOCAL
+    container = False
+    collects_garbage = False
+    prepares = True
 
-    def __init__(self, environ):
-        self.environ = environ
+    def __init__(self, host):
+        super().__init__(host)
+        self._children = {}  # recorded name -> Popen of the runners this process started
 
-    def launch(self, launch):
-        """Spawn the runner process; returns the Popen, already recorded as `local-<pid>`."""
+    @property
+    def environ(self):
+        return self.host.environ
+
+    # -- one activation
+
+    def start(self, store, launch, slot=None):
+        process = slot.process if slot is not None and self.claim(store, launch, slot) else None
+        if process is None:
+            process = self.spawn(launch)
+        name = f"{LOCAL_PREFIX}{process.pid}"
+        self._children[name] = process
+        try:
+            store.set_activation_container(launch.activation_id, name, node=socket.gethostname())
+        finally:
+            # Followed even when recording failed: the child is then reaped and its activation settled.
+            self.host.follow(store, launch.activation_id, name, launch.secrets)
+        if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
+            self.stop(store, launch.activation_id, name)
+
+    def spawn(self, launch):
+        """Spawn the runner process; returns the Popen."""
         runner_path = launch.runner_files()[0]
-        env = {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
+        env = self.base_env()
         env.update(launch.env)
         log_path = launch.activation_dir / "runner.log"
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -177,14 +207,78 @@ class LocalBackend:
         lower_priority(process.pid)
         return process
 
+    def wait(self, store, activation_id, name, secrets, closed):
+        """This process's child: its exit status. An adopted runner: polled every ADOPT_POLL_SECONDS
+        until it is gone (its exit status is its parent's, so unknown here)."""
+        process = self._children.get(name)
+        if process is None:
+            pid, marker = local_pid(name), runner_marker(store, activation_id)
+            while not closed.wait(ADOPT_POLL_SECONDS):
+                if not local_runner_alive(pid, marker):
+                    return Exit()
+            return None
+        while True:
+            try:
+                returncode = process.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if closed.is_set():
+                    return None
+        self._children.pop(name, None)
+        return Exit(exit_status(returncode), lambda: self.log_tail(store, activation_id, name))
+
+    def log_tail(self, store, activation_id, name):
+        try:
+            text = (store.activation_dir(activation_id) / "runner.log").read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        return tail_lines(text)
+
+    def stop(self, store, activation_id, name):
+        """SIGTERM to the runner's group, SIGKILL after STOP_GRACE_SECONDS; a vanished process counts as
+        stopped. The pid is signalled only while its command line names the activation (runner_marker)."""
+        pid, marker = local_pid(name), runner_marker(store, activation_id)
+        if pid is None or not local_runner_alive(pid, marker):
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while time.monotonic() < deadline:
+                if not local_runner_alive(pid, marker):
+                    return
+                time.sleep(0.05)
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+
+    # -- after a controller restart
+
+    def owns(self, name):
+        return local_pid(name) is not None
+
+    def find(self, store, config, activation_id):
+        pid = find_local_runner(store, activation_id)
+        return None if pid is None else f"{LOCAL_PREFIX}{pid}"
+
+    def may_start_later(self, store, activation_id):
+        # A claimed prepared runner (runner.slot comes first) that is gone cannot start later.
+        return runner_marker(store, activation_id) == activation_id
+
+    def adopt(self, store, activation, name):
+        return None if local_runner_alive(local_pid(name), runner_marker(store, activation["id"])) else Exit()
+
+    # -- prepared runners
+
     def base_env(self):
         return {name: self.environ[name] for name in LOCAL_BASE_ENV if self.environ.get(name)}
 
-    def fingerprint(self, launch):
+    def fingerprint(self, launch, agent_ids):
+        if not Path("/proc/self").exists():
+            return None  # a claimed local runner is known by its log file in /proc (local_runner_alive)
         return digest([sys.executable, str(launch.runner_files()[0]), os.path.realpath(launch.workspace),
                        self.base_env(), launch.config_digest()])
 
-    def prepare(self, launch, slot, warm_socket):
+    def prepare(self, store, launch, slot, warm_socket):
         """Spawn the runner of a future activation: the same interpreter, flags, workspace, session and
         base environment as `launch`, waiting on the warm socket. Its log and the rest of its
         environment come with the claim."""
@@ -198,8 +292,22 @@ class LocalBackend:
             stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True)
         lower_priority(slot.process.pid)
 
-    @staticmethod
-    def discard(slot):
+    def claim(self, store, launch, slot):
+        """Its slot is recorded first (runner.slot, what its command line names), then it gets its log
+        file, environment and input."""
+        log_path = launch.activation_dir / "runner.log"
+        os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+        (launch.activation_dir / "runner.slot").write_text(slot.id + "\n", encoding="utf-8")
+        try:
+            suzumio_warm.deliver(slot, {"input": launch.data, "env": launch.env, "log": str(log_path)})
+        except OSError as error:
+            log.info("prepared runner of %s was gone (%s); starting cold", launch.activation_id, error)
+            (launch.activation_dir / "runner.slot").unlink()
+            self.discard(slot)
+            return False
+        return True
+
+    def discard(self, slot):
         if slot.process is None:
             return
         try:
@@ -207,31 +315,6 @@ class LocalBackend:
         except ProcessLookupError:
             pass
         slot.process.wait(timeout=10)
-
-    def log_tail(self, activation_dir):
-        try:
-            text = (Path(activation_dir) / "runner.log").read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-        return tail_lines(text)
-
-    def stop(self, container_name, activation_id):
-        """Stop the runner: SIGTERM to the group, SIGKILL after 2 s; a vanished process counts as stopped.
-        `activation_id`: the activation id or its runner_marker."""
-        pid = local_pid(container_name)
-        if pid is None or not local_runner_alive(pid, activation_id):
-            return
-        try:
-            os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while time.monotonic() < deadline:
-                if not local_runner_alive(pid, activation_id):
-                    return
-                time.sleep(0.05)
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-
 
 def exit_status(returncode):
     """A runner ended by signal N reports 128 + N, as Docker does."""

@@ -3,7 +3,8 @@ SDK against a manager's engine (backend.swarm.engine). Its input (the agent toke
 in it) is a Swarm secret, the runner's files are Swarm configs, and nothing is bind-mounted: files go
 through the controller (suzumio_files). On the sealed network (the default) each task is alone on an
 internal overlay of its own and reaches the runner listener only through its node's gateway, a global
-service per listener (suzumio_runner_gateway). Used by suzumio_backend's Backends and the reconciler only."""
+service per listener (suzumio_runner_gateway). Implements suzumio_backend_contract's Backend; built by
+suzumio_backend's BACKENDS table."""
 import hashlib
 import json
 import logging
@@ -14,9 +15,10 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+from suzumio_backend_contract import KIND_SWARM, Backend, Exit, redact
 from suzumio_backend_local import LOG_TAIL_LINES, tail_lines
-from suzumio_config import KIND_SWARM, normalize_mount_target
-from suzumio_docker import docker_sdk, engine_errors, http_status
+from suzumio_config import normalize_mount_target
+from suzumio_docker import container_user, docker_sdk, engine_errors, http_status, numeric_ids
 from suzumio_errors import NotFound
 from suzumio_records import ACT_RUNNING
 
@@ -43,6 +45,8 @@ GATEWAY_READY_SECONDS = 60.0  # a new gateway's tasks start on every node before
 NETWORK_SUFFIX = "-net"
 NODE_LOST_ERROR = "Swarm node {node} was lost while it ran this activation (task {task})"
 SERVICE_GONE_ERROR = "Runner service {service} was removed while its activation ran"
+SWARM_NEEDS_LISTENER = ("backend.kind swarm needs serve --runner-listen HOST:PORT (at an address the "
+                        "Swarm nodes reach): its tasks cannot reach the controller's runner socket")
 
 
 def service_name(activation_id):
@@ -116,13 +120,30 @@ class SwarmTask:
         return bool(self.node_id) and not self.ended and self.node_state in LOST_NODE_STATES
 
 
-class SwarmBackend:
+class SwarmBackend(Backend):
     """Services, secrets and configs on one or more Swarm managers (one client per engine URL)."""
 
     kind = KIND_SWARM
+    listener_required = SWARM_NEEDS_LISTENER
 
-    def __init__(self, environ):
-        self.environ = environ
+    @staticmethod
+    def local_toolpack(pack):
+        raise ValueError(f"backend.kind swarm cannot run the local toolpack {pack.id} yet (its files are "
+                         "on the controller); allow none of its tools")
+
+    @staticmethod
+    def input_fields(config):
+        # Nothing is mounted: the runner fetches its files from the controller and sends its own artifacts
+        # back (suzumio_files), and forbids new privileges to itself and its tools.
+        fields = {"files": "controller", "noNewPrivileges": True}
+        if config.backend.swarm.sealed:
+            # The task's one route: its node's gateway, which carries the bytes to the listener.
+            fields["controllerVia"] = GATEWAY_SOCKET
+        return fields
+
+    def __init__(self, host):
+        super().__init__(host)
+        self.environ = host.environ
         self._clients = {}
         self._runner_configs = {}  # (engine, config name) -> config id; configs are immutable
         self._gateways = set()  # (engine, gateway name) known to run
@@ -324,7 +345,7 @@ class SwarmBackend:
         return SwarmTask(status.get("State", ""), container.get("ExitCode"), node_id, node, node_state,
                          status.get("Err") or "")
 
-    def log_tail(self, engine, service):
+    def service_log(self, engine, service):
         """The service's last log lines; '' when the manager no longer has them."""
         try:
             raw = self.client(engine).api.service_logs(service, stdout=True, stderr=True, tail=LOG_TAIL_LINES,
@@ -378,30 +399,148 @@ class SwarmBackend:
         return found
 
 
-# ---------------------------------------------------------------- activations on the backend
+    # -- the contract: one activation
 
-def start(backends, store, launch, user, owner):
-    """Create the activation's service, record it, and follow it on a watcher thread."""
-    swarm = backends.swarm
-    name = swarm.create(launch, user, owner)
-    engine = launch.config.backend.swarm.engine
-    try:
-        store.set_activation_container(launch.activation_id, name)
-    except Exception:
-        # Unrecorded, nothing would ever settle it (a controller dying right here leaves it to the
-        # reconciler, which finds it by its labels).
-        swarm.remove(engine, swarm_service(name), launch.activation_id)
-        raise
-    if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
-        swarm.remove(engine, swarm_service(name), launch.activation_id)
-        return
-    backends.watch(watch_service, store, launch.activation_id, name, launch.secrets, engine, backends)
+    def engine(self, store):
+        """backend.swarm.engine of a project: where its services run."""
+        return self.host.configs.get(store).backend.swarm.engine
 
+    def start(self, store, launch, slot=None):
+        """Create the activation's service, record it, and follow it."""
+        user = container_user(launch.config.sandbox(launch.agent["id"]).user, os.getuid(), os.getgid())
+        owner = tuple(str(i) for i in (numeric_ids(user) or (0, 0)))
+        name = self.create(launch, user, owner)
+        engine = launch.config.backend.swarm.engine
+        try:
+            store.set_activation_container(launch.activation_id, name)
+        except Exception:
+            # Unrecorded, nothing would ever settle it (a controller dying right here leaves it to the
+            # reconciler, which finds it by its labels).
+            self.remove(engine, swarm_service(name), launch.activation_id)
+            raise
+        if store.activation(launch.activation_id)["status"] != ACT_RUNNING:
+            self.remove(engine, swarm_service(name), launch.activation_id)
+            return
+        self.host.follow(store, launch.activation_id, name, launch.secrets)
 
-def redact(text, secrets):
-    for value in secrets:
-        text = text.replace(value, "<redacted>")
-    return text
+    def wait(self, store, activation_id, name, secrets, closed):
+        """Follow the service until its task ends (its log tail kept as runner.log, redacted), recording
+        the task's node once it has one. A lost node or a removed service is an `error`."""
+        engine, service = self.engine(store), swarm_service(name)
+        recorded_node = None
+        while not closed.wait(POLL_SECONDS if recorded_node else PLACEMENT_POLL_SECONDS):
+            try:
+                task = self.task(engine, service)
+            except engine_errors() as error:
+                # A manager that does not answer now (a leader election, a restart) may answer the next
+                # poll; the activation's timeout bounds the wait.
+                log.warning("activation %s: cannot ask the manager about service %s: %s", activation_id, service,
+                            error)
+                continue
+            if task is False:
+                return Exit(error=SERVICE_GONE_ERROR.format(service=service))
+            if task is None:
+                continue
+            if task.node and task.node != recorded_node:
+                store.set_activation_node(activation_id, task.node)
+                recorded_node = task.node
+            if task.node_lost:
+                log.warning("activation %s: node %s is %s", activation_id, task.node, task.node_state)
+                return Exit(error=NODE_LOST_ERROR.format(node=task.node, task=task.state))
+            if not task.ended:
+                continue
+            text = self.service_log(engine, service)
+            if task.error and task.state != "complete":
+                text = f"{text}\n{task.state}: {task.error}".strip()
+            redacted = redact(text, secrets)
+            save_log_tail(store, activation_id, redacted)
+            code = task.exit_code if task.exit_code is not None else (0 if task.state == "complete" else 1)
+            return Exit(code, lambda text=redacted: text)
+        return None
+
+    def ended(self, store, activation_id, name, secrets):
+        """Remove the service and what it held (its secret, its network)."""
+        self.remove(self.engine(store), swarm_service(name), activation_id)
+
+    def stop(self, store, activation_id, name):
+        # Its secret goes once the task is gone: the activation's watcher removes it then.
+        self.remove(self.engine(store), swarm_service(name))
+
+    def log_tail(self, store, activation_id, name):
+        """The kept runner.log once the task ended, else what the manager has."""
+        path = store.activation_dir(activation_id) / "runner.log"
+        if path.exists():
+            return tail_lines(path.read_text(encoding="utf-8", errors="replace"))
+        return self.service_log(self.engine(store), swarm_service(name))
+
+    # -- the contract: after a controller restart
+
+    def owns(self, name):
+        return swarm_service(name) is not None
+
+    def find(self, store, config, activation_id):
+        found = self.services(config.backend.swarm.engine, config.name, activation_id)
+        return found[0][0] if found else None
+
+    def adopt(self, store, activation, name):
+        if self.task(self.engine(store), swarm_service(name)) is False:
+            return Exit(error=f"Runner service {swarm_service(name)} not found")
+        return None
+
+    def collect_garbage(self, store, config, runner_socket):
+        """Remove this project's services, and input secrets and task networks, whose activation is not
+        running (a controller that died before it removed them), then the gateway of the project's
+        listener when nothing answers there. Returns the count of services removed."""
+        engine = config.backend.swarm.engine
+        removed = 0
+        client = self.client(engine)
+        labels = ["suzumio.managed=true", f"suzumio.project={store.project_id}"]
+        held = [*client.secrets.list(filters={"label": labels}), *client.networks.list(filters={"label": labels})]
+        for thing in held:
+            activation_id = (thing.attrs.get("Labels") or (thing.attrs.get("Spec") or {}).get("Labels") or {}).get(
+                "suzumio.activation")
+            try:
+                ended = activation_id and store.activation(activation_id)["status"] != ACT_RUNNING
+            except NotFound:
+                continue  # another root's (the same project name on this Swarm)
+            if ended and not self.host.watched(activation_id):
+                try:
+                    thing.remove()
+                except engine_errors() as error:
+                    log.info("%s not removed yet (%s): its task is still stopping", thing.name, error)
+        for name, activation_id in self.services(engine, store.project_id):
+            if not activation_id or self.host.watched(activation_id):
+                continue
+            try:
+                running = store.activation(activation_id)["status"] == ACT_RUNNING
+            except NotFound:
+                continue  # another root's activation (the same project name on this Swarm)
+            if not running:
+                self.remove(engine, swarm_service(name), activation_id)
+                removed += 1
+        self.collect_gateway(engine, config.backend.controller_url)
+        return removed
+
+    def collect_gateway(self, engine, controller_url):
+        """Remove the gateway of a runner listener when nothing answers at its address from here (its
+        controller is gone; a controller started there later makes it anew). Returns whether it was
+        removed."""
+        name = gateway_name(controller_url)
+        client = self.client(engine)
+        if not [service for service in client.services.list(filters={"name": name}) if service.name == name]:
+            return False
+        try:
+            socket.create_connection(listener_address(controller_url), timeout=GATEWAY_PROBE_SECONDS).close()
+            return False
+        except OSError:
+            pass
+        try:
+            client.api.remove_service(name)
+        except engine_errors() as error:
+            if http_status(error) != 404:
+                log.warning("removing gateway %s failed: %s", name, error)
+                return False
+        return True
 
 
 def save_log_tail(store, activation_id, text):
@@ -412,114 +551,3 @@ def save_log_tail(store, activation_id, text):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text + ("\n" if text else ""))
-
-
-def watch_service(store, activation_id, name, secrets, engine, backends):
-    """Follow a service until its task ends, then settle the activation and remove the service and its
-    secret (its log tail kept as runner.log). A task whose node is lost fails the activation."""
-    swarm, service = backends.swarm, swarm_service(name)
-    recorded_node = None
-    while not backends.closed.wait(POLL_SECONDS if recorded_node else PLACEMENT_POLL_SECONDS):
-        try:
-            task = swarm.task(engine, service)
-        except engine_errors() as error:
-            # A manager that does not answer now (a leader election, a restart) may answer the next
-            # poll; the activation's timeout bounds the wait.
-            log.warning("activation %s: cannot ask the manager about service %s: %s", activation_id, service, error)
-            continue
-        if task is False:
-            backends.record_artifacts(store, activation_id)
-            backends.fail_if_running(store, activation_id, SERVICE_GONE_ERROR.format(service=service))
-            swarm.remove(engine, service, activation_id)
-            return
-        if task is None:
-            continue
-        if task.node and task.node != recorded_node:
-            store.set_activation_node(activation_id, task.node)
-            recorded_node = task.node
-        if task.node_lost:
-            log.warning("activation %s: node %s is %s", activation_id, task.node, task.node_state)
-            backends.record_artifacts(store, activation_id)
-            backends.fail_if_running(store, activation_id, NODE_LOST_ERROR.format(node=task.node, task=task.state))
-            swarm.remove(engine, service, activation_id)
-            return
-        if not task.ended:
-            continue
-        text = swarm.log_tail(engine, service)
-        if task.error and task.state != "complete":
-            text = f"{text}\n{task.state}: {task.error}".strip()
-        redacted = redact(text, secrets)
-        save_log_tail(store, activation_id, redacted)
-        code = task.exit_code if task.exit_code is not None else (0 if task.state == "complete" else 1)
-        backends.settle(store, activation_id, code, lambda text=redacted: text, secrets)
-        swarm.remove(engine, service, activation_id)
-        return
-
-
-def adopt(backends, store, activation, name, secrets, engine):
-    """A running activation of a restarted controller: follow its service again, or fail it when the
-    service is gone."""
-    activation_id = activation["id"]
-    try:
-        task = backends.swarm.task(engine, swarm_service(name))
-    except engine_errors() as error:
-        log.warning("cannot inspect service %s of activation %s: %s", name, activation_id, error)
-        return
-    if task is False:
-        backends.fail_if_running(store, activation_id, f"Runner service {swarm_service(name)} not found")
-        return
-    backends.watch(watch_service, store, activation_id, name, secrets, engine, backends)
-
-
-def collect_garbage(backends, store, engine):
-    """`suzumio gc`: remove this project's services, and input secrets and task networks, whose
-    activation is not running (a controller that died before it removed them). Returns the count of
-    services removed."""
-    removed = 0
-    client = backends.swarm.client(engine)
-    labels = ["suzumio.managed=true", f"suzumio.project={store.project_id}"]
-    for thing in [*client.secrets.list(filters={"label": labels}), *client.networks.list(filters={"label": labels})]:
-        activation_id = (thing.attrs.get("Labels") or (thing.attrs.get("Spec") or {}).get("Labels") or {}).get(
-            "suzumio.activation")
-        try:
-            ended = activation_id and store.activation(activation_id)["status"] != ACT_RUNNING
-        except NotFound:
-            continue  # another root's (the same project name on this Swarm)
-        if ended and not backends.watched(activation_id):
-            try:
-                thing.remove()
-            except engine_errors() as error:
-                log.info("%s not removed yet (%s): its task is still stopping", thing.name, error)
-    for name, activation_id in backends.swarm.services(engine, store.project_id):
-        if not activation_id or backends.watched(activation_id):
-            continue
-        try:
-            running = store.activation(activation_id)["status"] == ACT_RUNNING
-        except NotFound:
-            continue  # another root's activation (the same project name on this Swarm)
-        if not running:
-            backends.swarm.remove(engine, swarm_service(name), activation_id)
-            removed += 1
-    return removed
-
-
-def collect_gateway(backends, engine, controller_url):
-    """`suzumio gc`: remove the gateway of the project's runner listener when nothing answers at its
-    address from here (its controller is gone; a controller started there later makes it anew).
-    Returns whether it was removed."""
-    name = gateway_name(controller_url)
-    client = backends.swarm.client(engine)
-    if not [service for service in client.services.list(filters={"name": name}) if service.name == name]:
-        return False
-    try:
-        socket.create_connection(listener_address(controller_url), timeout=GATEWAY_PROBE_SECONDS).close()
-        return False
-    except OSError:
-        pass
-    try:
-        client.api.remove_service(name)
-    except engine_errors() as error:
-        if http_status(error) != 404:
-            log.warning("removing gateway %s failed: %s", name, error)
-            return False
-    return True

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 import suzumio_egress_policy
+from suzumio_backend_contract import KIND_LOCAL, KIND_SWARM
 from suzumio_config_models import FrozenMapping, RunnerConfig, check_models, check_presets, runner_config
 from suzumio_config_schema import (
     DEFAULT_ARTIFACT_QUOTA,
@@ -30,7 +31,7 @@ from suzumio_config_schema import (
     runaway_warnings,
     validate_schema,
 )
-from suzumio_config_swarm import KIND_SWARM, SwarmConfig, swarm_config, swarm_network_warning, swarm_placement
+from suzumio_config_swarm import SwarmConfig, swarm_config, swarm_network_warning, swarm_placement
 from suzumio_errors import ConfigError, NotFound
 from suzumio_registry import (
     BUILTIN_TOOLPACKS,
@@ -618,7 +619,7 @@ def boundary_warnings(config):
     data = config.data
     egress = [line for agent in config.agents
               for line in suzumio_egress_policy.egress_warnings(agent, config.egress(agent.id))]
-    if config.backend.kind == "local":
+    if config.backend.kind == KIND_LOCAL:
         lines = [LOCAL_WARNING, LOCAL_EGRESS_WARNING]
         if data["backend"]["docker"]["mounts"] or any(agent["mounts"] for agent in data["agents"].values()):
             lines.append(LOCAL_MOUNTS_WARNING)
@@ -783,7 +784,7 @@ class ProjectConfig:
                 lines.append(f"Network: {agent.id} gets {self.backend.swarm.network} (backend.swarm.network: " + (
                     "its own internal network, no route but its node's gateway to the runner listener)"
                     if self.backend.swarm.sealed else "its task reaches the runner listener over it)"))
-            elif self.backend.kind != "local":
+            elif self.backend.kind != KIND_LOCAL:
                 sandbox = self.sandbox(agent.id)
                 lines.append(f"Network: {agent.id} gets {sandbox.network_label} ({sandbox.network_reason})")
             lines.append(f"Egress: {agent.id} may reach {egress.label} ({egress.reason})")
@@ -902,9 +903,8 @@ class ProjectConfig:
 
     def proxy_environment(self, environ, rewrite_hosts=None):
         """Proxy variables for an activation container or local runner (docs/configuration.md)."""
-        if rewrite_hosts is None:
-            rewrite_hosts = self.backend.kind != "local"
-        return proxy_environment(self.backend.docker.proxy, self.backend.docker.network, environ, rewrite_hosts)
+        rewrite = self.backend.kind != KIND_LOCAL if rewrite_hosts is None else rewrite_hosts
+        return proxy_environment(self.backend.docker.proxy, self.backend.docker.network, environ, rewrite)
 
 
 def _communication_config(data):

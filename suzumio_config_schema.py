@@ -10,6 +10,7 @@ import math
 import re
 
 import suzumio_egress_policy
+from suzumio_backend_contract import BACKEND_KINDS
 from suzumio_errors import ConfigError
 from suzumio_records import DEFAULT_CHANNELS, DEFAULT_COORDINATOR, PRIORITIES
 from suzumio_registry import PACKAGED_TOOLPACKS
@@ -646,7 +647,7 @@ def _swarm_placement_fields():
 
 
 _BACKEND = _Obj(
-    ("kind", _Enum("docker-chat", "local", "swarm"), "docker-chat"),
+    ("kind", _Enum(*BACKEND_KINDS), BACKEND_KINDS[0]),
     ("image", _Str(), "suzumio-runner:dev"),
     ("controllerUrl", _Str(), DEFAULT_CONTROLLER_URL),
     ("activationTimeoutMs", _INT_GT0, 3600000),

@@ -5,7 +5,6 @@ from dataclasses import dataclass
 
 from suzumio_config_schema import parse_size
 
-KIND_SWARM = "swarm"
 SEALED = "sealed"  # backend.swarm.network: a task's own internal overlay, and the node's gateway to the controller
 
 

@@ -1,6 +1,6 @@
-"""The Docker SDK as the container backends use it: imported on first use under one lock, and the errors
-an engine call raises. Imported by suzumio_backend and suzumio_backend_swarm only; CLI commands that
-never start a container never import the SDK."""
+"""The Docker SDK as the container backends use it: imported on first use under one lock, the errors
+an engine call raises, and the user a container or task runs as. Imported by suzumio_backend and
+suzumio_backend_swarm only; CLI commands that never start a container never import the SDK."""
 import threading
 
 # Two threads importing the SDK for the first time at once (right after a restart: the reconciler
@@ -29,3 +29,25 @@ def http_status(error):
     """The HTTP status of an engine error, or None."""
     response = getattr(error, "response", None)
     return getattr(response, "status_code", None) or getattr(error, "status_code", None)
+
+
+UNPRIVILEGED_IDS = (65532, 65532)
+
+
+def container_user(configured, host_uid, host_gid):
+    """The `user` of an activation container: the configured one, else the controller's uid:gid, else
+    (the controller is root) a fixed unprivileged uid:gid that then owns the agent's writable folders."""
+    if configured:
+        return configured
+    if host_uid != 0:
+        return f"{host_uid}:{host_gid}"
+    return "{}:{}".format(*UNPRIVILEGED_IDS)
+
+
+def numeric_ids(user):
+    """(uid, gid) of a `uid` or `uid:gid` user, gid defaulting to uid; None for names (not resolvable
+    on the host, so their folders cannot be handed over)."""
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or (gid and not gid.isdigit()):
+        return None
+    return int(uid), int(gid or uid)

@@ -1,7 +1,8 @@
 """Fixtures for backend and scheduler tests: a real project store under tmp_path; for backend tests a
 support directory holding the stand-in runner and a tiny real HTTP controller that accepts
 /activation-output; for scheduler tests the real controller (runner routes, scheduler, toolpacks on
-Waitress at port 0) with the real runner and the scripted provider (`served_project`)."""
+Waitress at port 0) with the real runner and the scripted provider (`served_project`), or the same
+project on the in-memory FakeBackend (`fake_project`)."""
 import contextlib
 import json
 import os
@@ -11,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
+from fake_backend import FakeEngine
 from store_fixtures import config_of
 
 import suzumio_backend
@@ -122,12 +124,15 @@ def init_project(root_path, config, config_dir, root=None):
 
 
 class Env:
-    """One project, its backends and its stub controller."""
+    """One project, its backends and its stub controller. `implementations` and `controller_ca` go to
+    every Backends it builds (a FakeBackend's table entry; a swarm project's runner listener CA)."""
 
-    def __init__(self, tmp_path, config, environ, support_dir):
+    def __init__(self, tmp_path, config, environ, support_dir, implementations=None, controller_ca=None):
         self.tmp_path = tmp_path
         self.support_dir = support_dir
         self.environ = environ
+        self.implementations = implementations
+        self.controller_ca = controller_ca
         self.controller = ControllerStub(store=None)
         url = config["backend"]["controllerUrl"].format(port=self.controller.port)
         config["backend"]["controllerUrl"] = url
@@ -138,7 +143,8 @@ class Env:
 
     def new_backends(self, docker_client=None):
         backends = suzumio_backend.Backends(support_dir=self.support_dir, docker_client=docker_client,
-                                            environ=self.environ)
+                                            environ=self.environ, implementations=self.implementations,
+                                            controller_ca=self.controller_ca)
         if hasattr(self, "_all_backends"):
             self._all_backends.append(backends)
         return backends
@@ -154,11 +160,16 @@ class Env:
 
 
 @contextlib.contextmanager
-def local_project(tmp_path, *, environ=None, agent_env=None, kind="local", support_dir=None, **options):
-    """A running project on the given backend kind with the stand-in runner."""
+def local_project(tmp_path, *, environ=None, agent_env=None, kind="local", support_dir=None, implementations=None,
+                  controller_ca=None, edit=None, **options):
+    """A running project on the given backend kind with the stand-in runner; `edit(config)` changes the
+    configuration dict before the project is made."""
     environ = environ if environ is not None else {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")}
     config = project_config(kind=kind, agent_env=agent_env, **options)
-    env = Env(tmp_path, config, environ, support_dir or make_support_dir(tmp_path / "support"))
+    if edit is not None:
+        edit(config)
+    env = Env(tmp_path, config, environ, support_dir or make_support_dir(tmp_path / "support"), implementations,
+              controller_ca)
     try:
         yield env
     finally:
@@ -256,11 +267,9 @@ class ServedEnv:
         self.runtime.close()
 
 
-@contextlib.contextmanager
-def served_project(tmp_path, *, agents, script="done", scheduler=None, warm_limit=0, **options):
-    """A running project whose activations run the real runner against the real controller; every
-    agent plays SCRIPTS[script] through the scripted provider. The no-effect nudge is off unless
-    `scheduler` turns it on, so completions start nothing a test did not ask for."""
+def served_config(agents, script, scheduler, options):
+    """The configuration of served_project: every agent plays SCRIPTS[script] (a `sleep` agent gets
+    shell.exec), the no-effect nudge off unless `scheduler` turns it on."""
     agents = json.loads(json.dumps(agents))
     if script == "sleep":
         for spec in agents.values():
@@ -270,7 +279,51 @@ def served_project(tmp_path, *, agents, script="done", scheduler=None, warm_limi
     keys = [f"{agent_id}-*" if spec.get("count") else agent_id for agent_id, spec in agents.items()]
     config["backend"]["runner"]["models"]["providers"]["replay"]["script"] = {
         "agents": {key: SCRIPTS[script] for key in keys}}
-    env = ServedEnv(tmp_path, config, warm_limit=warm_limit)
+    return config
+
+
+@contextlib.contextmanager
+def served_project(tmp_path, *, agents, script="done", scheduler=None, warm_limit=0, **options):
+    """A running project whose activations run the real runner against the real controller; every
+    agent plays SCRIPTS[script] through the scripted provider. The no-effect nudge is off unless
+    `scheduler` turns it on, so completions start nothing a test did not ask for."""
+    env = ServedEnv(tmp_path, served_config(agents, script, scheduler, options), warm_limit=warm_limit)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+# ---------------------------------------------------------------- the FakeBackend behind a real store
+
+class FakeEnv:
+    """One running project whose `local` activations run on a FakeBackend (tests/fake_backend.py): a
+    real root and store, Backends whose table puts the fake in place of `local`, and no process. The
+    runners play `script` ("done" completes each activation with "done", "sleep" keeps it running until
+    it is stopped); `engine.runner(activation_id)` is the runner a test drives by hand."""
+
+    def __init__(self, tmp_path, config, script):
+        self.tmp_path = tmp_path
+        self.root = suzumio_store.Root(tmp_path / "root")
+        self.engine = FakeEngine(FAKE_SCRIPTS[script])
+        self.backends = suzumio_backend.Backends(implementations={suzumio_backend.KIND_LOCAL: self.engine.backend})
+        _, self.store = init_project(None, config, tmp_path / "config", root=self.root)
+
+    def close(self):
+        for activation in self.store.running_activations():
+            coordination.cancel_activation(self.store, activation["id"], "test over")
+            self.backends.stop_runner(self.store, self.store.activation(activation["id"]))
+        self.backends.close()
+        self.root.close()
+
+
+FAKE_SCRIPTS = {"done": "output", "sleep": "sleep"}  # SCRIPTS' names -> what a fake runner plays
+
+
+@contextlib.contextmanager
+def fake_project(tmp_path, *, agents, script="done", scheduler=None, **options):
+    """served_project's project and configuration, with its runners on the FakeBackend."""
+    env = FakeEnv(tmp_path, served_config(agents, script, scheduler, options), script)
     try:
         yield env
     finally:

@@ -240,7 +240,7 @@ def runner_log(store, activation):
     if suzumio_backend.local_pid(name) is not None:
         path = store.activation_dir(activation["id"]) / "runner.log"
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-    return suzumio_backend.DockerBackend().log_tail(name)
+    return suzumio_backend.DockerBackend().container_log(name)
 
 
 def unsettled(store):

@@ -2,6 +2,7 @@
 backend's, limits from backend.docker, what `config render` says about the tasks' network; and an
 activation of a swarm project failing at start, with the reason, when the controller serves no TCP
 runner listener."""
+import pytest
 import yaml
 from api_fixtures import init_project, serving
 from conftest import wait_until
@@ -89,3 +90,26 @@ def test_a_swarm_activation_fails_at_start_without_a_tcp_runner_listener(tmp_pat
         wait_until(lambda: store.list_activations(10) and store.list_activations(10)[0]["status"] == "failed",
                    10, message="the activation to fail")
         assert store.list_activations(10)[0]["error"] == suzumio_backend.SWARM_NEEDS_LISTENER
+
+
+def test_a_swarm_runners_input_says_its_files_come_through_the_controller_and_its_route_is_the_gateway(tmp_path):
+    sealed = load(tmp_path, swarm_project())
+    swarm = suzumio_backend.backend_class("swarm")
+    assert swarm.input_fields(sealed) == {"files": "controller", "noNewPrivileges": True,
+                                          "controllerVia": suzumio_backend_swarm.GATEWAY_SOCKET}
+    assert swarm.input_fields(load(tmp_path, swarm_project({"network": "host"}))) == {
+        "files": "controller", "noNewPrivileges": True}
+    assert suzumio_backend.backend_class("docker-chat").input_fields(sealed) == {}
+    assert suzumio_backend.backend_class("local").input_fields(sealed) == {}
+
+
+def test_a_swarm_runner_refuses_a_local_toolpack_that_docker_chat_mounts_and_local_runs_in_place(tmp_path):
+    class Pack:
+        id, safe_id, path = "notes", "notes", tmp_path
+        runner_module, container_runner_module = "/host/notes/runner.mjs", "/toolpacks/notes/runner.mjs"
+
+    assert suzumio_backend.backend_class("local").local_toolpack(Pack) == ("/host/notes/runner.mjs", None)
+    assert suzumio_backend.backend_class("docker-chat").local_toolpack(Pack) == (
+        "/toolpacks/notes/runner.mjs", ("notes", str(tmp_path)))
+    with pytest.raises(ValueError, match=r"^backend\.kind swarm cannot run the local toolpack notes yet"):
+        suzumio_backend.backend_class("swarm").local_toolpack(Pack)

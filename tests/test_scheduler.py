@@ -1,11 +1,14 @@
-"""Scheduler acceptance scenarios (docs/design/scheduler.md) on a real SQLite file and the real `local` backend:
-activations run the real runner (scripted provider) against the real controller, whose
-/activation-output completes them and asks for the next tick; time is injected through `now`."""
+"""Scheduler acceptance scenarios (docs/design/scheduler.md) on a real SQLite file. Scheduling runs on the
+in-memory FakeBackend (tests/fake_backend.py): its runners complete their activations or keep running,
+and no process starts. What needs a real runner (a P0, stop or approve stopping its process group, a
+start that fails, a completion's next tick) runs the real runner (scripted provider) on the real `local`
+backend against the real controller, whose /activation-output completes it and asks for the next tick.
+Time is injected through `now`."""
 import datetime
 import json
 import threading
 
-from backend_fixtures import events_of, open_activation, process_group_alive, served_project
+from backend_fixtures import events_of, fake_project, open_activation, process_group_alive, served_project
 from conftest import wait_until
 from store_fixtures import CONFIGS, config_of
 
@@ -34,8 +37,14 @@ class RecordingHooks:
 
 
 def project(tmp_path, agents=None, script="done", **options):
-    """A running project; each agent's runner plays SCRIPTS[script] ("done" completes, "sleep" keeps
-    the activation running in a shell command until it is stopped)."""
+    """A running project on the FakeBackend; each agent's runner plays `script` ("done" completes,
+    "sleep" keeps the activation running until it is stopped)."""
+    return fake_project(tmp_path, agents=agents or json.loads(json.dumps(THREE)), script=script, **options)
+
+
+def real_project(tmp_path, agents=None, script="done", **options):
+    """The same project with the real runner on the real `local` backend: each agent's runner plays
+    SCRIPTS[script] ("sleep" keeps the activation running in a shell command until it is stopped)."""
     return served_project(tmp_path, agents=agents or json.loads(json.dumps(THREE)), script=script, **options)
 
 
@@ -189,7 +198,7 @@ def test_failed_agent_with_ready_work_is_started(tmp_path):
 # ---------------------------------------------------------------- P0, stop, approve, timeout
 
 def test_p0_cancels_running_process_and_restarts_with_p0_then_p1(tmp_path):
-    with project(tmp_path, script="sleep") as env:
+    with real_project(tmp_path, script="sleep") as env:
         send(env, "worker")
         tick(env)
         [first] = activations_of(env, "worker")
@@ -212,7 +221,7 @@ def test_p0_cancels_running_process_and_restarts_with_p0_then_p1(tmp_path):
 
 
 def test_stop_cancels_stops_process_and_leaves_resume_signal(tmp_path):
-    with project(tmp_path, script="sleep") as env:
+    with real_project(tmp_path, script="sleep") as env:
         send(env, "worker", body="first job")
         tick(env)
         [act] = activations_of(env, "worker")
@@ -235,7 +244,7 @@ def test_stop_cancels_stops_process_and_leaves_resume_signal(tmp_path):
 
 
 def test_approve_cancels_without_resume_signal(tmp_path):
-    with project(tmp_path, script="sleep") as env:
+    with real_project(tmp_path, script="sleep") as env:
         send(env, "worker")
         tick(env)
         [act] = activations_of(env, "worker")
@@ -300,7 +309,7 @@ def test_stale_binding_is_cleared_and_work_restarts(tmp_path):
 
 
 def test_backend_start_failure_fails_activation_and_tick_continues(tmp_path):
-    with project(tmp_path) as env:
+    with real_project(tmp_path) as env:
         import shutil
         shutil.rmtree(env.store.workspace("pm"))
         send(env, "pm")
@@ -474,7 +483,7 @@ def test_background_thread_ticks_and_isolates_project_errors(tmp_path):
 
 def test_completion_without_effect_leaves_a_no_effect_nudge_that_the_completion_tick_delivers(tmp_path):
     rule = {"noEffectNudge": {"enabled": True, "maxConsecutive": 1}}
-    with project(tmp_path, scheduler=rule) as env:
+    with real_project(tmp_path, scheduler=rule) as env:
         send(env, "pm")
         tick(env)
         wait_until(lambda: len(activations_of(env, "pm")) == 2, 15, message="the nudge started pm again")

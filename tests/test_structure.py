@@ -414,3 +414,57 @@ def test_the_packaging_check_sees_a_module_left_out(tmp_path):
     (tmp_path / "suzumio.py").write_text("")
     (tmp_path / "suzumio_new.py").write_text("")
     assert unpackaged(tmp_path) == ["suzumio_new"]
+
+
+# ---------------------------------------------------------------- one seam for the backends
+
+# The contract (suzumio_backend_contract) and the modules that implement it: the only places that may
+# branch on a backend kind or read a runner's recorded name. The facade, suzumio_backend, asks them too.
+BACKEND_FILES = {"suzumio_backend_contract", "suzumio_backend_local", "suzumio_backend_docker", "suzumio_backend_swarm"}
+# The config layer sits below the backends and describes each kind's settings (render's warnings, a
+# swarm network): it may compare backend.kind with the contract's constants, never with a literal.
+CONFIG_FILES = {"suzumio_config", "suzumio_config_schema", "suzumio_config_swarm"}
+KIND_VALUE = r"""(?:KIND_(?:LOCAL|DOCKER|SWARM)\b|["'](?:local|docker-chat|swarm)["'])"""
+KIND_LITERAL = r"""["'](?:local|docker-chat|swarm)["']"""
+KIND_BRANCH = re.compile(
+    rf"\bkind[\"'\]]*\s*(?:==|!=)\s*{KIND_VALUE}|{KIND_VALUE}\s*(?:==|!=)\s*[\w.\[\]\"']*kind\b"
+    rf"|\bkind\s+(?:not\s+)?in\s+\(?[^\n:]*{KIND_VALUE}|\bbackend\.kind\s*(?:==|!=|in\b|not\s+in\b)|CONTAINER_KINDS")
+LITERAL_BRANCH = re.compile(
+    rf"\bkind[\"'\]]*\s*(?:==|!=)\s*{KIND_LITERAL}|{KIND_LITERAL}\s*(?:==|!=)\s*[\w.\[\]\"']*kind\b")
+NAME_PARSING = re.compile(r"""startswith\(\s*(?:["'](?:suzumio[_-]|local-|swarm:)|LOCAL_PREFIX|SWARM_PREFIX"""
+                          r"""|CONTAINER_PREFIX)|\blocal_pid\(|\bswarm_service\(|containerName"\]\.(?:split|partition)""")
+
+
+def backend_dispatch_outside_the_backends(root=REPO):
+    """(module, line, text) of every branch on a backend kind and every reading of a runner's recorded
+    name outside the backend files; in the config layer, of a kind compared with a literal."""
+    found = []
+    for name, path in modules(root).items():
+        if name in BACKEND_FILES:
+            continue
+        patterns = [LITERAL_BRANCH] if name in CONFIG_FILES else [KIND_BRANCH, NAME_PARSING]
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if any(pattern.search(code) for pattern in patterns):
+                found.append((name, number, line.strip()))
+    return found
+
+
+def test_only_the_backends_branch_on_a_backend_kind_or_read_a_runners_name():
+    assert backend_dispatch_outside_the_backends() == []
+
+
+def test_the_backend_dispatch_check_sees_kind_branches_and_name_parsing(tmp_path):
+    (tmp_path / "suzumio_backend_local.py").write_text('if kind == "local":\n    pass\n')
+    (tmp_path / "suzumio_config.py").write_text('a = kind == KIND_SWARM\nb = config.backend.kind != "local"\n')
+    (tmp_path / "suzumio_caller.py").write_text(
+        'if config.backend.kind == KIND_DOCKER:\n    pass\n'
+        'docker_used = store.config()["backend"]["kind"] == "docker-chat"\n'
+        'if kind in (KIND_LOCAL, KIND_SWARM):\n    pass\n'
+        'if name.startswith("swarm:"):\n    pass\n'
+        'pid = local_pid(name)\n'
+        'if pack.kind == "mcp" or kind == "text":\n    pass\n'
+        'label = "builtin" if builtin else "local"\n')
+    assert [(name, line) for name, line, _ in backend_dispatch_outside_the_backends(tmp_path)] == [
+        ("suzumio_caller", 1), ("suzumio_caller", 3), ("suzumio_caller", 4), ("suzumio_caller", 6),
+        ("suzumio_caller", 8), ("suzumio_config", 2)]

@@ -19,7 +19,6 @@ from test_swarm_lab import lab_settings
 import docker
 import suzumio_backend
 import suzumio_backend_reconcile
-import suzumio_backend_swarm
 import suzumio_coordination as coordination
 
 pytestmark = pytest.mark.swarm
@@ -201,12 +200,12 @@ def test_gc_removes_the_service_and_secret_a_dead_controller_left(tmp_path, lab)
         # The listener still answers: its gateway stays. Once the controller is gone, gc removes it.
         url = json.loads((team.store.activation_dir(running["id"]) / "input.json").read_text())["controllerUrl"]
         engine = config.backend.swarm.engine
-        assert not suzumio_backend_swarm.collect_gateway(later, engine, url)
+        assert not later.swarm.collect_gateway(engine, url)
         assert client.services.list(filters={"label": "suzumio.gateway"})
         teams.remove((team, stack, model))
         stack.__exit__(None, None, None)
         model.close()
-        assert suzumio_backend_swarm.collect_gateway(later, engine, url)
+        assert later.swarm.collect_gateway(engine, url)
         assert not client.services.list(filters={"label": "suzumio.gateway"})
     finally:
         later.close()
