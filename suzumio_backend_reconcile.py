@@ -7,6 +7,7 @@ import logging
 import threading
 
 import suzumio_backend_swarm as swarm_backend
+import suzumio_effects
 from suzumio_backend import (
     ADOPT_POLL_SECONDS,
     KIND_DOCKER,
@@ -43,6 +44,8 @@ class Reconciler:
         self.backends = backends
         self.docker = backends.docker
         self.retention = backends.retention
+        # Calls this controller runs itself and that were intended before it started were a dead one's.
+        self.started = utc_now()
         self._stop = threading.Event()
         self._thread = None
 
@@ -90,6 +93,7 @@ class Reconciler:
         return removed
 
     def _reconcile_project(self, store, now):
+        suzumio_effects.doubt_after_restart(store, self.started)
         config = self.backends.configs.get(store)
         timeout_ms = config.backend.activation_timeout_ms
         for activation in store.running_activations():

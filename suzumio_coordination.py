@@ -10,6 +10,7 @@ import re
 from datetime import timedelta
 
 import suzumio_config_schema
+import suzumio_effects
 from suzumio_cost import budget_state, budget_warning_message, cost_exceeded_message
 from suzumio_errors import BadRequest, Conflict
 from suzumio_records import (
@@ -259,6 +260,7 @@ def complete_activation(store, config, activation_id, agent_id, text, usage=None
         if not store.mark_completed(tx, activation_id, agent_id, text, usage):
             return {"status": row["status"], "activationId": activation_id}
         _cancel_approvals(store, tx, activation_id, ACT_COMPLETED)
+        suzumio_effects.doubt_ended_activation(store, tx, activation_id, ACT_COMPLETED)
         done = store.activation(activation_id)
         useful = store.useful_effects(activation_id)
         store.add_event(tx, "activation.completed", {"activationId": activation_id, "agentId": agent_id,
@@ -285,6 +287,8 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
         target, tool, replayed = store.record_tool_result(tx, agent_id, activation_id, tool_call_id, status,
                                                           output, error)
         result = {"status": target}
+        if not replayed:
+            suzumio_effects.finished(store, tx, tool_call_id, target)
         if replayed:
             delivered = store.boundary_delivery(tx, activation_id, tool_call_id)
             if delivered is not None:
@@ -338,6 +342,7 @@ def _end_running(store, tx, activation_id, trigger, why, text):
     if not store.end_activation(tx, activation_id, trigger, ", error = ?", (why,)):
         return None
     _cancel_approvals(store, tx, activation_id, status)
+    suzumio_effects.doubt_ended_activation(store, tx, activation_id, status)
     agent_id = row["agent_id"]
     store.move_agent(tx, agent_id, kind, bound_to=activation_id)
     store.add_history(tx, agent_id, activation_id, "assistant", kind, text, {field: why})
