@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import suzumio_backend_swarm as swarm_backend
+import suzumio_egress_tls
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_egress
@@ -397,6 +398,9 @@ class Launch:
         }
         if self.controller_ca is not None:
             data["controllerCa"] = self.controller_ca
+        if any(rule.intercepted for rule in self.config.egress(agent["id"]).hosts):
+            # The CA the egress proxy ends the agent's TLS with, for the sandbox's trust store only.
+            data["egressCa"] = suzumio_egress_tls.project_ca_pem(self.project_dir.parent, self.project)
         if self.kind == KIND_SWARM:
             # Nothing is mounted: the runner fetches its files from the controller and sends its own
             # artifacts back (suzumio_files), and forbids new privileges to itself and its tools.

@@ -85,10 +85,11 @@ class EffectRows:
                            (*params, int(limit)))
 
     def running_call_key(self, activation_id):
-        """The call key of the activation's external call that is running now (the newest), or None."""
-        row = self._query_one("SELECT call_key FROM effects WHERE project = ? AND activation_id = ? AND state = ? "
-                              "ORDER BY started_at DESC, rowid DESC LIMIT 1",
-                              (self.project_id, activation_id, EFFECT_INTENDED))
+        """The call key of the activation's tool call that is running now (the newest), or None: the
+        `Idempotency-Key` the egress proxy adds to the requests that call makes."""
+        row = self._query_one("SELECT call_key FROM tool_calls WHERE project = ? AND activation_id = ? "
+                              "AND status = 'running' AND call_key IS NOT NULL ORDER BY created_at DESC, rowid DESC "
+                              "LIMIT 1", (self.project_id, activation_id))
         return row["call_key"] if row else None
 
     def has_open_effects(self, executor, started_before):
