@@ -162,7 +162,8 @@ class Service:
 
 @contextlib.contextmanager
 def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
-            mcp=None, warm_limit=0, resolver=None, max_activations=None, **app_options):
+            mcp=None, warm_limit=0, resolver=None, max_activations=None, egress_environ=None, egress_cafile=None,
+            **app_options):
     """The real apps as `serve` runs them, with a real root, local backend and scheduler: the user app
     at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file as serve makes it;
     None: no token), the runner app on the root's runner socket (and, with runner_listen=("127.0.0.1", 0),
@@ -202,7 +203,8 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     # Like serve: the egress proxy never reaches these listeners.
     own = [("127.0.0.1", server.port)] + ([(runner_listen[0], runner_server.port)] if runner_listen else [])
     egress = suzumio_egress.EgressProxy(root, configs, resolver=resolver or suzumio_egress.resolve,
-                                        own_listeners=lambda: own)
+                                        own_listeners=lambda: own, environ=egress_environ,
+                                        upstream_cafile=egress_cafile)
     egress.listen_unix(egress_socket)
     egress.start()
     service = Service(root, scheduler, backends, toolpacks, server, runner_server, token)
