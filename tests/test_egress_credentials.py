@@ -308,8 +308,11 @@ def test_an_agents_curl_and_web_fetch_get_through_with_a_token_they_never_hold(t
         return config
 
     service_pem = (service_ca / "ca.pem").read_text()
-    search = (f"env; cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c {TOKEN}; "
-              f"grep -rl {TOKEN} /tmp \"$PWD\" 2>/dev/null | wc -l")
+    # What the sandbox holds goes where the test searches it (the root): every process's arguments and
+    # environment, this shell's variables and the files the runner wrote to /tmp. The command itself never
+    # names the token, or its own arguments would.
+    search = ("mkdir -p scan; cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' "
+              "> scan/procs.txt; env | tee scan/env.txt; cp -r /tmp/suzumio-trust-* scan/ 2>/dev/null; echo scanned")
     commands = [curl(f"https://api.test:{port}/api/me"), curl(f"https://api.test:{port}/echo"),
                 curl(f"https://plain.test:{port}/"),
                 f"printf '%s' '{service_pem}' > /tmp/service-ca.pem",
@@ -336,10 +339,11 @@ def test_an_agents_curl_and_web_fetch_get_through_with_a_token_they_never_hold(t
     assert f"key={effect['callKey']}" in out and effect["state"] == "done"
     [charge] = [r for r in requests_seen if r["path"] == "/charge"]
     assert charge["headers"]["Idempotency-Key"] == effect["callKey"]
-    lines = out.split("[stdout]\n", 1)[1].splitlines()
-    assert "SSL_CERT_FILE=" in out and f"{TOKEN_ENV}=" not in out
-    assert lines[-2:] == ["0", "0"]  # no process argument or environment, no file in /tmp or the workspace
+    assert "SSL_CERT_FILE=" in out and f"{TOKEN_ENV}=" not in out and "scanned" in out
     assert TOKEN not in out
+    [procs] = (tmp_path / "root").rglob("scan/procs.txt")
+    assert "SUZUMIO_CALL_KEY" in procs.read_text(errors="replace")  # the shell's own environment was read
+    assert list(procs.parent.glob("suzumio-trust-*/ca-bundle.pem"))
     assert fetched["metadata"]["status"] == 200 and fetched["output"] == "welcome\n"
     assert [r["headers"].get("Authorization") for r in requests_seen if r["path"] == "/api/me"] == \
         [f"Bearer {TOKEN}"] * 2
