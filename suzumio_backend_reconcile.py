@@ -44,8 +44,6 @@ class Reconciler:
         self.backends = backends
         self.docker = backends.docker
         self.retention = backends.retention
-        # Calls this controller runs itself and that were intended before it started were a dead one's.
-        self.started = utc_now()
         self._stop = threading.Event()
         self._thread = None
 
@@ -93,7 +91,7 @@ class Reconciler:
         return removed
 
     def _reconcile_project(self, store, now):
-        suzumio_effects.doubt_after_restart(store, self.started)
+        suzumio_effects.doubt_after_restart(store)  # the calls a dead controller ran itself
         config = self.backends.configs.get(store)
         timeout_ms = config.backend.activation_timeout_ms
         for activation in store.running_activations():

@@ -4,6 +4,7 @@ controller or the node was lost in between, what the agent is told, and a person
 suzumio_store_effects'. Imported by approvals, coordination, the reconciler and the surfaces; a rule that
 writes opens one store.write() (joining its caller's transaction when there is one)."""
 import logging
+import os
 
 from suzumio_errors import BadRequest, Conflict, NotFound
 from suzumio_records import (
@@ -14,8 +15,6 @@ from suzumio_records import (
     RESOLVED_DONE,
     SIGNAL_PENDING,
     TOOL_COMPLETED,
-    format_ts,
-    to_datetime,
 )
 from suzumio_store_effects import effect_json
 
@@ -39,6 +38,9 @@ _BUILTIN_EFFECTS = {
     "shell.exec": EFFECT_EXTERNAL, "messages.send": EFFECT_NONE, "coordination.wait_for_signal": EFFECT_NONE,
     "completion.submit": EFFECT_NONE,
 }
+# This controller process: a call the controller runs itself is stamped with it, so that another process
+# (the next `serve` after a crash) knows the call was not its own and is in doubt.
+PROCESS = os.urandom(8).hex()
 WHY_RUNNER_LOST = "its activation ended ({status}) before the call reported back"
 WHY_CONTROLLER_LOST = "the controller that ran it stopped before the call reported back"
 
@@ -69,27 +71,32 @@ def intend(store, config, agent_id, activation_id, tool_call_id, tool, tool_inpu
     asked again; the tool call's own events are its audit). Returns the effect id or None."""
     if effect_of(config, tool, tool_input) != EFFECT_EXTERNAL:
         return None
+    executor = executor_of(config, tool)
     with store.write(now) as tx:
-        return store.insert_effect(tx, agent_id, activation_id, tool_call_id, tool, tool_input, call_key,
-                                   executor_of(config, tool))
+        return store.insert_effect(tx, agent_id, activation_id, tool_call_id, tool, tool_input, call_key, executor,
+                                   PROCESS if executor == CONTROLLER else None)
 
 
 def finished(store, tx, tool_call_id, status):
     """Inside the finish of a tool call: its intended effect is done or failed. One in doubt stays in doubt
-    (a person decides), and a finish asked again changes nothing."""
+    (a person decides), and a finish asked again changes nothing. A call that an earlier controller process
+    ran itself is in doubt whatever the runner reports: that process stopped before it answered."""
     row = store.effect_of_call(tx, tool_call_id)
     if row is None:
+        return
+    if row["executor"] == CONTROLLER and row["process"] != PROCESS:
+        doubt_open(store, tx, activation_id=row["activation_id"], executor=CONTROLLER, why=WHY_CONTROLLER_LOST,
+                   not_process=PROCESS)
         return
     store.move_effect(tx, row["id"], "done" if status == TOOL_COMPLETED else "failed", ", finished_at = ?", (tx.ts,))
 
 
-def doubt_open(store, tx, activation_id=None, executor=None, why="", started_before=None):
-    """Every intended effect of an activation (or of an executor) -> in doubt, each with its event and a
-    signal that tells its agent, with the call's input. Returns the effects now in doubt."""
+def doubt_open(store, tx, activation_id=None, executor=None, why="", not_process=None):
+    """Every intended effect of an activation (or of an executor, run by another process than
+    `not_process`) -> in doubt, each with its event and a signal that tells its agent, with the call's
+    input. Returns the effects now in doubt."""
     doubted = []
-    for row in store.open_effects(tx, activation_id, executor):
-        if started_before is not None and row["started_at"] >= started_before:
-            continue
+    for row in store.open_effects(tx, activation_id, executor, not_process):
         if not store.move_effect(tx, row["id"], "doubt", ", doubted_at = ?, why = ?", (tx.ts, why)):
             continue
         store.add_event(tx, EVENT_IN_DOUBT, {"effect": row["id"], "agent": row["agent_id"], "tool": row["tool"],
@@ -118,14 +125,13 @@ def doubt_ended_activation(store, tx, activation_id, status):
     return doubt_open(store, tx, activation_id=activation_id, why=WHY_RUNNER_LOST.format(status=status))
 
 
-def doubt_after_restart(store, started, now=None):
-    """The calls a controller ran itself and that were intended before this controller started (`started`,
-    its start time): that controller is gone, so they are in doubt. A read first: most passes write nothing."""
-    before = format_ts(to_datetime(started))
-    if not store.has_open_effects(CONTROLLER, before):
+def doubt_after_restart(store, now=None):
+    """The calls an earlier controller process ran itself and that never finished: that process is gone, so
+    they are in doubt. A read first: most passes write nothing."""
+    if not store.has_open_effects(CONTROLLER, PROCESS):
         return []
     with store.write(now) as tx:
-        return doubt_open(store, tx, executor=CONTROLLER, why=WHY_CONTROLLER_LOST, started_before=before)
+        return doubt_open(store, tx, executor=CONTROLLER, why=WHY_CONTROLLER_LOST, not_process=PROCESS)
 
 
 def resolve(store, effect_id, resolution, note=None, via="api", now=None):

@@ -6,12 +6,12 @@ from suzumio_records import EFFECT_INTENDED, EFFECT_TRANSITIONS, dump_json, load
 
 # The table of migration 11 (suzumio_store.MIGRATIONS). One row per external tool call (`tool_call_id`
 # unique: a start asked again records nothing new); `executor` is where the call runs (`runner` or
-# `controller`), which says whose crash leaves it in doubt.
+# `controller`), which says whose crash leaves it in doubt, and `process` which controller process ran it.
 MIGRATION_EFFECTS = [
     """CREATE TABLE effects (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
         tool_call_id TEXT NOT NULL, tool TEXT NOT NULL, input_json TEXT NOT NULL, call_key TEXT,
-        executor TEXT NOT NULL CHECK (executor IN ('runner', 'controller')),
+        executor TEXT NOT NULL CHECK (executor IN ('runner', 'controller')), process TEXT,
         state TEXT NOT NULL CHECK (state IN ('intended', 'done', 'failed', 'in_doubt')),
         started_at TEXT NOT NULL, finished_at TEXT, doubted_at TEXT, why TEXT,
         resolution TEXT CHECK (resolution IN ('done', 'not_done')), resolved_at TEXT, resolved_by TEXT,
@@ -36,15 +36,16 @@ def effect_json(row):
 class EffectRows:
     """ProjectStore's EffectRows part: SQL over the effects table, on the store's connections and write path."""
 
-    def insert_effect(self, tx, agent_id, activation_id, tool_call_id, tool, tool_input, call_key, executor):
+    def insert_effect(self, tx, agent_id, activation_id, tool_call_id, tool, tool_input, call_key, executor,
+                      process=None):
         """The intended row of one external call; None when the call already has one (asked again)."""
         effect_id = tx.id("eff")
         inserted = tx.execute(
             "INSERT INTO effects (id, project, agent_id, activation_id, tool_call_id, tool, input_json, call_key, "
-            "executor, state, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "executor, process, state, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (project, tool_call_id) DO NOTHING",
             (effect_id, self.project_id, agent_id, activation_id, tool_call_id, tool,
-             dump_json({} if tool_input is None else tool_input), call_key, executor, EFFECT_INTENDED,
+             dump_json({} if tool_input is None else tool_input), call_key, executor, process, EFFECT_INTENDED,
              tx.ts)).rowcount
         return effect_id if inserted else None
 
@@ -59,8 +60,9 @@ class EffectRows:
     def effect_of_call(self, tx, tool_call_id):
         return tx.one("SELECT * FROM effects WHERE project = ? AND tool_call_id = ?", (self.project_id, tool_call_id))
 
-    def open_effects(self, tx, activation_id=None, executor=None):
-        """The intended rows, of one activation and/or one executor when given, oldest first."""
+    def open_effects(self, tx, activation_id=None, executor=None, not_process=None):
+        """The intended rows, of one activation, one executor, and another process than `not_process`
+        when given, oldest first."""
         where, params = "project = ? AND state = ?", [self.project_id, EFFECT_INTENDED]
         if activation_id is not None:
             where += " AND activation_id = ?"
@@ -68,6 +70,9 @@ class EffectRows:
         if executor is not None:
             where += " AND executor = ?"
             params.append(executor)
+        if not_process is not None:
+            where += " AND process IS NOT ?"
+            params.append(not_process)
         return tx.all(f"SELECT * FROM effects WHERE {where} ORDER BY started_at, rowid", params)
 
     def effect_row(self, effect_id, conn=None):
@@ -92,11 +97,11 @@ class EffectRows:
                               "LIMIT 1", (self.project_id, activation_id))
         return row["call_key"] if row else None
 
-    def has_open_effects(self, executor, started_before):
-        """Whether an intended effect of `executor` started before `started_before` (a timestamp)."""
+    def has_open_effects(self, executor, not_process):
+        """Whether an intended effect of `executor` was run by another process than `not_process`."""
         return self._query_one("SELECT 1 FROM effects WHERE project = ? AND state = ? AND executor = ? "
-                               "AND started_at < ? LIMIT 1",
-                               (self.project_id, EFFECT_INTENDED, executor, started_before)) is not None
+                               "AND process IS NOT ? LIMIT 1",
+                               (self.project_id, EFFECT_INTENDED, executor, not_process)) is not None
 
     def in_doubt_count(self):
         row = self._query_one("SELECT COUNT(*) AS n FROM effects WHERE project = ? AND state = 'in_doubt'",

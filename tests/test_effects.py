@@ -3,7 +3,6 @@ runner would, or as one killed halfway leaves them), the user routes on Waitress
 that end activations and restart controllers (a real root and SQLite file; no runner process)."""
 import io
 import json
-from datetime import timedelta
 
 import pytest
 from api_fixtures import init_project, running_activation, serving
@@ -14,7 +13,7 @@ import suzumio_coordination as coordination
 import suzumio_effects
 import suzumio_registry
 from suzumio_errors import ConfigError
-from suzumio_records import KIND_EFFECT_IN_DOUBT, KIND_EFFECT_RESOLVED, is_news, render_signal, utc_now
+from suzumio_records import KIND_EFFECT_IN_DOUBT, KIND_EFFECT_RESOLVED, is_news, render_signal
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -245,22 +244,24 @@ def test_an_allowed_call_is_intended_when_its_runner_hears_so_and_in_doubt_when_
 
 # ---------------------------------------------------------------- a controller that stopped
 
-def test_a_call_the_controller_ran_itself_before_it_restarted_is_in_doubt(served):
+def test_a_call_an_earlier_controller_ran_itself_is_in_doubt_and_its_late_finish_changes_nothing(served):
     service, store = served
     activation = running_activation(store, "worker")["id"]
-    before = utc_now()
-    with store.write(before) as tx:
-        mcp = store.insert_effect(tx, "worker", activation, "tool_1", "bank.pay", {"amount": 5}, "k-mcp",
-                                  suzumio_effects.CONTROLLER)
-        sandbox = store.insert_effect(tx, "worker", activation, "tool_2", "shell.exec", {}, "k-sh",
+    who = identity(service, store, "worker", activation)
+    calls = [start_call(service, who, "file.read", {"path": f"{n}.md"}, f"k-{n}")["toolCallId"] for n in range(3)]
+    with store.write() as tx:  # an MCP call that a killed controller ran, one of this process, one in the sandbox
+        dead = store.insert_effect(tx, "worker", activation, calls[0], "bank.pay", {"amount": 5}, "k-0",
+                                   suzumio_effects.CONTROLLER, "a-dead-process")
+        mine = store.insert_effect(tx, "worker", activation, calls[1], "bank.pay", {"amount": 6}, "k-1",
+                                   suzumio_effects.CONTROLLER, suzumio_effects.PROCESS)
+        sandbox = store.insert_effect(tx, "worker", activation, calls[2], "shell.exec", {}, "k-2",
                                       suzumio_effects.RUNNER)
-    with store.write(before + timedelta(seconds=5)) as tx:
-        mine = store.insert_effect(tx, "worker", activation, "tool_3", "bank.pay", {"amount": 6}, "k-now",
-                                   suzumio_effects.CONTROLLER)
-    started = before + timedelta(seconds=1)  # this controller's start: after the first two, before the third
-    assert suzumio_effects.doubt_after_restart(store, started) == [mcp]
-    assert suzumio_effects.doubt_after_restart(store, started) == []
+    assert suzumio_effects.doubt_after_restart(store) == [dead]
+    assert suzumio_effects.doubt_after_restart(store) == []
     states = {e["id"]: e["state"] for e in effects(service)}
-    assert states == {mcp: "in_doubt", sandbox: "intended", mine: "intended"}
-    assert "controller" in store.effect_row(mcp)["why"]
+    assert (states[dead], states[mine], states[sandbox]) == ("in_doubt", "intended", "intended")
+    assert "controller" in store.effect_row(dead)["why"]
     assert store.activation(activation)["status"] == "running"  # the runner lives on; its call is in doubt
+    # The runner's report after the restart (its support call failed when the controller died) changes nothing.
+    service.post("/runner/tool-calls/finish", {**who, "toolCallId": calls[0], "status": "failed", "error": "lost"})
+    assert store.effect_row(dead)["state"] == "in_doubt"

@@ -140,7 +140,7 @@ CREATE TABLE artifact_versions (
 CREATE TABLE effects (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
         tool_call_id TEXT NOT NULL, tool TEXT NOT NULL, input_json TEXT NOT NULL, call_key TEXT,
-        executor TEXT NOT NULL CHECK (executor IN ('runner', 'controller')),
+        executor TEXT NOT NULL CHECK (executor IN ('runner', 'controller')), process TEXT,
         state TEXT NOT NULL CHECK (state IN ('intended', 'done', 'failed', 'in_doubt')),
         started_at TEXT NOT NULL, finished_at TEXT, doubted_at TEXT, why TEXT,
         resolution TEXT CHECK (resolution IN ('done', 'not_done')), resolved_at TEXT, resolved_by TEXT,
