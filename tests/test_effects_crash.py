@@ -13,13 +13,15 @@ import requests
 import yaml
 from api_fixtures import init_project, serving
 from conftest import wait_until
-from crash_fixtures import Controller, busy_runner, free_port, init_root, remove_containers, stop_leftover_runners
+from crash_fixtures import Controller, busy_runner, free_port, remove_containers, stop_leftover_runners
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 from store_fixtures import config_of
 
 import suzumio
 import suzumio_backend
+import suzumio_config
 import suzumio_coordination as coordination
+import suzumio_mcp
 import suzumio_store
 
 pytestmark = pytest.mark.timeout(300)
@@ -175,10 +177,17 @@ def test_a_controller_killed_while_its_mcp_tool_writes_leaves_the_call_in_doubt_
     path = folder / "effects.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     root_path = tmp_path / "root"
-    init_root(root_path, path)
-    controller = Controller(root_path, free_port(), tmp_path / "serve.log")
     root = suzumio_store.Root(root_path)
-    store = root.open_project(PROJECT)
+    # As `init` would, with the server asked for its tools (the script names bank.pay).
+    hub = suzumio_mcp.McpHub()
+    try:
+        loaded = suzumio_config.load_project(path, env={}, mcp_tools=lambda pack, mcp: suzumio_mcp.checking(
+            pack, mcp, hub))
+    finally:
+        hub.close()
+    store = root.init_project(name=PROJECT, task=loaded.data["task"], config=loaded.data, agents=loaded.agents,
+                              source_text=loaded.source_text, resolved_text=loaded.render(), config_path=loaded.path)
+    controller = Controller(root_path, free_port(), tmp_path / "serve.log")
     token = {}
 
     def effects(state=""):
