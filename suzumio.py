@@ -531,8 +531,9 @@ def cmd_effects(rest, options, out, err, now):
     for row in rows:
         resolved = f"  resolved {row['resolution']} {relative_time(row['resolvedAt'], now)}" \
             if row.get("resolution") else ""
+        given = json.dumps(row["input"], ensure_ascii=False)[:120]
         print(f"{row['id']}  {row['state']:<8}  {row['agent']}  {row['tool']}  {row['callKey'] or '-'}  "
-              f"{relative_time(row['startedAt'], now)}{resolved}  {json.dumps(row['input'], ensure_ascii=False)[:120]}", file=out)
+              f"{relative_time(row['startedAt'], now)}{resolved}  {given}", file=out)
     return 0
 
 

@@ -16,9 +16,9 @@ import waitress.server
 import waitress.wasyncore
 
 import suzumio_approvals
-import suzumio_effects
 import suzumio_coordination as coordination
 import suzumio_diff
+import suzumio_effects
 import suzumio_guards
 import suzumio_mcp_server
 import suzumio_openapi

@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import suzumio_backend_swarm as swarm_backend
-import suzumio_egress_tls
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_egress
+import suzumio_egress_tls
 import suzumio_recorder
 import suzumio_registry
 import suzumio_warm

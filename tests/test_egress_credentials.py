@@ -1,9 +1,10 @@
-"""Credentials and idempotency keys added at the egress proxy (docs/operations.md#what-an-agent-can-do-to-the-
-outside-world): the grammar of a mapping entry and what `config render` says; then a fake HTTPS service
-with a CA of the test's own that wants a bearer token, reached through the real proxy (by hand over its
-socket, and from a real runner's curl and web.fetch on local and docker-chat). The token must reach the
-service and nothing the agent can see: no variable, file, process argument or recorded exchange holds it,
-an answer that echoes it shows it masked, and a host without credentials is a plain tunnel."""
+"""Credentials and idempotency keys added at the egress proxy
+(docs/operations.md#what-an-agent-can-do-to-the-outside-world): the grammar of a mapping entry and what
+`config render` says; then a fake HTTPS service with a CA of the test's own that wants a bearer token,
+reached through the real proxy (by hand over its socket, and from a real runner's curl and web.fetch on
+local and docker-chat). The token must reach the service and nothing the agent can see: no variable,
+file, process argument or recorded exchange holds it, an answer that echoes it shows it masked, and a
+host without credentials is a plain tunnel."""
 import http.server
 import ipaddress
 import json
@@ -208,7 +209,8 @@ def https_get(sock, host, cadata, path, method="GET", body=b""):
     context = ssl.create_default_context(cadata=cadata)
     with context.wrap_socket(sock, server_hostname=host) as tls:
         cert = tls.getpeercert()
-        tls.sendall(f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+        tls.sendall(head.encode() + body)
         data = b""
         while True:
             chunk = tls.recv(65536)

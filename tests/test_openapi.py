@@ -53,9 +53,9 @@ def test_generated_requests_get_documented_answers(api_schema, label):
 READ_PATHS = ["/health", "/api/version", "/api/openapi.json", "/api/projects", "/api/projects/demo",
               "/api/projects/demo/task", "/api/projects/demo/agents", "/api/projects/demo/agents/pm/history",
               "/api/projects/demo/messages", "/api/projects/demo/events", "/api/projects/demo/activations",
-              "/api/projects/demo/tool-calls", "/api/projects/demo/effects", "/api/projects/demo/tool-status", "/api/projects/demo/tool-ui",
+              "/api/projects/demo/tool-calls", "/api/projects/demo/tool-status", "/api/projects/demo/tool-ui",
               "/api/projects/demo/config/resolved", "/api/projects/demo/report", "/api/projects/demo/artifacts",
-              "/api/projects/nope", "/api/projects/demo/messages/msg_0_00000000"]
+              "/api/projects/nope", "/api/projects/demo/messages/msg_0_00000000", "/api/projects/demo/effects"]
 
 
 @pytest.mark.parametrize("path", READ_PATHS)

@@ -22,9 +22,9 @@ from store_fixtures import (
 )
 
 import suzumio_approvals
-import suzumio_effects
 import suzumio_config
 import suzumio_coordination as coordination
+import suzumio_effects
 import suzumio_records as rec
 import suzumio_replay
 import suzumio_store as st
@@ -223,7 +223,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 12))
     assert count(again, "approvals") == 0
     again.close()
 
@@ -235,7 +235,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 12))
     assert count(again, "model_calls") == 0
     again.close()
 
