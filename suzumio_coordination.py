@@ -27,6 +27,7 @@ from suzumio_records import (
     KIND_ALL_QUIET_NUDGE,
     KIND_BUDGET_EXCEEDED,
     KIND_BUDGET_WARNING,
+    KIND_EFFECT_IN_DOUBT,
     KIND_FAILED_NUDGE,
     KIND_MESSAGE,
     KIND_NO_EFFECT_NUDGE,
@@ -48,6 +49,7 @@ from suzumio_records import (
     checked_priority,
     default_useful_effect,
     describe,
+    effect_notice,
     format_ts,
     is_news,
     no_effect_message,
@@ -377,15 +379,20 @@ def _halt(store, trigger, reason, resume, now):
     with store.write(now) as tx:
         store.set_project_status(tx, trigger)
         for running in store.running_activations():
+            # Its calls left running are in doubt; the resume signal tells the agent, with the resume itself.
+            doubted = suzumio_effects.doubt_ended_activation(store, tx, running["id"], ACT_CANCELLED, tell=False)
             act = cancel_in(store, tx, running["id"], reason)
             if act is None:
                 continue
             cancelled.append(act)
             if resume:
                 interrupted = [s["id"] for s in store.signals_delivered_to(act["id"])]
+                message = "\n\n".join([RESUME_AFTER_STOP_MESSAGE] + [
+                    effect_notice(KIND_EFFECT_IN_DOUBT, notice) for notice in doubted])
                 _emit(store, tx, KIND_RESUME_AFTER_STOP, act["agentId"], "P2", useful_effect=False,
-                      payload={"cancelledActivationId": act["id"], "interruptedSignalIds": interrupted,
-                               "message": RESUME_AFTER_STOP_MESSAGE})
+                      payload=omit_none({"cancelledActivationId": act["id"], "interruptedSignalIds": interrupted,
+                                         "message": message,
+                                         "inDoubt": [notice["effect"] for notice in doubted] or None}))
     return cancelled
 
 

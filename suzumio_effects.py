@@ -91,38 +91,44 @@ def finished(store, tx, tool_call_id, status):
     store.move_effect(tx, row["id"], "done" if status == TOOL_COMPLETED else "failed", ", finished_at = ?", (tx.ts,))
 
 
-def doubt_open(store, tx, activation_id=None, executor=None, why="", not_process=None):
+def doubt_open(store, tx, activation_id=None, executor=None, why="", not_process=None, tell=True):
     """Every intended effect of an activation (or of an executor, run by another process than
-    `not_process`) -> in doubt, each with its event and a signal that tells its agent, with the call's
-    input. Returns the effects now in doubt."""
+    `not_process`) -> in doubt, each with its event and, with `tell`, a signal that tells its agent, with
+    the call's input. Returns the payloads of the notices (one per effect now in doubt)."""
     doubted = []
     for row in store.open_effects(tx, activation_id, executor, not_process):
         if not store.move_effect(tx, row["id"], "doubt", ", doubted_at = ?, why = ?", (tx.ts, why)):
             continue
         store.add_event(tx, EVENT_IN_DOUBT, {"effect": row["id"], "agent": row["agent_id"], "tool": row["tool"],
                                              "activationId": row["activation_id"], "why": why})
-        _tell(store, tx, row, KIND_EFFECT_IN_DOUBT, IN_DOUBT_PRIORITY, why=why)
+        notice = notice_payload(row, why=why)
+        if tell:
+            _tell(store, tx, row, KIND_EFFECT_IN_DOUBT, IN_DOUBT_PRIORITY, notice)
         log.warning("effect %s of %s/%s (%s) is in doubt: %s", row["id"], store.project_id, row["agent_id"],
                     row["tool"], why)
-        doubted.append(row["id"])
+        doubted.append(notice)
     return doubted
 
 
-def _tell(store, tx, row, kind, priority, **extra):
+def notice_payload(row, **extra):
+    """What a notice about one effect says (suzumio_records.effect_notice renders it)."""
+    return {"effect": row["id"], "toolCallId": row["tool_call_id"], "tool": row["tool"],
+            "activationId": row["activation_id"], "callKey": row["call_key"], "startedAt": row["started_at"],
+            "input": effect_json(row)["input"], **extra}
+
+
+def _tell(store, tx, row, kind, priority, payload):
     """A signal to the effect's agent about its own call: from the agent itself, so it is nothing new to the
     runaway guards (docs/operations.md#runaways)."""
-    payload = {"effect": row["id"], "toolCallId": row["tool_call_id"], "tool": row["tool"],
-               "activationId": row["activation_id"], "callKey": row["call_key"], "startedAt": row["started_at"],
-               "input": effect_json(row)["input"], **extra}
     store.insert_signal(tx, kind, target_agent=row["agent_id"], status=SIGNAL_PENDING, useful_effect=False,
                         source_agent=row["agent_id"], source_activation=row["activation_id"], priority=priority,
                         payload=payload)
 
 
-def doubt_ended_activation(store, tx, activation_id, status):
+def doubt_ended_activation(store, tx, activation_id, status, tell=True):
     """Inside the end of an activation (failed, cancelled, or completed without a call's result): its calls
-    still intended are in doubt."""
-    return doubt_open(store, tx, activation_id=activation_id, why=WHY_RUNNER_LOST.format(status=status))
+    still intended are in doubt. `tell=False`: the caller tells the agent itself (a stop's resume signal)."""
+    return doubt_open(store, tx, activation_id=activation_id, why=WHY_RUNNER_LOST.format(status=status), tell=tell)
 
 
 def doubt_after_restart(store, now=None):
@@ -131,7 +137,8 @@ def doubt_after_restart(store, now=None):
     if not store.has_open_effects(CONTROLLER, PROCESS):
         return []
     with store.write(now) as tx:
-        return doubt_open(store, tx, executor=CONTROLLER, why=WHY_CONTROLLER_LOST, not_process=PROCESS)
+        doubted = doubt_open(store, tx, executor=CONTROLLER, why=WHY_CONTROLLER_LOST, not_process=PROCESS)
+    return [notice["effect"] for notice in doubted]
 
 
 def resolve(store, effect_id, resolution, note=None, via="api", now=None):
@@ -154,7 +161,8 @@ def resolve(store, effect_id, resolution, note=None, via="api", now=None):
             raise Conflict(f"Effect {effect_id} is {row['state']}, not in doubt")
         store.add_event(tx, EVENT_RESOLVED, {"effect": effect_id, "agent": row["agent_id"], "tool": row["tool"],
                                              "resolution": resolution, "resolvedBy": via, "note": note})
-        _tell(store, tx, row, KIND_EFFECT_RESOLVED, RESOLVED_PRIORITY, resolution=resolution, note=note)
+        _tell(store, tx, row, KIND_EFFECT_RESOLVED, RESOLVED_PRIORITY,
+              notice_payload(row, resolution=resolution, note=note))
         resolved = store.effect_row(effect_id, tx.conn)
     log.info("effect %s of %s resolved %s via %s", effect_id, store.project_id, resolution, via)
     return effect_json(resolved)

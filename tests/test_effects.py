@@ -159,12 +159,19 @@ def test_a_call_left_running_when_its_runner_dies_is_in_doubt_and_its_agent_is_t
     assert [e["state"] for e in effects(service)] == ["in_doubt"]
 
 
-def test_a_cancelled_activation_leaves_its_running_call_in_doubt(served):
+def test_a_stop_leaves_the_running_call_in_doubt_and_the_resume_signal_says_so(served):
     service, store = served
     activation = running_activation(store, "worker")["id"]
     start_call(service, identity(service, store, "worker", activation), "shell.exec", DEPLOY, "k-stop")
     coordination.stop(store)
-    assert [e["state"] for e in effects(service)] == ["in_doubt"]
+    [effect] = effects(service)
+    assert effect["state"] == "in_doubt"
+    # One signal says both: resume, and check the call first.
+    assert worker_signals(store, KIND_EFFECT_IN_DOUBT) == []
+    [resume] = worker_signals(store, "scheduler.resume_after_stop")
+    assert resume["payload"]["inDoubt"] == [effect["id"]]
+    text = render_signal(resume)
+    assert "Resume the interrupted work" in text and "is in doubt" in text and "k-stop" in text
 
 
 def test_resolving_an_effect_tells_the_agent_once_and_a_second_answer_conflicts(served):
