@@ -27,7 +27,6 @@ from suzumio_records import (
     KIND_ALL_QUIET_NUDGE,
     KIND_BUDGET_EXCEEDED,
     KIND_BUDGET_WARNING,
-    KIND_EFFECT_IN_DOUBT,
     KIND_FAILED_NUDGE,
     KIND_MESSAGE,
     KIND_NO_EFFECT_NUDGE,
@@ -49,7 +48,6 @@ from suzumio_records import (
     checked_priority,
     default_useful_effect,
     describe,
-    effect_notice,
     format_ts,
     is_news,
     no_effect_message,
@@ -344,7 +342,8 @@ def _end_running(store, tx, activation_id, trigger, why, text):
     if not store.end_activation(tx, activation_id, trigger, ", error = ?", (why,)):
         return None
     _cancel_approvals(store, tx, activation_id, status)
-    suzumio_effects.doubt_ended_activation(store, tx, activation_id, status)
+    # A failed activation's calls in doubt are told with the failed nudge (or on their own: _failed_nudges).
+    suzumio_effects.doubt_ended_activation(store, tx, activation_id, status, tell=trigger != "fail")
     agent_id = row["agent_id"]
     store.move_agent(tx, agent_id, kind, bound_to=activation_id)
     store.add_history(tx, agent_id, activation_id, "assistant", kind, text, {field: why})
@@ -387,12 +386,13 @@ def _halt(store, trigger, reason, resume, now):
             cancelled.append(act)
             if resume:
                 interrupted = [s["id"] for s in store.signals_delivered_to(act["id"])]
-                message = "\n\n".join([RESUME_AFTER_STOP_MESSAGE] + [
-                    effect_notice(KIND_EFFECT_IN_DOUBT, notice) for notice in doubted])
+                message = "\n\n".join([RESUME_AFTER_STOP_MESSAGE] + (
+                    [suzumio_effects.notices_text(doubted)] if doubted else []))
                 _emit(store, tx, KIND_RESUME_AFTER_STOP, act["agentId"], "P2", useful_effect=False,
                       payload=omit_none({"cancelledActivationId": act["id"], "interruptedSignalIds": interrupted,
                                          "message": message,
                                          "inDoubt": [notice["effect"] for notice in doubted] or None}))
+                suzumio_effects.mark_told(store, tx, doubted)
     return cancelled
 
 
@@ -612,10 +612,9 @@ def nudge_and_monitor(store, config, now, agents=None):
 
 
 def _failed_nudges(store, config, agents, now):
-    """docs/design/scheduler.md (step 6)."""
+    """docs/design/scheduler.md (step 6). The failed activation's calls in doubt ride on its nudge, or, with
+    no nudge to come, go in signals of their own (docs/operations.md#what-an-agent-can-do-to-the-outside-world)."""
     rule = config.scheduler.failed_nudge
-    if not rule.enabled:
-        return
     for agent in agents:
         if agent["status"] != AGENT_FAILED:
             continue
@@ -624,17 +623,26 @@ def _failed_nudges(store, config, agents, now):
         latest = store.latest_failed_activation(agent["id"])
         if latest is None:
             continue
+        if not rule.enabled:
+            suzumio_effects.tell_untold(store, latest["id"], now)
+            continue
         previous = _nudge_streak(store, agent["id"], latest["id"], KIND_FAILED_NUDGE)
         if rule.max_consecutive and previous >= rule.max_consecutive:
             _failed_nudges_exhausted(store, agent["id"], previous, latest["id"], now)
+            suzumio_effects.tell_untold(store, latest["id"], now)
             continue
         attempt = previous + 1
         payload, not_before = _nudge_payload(rule, latest["id"], attempt, backoff_ms(rule, attempt - 1), now)
         payload["error"] = latest.get("error") or ""
         payload["message"] = rule.message or suzumio_config_schema.FAILED_NUDGE_MESSAGE
+        doubted = suzumio_effects.untold_notices(store, latest["id"])
+        if doubted:
+            payload.update(message=f"{payload['message']}\n\n{suzumio_effects.notices_text(doubted)}",
+                           inDoubt=[notice["effect"] for notice in doubted])
         with store.write(now) as tx:
             _emit(store, tx, KIND_FAILED_NUDGE, agent["id"], rule.priority, payload, useful_effect=False,
                   not_before=not_before)
+            suzumio_effects.mark_told(store, tx, doubted)
 
 
 def _failed_nudges_exhausted(store, agent_id, count, activation_id, now):

@@ -15,6 +15,7 @@ from suzumio_records import (
     RESOLVED_DONE,
     SIGNAL_PENDING,
     TOOL_COMPLETED,
+    effect_notice,
 )
 from suzumio_store_effects import effect_json
 
@@ -104,6 +105,7 @@ def doubt_open(store, tx, activation_id=None, executor=None, why="", not_process
         notice = notice_payload(row, why=why)
         if tell:
             _tell(store, tx, row, KIND_EFFECT_IN_DOUBT, IN_DOUBT_PRIORITY, notice)
+            store.mark_told(tx, [row["id"]])
         log.warning("effect %s of %s/%s (%s) is in doubt: %s", row["id"], store.project_id, row["agent_id"],
                     row["tool"], why)
         doubted.append(notice)
@@ -127,8 +129,38 @@ def _tell(store, tx, row, kind, priority, payload):
 
 def doubt_ended_activation(store, tx, activation_id, status, tell=True):
     """Inside the end of an activation (failed, cancelled, or completed without a call's result): its calls
-    still intended are in doubt. `tell=False`: the caller tells the agent itself (a stop's resume signal)."""
+    still intended are in doubt. `tell=False`: the agent is told later, with what wakes it next (a stop's
+    resume signal, the failed nudge: tell_untold)."""
     return doubt_open(store, tx, activation_id=activation_id, why=WHY_RUNNER_LOST.format(status=status), tell=tell)
+
+
+def untold_notices(store, activation_id):
+    """The notices of a failed activation's calls in doubt that its agent has not heard of (a resolved one
+    is not in doubt any more, so it is not among them)."""
+    return [notice_payload(row, why=row["why"]) for row in store.untold_effects(activation_id)]
+
+
+def tell_untold(store, activation_id, now=None):
+    """The agent of a failed activation is told of its calls in doubt in their own P1 signals, when no
+    failed nudge will carry them (failedNudge off, or exhausted)."""
+    rows = store.untold_effects(activation_id)
+    if not rows:
+        return 0
+    with store.write(now) as tx:
+        for row in rows:
+            _tell(store, tx, row, KIND_EFFECT_IN_DOUBT, IN_DOUBT_PRIORITY, notice_payload(row, why=row["why"]))
+        store.mark_told(tx, [row["id"] for row in rows])
+    return len(rows)
+
+
+def mark_told(store, tx, notices):
+    """The notices' effects were told to their agent inside another signal (a nudge, a resume)."""
+    store.mark_told(tx, [notice["effect"] for notice in notices])
+
+
+def notices_text(notices):
+    """The notices as the agent reads them inside another signal's text."""
+    return "\n\n".join(effect_notice(KIND_EFFECT_IN_DOUBT, notice) for notice in notices)
 
 
 def doubt_after_restart(store, now=None):

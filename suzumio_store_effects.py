@@ -6,7 +6,8 @@ from suzumio_records import EFFECT_INTENDED, EFFECT_TRANSITIONS, dump_json, load
 
 # The table of migration 11 (suzumio_store.MIGRATIONS). One row per external tool call (`tool_call_id`
 # unique: a start asked again records nothing new); `executor` is where the call runs (`runner` or
-# `controller`), which says whose crash leaves it in doubt, and `process` which controller process ran it.
+# `controller`), which says whose crash leaves it in doubt, and `process` which controller process ran it;
+# `told_at` is when its agent was told it is in doubt.
 MIGRATION_EFFECTS = [
     """CREATE TABLE effects (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
@@ -14,8 +15,8 @@ MIGRATION_EFFECTS = [
         executor TEXT NOT NULL CHECK (executor IN ('runner', 'controller')), process TEXT,
         state TEXT NOT NULL CHECK (state IN ('intended', 'done', 'failed', 'in_doubt')),
         started_at TEXT NOT NULL, finished_at TEXT, doubted_at TEXT, why TEXT,
-        resolution TEXT CHECK (resolution IN ('done', 'not_done')), resolved_at TEXT, resolved_by TEXT,
-        note TEXT)""",
+        told_at TEXT, resolution TEXT CHECK (resolution IN ('done', 'not_done')), resolved_at TEXT,
+        resolved_by TEXT, note TEXT)""",
     "CREATE UNIQUE INDEX idx_effects_tool_call ON effects (project, tool_call_id)",
     "CREATE INDEX idx_effects_project_state ON effects (project, state, started_at)",
     "CREATE INDEX idx_effects_activation ON effects (project, activation_id, state)",
@@ -74,6 +75,16 @@ class EffectRows:
             where += " AND process IS NOT ?"
             params.append(not_process)
         return tx.all(f"SELECT * FROM effects WHERE {where} ORDER BY started_at, rowid", params)
+
+    def untold_effects(self, activation_id):
+        """The activation's effects in doubt that its agent has not been told of, oldest first."""
+        return self._query("SELECT * FROM effects WHERE project = ? AND activation_id = ? AND state = 'in_doubt' "
+                           "AND told_at IS NULL ORDER BY started_at, rowid", (self.project_id, activation_id))
+
+    def mark_told(self, tx, effect_ids):
+        for effect_id in effect_ids:
+            tx.execute("UPDATE effects SET told_at = ? WHERE project = ? AND id = ? AND told_at IS NULL",
+                       (tx.ts, self.project_id, effect_id))
 
     def effect_row(self, effect_id, conn=None):
         with self._reading(conn) as reader:

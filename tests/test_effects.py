@@ -1,11 +1,13 @@
 """suzumio_effects through its real surfaces: the runner routes on the runner socket posted by hand (as a
 runner would, or as one killed halfway leaves them), the user routes on Waitress, the CLI, and the rules
 that end activations and restart controllers (a real root and SQLite file; no runner process)."""
+import dataclasses
 import io
 import json
 
 import pytest
 from api_fixtures import init_project, running_activation, serving
+from store_fixtures import config_of
 
 import suzumio
 import suzumio_approvals
@@ -13,7 +15,7 @@ import suzumio_coordination as coordination
 import suzumio_effects
 import suzumio_registry
 from suzumio_errors import ConfigError
-from suzumio_records import KIND_EFFECT_IN_DOUBT, KIND_EFFECT_RESOLVED, is_news, render_signal
+from suzumio_records import KIND_EFFECT_IN_DOUBT, KIND_EFFECT_RESOLVED, is_news, render_signal, utc_now
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -147,6 +149,10 @@ def test_a_call_left_running_when_its_runner_dies_is_in_doubt_and_its_agent_is_t
     [event] = [e for e in store.list_events(100) if e["type"] == "effect.in_doubt"]
     data = json.loads(event["data_json"])
     assert (data["effect"], data["agent"], data["tool"]) == (effect["id"], "worker", "shell.exec")
+    # With no failed nudge to carry it (failedNudge is off), the next scheduler pass tells the agent.
+    assert worker_signals(store, KIND_EFFECT_IN_DOUBT) == []
+    coordination.nudge_and_monitor(store, config_of(store), utc_now())
+    coordination.nudge_and_monitor(store, config_of(store), utc_now())  # told once
     [signal] = worker_signals(store, KIND_EFFECT_IN_DOUBT)
     assert (signal["status"], signal["priority"]) == ("pending", "P1")
     assert not is_news(signal, "worker")  # its own doing: no reason for the runaway guards to count afresh
@@ -179,6 +185,7 @@ def test_resolving_an_effect_tells_the_agent_once_and_a_second_answer_conflicts(
     activation = running_activation(store, "worker")["id"]
     start_call(service, identity(service, store, "worker", activation), "shell.exec", DEPLOY, "k-1")
     coordination.fail_activation(store, activation, "lost")
+    coordination.nudge_and_monitor(store, config_of(store), utc_now())
     [effect] = effects(service, "in_doubt")
     bad = service.post(f"/api/projects/demo/effects/{effect['id']}/resolve", {"resolution": "maybe"})
     assert (bad.status_code, bad.json()) == (400, {"error": "resolution must be one of done, not_done"})
@@ -223,6 +230,22 @@ def test_the_cli_lists_and_resolves_effects(served, tmp_path):
     out = io.StringIO()
     assert suzumio.main(["effects", "demo", "--state", "in_doubt", *root], out=out, err=err) == 0
     assert out.getvalue() == "No external tool calls in_doubt.\n"
+
+
+def test_the_failed_nudge_carries_the_notice_of_the_failed_activations_calls_in_doubt(served):
+    service, store = served
+    activation = running_activation(store, "worker")["id"]
+    start_call(service, identity(service, store, "worker", activation), "shell.exec", DEPLOY, "k-nudge")
+    coordination.fail_activation(store, activation, "Runner exited with 137")
+    [effect] = effects(service, "in_doubt")
+    config = config_of(store)
+    nudging = dataclasses.replace(config.scheduler, failed_nudge=dataclasses.replace(
+        config.scheduler.failed_nudge, enabled=True, initial_delay_ms=0))
+    coordination.nudge_and_monitor(store, dataclasses.replace(config, scheduler=nudging), utc_now())
+    [nudge] = worker_signals(store, "scheduler.failed_nudge")
+    assert nudge["payload"]["inDoubt"] == [effect["id"]] and worker_signals(store, KIND_EFFECT_IN_DOUBT) == []
+    text = render_signal(nudge)
+    assert "Your previous activation failed" in text and "is in doubt" in text and "k-nudge" in text
 
 
 # ---------------------------------------------------------------- approvals bind to one effect

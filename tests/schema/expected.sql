@@ -143,8 +143,8 @@ CREATE TABLE effects (
         executor TEXT NOT NULL CHECK (executor IN ('runner', 'controller')), process TEXT,
         state TEXT NOT NULL CHECK (state IN ('intended', 'done', 'failed', 'in_doubt')),
         started_at TEXT NOT NULL, finished_at TEXT, doubted_at TEXT, why TEXT,
-        resolution TEXT CHECK (resolution IN ('done', 'not_done')), resolved_at TEXT, resolved_by TEXT,
-        note TEXT);
+        told_at TEXT, resolution TEXT CHECK (resolution IN ('done', 'not_done')), resolved_at TEXT,
+        resolved_by TEXT, note TEXT);
 
 -- table events on events
 CREATE TABLE events (
