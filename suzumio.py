@@ -427,6 +427,38 @@ def cmd_approvals(rest, options, out, err, now):
     return 0
 
 
+def cmd_effects(rest, options, out, err, now):
+    import suzumio_effects
+
+    with project_store(options, rest[0]) as store:
+        rows = suzumio_effects.list_effects(store, state=options.state, limit=parse_limit(options.limit))
+    if options.json:
+        print_json(rows, out)
+        return 0
+    if not rows:
+        print("No external tool calls." if options.state is None else f"No external tool calls {options.state}.",
+              file=out)
+    for row in rows:
+        resolved = f"  resolved {row['resolution']} {relative_time(row['resolvedAt'], now)}" \
+            if row.get("resolution") else ""
+        given = json.dumps(row["input"], ensure_ascii=False)[:120]
+        print(f"{row['id']}  {row['state']:<8}  {row['agent']}  {row['tool']}  {row['callKey'] or '-'}  "
+              f"{relative_time(row['startedAt'], now)}{resolved}  {given}", file=out)
+    return 0
+
+
+def cmd_resolve(rest, options, out, err, now):
+    import suzumio_effects
+
+    with project_store(options, rest[0]) as store:
+        effect = suzumio_effects.resolve(store, rest[1], rest[2], note=" ".join(rest[3:]).strip() or None, via="cli")
+    if options.json:
+        print_json(effect, out)
+    else:
+        print(f"{effect['id']} resolved: {effect['resolution']} ({effect['tool']} of {effect['agent']})", file=out)
+    return 0
+
+
 def cmd_decide(rest, options, out, err, now, *, decision):
     import suzumio_approvals
 
@@ -811,6 +843,7 @@ COMMANDS = {
     "toolpacks": cmd_toolpacks, "mcp": cmd_mcp, "approvals": cmd_approvals,
     "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
     "respond": lambda *a: cmd_decide(*a, decision="respond"), "resume": cmd_resume,
+    "effects": cmd_effects, "resolve": cmd_resolve,
     "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff, "fork": cmd_fork,
     "report": cmd_report, "request-changes": cmd_request_changes,
 }

@@ -18,6 +18,7 @@ import waitress.wasyncore
 import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_diff
+import suzumio_effects
 import suzumio_guards
 import suzumio_mcp_server
 import suzumio_openapi
@@ -409,6 +410,25 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
         via = bottle.request.get_header(DECIDER_HEADER, "api").strip().lower()
         return json_response(suzumio_approvals.decide(store, approval, **decision, config=toolpacks.configs.get(store),
                                                       via=via if via in ("api", "webui") else "api"))
+
+    # The effect ledger: external tool calls, and a person's word on one in doubt.
+    @app.get("/api/projects/<project>/effects")
+    def effects(project):
+        state = bottle.request.query.get("state") or None
+        return json_response(suzumio_effects.list_effects(root.open_project(project), state=state,
+                                                          limit=limit_query(200)))
+
+    @app.post("/api/projects/<project>/effects/<effect>/resolve")
+    def resolve_effect(project, effect):
+        store = root.open_project(project)
+        body = read_body()
+        if not isinstance(body, dict):
+            raise BadRequest("Expected a JSON object with resolution")
+        via = bottle.request.get_header(DECIDER_HEADER, "api").strip().lower()
+        resolved = suzumio_effects.resolve(store, effect, body.get("resolution"), note=body.get("note"),
+                                           via=via if via in ("api", "webui") else "api")
+        tick(store)
+        return json_response(resolved)
 
     @app.post("/api/projects/<project>/agents/<agent>/resume")
     def resume_agent(project, agent):

@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 import suzumio_coordination as coordination
+import suzumio_effects
 from suzumio_errors import BadRequest, Conflict, NotFound
 from suzumio_records import dump_json, format_ts, load_json, omit_none, to_datetime, utc_now
 
@@ -111,9 +112,13 @@ def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, no
         started = store.start_tool_call(agent_id, activation_id, tool, tool_input, call_key=call_key)
         if started.pop("replayed", False):
             return _replayed_start(store, tx, started)
+        grant = has_grant(store, agent_id, rule.key) if rule is not None else None
+        if rule is None or grant is not None:
+            # It runs now: an external one is intended in the same transaction (a gated one once allowed).
+            suzumio_effects.intend(store, config, agent_id, activation_id, started["toolCallId"], tool, tool_input,
+                                   call_key)
         if rule is None:
             return started
-        grant = has_grant(store, agent_id, rule.key)
         if grant is not None:
             store.append_event("approval.auto_allowed", {"toolCallId": started["toolCallId"], "agentId": agent_id,
                                                           "activationId": activation_id, "tool": tool,
@@ -154,16 +159,22 @@ def runs(row):
     return row["status"] in (ALLOWED, EXPIRED) and row["decision"] in (ALLOW, ALLOW_ALWAYS)
 
 
-def _settle_for_runner(store, row, now=None):
+def _settle_for_runner(store, row, config=None, now=None):
     """The wait answer for a decided request: with `input` (and the note the model reads) when a person
-    edited it. A call that does not run is finished here, once: failed with the decision's text, or, when a
-    person answered it, completed with their answer (P1 signals are delivered at this boundary)."""
+    edited it. A call that runs is intended in the effect ledger before the runner hears so (once: the
+    answer asked again records nothing), with the input it runs with. A call that does not run is finished
+    here, once: failed with the decision's text, or, when a person answered it, completed with their answer
+    (P1 signals are delivered at this boundary)."""
     answer = omit_none({"approvalId": row["id"], "status": row["status"], "decision": row["decision"],
                         "note": row["note"], "decidedBy": row["decided_by"], "run": runs(row)})
     if answer["run"]:
         edited = load_json(row["edited_input_json"])
         if edited is not None:
             answer.update(input=edited, inputNote=EDITED_NOTE.format(input=dump_json(edited)))
+        call = store.tool_call(row["tool_call_id"])
+        suzumio_effects.intend(store, config, row["agent_id"], row["activation_id"], row["tool_call_id"], row["tool"],
+                               load_json(row["input_json"], {}) if edited is None else edited, call["call_key"],
+                               now)
         return answer
     if row["status"] == CANCELLED:
         return answer
@@ -181,7 +192,7 @@ def _settle_for_runner(store, row, now=None):
     return answer
 
 
-def wait_for_decision(store, changes, agent_id, activation_id, approval_id, wait_s, clock=utc_now):
+def wait_for_decision(store, changes, agent_id, activation_id, approval_id, wait_s, clock=utc_now, config=None):
     """The runner's long-poll: the decision as soon as there is one (or expiry applies), else after
     `wait_s` seconds (at most MAX_WAIT_S) `{"status": "pending"}`. Wakes on this process's commits and
     polls every POLL_S for other processes' (the CLI)."""
@@ -192,7 +203,7 @@ def wait_for_decision(store, changes, agent_id, activation_id, approval_id, wait
         if row["agent_id"] != agent_id or row["activation_id"] != activation_id:
             raise NotFound(f"Unknown approval for activation: {approval_id}")
         if row["status"] != PENDING:
-            return _settle_for_runner(store, row)
+            return _settle_for_runner(store, row, config)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return {"approvalId": approval_id, "status": PENDING, "expiresAt": row["expires_at"]}

@@ -18,6 +18,7 @@ from pathlib import Path
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_egress
+import suzumio_egress_tls
 import suzumio_prompts
 import suzumio_recorder
 import suzumio_registry
@@ -345,6 +346,9 @@ class Launch:
         }
         if self.controller_ca is not None:
             data["controllerCa"] = self.controller_ca
+        if any(rule.intercepted for rule in self.config.egress(agent["id"]).hosts):
+            # The CA the egress proxy ends the agent's TLS with, for the sandbox's trust store only.
+            data["egressCa"] = suzumio_egress_tls.project_ca_pem(self.project_dir.parent, self.project)
         data.update(backend_class(self.kind).input_fields(self.config))
         return data
 

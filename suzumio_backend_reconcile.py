@@ -6,6 +6,7 @@ import datetime
 import logging
 import threading
 
+import suzumio_effects
 from suzumio_backend import (
     NEVER_STARTED_ERROR,
     NEVER_STARTED_GRACE_MS,
@@ -69,6 +70,7 @@ class Reconciler:
         return removed
 
     def _reconcile_project(self, store, now):
+        suzumio_effects.doubt_after_restart(store)  # the calls a dead controller ran itself
         config = self.backends.configs.get(store)
         timeout_ms = config.backend.activation_timeout_ms
         for activation in store.running_activations():

@@ -117,6 +117,13 @@ COMMAND_TABLE = (
             "the agent reads the text as the call's result.", [ROOT, JSON]),
     Command("resume", "<project> <agent>", "Resume an agent a loop guard paused; its guards count afresh.",
             [ROOT, JSON]),
+    # The effect ledger (docs/operations.md#what-an-agent-can-do-to-the-outside-world)
+    Command("effects", "<project>", "Show a project's external tool calls (the effect ledger), newest first: "
+            "intended, done, failed or in doubt.",
+            [Option("--state", "S", "only calls in state S", shown="intended|done|failed|in_doubt"), LIMIT, ROOT,
+             JSON]),
+    Command("resolve", "<project> <effect-id> <done|not_done> [note...]", "Say whether a call in doubt happened; "
+            "its agent is told.", [ROOT, JSON]),
     Command("tick", "[project]", "Run one scheduler pass over one project or all of them.", [ROOT]),
     Command("toolpacks", "<project>", "List a project's toolpacks with their tools and state (MCP servers "
             "included).", [ROOT]),
@@ -168,7 +175,7 @@ COMMAND_ARITY = {
     "send": (4, None), "status": (0, 1), "messages": (1, 1), "activations": (1, 1), "turns": (1, 1),
     "artifacts": (1, 2), "report": (1, 1), "request-changes": (2, None),
     "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
-    "respond": (3, None), "resume": (2, 2),
+    "respond": (3, None), "resume": (2, 2), "effects": (1, 1), "resolve": (3, None),
     "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
     "replay": (1, 1), "diff": (2, 2), "fork": (1, 1),
 }

@@ -579,8 +579,8 @@ def agent_egress(builtin_toolpacks, agent):
     else:
         entries, reason = (), f"its tools do not allow {NETWORK_TOOL} and agents.{agent.key}.egress is not set"
     limits = agent.egress_limits or {}
-    return suzumio_egress_policy.AgentEgress(tuple(entries), reason, limits.get("bytes"),
-                                             limits.get("connections"))
+    return suzumio_egress_policy.egress_of(tuple(entries), reason, limits.get("bytes"),
+                                           limits.get("connections"))
 
 
 def is_root_user(user):

@@ -103,9 +103,18 @@ class _Str:
 
 
 class _EgressEntry(_Str):
-    """One `agents.<id>.egress` entry, in the grammar of suzumio_egress_policy.parse_entry."""
+    """One `agents.<id>.egress` entry, in the grammar of suzumio_egress_policy.parse_entry, or a mapping
+    `{host, port?, credentials?, idempotencyKey?}` (suzumio_egress_policy.parse_host_rule)."""
 
     def check(self, value, path, issues):
+        if isinstance(value, dict):
+            try:
+                suzumio_egress_policy.parse_host_rule(value)
+            except ValueError as error:
+                where, _, message = str(error).partition(": ")
+                issues.add((*path, *where.split(".")) if message else path, message or str(error))
+                return _INVALID
+            return value
         value = super().check(value, path, issues)
         if value is _INVALID:
             return value

@@ -10,6 +10,7 @@ import re
 from datetime import timedelta
 
 import suzumio_config_schema
+import suzumio_effects
 from suzumio_cost import budget_state, budget_warning_message, cost_exceeded_message
 from suzumio_errors import BadRequest, Conflict
 from suzumio_records import (
@@ -296,6 +297,7 @@ def complete_activation(store, config, activation_id, agent_id, text, usage=None
         if not store.mark_completed(tx, activation_id, agent_id, text, usage):
             return {"status": row["status"], "activationId": activation_id}
         _cancel_approvals(store, tx, activation_id, ACT_COMPLETED)
+        suzumio_effects.doubt_ended_activation(store, tx, activation_id, ACT_COMPLETED)
         done = store.activation(activation_id)
         useful = store.useful_effects(activation_id)
         store.add_event(tx, "activation.completed", {"activationId": activation_id, "agentId": agent_id,
@@ -336,6 +338,8 @@ def finish_tool_call(store, agent_id, activation_id, tool_call_id, status, outpu
         target, tool, replayed = store.record_tool_result(tx, agent_id, activation_id, tool_call_id, status,
                                                           output, error)
         result = {"status": target}
+        if not replayed:
+            suzumio_effects.finished(store, tx, tool_call_id, target)
         if replayed:
             delivered = store.boundary_delivery(tx, activation_id, tool_call_id)
             if delivered is not None:
@@ -389,6 +393,8 @@ def _end_running(store, tx, activation_id, trigger, why, text):
     if not store.end_activation(tx, activation_id, trigger, ", error = ?", (why,)):
         return None
     _cancel_approvals(store, tx, activation_id, status)
+    # A failed activation's calls in doubt are told with the failed nudge (or on their own: _failed_nudges).
+    suzumio_effects.doubt_ended_activation(store, tx, activation_id, status, tell=trigger != "fail")
     agent_id = row["agent_id"]
     store.move_agent(tx, agent_id, kind, bound_to=activation_id)
     store.add_history(tx, agent_id, activation_id, "assistant", kind, text, {field: why})
@@ -423,15 +429,21 @@ def _halt(store, trigger, reason, resume, now):
     with store.write(now) as tx:
         store.set_project_status(tx, trigger)
         for running in store.running_activations():
+            # Its calls left running are in doubt; the resume signal tells the agent, with the resume itself.
+            doubted = suzumio_effects.doubt_ended_activation(store, tx, running["id"], ACT_CANCELLED, tell=False)
             act = cancel_in(store, tx, running["id"], reason)
             if act is None:
                 continue
             cancelled.append(act)
             if resume:
                 interrupted = [s["id"] for s in store.signals_delivered_to(act["id"])]
+                message = "\n\n".join([RESUME_AFTER_STOP_MESSAGE] + (
+                    [suzumio_effects.notices_text(doubted)] if doubted else []))
                 _emit(store, tx, KIND_RESUME_AFTER_STOP, act["agentId"], "P2", useful_effect=False,
-                      payload={"cancelledActivationId": act["id"], "interruptedSignalIds": interrupted,
-                               "message": RESUME_AFTER_STOP_MESSAGE})
+                      payload=omit_none({"cancelledActivationId": act["id"], "interruptedSignalIds": interrupted,
+                                         "message": message,
+                                         "inDoubt": [notice["effect"] for notice in doubted] or None}))
+                suzumio_effects.mark_told(store, tx, doubted)
     return cancelled
 
 
@@ -656,10 +668,9 @@ def nudge_and_monitor(store, config, now, agents=None):
 
 
 def _failed_nudges(store, config, agents, now):
-    """docs/design/scheduler.md (step 6)."""
+    """docs/design/scheduler.md (step 6). The failed activation's calls in doubt ride on its nudge, or, with
+    no nudge to come, go in signals of their own (docs/operations.md#what-an-agent-can-do-to-the-outside-world)."""
     rule = config.scheduler.failed_nudge
-    if not rule.enabled:
-        return
     for agent in agents:
         if agent["status"] != AGENT_FAILED:
             continue
@@ -668,17 +679,26 @@ def _failed_nudges(store, config, agents, now):
         latest = store.latest_failed_activation(agent["id"])
         if latest is None:
             continue
+        if not rule.enabled:
+            suzumio_effects.tell_untold(store, latest["id"], now)
+            continue
         previous = _nudge_streak(store, agent["id"], latest["id"], KIND_FAILED_NUDGE)
         if rule.max_consecutive and previous >= rule.max_consecutive:
             _failed_nudges_exhausted(store, agent["id"], previous, latest["id"], now)
+            suzumio_effects.tell_untold(store, latest["id"], now)
             continue
         attempt = previous + 1
         payload, not_before = _nudge_payload(rule, latest["id"], attempt, backoff_ms(rule, attempt - 1), now)
         payload["error"] = latest.get("error") or ""
         payload["message"] = rule.message or suzumio_config_schema.FAILED_NUDGE_MESSAGE
+        doubted = suzumio_effects.untold_notices(store, latest["id"])
+        if doubted:
+            payload.update(message=f"{payload['message']}\n\n{suzumio_effects.notices_text(doubted)}",
+                           inDoubt=[notice["effect"] for notice in doubted])
         with store.write(now) as tx:
             _emit(store, tx, KIND_FAILED_NUDGE, agent["id"], rule.priority, payload, useful_effect=False,
                   not_before=not_before)
+            suzumio_effects.mark_told(store, tx, doubted)
 
 
 def _failed_nudges_exhausted(store, agent_id, count, activation_id, now):

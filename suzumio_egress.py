@@ -6,6 +6,7 @@ one egress.allowed or egress.denied event. The allowlist itself is suzumio_egres
 
 import hmac
 import logging
+import os
 import selectors
 import socket
 import threading
@@ -15,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+import suzumio_egress_tls
 from suzumio_egress_policy import allowlist, ip_or_none, is_public, refusal, split_port
 from suzumio_errors import SuzumioError
 from suzumio_records import ACT_RUNNING
@@ -156,9 +158,15 @@ class EgressProxy:
     `resolve(host, port)` gives a name's addresses (tests inject one); `own_listeners()` gives the
     (host, port) of the controller's listeners, never reachable through the proxy."""
 
-    def __init__(self, root, configs, *, resolver=resolve, own_listeners=None, workers=WORKERS):
+    def __init__(self, root, configs, *, resolver=resolve, own_listeners=None, workers=WORKERS, environ=None,
+                 upstream_cafile=None):
         self.root = root
         self.configs = configs
+        # Where credentials are read at request time (the controller's environment), the projects' CAs,
+        # and the proxy's own TLS to credentialed hosts (the system's authorities unless `upstream_cafile`).
+        self.environ = os.environ if environ is None else environ
+        self.authorities = suzumio_egress_tls.Authorities(root.path)
+        self.upstream_context = suzumio_egress_tls.upstream_context(upstream_cafile)
         self.resolve = resolver
         self.own_listeners = own_listeners or (lambda: [])
         self.workers = workers
@@ -277,6 +285,10 @@ class EgressProxy:
             self.record(store, EVENT_ALLOWED, audit, started, 0, 0, error=reason)
             _send_and_close(client, answer(502, "egress connect failed", reason))
             return
+        rule = config.egress(agent_id).host_rule(request.host, request.port)
+        if rule is not None:
+            self.intercept(store, audit, started, client, upstream, request, rest, rule)
+            return
         self.relay(store, config, audit, started, client, upstream, request, rest)
 
     def identify(self, project, activation_id, token):
@@ -369,6 +381,54 @@ class EgressProxy:
         error = outcome.get("error")
         self.record(store, EVENT_ALLOWED, audit, started, sent + outcome.get("out", 0), outcome.get("into", 0),
                     **({"error": error} if error else {}))
+
+    def intercept(self, store, audit, started, client, upstream, request, rest, rule):
+        """A host whose entry carries a credential or asks for idempotency keys: one request, read (TLS
+        ended with the project's CA), changed (suzumio_egress_tls.additions), sent on the proxy's own
+        verified TLS, its answer relayed with any echo of the credential masked; audited with the
+        credential's name and the call key, never the value."""
+        extra = {"intercepted": True}
+        credential, value = rule.credential, None
+        if credential is not None:
+            extra["credential"] = credential.value_env
+            value = self.environ.get(credential.value_env)
+            if not value:
+                reason = f"the credential for {request.host} (${credential.value_env}) is not set on the controller"
+                upstream.close()
+                self.record(store, EVENT_ALLOWED, audit, started, 0, 0, error=reason, **extra)
+                _send_and_close(client, answer(502, "egress credential missing", reason))
+                return
+        call_key = store.running_call_key(audit["activation"]) if rule.idempotency_key else None
+        if call_key:
+            extra["idempotencyKey"] = call_key
+        added = suzumio_egress_tls.additions(credential, value, call_key)
+        outcome, error, opened = suzumio_egress_tls.Outcome(), None, False
+        try:
+            if request.method == "CONNECT":
+                # The host's real certificate is checked before the agent hears the tunnel is open.
+                upstream = self.upstream_context.wrap_socket(upstream, server_hostname=request.host)
+                client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                opened = True
+                client.settimeout(IDLE_SECONDS)
+                context = self.authorities.of(store.project_id).server_context(request.host)
+                client = context.wrap_socket(client, server_side=True)
+                upstream.settimeout(IDLE_SECONDS)
+                outcome = suzumio_egress_tls.exchange(client, upstream, added, rest)
+            else:
+                client.settimeout(IDLE_SECONDS)
+                outcome = suzumio_egress_tls.exchange(client, upstream, added, request.head + rest)
+        except (OSError, SuzumioError, ValueError) as failure:
+            error = str(failure) or failure.__class__.__name__
+            if request.method == "CONNECT" and not opened:
+                _send_and_close(client, answer(502, "egress TLS to the host failed", error))
+        finally:
+            client.close()
+            upstream.close()
+        self.usage.spend(audit["activation"], outcome.bytes_out + outcome.bytes_in, None)
+        details = {"request": outcome.request, "status": outcome.status, "masked": outcome.masked or None,
+                   "error": error}
+        self.record(store, EVENT_ALLOWED, audit, started, outcome.bytes_out, outcome.bytes_in, **extra,
+                    **{key: item for key, item in details.items() if item is not None})
 
     def record(self, store, event_type, audit, started, bytes_out, bytes_in, **extra):
         data = dict(audit, bytesOut=bytes_out, bytesIn=bytes_in,

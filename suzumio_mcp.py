@@ -150,7 +150,14 @@ def tool_definition(tool):
     schema = tool.get("inputSchema")
     if not isinstance(schema, dict):
         schema = {"type": "object", "properties": {}}
-    return {"name": tool["name"], "description": description, "inputSchema": schema}
+    definition = {"name": tool["name"], "description": description, "inputSchema": schema}
+    # The server's hints say what a call may do outside (suzumio_effects): read-only, or safe to repeat.
+    hints = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+    if hints.get("readOnlyHint") is True:
+        definition["effect"] = "none"
+    elif hints.get("idempotentHint") is True:
+        definition["effect"] = "idempotent"
+    return definition
 
 
 # ---------------------------------------------------------------------------------------------------

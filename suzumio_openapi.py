@@ -115,6 +115,18 @@ SCHEMAS = {
                                 "decidedBy": {"enum": ["api", "cli", "webui", "mcp", "timeout", "system"]},
                                 "note": STRING, "onExpiry": {"enum": ["allow", "deny"]}, "expiresAt": STRING,
                                 "createdAt": STRING, "decidedAt": STRING, "usedAt": STRING}},
+    "Effect": {"type": "object", "required": ["id", "agent", "activation", "tool", "input", "state", "startedAt"],
+               "description": "One external tool call in the effect ledger "
+                              "(docs/operations.md#what-an-agent-can-do-to-the-outside-world)",
+               "properties": {"id": STRING, "agent": STRING, "activation": STRING, "tool": STRING, "input": {},
+                              "state": {"enum": ["intended", "done", "failed", "in_doubt"]},
+                              "callKey": STRING, "startedAt": STRING, "toolCallId": STRING,
+                              "executor": {"enum": ["runner", "controller"]}, "finishedAt": STRING,
+                              "doubtedAt": STRING, "why": STRING, "resolvedAt": STRING,
+                              "resolution": {"enum": ["done", "not_done"]},
+                              "resolvedBy": {"enum": ["api", "cli", "webui"]}, "note": STRING}},
+    "EffectResolution": {"type": "object", "required": ["resolution"],
+                         "properties": {"resolution": {"enum": ["done", "not_done"]}, "note": STRING}},
     "ApprovalDecision": {"type": "object", "required": ["decision"],
                          "description": "`input` only with allow (validated against the tool's input schema); "
                                         "`output` required with respond and accepted only there.",
@@ -335,6 +347,14 @@ PATHS = {
                 "(optionally with an edited input), deny, allow-always, or respond with the call's result",
                 _json(_ref("Approval"), "The decided request"), _ref("ApprovalDecision"),
                 [PROJECT, _path_param("approval", "Approval id")])},
+    "/api/projects/{project}/effects": _get(
+        "The effect ledger: external tool calls, newest first", _json(_array("Effect"), "Effects"),
+        [PROJECT, LIMIT, {"name": "state", "in": "query", "required": False, "schema": STRING,
+                          "description": "intended, done, failed or in_doubt"}]),
+    "/api/projects/{project}/effects/{effect}/resolve": _post(
+        "Say whether a call in doubt happened (409 when it is not in doubt); its agent is told",
+        _json(_ref("Effect"), "The resolved effect"), _ref("EffectResolution"),
+        [PROJECT, _path_param("effect", "Effect id")]),
     "/api/projects/{project}/agents/{agent}/resume": _post(
         "Resume an agent a loop guard paused (409 when it is not paused); its guards count afresh",
         _json(_ref("Agent"), "The agent"), {"type": "object"}, [PROJECT, _path_param("agent", "Agent id")]),

@@ -49,6 +49,17 @@ TOOL_CALL_STATUSES = (TOOL_RUNNING, TOOL_COMPLETED, TOOL_FAILED)
 TOOL_CALL_END_STATUSES = (TOOL_COMPLETED, TOOL_FAILED)
 # why a call on an activation that is no longer running is refused: `Activation <id> is <status>; <why>`
 TOOL_CALLS_CLOSED = "no more tool calls are accepted"
+
+# The effect ledger (suzumio_effects): an external tool call is intended before it runs, done or failed
+# after; a call its runner, the controller or the node lost in between is in doubt until a person says.
+EFFECT_INTENDED = "intended"
+EFFECT_DONE = "done"
+EFFECT_FAILED = "failed"
+EFFECT_IN_DOUBT = "in_doubt"
+EFFECT_STATES = (EFFECT_INTENDED, EFFECT_DONE, EFFECT_FAILED, EFFECT_IN_DOUBT)
+RESOLVED_DONE = "done"
+RESOLVED_NOT_DONE = "not_done"
+EFFECT_RESOLUTIONS = (RESOLVED_DONE, RESOLVED_NOT_DONE)
 HISTORY_CLOSED = "history updates are not accepted"
 
 PRIORITIES = ("P0", "P1", "P2", "P3")
@@ -85,6 +96,15 @@ ACTIVATION_TRANSITIONS = {
     "cancel": ((ACT_RUNNING,), ACT_CANCELLED),
 }
 
+# Effect state writes: trigger -> (states it may start from, resulting state).
+EFFECT_TRANSITIONS = {
+    "done": ((EFFECT_INTENDED,), EFFECT_DONE),
+    "failed": ((EFFECT_INTENDED,), EFFECT_FAILED),
+    "doubt": ((EFFECT_INTENDED,), EFFECT_IN_DOUBT),
+    "resolve_done": ((EFFECT_IN_DOUBT,), EFFECT_DONE),
+    "resolve_not_done": ((EFFECT_IN_DOUBT,), EFFECT_FAILED),
+}
+
 # Signals only ever move pending -> delivered; tool calls may be finished again (docs/design/tools.md).
 SIGNAL_TRANSITIONS = {"deliver": ((SIGNAL_PENDING,), SIGNAL_DELIVERED)}
 TOOL_CALL_TRANSITIONS = {
@@ -104,6 +124,8 @@ KIND_BUDGET_WARNING = "project.budget_warning"  # 80% of maxTokens or maxCostUsd
 KIND_MODEL_RETRY = "model.retry"  # The model proxy retried a request (429, 5xx, connection)
 KIND_MODEL_WAITING = "model.waiting"  # A model call waits at its provider's gate (limits, a pause)
 KIND_PROVIDER_PAUSED = "model.provider_paused"  # A 429 or 503 with Retry-After paused a provider
+KIND_EFFECT_IN_DOUBT = "effect.in_doubt"  # an external call of the agent may or may not have happened
+KIND_EFFECT_RESOLVED = "effect.resolved"  # a person said whether it happened
 EVENT_HOOK_FAILED = "scheduler.hook_failed"
 BUDGET_SENDER = "scheduler"
 TOOL_WAIT = "coordination.wait_for_signal"
@@ -460,6 +482,8 @@ def render_signal(signal):
                  f"Time: {payload.get('createdAt') or signal.get('createdAt')}", "",
                  str(payload.get("body") or "").strip()]
         return "\n".join(lines)
+    if kind in (KIND_EFFECT_IN_DOUBT, KIND_EFFECT_RESOLVED):
+        return "\n".join([head, f"Priority: {signal.get('priority')}", "", effect_notice(kind, payload)])
     if kind in _NUDGE_FALLBACKS:
         message = payload.get("message")
         text = message if isinstance(message, str) and message.strip() else _NUDGE_FALLBACKS[kind]
@@ -467,6 +491,22 @@ def render_signal(signal):
                           f"Priority: {signal.get('priority')}", "", text])
     return "\n".join([f"## Signal {signal.get('id')} of kind \"{kind}\"", f"Priority: {signal.get('priority')}",
                       f"Time: {signal.get('createdAt')}", "", json.dumps(payload, indent=2, ensure_ascii=False)])
+
+
+def effect_notice(kind, payload):
+    """What the agent reads about one of its external calls that is in doubt, or that a person resolved."""
+    call = (f"Tool call {payload.get('toolCallId')} ({payload.get('tool')}, effect {payload.get('effect')}, "
+            f"call key {payload.get('callKey')}, started {payload.get('startedAt')}, activation "
+            f"{payload.get('activationId')})")
+    given = json.dumps(payload.get("input"), indent=2, ensure_ascii=False)
+    if kind == KIND_EFFECT_IN_DOUBT:
+        return (f"{call} is in doubt: it started and never reported back ({payload.get('why')}). It may or may "
+                "not have had its effect outside, and Suzumio will not run it again. Before you act again, check "
+                "whether it happened (the call key is its Idempotency-Key and its SUZUMIO_CALL_KEY). "
+                f"Its input was:\n\n{given}")
+    said = "it did happen" if payload.get("resolution") == RESOLVED_DONE else "it did not happen"
+    note = f" Note: {payload['note']}" if payload.get("note") else ""
+    return f"{call}, which was in doubt, was resolved by a person: {said}.{note} Its input was:\n\n{given}"
 
 
 def render_boundary_text(signals):

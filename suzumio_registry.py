@@ -16,6 +16,9 @@ from suzumio_yaml import HTTP_URL, lexical_abspath, strict_json_loads
 
 PACKAGED_TOOLPACKS = ("scheduler", "plan")
 BUILTIN_TOOLPACKS = ("core", "shell", "web")
+# What a tool may declare about its calls (docs/toolpacks.md#effects): nothing outside, only the sandbox's
+# files, something outside that is safe to repeat, or something outside (the default).
+DECLARED_EFFECTS = ("none", "local", "idempotent", "external")
 MANIFEST_NAME = "suzumio.toolpack.json"
 
 
@@ -236,6 +239,9 @@ class ToolSpec:
     toolpack_id: str
     builtin: bool
     _input_schema_json: str = field(repr=False)
+    # What a call may do outside, as the tool declares it (a manifest's `effect`, an MCP server's
+    # readOnlyHint/idempotentHint); None: not declared (suzumio_effects decides).
+    effect: str = None
 
     @property
     def input_schema(self):
@@ -504,7 +510,11 @@ def load_local_toolpack(root, config_id=None, packaged=None):
         if _blank(tool.get("description")):
             raise ConfigError("Manifest field tool.description is required")
         check_json_schema(tool["inputSchema"], f"Manifest tool {tool['name']}")
-        tools.append(ToolSpec(tool["name"], tool["description"], toolpack_id, False, frozen_json(tool["inputSchema"])))
+        effect = tool.get("effect")
+        if effect is not None and effect not in DECLARED_EFFECTS:
+            raise ConfigError(f"Manifest tool {tool['name']}: effect must be one of {', '.join(DECLARED_EFFECTS)}")
+        tools.append(ToolSpec(tool["name"], tool["description"], toolpack_id, False, frozen_json(tool["inputSchema"]),
+                              effect))
     entries = manifest.get("webui")
     if entries is None:
         entries = []
@@ -566,7 +576,7 @@ def mcp_toolpack(entry, mcp_tools=None):
         listed, error = mcp_tools(toolpack_id, mcp)
     if listed is not None:
         tools = tuple(ToolSpec(f"{toolpack_id}.{tool['name']}", tool["description"], toolpack_id, False,
-                               frozen_json(tool["inputSchema"])) for tool in listed)
+                               frozen_json(tool["inputSchema"]), tool.get("effect")) for tool in listed)
     return ToolpackSpec(toolpack_id, False, tools, (), _mcp_json=frozen_json(mcp), mcp_listed=listed is not None,
                         mcp_error=error)
 

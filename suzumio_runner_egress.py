@@ -5,6 +5,7 @@ over TLS to the runner listener, told apart from the runner routes by ALPN); the
 both ways in one thread, which the controller's proxy reuses; and the TLS relay the runner listener
 shares. Standard library only, CPython >= 3.9."""
 
+import os
 import selectors
 import socket
 import ssl
@@ -101,6 +102,34 @@ def proxy_environment(proxy_url):
         env[name] = env[name.lower()] = proxy_url
     env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
     return env
+
+
+# Where images keep the system's authorities (Debian and Alpine, Fedora, macOS and the BSDs).
+SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
+
+
+def trust_environment(ca_pem, folder=None):
+    """Files a sandbox's TLS clients trust the project's egress CA through, and the variables that point
+    them there: a bundle of the system's authorities plus that CA (OpenSSL, curl, Python requests, git)
+    and the CA alone (Node adds it to its own). The CA is a certificate, public; its key is the controller's."""
+    import tempfile
+
+    folder = folder or tempfile.mkdtemp(prefix="suzumio-trust-")
+    system = ""
+    for path in SYSTEM_BUNDLES:
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                system = handle.read()
+            break
+    only = os.path.join(folder, "egress-ca.pem")
+    bundle = os.path.join(folder, "ca-bundle.pem")
+    for path, text in ((only, ca_pem), (bundle, system.rstrip("\n") + "\n" + ca_pem)):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(path, 0o644)
+    os.chmod(folder, 0o755)
+    return {"SSL_CERT_FILE": bundle, "REQUESTS_CA_BUNDLE": bundle, "CURL_CA_BUNDLE": bundle,
+            "GIT_SSL_CAINFO": bundle, "NODE_EXTRA_CA_CERTS": only}
 
 
 class _Direction:

@@ -23,7 +23,7 @@ from suzumio_runner_calls import (
     schema_answer,
     unknown_tool_answer,
 )
-from suzumio_runner_egress import Forwarder, preamble, proxy_environment
+from suzumio_runner_egress import Forwarder, preamble, proxy_environment, trust_environment
 from suzumio_runner_files import FileSync, forbid_new_privileges, may_write
 from suzumio_runner_models import (
     ModelError,
@@ -601,6 +601,7 @@ class Runner:
         self.runner_config = activation.get("runner") or {}
         self.egress = activation.get("egress")
         self.egress_proxy = None  # the forwarder's URL once it listens
+        self.call_key = None  # the key of the tool call running now: shell.exec sees it as SUZUMIO_CALL_KEY
         self.files = None  # FileSync when the controller holds the files (nothing bind-mounted)
         self.client = ControllerClient(
             activation["controllerUrl"],
@@ -650,6 +651,8 @@ class Runner:
                               via=self.input.get("controllerVia")).start()
         self.egress_proxy = forwarder.url
         self.env = dict(self.env, **proxy_environment(forwarder.url))
+        if self.input.get("egressCa"):  # hosts whose TLS the proxy ends with the project's CA
+            self.env.update(trust_environment(self.input["egressCa"]))
         return forwarder
 
     def run_attempts(self, attempts, selected):
@@ -875,7 +878,9 @@ class Runner:
             "file.read": lambda args: file_read(args, self.workspace, self.read_roots),
             "file.write": lambda args: file_write(args, self.workspace, self.write_roots),
             "file.patch": lambda args: file_patch(args, self.workspace, self.write_roots),
-            "shell.exec": lambda args: shell_exec(args, self.workspace, self.env, self.groups),
+            "shell.exec": lambda args: shell_exec(
+                args, self.workspace, dict(self.env, SUZUMIO_CALL_KEY=self.call_key or ""), self.groups
+            ),
             "web.fetch": lambda args: web_fetch(args, self.env, self.egress_proxy),
         }
         handlers = {}
@@ -991,6 +996,7 @@ class Runner:
         recorded = started.get("recorded") if isinstance(started, dict) else None
         if isinstance(recorded, dict):
             return self._finish_recorded(tool_call_id, recorded)
+        self.call_key = fields["callKey"]
         try:
             self.fetch_before(tool.name, args)
             result = tool.handler(args)

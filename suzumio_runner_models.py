@@ -207,7 +207,7 @@ def _connection(url, proxy, timeout, tls_context=None, tls_sessions=None, via=No
     if scheme == "https":
         # Like urllib, an https:// proxy URL is reached with a plain CONNECT tunnel.
         conn = http.client.HTTPSConnection(
-            proxy_parts.hostname, proxy_port, timeout=timeout, context=_tls_context()
+            proxy_parts.hostname, proxy_port, timeout=timeout, context=tls_context or _tls_context()
         )
         conn.set_tunnel(parts.hostname, port, headers=extra)
         return conn, target, {}

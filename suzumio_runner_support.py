@@ -327,7 +327,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         try:
             answer = suzumio_approvals.wait_for_decision(
                 call.store, root.changes, call.agent_id, call.activation_id, call.body["approvalId"],
-                wait_ms / 1000 if held else 0)
+                wait_ms / 1000 if held else 0, config=toolpacks.configs.get(call.store))
         finally:
             if held:
                 long_polls.release()

@@ -7,6 +7,7 @@ import os
 import posixpath
 import re
 import signal
+import ssl
 import stat
 import time
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -492,10 +493,13 @@ def web_fetch(args, env, egress_proxy=None):
     deadline = time.monotonic() + timeout_ms / 1000.0
     headers = {"User-Agent": "suzumio-runner", "Accept": "*/*"}
     current = url
+    # The sandbox's trust store (suzumio_runner_egress.trust_environment), which names the project's CA.
+    trusted = ssl.create_default_context(cafile=env["SSL_CERT_FILE"]) if env.get("SSL_CERT_FILE") else None
     try:
         for _ in range(REDIRECT_LIMIT + 1):
             response = http_request(
-                "GET", current, headers, None, egress_proxy or proxy_for(current, env), None, None, deadline
+                "GET", current, headers, None, egress_proxy or proxy_for(current, env), None, None, deadline,
+                tls_context=trusted,
             )
             location = response.headers.get("location")
             if response.status not in (301, 302, 303, 307, 308) or not location:

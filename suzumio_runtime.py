@@ -202,6 +202,10 @@ class Listeners:
     reconcile: bool = True
     resolver: object = suzumio_egress.resolve
     app_options: dict = field(default_factory=dict)
+    # Where the egress proxy reads credentials (None: the controller's environment, at request time) and
+    # the authorities it verifies credentialed hosts against (None: the system's); tests set both.
+    egress_environ: object = None
+    egress_cafile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -416,5 +420,6 @@ def _bind_listeners(runtime, listeners):
     if runtime.tls_server is not None:
         own.append((listeners.runner_listen[0], runtime.tls_server.port))
     runtime.egress = suzumio_egress.EgressProxy(runtime.root, runtime.configs, resolver=listeners.resolver,
-                                                own_listeners=lambda: own)
+                                                own_listeners=lambda: own, environ=listeners.egress_environ,
+                                                upstream_cafile=listeners.egress_cafile)
     runtime.egress.listen_unix(egress_socket)

@@ -20,6 +20,7 @@ BENCHES = (
     ("sse_fanout.py", [], ["--events", "60", "--burst", "2000"]),
     ("history_paging.py", [], ["--repeat", "15"]),
     ("egress_latency.py", [], ["--runs", "60"]),
+    ("egress_credentials.py", [], ["--runs", "60"]),
     ("guard_overhead.py", [], ["--starts", "300", "--rounds", "2"]),
     ("runner_listener.py", [], ["--runs", "100"]),
     ("recorder_cost.py", [], ["--runs", "7"]),

@@ -159,6 +159,7 @@ class Service:
 @contextlib.contextmanager
 def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERATED, runner_listen=None,
             mcp=None, warm_limit=0, resolver=None, max_activations=None, model_proxy=None, tracer=None,
+            egress_environ=None, egress_cafile=None,
             **app_options):
     """The runtime `serve` runs (suzumio_runtime.build_runtime), with a real root, local backend and
     scheduler: the user app at 127.0.0.1:0 guarded by `api_token` (unless given, the root's token file
@@ -170,7 +171,8 @@ def serving(root_path, *, threads=16, scheduler_interval=None, api_token=GENERAT
     `app_options` go to suzumio_api.make_app."""
     listeners = suzumio_runtime.Listeners(
         host="127.0.0.1", port=0, threads=threads, api_token=api_token, runner_listen=runner_listen,
-        reconcile=False, resolver=resolver or suzumio_egress.resolve, app_options=app_options)
+        reconcile=False, resolver=resolver or suzumio_egress.resolve, app_options=app_options,
+        egress_environ=egress_environ, egress_cafile=egress_cafile)
     runtime = suzumio_runtime.build_runtime(suzumio_runtime.RuntimeOptions(
         root=root_path, listeners=listeners, scheduler=scheduler_interval is not None,
         scheduler_interval=scheduler_interval or suzumio_scheduler.TICK_INTERVAL_SECONDS, warm=warm_limit,

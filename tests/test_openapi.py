@@ -55,7 +55,7 @@ READ_PATHS = ["/health", "/api/version", "/api/openapi.json", "/api/projects", "
               "/api/projects/demo/messages", "/api/projects/demo/events", "/api/projects/demo/activations",
               "/api/projects/demo/tool-calls", "/api/projects/demo/tool-status", "/api/projects/demo/tool-ui",
               "/api/projects/demo/config/resolved", "/api/projects/demo/report", "/api/projects/demo/artifacts",
-              "/api/projects/nope", "/api/projects/demo/messages/msg_0_00000000"]
+              "/api/projects/nope", "/api/projects/demo/messages/msg_0_00000000", "/api/projects/demo/effects"]
 
 
 @pytest.mark.parametrize("path", READ_PATHS)

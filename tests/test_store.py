@@ -24,6 +24,7 @@ from store_fixtures import (
 import suzumio_approvals
 import suzumio_config
 import suzumio_coordination as coordination
+import suzumio_effects
 import suzumio_records as rec
 import suzumio_replay
 import suzumio_store as st
@@ -135,7 +136,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                           {"id": 8, "name": "flight recorder"},
                           {"id": 9, "name": "message idempotency keys"},
                           {"id": 10, "name": "activation nodes"},
-                          {"id": 11, "name": "cached prompt tokens"}]
+                          {"id": 11, "name": "cached prompt tokens"}, {"id": 12, "name": "effect ledger"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -224,7 +225,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 12))
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 13))
     assert count(again, "approvals") == 0
     again.close()
 
@@ -236,7 +237,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4, 11)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 12))
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 13))
     assert count(again, "model_calls") == 0
     again.close()
 
@@ -292,6 +293,8 @@ def test_migration_1_is_literal_sql_whose_checks_match_the_status_constants(tmp_
         ("signals", "status"): rec.SIGNAL_STATUSES, ("activations", "status"): rec.ACTIVATION_STATUSES,
         ("tool_calls", "status"): rec.TOOL_CALL_STATUSES, ("agent_history_messages", "role"): rec.HISTORY_ROLES,
         ("approvals", "status"): suzumio_approvals.APPROVAL_STATUSES,
+        ("effects", "state"): rec.EFFECT_STATES,
+        ("effects", "executor"): (suzumio_effects.RUNNER, suzumio_effects.CONTROLLER),
         ("approvals", "on_expiry"): (suzumio_approvals.ALLOW, suzumio_approvals.DENY),
         ("project_origins", "kind"): (suzumio_replay.KIND_REPLAY, suzumio_replay.KIND_FORK)}
 

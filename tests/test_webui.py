@@ -234,10 +234,10 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     assert tab.open_streams() == [fresh.base_url + tab.stream_path("demo")]
     expect(page.get_by_test_id("last-updated")).to_have_text(re.compile(r"^Updated \d{2}:\d{2}:\d{2}( [AP]M)?$"))
     paths = {urllib.parse.urlsplit(r.url).path for r in tab.api()}
-    # the overview's pending-approvals card loads once; approval events drive it after that;
-    # the concurrency card loads with the project element
+    # the overview's pending-approvals and calls-in-doubt cards load once; approval events drive them
+    # after that; the concurrency card loads with the project element
     assert paths == {"/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",
-                     "/api/projects/demo/concurrency"}
+                     "/api/projects/demo/effects", "/api/projects/demo/concurrency"}
 
     before = len(tab.requests)
     coordination.send_message(fresh.store(), config_of(fresh.store()), "user",
@@ -338,9 +338,9 @@ def test_failing_project_list_shows_banner_until_next_poll_while_stream_is_unava
     # The fallback polls the list about every 5 s, and nothing else runs periodically.
     assert 4.0 <= recovered_at - failed_at <= 6.5, recovered_at - failed_at
     others = {urllib.parse.urlsplit(r.url).path for r in tab.api(since=mark)} - {"/api/projects"}
-    # without a stream the pending-approvals and concurrency cards follow the list poll
+    # without a stream the pending-approvals, calls-in-doubt and concurrency cards follow the list poll
     assert others <= {"/api/projects/demo/stream", "/api/projects/demo/approvals",
-                      "/api/projects/demo/concurrency"}
+                      "/api/projects/demo/effects", "/api/projects/demo/concurrency"}
 
 
 def test_failing_project_list_shows_banner_on_next_live_refresh_and_clears_after_it(tabs, fresh):
@@ -404,8 +404,8 @@ def test_overview_metrics_and_hero_come_from_the_project_list(tab):
     expect(hero.get_by_role("heading")).to_have_text("demo")
     expect(hero.get_by_role("button", name="Start project")).to_be_visible()
     assert {urllib.parse.urlsplit(r.url).path for r in tab.api()} <= {
-        "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",  # the card
-        "/api/projects/demo/concurrency"}
+        "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",  # the cards
+        "/api/projects/demo/effects", "/api/projects/demo/concurrency"}
     tab.screenshot("overview")
 
 
@@ -1019,3 +1019,39 @@ def test_pending_approval_card_appears_live_and_allow_runs_the_tool(tabs, tmp_pa
         [row] = team.service.get(f"/api/projects/{team.name}/approvals").json()
         assert (row["status"], row["decidedBy"]) == ("allowed", "webui")
 
+
+
+# ---------------------------------------------------------------------------------------------
+# The calls-in-doubt card: an external call its runner never finished, resolved from the overview.
+
+def test_a_call_in_doubt_is_listed_on_the_overview_and_resolved_there(tabs, tmp_path):
+    from api_fixtures import init_project, running_activation
+    from test_effects import PROJECT_YAML
+
+    with serving(tmp_path / "root") as service:
+        store = init_project(service.root, tmp_path / "config", PROJECT_YAML)
+        store.start()
+        activation = running_activation(store, "worker")["id"]
+        who = {"project": "demo", "agentId": "worker", "activationId": activation,
+               "token": service.token("demo", "worker")}
+        command = "./pay.sh 5 <img src=x onerror=alert(1)>"
+        assert service.post("/runner/tool-calls/start", {**who, "tool": "shell.exec", "input": {"command": command},
+                                                         "callKey": "k-ui"}).status_code == 200
+        coordination.fail_activation(store, activation, "Runner exited with 137")
+        tab = tabs(service)
+        page = tab.open("#/demo/overview")
+        card = page.get_by_test_id("effects-card")
+        expect(card).to_be_visible()
+        item = card.get_by_test_id("effect-item")
+        expect(item).to_have_count(1)
+        expect(item.get_by_test_id("effect-input")).to_contain_text("<img src=x onerror=alert(1)>")
+        assert item.locator("img").count() == 0
+        expect(item).to_contain_text("k-ui")
+        item.get_by_role("textbox").fill("no payment in the bank")
+        resolve = tab.page.expect_request(lambda r: r.method == "POST" and "/resolve" in r.url)
+        with resolve as request:
+            item.get_by_role("button", name="It did not happen").click()
+        assert post_json(request.value) == {"resolution": "not_done", "note": "no payment in the bank"}
+        expect(page.get_by_test_id("effects-card")).to_have_count(0)
+        [effect] = service.get("/api/projects/demo/effects").json()
+        assert (effect["state"], effect["resolution"], effect["resolvedBy"]) == ("failed", "not_done", "webui")

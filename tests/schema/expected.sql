@@ -32,6 +32,15 @@ CREATE INDEX idx_artifact_versions_activation ON artifact_versions (activation_i
 -- index idx_artifact_versions_agent_path on artifact_versions
 CREATE INDEX idx_artifact_versions_agent_path ON artifact_versions (project, agent_id, path, seq);
 
+-- index idx_effects_activation on effects
+CREATE INDEX idx_effects_activation ON effects (project, activation_id, state);
+
+-- index idx_effects_project_state on effects
+CREATE INDEX idx_effects_project_state ON effects (project, state, started_at);
+
+-- index idx_effects_tool_call on effects
+CREATE UNIQUE INDEX idx_effects_tool_call ON effects (project, tool_call_id);
+
 -- index idx_events_project_created on events
 CREATE INDEX idx_events_project_created ON events (project, created_at);
 
@@ -129,6 +138,16 @@ CREATE TABLE artifact_versions (
         seq INTEGER PRIMARY KEY AUTOINCREMENT, project TEXT NOT NULL, activation_id TEXT NOT NULL,
         agent_id TEXT NOT NULL, path TEXT NOT NULL, digest TEXT, size INTEGER NOT NULL,
         created_at TEXT NOT NULL);
+
+-- table effects on effects
+CREATE TABLE effects (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL, tool TEXT NOT NULL, input_json TEXT NOT NULL, call_key TEXT,
+        executor TEXT NOT NULL CHECK (executor IN ('runner', 'controller')), process TEXT,
+        state TEXT NOT NULL CHECK (state IN ('intended', 'done', 'failed', 'in_doubt')),
+        started_at TEXT NOT NULL, finished_at TEXT, doubted_at TEXT, why TEXT,
+        told_at TEXT, resolution TEXT CHECK (resolution IN ('done', 'not_done')), resolved_at TEXT,
+        resolved_by TEXT, note TEXT);
 
 -- table events on events
 CREATE TABLE events (

@@ -481,6 +481,35 @@ export const decideApproval = (project: string, id: string, decision: ApprovalDe
     { 'suzumio-client': 'webui' },
   );
 
+// The effect ledger (docs/operations.md#what-an-agent-can-do-to-the-outside-world).
+export type EffectResolution = 'done' | 'not_done';
+
+export interface Effect {
+  id: string;
+  agent: string;
+  activation: string;
+  tool: string;
+  input: unknown;
+  state: 'intended' | 'done' | 'failed' | 'in_doubt';
+  callKey?: string;
+  startedAt: string;
+  why?: string;
+  resolvedAt?: string;
+  resolution?: EffectResolution;
+  note?: string;
+}
+
+export const listEffectsInDoubt = (project: string) =>
+  getJson<Effect[]>(`${projectPath(project)}/effects?state=in_doubt`);
+
+/** The resolution is recorded as made in the control room (`Suzumio-Client: webui`). */
+export const resolveEffect = (project: string, id: string, resolution: EffectResolution, note?: string) =>
+  postJson<Effect>(
+    `${projectPath(project)}/effects/${enc(id)}/resolve`,
+    note ? { resolution, note } : { resolution },
+    { 'suzumio-client': 'webui' },
+  );
+
 // Loop guards and concurrency caps (docs/operations.md#runaways).
 export interface CapWait {
   agentId: string;

@@ -14,6 +14,7 @@ import {
 import { ApprovalsCard } from './approvals';
 import { ErrorBox, Panel, StatusPill } from './components';
 import { ConcurrencyCard, ResumeButton } from './concurrency';
+import { EffectsCard } from './effects';
 import { formatBytes, initials } from './format';
 
 const PRIORITIES = ['P0', 'P1', 'P2', 'P3'];
@@ -27,6 +28,7 @@ export function Overview(props: { project: Project; approvalPulse: number; onSen
     <div class="overview">
       <MetricStrip project={props.project} />
       <ApprovalsCard project={props.project.id} pulse={props.approvalPulse} />
+      <EffectsCard project={props.project.id} pulse={props.approvalPulse} />
       <ConcurrencyCard project={props.project} onResumed={props.onSent} />
       <div class="overview-grid">
         <Roster
