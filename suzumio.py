@@ -132,7 +132,7 @@ class Runtime:
     the PEM CA runners verify a TLS runner listener against."""
 
     def __init__(self, root, runner_socket=None, on_fatal=None, warm_limit=0, max_activations=None,
-                 controller_ca=None):
+                 controller_ca=None, evals=False):
         import suzumio_backend
         import suzumio_backend_reconcile
         import suzumio_mcp
@@ -156,9 +156,16 @@ class Runtime:
         self.model_proxy = suzumio_model_proxy.ModelProxy(os.environ)  # the keys stay in this process
         self.scheduler = suzumio_scheduler.Scheduler(root, self.backends, self.configs, hooks=self.toolpacks,
                                                      on_fatal=on_fatal, max_activations=max_activations)
+        self.evals = None
+        if evals:  # serve's eval thread (docs/evals.md), started by serve after the scheduler
+            import suzumio_eval_runner
+            self.evals = suzumio_eval_runner.EvalRunner(root, self.scheduler, self.model_proxy, on_fatal=on_fatal)
 
     def close(self):
-        """Shutdown order of docs/design/README.md after HTTP: scheduler, backend watchers, Node host, stores."""
+        """Shutdown order of docs/design/README.md after HTTP: evals, scheduler, backend watchers, Node host,
+        stores."""
+        if self.evals is not None:
+            self.evals.close()
         self.scheduler.stop()
         self.reconciler.close()
         self.backends.close()
@@ -767,7 +774,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
     prepare_runner_socket_dir(socket_path)
     descriptors = raise_descriptor_limit(err)
     tune_malloc()
-    liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler"] if scheduler_enabled else []))
+    liveness = Liveness(["http", "runner-http", "reconciler"] + (["scheduler", "evals"] if scheduler_enabled else []))
     if runner_listen is not None:
         if runner_tls is None:
             raise SuzumioError("serve --runner-listen needs the listener's TLS certificate")
@@ -776,7 +783,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         # CLI commands' runners would take it for a TLS listener that no longer runs.
         suzumio_tls.unpublish_ca(root.path)
     runtime = Runtime(root, socket_path, on_fatal=liveness.died, warm_limit=warm, max_activations=max_activations,
-                      controller_ca=None if runner_tls is None else runner_tls.ca_pem)
+                      controller_ca=None if runner_tls is None else runner_tls.ca_pem, evals=scheduler_enabled)
     servers = []
     egress = None
     received = []
@@ -786,7 +793,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
             warn_unused_controller_urls(root, err)
         app = suzumio_api.make_app(root, runtime.scheduler, runtime.backends, runtime.toolpacks,
                                    api_token=api_token, allowed_hosts=allowed_hosts, bound_host=host,
-                                   liveness=liveness.states)
+                                   liveness=liveness.states, evals=runtime.evals and runtime.evals.store)
         runner_app = suzumio_runner_support.make_runner_app(root, runtime.toolpacks, runtime.scheduler,
                                                               runtime.model_proxy, tracer)
         # Half the descriptors for connections (of both listeners), the rest for databases, runner logs,
@@ -838,6 +845,7 @@ def serve(root, *, host, port, threads, scheduler_enabled, allowed_hosts, api_to
         runtime.reconciler.start_reconciling(lambda: open_stores(root), on_fatal=liveness.died)
         if scheduler_enabled:
             runtime.scheduler.start()
+            runtime.evals.start()
         trimmed = time.monotonic()
         while not received and not liveness.dead.wait(SIGNAL_POLL_SECONDS):
             if time.monotonic() - trimmed >= TRIM_INTERVAL_SECONDS:

@@ -63,6 +63,21 @@ class _Pattern(schema._Str):
         return value
 
 
+class _ToolEntry:
+    """A trajectory's tool: a name or glob (`file.*`), or {tool, arguments} whose arguments are each a value
+    compared exactly or {matches: REGEX}."""
+
+    _OBJ = schema._Obj(("tool", _TEXT, schema._REQUIRED), ("arguments", schema._Record(schema._Any()), {}))
+
+    def check(self, value, path, issues):
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, dict):
+            return self._OBJ.check(value, path, issues)
+        issues.add(path, "Expected a tool name or {tool, arguments}, received " + schema._type_name(value))
+        return schema._INVALID
+
+
 class _GraderObj(schema._Obj):
     """One grader: `kind` chooses its fields (docs/evals.md#graders)."""
 
@@ -96,9 +111,12 @@ _GRADER = _GraderObj(
     ("matches", _Pattern(), schema._OMIT),
     ("run", _TEXT, schema._OMIT),
     ("agent", _TEXT, schema._OMIT),
-    ("tools", schema._List(_TEXT), schema._OMIT),
+    ("tools", schema._List(_ToolEntry()), schema._OMIT),
     ("messages", schema._List(schema._Obj(("to", _TEXT, schema._REQUIRED),
-                                          ("contains", schema._Str(), schema._OMIT))), schema._OMIT),
+                                          ("contains", schema._Str(), schema._OMIT),
+                                          ("atLeast", schema._Num(integer=True, ge=0), schema._OMIT),
+                                          ("atMost", schema._Num(integer=True, ge=0), schema._OMIT))),
+     schema._OMIT),
     ("match", schema._Enum(*MATCHES), "in-order"),
     ("maxTokens", _NUMBER_GE0, schema._OMIT),
     ("maxCostUsd", _NUMBER_GE0, schema._OMIT),
