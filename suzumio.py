@@ -993,6 +993,21 @@ def cmd_diff(rest, options, out, err, now):
     return 0 if result["identical"] else 1
 
 
+def cmd_eval(rest, options, out, err, now):
+    import suzumio_eval_cli
+
+    root_path = suzumio_store.resolve_root(options.root, os.environ)
+    return suzumio_eval_cli.cmd_eval(rest, options, out, err, root_path, live_runner_socket(root_path) is not None,
+                                     print_json)
+
+
+def cmd_evals(rest, options, out, err, now):
+    import suzumio_eval_cli
+
+    return suzumio_eval_cli.cmd_evals(rest, options, out, err, suzumio_store.resolve_root(options.root, os.environ),
+                                      print_json)
+
+
 COMMANDS = {
     "config": cmd_config_render, "init": cmd_init, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
@@ -1002,7 +1017,7 @@ COMMANDS = {
     "allow": lambda *a: cmd_decide(*a, decision="allow"), "deny": lambda *a: cmd_decide(*a, decision="deny"),
     "respond": lambda *a: cmd_decide(*a, decision="respond"), "resume": cmd_resume,
     "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff, "fork": cmd_fork,
-    "report": cmd_report, "request-changes": cmd_request_changes,
+    "report": cmd_report, "request-changes": cmd_request_changes, "eval": cmd_eval, "evals": cmd_evals,
 }
 
 

@@ -222,8 +222,7 @@ def make_app(root, scheduler, backends, toolpacks, *, api_token=None, allowed_ho
             raise error_response(exc.status, exc.message) from None
 
     mount_user_routes(app, root, scheduler, backends, toolpacks, liveness)
-    if evals is not None:
-        suzumio_api_evals.mount_eval_routes(app, evals)
+    suzumio_api_evals.mount_eval_routes(app, evals)
     # Open streams are served by one hub thread; Server.close() ends them.
     hub = app.config["suzumio.streams"] = suzumio_sse.StreamHub(root, poll_seconds, keep_alive_seconds)
     mount_stream(app, root, hub)

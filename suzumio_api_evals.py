@@ -9,7 +9,7 @@ import time
 import bottle
 
 import suzumio_eval_runner
-from suzumio_errors import BadRequest
+from suzumio_errors import BadRequest, Unavailable
 from suzumio_http import json_response, read_fields
 
 OPTION_KEYS = ("variants", "mode", "from", "at", "baseline", "failUnder")
@@ -49,25 +49,31 @@ def progress_frame(document):
     return f"event: {document['status']}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def mount_eval_routes(app, store):
-    """The evals routes over `store` (a suzumio_store_evals.EvalStore)."""
+def mount_eval_routes(app, evals_store):
+    """The evals routes over `evals_store` (a suzumio_store_evals.EvalStore); without one (an app not
+    served by `serve`'s runtime) they answer 503."""
+
+    def store():
+        if evals_store is None:
+            raise Unavailable("Evals run only in `suzumio serve` (this app has no eval thread)")
+        return evals_store
 
     @app.post("/api/evals")
     def create_eval():
-        eval_id = submit_body(store, read_fields())
+        eval_id = submit_body(store(), read_fields())
         return json_response({"id": eval_id}, status=201)
 
     @app.get("/api/evals")
     def list_evals():
-        return json_response(suzumio_eval_runner.listing(store))
+        return json_response(suzumio_eval_runner.listing(store()))
 
     @app.get("/api/evals/<eval_id>")
     def get_eval(eval_id):
-        return json_response(suzumio_eval_runner.document(store, eval_id))
+        return json_response(suzumio_eval_runner.document(store(), eval_id))
 
     @app.get("/api/evals/<eval_id>/stream")
     def stream(eval_id):
-        first = suzumio_eval_runner.document(store, eval_id)  # NotFound before the stream begins
+        first = suzumio_eval_runner.document(store(), eval_id)  # NotFound before the stream begins
 
         def frames():
             # A short stream per connection: progress changes every few seconds at most, and the
@@ -82,7 +88,7 @@ def mount_eval_routes(app, store):
                 if document["status"] == "done" or time.monotonic() >= deadline:
                     return
                 time.sleep(STREAM_POLL_SECONDS)
-                document = suzumio_eval_runner.document(store, eval_id)
+                document = suzumio_eval_runner.document(store(), eval_id)
 
         bottle.response.content_type = "text/event-stream; charset=utf-8"
         bottle.response.set_header("Cache-Control", "no-cache")

@@ -162,6 +162,7 @@ COMMAND_TABLE = (
                 Option("--from", "EVAL_ID", "the eval whose recorded runs replay and fork use"),
                 Option("--at", "SELECTOR", "where a fork starts: an activation id, AGENT:N or N"),
                 Option("--harbor", "DIR", "read the tasks from a Harbor-layout folder instead of a suite"),
+                Option("--team", "FILE", "with --harbor: the team's project file (default DIR/team.yaml)"),
                 Option("--junit", "FILE", "also write the results as JUnit XML to FILE"),
                 JSON, ROOT]),
     Command("evals", "", "List the evals kept under the root.", [ROOT, JSON]),

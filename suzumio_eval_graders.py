@@ -137,7 +137,7 @@ def _message_matches(expected, message):
 
 
 def sequence_match(expected, actual, same, mode):
-    """Whether `actual` fits `expected` under `mode` (docs/evals.md#trajectory): exact — the same items
+    """Whether `actual` fits `expected` under `mode` (docs/evals.md#graders): exact — the same items
     in the same order; in-order — the expected items appear in that order, others between them allowed;
     any-order — the same items in any order, nothing else; subset — each expected item appears, once each,
     in any order, others allowed."""
@@ -184,32 +184,47 @@ def grade_trajectory(view, grader, **_):
 
 class CheckSandbox:
     """Runs a check's command: in the runner image with no network when a Docker engine answers
-    (artifacts at /artifacts, the report at /report.md, the integration branch at /workspace, its working
+    (artifacts at `/artifacts`, the report file at the root, the integration branch at `/workspace`, its working
     directory), else in a scratch folder holding the same layout as relative paths."""
 
     def __init__(self, docker_client=None, timeout_s=CHECK_TIMEOUT_S):
         self.docker = docker_client
         self.timeout_s = timeout_s
 
-    def layout(self, view, folder):
-        """Fill `folder` with artifacts/, report.md and workspace/ of the run."""
+    def layout(self, view, folder, tests=None):
+        """Fill `folder` with `artifacts/`, the report file and `workspace/` of the run (and a Harbor task's tests/
+        and logs/verifier/)."""
         shutil.copytree(view.store.artifacts_root, folder / "artifacts", symlinks=True, dirs_exist_ok=True)
+        if tests:
+            shutil.copytree(tests, folder / "tests", symlinks=True)
+            (folder / "logs" / "verifier").mkdir(parents=True)
         (folder / "report.md").write_text(view.report, encoding="utf-8")
         workspace = folder / "workspace"
         workspace.mkdir(exist_ok=True)
+        if tests:  # mount points made by us, so the engine makes no root-owned folders here
+            (workspace / "tests").mkdir()
+            (workspace / "logs").mkdir()
         repository = view.store.dir / "repository.git"
         if repository.is_dir():
             subprocess.run(["git", "clone", "--quiet", str(repository), str(workspace)], check=False,
                            capture_output=True, timeout=self.timeout_s)
         return folder
 
-    def run(self, view, command, image):
-        """(exit code, output) of `command`; exit code None when it could not run at all."""
+    def run(self, view, command, image, tests=None):
+        """(exit code, output, reward) of `command`; exit code None when it could not run at all; reward
+        the number a Harbor test wrote to logs/verifier/reward.txt, or None."""
         with tempfile.TemporaryDirectory(prefix="suzumio-check-") as scratch:
-            folder = self.layout(view, Path(scratch))
+            folder = self.layout(view, Path(scratch), tests)
             if self.docker is None:
-                return self._run_here(folder, command)
-            return self._run_in_container(folder, command, image)
+                code, output = self._run_here(folder, command)
+            else:
+                code, output = self._run_in_container(folder, command, image, tests)
+            reward_file = folder / "logs" / "verifier" / "reward.txt"
+            try:
+                reward = float(reward_file.read_text(encoding="utf-8").strip()) if reward_file.is_file() else None
+            except ValueError:
+                reward = 0.0
+            return code, output, reward
 
     def _run_here(self, folder, command):
         try:
@@ -220,7 +235,7 @@ class CheckSandbox:
             return None, f"timed out after {self.timeout_s}s"
         return done.returncode, (done.stdout + done.stderr)
 
-    def _run_in_container(self, folder, command, image):
+    def _run_in_container(self, folder, command, image, tests=None):
         import suzumio_docker
 
         docker = suzumio_docker.docker_sdk()
@@ -231,6 +246,9 @@ class CheckSandbox:
         volumes = {str(folder / "artifacts"): {"bind": "/artifacts", "mode": "ro"},
                    str(folder / "report.md"): {"bind": "/report.md", "mode": "ro"},
                    str(folder / "workspace"): {"bind": "/workspace", "mode": "rw"}}
+        if tests:
+            volumes[str(folder / "tests")] = {"bind": "/workspace/tests", "mode": "ro"}
+            volumes[str(folder / "logs")] = {"bind": "/workspace/logs", "mode": "rw"}
         container = self.docker.containers.create(
             image, ["bash", "-c", command], working_dir="/workspace", network_mode="none", volumes=volumes,
             cap_drop=["ALL"], security_opt=["no-new-privileges"], user=f"{os.getuid()}:{os.getgid()}",
@@ -248,12 +266,17 @@ class CheckSandbox:
 
 
 def grade_check(view, grader, *, sandbox, **_):
-    image = view.config.backend.image
-    code, output = sandbox.run(view, grader["run"], image)
-    where = "scratch folder" if sandbox.docker is None else image
+    image = grader.get("image") or view.config.backend.image
+    if grader.get("image") and sandbox.docker is None:
+        return grade("check", False, evidence=f"needs the image {image}, and no Docker engine answers here")
+    code, output, reward = sandbox.run(view, grader["run"], image, grader.get("tests"))
+    where = "a scratch folder (no Docker engine)" if sandbox.docker is None else image
     if code is None:
         return grade("check", False, evidence=f"could not run in {where}: {output}")
-    return grade("check", code == 0, evidence=f"exit {code} in {where}\n{output[-EVIDENCE_CHARS + 200:]}")
+    passed = code == 0 and (reward is None or reward >= 1)
+    shown = "" if reward is None else f", reward {reward:g}"
+    return grade("check", passed, score=reward if reward is not None else None,
+                 evidence=f"exit {code}{shown} in {where}\n{output[-(EVIDENCE_CHARS - 200):]}")
 
 
 # ----------------------------------------------------------------------------------------- judge
@@ -286,10 +309,19 @@ def parse_verdict(text):
     return max(0.0, min(1.0, float(score))), str(verdict.get("reasons", ""))
 
 
-def grade_judge(view, grader, *, model_proxy, record, **_):
+def grade_judge(view, grader, *, model_proxy, record, recorded=None, **_):
     """Ask the judge's preset through the model proxy; the request, answer, verdict and reasons are kept
-    (`record(request, answer, usage, score, reasons)`)."""
+    (`record(request, answer, usage, score, reasons)`). A replay's judge reuses the verdict `recorded`
+    answers for the same request (no model call); a request that differs is asked anew."""
     request = judge_request(view, grader)
+    kept = recorded(request) if recorded is not None else None
+    if kept is not None:
+        score, reasons = kept["score"], kept["reasons"]
+        record(request, kept["answer"], {}, score, reasons)
+        if score is None:
+            return grade("judge", False, 0.0, f"no verdict (recorded): {reasons}")
+        return grade("judge", score >= grader["threshold"], score,
+                     f"score {score:.2f} (threshold {grader['threshold']}, recorded verdict): {reasons}")
     answer_text, usage = None, {}
     try:
         config = judge_config(view.config, grader["preset"])
@@ -312,12 +344,18 @@ GRADERS = {"status": grade_status, "report": grade_report, "budget": grade_budge
            "check": grade_check, "judge": grade_judge}
 
 
-def grade_run(view, graders, *, sandbox, model_proxy, record_judgement):
-    """Every grader's grade over one ended run, in the suite's order; the run passes when all pass."""
+def grade_run(view, graders, *, sandbox, model_proxy, record_judgement, recorded_judgements=()):
+    """Every grader's grade over one ended run, in the suite's order; the run passes when all pass.
+    `recorded_judgements`: a replayed run's source judgements, reused where the request is the same."""
     grades = []
     for index, grader in enumerate(graders):
         def record(request, answer, usage, score, reasons, index=index, grader=grader):
             record_judgement(index, grader["preset"], grader["rubric"], request, answer, usage, score, reasons)
+
+        def recorded(request, index=index):
+            return next((j for j in recorded_judgements if j["graderIndex"] == index and j["request"] == request),
+                        None)
+
         grades.append(GRADERS[grader["kind"]](view, grader, sandbox=sandbox, model_proxy=model_proxy,
-                                              record=record))
+                                              record=record, recorded=recorded))
     return all(g["passed"] for g in grades), grades

@@ -133,14 +133,15 @@ class EvalRunner:
     """The eval thread of `serve`: each tick starts pending runs up to each eval's concurrency, grades
     the runs that ended, and marks an eval done when every run is graded. `tick(now)` is one iteration."""
 
-    def __init__(self, root, scheduler, model_proxy, sandbox=None, interval=TICK_SECONDS, on_fatal=None):
+    def __init__(self, root, scheduler, model_proxy, sandbox=None, interval=TICK_SECONDS, on_fatal=None,
+                 store=None):
         self.root = root
         self.scheduler = scheduler
         self.model_proxy = model_proxy
         self.sandbox = sandbox
         self.interval = interval
         self.on_fatal = on_fatal
-        self.store = EvalStore(root.path)
+        self.store = store or EvalStore(root.path)
         self._stopping = threading.Event()
         self._thread = None
 
@@ -299,8 +300,12 @@ class EvalRunner:
         def record_judgement(index, preset, rubric, request, answer, usage, score, reasons):
             self.store.record_judgement(run["id"], index, preset, rubric, request, answer, usage, score, reasons)
 
+        recorded = []
+        if record["mode"] == "replay":
+            recorded = self.store.judgements(self.source_run(record["options"]["from"], run, record)["id"])
         passed, grades = graders.grade_run(view, task["graders"], sandbox=self.check_sandbox(),
-                                           model_proxy=self.model_proxy, record_judgement=record_judgement)
+                                           model_proxy=self.model_proxy, record_judgement=record_judgement,
+                                           recorded_judgements=recorded)
         self.store.grade_run(run["id"], passed, grades, view.usage(), divergence=divergence, now=now)
         log.info("eval %s run %s: %s", record["id"], run["project"], "passed" if passed else "failed")
         return True

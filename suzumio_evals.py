@@ -7,6 +7,7 @@ import os
 import re
 import statistics
 import tempfile
+import tomllib
 from pathlib import Path
 
 import suzumio_config
@@ -110,6 +111,8 @@ _GRADER = _GraderObj(
     ("contains", schema._Str(), schema._OMIT),
     ("matches", _Pattern(), schema._OMIT),
     ("run", _TEXT, schema._OMIT),
+    ("image", _TEXT, schema._OMIT),
+    ("tests", _TEXT, schema._OMIT),
     ("agent", _TEXT, schema._OMIT),
     ("tools", schema._List(_ToolEntry()), schema._OMIT),
     ("messages", schema._List(schema._Obj(("to", _TEXT, schema._REQUIRED),
@@ -361,3 +364,64 @@ def variant_changes(results, baseline_variant):
                         "from": other["passRate"], "to": row["passRate"],
                         "worse": lower < SIGNIFICANCE, "better": higher < SIGNIFICANCE})
     return changes
+
+
+# -------------------------------------------------------------------------------- Harbor tasks
+
+HARBOR_TEAM = "team.yaml"
+
+
+def harbor_task_dirs(folder):
+    """The Harbor task folders at `folder`: itself when it holds task.toml, else its children that do."""
+    folder = Path(folder)
+    if (folder / "task.toml").is_file():
+        return [folder]
+    return sorted(child for child in folder.iterdir() if (child / "task.toml").is_file()) if folder.is_dir() else []
+
+
+def read_harbor(folder, team=None):
+    """A suite from Harbor-layout tasks (`task.toml`, the instruction file, `environment/`, `tests/test.sh`): the
+    instruction is the task and the coordinator's kick-off, tests/test.sh the check grader (a reward file
+    it writes to logs/verifier/reward.txt decides when there is one). `team`: the project file (default
+    <folder>/team.yaml). Returns (suite, notes): a note per environment this suite cannot honour."""
+    folder = Path(os.path.abspath(folder))
+    tasks, notes = [], []
+    dirs = harbor_task_dirs(folder)
+    if not dirs:
+        raise SuiteError(f"--harbor {folder}: no task.toml", f"--harbor: no Harbor task (task.toml) in {folder}")
+    team = os.path.abspath(team) if team else str(folder / HARBOR_TEAM)
+    if not os.path.isfile(team):
+        raise SuiteError(f"team: {team} not found", f"team: no project file at {team} (give --team FILE)")
+    coordinator = first_agent(team)
+    for task_dir in dirs:
+        try:
+            meta = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
+            instruction = (task_dir / "instruction.md").read_text(encoding="utf-8").strip()
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise SuiteError(f"{task_dir.name}: {error}", f"{task_dir.name}: {error}") from None
+        if not (task_dir / "tests" / "test.sh").is_file():
+            raise SuiteError(f"{task_dir.name}: no tests/test.sh", f"{task_dir.name}: no tests/test.sh")
+        grader = {"kind": "check", "run": "bash tests/test.sh", "tests": str(task_dir / "tests")}
+        image = (meta.get("environment") or {}).get("docker_image")
+        if image:
+            grader["image"] = image
+        elif (task_dir / "environment" / "Dockerfile").is_file():
+            notes.append(f"{task_dir.name}: its environment is built from environment/Dockerfile, which evals do "
+                         "not build; the check runs in the runner image")
+        timeout = (meta.get("agent") or {}).get("timeout_sec")
+        task = {"id": task_dir.name, "task": instruction,
+                "messages": [{"recipient": coordinator, "body": instruction}], "graders": [grader]}
+        if isinstance(timeout, (int, float)) and timeout > 0:
+            task["timeoutMs"] = int(timeout * 1000)
+        tasks.append(task)
+    suite = validate_suite({"name": folder.name, "team": team, "tasks": tasks})
+    return suite, notes
+
+
+def first_agent(team_path):
+    """The first agent of a team file: the one a Harbor task's instruction goes to."""
+    tree = suzumio_yaml.apply_extends(suzumio_yaml.load_file(team_path, os.environ))
+    agents = tree.get("agents") if isinstance(tree, dict) else None
+    if not isinstance(agents, dict) or not agents:
+        raise SuiteError("team: no agents", f"team: {team_path} has no agents")
+    return next(iter(agents))

@@ -174,3 +174,11 @@ def test_eval_store_keeps_evals_and_runs(tmp_path):
     finally:
         store.close()
     assert (tmp_path / "evals.sqlite3").is_file()
+
+
+def test_the_repository_suite_for_the_local_model_loads():
+    env = {"SUZUMIO_LOCAL_MODEL": "local-gguf", "SUZUMIO_LOCAL_MODEL_URL": "http://127.0.0.1:8080/v1"}
+    suite = evals.read_suite(evals.Path(__file__).parent.parent / "evals" / "suite.yaml", env=env)
+    configs = evals.variant_configs(suite, env=env)
+    assert suite["runs"] >= 3 and [t["id"] for t in suite["tasks"]] == ["haiku", "sum-file", "word-count"]
+    assert "one line" in configs["terse-worker"].agent("worker").prompt
