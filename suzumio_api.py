@@ -228,7 +228,7 @@ def make_app(root, scheduler, backends, toolpacks, *, api_token=None, allowed_ho
     mount_stream(app, root, hub)
     # Suzumio as an MCP server, behind the same guards and token as /api/.
     suzumio_mcp_server.mount_mcp(app, suzumio_mcp_server.SuzumioMcp(
-        root, lambda project: run_tick(scheduler.tick, project), backends, toolpacks.configs))
+        root, lambda project: run_tick(scheduler.tick, project), backends, toolpacks.configs, evals=evals))
     mount_static(app, Path(webui_dir))
     return app
 

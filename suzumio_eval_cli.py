@@ -1,4 +1,4 @@
-"""`suzumio eval` and `suzumio evals` (docs/cli.md#eval): the suite (or a Harbor folder) is read and
+"""`suzumio eval` and `suzumio evals` (docs/evals.md#running-an-eval): the suite (or a Harbor folder) is read and
 checked here, the eval written to the root's evals database, and the root's running `serve` runs it; this
 command follows its progress, then prints the table (or `--json`), writes `--junit` and answers the exit
 code: 0 ran and nothing regressed, 1 a regression or a rate under --fail-under, 2 a bad suite."""

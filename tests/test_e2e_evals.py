@@ -159,6 +159,17 @@ def test_every_grader_kind_passes_and_fails_for_its_reason(tmp_path):
         assert [e["id"] for e in service.get("/api/evals").json()] == [eval_id]
         # each run is an ordinary project of the root
         assert set(hello["projects"]) <= set(service.root.list_projects())
+        # MCP clients read the same document
+        answer = service.post("/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                       "params": {"name": "get_eval", "arguments": {"id": eval_id}}}).json()
+        assert answer["result"]["structuredContent"]["results"][0]["passed"] == 2
+        # the progress stream of a finished eval: one `done` frame
+        stream = service.get(f"/api/evals/{eval_id}/stream")
+        assert stream.text.startswith("event: done\ndata: ") and stream.text.count("event:") == 1
+        assert json.loads(stream.text.split("data: ", 1)[1])["progress"]["passed"] == 2
+        assert service.get("/api/evals/eval_nope").status_code == 404
+        bad = service.post("/api/evals", dict(suite, tasks=[{"id": "x", "task": "y"}]))
+        assert bad.status_code == 400 and "tasks.0.graders: Required" in bad.json()["error"]
 
 
 def test_a_regression_against_the_baseline_exits_one_and_replay_costs_nothing(tmp_path):

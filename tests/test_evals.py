@@ -1,10 +1,13 @@
 """Suites, their schema and the statistics of an eval (suzumio_evals), and the evals database
 (suzumio_store_evals), with values computed by hand."""
+import io
+import json
 import math
 
 import pytest
 import yaml
 
+import suzumio
 import suzumio_evals as evals
 import suzumio_store_evals
 from suzumio_errors import Conflict, NotFound
@@ -182,3 +185,24 @@ def test_the_repository_suite_for_the_local_model_loads():
     configs = evals.variant_configs(suite, env=env)
     assert suite["runs"] >= 3 and [t["id"] for t in suite["tasks"]] == ["haiku", "sum-file", "word-count"]
     assert "one line" in configs["terse-worker"].agent("worker").prompt
+
+
+def test_eval_command_exits_two_naming_the_bad_field(tmp_path):
+    tree = suite_tree()
+    tree["tasks"][0]["graders"][0]["kind"] = "grep"
+    out, err = io.StringIO(), io.StringIO()
+    code = suzumio.main(["eval", str(write_suite(tmp_path, tree)), "--root", str(tmp_path / "root")], out=out, err=err)
+    assert code == 2
+    assert err.getvalue() == ("Error: tasks.0.graders.0.kind: Invalid enum value. Expected 'status' | 'report' | "
+                              "'check' | 'trajectory' | 'budget' | 'judge', received 'grep'\n")
+    code = suzumio.main(["eval", str(tmp_path / "absent.yaml"), "--root", str(tmp_path / "root")], out=out, err=err)
+    assert code == 2
+
+
+def test_eval_command_needs_the_roots_serve(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    code = suzumio.main(["eval", str(write_suite(tmp_path, suite_tree())), "--root", str(tmp_path / "root")],
+                        out=out, err=err)
+    assert code == 1 and err.getvalue().startswith("Error: No serve is running for the root")
+    code = suzumio.main(["evals", "--root", str(tmp_path / "root"), "--json"], out=out, err=err)
+    assert code == 0 and json.loads(out.getvalue()) == []
