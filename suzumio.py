@@ -997,8 +997,8 @@ def cmd_eval(rest, options, out, err, now):
     import suzumio_eval_cli
 
     root_path = suzumio_store.resolve_root(options.root, os.environ)
-    return suzumio_eval_cli.cmd_eval(rest, options, out, err, root_path, live_runner_socket(root_path) is not None,
-                                     print_json)
+    return suzumio_eval_cli.cmd_eval(rest, options, out, err, root_path,
+                                     lambda: live_runner_socket(root_path) is not None, print_json)
 
 
 def cmd_evals(rest, options, out, err, now):

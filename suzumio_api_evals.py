@@ -12,7 +12,7 @@ import suzumio_eval_runner
 from suzumio_errors import BadRequest, Unavailable
 from suzumio_http import json_response, read_fields
 
-OPTION_KEYS = ("variants", "mode", "from", "at", "baseline", "failUnder")
+OPTION_KEYS = ("variant", "mode", "from", "at", "baseline", "failUnder")
 STREAM_SECONDS = 30.0  # a progress stream ends after this; the EventSource reconnects on its own
 STREAM_POLL_SECONDS = 0.5
 
@@ -28,7 +28,9 @@ def submit_body(store, body, now=None):
     team = suite.get("team")
     if isinstance(team, str) and not os.path.isabs(team):
         raise BadRequest("team: must be an absolute path or the project file inline (a mapping)")
-    variants = options.get("variants") or ()
+    # `variant` (a name or a list) chooses variants; beside `suite`, `variants` (names) does too. In a
+    # body that is the suite itself, `variants` is the suite's own list.
+    variants = options.get("variant") or (options.get("variants") if "suite" in body else None) or ()
     if isinstance(variants, str):
         variants = [variants]
     if not isinstance(variants, (list, tuple)) or not all(isinstance(v, str) for v in variants):

@@ -17,7 +17,7 @@ EXIT_BAD_SUITE = 2
 
 
 def cmd_eval(rest, options, out, err, root_path, serving, print_json):
-    """Run one eval to its end on the root's serve (`serving`: whether one listens there)."""
+    """Run one eval to its end on the root's serve (`serving()`: whether one listens there now)."""
     try:
         if options.harbor is not None:
             suite, notes = suzumio_evals.read_harbor(options.harbor, team=getattr(options, "team", None))
@@ -33,7 +33,7 @@ def cmd_eval(rest, options, out, err, root_path, serving, print_json):
     except ConfigError as error:
         print(f"Error: {error.message.splitlines()[0]}", file=err)
         return EXIT_BAD_SUITE
-    if not serving:
+    if not serving():
         raise SuzumioError(f"No serve is running for the root {root_path}; start `suzumio serve --root "
                            f"{root_path}` (evals run there)")
     store = EvalStore(root_path)
@@ -46,7 +46,7 @@ def cmd_eval(rest, options, out, err, root_path, serving, print_json):
             print(f"Error: {error.first}", file=err)
             return EXIT_BAD_SUITE
         print(f"Eval {eval_id}: {suite['name']}", file=err, flush=True)
-        document = follow(store, eval_id, err)
+        document = follow(store, eval_id, err, serving)
     finally:
         store.close()
     if options.junit:
@@ -116,8 +116,9 @@ def parse_rate(text):
     return rate
 
 
-def follow(store, eval_id, err):
-    """Wait for the eval to end, writing a progress line to `err` whenever it changes."""
+def follow(store, eval_id, err, serving):
+    """Wait for the eval to end, writing a progress line to `err` whenever it changes; a serve that
+    stops meanwhile ends the wait (the eval goes on when serve runs again)."""
     last = None
     while True:
         document = suzumio_eval_runner.document(store, eval_id)
@@ -130,6 +131,8 @@ def follow(store, eval_id, err):
             last = line
         if document["status"] == EVAL_DONE:
             return document
+        if not serving():
+            raise SuzumioError(f"serve stopped; eval {eval_id} goes on when it runs again (suzumio evals)")
         time.sleep(POLL_SECONDS)
 
 

@@ -243,6 +243,8 @@ class CheckSandbox:
             self.docker.images.get(image)
         except docker.errors.ImageNotFound:
             return None, f"image {image} is not on this machine"
+        except suzumio_docker.engine_errors() as error:
+            return None, f"Docker engine: {error}"
         volumes = {str(folder / "artifacts"): {"bind": "/artifacts", "mode": "ro"},
                    str(folder / "report.md"): {"bind": "/report.md", "mode": "ro"},
                    str(folder / "workspace"): {"bind": "/workspace", "mode": "rw"}}
@@ -269,7 +271,10 @@ def grade_check(view, grader, *, sandbox, **_):
     image = grader.get("image") or view.config.backend.image
     if grader.get("image") and sandbox.docker is None:
         return grade("check", False, evidence=f"needs the image {image}, and no Docker engine answers here")
-    code, output, reward = sandbox.run(view, grader["run"], image, grader.get("tests"))
+    try:
+        code, output, reward = sandbox.run(view, grader["run"], image, grader.get("tests"))
+    except (OSError, subprocess.SubprocessError) as error:
+        code, output, reward = None, str(error), None
     where = "a scratch folder (no Docker engine)" if sandbox.docker is None else image
     if code is None:
         return grade("check", False, evidence=f"could not run in {where}: {output}")
@@ -311,10 +316,13 @@ def parse_verdict(text):
 
 def grade_judge(view, grader, *, model_proxy, record, recorded=None, **_):
     """Ask the judge's preset through the model proxy; the request, answer, verdict and reasons are kept
-    (`record(request, answer, usage, score, reasons)`). A replay's judge reuses the verdict `recorded`
-    answers for the same request (no model call); a request that differs is asked anew."""
+    (`record(request, answer, usage, score, reasons)`). A replay's judge (`recorded` given) makes no model
+    call: it reuses the verdict recorded for the same request, and without one the grade fails saying so."""
     request = judge_request(view, grader)
     kept = recorded(request) if recorded is not None else None
+    if recorded is not None and kept is None:
+        return grade("judge", False, 0.0, "no recorded verdict for this request (the report or artifacts "
+                     "changed); a replay makes no model call")
     if kept is not None:
         score, reasons = kept["score"], kept["reasons"]
         record(request, kept["answer"], {}, score, reasons)
@@ -344,9 +352,9 @@ GRADERS = {"status": grade_status, "report": grade_report, "budget": grade_budge
            "check": grade_check, "judge": grade_judge}
 
 
-def grade_run(view, graders, *, sandbox, model_proxy, record_judgement, recorded_judgements=()):
+def grade_run(view, graders, *, sandbox, model_proxy, record_judgement, recorded_judgements=None):
     """Every grader's grade over one ended run, in the suite's order; the run passes when all pass.
-    `recorded_judgements`: a replayed run's source judgements, reused where the request is the same."""
+    `recorded_judgements`: a replayed run's source judgements (its judges then ask no model)."""
     grades = []
     for index, grader in enumerate(graders):
         def record(request, answer, usage, score, reasons, index=index, grader=grader):
@@ -357,5 +365,6 @@ def grade_run(view, graders, *, sandbox, model_proxy, record_judgement, recorded
                         None)
 
         grades.append(GRADERS[grader["kind"]](view, grader, sandbox=sandbox, model_proxy=model_proxy,
-                                              record=record, recorded=recorded))
+                                              record=record, recorded=None if recorded_judgements is None
+                                              else recorded))
     return all(g["passed"] for g in grades), grades

@@ -218,8 +218,9 @@ class EvalRunner:
 
     def start_run(self, record, run, task, now=None):
         """Create the run's project and start it: live from the variant's team and the task's kick-off
-        messages and inputs; replay: the same run of the `from` eval replayed with its recorded answers and
-        tools; fork: the `from` eval's run forked after the `at` activation with this variant's team."""
+        messages and inputs; replay: the same run of the `from` eval replayed, with this variant's team,
+        from its recorded answers and tools (stopping where a request matches no recording); fork: the
+        `from` eval's run forked after the `at` activation with this variant's team."""
         options, mode = record["options"], record["mode"]
         name = run["project"]
         data = dict(options["teams"][run["variant"]], name=name, task=task["task"])
@@ -244,8 +245,9 @@ class EvalRunner:
         else:
             source = self.source_run(options["from"], run, record)
             if mode == "replay":
+                # This variant's team as the suite has it now: a changed prompt diverges, and says so.
                 suzumio_replay.create_replay(self.root, source["project"], name, tools="recorded",
-                                             on_diverge="stop", now=now)
+                                             on_diverge="stop", config_text=config.render(), now=now)
             else:
                 source_store = self.root.open_project(source["project"])
                 at = resolve_selector(source_store, options["at"])
@@ -300,7 +302,7 @@ class EvalRunner:
         def record_judgement(index, preset, rubric, request, answer, usage, score, reasons):
             self.store.record_judgement(run["id"], index, preset, rubric, request, answer, usage, score, reasons)
 
-        recorded = []
+        recorded = None
         if record["mode"] == "replay":
             recorded = self.store.judgements(self.source_run(record["options"]["from"], run, record)["id"])
         passed, grades = graders.grade_run(view, task["graders"], sandbox=self.check_sandbox(),

@@ -93,7 +93,8 @@ TOOLS = (
     ("start_eval", "Start an eval: run a suite's tasks × variants × N as projects on serve, grade each run. "
      "The suite's team is an absolute path or the project file inline.",
      _object({"suite": {"type": "object", "description": "The suite (name, team, runs, variants, tasks)"},
-              "runs": {"type": "integer", "minimum": 1}, "variants": {"type": "array", "items": {"type": "string"}},
+              "runs": {"type": "integer", "minimum": 1},
+              "variants": {"type": "array", "items": {"type": "string"}, "description": "Run only these variants"},
               "mode": {"type": "string", "enum": ["live", "replay", "fork"]}, "from": {"type": "string"},
               "at": {"type": "string"}, "baseline": {"type": "string", "description": "An eval id to compare with"},
               "failUnder": {"type": "number"}}, ["suite"])),

@@ -41,7 +41,7 @@ SCHEMAS = {
     "EvalRequest": {"type": "object", "description": "The suite (docs/evals.md#suites), as the body or as `suite`, "
                     "with the options beside it",
                     "properties": {"suite": {"type": "object"}, "runs": INTEGER,
-                                   "variants": {"type": "array", "items": STRING},
+                                   "variant": {"type": ["string", "array"], "items": STRING},
                                    "mode": {"enum": ["live", "replay", "fork"]}, "from": STRING, "at": STRING,
                                    "baseline": STRING, "failUnder": {"type": "number"}}},
     "Eval": {"type": "object", "required": ["id", "suite", "mode", "status", "results", "regressions"],
