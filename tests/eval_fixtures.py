@@ -48,6 +48,15 @@ class Answers:
         return answer(tool_calls=[call("completion.submit", report=f"# Report\n\n{outcome} world\n")])
 
 
+def write_team(folder, model):
+    """`team.yaml` in `folder`: pm and worker-1 on the local backend, each with its own FakeModel preset,
+    and a `judge` preset."""
+    team = project_config("local", None, model.base_url,
+                          presets={"pm": {"provider": "fake", "model": "pm"},
+                                   "worker": {"provider": "fake", "model": "worker-1"}, "judge": JUDGE})
+    (folder / "team.yaml").write_text(yaml.safe_dump(team), encoding="utf-8")
+
+
 @contextlib.contextmanager
 def eval_service(tmp_path, outcomes=()):
     """The controller with its eval thread (checks in a scratch folder), a FakeModel and a team file."""
@@ -60,10 +69,7 @@ def eval_service(tmp_path, outcomes=()):
             runner = EvalRunner(service.root, service.scheduler, suzumio_model_proxy.ModelProxy({}),
                                 sandbox=suzumio_eval_graders.CheckSandbox(None), interval=0.1, store=store)
             runner.start()
-            team = project_config("local", None, model.base_url,
-                                  presets={"pm": {"provider": "fake", "model": "pm"},
-                                           "worker": {"provider": "fake", "model": "worker-1"}, "judge": JUDGE})
-            (tmp_path / "team.yaml").write_text(yaml.safe_dump(team), encoding="utf-8")
+            write_team(tmp_path, model)
             try:
                 yield service, model, answers, runner
             finally:

@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ElementTree
 import pytest
 import yaml
 from conftest import wait_until
-from eval_fixtures import eval_service
+from eval_fixtures import Answers, eval_service, write_team
+from fake_model import FakeModel
 
 import suzumio
 
@@ -208,3 +209,60 @@ def test_a_harbor_task_is_graded_by_its_tests(tmp_path):
         assert "suzumio-no-such-image:1" in grade["evidence"]
         # the instruction was the coordinator's kick-off
         assert any("Say HELLO." in json.dumps(r.body["messages"]) for r in model.requests)
+
+
+def test_suzumio_eval_runs_on_the_roots_serve_process(tmp_path):
+    """The real `suzumio serve` process owns the eval thread: `suzumio eval` only writes the eval and
+    follows it; the check runs in the runner image when an engine answers, else in a scratch folder."""
+    from test_cli import serving as serve_process
+
+    model = FakeModel(responder=Answers())
+    try:
+        write_team(tmp_path, model)
+        graders = [{"kind": "status", "equals": "submitted"},
+                   {"kind": "check", "run": "grep -q hello /report.md 2>/dev/null || grep -q hello report.md"}]
+        suite = write_suite(tmp_path, runs=2, tasks=[{"id": "hello", "task": "Greet.", "graders": graders,
+                                                      "messages": [{"recipient": "pm", "body": "Say hello."}]}])
+        root = tmp_path / "served-root"
+        with serve_process("--root", str(root), "--port", "0") as served:
+            code, out, err = run_cli("eval", str(suite), "--root", str(root), "--json")
+            assert code == 0, err
+            document = json.loads(out)
+            assert document["results"][0]["passed"] == 2
+            answer = served.get(f"/api/evals/{document['id']}").json()
+            assert answer["status"] == "done" and answer["results"] == document["results"]
+            assert [row["id"] for row in served.get("/api/evals").json()] == [document["id"]]
+    finally:
+        model.close()
+
+
+@pytest.mark.docker
+def test_a_check_runs_in_the_runner_image_without_network(tmp_path):
+    from api_fixtures import init_project, project_yaml
+    from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
+
+    import suzumio_config
+    import suzumio_eval_graders
+    import suzumio_store
+
+    client = docker_client_or_skip()
+    runner_image_or_skip(client)
+    root = suzumio_store.Root(tmp_path / "root")
+    try:
+        store = init_project(root, tmp_path / "config", project_yaml("checked", "http://127.0.0.1:9"))
+        (store.artifacts_dir("pm") / "answer.txt").write_text("42\n", encoding="utf-8")
+        view = suzumio_eval_graders.RunView(store, suzumio_config.ProjectConfig.from_data(store.config()),
+                                            {"task": "t"}, "submitted", 0)
+        sandbox = suzumio_eval_graders.CheckSandbox(client)
+        command = ('test "$(pwd)" = /workspace && grep -qx 42 /artifacts/pm/answer.txt && test -f /report.md '
+                   '&& test "$(ls /sys/class/net)" = lo && ! touch /artifacts/pm/x 2>/dev/null')
+        passed = suzumio_eval_graders.grade_check(view, {"kind": "check", "run": command}, sandbox=sandbox)
+        assert passed["passed"], passed["evidence"]
+        assert passed["evidence"].startswith("exit 0 in suzumio-runner:dev")
+        failed = suzumio_eval_graders.grade_check(view, {"kind": "check", "run": "exit 3"}, sandbox=sandbox)
+        assert not failed["passed"] and failed["evidence"].startswith("exit 3 in ")
+        missing = suzumio_eval_graders.grade_check(view, {"kind": "check", "run": "true",
+                                                          "image": "suzumio-no-such-image:1"}, sandbox=sandbox)
+        assert not missing["passed"] and "is not on this machine" in missing["evidence"]
+    finally:
+        root.close()
