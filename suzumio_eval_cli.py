@@ -161,9 +161,9 @@ def table(document):
                      f"{_number(row['passAtK'].get(k), 2)} (k={k})" if k else "-",
                      _number(row["passPowK"].get(k), 2) if k else "-",
                      f"{row['interval'][0]:.2f}-{row['interval'][1]:.2f}",
-                     f"{_number(row['tokens']['mean'])} ±{_number(row['tokens']['sd'])}",
-                     _number(row["costUsd"]["mean"], 4), _number(row["activations"]["mean"], 1),
-                     _number(None if row["wallMs"]["mean"] is None else row["wallMs"]["mean"] / 1000, 1),
+                     f"{_number(row['tokens'])} ±{_number(row['sd']['tokens'])}",
+                     _number(row["costUsd"], 4), _number(row["activations"], 1),
+                     _number(None if row["wallMs"] is None else row["wallMs"] / 1000, 1),
                      "flaky" if row["flaky"] else ""))
         for agent_id, usage in row["agents"].items():
             agents.append(f"  {row['task']} {row['variant']} {agent_id}: {usage['tokens']:.0f} tokens, "

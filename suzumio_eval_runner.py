@@ -198,7 +198,12 @@ class EvalRunner:
         active = 0
         for run in runs:
             if run["status"] == RUN_RUNNING:
-                if self.grade_if_ended(record, run, tasks[run["task"]], now):
+                try:
+                    if self.grade_if_ended(record, run, tasks[run["task"]], now):
+                        continue
+                except (SuzumioError, OSError) as error:  # the run's project is damaged: it fails, saying why
+                    log.warning("eval %s run %s could not be graded: %s", record["id"], run["project"], error)
+                    self.store.grade_run(run["id"], False, [], {}, error=f"not graded: {error}", now=now)
                     continue
                 active += 1
         for run in runs:
@@ -207,7 +212,7 @@ class EvalRunner:
             self.store.start_run(run["id"], now)
             try:
                 self.start_run(record, run, tasks[run["task"]], now)
-            except SuzumioError as error:  # the run could not start: graded failed with the reason
+            except (SuzumioError, OSError) as error:  # the run could not start: graded failed with the reason
                 log.warning("eval %s run %s did not start: %s", record["id"], run["project"], error)
                 self.store.grade_run(run["id"], False, [], {}, error=str(error), now=now)
                 continue

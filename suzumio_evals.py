@@ -290,11 +290,18 @@ def fisher_one_sided(base_passed, base_runs, passed, runs):
                for x in range(0, passed + 1)) / denominator
 
 
-def _spread(values):
+def _mean(values):
     values = [v for v in values if v is not None]
-    if not values:
-        return {"mean": None, "sd": None}
-    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0}
+    return statistics.fmean(values) if values else None
+
+
+def _sd(values):
+    """The sample standard deviation (0 for one value, None for none)."""
+    values = [v for v in values if v is not None]
+    return None if not values else statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+USAGE_FIELDS = ("tokens", "costUsd", "activations", "wallMs")
 
 
 def summarize(task, variant, runs):
@@ -319,10 +326,9 @@ def summarize(task, variant, runs):
         "passPowK": {str(k): pass_pow_k(n, c, k) for k in range(1, n + 1)},
         "interval": list(wilson_interval(c, n)),
         "flaky": 0 < c < n,
-        "tokens": _spread([run["tokens"] for run in graded]),
-        "costUsd": _spread([run["costUsd"] for run in graded]),
-        "activations": _spread([run["activations"] for run in graded]),
-        "wallMs": _spread([run["wallMs"] for run in graded]),
+        # the means per run, and their spread (sample standard deviations) under `sd`
+        **{field: _mean([run[field] for run in graded]) for field in USAGE_FIELDS},
+        "sd": {field: _sd([run[field] for run in graded]) for field in USAGE_FIELDS},
         "agents": {agent_id: {"tokens": statistics.fmean(values["tokens"]),
                               "messages": statistics.fmean(values["messages"])}
                    for agent_id, values in sorted(agents.items())},

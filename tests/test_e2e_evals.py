@@ -71,7 +71,7 @@ def test_every_grader_kind_passes_and_fails_for_its_reason(tmp_path):
         assert [(g["kind"], g["passed"], g["failed"]) for g in hello["graders"]] == [
             ("status", 3, 0), ("report", 2, 1), ("report", 3, 0), ("check", 2, 1), ("trajectory", 3, 0),
             ("budget", 3, 0), ("judge", 2, 1)]
-        assert hello["activations"]["mean"] == 1 and set(hello["agents"]) == {"pm", "worker-1"}
+        assert hello["activations"] == 1 and set(hello["agents"]) == {"pm", "worker-1"}
         assert len(hello["projects"]) == 3 and all(p.startswith(eval_id + ".hello.default.") for p in hello["projects"])
         # the failed run: the report lacks hello, the check exits 1, the judge scored it 0.1
         failed = next(r for r in document["runs"] if r["task"] == "hello" and not r["passed"])

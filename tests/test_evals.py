@@ -140,8 +140,9 @@ def test_summary_row_of_a_flaky_task():
     assert row["passRate"] == pytest.approx(2 / 3)
     assert row["passAtK"] == {"1": pytest.approx(2 / 3), "2": 1.0, "3": 1.0}
     assert row["passPowK"] == {"1": pytest.approx(2 / 3), "2": pytest.approx(1 / 3), "3": 0.0}
-    assert row["tokens"] == {"mean": 200, "sd": 100.0}
-    assert row["costUsd"] == {"mean": None, "sd": None}
+    assert (row["tokens"], row["sd"]["tokens"]) == (200, 100.0)
+    assert (row["costUsd"], row["sd"]["costUsd"]) == (None, None)
+    assert (row["activations"], row["sd"]["activations"], row["wallMs"]) == (2, 0.0, 1000)
     assert row["graders"] == [{"kind": "status", "passed": 2, "failed": 1}]
     assert row["agents"] == {"pm": {"tokens": 200, "messages": 1}}
 

@@ -635,7 +635,7 @@ export interface EvalResult {
   passPowK: Record<string, number>;
   interval: [number, number];
   flaky: boolean;
-  tokens: { mean: number | null; sd: number | null };
+  tokens: number | null;
 }
 
 export interface EvalDocument {
