@@ -177,6 +177,10 @@ def table(document):
     for change in document["regressions"]:
         lines.append(f"REGRESSION {change['task']} {change['variant']}: {change['from']:.2f} -> {change['to']:.2f} "
                      f"(p={change['p']:.3f})")
+    for change in document["changes"]:
+        if change["worse"] or change["better"]:
+            lines.append(f"{'WORSE' if change['worse'] else 'BETTER'} {change['task']} {change['variant']} than "
+                         f"{change['baseline']}: {change['from']:.2f} -> {change['to']:.2f}")
     for item in document["under"]:
         lines.append(f"UNDER {item['task']} {item['variant']}: {item['passRate']:.2f} < {document['failUnder']}")
     lines.append(f"Eval {document['id']} ({document['mode']}): open any run with its project name in the control room")

@@ -207,3 +207,20 @@ def test_eval_command_needs_the_roots_serve(tmp_path):
     assert code == 1 and err.getvalue().startswith("Error: No serve is running for the root")
     code = suzumio.main(["evals", "--root", str(tmp_path / "root"), "--json"], out=out, err=err)
     assert code == 0 and json.loads(out.getvalue()) == []
+
+
+def test_variants_are_compared_with_the_baseline_variant_and_the_table_says_so():
+    import suzumio_eval_cli
+
+    rows = [evals.summarize("a", "base", [run(True)] * 5), evals.summarize("a", "new", [run(False)] * 5),
+            evals.summarize("b", "base", [run(False)] * 2), evals.summarize("b", "new", [run(True)] * 2)]
+    changes = evals.variant_changes(rows, "base")
+    assert [(c["task"], c["from"], c["to"], c["worse"], c["better"]) for c in changes] == [
+        ("a", 1.0, 0.0, True, False), ("b", 0.0, 1.0, False, False)]
+    document = {"id": "eval_x", "mode": "live", "results": rows, "regressions": [], "under": [], "changes": changes,
+                "failUnder": None}
+    text = suzumio_eval_cli.table(document)
+    assert "WORSE a new than base: 1.00 -> 0.00" in text and "BETTER" not in text
+    header, first = text.splitlines()[:2]
+    assert header.split()[:4] == ["task", "variant", "pass", "rate"]
+    assert first.split()[:4] == ["a", "base", "5/5", "1.00"]
