@@ -1,6 +1,7 @@
 """The Docker SDK as the container backends use it: imported on first use under one lock, and the errors
-an engine call raises. Imported by suzumio_backend and suzumio_backend_swarm only; CLI commands that
-never start a container never import the SDK."""
+an engine call raises. Imported by suzumio_backend and suzumio_backend_swarm, and by the evals' check
+sandbox (suzumio_eval_graders, suzumio_eval_runner, suzumio_eval_cli); CLI commands that never start a
+container never import the SDK."""
 import threading
 
 # Two threads importing the SDK for the first time at once (right after a restart: the reconciler
