@@ -591,7 +591,7 @@ def cmd_serve(rest, options, out, err, now):
         runner_tls=runner_tls)
     return serve(suzumio_runtime.RuntimeOptions(
         root=suzumio_store.resolve_root(options.root, os.environ), listeners=listeners,
-        scheduler=not options.no_scheduler, warm=int(warm_text),
+        scheduler=not options.no_scheduler, evals=not options.no_scheduler, warm=int(warm_text),
         max_activations=None if cap_text is None else int(cap_text), tracer=tracer), out, err)
 
 
@@ -835,6 +835,21 @@ def cmd_diff(rest, options, out, err, now):
     return 0 if result["identical"] else 1
 
 
+def cmd_eval(rest, options, out, err, now):
+    import suzumio_eval_cli
+
+    root_path = suzumio_store.resolve_root(options.root, os.environ)
+    return suzumio_eval_cli.cmd_eval(rest, options, out, err, root_path,
+                                     lambda: suzumio_runtime.live_runner_socket(root_path) is not None, print_json)
+
+
+def cmd_evals(rest, options, out, err, now):
+    import suzumio_eval_cli
+
+    return suzumio_eval_cli.cmd_evals(rest, options, out, err, suzumio_store.resolve_root(options.root, os.environ),
+                                      print_json)
+
+
 COMMANDS = {
     "config": cmd_config_render, "init": cmd_init, "examples": cmd_examples, "serve": cmd_serve, "start": cmd_start,
     "stop": cmd_stop, "approve": cmd_approve, "send": cmd_send, "status": cmd_status,
@@ -845,7 +860,7 @@ COMMANDS = {
     "respond": lambda *a: cmd_decide(*a, decision="respond"), "resume": cmd_resume,
     "effects": cmd_effects, "resolve": cmd_resolve,
     "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff, "fork": cmd_fork,
-    "report": cmd_report, "request-changes": cmd_request_changes,
+    "report": cmd_report, "request-changes": cmd_request_changes, "eval": cmd_eval, "evals": cmd_evals,
 }
 
 

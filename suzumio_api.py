@@ -15,6 +15,7 @@ import bottle
 import waitress.server
 import waitress.wasyncore
 
+import suzumio_api_evals
 import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_diff
@@ -199,7 +200,8 @@ class ProjectListText:
 
 def make_app(root, scheduler, backends, toolpacks, *, api_token=None, allowed_hosts=(),
              bound_host="127.0.0.1", webui_dir=WEBUI_DIR,
-             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None):
+             poll_seconds=DEFAULT_POLL_SECONDS, keep_alive_seconds=DEFAULT_KEEP_ALIVE_SECONDS, liveness=None,
+             evals=None):
     """The user listener's WSGI app: user routes, SSE, static WebUI, guards and the one error shape.
     Runner routes are not here (a 404): suzumio_runner_support.make_runner_app serves them.
 
@@ -207,7 +209,8 @@ def make_app(root, scheduler, backends, toolpacks, *, api_token=None, allowed_ho
     and approve; `api_token` None turns the token check off (`serve --no-auth`); `poll_seconds` bounds how
     late the streams see events written by another process, `keep_alive_seconds` how long a stream stays
     silent; `liveness()` names the state of each long-lived loop of the process for /health (`up`, or why
-    it is down). Open streams end with Server.close()."""
+    it is down); `evals` (a suzumio_store_evals.EvalStore) adds the evals routes. Open streams end with
+    Server.close()."""
     app = base_app()
     guards = Guards(api_token, allowed_hosts, bound_host)
 
@@ -220,12 +223,13 @@ def make_app(root, scheduler, backends, toolpacks, *, api_token=None, allowed_ho
             raise error_response(exc.status, exc.message) from None
 
     mount_user_routes(app, root, scheduler, backends, toolpacks, liveness)
+    suzumio_api_evals.mount_eval_routes(app, evals)
     # Open streams are served by one hub thread; Server.close() ends them.
     hub = app.config["suzumio.streams"] = suzumio_sse.StreamHub(root, poll_seconds, keep_alive_seconds)
     mount_stream(app, root, hub)
     # Suzumio as an MCP server, behind the same guards and token as /api/.
     suzumio_mcp_server.mount_mcp(app, suzumio_mcp_server.SuzumioMcp(
-        root, lambda project: run_tick(scheduler.tick, project), backends, toolpacks.configs))
+        root, lambda project: run_tick(scheduler.tick, project), backends, toolpacks.configs, evals=evals))
     mount_static(app, Path(webui_dir))
     return app
 

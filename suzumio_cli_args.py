@@ -157,6 +157,24 @@ COMMAND_TABLE = (
     Command("diff", "<a> <b>", "Compare two runs: messages, tool calls, activations per agent, artifacts, report, "
             "tokens and cost (ids, times, names and paths are no difference); exit 1 when they differ.",
             [ROOT, JSON]),
+    # Evals (docs/evals.md)
+    Command("eval", "<suite>", "Run a suite of tasks N times on the root's running serve, grade every run, "
+            "print the table per task and variant; exit 1 on a regression or a rate under --fail-under, 2 on a "
+            "bad suite.", [
+                Option("--runs", "N", "runs of each task and variant (default: the suite's runs)"),
+                Option("--variant", "NAME", "run only this variant (repeatable)", repeat=True),
+                Option("--baseline", "EVAL_ID", "compare with this eval; a significant drop is a regression"),
+                Option("--fail-under", "RATE", "exit 1 when a task's pass rate is under RATE (0 to 1)"),
+                Option("--mode", "MODE", "live: run the teams; replay: re-run --from's recorded runs with no model "
+                       "call; fork: start every variant after --at in --from's runs (default live)",
+                       shown="live|replay|fork"),
+                Option("--from", "EVAL_ID", "the eval whose recorded runs replay and fork use"),
+                Option("--at", "SELECTOR", "where a fork starts: an activation id, AGENT:N or N"),
+                Option("--harbor", "DIR", "read the tasks from a Harbor-layout folder instead of a suite"),
+                Option("--team", "FILE", "with --harbor: the team's project file (default DIR/team.yaml)"),
+                Option("--junit", "FILE", "also write the results as JUnit XML to FILE"),
+                JSON, ROOT]),
+    Command("evals", "", "List the evals kept under the root.", [ROOT, JSON]),
     Command("gc", "[project]", "Remove the activation containers a project no longer needs (backend.docker.keep), "
             "keeping their log tails.", [ROOT]),
 )
@@ -177,7 +195,7 @@ COMMAND_ARITY = {
     "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
     "respond": (3, None), "resume": (2, 2), "effects": (1, 1), "resolve": (3, None),
     "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
-    "replay": (1, 1), "diff": (2, 2), "fork": (1, 1),
+    "replay": (1, 1), "diff": (2, 2), "fork": (1, 1), "eval": (0, 1), "evals": (0, 0),
 }
 
 
@@ -261,6 +279,8 @@ def parse_args(argv):
         low, high = COMMAND_ARITY[command]
         if len(rest) < low or (high is not None and len(rest) > high):
             raise UsageError("wrong number of arguments", command)
+    if command == "eval" and (len(rest) == 1) == (args.harbor is not None):
+        raise UsageError("expected a suite file or --harbor DIR (one of them)", command)
     if command == "send" and not " ".join(rest[3:]).strip():
         raise UsageError("message body is required", command)
     if command == "request-changes" and not " ".join(rest[1:]).strip():

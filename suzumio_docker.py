@@ -1,6 +1,7 @@
 """The Docker SDK as the container backends use it: imported on first use under one lock, the errors
 an engine call raises, and the user a container or task runs as. Imported by suzumio_backend and
-suzumio_backend_swarm only; CLI commands that never start a container never import the SDK."""
+suzumio_backend_swarm, and by the evals' check sandbox (suzumio_eval_graders, suzumio_eval_runner,
+suzumio_eval_cli); CLI commands that never start a container never import the SDK."""
 import threading
 
 # Two threads importing the SDK for the first time at once (right after a restart: the reconciler

@@ -89,6 +89,18 @@ TOOLS = (
     ("diff_projects", "Compare two runs: messages, tool calls, activations, artifacts, report, tokens and cost.",
      _object({**_PROJECT, "other": {"type": "string", "description": "The project to compare with"}},
              ["project", "other"])),
+    # Evals (docs/evals.md)
+    ("start_eval", "Start an eval: run a suite's tasks × variants × N as projects on serve, grade each run. "
+     "The suite's team is an absolute path or the project file inline.",
+     _object({"suite": {"type": "object", "description": "The suite (name, team, runs, variants, tasks)"},
+              "runs": {"type": "integer", "minimum": 1},
+              "variants": {"type": "array", "items": {"type": "string"}, "description": "Run only these variants"},
+              "mode": {"type": "string", "enum": ["live", "replay", "fork"]}, "from": {"type": "string"},
+              "at": {"type": "string"}, "baseline": {"type": "string", "description": "An eval id to compare with"},
+              "failUnder": {"type": "number"}}, ["suite"])),
+    ("get_eval", "An eval's results: pass rates, pass@k, pass^k, intervals, cost, flaky tasks, regressions.",
+     _object({"id": {"type": "string", "description": "Eval id"}}, ["id"])),
+    ("list_evals", "Every eval kept under the root.", _object({})),
 )
 
 
@@ -108,8 +120,9 @@ class SuzumioMcp:
     """The tools and resources over a store root. `tick(project)` runs a scheduler pass after changes
     (the route's scheduler on `serve`, an in-process one for `suzumio mcp`); `backends` stops runners."""
 
-    def __init__(self, root, tick, backends, configs):
+    def __init__(self, root, tick, backends, configs, evals=None):
         self.root = root
+        self.evals = evals  # the root's suzumio_store_evals.EvalStore, or None
         self.tick = tick
         self.backends = backends
         self.configs = configs  # the runtime's ConfigCache
@@ -228,6 +241,23 @@ class SuzumioMcp:
         if not isinstance(other, str) or not other:
             raise BadRequest("other is required")
         return suzumio_diff.diff_projects(self._store(args), self.root.open_project(other))
+
+    def _evals(self):
+        if self.evals is None:
+            raise BadRequest("Evals run only in `suzumio serve`")
+        return self.evals
+
+    def tool_start_eval(self, args):
+        import suzumio_api_evals
+        return {"id": suzumio_api_evals.submit_body(self._evals(), args)}
+
+    def tool_get_eval(self, args):
+        import suzumio_eval_runner
+        return suzumio_eval_runner.document(self._evals(), str(args.get("id")))
+
+    def tool_list_evals(self, args):
+        import suzumio_eval_runner
+        return {"evals": suzumio_eval_runner.listing(self._evals())}
 
     # -- resources: suzumio://projects/<p>/report and suzumio://projects/<p>/artifacts/<agent>/<path>
 
@@ -386,6 +416,9 @@ def serve_stdio(root, runtime, stdin, stdout):
     """`suzumio mcp`: newline-delimited JSON-RPC on stdin/stdout until stdin closes, then the runtime
     (a suzumio_runtime.Runtime) is closed. Changes run a scheduler pass in this process, as `suzumio send`
     does."""
+    import suzumio_store_evals
+
+    evals = suzumio_store_evals.EvalStore(root.path)  # evals started here run on the root's serve
     try:
         def tick(project):
             try:
@@ -393,7 +426,7 @@ def serve_stdio(root, runtime, stdin, stdout):
             except SuzumioError as exc:
                 log.warning("tick of %s failed: %s", project, exc.message)
 
-        server = SuzumioMcp(root, tick, runtime.backends, runtime.configs)
+        server = SuzumioMcp(root, tick, runtime.backends, runtime.configs, evals=evals)
         for line in stdin:
             if not line.strip():
                 continue
@@ -402,6 +435,7 @@ def serve_stdio(root, runtime, stdin, stdout):
                 stdout.write(answer + "\n")
                 stdout.flush()
     finally:
+        evals.close()
         runtime.close()
     return 0
 

@@ -34,6 +34,21 @@ NULLABLE_STRING = {"type": ["string", "null"]}
 INTEGER = {"type": "integer"}
 
 SCHEMAS = {
+    "EvalSummary": {"type": "object", "required": ["id", "suite", "mode", "status", "runs", "passed"],
+                    "properties": {"id": STRING, "suite": STRING, "mode": {"enum": ["live", "replay", "fork"]},
+                                   "status": {"enum": ["running", "done"]}, "createdAt": STRING, "runs": INTEGER,
+                                   "passed": INTEGER}},
+    "EvalRequest": {"type": "object", "description": "The suite (docs/evals.md#suites), as the body or as `suite`, "
+                    "with the options beside it",
+                    "properties": {"suite": {"type": "object"}, "runs": INTEGER,
+                                   "variant": {"type": ["string", "array"], "items": STRING},
+                                   "mode": {"enum": ["live", "replay", "fork"]}, "from": STRING, "at": STRING,
+                                   "baseline": STRING, "failUnder": {"type": "number"}}},
+    "Eval": {"type": "object", "required": ["id", "suite", "mode", "status", "results", "regressions"],
+             "properties": {"id": STRING, "suite": STRING, "mode": STRING, "status": {"enum": ["running", "done"]},
+                            "progress": {"type": "object"}, "results": {"type": "array", "items": {"type": "object"}},
+                            "regressions": {"type": "array", "items": {"type": "object"}},
+                            "runs": {"type": "array", "items": {"type": "object"}}}},
     "Error": {"type": "object", "required": ["error"], "properties": {"error": STRING},
               "description": "The one error shape of every route (docs/http-api.md)."},
     "Health": {"type": "object", "required": ["healthy"],
@@ -361,6 +376,26 @@ PATHS = {
     "/api/projects/{project}/concurrency": _get(
         "The concurrency caps, what runs, the agents waiting on a full cap and the paused agents",
         _json(_ref("Concurrency"), "The caps"), [PROJECT]),
+    # Evals (docs/evals.md)
+    "/api/evals": {
+        **_get("Every kept eval", _json(_array("EvalSummary"), "Evals, oldest first")),
+        "post": {"summary": "Start an eval of a suite: serve's eval thread runs and grades it (docs/evals.md)",
+                 "parameters": [],
+                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("EvalRequest")}}},
+                 "responses": {"201": _json({"type": "object", "required": ["id"], "properties": {"id": STRING}},
+                                            "The new eval's id"), **ERRORS,
+                               "503": {"$ref": "#/components/responses/Unavailable"}}}},
+    "/api/evals/{eval_id}": {"get": {
+        "summary": "An eval's result document, while it runs and when it is done",
+        "parameters": [_path_param("eval_id", "Eval id")],
+        "responses": {"200": _json(_ref("Eval"), "The eval"), **ERRORS,
+                      "503": {"$ref": "#/components/responses/Unavailable"}}}},
+    "/api/evals/{eval_id}/stream": {"get": {
+        "summary": "An eval's progress as Server-Sent Events: `running` frames as it changes, `done` at the end",
+        "parameters": [_path_param("eval_id", "Eval id")],
+        "responses": {"200": {"description": "The progress stream (closes after 30 seconds; reconnect)",
+                              "content": {"text/event-stream": {"schema": {"type": "string"}}}}, **ERRORS,
+                      "503": {"$ref": "#/components/responses/Unavailable"}}}},
     "/api/projects/{project}/stream": {"get": {
         "summary": "Server-sent events: the newest events replayed, then each new one as it is stored",
         "description": "Each frame is `id: <rowid>`, `event: <type>`, `data: <event JSON>`; a comment "
@@ -404,6 +439,7 @@ DOCUMENT = {
             "Forbidden": _error_answer("Refused by the Host, Origin or token checks"),
             "NotFound": _error_answer("No such project, agent, message, activation, route or entry"),
             "Conflict": _error_answer("The project or agent is not in a state that allows this"),
+            "Unavailable": _error_answer("The part of the controller that would answer is not running"),
         },
     },
 }

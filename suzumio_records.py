@@ -483,7 +483,9 @@ def render_signal(signal):
                  str(payload.get("body") or "").strip()]
         return "\n".join(lines)
     if kind in (KIND_EFFECT_IN_DOUBT, KIND_EFFECT_RESOLVED):
-        return "\n".join([head, f"Priority: {signal.get('priority')}", "", effect_notice(kind, payload)])
+        title = "A call that may have happened" if kind == KIND_EFFECT_IN_DOUBT else "A call in doubt, resolved"
+        return "\n".join([f"## {title} ({signal.get('id')})", f"Priority: {signal.get('priority')}", "",
+                          effect_notice(kind, payload)])
     if kind in _NUDGE_FALLBACKS:
         message = payload.get("message")
         text = message if isinstance(message, str) and message.strip() else _NUDGE_FALLBACKS[kind]

@@ -225,6 +225,8 @@ class RuntimeOptions:
     tracer: object = None
     model_proxy: object = None
     mcp: object = None
+    # serve's eval thread (docs/evals.md): runs the root's evals as ordinary projects, after the scheduler.
+    evals: bool = False
 
 
 class Runtime:
@@ -237,6 +239,7 @@ class Runtime:
         self.lock = None
         self.server = self.runner_server = self.tls_server = self.egress = None
         self.app = self.runner_app = None
+        self.evals = None
         self.api_token = None
         self.runner_socket = None
         self._closed = False
@@ -266,6 +269,8 @@ class Runtime:
             self.reconciler.start_reconciling(lambda: open_stores(self.root), on_fatal=self.liveness.died)
         if self.options.scheduler:
             self.scheduler.start()
+        if self.evals is not None:
+            self.evals.start()
         return self
 
     @property
@@ -286,6 +291,8 @@ class Runtime:
             server.close()
         if self.egress is not None:
             self.egress.close()
+        if self.evals is not None:
+            self.evals.close()
         self.scheduler.stop()
         self.reconciler.close()
         self.backends.close()
@@ -357,7 +364,8 @@ def _build(options, path, lock):
         else:
             # CLI commands' runners would take it for a TLS listener that no longer runs.
             suzumio_tls.unpublish_ca(path)
-    components = ["http", "runner-http", "reconciler"] + (["scheduler"] if options.scheduler else [])
+    components = (["http", "runner-http", "reconciler"] + (["scheduler"] if options.scheduler else [])
+                  + (["evals"] if options.evals else []))
     runtime.liveness = Liveness(components)
     on_fatal = runtime.liveness.died if listeners is not None else None
     runtime.mcp = options.mcp if options.mcp is not None else suzumio_mcp.McpHub()
@@ -375,6 +383,11 @@ def _build(options, path, lock):
     runtime.scheduler = suzumio_scheduler.Scheduler(runtime.root, runtime.backends, runtime.configs,
                                                     hooks=runtime.toolpacks, on_fatal=on_fatal,
                                                     max_activations=options.max_activations, **interval)
+    if options.evals:
+        import suzumio_eval_runner
+
+        runtime.evals = suzumio_eval_runner.EvalRunner(runtime.root, runtime.scheduler, runtime.model_proxy,
+                                                       on_fatal=on_fatal)
     if listeners is not None:
         try:
             _bind_listeners(runtime, listeners)
@@ -392,7 +405,8 @@ def _bind_listeners(runtime, listeners):
 
     liveness = runtime.liveness
     app_options = {"api_token": runtime.api_token, "allowed_hosts": listeners.allowed_hosts,
-                   "bound_host": listeners.host, "liveness": liveness.states, **listeners.app_options}
+                   "bound_host": listeners.host, "liveness": liveness.states,
+                   "evals": runtime.evals.store if runtime.evals is not None else None, **listeners.app_options}
     runtime.app = suzumio_api.make_app(runtime.root, runtime.scheduler, runtime.backends, runtime.toolpacks,
                                        **app_options)
     runtime.runner_app = suzumio_runner_support.make_runner_app(runtime.root, runtime.toolpacks, runtime.scheduler,

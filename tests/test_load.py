@@ -103,6 +103,10 @@ FAULTS = {
                    "def reconcile(self, stores, now=None):\n"
                    "    raise RuntimeError('injected reconciler fault')\n"
                    "suzumio_backend_reconcile.Reconciler.reconcile = reconcile\n", "reconciler thread died"),
+    "evals": ("import suzumio_eval_runner\n"
+              "def tick(self, now=None):\n"
+              "    raise RuntimeError('injected eval fault')\n"
+              "suzumio_eval_runner.EvalRunner.tick = tick\n", "eval thread died"),
 }
 
 

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 import suzumio_openapi
 import suzumio_resources
+from suzumio_store_evals import EvalStore
 
 TOKEN = "openapi-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -20,9 +21,11 @@ CHECKS = ("not_a_server_error", "status_code_conformance", "content_type_conform
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     root_path = tmp_path_factory.mktemp("openapi") / "root"
-    with serving(root_path, api_token=TOKEN) as service:
+    evals = EvalStore(root_path)
+    with serving(root_path, api_token=TOKEN, evals=evals) as service:
         init_project(service.root, root_path.parent / "demo", project_yaml("demo", service.base_url))
         yield service
+    evals.close()
 
 
 @pytest.fixture(scope="module")

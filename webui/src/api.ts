@@ -624,3 +624,62 @@ export function getTimeline(
 /** The newest history row of one agent (the running bar's latest text). */
 export const getLatestHistory = (project: string, agent: string) =>
   getJson<HistoryPage>(`${projectPath(project)}/agents/${enc(agent)}/history?limit=1`);
+
+// ---------------------------------------------------------------------------------------------
+// Evals (docs/evals.md).
+
+export interface EvalSummary {
+  id: string;
+  suite: string;
+  mode: 'live' | 'replay' | 'fork';
+  status: 'running' | 'done';
+  createdAt: string;
+  runs: number;
+  passed: number;
+}
+
+export interface EvalGrade {
+  kind: string;
+  passed: boolean;
+  score: number;
+  evidence: string;
+}
+
+export interface EvalRun {
+  task: string;
+  variant: string;
+  index: number;
+  project: string;
+  status: 'pending' | 'running' | 'graded';
+  passed: boolean | null;
+  grades: EvalGrade[];
+  tokens: number | null;
+  error: string | null;
+}
+
+export interface EvalResult {
+  task: string;
+  variant: string;
+  runs: number;
+  passed: number;
+  passRate: number | null;
+  passAtK: Record<string, number>;
+  passPowK: Record<string, number>;
+  interval: [number, number];
+  flaky: boolean;
+  tokens: number | null;
+}
+
+export interface EvalDocument {
+  id: string;
+  suite: string;
+  mode: string;
+  status: 'running' | 'done';
+  progress: { runs: number; done: number; passed: number; tokens: number; costUsd: number };
+  results: EvalResult[];
+  regressions: { task: string; variant: string; from: number; to: number }[];
+  runs: EvalRun[];
+}
+
+export const listEvals = () => getJson<EvalSummary[]>('/api/evals');
+export const getEval = (id: string) => getJson<EvalDocument>(`/api/evals/${enc(id)}`);

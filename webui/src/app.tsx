@@ -44,6 +44,7 @@ import {
 import { TeamView, type TeamStreamEvent } from './team';
 import { CompareRuns } from './compare';
 import { TimelineView } from './timeline';
+import { EvalsPage } from './evals';
 import { ToolWorkspace } from './tools';
 
 const POLL_MS = 5000;
@@ -127,6 +128,13 @@ export function buildHash(project: string, view: ViewId, toolKey: string | null)
   return view === 'tools' && toolKey ? `${base}/${encodeURIComponent(toolKey)}` : base;
 }
 
+/** `#/evals`: the Evals page instead of a project (docs/evals.md). */
+const EVALS_HASH = '#/evals';
+
+function isEvalsHash(hash: string): boolean {
+  return hash === EVALS_HASH || hash.startsWith(`${EVALS_HASH}/`);
+}
+
 function pushHash(hash: string): void {
   if (window.location.hash !== hash) window.location.hash = hash;
 }
@@ -199,6 +207,7 @@ export function App() {
   const [historyPulse, setHistoryPulse] = useState<{ agentId: string; n: number } | null>(null);
   // Bumped by approval events and by each project-list load; the approvals cards reload on it.
   const [approvalPulse, setApprovalPulse] = useState(0);
+  const [evalsOpen, setEvalsOpen] = useState(() => isEvalsHash(window.location.hash));
   const liveRef = useRef<LiveMode>('connecting');
   useEffect(() => {
     // A stream that (re)opens may have missed approval events: the cards reload once.
@@ -214,6 +223,7 @@ export function App() {
     view: initial.view,
     toolKey: initial.toolKey,
     tokenBlocked: false,
+    evalsOpen: isEvalsHash(window.location.hash),
     // A hash without a view lets the first list response pick it: Team for a running project.
     viewOpen: !hashNamesView(window.location.hash),
   });
@@ -255,7 +265,7 @@ export function App() {
         }
       }
       selectProjectState(next);
-      if (next !== null) replaceHash(hashFor(next));
+      if (next !== null && !current.current.evalsOpen) replaceHash(hashFor(next));
       return true;
     } catch (caught) {
       if (request === projectSeq.current && !isTokenError(caught)) setError(errorText(caught));
@@ -312,7 +322,12 @@ export function App() {
       setTokenPrompt({ invalid: message === TOKEN_INVALID });
     });
     void loadProjects().then(() => setLoading(false));
-    const onHashChange = () => followHash(parseHash(window.location.hash));
+    const onHashChange = () => {
+      const evals = isEvalsHash(window.location.hash);
+      current.current.evalsOpen = evals;
+      setEvalsOpen(evals);
+      if (!evals) followHash(parseHash(window.location.hash));
+    };
     window.addEventListener('hashchange', onHashChange);
     const clock = window.setInterval(() => setNow(Date.now()), 5000);
     return () => {
@@ -559,12 +574,21 @@ export function App() {
 
   return (
     <div class="app-shell">
-      <Sidebar projects={list} selected={selected} live={live} onSelect={chooseProject} />
+      <Sidebar
+        projects={list}
+        selected={selected}
+        live={live}
+        onSelect={chooseProject}
+        evalsOpen={evalsOpen}
+        onEvals={() => pushHash(EVALS_HASH)}
+      />
       <main class="workspace">
         <TopBar lastUpdated={lastUpdated} busy={loading || panelLoading} onRefresh={reloadAll} />
         {!tokenPrompt && <ErrorBanner message={error} />}
         {tokenPrompt ? (
           <TokenPrompt invalid={tokenPrompt.invalid} onSubmit={submitToken} />
+        ) : evalsOpen ? (
+          <EvalsPage onOpen={(id) => pushHash(`#/${encodeURIComponent(id)}/team`)} />
         ) : project === null ? (
           <EmptyState connecting={projects === null && loading && error === null} />
         ) : (

@@ -36,6 +36,8 @@ export function Sidebar(props: {
   selected: string | null;
   live: LiveMode;
   onSelect: (id: string) => void;
+  evalsOpen?: boolean;
+  onEvals?: () => void;
 }) {
   return (
     <aside class="sidebar">
@@ -48,6 +50,17 @@ export function Sidebar(props: {
           <span class="brand-tag">Agent observatory</span>
         </span>
       </div>
+      {props.onEvals && (
+        <button
+          type="button"
+          class={`btn btn-secondary sidebar-evals${props.evalsOpen ? ' is-active' : ''}`}
+          aria-current={props.evalsOpen ? 'page' : undefined}
+          data-testid="nav-evals"
+          onClick={props.onEvals}
+        >
+          Evals
+        </button>
+      )}
       <div class="sidebar-label">
         <span>Projects</span>
         <span class="sidebar-count" data-testid="project-count">
