@@ -457,6 +457,8 @@ def test_sidebar_click_pushes_hash_and_approve_completes_submitted_project(tabs,
     hero = page.get_by_test_id("project-hero")
     expect(hero.get_by_test_id("project-status")).to_have_text("submitted")
     hero.get_by_role("button", name="Approve report").click()
+    assert tab.api("POST", "/api/projects/beta/approve") == []  # asked first, in place
+    hero.get_by_role("button", name="Confirm approve").click()
     expect(hero.get_by_test_id("project-status")).to_have_text("completed")
     expect(hero.locator(".hero-actions button")).to_have_count(0)
     assert len(tab.api("POST", "/api/projects/beta/approve")) == 1

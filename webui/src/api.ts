@@ -592,3 +592,69 @@ export function getTimeline(
 /** The newest history row of one agent (the running bar's latest text). */
 export const getLatestHistory = (project: string, agent: string) =>
   getJson<HistoryPage>(`${projectPath(project)}/agents/${enc(agent)}/history?limit=1`);
+
+// ---------------------------------------------------------------------------------------------
+// The team's output (docs/http-api.md): the final report, the artifact files and their recorded versions.
+
+export interface Report {
+  report: string | null;
+  status: string;
+}
+
+export interface ArtifactFile {
+  agent: string;
+  path: string;
+  size: number;
+  versions: number;
+}
+
+export interface ArtifactContent {
+  agent: string;
+  /** `<agent>/<path inside its folder>` */
+  path: string;
+  /** The recorded version these bytes are, or null (the file now, not recorded). */
+  version: number | null;
+  versions: number;
+  size: number;
+  content: string | null;
+  binary: boolean;
+}
+
+export interface ArtifactDiff {
+  path: string;
+  from: number;
+  to: number | null;
+  diff: string;
+}
+
+export async function getReport(project: string): Promise<Report> {
+  const response = await send(`${projectPath(project)}/report`, { headers: { accept: 'application/json' } });
+  return (await response.json()) as Report;
+}
+
+export const listArtifacts = (project: string) => getJson<ArtifactFile[]>(`${projectPath(project)}/artifacts`);
+
+function artifactPath(project: string, path: string): string {
+  return `${projectPath(project)}/artifacts/${path.split('/').map(enc).join('/')}`;
+}
+
+export function getArtifact(project: string, path: string, version?: number | null): Promise<ArtifactContent> {
+  const query = typeof version === 'number' ? `?version=${version}` : '';
+  return getJson<ArtifactContent>(`${artifactPath(project, path)}${query}`);
+}
+
+export function getArtifactDiff(project: string, path: string, from: number, to: number | null): Promise<ArtifactDiff> {
+  const toQuery = to === null ? '' : `&to=${to}`;
+  return getJson<ArtifactDiff>(`${artifactPath(project, path)}/diff?from=${from}${toQuery}`);
+}
+
+/** The raw bytes (`?raw=1`), fetched with the token header, as a Blob the page offers as a download. */
+export async function getArtifactBlob(project: string, path: string, version?: number | null): Promise<Blob> {
+  const query = typeof version === 'number' ? `&version=${version}` : '';
+  const response = await send(`${artifactPath(project, path)}?raw=1${query}`);
+  return response.blob();
+}
+
+/** Sends a submitted project back to work: a P2 message to the coordinator (or `recipient`). */
+export const requestChanges = (project: string, body: string) =>
+  postJson<Project>(`${projectPath(project)}/request-changes`, { body });

@@ -12,6 +12,7 @@ import {
   listMessages,
   listProjects,
   onTokenRefused,
+  requestChanges,
   runLifecycle,
   storeToken,
   streamUrl,
@@ -28,6 +29,7 @@ import { ActivationsView } from './activations';
 import { HistoryView } from './history';
 import { applyDelta, endActivation, LivePanel, type ActivationDelta, type LiveOutput } from './live';
 import { MessagesView } from './messages';
+import { OutputView } from './output';
 import { Overview } from './overview';
 import {
   EmptyState,
@@ -264,7 +266,7 @@ export function App() {
   }
 
   async function loadView(project: string, which: ViewId, quiet = false, only?: 'toolStatus') {
-    if (which === 'overview' || which === 'history' || which === 'team') {
+    if (which === 'overview' || which === 'history' || which === 'team' || which === 'output') {
       if (!quiet) {
         panelSeq.current += 1;
         setPanelLoading(false);
@@ -526,12 +528,13 @@ export function App() {
     else replaceHash(hashFor(selected));
   }
 
-  async function runAction(action: LifecycleAction) {
+  async function runAction(action: LifecycleAction | { changes: string }) {
     if (selected === null) return;
     setLoading(true);
     let failure: string | null = null;
     try {
-      await runLifecycle(selected, action);
+      if (typeof action === 'string') await runLifecycle(selected, action);
+      else await requestChanges(selected, action.changes);
     } catch (caught) {
       if (!isTokenError(caught)) failure = errorText(caught);
     }
@@ -569,7 +572,7 @@ export function App() {
           <EmptyState connecting={projects === null && loading && error === null} />
         ) : (
           <>
-            <Hero project={project} busy={loading} now={now} onAction={runAction} />
+            <Hero project={project} busy={loading} now={now} onAction={runAction} onRequestChanges={(changes) => void runAction({ changes })} />
             <Tabs view={view} onSelect={chooseView} />
             <LivePanel live={liveOutput} />
             <div class="view" id="view-panel" role="tabpanel">
@@ -581,6 +584,7 @@ export function App() {
                   onSent={() => void loadProjects()}
                 />
               )}
+              {view === 'output' && <OutputView key={project.id} project={project} />}
               {view === 'team' && <TeamView key={project.id} project={project} subscribe={subscribeTeam} refresh={viewNonce} />}
               {view === 'team' && <CompareRuns project={project} projects={list} />}
               {view === 'messages' && (

@@ -8,6 +8,7 @@ import { clockTime, isTruncated, relativeTime } from './format';
 export const VIEWS = [
   { id: 'overview', label: 'Overview' },
   { id: 'team', label: 'Team' },
+  { id: 'output', label: 'Report + artifacts' },
   { id: 'history', label: 'Agent history' },
   { id: 'messages', label: 'Messages' },
   { id: 'activations', label: 'Activations + context' },
@@ -184,14 +185,73 @@ const ACTIONS: Record<string, { label: string; action: LifecycleAction; style: s
   stopped: { label: 'Start project', action: 'start', style: 'btn-primary' },
   failed: { label: 'Start project', action: 'start', style: 'btn-primary' },
   running: { label: 'Stop', action: 'stop', style: 'btn-danger' },
-  submitted: { label: 'Approve report', action: 'approve', style: 'btn-secondary' },
 };
+
+/** A submitted report's two decisions, each confirmed in place: approve it, or send the team back with a text. */
+function ReviewActions(props: {
+  busy: boolean;
+  onApprove: () => void;
+  onRequestChanges: (body: string) => void;
+}) {
+  const [asking, setAsking] = useState<'approve' | 'changes' | null>(null);
+  const [body, setBody] = useState('');
+  if (asking === 'approve') {
+    return (
+      <div class="hero-confirm" data-testid="confirm-approve">
+        <span>Approve the report and end the project?</span>
+        <button type="button" class="btn btn-primary" disabled={props.busy} onClick={() => { setAsking(null); props.onApprove(); }}>
+          Confirm approve
+        </button>
+        <button type="button" class="btn btn-secondary" onClick={() => setAsking(null)}>
+          Cancel
+        </button>
+      </div>
+    );
+  }
+  if (asking === 'changes') {
+    return (
+      <form
+        class="hero-confirm hero-changes"
+        data-testid="confirm-changes"
+        onSubmit={(event) => {
+          event.preventDefault();
+          if (body.trim() === '') return;
+          setAsking(null);
+          props.onRequestChanges(body.trim());
+          setBody('');
+        }}
+      >
+        <label for="changes-body">What should the team change?</label>
+        <textarea id="changes-body" rows={3} value={body} onInput={(e) => setBody((e.target as HTMLTextAreaElement).value)} />
+        <div class="hero-confirm-buttons">
+          <button type="submit" class="btn btn-primary" disabled={props.busy || body.trim() === ''}>
+            Send back to work
+          </button>
+          <button type="button" class="btn btn-secondary" onClick={() => setAsking(null)}>
+            Cancel
+          </button>
+        </div>
+      </form>
+    );
+  }
+  return (
+    <>
+      <button type="button" class="btn btn-primary" disabled={props.busy} onClick={() => setAsking('approve')}>
+        Approve report
+      </button>
+      <button type="button" class="btn btn-secondary" disabled={props.busy} onClick={() => setAsking('changes')}>
+        Request changes
+      </button>
+    </>
+  );
+}
 
 export function Hero(props: {
   project: Project;
   busy: boolean;
   now: number;
   onAction: (action: LifecycleAction) => void;
+  onRequestChanges: (body: string) => void;
 }) {
   const { project } = props;
   const task = project.task ?? '';
@@ -266,6 +326,11 @@ export function Hero(props: {
         )}
         <ErrorBox message={taskError} testId="task-error" />
       </div>
+      {project.status === 'submitted' && (
+        <div class="hero-actions">
+          <ReviewActions busy={props.busy} onApprove={() => props.onAction('approve')} onRequestChanges={props.onRequestChanges} />
+        </div>
+      )}
       {action && (
         <div class="hero-actions">
           <button
