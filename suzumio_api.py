@@ -19,6 +19,7 @@ import suzumio_approvals
 import suzumio_coordination as coordination
 import suzumio_diff
 import suzumio_guards
+import suzumio_inbox
 import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_output
@@ -458,6 +459,19 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
         return json_response(message)
 
     mount_output_routes(app, root)
+    mount_inbox_routes(app, root)
+
+
+def mount_inbox_routes(app, root):
+    """What waits for a person (suzumio_inbox): across the root and per project."""
+
+    @app.get("/api/inbox")
+    def inbox():
+        return json_response(suzumio_inbox.root_inbox(root))
+
+    @app.get("/api/projects/<project>/inbox")
+    def project_inbox(project):
+        return json_response(suzumio_inbox.project_inbox(root.open_project(project)))
 
 
 def wants_json():

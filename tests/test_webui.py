@@ -235,9 +235,9 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     expect(page.get_by_test_id("last-updated")).to_have_text(re.compile(r"^Updated \d{2}:\d{2}:\d{2}( [AP]M)?$"))
     paths = {urllib.parse.urlsplit(r.url).path for r in tab.api()}
     # the overview's pending-approvals card loads once; approval events drive it after that;
-    # the concurrency card loads with the project element
+    # the concurrency card loads with the project element; the header's inbox with the project list
     assert paths == {"/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",
-                     "/api/projects/demo/concurrency"}
+                     "/api/projects/demo/concurrency", "/api/inbox"}
 
     before = len(tab.requests)
     coordination.send_message(fresh.store(), config_of(fresh.store()), "user",
@@ -338,9 +338,9 @@ def test_failing_project_list_shows_banner_until_next_poll_while_stream_is_unava
     # The fallback polls the list about every 5 s, and nothing else runs periodically.
     assert 4.0 <= recovered_at - failed_at <= 6.5, recovered_at - failed_at
     others = {urllib.parse.urlsplit(r.url).path for r in tab.api(since=mark)} - {"/api/projects"}
-    # without a stream the pending-approvals and concurrency cards follow the list poll
+    # without a stream the pending-approvals and concurrency cards and the inbox follow the list poll
     assert others <= {"/api/projects/demo/stream", "/api/projects/demo/approvals",
-                      "/api/projects/demo/concurrency"}
+                      "/api/projects/demo/concurrency", "/api/inbox"}
 
 
 def test_failing_project_list_shows_banner_on_next_live_refresh_and_clears_after_it(tabs, fresh):
@@ -405,7 +405,7 @@ def test_overview_metrics_and_hero_come_from_the_project_list(tab):
     expect(hero.get_by_role("button", name="Start project")).to_be_visible()
     assert {urllib.parse.urlsplit(r.url).path for r in tab.api()} <= {
         "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",  # the card
-        "/api/projects/demo/concurrency"}
+        "/api/projects/demo/concurrency", "/api/inbox"}  # the header's inbox
     tab.screenshot("overview")
 
 

@@ -658,3 +658,26 @@ export async function getArtifactBlob(project: string, path: string, version?: n
 /** Sends a submitted project back to work: a P2 message to the coordinator (or `recipient`). */
 export const requestChanges = (project: string, body: string) =>
   postJson<Project>(`${projectPath(project)}/request-changes`, { body });
+
+// ---------------------------------------------------------------------------------------------
+// What waits for a person (docs/http-api.md#inbox). Kinds may be added: show an unknown one by its kind.
+
+export interface InboxItem {
+  kind: 'approval' | 'report' | 'paused' | string;
+  project: string;
+  id?: string;
+  agentId?: string;
+  tool?: string;
+  rule?: string | null;
+  reason?: string | null;
+  since?: string | null;
+  expiresAt?: string;
+}
+
+export interface Inbox {
+  count: number;
+  projects: Record<string, number>;
+  items: InboxItem[];
+}
+
+export const getInbox = () => getJson<Inbox>('/api/inbox');

@@ -29,6 +29,7 @@ import { ActivationsView } from './activations';
 import { HistoryView } from './history';
 import { applyDelta, endActivation, LivePanel, type ActivationDelta, type LiveOutput } from './live';
 import { MessagesView } from './messages';
+import { InboxButton, itemView, useInbox } from './inbox';
 import { OutputView } from './output';
 import { Overview } from './overview';
 import {
@@ -556,15 +557,18 @@ export function App() {
     });
   }
 
+  const inbox = useInbox(`${approvalPulse} ${lastUpdated?.getTime() ?? 0}`);
   const list = projects ?? [];
   const project = list.find((item) => item.id === selected) ?? null;
   const viewData = data.project === selected ? data : emptyData(selected);
 
   return (
     <div class="app-shell">
-      <Sidebar projects={list} selected={selected} live={live} onSelect={chooseProject} />
+      <Sidebar projects={list} selected={selected} live={live} inbox={inbox?.projects} onSelect={chooseProject} />
       <main class="workspace">
-        <TopBar lastUpdated={lastUpdated} busy={loading || panelLoading} onRefresh={reloadAll} />
+        <TopBar lastUpdated={lastUpdated} busy={loading || panelLoading} onRefresh={reloadAll}>
+          <InboxButton inbox={inbox} onOpen={(item) => pushHash(buildHash(item.project, itemView(item), null))} />
+        </TopBar>
         {!tokenPrompt && <ErrorBanner message={error} />}
         {tokenPrompt ? (
           <TokenPrompt invalid={tokenPrompt.invalid} onSubmit={submitToken} />

@@ -1,5 +1,6 @@
 // Shell components of the control room (docs/design/webui.md): sidebar project picker, top bar, error
 // banner, empty state, API-token prompt, project hero with lifecycle actions, and the view tabs.
+import type { ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import { errorText, getTask, isTokenError, type LifecycleAction, type Project } from './api';
 import { ErrorBox, StatusPill } from './components';
@@ -36,6 +37,8 @@ export function Sidebar(props: {
   projects: Project[];
   selected: string | null;
   live: LiveMode;
+  /** What waits for a person, per project (GET /api/inbox). */
+  inbox?: Record<string, number>;
   onSelect: (id: string) => void;
 }) {
   return (
@@ -73,6 +76,11 @@ export function Sidebar(props: {
                 <span class="project-name">{project.name}</span>
                 <span class="project-id mono">{project.id}</span>
               </span>
+              {(props.inbox?.[project.id] ?? 0) > 0 && (
+                <span class="project-inbox" data-testid="project-inbox" title="Waiting for you">
+                  {String(props.inbox?.[project.id])}
+                </span>
+              )}
               <StatusPill status={project.status} compact />
             </button>
           );
@@ -103,7 +111,12 @@ function liveText(mode: LiveMode): string {
   }
 }
 
-export function TopBar(props: { lastUpdated: Date | null; busy: boolean; onRefresh: () => void }) {
+export function TopBar(props: {
+  lastUpdated: Date | null;
+  busy: boolean;
+  onRefresh: () => void;
+  children?: ComponentChildren;
+}) {
   return (
     <header class="topbar">
       <div>
@@ -111,6 +124,7 @@ export function TopBar(props: { lastUpdated: Date | null; busy: boolean; onRefre
         <h1 class="topbar-title">Project telemetry</h1>
       </div>
       <div class="topbar-right">
+        {props.children}
         <span class="topbar-status" data-testid="last-updated">
           {props.lastUpdated ? `Updated ${clockTime(props.lastUpdated)}` : 'Connecting...'}
         </span>

@@ -13,6 +13,7 @@ import {
   getMessage,
   getTimeline,
   isTokenError,
+  listPendingApprovals,
   type ActivationContext,
   type Agent,
   type HistoryRow,
@@ -275,6 +276,24 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
   const catchUp = useRef<number | undefined>(undefined);
   const latestTimers = useRef(new Map<string, number>());
   const alive = useRef(true);
+  // Tool calls waiting for a person's decision: `agentId\0createdAt\0tool\0id`, joined by \u0001.
+  const [calls, setCalls] = useState('');
+  const callsNonce = useRef(0);
+
+  function loadCalls() {
+    const request = ++callsNonce.current;
+    listPendingApprovals(project).then(
+      (rows) => {
+        if (!alive.current || request !== callsNonce.current) return;
+        const pending = rows.filter((row) => row.status === 'pending');
+        setCalls(pending.map((row) => [row.agentId, row.createdAt, row.tool, row.id].join('\u0000')).join('\u0001'));
+      },
+      (caught) => {
+        if (alive.current && !isTokenError(caught)) setError(errorText(caught));
+      },
+    );
+  }
+  useEffect(loadCalls, [project, props.refresh]);
 
   const derived = useMemo(() => derive(data.current, agents), [version, agents.map((a) => a.id).join(' ')]);
   const running = derived.bars.some((bar) => bar.end === null);
@@ -327,6 +346,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
       }
     };
     return props.subscribe((event) => {
+      if (event.type.startsWith('approval.') || event.type === 'project.status') loadCalls();
       // A running agent's newest history row becomes its bar's text (events carry no content).
       if (event.type === 'agent_history.message' && event.data.role === 'assistant') {
         const agentId = typeof event.data.agentId === 'string' ? event.data.agentId : null;
@@ -698,6 +718,10 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
                   <path d="M 0 0 L 10 5 L 0 10 z" />
                 </marker>
               ))}
+              <pattern id="team-hatch" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)">
+                <rect width="8" height="8" class="team-hatch-bg" />
+                <rect width="3" height="8" class="team-hatch" />
+              </pattern>
               <pattern id="team-stripes" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
                 <rect width="4" height="8" class="team-stripe" />
               </pattern>
@@ -721,6 +745,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
                 height={height}
                 nowMs={running ? now : Number.POSITIVE_INFINITY}
                 submitted={props.project.status === 'submitted'}
+                calls={calls}
                 selectedId={selectedId}
                 focusId={focusId}
                 woke={woke}
@@ -799,6 +824,8 @@ interface LayerProps {
   /** The clock for running bars; +Infinity when nothing runs (open waits then reach the edge). */
   nowMs: number;
   submitted: boolean;
+  /** Pending approval requests, encoded as TeamView keeps them. */
+  calls: string;
   selectedId: string | null;
   focusId: string | null;
   woke: string;
@@ -837,6 +864,14 @@ class TeamLayer extends Component<LayerProps> {
     );
     const visibleWaits = derived.waits.filter((w) => w.start <= end && (w.end ?? nowMs) >= start);
     const visibleApprovals = derived.approvals.filter((a) => a.at >= start && a.at <= end);
+    const waitingCalls = props.calls
+      .split('\u0001')
+      .filter(Boolean)
+      .map((entry) => {
+        const [agentId, createdAt, tool, id] = entry.split('\u0000');
+        return { agentId, at: ms(createdAt), tool, id };
+      })
+      .filter((call) => call.at <= end);
     // One bar is in the Tab order (roving tabindex): the last focused one, else the newest one
     // that starts before the base window's right edge; arrow keys move between the others.
     const tabId = visibleBars.some((bar) => bar.act.id === props.focusId)
@@ -903,7 +938,7 @@ class TeamLayer extends Component<LayerProps> {
           const pending = props.submitted;
           return (
             <g key={approval.id} class="team-approval" data-agent={lane}>
-              <title>{`${lane} submitted the report at ${clockTime(at)}${pending ? '; awaiting approval' : ''}`}</title>
+              <title>{`${lane} submitted the report at ${clockTime(at)}${pending ? '; report awaiting review' : ''}`}</title>
               {pending && <rect class="team-approval-span" x={x} y={y - 9} width={Math.max(0, Math.min(2 * width, xOf(nowMs)) - x)} height={18} />}
               <path class="team-approval-mark" d={`M ${x} ${y - 8} L ${x + 8} ${y} L ${x} ${y + 8} L ${x - 8} ${y} z`} />
               {pending && (
@@ -913,7 +948,7 @@ class TeamLayer extends Component<LayerProps> {
                   y={y + 22}
                   text-anchor={x > width - 120 ? 'end' : 'start'}
                 >
-                  awaiting approval
+                  report awaiting review
                 </text>
               )}
             </g>
@@ -963,6 +998,23 @@ class TeamLayer extends Component<LayerProps> {
                   {inner.length > drawnW / 6.5 ? `${inner.slice(0, Math.max(1, Math.floor(drawnW / 6.5) - 1))}…` : inner}
                 </text>
               )}
+            </g>
+          );
+        })}
+      </g>
+      <g class="team-calls">
+        {waitingCalls.map((call) => {
+          const x1 = Math.max(-width - 4, xOf(call.at));
+          const x2 = Math.min(2 * width + 4, Number.isFinite(nowMs) ? xOf(nowMs) : 2 * width + 4);
+          const y = laneMid(call.agentId) - BAR_H / 2 - 2;
+          const text = `${call.agentId}: ${call.tool} waiting for you since ${clockTime(call.at)} (call awaiting approval)`;
+          return (
+            <g key={call.id} class="team-call" data-testid="team-call-waiting" data-agent={call.agentId} data-approval-id={call.id}>
+              <title>{text}</title>
+              <rect class="team-call-rect" x={x1} y={y} width={Math.max(6, x2 - x1)} height={BAR_H + 4} rx={5} fill="url(#team-hatch)" />
+              <text class="team-call-label" x={x1 + 6} y={y - 4}>
+                {`waiting for you · ${call.tool}`}
+              </text>
             </g>
           );
         })}
@@ -1115,7 +1167,11 @@ function Legend() {
       ))}
       <span class="team-legend-item">
         <span class="team-swatch-line is-wait" />
-        waiting
+        waiting for a signal
+      </span>
+      <span class="team-legend-item">
+        <span class="team-swatch is-call" />
+        waiting for you (call awaiting approval)
       </span>
       {['P0', 'P1', 'P2', 'P3'].map((p) => (
         <span class="team-legend-item" key={p}>
