@@ -311,7 +311,10 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
 
     @app.get("/api/projects/<project>/events")
     def events(project):
-        return json_response(root.open_project(project).list_events(limit_query(200), shrink_data=True))
+        query = bottle.request.query
+        return json_response(root.open_project(project).list_events(
+            limit_query(200), shrink_data=True, before=query.get("before") or None,
+            event_type=query.get("type") or None, agent=query.get("agent") or None))
 
     @app.get("/api/projects/<project>/activations")
     def activations(project):

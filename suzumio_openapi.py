@@ -260,8 +260,12 @@ PATHS = {
                 _ref("SendMessage"))},
     "/api/projects/{project}/messages/{message}": _get(
         "One message", _json(_ref("Message"), "The message"), [PROJECT, _path_param("message", "Message id")]),
-    "/api/projects/{project}/events": _get("The newest events", _json(_array("Event"), "Events, newest first"),
-                                           [PROJECT, LIMIT]),
+    "/api/projects/{project}/events": _get(
+        "The newest events, or a page of older ones", _json(_array("Event"), "Events, newest first"),
+        [PROJECT, LIMIT, *({"name": name, "in": "query", "required": False, "schema": STRING, "description": text}
+                           for name, text in (("before", "an event id: only events older than it"),
+                                              ("type", "one event type, or a prefix ending in . (tool.)"),
+                                              ("agent", "the events whose agentId or sender is this agent")))]),
     "/api/projects/{project}/activations": _get(
         "The newest activations", _json(_array("Activation"), "Activations, oldest first"), [PROJECT, LIMIT]),
     "/api/projects/{project}/costs": _get(

@@ -12,7 +12,7 @@ import {
   type Costs,
 } from './api';
 import { Chip, Empty, ErrorBox, Panel, StatusPill } from './components';
-import { count, readUsage, relativeTime, type TokenUsage } from './format';
+import { activationDuration, count, readUsage, relativeTime, utcTitle, type TokenUsage } from './format';
 
 export function ActivationsView(props: {
   project: string;
@@ -107,7 +107,8 @@ function ActivationItem(props: {
   const { activation } = props;
   const usage = readUsage(activation);
   const result = activation.error ?? activation.text ?? 'No result text recorded.';
-  let line = `${relativeTime(activation.startedAt, props.now)} - ${activation.emittedMessages ?? 0} emitted messages`;
+  const ran = activationDuration(activation, props.now);
+  let line = `${relativeTime(activation.startedAt, props.now)} - ${activation.completedAt ? 'ran' : 'running for'} ${ran} - ${activation.emittedMessages ?? 0} emitted messages`;
   if (activation.hasContext) line += ' - context recorded';
   if (props.cost) line += ` - ${props.cost}`;
   return (
@@ -129,7 +130,7 @@ function ActivationItem(props: {
           View context
         </button>
       </div>
-      <div class="activation-line" data-testid="activation-line">
+      <div class="activation-line" data-testid="activation-line" title={`started ${utcTitle(activation.startedAt) ?? ''}`}>
         {line}
       </div>
       {usage && <UsageRow usage={usage} />}

@@ -531,8 +531,19 @@ export const getToolUi = (project: string) => getJson<ToolUiEntry[]>(`${projectP
 export const invokeToolUi = (project: string, toolpackId: string, entryId: string, body: object) =>
   postJson<ToolUiResult>(`${projectPath(project)}/tool-ui/${enc(toolpackId)}/${enc(entryId)}`, body);
 
+export const EVENT_PAGE = 120;
+
 export const listEvents = (project: string) =>
-  getJson<EventRow[]>(`${projectPath(project)}/events?limit=120`);
+  getJson<EventRow[]>(`${projectPath(project)}/events?limit=${EVENT_PAGE}`);
+
+/** A page of events older than `before` (an event id), of one type (or a `prefix.`) and of one agent. */
+export function listEventsPage(project: string, filter: { before?: string; type?: string; agent?: string }) {
+  const query = new URLSearchParams({ limit: String(EVENT_PAGE) });
+  if (filter.before) query.set('before', filter.before);
+  if (filter.type) query.set('type', filter.type);
+  if (filter.agent) query.set('agent', filter.agent);
+  return getJson<EventRow[]>(`${projectPath(project)}/events?${query.toString()}`);
+}
 
 /**
  * URL of the SSE stream (docs/http-api.md). `EventSource` cannot set headers, so a stored token

@@ -633,7 +633,15 @@ export function App() {
                   onNormalize={(key) => chooseToolPage(key, 'replace')}
                 />
               )}
-              {view === 'events' && <TimelineView events={viewData.events} loading={panelLoading} />}
+              {view === 'events' && (
+                <TimelineView
+                  key={project.id}
+                  project={project.id}
+                  agents={(project.agents ?? []).map((agent) => agent.id)}
+                  events={viewData.events}
+                  loading={panelLoading}
+                />
+              )}
             </div>
           </>
         )}

@@ -23,7 +23,9 @@ import {
   type TimelineSignal,
 } from './api';
 import { Chip, ErrorBox, Panel, StatusPill } from './components';
-import { readUsage } from './format';
+import { activationDuration, readUsage } from './format';
+import { historyToolName } from './history';
+import { Folded, stepTitle, toolStep, ToolStepBody } from './steps';
 
 const LANE_H = 58;
 const AXIS_H = 30;
@@ -1257,7 +1259,7 @@ function TeamDetail(props: {
       title={`Activation of ${activation.agentId}`}
       subtitle={`${activation.id} · ${OUTCOME_LABEL[outcome]} · ${clockTime(activation.startedAt)}${
         activation.completedAt ? ` → ${clockTime(activation.completedAt)}` : ''
-      }`}
+      } · ${activation.completedAt ? 'ran' : 'running for'} ${activationDuration(activation, Date.now())}`}
       testId="team-detail"
       actions={close}
     >
@@ -1309,12 +1311,15 @@ function TeamDetail(props: {
           <p class="panel-subtitle">No rows among the agent's newest history.</p>
         ) : (
           <ol class="team-history" data-testid="team-detail-history">
-            {history.map((row) => (
-              <li key={row.id}>
-                <span class="mono team-history-kind">{`${row.sequence}. ${row.kind ?? row.role}`}</span>
-                <span class="prewrap">{firstLine(row.content, 200)}</span>
-              </li>
-            ))}
+            {history.map((row) => {
+              const step = toolStep(row);
+              return (
+                <li key={row.id} data-testid="team-step" data-role={row.role}>
+                  <span class="mono team-history-kind">{`${row.sequence}. ${stepTitle(row, step?.tool ?? historyToolName(row))}`}</span>
+                  {step ? <ToolStepBody step={step} role={row.role} /> : <Folded text={row.content ?? ''} label="Text" />}
+                </li>
+              );
+            })}
           </ol>
         )}
       </div>
