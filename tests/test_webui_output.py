@@ -112,3 +112,31 @@ def test_request_changes_is_confirmed_and_sends_the_team_back_to_work(page, team
     assert store.project()["status"] != "submitted"
     bodies = [m["body"] for m in team.get("/api/projects/demo/messages?limit=500").json() if m["recipient"] == "pm"]
     assert any("Make the wishes warmer." in body for body in bodies)
+
+
+def overflow(page, selector):
+    """How far the element's content reaches past its box, in pixels (0: nothing overflows)."""
+    return page.eval_on_selector(selector, "(n) => n.scrollWidth - n.clientWidth")
+
+
+@pytest.mark.parametrize("view", ["output", "team", "history", "events"])
+def test_the_page_at_820_px_has_no_sideways_overflow_and_every_tab_in_view(browser, team, view):
+    context = browser.new_context(locale="en-US", viewport={"width": 820, "height": 1000})
+    page = context.new_page()
+    try:
+        page.goto(team.control_room(f"#/demo/{view}"))
+        tabs = page.get_by_role("tab")
+        expect(tabs.first).to_be_visible()
+        assert overflow(page, ".tabs") <= 0
+        assert page.evaluate("document.documentElement.scrollWidth") <= 820
+        box = page.locator(".tabs").bounding_box()
+        for tab in tabs.all():
+            tab_box = tab.bounding_box()
+            assert box["x"] <= tab_box["x"] and tab_box["x"] + tab_box["width"] <= box["x"] + box["width"] + 0.5
+        if view == "output":
+            page.locator('[data-path="critic/review.md"]').first.click()
+            expect(page.get_by_test_id("artifact-content")).to_contain_text("Verdict")
+            assert page.evaluate("document.documentElement.scrollWidth") <= 820
+            page.screenshot(path=str(IMAGES / "webui-820.png"), full_page=False)
+    finally:
+        context.close()

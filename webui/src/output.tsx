@@ -60,7 +60,9 @@ export function ReportPanel(props: { project: Project; compact?: boolean }) {
       ? 'Report awaiting review: approve it or request changes above.'
       : text === null
         ? 'The team has not submitted a report yet.'
-        : `Submitted; the project is ${project.status}.`;
+        : project.status === 'running'
+          ? 'The last submitted report; the team is back at work on it.'
+          : `Submitted; the project is ${project.status}.`;
   return (
     <Panel title="Final report" subtitle={subtitle} busy={report.busy} testId="report-panel" actions={<StatusPill status={project.status} compact />}>
       <ErrorBox message={report.error} testId="report-error" />
