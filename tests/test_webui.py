@@ -442,7 +442,7 @@ def test_start_and_stop_buttons_follow_project_status(tabs, fresh):
     assert [post_json(r) for r in tab.api("POST", "/api/projects/demo/start")] == [None]
     hero.get_by_role("button", name="Stop").click()
     expect(hero.get_by_test_id("project-status")).to_have_text("stopped")
-    expect(hero.locator(".hero-actions button")).to_have_text(["Start project"])
+    expect(hero.locator(".hero-actions button")).to_have_text(["Start project", "Replay"])
     assert len(tab.api("POST", "/api/projects/demo/stop")) == 1
     assert fresh.store().project()["status"] == "stopped"
 
@@ -460,7 +460,7 @@ def test_sidebar_click_pushes_hash_and_approve_completes_submitted_project(tabs,
     assert tab.api("POST", "/api/projects/beta/approve") == []  # asked first, in place
     hero.get_by_role("button", name="Confirm approve").click()
     expect(hero.get_by_test_id("project-status")).to_have_text("completed")
-    expect(hero.locator(".hero-actions button")).to_have_count(0)
+    expect(hero.locator(".hero-actions button")).to_have_text(["Replay"])  # an ended run can be replayed
     assert len(tab.api("POST", "/api/projects/beta/approve")) == 1
 
 

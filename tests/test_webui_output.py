@@ -97,7 +97,7 @@ def test_request_changes_is_confirmed_and_sends_the_team_back_to_work(page, team
     page.goto(team.control_room("#/demo/output"))
     hero = page.get_by_test_id("project-hero")
     expect(hero.get_by_test_id("project-status")).to_have_text("submitted")
-    expect(hero.locator(".hero-actions button")).to_have_text(["Approve report", "Request changes"])
+    expect(hero.locator(".hero-actions button")).to_have_text(["Approve report", "Request changes", "Replay"])
     hero.get_by_role("button", name="Approve report").click()
     expect(hero.get_by_test_id("confirm-approve")).to_contain_text("Approve the report and end the project?")
     hero.get_by_role("button", name="Cancel").click()

@@ -12,6 +12,7 @@ import {
   type Costs,
 } from './api';
 import { Chip, Empty, ErrorBox, Panel, StatusPill } from './components';
+import { ForkButton } from './runs';
 import { activationDuration, count, readUsage, relativeTime, utcTitle, type TokenUsage } from './format';
 
 export function ActivationsView(props: {
@@ -74,6 +75,7 @@ export function ActivationsView(props: {
             {newestFirst.map((activation) => (
               <ActivationItem
                 key={activation.id}
+                project={props.project}
                 activation={activation}
                 now={props.now}
                 loading={contextLoading === activation.id}
@@ -97,6 +99,7 @@ export function ActivationsView(props: {
 }
 
 function ActivationItem(props: {
+  project: string;
   activation: Activation;
   now: number;
   loading: boolean;
@@ -134,6 +137,7 @@ function ActivationItem(props: {
         {line}
       </div>
       {usage && <UsageRow usage={usage} />}
+      {activation.status !== 'running' && <ForkButton project={props.project} activation={activation.id} />}
       <div class={`activation-result prewrap${activation.error ? ' is-error' : ''}`} data-testid="activation-result">
         {result}
       </div>

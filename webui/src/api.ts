@@ -692,3 +692,35 @@ export interface Inbox {
 }
 
 export const getInbox = () => getJson<Inbox>('/api/inbox');
+
+// ---------------------------------------------------------------------------------------------
+// Replays and forks (docs/replay.md): each answers 201 with the new project's full summary.
+
+export interface ForkBody {
+  as: string;
+  at: string;
+  config?: string;
+}
+
+export interface ReplayBody {
+  as: string;
+  tools?: 'live' | 'recorded';
+  onDiverge?: 'stop' | 'live';
+  config?: string;
+}
+
+export const forkProject = (project: string, body: ForkBody) => postJson<Project>(`${projectPath(project)}/fork`, body);
+
+export const replayProject = (project: string, body: ReplayBody) =>
+  postJson<Project>(`${projectPath(project)}/replay`, body);
+
+export interface ToolCallRow {
+  id: string;
+  agent_id: string;
+  activation_id: string;
+  tool: string;
+  created_at: string;
+}
+
+export const listToolCalls = (project: string) =>
+  getJson<ToolCallRow[]>(`${projectPath(project)}/tool-calls?limit=100000`);

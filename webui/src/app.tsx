@@ -31,6 +31,7 @@ import { applyDelta, endActivation, LivePanel, type ActivationDelta, type LiveOu
 import { MessagesView } from './messages';
 import { InboxButton, itemView, useInbox } from './inbox';
 import { OutputView } from './output';
+import { onRunCreated } from './runs';
 import { Overview } from './overview';
 import {
   EmptyState,
@@ -308,8 +309,17 @@ export function App() {
     setLoading(false);
   }
 
+  // A fork or replay made on the page opens in the Team view once the list holds it.
+  async function openCreated(id: string) {
+    await loadProjects();
+    current.current.view = 'team';
+    setView('team');
+    chooseProject(id);
+  }
+
   // Start-up: first list request, token-refusal listener, hashchange.
   useEffect(() => {
+    onRunCreated((id) => void openCreated(id));
     onTokenRefused((message) => {
       current.current.tokenBlocked = true;
       setTokenPrompt({ invalid: message === TOKEN_INVALID });

@@ -4,6 +4,7 @@ import type { ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import { errorText, getTask, isTokenError, type LifecycleAction, type Project } from './api';
 import { ErrorBox, StatusPill } from './components';
+import { ReplayForm } from './runs';
 import { clockTime, isTruncated, relativeTime } from './format';
 
 export const VIEWS = [
@@ -280,7 +281,9 @@ export function Hero(props: {
     setTaskError(null);
   }, [project.id, task]);
 
+  const [replaying, setReplaying] = useState(false);
   const togglable = task.length > 420 || isTruncated(task);
+  const replayable = !['initialized', 'running'].includes(project.status);
   const action = ACTIONS[project.status];
 
   async function toggleTask() {
@@ -340,21 +343,29 @@ export function Hero(props: {
         )}
         <ErrorBox message={taskError} testId="task-error" />
       </div>
-      {project.status === 'submitted' && (
+      {(project.status === 'submitted' || action || replayable) && (
         <div class="hero-actions">
-          <ReviewActions busy={props.busy} onApprove={() => props.onAction('approve')} onRequestChanges={props.onRequestChanges} />
-        </div>
-      )}
-      {action && (
-        <div class="hero-actions">
-          <button
-            type="button"
-            class={`btn ${action.style}`}
-            disabled={props.busy}
-            onClick={() => props.onAction(action.action)}
-          >
-            {action.label}
-          </button>
+          {project.status === 'submitted' && (
+            <ReviewActions busy={props.busy} onApprove={() => props.onAction('approve')} onRequestChanges={props.onRequestChanges} />
+          )}
+          {action && (
+            <button
+              type="button"
+              class={`btn ${action.style}`}
+              disabled={props.busy}
+              onClick={() => props.onAction(action.action)}
+            >
+              {action.label}
+            </button>
+          )}
+          {replayable &&
+            (replaying ? (
+              <ReplayForm project={project.id} onCancel={() => setReplaying(false)} />
+            ) : (
+              <button type="button" class="btn btn-secondary" data-testid="replay-open" onClick={() => setReplaying(true)}>
+                Replay
+              </button>
+            ))}
         </div>
       )}
     </section>

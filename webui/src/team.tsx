@@ -25,6 +25,7 @@ import {
 import { Chip, ErrorBox, Panel, StatusPill } from './components';
 import { activationDuration, readUsage } from './format';
 import { historyToolName } from './history';
+import { ForkButton } from './runs';
 import { Folded, stepTitle, toolStep, ToolStepBody } from './steps';
 
 const LANE_H = 58;
@@ -1269,6 +1270,7 @@ function TeamDetail(props: {
         {usage?.model && <Chip>{usage.apiModel ?? usage.model}</Chip>}
         <Chip>{`${activation.emittedMessages ?? 0} emitted messages`}</Chip>
       </div>
+      {activation.completedAt && <ForkButton project={props.project} activation={activation.id} />}
       {(activation.signals ?? []).length > 0 && (
         <div class="team-detail-section">
           <h3>Woken by</h3>
