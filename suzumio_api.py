@@ -23,6 +23,7 @@ import suzumio_inbox
 import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_output
+import suzumio_project_files
 import suzumio_replay
 import suzumio_scheduler
 import suzumio_sse
@@ -463,6 +464,7 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
 
     mount_output_routes(app, root)
     mount_inbox_routes(app, root)
+    mount_project_file_routes(app, root, scheduler)
 
 
 def mount_inbox_routes(app, root):
@@ -475,6 +477,26 @@ def mount_inbox_routes(app, root):
     @app.get("/api/projects/<project>/inbox")
     def project_inbox(project):
         return json_response(suzumio_inbox.project_inbox(root.open_project(project)))
+
+
+def mount_project_file_routes(app, root, scheduler):
+    """Project files sent as text (suzumio_project_files): checked, and initialized (then started)."""
+
+    @app.post("/api/config/validate")
+    def config_validate():
+        return json_response(suzumio_project_files.check(read_fields().get("config")))
+
+    @app.post("/api/projects")
+    def create_project():
+        body = read_fields()
+        start = body.get("start", False)
+        if not isinstance(start, bool):
+            raise BadRequest("start must be true or false")
+        store = suzumio_project_files.init_from_text(root, body.get("config"))
+        if start:
+            store.start()
+            run_tick(scheduler.trigger, store.project_id)
+        return json_response(store.project_summary(full=True), status=201)
 
 
 def wants_json():

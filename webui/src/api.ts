@@ -724,3 +724,20 @@ export interface ToolCallRow {
 
 export const listToolCalls = (project: string) =>
   getJson<ToolCallRow[]>(`${projectPath(project)}/tool-calls?limit=100000`);
+
+// ---------------------------------------------------------------------------------------------
+// Project files sent as text (docs/http-api.md#projects-from-a-file).
+
+export interface ConfigCheck {
+  valid: boolean;
+  errors: string[];
+  name?: string;
+  agents?: string[];
+  warnings?: string[];
+  unknownKeys?: string[];
+}
+
+export const checkConfig = (config: string) => postJson<ConfigCheck>('/api/config/validate', { config });
+
+export const createProject = (config: string, start: boolean) =>
+  postJson<Project>('/api/projects', { config, start });

@@ -30,6 +30,7 @@ import { HistoryView } from './history';
 import { applyDelta, endActivation, LivePanel, type ActivationDelta, type LiveOutput } from './live';
 import { MessagesView } from './messages';
 import { InboxButton, itemView, useInbox } from './inbox';
+import { NewProject } from './newproject';
 import { OutputView } from './output';
 import { onRunCreated } from './runs';
 import { Overview } from './overview';
@@ -309,8 +310,10 @@ export function App() {
     setLoading(false);
   }
 
-  // A fork or replay made on the page opens in the Team view once the list holds it.
+  const [creating, setCreating] = useState(false);
+  // A fork, replay or new project made on the page opens in the Team view once the list holds it.
   async function openCreated(id: string) {
+    setCreating(false);
     await loadProjects();
     current.current.view = 'team';
     setView('team');
@@ -516,6 +519,7 @@ export function App() {
 
   // User navigation: pushes a history entry.
   function chooseProject(id: string) {
+    setCreating(false);
     selectProjectState(id);
     pushHash(hashFor(id));
     setViewNonce((n) => n + 1);
@@ -574,7 +578,7 @@ export function App() {
 
   return (
     <div class="app-shell">
-      <Sidebar projects={list} selected={selected} live={live} inbox={inbox?.projects} onSelect={chooseProject} />
+      <Sidebar projects={list} selected={selected} live={live} inbox={inbox?.projects} onSelect={chooseProject} onNew={() => setCreating(true)} />
       <main class="workspace">
         <TopBar lastUpdated={lastUpdated} busy={loading || panelLoading} onRefresh={reloadAll}>
           <InboxButton inbox={inbox} onOpen={(item) => pushHash(buildHash(item.project, itemView(item), null))} />
@@ -582,6 +586,8 @@ export function App() {
         {!tokenPrompt && <ErrorBanner message={error} />}
         {tokenPrompt ? (
           <TokenPrompt invalid={tokenPrompt.invalid} onSubmit={submitToken} />
+        ) : creating ? (
+          <NewProject onCreated={(id) => void openCreated(id)} onClose={() => setCreating(false)} />
         ) : project === null ? (
           <EmptyState connecting={projects === null && loading && error === null} />
         ) : (

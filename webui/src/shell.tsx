@@ -41,6 +41,7 @@ export function Sidebar(props: {
   /** What waits for a person, per project (GET /api/inbox). */
   inbox?: Record<string, number>;
   onSelect: (id: string) => void;
+  onNew?: () => void;
 }) {
   return (
     <aside class="sidebar">
@@ -59,6 +60,11 @@ export function Sidebar(props: {
           {String(props.projects.length)}
         </span>
       </div>
+      {props.onNew && (
+        <button type="button" class="btn btn-secondary btn-small sidebar-new" data-testid="new-project-open" onClick={props.onNew}>
+          New project
+        </button>
+      )}
       <nav class="project-list" aria-label="Projects">
         {props.projects.map((project) => {
           const active = project.id === props.selected;
