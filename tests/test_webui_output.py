@@ -2,6 +2,7 @@
 against the real app with a real scheduler thread, after a real run of the demo team: the final report
 rendered, an artifact opened, two versions compared, and "Request changes" sending the team back to
 work. Screenshots land in docs/images/."""
+import re
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,21 @@ def test_two_versions_of_an_artifact_are_compared_as_a_diff(page, team):
     expect(diff.locator(".diff-file")).to_have_text(["--- a/worker-1/part-a.md@1", "+++ b/worker-1/part-a.md"])
     expect(diff.locator(".diff-del")).to_have_count(0)
     viewer.screenshot(path=str(IMAGES / "webui-artifact-diff.png"))
+
+
+def test_the_team_view_details_show_each_tool_call_with_its_input_and_output(page, team):
+    page.goto(team.control_room("#/demo/team"))
+    expect(page.get_by_test_id("team-chart")).to_have_attribute("data-complete", "true")
+    page.locator('[data-testid="team-bar"][data-agent="worker-1"]').first.click()
+    detail = page.get_by_test_id("team-detail")
+    expect(detail).to_contain_text(re.compile(r"· ran \d"))
+    steps = detail.get_by_test_id("team-step")
+    call = steps.filter(has_text="tool call · file.write").first
+    expect(call.get_by_test_id("step-input")).to_contain_text('"content": "Dear friend,\\n"')
+    result = steps.filter(has_text="tool result · file.write · completed").first
+    expect(result.get_by_test_id("step-output")).to_be_visible()
+    detail.scroll_into_view_if_needed()
+    page.screenshot(path=str(IMAGES / "webui-team-steps.png"))
 
 
 def test_request_changes_is_confirmed_and_sends_the_team_back_to_work(page, team):

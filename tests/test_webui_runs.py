@@ -105,4 +105,8 @@ def test_replay_on_an_ended_project_starts_a_replay_and_opens_it(page, team):
     assert json.loads(request.value.post_data) == {"as": "demo-again", "tools": "recorded", "onDiverge": "stop"}
     expect(page).to_have_url(f"{team.base_url}/#/demo-again/team")
     expect(page.get_by_test_id("project-origin")).to_contain_text("Replay of demo (tools recorded)")
-    assert team.store("demo-again").project()["status"] != "initialized"
+    replay = team.store("demo-again")
+    assert replay.project()["status"] != "initialized"
+    # Leave no runner behind: stop the replay and wait for its activations to end.
+    assert team.post("/api/projects/demo-again/stop").status_code == 200
+    wait_until(lambda: not replay.running_activations(), 60, message="the replay's activations to end")
