@@ -3,7 +3,7 @@
 // count on every view; its list opens each item in the view where it is decided.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { getInbox, type Inbox, type InboxItem } from './api';
-import { clockTime } from './format';
+import { clockTime, utcTitle } from './format';
 
 /** The inbox, reloaded whenever `pulse` changes (each project-list load and each approval event). */
 export function useInbox(pulse: unknown): Inbox | null {
@@ -77,7 +77,7 @@ export function InboxButton(props: { inbox: Inbox | null; onOpen: (item: InboxIt
                 <span class="inbox-item-text">{itemText(item)}</span>
                 <span class="inbox-item-meta">
                   <span class="mono">{item.project}</span>
-                  {item.since && <span title={new Date(item.since).toISOString()}>{` · since ${clockTime(item.since)}`}</span>}
+                  {item.since && <span title={utcTitle(item.since)}>{` · since ${clockTime(item.since)}`}</span>}
                 </span>
               </button>
             ))

@@ -5,7 +5,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { errorText, getTask, isTokenError, type LifecycleAction, type Project } from './api';
 import { ErrorBox, StatusPill } from './components';
 import { ReplayForm } from './runs';
-import { clockTime, isTruncated, relativeTime } from './format';
+import { clockTime, isTruncated, relativeTime, utcTitle } from './format';
 
 export const VIEWS = [
   { id: 'overview', label: 'Overview' },
@@ -319,7 +319,7 @@ export function Hero(props: {
       <div class="hero-main">
         <div class="hero-meta">
           <StatusPill status={project.status} testId="project-status" />
-          <span class="meta-time">{`Updated ${relativeTime(project.updated_at, props.now)}`}</span>
+          <span class="meta-time" title={utcTitle(project.updated_at)}>{`Updated ${relativeTime(project.updated_at, props.now)}`}</span>
         </div>
         <h2 class="hero-title">{project.name}</h2>
         {project.origin && (
