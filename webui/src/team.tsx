@@ -1,7 +1,7 @@
 // Team view: an SVG swimlane chart of who worked when. One lane per agent (plus `user`),
 // time on x; activations are bars coloured by outcome, waits, a report awaiting review and calls
-// awaiting approval are drawn in the lane, messages are arrows from the sender's lane to the recipient's, and the signals that woke an
-// activation link to its bar. Data comes in time-range pages (GET …/timeline), newest first, and the
+// awaiting approval are drawn in the lane, messages are arrows from the sender's lane to the
+// recipient's, and the signals that woke an activation link to its bar. Data comes in time-range pages (GET …/timeline), newest first, and the
 // live stream triggers small catch-up pages; only what lies in the visible window is drawn.
 import { Component } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
