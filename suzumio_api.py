@@ -21,9 +21,11 @@ import suzumio_coordination as coordination
 import suzumio_diff
 import suzumio_effects
 import suzumio_guards
+import suzumio_inbox
 import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_output
+import suzumio_project_files
 import suzumio_replay
 import suzumio_scheduler
 import suzumio_sse
@@ -315,7 +317,10 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
 
     @app.get("/api/projects/<project>/events")
     def events(project):
-        return json_response(root.open_project(project).list_events(limit_query(200), shrink_data=True))
+        query = bottle.request.query
+        return json_response(root.open_project(project).list_events(
+            limit_query(200), shrink_data=True, before=query.get("before") or None,
+            event_type=query.get("type") or None, agent=query.get("agent") or None))
 
     @app.get("/api/projects/<project>/activations")
     def activations(project):
@@ -482,6 +487,40 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
         return json_response(message)
 
     mount_output_routes(app, root)
+    mount_inbox_routes(app, root)
+    mount_project_file_routes(app, root, scheduler)
+
+
+def mount_inbox_routes(app, root):
+    """What waits for a person (suzumio_inbox): across the root and per project."""
+
+    @app.get("/api/inbox")
+    def inbox():
+        return json_response(suzumio_inbox.root_inbox(root))
+
+    @app.get("/api/projects/<project>/inbox")
+    def project_inbox(project):
+        return json_response(suzumio_inbox.project_inbox(root.open_project(project)))
+
+
+def mount_project_file_routes(app, root, scheduler):
+    """Project files sent as text (suzumio_project_files): checked, and initialized (then started)."""
+
+    @app.post("/api/config/validate")
+    def config_validate():
+        return json_response(suzumio_project_files.check(read_fields().get("config")))
+
+    @app.post("/api/projects")
+    def create_project():
+        body = read_fields()
+        start = body.get("start", False)
+        if not isinstance(start, bool):
+            raise BadRequest("start must be true or false")
+        store = suzumio_project_files.init_from_text(root, body.get("config"))
+        if start:
+            store.start()
+            run_tick(scheduler.trigger, store.project_id)
+        return json_response(store.project_summary(full=True), status=201)
 
 
 def wants_json():

@@ -215,6 +215,30 @@ SCHEMAS = {
     "ArtifactDiff": {"type": "object", "required": ["path", "from", "to", "diff"],
                      "properties": {"path": STRING, "from": INTEGER, "to": {"type": ["integer", "null"]},
                                     "diff": {"type": "string", "description": "unified diff"}}},
+    "ProjectFile": {"type": "object", "required": ["config"],
+                    "properties": {"config": {"type": "string", "description": "a project file (YAML text)"},
+                                   "start": {"type": "boolean", "description": "start it once initialized"}}},
+    "ConfigCheck": {"type": "object", "required": ["valid", "errors"],
+                    "properties": {"valid": {"type": "boolean"},
+                                   "errors": {"type": "array", "items": STRING,
+                                              "description": "one per error, each naming its dotted path"},
+                                   "name": STRING, "agents": {"type": "array", "items": STRING},
+                                   "warnings": {"type": "array", "items": STRING},
+                                   "unknownKeys": {"type": "array", "items": STRING}}},
+    "InboxItem": {"type": "object", "required": ["kind", "project"],
+                  "description": "One thing waiting for a person; more kinds may be added, so clients show unknown "
+                                 "ones by kind",
+                  "properties": {"kind": {"type": "string", "description": "approval (a call awaiting approval), "
+                                          "report (a report awaiting review) or paused (an agent a guard paused)"},
+                                 "project": STRING, "id": STRING, "agentId": STRING, "tool": STRING,
+                                 "rule": NULLABLE_STRING, "reason": NULLABLE_STRING, "since": NULLABLE_STRING,
+                                 "expiresAt": STRING}},
+    "ProjectInbox": {"type": "object", "required": ["project", "count", "items"],
+                     "properties": {"project": STRING, "count": INTEGER, "items": _array("InboxItem")}},
+    "Inbox": {"type": "object", "required": ["count", "projects", "items"],
+              "properties": {"count": INTEGER, "projects": {"type": "object", "additionalProperties": INTEGER,
+                                                            "description": "per project that is not completed"},
+                             "items": _array("InboxItem")}},
     "Origin": {"type": "object", "required": ["kind", "source"],
                "description": "Where a replay or fork came from, and how far a replay got",
                "properties": {"kind": {"enum": ["replay", "fork"]}, "source": STRING, "at": NULLABLE_STRING,
@@ -260,7 +284,15 @@ PATHS = {
     "/api/version": _get("The Suzumio version (also in the Suzumio-Version header of every answer)",
                          _json(_ref("Version"), "The version")),
     "/api/openapi.json": _get("This document", _json({"type": "object"}, "OpenAPI 3.1")),
-    "/api/projects": _get("Every project, summarized", _json(_array("Project"), "Projects by name")),
+    "/api/projects": {
+        **_get("Every project, summarized", _json(_array("Project"), "Projects by name")),
+        "post": {"summary": "Initialize a project from a project file's text, as suzumio init does (and start it)",
+                 "parameters": [],
+                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("ProjectFile")}}},
+                 "responses": {"201": _json(_ref("Project"), "The new project"), **ERRORS, **CONFLICT}}},
+    "/api/config/validate": _post(
+        "Check a project file's text as suzumio config render does; the answer lists every error",
+        _json(_ref("ConfigCheck"), "The check"), _ref("ProjectFile"), parameters=(), conflict=False),
     "/api/projects/{project}": _get("One project", _json(_ref("Project"), "The project"), [PROJECT]),
     "/api/projects/{project}/task": _get("The task text", _text("The task"), [PROJECT]),
     "/api/projects/{project}/agents": _get("The agents", _json(_array("Agent"), "Agents by id"), [PROJECT]),
@@ -278,8 +310,12 @@ PATHS = {
                 _ref("SendMessage"))},
     "/api/projects/{project}/messages/{message}": _get(
         "One message", _json(_ref("Message"), "The message"), [PROJECT, _path_param("message", "Message id")]),
-    "/api/projects/{project}/events": _get("The newest events", _json(_array("Event"), "Events, newest first"),
-                                           [PROJECT, LIMIT]),
+    "/api/projects/{project}/events": _get(
+        "The newest events, or a page of older ones", _json(_array("Event"), "Events, newest first"),
+        [PROJECT, LIMIT, *({"name": name, "in": "query", "required": False, "schema": STRING, "description": text}
+                           for name, text in (("before", "an event id: only events older than it"),
+                                              ("type", "one event type, or a prefix ending in . (tool.)"),
+                                              ("agent", "the events whose agentId or sender is this agent")))]),
     "/api/projects/{project}/activations": _get(
         "The newest activations", _json(_array("Activation"), "Activations, oldest first"), [PROJECT, LIMIT]),
     "/api/projects/{project}/costs": _get(
@@ -332,6 +368,10 @@ PATHS = {
                                     "description": text} for name, text in (
                                         ("from", "the older version number (required)"),
                                         ("to", "the newer version number; default: the file now")))]),
+    "/api/inbox": _get("What waits for a person across every project that is not completed",
+                       _json(_ref("Inbox"), "The items and a count per project")),
+    "/api/projects/{project}/inbox": _get("What waits for a person in one project",
+                                          _json(_ref("ProjectInbox"), "The items"), [PROJECT]),
     "/api/projects/{project}/start": _post("Start or resume the project", PROJECT_ANSWER),
     "/api/projects/{project}/stop": _post("Stop the project", PROJECT_ANSWER),
     "/api/projects/{project}/approve": _post("Approve the result and complete the project", PROJECT_ANSWER),

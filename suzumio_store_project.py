@@ -160,10 +160,30 @@ class ProjectRows:
         with self.write(now) as tx:
             self.add_event(tx, type_, data)
 
-    def list_events(self, limit=200, shrink_data=False):
-        """Newest events first as raw rows; shrink_data shrinks large payloads (docs/http-api.md)."""
-        rows = self._query("SELECT * FROM events WHERE project = ? ORDER BY created_at DESC, rowid DESC "
-                           "LIMIT ?", (self.project_id, int(limit)))
+    def list_events(self, limit=200, shrink_data=False, before=None, event_type=None, agent=None):
+        """Newest events first as raw rows; shrink_data shrinks large payloads (docs/http-api.md). `before`
+        (an event id) pages: only events older than it; `event_type` keeps one type, or the types under a
+        prefix ending in `.` (`tool.`); `agent` keeps the events whose agentId or sender is that agent."""
+        where, params = ["project = ?"], [self.project_id]
+        if before is not None:
+            cursor = self._query_one("SELECT created_at, rowid AS rid FROM events WHERE project = ? AND id = ?",
+                                     (self.project_id, before))
+            if cursor is None:
+                raise NotFound(f"Unknown event: {before}")
+            where.append("(created_at < ? OR (created_at = ? AND rowid < ?))")
+            params += [cursor["created_at"], cursor["created_at"], cursor["rid"]]
+        if event_type:
+            if event_type.endswith("."):
+                where.append("substr(type, 1, ?) = ?")
+                params += [len(event_type), event_type]
+            else:
+                where.append("type = ?")
+                params.append(event_type)
+        if agent:
+            where.append("(json_extract(data_json, '$.agentId') = ? OR json_extract(data_json, '$.sender') = ?)")
+            params += [agent, agent]
+        rows = self._query(f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY created_at DESC, rowid DESC "
+                           "LIMIT ?", (*params, int(limit)))
         result = [event_row_json(r) for r in rows]
         if shrink_data:
             for item in result:

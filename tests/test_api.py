@@ -123,6 +123,25 @@ def test_events_are_newest_first_with_shrunk_data(service, demo):
     assert json.loads(message_event["data_json"])["body"] == "z" * 4000 + "\n\n[truncated 1000 chars]"
 
 
+def test_events_page_back_from_an_event_and_filter_by_type_and_agent(service, demo, activation_a):
+    for index in range(5):
+        coordination.send_message(demo, config_of(demo), "worker", f"note {index}", recipient="pm",
+                                  source_agent="worker", source_activation=activation_a["id"])
+    demo.start_tool_call("worker", activation_a["id"], "shell.exec", {"command": "ls"})
+    everything = service.get("/api/projects/demo/events?limit=500").json()
+    first = service.get("/api/projects/demo/events?limit=3").json()
+    second = service.get(f"/api/projects/demo/events?limit=3&before={first[-1]['id']}").json()
+    assert [e["id"] for e in first + second] == [e["id"] for e in everything[:6]]
+    created = service.get("/api/projects/demo/events?type=message.created").json()
+    assert {e["type"] for e in created} == {"message.created"} and len(created) >= 5
+    tools = service.get("/api/projects/demo/events?type=tool.").json()
+    assert [e["type"] for e in tools] == ["tool.called"]
+    mine = service.get("/api/projects/demo/events?agent=worker&type=message.created").json()
+    assert [json.loads(e["data_json"])["body"] for e in mine] == [f"note {i}" for i in range(4, -1, -1)]
+    missing = service.get("/api/projects/demo/events?before=evt_nope")
+    assert missing.status_code == 404 and missing.json() == {"error": "Unknown event: evt_nope"}
+
+
 def test_running_tool_call_row_has_null_completed_at_and_no_output(service, demo, activation_a):
     demo.start_tool_call("worker", activation_a["id"], "shell.exec", {"command": "ls"})
     row = service.get("/api/projects/demo/tool-calls").json()[0]

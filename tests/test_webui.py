@@ -237,7 +237,7 @@ def test_tab_keeps_one_stream_and_shows_new_messages_live_without_reload(tabs, f
     # the overview's pending-approvals and calls-in-doubt cards load once; approval events drive them
     # after that; the concurrency card loads with the project element
     assert paths == {"/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",
-                     "/api/projects/demo/effects", "/api/projects/demo/concurrency"}
+                     "/api/projects/demo/effects", "/api/projects/demo/concurrency", "/api/inbox"}
 
     before = len(tab.requests)
     coordination.send_message(fresh.store(), config_of(fresh.store()), "user",
@@ -340,7 +340,7 @@ def test_failing_project_list_shows_banner_until_next_poll_while_stream_is_unava
     others = {urllib.parse.urlsplit(r.url).path for r in tab.api(since=mark)} - {"/api/projects"}
     # without a stream the pending-approvals, calls-in-doubt and concurrency cards follow the list poll
     assert others <= {"/api/projects/demo/stream", "/api/projects/demo/approvals",
-                      "/api/projects/demo/effects", "/api/projects/demo/concurrency"}
+                      "/api/projects/demo/effects", "/api/projects/demo/concurrency", "/api/inbox"}
 
 
 def test_failing_project_list_shows_banner_on_next_live_refresh_and_clears_after_it(tabs, fresh):
@@ -405,7 +405,7 @@ def test_overview_metrics_and_hero_come_from_the_project_list(tab):
     expect(hero.get_by_role("button", name="Start project")).to_be_visible()
     assert {urllib.parse.urlsplit(r.url).path for r in tab.api()} <= {
         "/api/projects", "/api/projects/demo/stream", "/api/projects/demo/approvals",  # the cards
-        "/api/projects/demo/effects", "/api/projects/demo/concurrency"}
+        "/api/projects/demo/effects", "/api/projects/demo/concurrency", "/api/inbox"}
     tab.screenshot("overview")
 
 
@@ -442,7 +442,7 @@ def test_start_and_stop_buttons_follow_project_status(tabs, fresh):
     assert [post_json(r) for r in tab.api("POST", "/api/projects/demo/start")] == [None]
     hero.get_by_role("button", name="Stop").click()
     expect(hero.get_by_test_id("project-status")).to_have_text("stopped")
-    expect(hero.locator(".hero-actions button")).to_have_text(["Start project"])
+    expect(hero.locator(".hero-actions button")).to_have_text(["Start project", "Replay"])
     assert len(tab.api("POST", "/api/projects/demo/stop")) == 1
     assert fresh.store().project()["status"] == "stopped"
 
@@ -457,8 +457,10 @@ def test_sidebar_click_pushes_hash_and_approve_completes_submitted_project(tabs,
     hero = page.get_by_test_id("project-hero")
     expect(hero.get_by_test_id("project-status")).to_have_text("submitted")
     hero.get_by_role("button", name="Approve report").click()
+    assert tab.api("POST", "/api/projects/beta/approve") == []  # asked first, in place
+    hero.get_by_role("button", name="Confirm approve").click()
     expect(hero.get_by_test_id("project-status")).to_have_text("completed")
-    expect(hero.locator(".hero-actions button")).to_have_count(0)
+    expect(hero.locator(".hero-actions button")).to_have_text(["Replay"])  # an ended run can be replayed
     assert len(tab.api("POST", "/api/projects/beta/approve")) == 1
 
 
@@ -624,7 +626,8 @@ def test_archived_rows_are_dimmed_and_compaction_opens_its_raw_archive(tab, shar
     expect(active.locator(".chip", has_text="archived")).to_have_count(0)
     marker = page.locator('[data-testid="history-row"][data-sequence="22"]')
     expect(marker.get_by_test_id("history-title")).to_have_text("22. compaction / history_compaction")
-    expect(marker.locator("details")).to_have_attribute("open", "")
+    # short text is shown in place, not behind a fold
+    expect(marker.locator(".history-content")).to_contain_text("Summary of the first twenty rows: plan drafted.")
     marker.scroll_into_view_if_needed()
     tab.screenshot("history", full_page=False)
     marker.get_by_role("button", name="View raw archive").click()

@@ -12,7 +12,8 @@ import {
   type Costs,
 } from './api';
 import { Chip, Empty, ErrorBox, Panel, StatusPill } from './components';
-import { count, readUsage, relativeTime, type TokenUsage } from './format';
+import { ForkButton } from './runs';
+import { activationDuration, count, readUsage, relativeTime, utcTitle, type TokenUsage } from './format';
 
 export function ActivationsView(props: {
   project: string;
@@ -74,6 +75,7 @@ export function ActivationsView(props: {
             {newestFirst.map((activation) => (
               <ActivationItem
                 key={activation.id}
+                project={props.project}
                 activation={activation}
                 now={props.now}
                 loading={contextLoading === activation.id}
@@ -97,6 +99,7 @@ export function ActivationsView(props: {
 }
 
 function ActivationItem(props: {
+  project: string;
   activation: Activation;
   now: number;
   loading: boolean;
@@ -107,7 +110,8 @@ function ActivationItem(props: {
   const { activation } = props;
   const usage = readUsage(activation);
   const result = activation.error ?? activation.text ?? 'No result text recorded.';
-  let line = `${relativeTime(activation.startedAt, props.now)} - ${activation.emittedMessages ?? 0} emitted messages`;
+  const ran = activationDuration(activation, props.now);
+  let line = `${relativeTime(activation.startedAt, props.now)} - ${activation.completedAt ? 'ran' : 'running for'} ${ran} - ${activation.emittedMessages ?? 0} emitted messages`;
   if (activation.hasContext) line += ' - context recorded';
   if (props.cost) line += ` - ${props.cost}`;
   return (
@@ -129,10 +133,11 @@ function ActivationItem(props: {
           View context
         </button>
       </div>
-      <div class="activation-line" data-testid="activation-line">
+      <div class="activation-line" data-testid="activation-line" title={`started ${utcTitle(activation.startedAt) ?? ''}`}>
         {line}
       </div>
       {usage && <UsageRow usage={usage} />}
+      {activation.status !== 'running' && <ForkButton project={props.project} activation={activation.id} />}
       <div class={`activation-result prewrap${activation.error ? ' is-error' : ''}`} data-testid="activation-result">
         {result}
       </div>

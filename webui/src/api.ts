@@ -563,8 +563,19 @@ export const getToolUi = (project: string) => getJson<ToolUiEntry[]>(`${projectP
 export const invokeToolUi = (project: string, toolpackId: string, entryId: string, body: object) =>
   postJson<ToolUiResult>(`${projectPath(project)}/tool-ui/${enc(toolpackId)}/${enc(entryId)}`, body);
 
+export const EVENT_PAGE = 120;
+
 export const listEvents = (project: string) =>
-  getJson<EventRow[]>(`${projectPath(project)}/events?limit=120`);
+  getJson<EventRow[]>(`${projectPath(project)}/events?limit=${EVENT_PAGE}`);
+
+/** A page of events older than `before` (an event id), of one type (or a `prefix.`) and of one agent. */
+export function listEventsPage(project: string, filter: { before?: string; type?: string; agent?: string }) {
+  const query = new URLSearchParams({ limit: String(EVENT_PAGE) });
+  if (filter.before) query.set('before', filter.before);
+  if (filter.type) query.set('type', filter.type);
+  if (filter.agent) query.set('agent', filter.agent);
+  return getJson<EventRow[]>(`${projectPath(project)}/events?${query.toString()}`);
+}
 
 /**
  * URL of the SSE stream (docs/http-api.md). `EventSource` cannot set headers, so a stored token
@@ -683,3 +694,140 @@ export interface EvalDocument {
 
 export const listEvals = () => getJson<EvalSummary[]>('/api/evals');
 export const getEval = (id: string) => getJson<EvalDocument>(`/api/evals/${enc(id)}`);
+
+// The team's output (docs/http-api.md): the final report, the artifact files and their recorded versions.
+
+export interface Report {
+  report: string | null;
+  status: string;
+}
+
+export interface ArtifactFile {
+  agent: string;
+  path: string;
+  size: number;
+  versions: number;
+}
+
+export interface ArtifactContent {
+  agent: string;
+  /** `<agent>/<path inside its folder>` */
+  path: string;
+  /** The recorded version these bytes are, or null (the file now, not recorded). */
+  version: number | null;
+  versions: number;
+  size: number;
+  content: string | null;
+  binary: boolean;
+}
+
+export interface ArtifactDiff {
+  path: string;
+  from: number;
+  to: number | null;
+  diff: string;
+}
+
+export async function getReport(project: string): Promise<Report> {
+  const response = await send(`${projectPath(project)}/report`, { headers: { accept: 'application/json' } });
+  return (await response.json()) as Report;
+}
+
+export const listArtifacts = (project: string) => getJson<ArtifactFile[]>(`${projectPath(project)}/artifacts`);
+
+function artifactPath(project: string, path: string): string {
+  return `${projectPath(project)}/artifacts/${path.split('/').map(enc).join('/')}`;
+}
+
+export function getArtifact(project: string, path: string, version?: number | null): Promise<ArtifactContent> {
+  const query = typeof version === 'number' ? `?version=${version}` : '';
+  return getJson<ArtifactContent>(`${artifactPath(project, path)}${query}`);
+}
+
+export function getArtifactDiff(project: string, path: string, from: number, to: number | null): Promise<ArtifactDiff> {
+  const toQuery = to === null ? '' : `&to=${to}`;
+  return getJson<ArtifactDiff>(`${artifactPath(project, path)}/diff?from=${from}${toQuery}`);
+}
+
+/** The raw bytes (`?raw=1`), fetched with the token header, as a Blob the page offers as a download. */
+export async function getArtifactBlob(project: string, path: string, version?: number | null): Promise<Blob> {
+  const query = typeof version === 'number' ? `&version=${version}` : '';
+  const response = await send(`${artifactPath(project, path)}?raw=1${query}`);
+  return response.blob();
+}
+
+/** Sends a submitted project back to work: a P2 message to the coordinator (or `recipient`). */
+export const requestChanges = (project: string, body: string) =>
+  postJson<Project>(`${projectPath(project)}/request-changes`, { body });
+
+// ---------------------------------------------------------------------------------------------
+// What waits for a person (docs/http-api.md#inbox). Kinds may be added: show an unknown one by its kind.
+
+export interface InboxItem {
+  kind: 'approval' | 'report' | 'paused' | string;
+  project: string;
+  id?: string;
+  agentId?: string;
+  tool?: string;
+  rule?: string | null;
+  reason?: string | null;
+  since?: string | null;
+  expiresAt?: string;
+}
+
+export interface Inbox {
+  count: number;
+  projects: Record<string, number>;
+  items: InboxItem[];
+}
+
+export const getInbox = () => getJson<Inbox>('/api/inbox');
+
+// ---------------------------------------------------------------------------------------------
+// Replays and forks (docs/replay.md): each answers 201 with the new project's full summary.
+
+export interface ForkBody {
+  as: string;
+  at: string;
+  config?: string;
+}
+
+export interface ReplayBody {
+  as: string;
+  tools?: 'live' | 'recorded';
+  onDiverge?: 'stop' | 'live';
+  config?: string;
+}
+
+export const forkProject = (project: string, body: ForkBody) => postJson<Project>(`${projectPath(project)}/fork`, body);
+
+export const replayProject = (project: string, body: ReplayBody) =>
+  postJson<Project>(`${projectPath(project)}/replay`, body);
+
+export interface ToolCallRow {
+  id: string;
+  agent_id: string;
+  activation_id: string;
+  tool: string;
+  created_at: string;
+}
+
+export const listToolCalls = (project: string) =>
+  getJson<ToolCallRow[]>(`${projectPath(project)}/tool-calls?limit=100000`);
+
+// ---------------------------------------------------------------------------------------------
+// Project files sent as text (docs/http-api.md#projects-from-a-file).
+
+export interface ConfigCheck {
+  valid: boolean;
+  errors: string[];
+  name?: string;
+  agents?: string[];
+  warnings?: string[];
+  unknownKeys?: string[];
+}
+
+export const checkConfig = (config: string) => postJson<ConfigCheck>('/api/config/validate', { config });
+
+export const createProject = (config: string, start: boolean) =>
+  postJson<Project>('/api/projects', { config, start });

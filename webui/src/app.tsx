@@ -12,6 +12,7 @@ import {
   listMessages,
   listProjects,
   onTokenRefused,
+  requestChanges,
   runLifecycle,
   storeToken,
   streamUrl,
@@ -28,6 +29,10 @@ import { ActivationsView } from './activations';
 import { HistoryView } from './history';
 import { applyDelta, endActivation, LivePanel, type ActivationDelta, type LiveOutput } from './live';
 import { MessagesView } from './messages';
+import { InboxButton, itemView, useInbox } from './inbox';
+import { NewProject } from './newproject';
+import { OutputView } from './output';
+import { onRunCreated } from './runs';
 import { Overview } from './overview';
 import {
   EmptyState,
@@ -274,7 +279,7 @@ export function App() {
   }
 
   async function loadView(project: string, which: ViewId, quiet = false, only?: 'toolStatus') {
-    if (which === 'overview' || which === 'history' || which === 'team') {
+    if (which === 'overview' || which === 'history' || which === 'team' || which === 'output') {
       if (!quiet) {
         panelSeq.current += 1;
         setPanelLoading(false);
@@ -315,8 +320,19 @@ export function App() {
     setLoading(false);
   }
 
+  const [creating, setCreating] = useState(false);
+  // A fork, replay or new project made on the page opens in the Team view once the list holds it.
+  async function openCreated(id: string) {
+    setCreating(false);
+    await loadProjects();
+    current.current.view = 'team';
+    setView('team');
+    chooseProject(id);
+  }
+
   // Start-up: first list request, token-refusal listener, hashchange.
   useEffect(() => {
+    onRunCreated((id) => void openCreated(id));
     onTokenRefused((message) => {
       current.current.tokenBlocked = true;
       setTokenPrompt({ invalid: message === TOKEN_INVALID });
@@ -518,6 +534,7 @@ export function App() {
 
   // User navigation: pushes a history entry.
   function chooseProject(id: string) {
+    setCreating(false);
     selectProjectState(id);
     pushHash(hashFor(id));
     setViewNonce((n) => n + 1);
@@ -541,12 +558,13 @@ export function App() {
     else replaceHash(hashFor(selected));
   }
 
-  async function runAction(action: LifecycleAction) {
+  async function runAction(action: LifecycleAction | { changes: string }) {
     if (selected === null) return;
     setLoading(true);
     let failure: string | null = null;
     try {
-      await runLifecycle(selected, action);
+      if (typeof action === 'string') await runLifecycle(selected, action);
+      else await requestChanges(selected, action.changes);
     } catch (caught) {
       if (!isTokenError(caught)) failure = errorText(caught);
     }
@@ -568,6 +586,7 @@ export function App() {
     });
   }
 
+  const inbox = useInbox(`${approvalPulse} ${lastUpdated?.getTime() ?? 0}`);
   const list = projects ?? [];
   const project = list.find((item) => item.id === selected) ?? null;
   const viewData = data.project === selected ? data : emptyData(selected);
@@ -578,22 +597,28 @@ export function App() {
         projects={list}
         selected={selected}
         live={live}
+        inbox={inbox?.projects}
         onSelect={chooseProject}
+        onNew={() => setCreating(true)}
         evalsOpen={evalsOpen}
         onEvals={() => pushHash(EVALS_HASH)}
       />
       <main class="workspace">
-        <TopBar lastUpdated={lastUpdated} busy={loading || panelLoading} onRefresh={reloadAll} />
+        <TopBar lastUpdated={lastUpdated} busy={loading || panelLoading} onRefresh={reloadAll}>
+          <InboxButton inbox={inbox} onOpen={(item) => pushHash(buildHash(item.project, itemView(item), null))} />
+        </TopBar>
         {!tokenPrompt && <ErrorBanner message={error} />}
         {tokenPrompt ? (
           <TokenPrompt invalid={tokenPrompt.invalid} onSubmit={submitToken} />
+        ) : creating ? (
+          <NewProject onCreated={(id) => void openCreated(id)} onClose={() => setCreating(false)} />
         ) : evalsOpen ? (
           <EvalsPage onOpen={(id) => pushHash(`#/${encodeURIComponent(id)}/team`)} />
         ) : project === null ? (
           <EmptyState connecting={projects === null && loading && error === null} />
         ) : (
           <>
-            <Hero project={project} busy={loading} now={now} onAction={runAction} />
+            <Hero project={project} busy={loading} now={now} onAction={runAction} onRequestChanges={(changes) => void runAction({ changes })} />
             <Tabs view={view} onSelect={chooseView} />
             <LivePanel live={liveOutput} />
             <div class="view" id="view-panel" role="tabpanel">
@@ -605,6 +630,7 @@ export function App() {
                   onSent={() => void loadProjects()}
                 />
               )}
+              {view === 'output' && <OutputView key={project.id} project={project} />}
               {view === 'team' && <TeamView key={project.id} project={project} subscribe={subscribeTeam} refresh={viewNonce} />}
               {view === 'team' && <CompareRuns project={project} projects={list} />}
               {view === 'messages' && (
@@ -649,7 +675,15 @@ export function App() {
                   onNormalize={(key) => chooseToolPage(key, 'replace')}
                 />
               )}
-              {view === 'events' && <TimelineView events={viewData.events} loading={panelLoading} />}
+              {view === 'events' && (
+                <TimelineView
+                  key={project.id}
+                  project={project.id}
+                  agents={(project.agents ?? []).map((agent) => agent.id)}
+                  events={viewData.events}
+                  loading={panelLoading}
+                />
+              )}
             </div>
           </>
         )}

@@ -1,4 +1,4 @@
-// Pending approvals card: tool calls waiting for a person, on the overview (every agent)
+// Calls awaiting approval: tool calls waiting for a person, on the overview (every agent)
 // and in the agent's history view (that agent only). Loads GET …/approvals?status=pending whenever the
 // `pulse` changes (approval events of the live stream, or the project-list poll) and decides with
 // Allow / Deny (with a note) / Allow always, Edit input (allow with the input edited as JSON) or Respond
@@ -14,7 +14,7 @@ import {
   type DecisionExtras,
 } from './api';
 import { ErrorBox, Panel } from './components';
-import { prettyJson } from './format';
+import { localTime, prettyJson, utcTitle } from './format';
 
 export function ApprovalsCard(props: { project: string; agentId?: string; pulse: number }) {
   const [rows, setRows] = useState<Approval[] | null>(null);
@@ -41,7 +41,7 @@ export function ApprovalsCard(props: { project: string; agentId?: string; pulse:
   if (shown.length === 0 && error === null) return null;
   return (
     <Panel
-      title="Pending approvals"
+      title="Calls awaiting approval"
       subtitle={`${shown.length} tool ${shown.length === 1 ? 'call waits' : 'calls wait'} for a person`}
       className="approvals-panel"
       testId="approvals-card"
@@ -119,7 +119,7 @@ function ApprovalItem(props: { project: string; row: Approval; onDecided: () => 
         <span class="approval-agent" data-testid="approval-agent">
           {row.agentId}
         </span>
-        <span class="approval-expiry mono">{`expires ${row.expiresAt}`}</span>
+        <span class="approval-expiry mono" title={utcTitle(row.expiresAt)}>{`expires ${localTime(row.expiresAt)}`}</span>
       </div>
       {mode === 'edit' ? (
         <textarea

@@ -7,9 +7,13 @@ import {
   getDiff,
   getTimeline,
   isTokenError,
+  listToolCalls,
   type DiffResult,
+  type Message,
   type Project,
   type TimelineActivation,
+  type TimelineSignal,
+  type ToolCallRow,
 } from './api';
 import { ErrorBox, Panel } from './components';
 
@@ -22,6 +26,11 @@ const PLOT_W = WIDTH - LABEL_W - 20;
 interface Run {
   name: string;
   activations: TimelineActivation[];
+  messages: Message[];
+  /** Report submissions (their sourceActivation is the activation that submitted). */
+  submissions: TimelineSignal[];
+  /** Loaded only when the runs first differ in their tool calls. */
+  toolCalls: ToolCallRow[] | null;
 }
 
 function ms(iso: string | undefined): number {
@@ -36,8 +45,55 @@ function ordered(run: Run): { list: TimelineActivation[]; start: number; span: n
   return { list, start, span: Math.max(1, end - start) };
 }
 
-/** The activation ids marked as where the runs part: a replay's divergence, else the diff's first
- * differing activation of an agent. */
+/** The activation of `agent` running at `at` in a run, else the first one that started after it. */
+function activationAt(run: Run, agent: string, at: number): TimelineActivation | undefined {
+  const mine = ordered(run).list.filter((act) => act.agentId === agent);
+  return (
+    mine.find((act) => ms(act.startedAt) <= at && at <= ms(act.completedAt)) ?? mine.find((act) => ms(act.startedAt) >= at)
+  );
+}
+
+/** Where one run is at the first difference the diff names, as an activation of that run. */
+function partingIn(run: Run, first: NonNullable<DiffResult['firstDifference']>): TimelineActivation | undefined {
+  const { key, index } = first;
+  const byAgent = (agent: string) => ordered(run).list.filter((act) => act.agentId === agent);
+  switch (first.section) {
+    case 'activations':
+      return key !== undefined && index !== undefined ? byAgent(key)[index] : undefined;
+    case 'messages': {
+      // {sender: [messages in order]}: the sender's message; a user's message marks the recipient's next activation
+      if (key === undefined) return undefined;
+      const sent = run.messages
+        .filter((msg) => msg.sender === key)
+        .sort((x, y) => ms(x.createdAt) - ms(y.createdAt));
+      const msg = sent[index ?? 0] ?? sent[sent.length - 1];
+      if (!msg) return undefined;
+      const agent = key === 'user' ? msg.recipient ?? '' : key;
+      return activationAt(run, agent, ms(msg.createdAt));
+    }
+    case 'toolCalls': {
+      if (key === undefined || !run.toolCalls) return undefined;
+      const calls = run.toolCalls.filter((call) => call.agent_id === key).reverse();
+      const call = calls[index ?? 0] ?? calls[calls.length - 1];
+      return call ? run.activations.find((act) => act.id === call.activation_id) : undefined;
+    }
+    case 'artifacts': {
+      // {agent: {path: digest}}: the folder as it ended differs; its last activation left it so
+      const mine = key !== undefined ? byAgent(key) : [];
+      return mine[mine.length - 1];
+    }
+    case 'report': {
+      const submitted = [...run.submissions].sort((x, y) => ms(x.createdAt) - ms(y.createdAt)).pop();
+      const id = submitted?.sourceActivation;
+      return id ? run.activations.find((act) => act.id === id) : undefined;
+    }
+    default:
+      return undefined;
+  }
+}
+
+/** The activation ids marked as where the runs part: a replay's divergence, else where each run is at
+ * the diff's first difference, whatever its section (docs/replay.md). */
 function divergence(project: Project, other: string, a: Run, b: Run, diff: DiffResult | null): Set<string> {
   const marked = new Set<string>();
   const diverged = project.origin?.diverged;
@@ -47,11 +103,10 @@ function divergence(project: Project, other: string, a: Run, b: Run, diff: DiffR
     return marked;
   }
   const first = diff?.firstDifference;
-  if (first && first.section === 'activations' && first.key !== undefined && first.index !== undefined) {
-    for (const run of [a, b]) {
-      const mine = ordered(run).list.filter((act) => act.agentId === first.key);
-      if (mine[first.index]) marked.add(mine[first.index].id);
-    }
+  if (!first) return marked;
+  for (const run of [a, b]) {
+    const found = partingIn(run, first);
+    if (found) marked.add(found.id);
   }
   return marked;
 }
@@ -75,11 +130,22 @@ export function CompareRuns(props: { project: Project; projects: Project[] }) {
     }
     let stale = false;
     setError(null);
-    void Promise.all([getTimeline(project.id), getTimeline(other), getDiff(project.id, other)])
-      .then(([mine, theirs, diff]) => {
-        if (!stale)
-          setRuns({ a: { name: project.id, activations: mine.activations }, b: { name: other, activations: theirs.activations }, diff });
-      })
+    const load = async () => {
+      const [mine, theirs, diff] = await Promise.all([getTimeline(project.id), getTimeline(other), getDiff(project.id, other)]);
+      const calls =
+        diff.firstDifference?.section === 'toolCalls'
+          ? await Promise.all([listToolCalls(project.id), listToolCalls(other)])
+          : [null, null];
+      const run = (name: string, page: typeof mine, toolCalls: ToolCallRow[] | null): Run => ({
+        name,
+        activations: page.activations,
+        messages: page.messages,
+        submissions: page.approvals,
+        toolCalls,
+      });
+      if (!stale) setRuns({ a: run(project.id, mine, calls[0]), b: run(other, theirs, calls[1]), diff });
+    };
+    void load()
       .catch((caught) => {
         if (!stale && !isTokenError(caught)) setError(errorText(caught));
       });
@@ -102,8 +168,12 @@ export function CompareRuns(props: { project: Project; projects: Project[] }) {
   const summary = runs
     ? runs.diff.identical
       ? 'The two runs are identical.'
-      : `They differ; first in ${runs.diff.firstDifference?.section ?? '?'}` +
-        (runs.diff.firstDifference?.key ? ` (${runs.diff.firstDifference.key})` : '') + '.'
+      : `They part first in ${runs.diff.firstDifference?.section ?? '?'}` +
+        (runs.diff.firstDifference?.key ? ` (${runs.diff.firstDifference.key}` : '') +
+        (runs.diff.firstDifference?.index !== undefined ? ` #${runs.diff.firstDifference.index + 1}` : '') +
+        (runs.diff.firstDifference?.key ? ')' : '') +
+        (drawing && drawing.marked.size === 0 ? '; no single activation holds it' : '; marked in red') +
+        '.'
     : '';
 
   return (

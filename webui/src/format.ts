@@ -136,3 +136,43 @@ export function readUsage(activation: { usage?: unknown; usageJson?: string }): 
   }
   return result;
 }
+
+// ---------------------------------------------------------------------------------------------
+// One time zone throughout (docs/design/webui.md): times are shown in local time; the title (hover)
+// gives the same instant in UTC.
+
+/** Local date and time, `Dec 6, 14:35:02`; the date is left out for today. */
+export function localTime(value: string | number | Date | undefined): string {
+  if (value === undefined) return '';
+  const date = value instanceof Date ? value : new Date(value);
+  if (Number.isNaN(date.getTime())) return String(value);
+  const today = new Date().toDateString() === date.toDateString();
+  const time = clockTime(date);
+  return today ? time : `${date.toLocaleDateString(undefined, { month: 'short', day: 'numeric' })}, ${time}`;
+}
+
+/** The hover text of a shown time: the instant in UTC. */
+export function utcTitle(value: string | number | Date | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  const date = value instanceof Date ? value : new Date(value);
+  if (Number.isNaN(date.getTime())) return undefined;
+  return `${date.toISOString().replace('T', ' ').replace(/\.\d+Z$/, '')} UTC`;
+}
+
+/** A duration: `850 ms`, `12.4 s`, `3 min 05 s`, `2 h 04 min`. */
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return '';
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  const seconds = Math.round(ms / 1000);
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${String(seconds % 60).padStart(2, '0')} s`;
+  return `${Math.floor(seconds / 3600)} h ${String(Math.floor((seconds % 3600) / 60)).padStart(2, '0')} min`;
+}
+
+/** How long an activation ran (or has run so far). */
+export function activationDuration(activation: { startedAt: string; completedAt?: string }, now: number): string {
+  const start = Date.parse(activation.startedAt);
+  const end = activation.completedAt ? Date.parse(activation.completedAt) : now;
+  if (Number.isNaN(start) || Number.isNaN(end)) return '';
+  return formatDuration(end - start);
+}

@@ -13,7 +13,8 @@ import {
 } from './api';
 import { ApprovalsCard } from './approvals';
 import { Chip, Empty, ErrorBox, Panel } from './components';
-import { count, prettyJson, relativeTime } from './format';
+import { count, localTime, prettyJson, utcTitle } from './format';
+import { Folded, stepTitle, toolStep, ToolStepBody } from './steps';
 import { agentLabel } from './overview';
 
 /** Tool name resolution: parts, then metadata.tool, then a `Tool:` content line. */
@@ -223,6 +224,7 @@ function HistoryItem(props: { row: HistoryRow; now: number; onArchive: (id: stri
   const compactionId = row.role === 'compaction' ? compactionIdOf(row) : undefined;
   const openByDefault = row.role === 'user' || row.role === 'compaction';
   const content = row.content ?? '';
+  const step = toolStep(row);
   return (
     <li
       class={`history-row role-${roleTone(row.role)}${row.archived ? ' is-archived' : ''}`}
@@ -231,9 +233,11 @@ function HistoryItem(props: { row: HistoryRow; now: number; onArchive: (id: stri
     >
       <div class="history-head">
         <span class="history-title" data-testid="history-title">
-          {`${row.sequence}. ${row.role} / ${tool ?? row.kind ?? ''}`}
+          {`${row.sequence}. ${stepTitle(row, tool)}`}
         </span>
-        <span class="meta-time">{relativeTime(row.createdAt, props.now)}</span>
+        <span class="meta-time" title={utcTitle(row.createdAt)}>
+          {localTime(row.createdAt)}
+        </span>
       </div>
       <div class="chip-row">
         <Chip>{row.id}</Chip>
@@ -246,10 +250,13 @@ function HistoryItem(props: { row: HistoryRow; now: number; onArchive: (id: stri
           </button>
         )}
       </div>
-      <details class="history-content" open={openByDefault}>
-        <summary>{`${count(content.length)} chars`}</summary>
-        <pre class="code-block scroll-34">{content}</pre>
-      </details>
+      <div class="history-content">
+        {step ? (
+          <ToolStepBody step={step} role={row.role} />
+        ) : (
+          <Folded text={content} label={row.role === 'compaction' ? 'Summary' : 'Text'} open={openByDefault} />
+        )}
+      </div>
     </li>
   );
 }

@@ -3,7 +3,7 @@
 import { useState } from 'preact/hooks';
 import { errorText, getMessage, isTokenError, type Message } from './api';
 import { Empty, ErrorBox, Panel } from './components';
-import { count, messageTarget, relativeTime } from './format';
+import { count, messageTarget, relativeTime, utcTitle } from './format';
 
 interface Expansion {
   open: boolean;
@@ -93,7 +93,7 @@ export function MessagesView(props: {
                     </span>
                   </span>
                   <span class="message-meta">
-                    <span class="meta-time">{relativeTime(message.createdAt, props.now)}</span>
+                    <span class="meta-time" title={utcTitle(message.createdAt)}>{relativeTime(message.createdAt, props.now)}</span>
                     <span class={`badge badge-${tone}`} data-testid="message-priority">
                       {message.priority}
                     </span>

@@ -1,13 +1,16 @@
 // Shell components of the control room (docs/design/webui.md): sidebar project picker, top bar, error
 // banner, empty state, API-token prompt, project hero with lifecycle actions, and the view tabs.
+import type { ComponentChildren } from 'preact';
 import { useEffect, useState } from 'preact/hooks';
 import { errorText, getTask, isTokenError, type LifecycleAction, type Project } from './api';
 import { ErrorBox, StatusPill } from './components';
-import { clockTime, isTruncated, relativeTime } from './format';
+import { ReplayForm } from './runs';
+import { clockTime, isTruncated, relativeTime, utcTitle } from './format';
 
 export const VIEWS = [
   { id: 'overview', label: 'Overview' },
   { id: 'team', label: 'Team' },
+  { id: 'output', label: 'Report + artifacts' },
   { id: 'history', label: 'Agent history' },
   { id: 'messages', label: 'Messages' },
   { id: 'activations', label: 'Activations + context' },
@@ -35,9 +38,12 @@ export function Sidebar(props: {
   projects: Project[];
   selected: string | null;
   live: LiveMode;
+  /** What waits for a person, per project (GET /api/inbox). */
+  inbox?: Record<string, number>;
   onSelect: (id: string) => void;
   evalsOpen?: boolean;
   onEvals?: () => void;
+  onNew?: () => void;
 }) {
   return (
     <aside class="sidebar">
@@ -67,6 +73,11 @@ export function Sidebar(props: {
           {String(props.projects.length)}
         </span>
       </div>
+      {props.onNew && (
+        <button type="button" class="btn btn-secondary btn-small sidebar-new" data-testid="new-project-open" onClick={props.onNew}>
+          New project
+        </button>
+      )}
       <nav class="project-list" aria-label="Projects">
         {props.projects.map((project) => {
           const active = project.id === props.selected;
@@ -85,6 +96,11 @@ export function Sidebar(props: {
                 <span class="project-name">{project.name}</span>
                 <span class="project-id mono">{project.id}</span>
               </span>
+              {(props.inbox?.[project.id] ?? 0) > 0 && (
+                <span class="project-inbox" data-testid="project-inbox" title="Waiting for you">
+                  {String(props.inbox?.[project.id])}
+                </span>
+              )}
               <StatusPill status={project.status} compact />
             </button>
           );
@@ -115,7 +131,12 @@ function liveText(mode: LiveMode): string {
   }
 }
 
-export function TopBar(props: { lastUpdated: Date | null; busy: boolean; onRefresh: () => void }) {
+export function TopBar(props: {
+  lastUpdated: Date | null;
+  busy: boolean;
+  onRefresh: () => void;
+  children?: ComponentChildren;
+}) {
   return (
     <header class="topbar">
       <div>
@@ -123,6 +144,7 @@ export function TopBar(props: { lastUpdated: Date | null; busy: boolean; onRefre
         <h1 class="topbar-title">Project telemetry</h1>
       </div>
       <div class="topbar-right">
+        {props.children}
         <span class="topbar-status" data-testid="last-updated">
           {props.lastUpdated ? `Updated ${clockTime(props.lastUpdated)}` : 'Connecting...'}
         </span>
@@ -197,14 +219,73 @@ const ACTIONS: Record<string, { label: string; action: LifecycleAction; style: s
   stopped: { label: 'Start project', action: 'start', style: 'btn-primary' },
   failed: { label: 'Start project', action: 'start', style: 'btn-primary' },
   running: { label: 'Stop', action: 'stop', style: 'btn-danger' },
-  submitted: { label: 'Approve report', action: 'approve', style: 'btn-secondary' },
 };
+
+/** A submitted report's two decisions, each confirmed in place: approve it, or send the team back with a text. */
+function ReviewActions(props: {
+  busy: boolean;
+  onApprove: () => void;
+  onRequestChanges: (body: string) => void;
+}) {
+  const [asking, setAsking] = useState<'approve' | 'changes' | null>(null);
+  const [body, setBody] = useState('');
+  if (asking === 'approve') {
+    return (
+      <div class="hero-confirm" data-testid="confirm-approve">
+        <span>Approve the report and end the project?</span>
+        <button type="button" class="btn btn-primary" disabled={props.busy} onClick={() => { setAsking(null); props.onApprove(); }}>
+          Confirm approve
+        </button>
+        <button type="button" class="btn btn-secondary" onClick={() => setAsking(null)}>
+          Cancel
+        </button>
+      </div>
+    );
+  }
+  if (asking === 'changes') {
+    return (
+      <form
+        class="hero-confirm hero-changes"
+        data-testid="confirm-changes"
+        onSubmit={(event) => {
+          event.preventDefault();
+          if (body.trim() === '') return;
+          setAsking(null);
+          props.onRequestChanges(body.trim());
+          setBody('');
+        }}
+      >
+        <label for="changes-body">What should the team change?</label>
+        <textarea id="changes-body" rows={3} value={body} onInput={(e) => setBody((e.target as HTMLTextAreaElement).value)} />
+        <div class="hero-confirm-buttons">
+          <button type="submit" class="btn btn-primary" disabled={props.busy || body.trim() === ''}>
+            Send back to work
+          </button>
+          <button type="button" class="btn btn-secondary" onClick={() => setAsking(null)}>
+            Cancel
+          </button>
+        </div>
+      </form>
+    );
+  }
+  return (
+    <>
+      <button type="button" class="btn btn-primary" disabled={props.busy} onClick={() => setAsking('approve')}>
+        Approve report
+      </button>
+      <button type="button" class="btn btn-secondary" disabled={props.busy} onClick={() => setAsking('changes')}>
+        Request changes
+      </button>
+    </>
+  );
+}
 
 export function Hero(props: {
   project: Project;
   busy: boolean;
   now: number;
   onAction: (action: LifecycleAction) => void;
+  onRequestChanges: (body: string) => void;
 }) {
   const { project } = props;
   const task = project.task ?? '';
@@ -219,7 +300,9 @@ export function Hero(props: {
     setTaskError(null);
   }, [project.id, task]);
 
+  const [replaying, setReplaying] = useState(false);
   const togglable = task.length > 420 || isTruncated(task);
+  const replayable = !['initialized', 'running'].includes(project.status);
   const action = ACTIONS[project.status];
 
   async function toggleTask() {
@@ -249,7 +332,7 @@ export function Hero(props: {
       <div class="hero-main">
         <div class="hero-meta">
           <StatusPill status={project.status} testId="project-status" />
-          <span class="meta-time">{`Updated ${relativeTime(project.updated_at, props.now)}`}</span>
+          <span class="meta-time" title={utcTitle(project.updated_at)}>{`Updated ${relativeTime(project.updated_at, props.now)}`}</span>
         </div>
         <h2 class="hero-title">{project.name}</h2>
         {project.origin && (
@@ -279,16 +362,29 @@ export function Hero(props: {
         )}
         <ErrorBox message={taskError} testId="task-error" />
       </div>
-      {action && (
+      {(project.status === 'submitted' || action || replayable) && (
         <div class="hero-actions">
-          <button
-            type="button"
-            class={`btn ${action.style}`}
-            disabled={props.busy}
-            onClick={() => props.onAction(action.action)}
-          >
-            {action.label}
-          </button>
+          {project.status === 'submitted' && (
+            <ReviewActions busy={props.busy} onApprove={() => props.onAction('approve')} onRequestChanges={props.onRequestChanges} />
+          )}
+          {action && (
+            <button
+              type="button"
+              class={`btn ${action.style}`}
+              disabled={props.busy}
+              onClick={() => props.onAction(action.action)}
+            >
+              {action.label}
+            </button>
+          )}
+          {replayable &&
+            (replaying ? (
+              <ReplayForm project={project.id} onCancel={() => setReplaying(false)} />
+            ) : (
+              <button type="button" class="btn btn-secondary" data-testid="replay-open" onClick={() => setReplaying(true)}>
+                Replay
+              </button>
+            ))}
         </div>
       )}
     </section>

@@ -1,7 +1,7 @@
 // Team view: an SVG swimlane chart of who worked when. One lane per agent (plus `user`),
-// time on x; activations are bars coloured by outcome, waits and pending approvals are drawn in the
-// lane, messages are arrows from the sender's lane to the recipient's, and the signals that woke an
-// activation link to its bar. Data comes in time-range pages (GET …/timeline), newest first, and the
+// time on x; activations are bars coloured by outcome, waits, a report awaiting review and calls
+// awaiting approval are drawn in the lane, messages are arrows from the sender's lane to the
+// recipient's, and the signals that woke an activation link to its bar. Data comes in time-range pages (GET …/timeline), newest first, and the
 // live stream triggers small catch-up pages; only what lies in the visible window is drawn.
 import { Component } from 'preact';
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
@@ -13,6 +13,7 @@ import {
   getMessage,
   getTimeline,
   isTokenError,
+  listPendingApprovals,
   type ActivationContext,
   type Agent,
   type HistoryRow,
@@ -22,7 +23,10 @@ import {
   type TimelineSignal,
 } from './api';
 import { Chip, ErrorBox, Panel, StatusPill } from './components';
-import { readUsage } from './format';
+import { activationDuration, readUsage } from './format';
+import { historyToolName } from './history';
+import { ForkButton } from './runs';
+import { Folded, stepTitle, toolStep, ToolStepBody } from './steps';
 
 const LANE_H = 58;
 const AXIS_H = 30;
@@ -275,6 +279,24 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
   const catchUp = useRef<number | undefined>(undefined);
   const latestTimers = useRef(new Map<string, number>());
   const alive = useRef(true);
+  // Tool calls waiting for a person's decision: `agentId\0createdAt\0tool\0id`, joined by \u0001.
+  const [calls, setCalls] = useState('');
+  const callsNonce = useRef(0);
+
+  function loadCalls() {
+    const request = ++callsNonce.current;
+    listPendingApprovals(project).then(
+      (rows) => {
+        if (!alive.current || request !== callsNonce.current) return;
+        const pending = rows.filter((row) => row.status === 'pending');
+        setCalls(pending.map((row) => [row.agentId, row.createdAt, row.tool, row.id].join('\u0000')).join('\u0001'));
+      },
+      (caught) => {
+        if (alive.current && !isTokenError(caught)) setError(errorText(caught));
+      },
+    );
+  }
+  useEffect(loadCalls, [project, props.refresh]);
 
   const derived = useMemo(() => derive(data.current, agents), [version, agents.map((a) => a.id).join(' ')]);
   const running = derived.bars.some((bar) => bar.end === null);
@@ -327,6 +349,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
       }
     };
     return props.subscribe((event) => {
+      if (event.type.startsWith('approval.') || event.type === 'project.status') loadCalls();
       // A running agent's newest history row becomes its bar's text (events carry no content).
       if (event.type === 'agent_history.message' && event.data.role === 'assistant') {
         const agentId = typeof event.data.agentId === 'string' ? event.data.agentId : null;
@@ -698,6 +721,10 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
                   <path d="M 0 0 L 10 5 L 0 10 z" />
                 </marker>
               ))}
+              <pattern id="team-hatch" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)">
+                <rect width="8" height="8" class="team-hatch-bg" />
+                <rect width="3" height="8" class="team-hatch" />
+              </pattern>
               <pattern id="team-stripes" width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
                 <rect width="4" height="8" class="team-stripe" />
               </pattern>
@@ -721,6 +748,7 @@ export function TeamView(props: { project: Project; subscribe: TeamSubscribe; re
                 height={height}
                 nowMs={running ? now : Number.POSITIVE_INFINITY}
                 submitted={props.project.status === 'submitted'}
+                calls={calls}
                 selectedId={selectedId}
                 focusId={focusId}
                 woke={woke}
@@ -799,6 +827,8 @@ interface LayerProps {
   /** The clock for running bars; +Infinity when nothing runs (open waits then reach the edge). */
   nowMs: number;
   submitted: boolean;
+  /** Pending approval requests, encoded as TeamView keeps them. */
+  calls: string;
   selectedId: string | null;
   focusId: string | null;
   woke: string;
@@ -837,6 +867,14 @@ class TeamLayer extends Component<LayerProps> {
     );
     const visibleWaits = derived.waits.filter((w) => w.start <= end && (w.end ?? nowMs) >= start);
     const visibleApprovals = derived.approvals.filter((a) => a.at >= start && a.at <= end);
+    const waitingCalls = props.calls
+      .split('\u0001')
+      .filter(Boolean)
+      .map((entry) => {
+        const [agentId, createdAt, tool, id] = entry.split('\u0000');
+        return { agentId, at: ms(createdAt), tool, id };
+      })
+      .filter((call) => call.at <= end);
     // One bar is in the Tab order (roving tabindex): the last focused one, else the newest one
     // that starts before the base window's right edge; arrow keys move between the others.
     const tabId = visibleBars.some((bar) => bar.act.id === props.focusId)
@@ -903,7 +941,7 @@ class TeamLayer extends Component<LayerProps> {
           const pending = props.submitted;
           return (
             <g key={approval.id} class="team-approval" data-agent={lane}>
-              <title>{`${lane} submitted the report at ${clockTime(at)}${pending ? '; awaiting approval' : ''}`}</title>
+              <title>{`${lane} submitted the report at ${clockTime(at)}${pending ? '; report awaiting review' : ''}`}</title>
               {pending && <rect class="team-approval-span" x={x} y={y - 9} width={Math.max(0, Math.min(2 * width, xOf(nowMs)) - x)} height={18} />}
               <path class="team-approval-mark" d={`M ${x} ${y - 8} L ${x + 8} ${y} L ${x} ${y + 8} L ${x - 8} ${y} z`} />
               {pending && (
@@ -913,7 +951,7 @@ class TeamLayer extends Component<LayerProps> {
                   y={y + 22}
                   text-anchor={x > width - 120 ? 'end' : 'start'}
                 >
-                  awaiting approval
+                  report awaiting review
                 </text>
               )}
             </g>
@@ -963,6 +1001,23 @@ class TeamLayer extends Component<LayerProps> {
                   {inner.length > drawnW / 6.5 ? `${inner.slice(0, Math.max(1, Math.floor(drawnW / 6.5) - 1))}…` : inner}
                 </text>
               )}
+            </g>
+          );
+        })}
+      </g>
+      <g class="team-calls">
+        {waitingCalls.map((call) => {
+          const x1 = Math.max(-width - 4, xOf(call.at));
+          const x2 = Math.min(2 * width + 4, Number.isFinite(nowMs) ? xOf(nowMs) : 2 * width + 4);
+          const y = laneMid(call.agentId) - BAR_H / 2 - 2;
+          const text = `${call.agentId}: ${call.tool} waiting for you since ${clockTime(call.at)} (call awaiting approval)`;
+          return (
+            <g key={call.id} class="team-call" data-testid="team-call-waiting" data-agent={call.agentId} data-approval-id={call.id}>
+              <title>{text}</title>
+              <rect class="team-call-rect" x={x1} y={y} width={Math.max(6, x2 - x1)} height={BAR_H + 4} rx={5} fill="url(#team-hatch)" />
+              <text class="team-call-label" x={x1 + 6} y={y - 4}>
+                {`waiting for you · ${call.tool}`}
+              </text>
             </g>
           );
         })}
@@ -1115,7 +1170,11 @@ function Legend() {
       ))}
       <span class="team-legend-item">
         <span class="team-swatch-line is-wait" />
-        waiting
+        waiting for a signal
+      </span>
+      <span class="team-legend-item">
+        <span class="team-swatch is-call" />
+        waiting for you (call awaiting approval)
       </span>
       {['P0', 'P1', 'P2', 'P3'].map((p) => (
         <span class="team-legend-item" key={p}>
@@ -1201,7 +1260,7 @@ function TeamDetail(props: {
       title={`Activation of ${activation.agentId}`}
       subtitle={`${activation.id} · ${OUTCOME_LABEL[outcome]} · ${clockTime(activation.startedAt)}${
         activation.completedAt ? ` → ${clockTime(activation.completedAt)}` : ''
-      }`}
+      } · ${activation.completedAt ? 'ran' : 'running for'} ${activationDuration(activation, Date.now())}`}
       testId="team-detail"
       actions={close}
     >
@@ -1211,6 +1270,7 @@ function TeamDetail(props: {
         {usage?.model && <Chip>{usage.apiModel ?? usage.model}</Chip>}
         <Chip>{`${activation.emittedMessages ?? 0} emitted messages`}</Chip>
       </div>
+      {activation.completedAt && <ForkButton project={props.project} activation={activation.id} />}
       {(activation.signals ?? []).length > 0 && (
         <div class="team-detail-section">
           <h3>Woken by</h3>
@@ -1253,12 +1313,15 @@ function TeamDetail(props: {
           <p class="panel-subtitle">No rows among the agent's newest history.</p>
         ) : (
           <ol class="team-history" data-testid="team-detail-history">
-            {history.map((row) => (
-              <li key={row.id}>
-                <span class="mono team-history-kind">{`${row.sequence}. ${row.kind ?? row.role}`}</span>
-                <span class="prewrap">{firstLine(row.content, 200)}</span>
-              </li>
-            ))}
+            {history.map((row) => {
+              const step = toolStep(row);
+              return (
+                <li key={row.id} data-testid="team-step" data-role={row.role}>
+                  <span class="mono team-history-kind">{`${row.sequence}. ${stepTitle(row, step?.tool ?? historyToolName(row))}`}</span>
+                  {step ? <ToolStepBody step={step} role={row.role} /> : <Folded text={row.content ?? ''} label="Text" />}
+                </li>
+              );
+            })}
           </ol>
         )}
       </div>
