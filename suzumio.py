@@ -220,10 +220,14 @@ def cmd_config_render(rest, options, out, err, now):
 
 
 def cmd_init(rest, options, out, err, now):
+    import suzumio_repository
+
     config = suzumio_config.load_project(rest[0])
     report_unknown_keys(config.unknown_keys, err)
     for line in config.warnings:
         print(line, file=err)
+    if config.repository is not None:
+        suzumio_repository.check_source(config.repository)
     root = open_root(options)
     try:
         store = root.init_project(
@@ -231,6 +235,10 @@ def cmd_init(rest, options, out, err, now):
             source_text=config.source_text, resolved_text=config.render())
         print(f"Initialized {store.project_id}", file=out)
         print(f"Root: {store.dir}", file=out)
+        if config.repository is not None:
+            git_dir = suzumio_repository.create_repository(store.dir, config.repository)
+            print(f"Repository: {git_dir} (integration branch {suzumio_repository.integration_branch(git_dir)})",
+                  file=out)
     finally:
         root.close()
     return 0

@@ -24,6 +24,7 @@ import suzumio_coordination as coordination
 import suzumio_egress
 import suzumio_recorder
 import suzumio_registry
+import suzumio_repository
 import suzumio_warm
 from suzumio_backend_local import (
     KIND_LOCAL,
@@ -888,6 +889,7 @@ class Backends:
         config = config or self.configs.get(store)
         if config.backend.kind == KIND_SWARM and self.controller_ca is None:
             raise ValueError(SWARM_NEEDS_LISTENER)
+        suzumio_repository.start_working_copy(store, config, activation)
         launch = Launch(store, config, activation, agent, self.support_dir, self.environ, self.runner_socket,
                         self.controller_ca)
         agent_ids = store.agent_ids()
@@ -1067,6 +1069,7 @@ class Backends:
             log.warning("artifacts of activation %s not recorded: %s", activation_id, error)
             return
         suzumio_recorder.record_ended(store, config, activation_id)
+        suzumio_repository.activation_ended(store, config, activation_id)
 
     def settle(self, store, activation_id, code, logs, secrets):
         """docs/design/runner.md, after the runner exited with `code`."""

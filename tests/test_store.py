@@ -26,6 +26,7 @@ import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_records as rec
 import suzumio_replay
+import suzumio_store_repository
 import suzumio_store as st
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
 
@@ -134,7 +135,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                           {"id": 7, "name": "approval edits, paused agents"},
                           {"id": 8, "name": "flight recorder"},
                           {"id": 9, "name": "message idempotency keys"},
-                          {"id": 10, "name": "activation nodes"}]
+                          {"id": 10, "name": "activation nodes"},
+                          {"id": 11, "name": "team repository"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -148,7 +150,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                     "not_before", "delivered_at", "delivered_activation_id"],
         "activations": ["id", "project", "agent_id", "status", "prompt", "input_path", "output_path",
                         "container_name", "started_at", "completed_at", "text", "error", "emitted_messages",
-                        "usage_json", "context_json", "node"],
+                        "usage_json", "context_json", "node", "commit_start", "commit_end"],
         "tool_calls": ["id", "project", "activation_id", "agent_id", "tool", "input_json", "status", "output",
                        "error", "created_at", "completed_at", "call_key"],
         "events": ["id", "project", "type", "data_json", "created_at"],
@@ -211,7 +213,7 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
     store.close()
     again = st.ProjectStore("blank", tmp_path)
     assert rows(again, "SELECT type, name, sql FROM sqlite_master ORDER BY name") == schema
-    assert count(again, "_migrations") == 10
+    assert count(again, "_migrations") == 11
     again.close()
 
 
@@ -222,7 +224,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
     assert count(again, "approvals") == 0
     again.close()
 
@@ -234,7 +236,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
     assert count(again, "model_calls") == 0
     again.close()
 
@@ -291,7 +293,8 @@ def test_migration_1_is_literal_sql_whose_checks_match_the_status_constants(tmp_
         ("tool_calls", "status"): rec.TOOL_CALL_STATUSES, ("agent_history_messages", "role"): rec.HISTORY_ROLES,
         ("approvals", "status"): suzumio_approvals.APPROVAL_STATUSES,
         ("approvals", "on_expiry"): (suzumio_approvals.ALLOW, suzumio_approvals.DENY),
-        ("project_origins", "kind"): (suzumio_replay.KIND_REPLAY, suzumio_replay.KIND_FORK)}
+        ("project_origins", "kind"): (suzumio_replay.KIND_REPLAY, suzumio_replay.KIND_FORK),
+        ("merge_requests", "status"): suzumio_store_repository.MERGE_STATUSES}
 
 
 # -- ids, timestamps ----------------------------------------------------------------------------
