@@ -23,6 +23,7 @@ import suzumio_mcp_server
 import suzumio_openapi
 import suzumio_output
 import suzumio_replay
+import suzumio_repository
 import suzumio_scheduler
 import suzumio_sse
 import suzumio_yaml
@@ -46,6 +47,7 @@ from suzumio_http import (
     text_response,
     timestamp_param,
 )
+from suzumio_records import format_ts, utc_now
 from suzumio_resources import VERSION, resource_path
 
 log = logging.getLogger(__name__)
@@ -458,6 +460,23 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
         return json_response(message)
 
     mount_output_routes(app, root)
+    mount_repository_routes(app, root, toolpacks.configs)
+
+
+def mount_repository_routes(app, root, configs):
+    """The team's repository as people read it (suzumio_repository): branches, log, queue, claims, diffs."""
+
+    @app.get("/api/projects/<project>/repository")
+    def repository_overview(project):
+        store = root.open_project(project)
+        return json_response(suzumio_repository.overview(store, configs.get(store), format_ts(utc_now())))
+
+    @app.get("/api/projects/<project>/repository/diff")
+    def repository_diff(project):
+        store = root.open_project(project)
+        query = bottle.request.query
+        return json_response(suzumio_repository.diff(store, configs.get(store), query.get("from") or None,
+                                                     query.get("to") or None))
 
 
 def wants_json():
