@@ -128,7 +128,8 @@ def check_source(settings):
         raise ConfigError(f"repository.source: {settings.source} does not exist")
     done = git("ls-remote", settings.source, "HEAD", check=False)
     if done.returncode != 0:
-        raise ConfigError(f"repository.source: {settings.source} is not a git repository ({done.stderr.strip()})")
+        why = next((line for line in done.stderr.splitlines() if line.startswith("fatal:")), done.stderr.strip())
+        raise ConfigError(f"repository.source: {settings.source} is not a git repository ({why})")
 
 
 def create_repository(project_dir, settings):
