@@ -15,10 +15,11 @@ import suzumio_coordination as coordination
 import suzumio_diff
 import suzumio_guards
 import suzumio_replay
+import suzumio_repository
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
 from suzumio_http import optional_string
-from suzumio_records import PRIORITIES
+from suzumio_records import PRIORITIES, format_ts, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,11 @@ TOOLS = (
     ("diff_projects", "Compare two runs: messages, tool calls, activations, artifacts, report, tokens and cost.",
      _object({**_PROJECT, "other": {"type": "string", "description": "The project to compare with"}},
              ["project", "other"])),
+    ("repository", "A project's repository (docs/teams-that-write-code.md): the integration branch's log, each "
+     "agent branch ahead/behind, the merge queue and claims.", _object(_PROJECT, ["project"])),
+    ("repository_diff", "git diff between two revisions of a project's repository (branch names such as main or "
+     "agents/w1, commit ids); defaults: the integration tip's parent and the tip.",
+     _object({**_PROJECT, "from": {"type": "string"}, "to": {"type": "string"}}, ["project"])),
 )
 
 
@@ -228,6 +234,14 @@ class SuzumioMcp:
         if not isinstance(other, str) or not other:
             raise BadRequest("other is required")
         return suzumio_diff.diff_projects(self._store(args), self.root.open_project(other))
+
+    def tool_repository(self, args):
+        store = self._store(args)
+        return suzumio_repository.overview(store, self.configs.get(store), format_ts(utc_now()))
+
+    def tool_repository_diff(self, args):
+        store = self._store(args)
+        return suzumio_repository.diff(store, self.configs.get(store), args.get("from") or None, args.get("to") or None)
 
     # -- resources: suzumio://projects/<p>/report and suzumio://projects/<p>/artifacts/<agent>/<path>
 
