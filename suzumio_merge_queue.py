@@ -40,7 +40,7 @@ def tail(text, limit=OUTPUT_TAIL):
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
-# ---------------------------------------------------------------- checks (docs/teams-that-write-code.md#where-checks-run)
+# -------------------------------------------------- checks (docs/teams-that-write-code.md#where-checks-run)
 
 def run_check_locally(config, agent_id, folder, command):
     """`local`: the check runs as a process of the controller's user in the scratch copy, like a local

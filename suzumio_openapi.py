@@ -161,7 +161,7 @@ SCHEMAS = {
                             "firstDifference": {"type": ["object", "null"], "required": ["section", "a", "b"],
                                                 "properties": {"section": {"enum": ["messages", "toolCalls",
                                                                "activations", "artifacts", "report", "tokens",
-                                                               "cost"]},
+                                                               "cost", "repository"]},
                                                                "index": INTEGER, "key": STRING}},
                             "sections": {"type": "object", "additionalProperties": {
                                 "type": "object", "required": ["identical", "a", "b"],

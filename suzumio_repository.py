@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from suzumio_config_repository import is_remote
-from suzumio_errors import BadRequest, ConfigError, InternalError, NotFound
+from suzumio_errors import BadRequest, ConfigError, Conflict, InternalError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -356,24 +356,66 @@ def start_working_copy(store, config, activation):
 
 def activation_ended(store, config, activation_id):
     """An activation ended (its output arrived, or its runner is gone): what changed in its working copy is
-    committed to its branch, once, and recorded as its end commit. A failure is logged, never raised: the
+    committed to its branch, once, and recorded as its end commit, with every branch of the repository as
+    they are now (a fork at this activation starts from them). A failure is logged, never raised: the
     commit is made at the agent's next end instead."""
-    start, end = store.commit_range(activation_id)
-    if start is None or end is not None or config.repository is None:
+    if config.repository is None or not has_repository(store):
         return None
+    start, end = store.commit_range(activation_id)
     agent_id = store.activation(activation_id)["agentId"]
+    head = branch = None
     try:
-        copy = working_copy(store, config, agent_id)
-        head = copy.commit(f"Activation {activation_id} of {agent_id}")
+        if start is not None and end is None:
+            copy = working_copy(store, config, agent_id)
+            head, branch = copy.commit(f"Activation {activation_id} of {agent_id}"), copy.branch
+        refs = branch_heads(repository_dir(store))
     except (OSError, GitError) as error:
         log.warning("working copy of activation %s not committed: %s", activation_id, error)
         return None
     with store.write() as tx:
-        if store.set_commit_end(tx, activation_id, head):
+        if head is not None and store.set_commit_end(tx, activation_id, head):
             store.add_event(tx, EVENT_COMMITTED, {"activationId": activation_id, "agentId": agent_id,
-                                                  "branch": copy.branch, "commitStart": start, "commit": head,
+                                                  "branch": branch, "commitStart": start, "commit": head,
                                                   "changed": head != start})
+        store.set_repository_refs(tx, activation_id, refs)
     return head
+
+
+def branch_heads(git_dir):
+    """{"HEAD": the integration branch's ref, "refs/heads/<name>": commit, …}: every branch as it is now."""
+    refs = {"HEAD": out("symbolic-ref", "HEAD", git_dir=git_dir)}
+    for line in filter(None, out("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads",
+                                 git_dir=git_dir).split("\n")):
+        name, commit = line.split(" ")
+        refs[name] = commit
+    return refs
+
+
+def fork_repository(source, store, activation_id):
+    """A fork's repository: the source's as it was when `activation_id` ended, every branch (the objects
+    copied whole, then each branch set to its recorded commit). Nothing when the source has none."""
+    if not has_repository(source):
+        return None
+    refs = source.repository_refs(activation_id)
+    if refs is None:
+        raise Conflict(f"Activation {activation_id} has no recorded repository state (it ended before the "
+                       "repository was made, or its end was not recorded)")
+    target = repository_dir(store)
+    temp = target.with_name(f".{REPOSITORY_DIR}.{os.getpid()}.tmp")
+    shutil.rmtree(temp, ignore_errors=True)
+    try:
+        shutil.copytree(repository_dir(source), temp, symlinks=True)
+        for name in branch_heads(temp):
+            if name != "HEAD" and name not in refs:
+                git("update-ref", "-d", name, git_dir=temp)
+        for name, commit in refs.items():
+            if name != "HEAD":
+                git("update-ref", name, commit, git_dir=temp)
+        git("symbolic-ref", "HEAD", refs["HEAD"], git_dir=temp)
+        os.replace(temp, target)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    return target
 
 
 # ---------------------------------------------------------------- what people read
@@ -404,6 +446,16 @@ def branches(git_dir, branch):
         rows.append({"name": name, "agent": name[len(BRANCH_PREFIX):], "head": head, "ahead": int(ahead),
                      "behind": int(behind)})
     return rows
+
+
+def integration_history(store):
+    """[{subject, author, tree}] of the integration branch, oldest first; None without a repository."""
+    if not has_repository(store):
+        return None
+    git_dir = repository_dir(store)
+    lines = out("log", "--reverse", "--format=%s%x1f%an%x1f%T", integration_branch(git_dir), git_dir=git_dir)
+    return [dict(zip(("subject", "author", "tree"), line.split("\x1f"), strict=True))
+            for line in filter(None, lines.split("\n"))]
 
 
 def overview(store, config, now_text):

@@ -41,6 +41,16 @@ class RepositoryRows:
         return bool(tx.execute("UPDATE activations SET commit_end = ? WHERE project = ? AND id = ? "
                                "AND commit_end IS NULL", (commit, self.project_id, activation_id)).rowcount)
 
+    def set_repository_refs(self, tx, activation_id, refs):
+        """Every branch of the project's repository as an activation's end found them, once."""
+        tx.execute("UPDATE activations SET repository_refs_json = ? WHERE project = ? AND id = ? "
+                   "AND repository_refs_json IS NULL", (dump_json(refs), self.project_id, activation_id))
+
+    def repository_refs(self, activation_id):
+        row = self._query_one("SELECT repository_refs_json FROM activations WHERE project = ? AND id = ?",
+                              (self.project_id, activation_id))
+        return load_json(row["repository_refs_json"]) if row else None
+
     def commit_range(self, activation_id):
         """(commit_start, commit_end) of an activation, each None when not recorded."""
         row = self._query_one("SELECT commit_start, commit_end FROM activations WHERE project = ? AND id = ?",
@@ -128,11 +138,13 @@ class RepositoryRows:
 
 
 # Every merge request a `repo.merge` queued and how it ended; the path claims of `repo.claim`; the commit
-# an activation started from and the one its end recorded. A request's `commit_id` is written before the
+# an activation started from and the one its end recorded, and every branch of the project's repository
+# as its end found them (what a fork at it starts from). A request's `commit_id` is written before the
 # integration branch moves, so a controller stopped in between finds the landing done.
 MIGRATION_REPOSITORY = [
     "ALTER TABLE activations ADD COLUMN commit_start TEXT",
     "ALTER TABLE activations ADD COLUMN commit_end TEXT",
+    "ALTER TABLE activations ADD COLUMN repository_refs_json TEXT",
     """CREATE TABLE merge_requests (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT,
         message TEXT NOT NULL, head TEXT NOT NULL,

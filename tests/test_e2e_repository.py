@@ -32,10 +32,10 @@ def wait(model, agent):
     model.enqueue(tool_calls=[call("coordination.wait_for_signal", reason="Done.", notifyPm=False)], model=agent)
 
 
-def pm_waits(request):
-    """pm hears of every landing (a P3 signal) and only waits."""
-    assert request.get("model") == "pm", f"no reply queued for {request.get('model')}"
-    return answer(tool_calls=[call("coordination.wait_for_signal", reason="Noted.")])
+def waits(request):
+    """pm hears of every landing (a P3 signal) and only waits; so does anyone the test queued nothing for
+    (a fork's agents, running again what the fork point left pending)."""
+    return answer(tool_calls=[call("coordination.wait_for_signal", reason="Noted.", notifyPm=False)])
 
 
 def tool_outputs(team, agent):
@@ -48,7 +48,7 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
         model, store = team.model, team.store
         git_dir = repository.ensure_repository(store, ProjectConfig.from_data(store.config()))
         start_tip = repository.integration_tip(git_dir)
-        model.responder = pm_waits
+        model.responder = waits
         # w3's working copy is made now, from the first tip: it changes shared.txt later, against it.
         model.enqueue(tool_calls=[call("repo.status")], model="w3")
         wait(model, "w3")
@@ -64,6 +64,8 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
         team.wait_for(lambda: len(team.events("repo.merged")) == 1, message="w1's change landed")
         first = team.events("repo.merged")[0]["data"]
         assert first["agent"] == "w1" and first["branch"] == "main"
+        # pm is told of it (P3) and waits: its activation ends after the first landing, before any other.
+        [after_first] = team.wait_activations("pm", 1)
         # w2 changes b.txt and lands; then tries a change that breaks the checks.
         model.enqueue(tool_calls=[call("file.write", path="b.txt", content="b by w2\n")], model="w2")
         model.enqueue(tool_calls=[call("repo.merge", message="w2: b")], model="w2")
@@ -101,6 +103,9 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
         # The coordinator was told of each landing (P3).
         merged_signals = [s for s in store.list_signals(limit=1000) if s["kind"] == "repo.merged"]
         assert [(s["targetAgent"], s["priority"]) for s in merged_signals] == [("pm", "P3")] * 3
+        landed = {e["data"]["commit"] for e in team.events("repo.merged")}
+        assert {s["payload"]["commit"] for s in merged_signals} == landed
+        assert all(s["payload"]["commit"][:12] in s["payload"]["text"] for s in merged_signals)
         # The integration branch holds exactly the landed commits, and the resolved text.
         assert log_subjects(git_dir)[:4] == ["w3: shared, resolved", "w2: b", "w1: a and shared", "Add the files"]
         assert len(log_subjects(git_dir)) == 5
@@ -122,6 +127,17 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
         diff = team.service.get(f"/api/projects/{team.name}/repository/diff",
                                 params={"from": start_tip, "to": "main"}).json()
         assert "+b by w2" in diff["diff"] and "BROKEN" not in diff["diff"]
+        # A fork after the first landing starts with that commit in place and the later ones absent.
+        forked = team.service.post(f"/api/projects/{team.name}/fork", {"as": "e2e-fork", "at": after_first["id"]})
+        assert forked.status_code == 201, forked.text
+        fork_dir = store.dir.parent / "e2e-fork" / repository.REPOSITORY_DIR
+        assert log_subjects(fork_dir) == ["w1: a and shared", "Add the files", "Initial commit"]
+        assert repository.out("rev-parse", "main", git_dir=fork_dir) == first["commit"]
+        assert {name for name in repository.branch_heads(fork_dir) if name.startswith("refs/heads/agents/")} == {
+            "refs/heads/agents/w1", "refs/heads/agents/w3"}
+        compared = team.service.get(f"/api/projects/{team.name}/diff/e2e-fork").json()
+        assert compared["sections"]["repository"]["identical"] is False
+        assert len(compared["sections"]["repository"]["a"]) == 5
         # The working copies' git folders are out of the agents' reach: never inside a workspace.
         for agent in ("w1", "w2", "w3"):
             assert not (store.workspace(agent) / ".git").exists()

@@ -108,7 +108,7 @@ def test_repository_agents_that_name_no_agent_and_swarm_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"repository.agents.1: x\* names no agent"):
         load_project(path, env={})
     path.write_text(project_text(source).replace("repository:\n  source", "repository:\n  sourc"), encoding="utf-8")
-    with pytest.raises(ConfigError, match="repository.source"):
+    with pytest.raises(ConfigError, match=r"repository\.source"):
         load_project(path, env={})
 
 
@@ -155,7 +155,7 @@ def test_working_copy_commits_each_end_as_the_agent_on_its_own_branch(project):
 
 def test_repo_tools_refuse_an_agent_without_a_working_copy(project):
     store, config, _, _ = project
-    with pytest.raises(BadRequest, match="pm has no working copy"):
+    with pytest.raises(BadRequest, match=r"pm has no working copy"):
         queue.status_tool(None, store, config, agent("pm"), "act", {})
 
 
@@ -210,7 +210,7 @@ def test_a_conflict_or_a_failing_check_lands_nothing_and_tells_the_agent(project
     answer = queue.sync_tool(q, store, config, agent("w2"), "act-w2", {})
     assert answer["metadata"]["conflicts"] == ["shared.txt"]
     assert "<<<<<<< " in (store.workspace("w2") / "shared.txt").read_text()
-    with pytest.raises(BadRequest, match="Resolve the conflict markers first in: shared.txt"):
+    with pytest.raises(BadRequest, match=r"Resolve the conflict markers first in: shared\.txt"):
         merge(q, store, config, "w2", "w2 again")
     (store.workspace("w2") / "shared.txt").write_text("shared by w1 and w2\n", encoding="utf-8")
     merge(q, store, config, "w2", "w2 resolved")
@@ -247,7 +247,7 @@ def test_a_landing_interrupted_after_the_branch_moved_is_recorded_on_resume(proj
 
 
 def test_the_queue_thread_lands_what_it_is_woken_for(project):
-    store, config, _, root = project
+    store, config, _, _ = project
 
     class Configs:
         def get(self, _store):

@@ -26,8 +26,8 @@ import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_records as rec
 import suzumio_replay
-import suzumio_store_repository
 import suzumio_store as st
+import suzumio_store_repository
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
 
 ID_RE = re.compile(r"^(act|msg|sig|tool|evt|hist|hpart|cmp)_\d{13}_[0-9a-f]{8}$")
@@ -150,7 +150,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                     "not_before", "delivered_at", "delivered_activation_id"],
         "activations": ["id", "project", "agent_id", "status", "prompt", "input_path", "output_path",
                         "container_name", "started_at", "completed_at", "text", "error", "emitted_messages",
-                        "usage_json", "context_json", "node", "commit_start", "commit_end"],
+                        "usage_json", "context_json", "node", "commit_start", "commit_end",
+                        "repository_refs_json"],
         "tool_calls": ["id", "project", "activation_id", "agent_id", "tool", "input_json", "status", "output",
                        "error", "created_at", "completed_at", "call_key"],
         "events": ["id", "project", "type", "data_json", "created_at"],
@@ -224,7 +225,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 12))
     assert count(again, "approvals") == 0
     again.close()
 
@@ -236,7 +237,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 12))
     assert count(again, "model_calls") == 0
     again.close()
 

@@ -80,7 +80,7 @@ CREATE TABLE activations (
         status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
         prompt TEXT NOT NULL, input_path TEXT NOT NULL, output_path TEXT NOT NULL, container_name TEXT,
         started_at TEXT NOT NULL, completed_at TEXT, text TEXT, error TEXT,
-        emitted_messages INTEGER NOT NULL DEFAULT 0, usage_json TEXT, context_json TEXT, node TEXT, commit_start TEXT, commit_end TEXT);
+        emitted_messages INTEGER NOT NULL DEFAULT 0, usage_json TEXT, context_json TEXT, node TEXT, commit_start TEXT, commit_end TEXT, repository_refs_json TEXT);
 
 -- table agent_history_compactions on agent_history_compactions
 CREATE TABLE agent_history_compactions (
