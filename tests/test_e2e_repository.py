@@ -44,7 +44,8 @@ def tool_outputs(team, agent):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
-    with running_team(tmp_path, kind, **team_options(tmp_path)) as team:
+    # The scheduler thread runs as on `serve`: a landing's signal wakes it, not a route.
+    with running_team(tmp_path, kind, scheduler_interval=1.0, **team_options(tmp_path)) as team:
         model, store = team.model, team.store
         git_dir = repository.ensure_repository(store, ProjectConfig.from_data(store.config()))
         start_tip = repository.integration_tip(git_dir)
