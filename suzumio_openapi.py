@@ -112,6 +112,8 @@ SCHEMAS = {
                                 "editedInput": {"type": "object", "description": "The input a person ran the "
                                                 "call with instead of `input`"},
                                 "output": {"type": "string", "description": "A person's answer (respond)"},
+                                "preview": {"type": "object", "description": "A pending repo.merge: the change "
+                                            "it would queue", "properties": {"diff": STRING}},
                                 "decidedBy": {"enum": ["api", "cli", "webui", "mcp", "timeout", "system"]},
                                 "note": STRING, "onExpiry": {"enum": ["allow", "deny"]}, "expiresAt": STRING,
                                 "createdAt": STRING, "decidedAt": STRING, "usedAt": STRING}},

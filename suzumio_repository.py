@@ -314,6 +314,19 @@ class WorkingCopy:
         return paths
 
 
+def pending_change(store, agent_id):
+    """What a `repo.merge` of the agent would land now (its workspace against the integration branch), for
+    a person deciding it; None without a working copy or when git cannot say."""
+    copy = WorkingCopy(store, agent_id)
+    if not has_repository(store) or not copy.exists:
+        return None
+    try:
+        return copy.against_integration(name_status=False)[:DIFF_LIMIT]
+    except (OSError, GitError) as error:
+        log.info("no preview of %s's change: %s", agent_id, error)
+        return None
+
+
 def hand_to_workspace_owner(folder):
     """A root controller writes files an unprivileged activation must edit: hand whatever it wrote to the
     workspace folder's owner."""

@@ -11,6 +11,7 @@ import pytest
 from repository_fixtures import CHECK, git, log_subjects, make_fixture_repository
 
 import suzumio
+import suzumio_approvals
 import suzumio_merge_queue as queue
 import suzumio_repository as repository
 import suzumio_store
@@ -316,3 +317,16 @@ def test_gc_removes_scratch_copies_no_merge_uses(project, tmp_path):
     leftover.mkdir(parents=True)
     code, out, _ = cli("gc", "code", "--root", str(tmp_path / "root"))
     assert code == 0 and "removed 1 scratch copy" in out and not leftover.exists()
+
+
+def test_a_pending_merge_approval_shows_the_change_it_would_land(project):
+    store, config, _, _ = project
+    repository.working_copy(store, config, "w1")
+    (store.workspace("w1") / "a.txt").write_text("to be approved\n", encoding="utf-8")
+    (store.workspace("w1") / "new.txt").write_text("untracked too\n", encoding="utf-8")
+    item = suzumio_approvals.with_preview(store, {"tool": "repo.merge", "status": "pending", "agentId": "w1"})
+    assert "+to be approved" in item["preview"]["diff"] and "+untracked too" in item["preview"]["diff"]
+    decided = suzumio_approvals.with_preview(store, {"tool": "repo.merge", "status": "allowed", "agentId": "w1"})
+    assert "preview" not in decided
+    assert "preview" not in suzumio_approvals.with_preview(store, {"tool": "repo.merge", "status": "pending",
+                                                                   "agentId": "w2"})  # no working copy yet
