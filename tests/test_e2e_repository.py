@@ -42,60 +42,69 @@ def tool_outputs(team, agent):
     return [json.loads(text)["output"] if text.startswith("{") else text for text in team.tool_messages(agent)]
 
 
+def run_team_of_three(team):
+    """The scripted team of three: w1 and w2 land changes to different files, w2's broken change is refused
+    by the checks, w3's conflicting change is sent back, synced, resolved and landed. Returns the project's
+    repository, its first tip, the first landing's event data and pm's activation after it."""
+    model, store = team.model, team.store
+    git_dir = repository.ensure_repository(store, ProjectConfig.from_data(store.config()))
+    start_tip = repository.integration_tip(git_dir)
+    model.responder = waits
+    # w3's working copy is made now, from the first tip: it changes shared.txt later, against it.
+    model.enqueue(tool_calls=[call("repo.status")], model="w3")
+    wait(model, "w3")
+    team.send("w3", "Look at the repository.")
+    team.wait_activations("w3", 1)
+    # w1 changes a.txt and the first shared line, and lands.
+    model.enqueue(tool_calls=[call("file.write", path="a.txt", content="a by w1\n"),
+                              call("file.write", path="shared.txt",
+                                   content="shared line one by w1\nshared line two\n")], model="w1")
+    model.enqueue(tool_calls=[call("repo.merge", message="w1: a and shared")], model="w1")
+    wait(model, "w1")
+    team.send("w1", "Change a.txt and shared.txt, then merge.")
+    team.wait_for(lambda: len(team.events("repo.merged")) == 1, message="w1's change landed")
+    first = team.events("repo.merged")[0]["data"]
+    assert first["agent"] == "w1" and first["branch"] == "main"
+    # pm is told of it (P3) and waits: its activation ends after the first landing, before any other.
+    [after_first] = team.wait_activations("pm", 1)
+    # w2 changes b.txt and lands; then tries a change that breaks the checks.
+    model.enqueue(tool_calls=[call("file.write", path="b.txt", content="b by w2\n")], model="w2")
+    model.enqueue(tool_calls=[call("repo.merge", message="w2: b")], model="w2")
+    model.enqueue(tool_calls=[call("file.write", path="BROKEN", content="oops\n")], model="w2")
+    model.enqueue(tool_calls=[call("repo.merge", message="w2: broken")], model="w2")
+    wait(model, "w2")
+    team.send("w2", "Change b.txt, then merge.")
+    team.wait_for(lambda: any(e["data"]["reason"] == "checks" for e in team.events("repo.merge_failed")),
+                  message="w2's broken change refused")
+    assert [e["data"]["agent"] for e in team.events("repo.merged")] == ["w1", "w2"]
+    [broken] = [e["data"] for e in team.events("repo.merge_failed") if e["data"]["agent"] == "w2"]
+    assert broken["reason"] == "checks" and CHECK in broken["output"]
+    # w2 hears of it with a P1 signal (it waits meanwhile): it removes the file and waits again.
+    model.enqueue(tool_calls=[call("repo.status")], model="w2")
+    wait(model, "w2")
+    # w3 changes the first shared line too: the queue sends it back with the path.
+    model.enqueue(tool_calls=[call("file.write", path="shared.txt",
+                                   content="shared line one by w3\nshared line two\n")], model="w3")
+    model.enqueue(tool_calls=[call("repo.merge", message="w3: shared")], model="w3")
+    wait(model, "w3")
+    # Its next activation (woken by the P1 signal): sync, resolve, land.
+    model.enqueue(tool_calls=[call("repo.sync")], model="w3")
+    model.enqueue(tool_calls=[call("file.write", path="shared.txt",
+                                   content="shared line one by w1 and w3\nshared line two\n")], model="w3")
+    model.enqueue(tool_calls=[call("repo.merge", message="w3: shared, resolved")], model="w3")
+    wait(model, "w3")
+    team.send("w3", "Change shared.txt, then merge.")
+    team.wait_for(lambda: len(team.events("repo.merged")) == 3, message="w3's resolved change landed")
+    team.wait_quiet()
+    return git_dir, start_tip, first, after_first
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
     # The scheduler thread runs as on `serve`: a landing's signal wakes it, not a route.
     with running_team(tmp_path, kind, scheduler_interval=1.0, **team_options(tmp_path)) as team:
-        model, store = team.model, team.store
-        git_dir = repository.ensure_repository(store, ProjectConfig.from_data(store.config()))
-        start_tip = repository.integration_tip(git_dir)
-        model.responder = waits
-        # w3's working copy is made now, from the first tip: it changes shared.txt later, against it.
-        model.enqueue(tool_calls=[call("repo.status")], model="w3")
-        wait(model, "w3")
-        team.send("w3", "Look at the repository.")
-        team.wait_activations("w3", 1)
-        # w1 changes a.txt and the first shared line, and lands.
-        model.enqueue(tool_calls=[call("file.write", path="a.txt", content="a by w1\n"),
-                                  call("file.write", path="shared.txt",
-                                       content="shared line one by w1\nshared line two\n")], model="w1")
-        model.enqueue(tool_calls=[call("repo.merge", message="w1: a and shared")], model="w1")
-        wait(model, "w1")
-        team.send("w1", "Change a.txt and shared.txt, then merge.")
-        team.wait_for(lambda: len(team.events("repo.merged")) == 1, message="w1's change landed")
-        first = team.events("repo.merged")[0]["data"]
-        assert first["agent"] == "w1" and first["branch"] == "main"
-        # pm is told of it (P3) and waits: its activation ends after the first landing, before any other.
-        [after_first] = team.wait_activations("pm", 1)
-        # w2 changes b.txt and lands; then tries a change that breaks the checks.
-        model.enqueue(tool_calls=[call("file.write", path="b.txt", content="b by w2\n")], model="w2")
-        model.enqueue(tool_calls=[call("repo.merge", message="w2: b")], model="w2")
-        model.enqueue(tool_calls=[call("file.write", path="BROKEN", content="oops\n")], model="w2")
-        model.enqueue(tool_calls=[call("repo.merge", message="w2: broken")], model="w2")
-        wait(model, "w2")
-        team.send("w2", "Change b.txt, then merge.")
-        team.wait_for(lambda: any(e["data"]["reason"] == "checks" for e in team.events("repo.merge_failed")),
-                      message="w2's broken change refused")
-        assert [e["data"]["agent"] for e in team.events("repo.merged")] == ["w1", "w2"]
-        [broken] = [e["data"] for e in team.events("repo.merge_failed") if e["data"]["agent"] == "w2"]
-        assert broken["reason"] == "checks" and CHECK in broken["output"]
-        # w2 hears of it with a P1 signal (it waits meanwhile): it removes the file and waits again.
-        model.enqueue(tool_calls=[call("repo.status")], model="w2")
-        wait(model, "w2")
-        # w3 changes the first shared line too: the queue sends it back with the path.
-        model.enqueue(tool_calls=[call("file.write", path="shared.txt",
-                                       content="shared line one by w3\nshared line two\n")], model="w3")
-        model.enqueue(tool_calls=[call("repo.merge", message="w3: shared")], model="w3")
-        wait(model, "w3")
-        # Its next activation (woken by the P1 signal): sync, resolve, land.
-        model.enqueue(tool_calls=[call("repo.sync")], model="w3")
-        model.enqueue(tool_calls=[call("file.write", path="shared.txt",
-                                       content="shared line one by w1 and w3\nshared line two\n")], model="w3")
-        model.enqueue(tool_calls=[call("repo.merge", message="w3: shared, resolved")], model="w3")
-        wait(model, "w3")
-        team.send("w3", "Change shared.txt, then merge.")
-        team.wait_for(lambda: len(team.events("repo.merged")) == 3, message="w3's resolved change landed")
-        team.wait_quiet()
+        store = team.store
+        git_dir, start_tip, first, after_first = run_team_of_three(team)
         conflicts = [e["data"] for e in team.events("repo.merge_failed") if e["data"]["agent"] == "w3"]
         assert [(c["reason"], c["paths"]) for c in conflicts] == [("conflict", ["shared.txt"])]
         signals = [s for s in store.list_signals(limit=1000) if s["kind"] == "repo.merge_failed"]

@@ -43,6 +43,7 @@ import {
 } from './shell';
 import { TeamView, type TeamStreamEvent } from './team';
 import { CompareRuns } from './compare';
+import { RepositoryView } from './repository';
 import { TimelineView } from './timeline';
 import { ToolWorkspace } from './tools';
 
@@ -264,7 +265,7 @@ export function App() {
   }
 
   async function loadView(project: string, which: ViewId, quiet = false, only?: 'toolStatus') {
-    if (which === 'overview' || which === 'history' || which === 'team') {
+    if (which === 'overview' || which === 'history' || which === 'team' || which === 'repository') {
       if (!quiet) {
         panelSeq.current += 1;
         setPanelLoading(false);
@@ -626,6 +627,7 @@ export function App() {
                 />
               )}
               {view === 'events' && <TimelineView events={viewData.events} loading={panelLoading} />}
+              {view === 'repository' && <RepositoryView key={project.id} project={project.id} refresh={viewNonce} />}
             </div>
           </>
         )}
