@@ -152,3 +152,26 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
         for agent in ("w1", "w2", "w3"):
             assert not (store.workspace(agent) / ".git").exists()
             assert (store.dir / "agents" / agent / repository.WORKCOPY_GITDIR / "HEAD").is_file()
+
+
+@pytest.mark.docker
+def test_an_activation_sees_its_files_but_no_repository_it_could_move(tmp_path):
+    options = team_options(tmp_path)
+    options["agents"]["w1"]["tools"] = REPO_TOOLS + ["shell.*"]
+    options["toolpacks"] = ("core", "shell")
+    with running_team(tmp_path, "docker-chat", **options) as team:
+        git_dir = repository.ensure_repository(team.store, ProjectConfig.from_data(team.store.config()))
+        tip = repository.integration_tip(git_dir)
+        probe = ("ls -a /workspace; git -C /workspace rev-parse HEAD 2>&1; "
+                 "echo mounts=$(grep -c -e repository.git -e workcopy.git /proc/mounts); "
+                 "find / -xdev -name '*.git' -maxdepth 4 2>/dev/null | grep -v '^/proc' ; echo end")
+        team.model.enqueue(tool_calls=[call("shell.exec", command=probe)], model="w1")
+        wait(team.model, "w1")
+        team.send("w1", "Look around.")
+        team.wait_activations("w1", 1)
+        [output] = [json.loads(text)["output"] for text in team.tool_messages("w1")][:1]
+        assert "a.txt" in output and "shared.txt" in output
+        assert "not a git repository" in output and "mounts=0" in output
+        assert output.rstrip().endswith("end") and ".git\n" not in output
+        assert repository.integration_tip(git_dir) == tip
+        assert [b["name"] for b in repository.branches(git_dir, "main")] == ["agents/w1"]
