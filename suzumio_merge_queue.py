@@ -33,7 +33,8 @@ REASON_CHECKS = "checks"
 CHECK_TIMEOUT_SECONDS = 900
 OUTPUT_TAIL = 4000  # characters of a failing check's output the agent is sent
 CLAIM_TTL = timedelta(hours=1)
-RETRY_SECONDS = 5.0  # a landing that failed for want of disk or git is tried again after this
+RETRY_SECONDS = 5.0
+CLOSE_WAIT_SECONDS = 10.0  # a landing that failed for want of disk or git is tried again after this
 
 
 def tail(text, limit=OUTPUT_TAIL):
@@ -133,7 +134,11 @@ class MergeQueue:
         with self._lock:
             thread = self._thread
         if thread is not None:
-            thread.join(timeout=CHECK_TIMEOUT_SECONDS)
+            # A check may run for minutes: shutdown does not wait for it. Its request stays running and the
+            # next serve lands it again (docs/teams-that-write-code.md#durability).
+            thread.join(timeout=CLOSE_WAIT_SECONDS)
+            if thread.is_alive():
+                log.warning("merge queue still busy at shutdown; its request resumes with the next serve")
 
     def _run(self):
         while not self._stop.is_set():
