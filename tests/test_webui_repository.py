@@ -34,9 +34,12 @@ def test_the_repository_view_shows_log_branches_queue_and_diffs(tmp_path):
         # the newest landing's diff is shown by default
         expect(page.get_by_test_id("repository-diff")).to_contain_text("+shared line one by w1 and w3")
         page.get_by_test_id("repository-view").screenshot(path=str(IMAGE))
-        # an activation's commit range (the Team view's link) opens its diff
+        # an activation's commit range (the Team view's link) opens its diff, in a new page or in this one
         [w1] = [a for a in team.activations("w1") if a["commitEnd"] != a["commitStart"]][:1]
-        page.goto(team.service.control_room(f"#/e2e/repository/{w1['commitStart']}..{w1['commitEnd']}"))
-        page.reload()
+        linked = context.new_page()
+        linked.on("pageerror", lambda error: errors.append(str(error)))
+        linked.goto(team.service.control_room(f"#/e2e/repository/{w1['commitStart']}..{w1['commitEnd']}"))
+        expect(linked.get_by_test_id("repository-diff")).to_contain_text("+a by w1")
+        page.evaluate(f"window.location.hash = '#/e2e/repository/{w1['commitStart']}..{w1['commitEnd']}'")
         expect(page.get_by_test_id("repository-diff")).to_contain_text("+a by w1")
         assert errors == []

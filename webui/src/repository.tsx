@@ -51,6 +51,16 @@ export function RepositoryView(props: { project: string; refresh: number }) {
   }, [props.project, props.refresh]);
 
   useEffect(() => {
+    // A commit range linked while this view is open (the app then rewrites the address without it).
+    const follow = () => {
+      const linked = rangeFromHash();
+      if (linked) setRange(linked);
+    };
+    window.addEventListener('hashchange', follow);
+    return () => window.removeEventListener('hashchange', follow);
+  }, []);
+
+  useEffect(() => {
     if (!range) return;
     let live = true;
     setDiff(null);
