@@ -23,7 +23,7 @@ import suzumio_tls
 import suzumio_warm
 from suzumio_cli_args import UsageError, parse_args, parse_limit
 from suzumio_errors import SuzumioError
-from suzumio_records import parse_ts, to_datetime, utc_now
+from suzumio_records import format_ts, parse_ts, to_datetime, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +108,14 @@ def cmd_config_render(rest, options, out, err, now):
 
 
 def cmd_init(rest, options, out, err, now):
+    import suzumio_repository
+
     config = suzumio_config.load_project(rest[0])
     report_unknown_keys(config.unknown_keys, err)
     for line in config.warnings:
         print(line, file=err)
+    if config.repository is not None:
+        suzumio_repository.check_source(config.repository)
     root = open_root(options)
     try:
         store = root.init_project(
@@ -119,6 +123,10 @@ def cmd_init(rest, options, out, err, now):
             source_text=config.source_text, resolved_text=config.render())
         print(f"Initialized {store.project_id}", file=out)
         print(f"Root: {store.dir}", file=out)
+        if config.repository is not None:
+            git_dir = suzumio_repository.create_repository(store.dir, config.repository)
+            print(f"Repository: {git_dir} (integration branch {suzumio_repository.integration_branch(git_dir)})",
+                  file=out)
     finally:
         root.close()
     return 0
@@ -506,6 +514,7 @@ def cmd_gc(rest, options, out, err, now):
     every project; their log tails are kept in the activation folders."""
     import suzumio_backend
     import suzumio_backend_reconcile
+    import suzumio_repository
 
     root = open_root(options)
     backends = suzumio_backend.Backends()
@@ -515,6 +524,9 @@ def cmd_gc(rest, options, out, err, now):
         stores = [root.open_project(name) for name in names]
         for store in stores:
             config = suzumio_config.ProjectConfig.from_data(store.config())
+            if config.repository is not None:
+                scratch = suzumio_repository.remove_scratch(store)
+                print(f"{store.project_id}: removed {scratch} scratch cop{'y' if scratch == 1 else 'ies'}", file=out)
             if not suzumio_backend.backend_class(config.backend.kind).collects_garbage and not rest:
                 continue
             try:
@@ -525,6 +537,51 @@ def cmd_gc(rest, options, out, err, now):
     finally:
         backends.close()
         root.close()
+    return 0
+
+
+REPO_VIEWS = ("log", "diff", "queue", "export")
+
+
+def cmd_repo(rest, options, out, err, now):
+    """docs/cli.md `repo`: the team's repository as people read it."""
+    import suzumio_repository
+
+    view = rest[1] if len(rest) > 1 else "log"
+    if view not in REPO_VIEWS:
+        raise SuzumioError(f"repo: unknown view {view} (one of {', '.join(REPO_VIEWS)})")
+    root = open_root(options)
+    try:
+        store = root.open_project(rest[0])
+        config = suzumio_config.ProjectConfig.from_data(store.config())
+        if view == "export":
+            if bool(options.into) == bool(options.bundle):
+                raise SuzumioError("repo export: give --into DIR or --bundle FILE")
+            answer = {"path": suzumio_repository.export(store, config, into=options.into, bundle=options.bundle)}
+        elif view == "diff":
+            answer = suzumio_repository.diff(store, config, getattr(options, "from"), options.to)
+        else:
+            answer = suzumio_repository.overview(store, config, format_ts(to_datetime(now)))
+    finally:
+        root.close()
+    if options.json:
+        print_json(answer["queue"] if view == "queue" else answer, out)
+    elif view == "export":
+        print(f"Exported to {answer['path']}", file=out)
+    elif view == "diff":
+        out.write(answer["diff"] + "\n")
+    elif view == "queue":
+        for request in answer["queue"]:
+            landed = request.get("commit", "")[:12] if request["status"] == "merged" else request.get("reason", "")
+            print(f"{request['id']}  {request['agent']:<12} {request['status']:<8} {landed:<12} {request['message']}",
+                  file=out)
+    else:
+        print(f"{answer['branch']} at {answer['head'][:12]}", file=out)
+        for entry in answer["log"][:parse_limit(options.limit)]:
+            print(f"  {entry['commit'][:12]}  {entry['author']:<12} {entry['subject']}", file=out)
+        for branch in answer["branches"]:
+            print(f"{branch['name']} at {branch['head'][:12]}: {branch['ahead']} ahead, {branch['behind']} behind",
+                  file=out)
     return 0
 
 
@@ -860,7 +917,7 @@ COMMANDS = {
     "respond": lambda *a: cmd_decide(*a, decision="respond"), "resume": cmd_resume,
     "effects": cmd_effects, "resolve": cmd_resolve,
     "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff, "fork": cmd_fork,
-    "report": cmd_report, "request-changes": cmd_request_changes, "eval": cmd_eval, "evals": cmd_evals,
+    "repo": cmd_repo, "report": cmd_report, "request-changes": cmd_request_changes, "eval": cmd_eval, "evals": cmd_evals,
 }
 
 

@@ -27,6 +27,7 @@ import suzumio_openapi
 import suzumio_output
 import suzumio_project_files
 import suzumio_replay
+import suzumio_repository
 import suzumio_scheduler
 import suzumio_sse
 import suzumio_yaml
@@ -50,6 +51,7 @@ from suzumio_http import (
     text_response,
     timestamp_param,
 )
+from suzumio_records import format_ts, utc_now
 from suzumio_resources import VERSION, resource_path
 
 log = logging.getLogger(__name__)
@@ -489,6 +491,7 @@ def mount_user_routes(app, root, scheduler, backends, toolpacks, liveness=None):
     mount_output_routes(app, root)
     mount_inbox_routes(app, root)
     mount_project_file_routes(app, root, scheduler)
+    mount_repository_routes(app, root, toolpacks.configs)
 
 
 def mount_inbox_routes(app, root):
@@ -521,6 +524,22 @@ def mount_project_file_routes(app, root, scheduler):
             store.start()
             run_tick(scheduler.trigger, store.project_id)
         return json_response(store.project_summary(full=True), status=201)
+
+
+def mount_repository_routes(app, root, configs):
+    """The team's repository as people read it (suzumio_repository): branches, log, queue, claims, diffs."""
+
+    @app.get("/api/projects/<project>/repository")
+    def repository_overview(project):
+        store = root.open_project(project)
+        return json_response(suzumio_repository.overview(store, configs.get(store), format_ts(utc_now())))
+
+    @app.get("/api/projects/<project>/repository/diff")
+    def repository_diff(project):
+        store = root.open_project(project)
+        query = bottle.request.query
+        return json_response(suzumio_repository.diff(store, configs.get(store), query.get("from") or None,
+                                                     query.get("to") or None))
 
 
 def wants_json():

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import suzumio_coordination as coordination
 import suzumio_effects
+import suzumio_repository
 from suzumio_errors import BadRequest, Conflict, NotFound
 from suzumio_records import dump_json, format_ts, load_json, omit_none, to_datetime, utc_now
 
@@ -82,8 +83,17 @@ def _row(store, approval_id):
     return row
 
 
+def with_preview(store, item):
+    """A pending `repo.merge` request shows the change it would queue (docs/teams-that-write-code.md)."""
+    if item["tool"] == "repo.merge" and item["status"] == "pending":
+        diff = suzumio_repository.pending_change(store, item["agentId"])
+        if diff is not None:
+            item["preview"] = {"diff": diff}
+    return item
+
+
 def approval(store, approval_id):
-    return approval_json(_row(store, approval_id))
+    return with_preview(store, approval_json(_row(store, approval_id)))
 
 
 def list_approvals(store, status=None, limit=LIST_LIMIT, now=None):
@@ -91,7 +101,7 @@ def list_approvals(store, status=None, limit=LIST_LIMIT, now=None):
     expire_due(store, now)
     if status is not None and status not in APPROVAL_STATUSES:
         raise BadRequest(f"Invalid approval status: {status} (expected one of {', '.join(APPROVAL_STATUSES)})")
-    return [approval_json(r) for r in store.approval_rows(status, limit)]
+    return [with_preview(store, approval_json(r)) for r in store.approval_rows(status, limit)]
 
 
 def has_grant(store, agent_id, rule_key):

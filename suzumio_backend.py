@@ -22,6 +22,7 @@ import suzumio_egress_tls
 import suzumio_prompts
 import suzumio_recorder
 import suzumio_registry
+import suzumio_repository
 import suzumio_warm
 from suzumio_backend_contract import KIND_DOCKER, KIND_LOCAL, KIND_SWARM, redact
 from suzumio_backend_docker import (  # noqa: F401 - names tests and benches read here
@@ -496,6 +497,7 @@ class Backends:
         backend = self.backend(config.backend.kind)
         if backend.listener_required and self.controller_ca is None:
             raise ValueError(backend.listener_required)
+        suzumio_repository.start_working_copy(store, config, activation)
         launch = Launch(store, config, activation, agent, self.support_dir, self.environ, self.runner_socket,
                         self.controller_ca)
         launch.agent_ids = store.agent_ids()
@@ -607,6 +609,7 @@ class Backends:
             log.warning("artifacts of activation %s not recorded: %s", activation_id, error)
             return
         suzumio_recorder.record_ended(store, config, activation_id)
+        suzumio_repository.activation_ended(store, config, activation_id)
 
     def settle(self, store, activation_id, ended, secrets):
         """docs/design/runner.md, after the runner ended as `ended` (an Exit)."""

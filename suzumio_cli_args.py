@@ -176,7 +176,15 @@ COMMAND_TABLE = (
                 JSON, ROOT]),
     Command("evals", "", "List the evals kept under the root.", [ROOT, JSON]),
     Command("gc", "[project]", "Remove the activation containers a project no longer needs (backend.docker.keep), "
-            "keeping their log tails.", [ROOT]),
+            "keeping their log tails, and the scratch copies no merge uses.", [ROOT]),
+    # The team's repository (docs/teams-that-write-code.md)
+    Command("repo", "<project> [log|diff|queue|export]", "The team's repository: the integration branch's log "
+            "with every agent branch ahead/behind (default), a diff, the merge queue, or an export.", [
+                Option("--from", "REV", "diff: the older revision (default: the integration tip's parent)"),
+                Option("--to", "REV", "diff: the newer revision (default: the integration tip)"),
+                Option("--into", "DIR", "export: clone the repository into this new or empty folder"),
+                Option("--bundle", "FILE", "export: write every branch into this git bundle file"),
+                LIMIT, ROOT, JSON]),
 )
 COMMANDS_BY_NAME = {name: command for command in COMMAND_TABLE for name in (command.name, *command.aliases)}
 ALL_OPTIONS = {option.dest: option for command in COMMAND_TABLE for option in command.options}
@@ -195,7 +203,7 @@ COMMAND_ARITY = {
     "events": (1, 1), "approvals": (1, 1), "allow": (2, 2), "deny": (2, None),
     "respond": (3, None), "resume": (2, 2), "effects": (1, 1), "resolve": (3, None),
     "tick": (0, 1), "toolpacks": (1, 1), "mcp": (0, 0), "gc": (0, 1), "watch": (1, 1),
-    "replay": (1, 1), "diff": (2, 2), "fork": (1, 1), "eval": (0, 1), "evals": (0, 0),
+    "replay": (1, 1), "diff": (2, 2), "fork": (1, 1), "eval": (0, 1), "evals": (0, 0), "repo": (1, 2),
 }
 
 

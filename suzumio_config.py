@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import suzumio_egress_policy
 from suzumio_backend_contract import KIND_LOCAL, KIND_SWARM
 from suzumio_config_models import FrozenMapping, RunnerConfig, check_models, check_presets, runner_config
+from suzumio_config_repository import RepositoryConfig, check_repository, repository_config
 from suzumio_config_schema import (
     DEFAULT_ARTIFACT_QUOTA,
     DEFAULT_GUARDS,
@@ -506,6 +507,7 @@ def _post_validate(data, merged, base_dir, env, packaged_dir, mcp_tools=None):
         if agent.id in agent_ids:
             raise ConfigError(f"Duplicate agent id after count expansion: {agent.id}")
         agent_ids.append(agent.id)
+    check_repository(data, base_dir, agent_ids, entries)
     registry = resolve_toolpacks(entries, base_dir, packaged_dir, mcp_tools)
     if RESERVED_AGENT_ID in agent_ids:
         raise ConfigError(f"Agent id is reserved: {RESERVED_AGENT_ID}")
@@ -723,6 +725,7 @@ class ProjectConfig:
     backend: BackendConfig = None
     observability: ObservabilityConfig = None
     recording: RecordingConfig = RecordingConfig()
+    repository: RepositoryConfig = None  # docs/teams-that-write-code.md; None: the project has none
     unknown_keys: tuple = ()  # "<path>: unknown key (did you mean …?)" lines of load_project
     # Lists MCP servers' tools when toolpacks are resolved (suzumio_mcp.McpHub.listing); None: unlisted.
     _mcp_tools: object = field(default=None, repr=False, compare=False)
@@ -738,7 +741,7 @@ class ProjectConfig:
             ObservabilityConfig(observability["http"]["enabled"], observability["http"]["host"],
                                 observability["http"]["port"], observability["webui"]["enabled"]),
             RecordingConfig(data["recording"]["enabled"], data["recording"]["keepActivations"]),
-            _mcp_tools=mcp_tools)
+            repository_config(data), _mcp_tools=mcp_tools)
 
     @classmethod
     def from_data(cls, data, path=None, packaged_dir=None, mcp_tools=None):
@@ -754,8 +757,6 @@ class ProjectConfig:
         except ConfigError as exc:
             registry, error = None, exc.message
         return cls._build(data, path, None, registry, error, packaged_dir, mcp_tools)
-
-    from_config_json = from_data
 
     @property
     def data(self):

@@ -774,6 +774,14 @@ _PROJECT = _Obj(
         ("enabled", _Bool(), True),
         ("keepActivations", _INT_GT0, DEFAULT_KEEP_RECORDED),
     ), _FULL),
+    # The team's repository (docs/teams-that-write-code.md): absent, the project has none.
+    ("repository", _Obj(
+        ("source", _TEXT, _REQUIRED),
+        ("branch", _TEXT, _OMIT),
+        ("checks", _List(_TEXT), []),
+        ("agents", _List(_TEXT), _OMIT),
+        ("claims", _Bool(), False),
+    ), _OMIT),
 )
 
 

@@ -4,9 +4,10 @@ differences and a replayed model call counted at its recorded usage and cost."""
 import hashlib
 
 import suzumio_recorder
+import suzumio_repository
 from suzumio_replay import normalized
 
-SECTIONS = ("messages", "toolCalls", "activations", "artifacts", "report", "tokens", "cost")
+SECTIONS = ("messages", "toolCalls", "activations", "artifacts", "report", "tokens", "cost", "repository")
 COST_DIGITS = 10
 
 
@@ -86,8 +87,15 @@ def _cost(store):
     return round(sum(priced), COST_DIGITS) if priced else None
 
 
+def _repository(store):
+    """The integration branch, oldest commit first, as subject, author and tree (the content, whatever the
+    commit ids and times); None without a repository."""
+    return suzumio_repository.integration_history(store)
+
+
 READERS = {"messages": _messages, "toolCalls": _tool_calls, "activations": _activations,
-           "artifacts": _artifacts, "report": _report, "tokens": _tokens, "cost": _cost}
+           "artifacts": _artifacts, "report": _report, "tokens": _tokens, "cost": _cost,
+           "repository": _repository}
 
 
 def _first_difference(section, a, b):

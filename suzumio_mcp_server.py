@@ -15,10 +15,11 @@ import suzumio_coordination as coordination
 import suzumio_diff
 import suzumio_guards
 import suzumio_replay
+import suzumio_repository
 import suzumio_scheduler
 from suzumio_errors import BadRequest, SuzumioError
 from suzumio_http import optional_string
-from suzumio_records import PRIORITIES
+from suzumio_records import PRIORITIES, format_ts, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,11 @@ TOOLS = (
     ("get_eval", "An eval's results: pass rates, pass@k, pass^k, intervals, cost, flaky tasks, regressions.",
      _object({"id": {"type": "string", "description": "Eval id"}}, ["id"])),
     ("list_evals", "Every eval kept under the root.", _object({})),
+    ("repository", "A project's repository (docs/teams-that-write-code.md): the integration branch's log, each "
+     "agent branch ahead/behind, the merge queue and claims.", _object(_PROJECT, ["project"])),
+    ("repository_diff", "git diff between two revisions of a project's repository (branch names such as main or "
+     "agents/w1, commit ids); defaults: the integration tip's parent and the tip.",
+     _object({**_PROJECT, "from": {"type": "string"}, "to": {"type": "string"}}, ["project"])),
 )
 
 
@@ -258,6 +264,14 @@ class SuzumioMcp:
     def tool_list_evals(self, args):
         import suzumio_eval_runner
         return {"evals": suzumio_eval_runner.listing(self._evals())}
+
+    def tool_repository(self, args):
+        store = self._store(args)
+        return suzumio_repository.overview(store, self.configs.get(store), format_ts(utc_now()))
+
+    def tool_repository_diff(self, args):
+        store = self._store(args)
+        return suzumio_repository.diff(store, self.configs.get(store), args.get("from") or None, args.get("to") or None)
 
     # -- resources: suzumio://projects/<p>/report and suzumio://projects/<p>/artifacts/<agent>/<path>
 

@@ -76,7 +76,10 @@ SCHEMAS = {
                    "properties": {"id": STRING, "project": STRING, "agentId": STRING, "status": STRING,
                                   "containerName": STRING, "node": STRING, "startedAt": STRING,
                                   "completedAt": STRING, "text": STRING, "error": STRING, "emittedMessages": INTEGER,
-                                  "usageJson": STRING, "hasContext": {"type": "boolean"}}},
+                                  "usageJson": STRING, "hasContext": {"type": "boolean"},
+                                  "commitStart": {"type": "string", "description": "its branch's head at its start "
+                                                  "(agents with a working copy of the repository)"},
+                                  "commitEnd": {"type": "string", "description": "the commit of what it changed"}}},
     "Event": {"type": "object", "required": ["id", "project", "type", "data_json", "created_at"],
               "properties": {"id": STRING, "project": STRING, "type": STRING, "data_json": STRING,
                              "created_at": STRING}},
@@ -127,6 +130,8 @@ SCHEMAS = {
                                 "editedInput": {"type": "object", "description": "The input a person ran the "
                                                 "call with instead of `input`"},
                                 "output": {"type": "string", "description": "A person's answer (respond)"},
+                                "preview": {"type": "object", "description": "A pending repo.merge: the change "
+                                            "it would queue", "properties": {"diff": STRING}},
                                 "decidedBy": {"enum": ["api", "cli", "webui", "mcp", "timeout", "system"]},
                                 "note": STRING, "onExpiry": {"enum": ["allow", "deny"]}, "expiresAt": STRING,
                                 "createdAt": STRING, "decidedAt": STRING, "usedAt": STRING}},
@@ -190,7 +195,7 @@ SCHEMAS = {
                             "firstDifference": {"type": ["object", "null"], "required": ["section", "a", "b"],
                                                 "properties": {"section": {"enum": ["messages", "toolCalls",
                                                                "activations", "artifacts", "report", "tokens",
-                                                               "cost"]},
+                                                               "cost", "repository"]},
                                                                "index": INTEGER, "key": STRING}},
                             "sections": {"type": "object", "additionalProperties": {
                                 "type": "object", "required": ["identical", "a", "b"],
@@ -239,6 +244,32 @@ SCHEMAS = {
               "properties": {"count": INTEGER, "projects": {"type": "object", "additionalProperties": INTEGER,
                                                             "description": "per project that is not completed"},
                              "items": _array("InboxItem")}},
+    "Repository": {"type": "object", "required": ["branch", "head", "log", "branches", "queue", "claims"],
+                   "description": "The team's repository (docs/teams-that-write-code.md)",
+                   "properties": {
+                       "branch": STRING, "head": STRING, "source": STRING, "checks": {"type": "array", "items": STRING},
+                       "claimsEnabled": {"type": "boolean"},
+                       "log": {"type": "array", "items": {"type": "object", "required": ["commit", "subject", "author"],
+                                                          "properties": {"commit": STRING, "subject": STRING,
+                                                                         "author": STRING, "date": STRING}}},
+                       "branches": {"type": "array", "items": {
+                           "type": "object", "required": ["name", "agent", "head", "ahead", "behind"],
+                           "properties": {"name": STRING, "agent": STRING, "head": STRING, "ahead": INTEGER,
+                                          "behind": INTEGER}}},
+                       "queue": {"type": "array", "items": {
+                           "type": "object", "required": ["id", "agent", "message", "head", "status"],
+                           "properties": {"id": STRING, "agent": STRING, "activationId": STRING, "message": STRING,
+                                          "head": STRING, "status": {"enum": ["queued", "running", "merged", "failed"]},
+                                          "commit": STRING, "reason": {"enum": ["conflict", "checks"]},
+                                          "paths": {"type": "array", "items": STRING}, "output": STRING,
+                                          "createdAt": STRING, "finishedAt": STRING}}},
+                       "claims": {"type": "array", "items": {
+                           "type": "object", "required": ["id", "agent", "path", "reason", "expiresAt"],
+                           "properties": {"id": STRING, "agent": STRING, "path": STRING, "reason": STRING,
+                                          "createdAt": STRING, "expiresAt": STRING}}}}},
+    "RepositoryDiff": {"type": "object", "required": ["from", "to", "diff"],
+                       "properties": {"from": STRING, "to": STRING, "diff": STRING,
+                                      "truncated": {"type": "boolean"}}},
     "Origin": {"type": "object", "required": ["kind", "source"],
                "description": "Where a replay or fork came from, and how far a replay got",
                "properties": {"kind": {"enum": ["replay", "fork"]}, "source": STRING, "at": NULLABLE_STRING,
@@ -372,6 +403,14 @@ PATHS = {
                        _json(_ref("Inbox"), "The items and a count per project")),
     "/api/projects/{project}/inbox": _get("What waits for a person in one project",
                                           _json(_ref("ProjectInbox"), "The items"), [PROJECT]),
+    "/api/projects/{project}/repository": _get(
+        "The team's repository: integration branch, log, agent branches ahead/behind, merge queue, claims",
+        _json(_ref("Repository"), "The repository"), [PROJECT]),
+    "/api/projects/{project}/repository/diff": _get(
+        "git diff between two revisions of the project's repository (defaults: the integration tip's parent, "
+        "the tip)", _json(_ref("RepositoryDiff"), "The diff"),
+        [PROJECT, *({"name": name, "in": "query", "required": False, "schema": STRING, "description": text}
+                    for name, text in (("from", "the older revision"), ("to", "the newer revision")))]),
     "/api/projects/{project}/start": _post("Start or resume the project", PROJECT_ANSWER),
     "/api/projects/{project}/stop": _post("Stop the project", PROJECT_ANSWER),
     "/api/projects/{project}/approve": _post("Approve the result and complete the project", PROJECT_ANSWER),

@@ -394,7 +394,8 @@ def activation_json(row):
         "containerName": row["container_name"], "node": row["node"], "startedAt": row["started_at"],
         "completedAt": row["completed_at"], "text": row["text"], "error": row["error"],
         "emittedMessages": row["emitted_messages"], "usage": load_json(row["usage_json"]),
-        "hasContext": row["context_json"] is not None})
+        "hasContext": row["context_json"] is not None, "commitStart": row["commit_start"],
+        "commitEnd": row["commit_end"]})
 
 
 def public_activation_json(row):
@@ -404,7 +405,8 @@ def public_activation_json(row):
         "containerName": row["container_name"], "node": row["node"], "startedAt": row["started_at"],
         "completedAt": row["completed_at"], "text": truncate(row["text"], 8000),
         "error": truncate(row["error"], 8000), "emittedMessages": row["emitted_messages"],
-        "usageJson": truncate(row["usage_json"], 4000), "hasContext": row["context_json"] is not None})
+        "usageJson": truncate(row["usage_json"], 4000), "hasContext": row["context_json"] is not None,
+        "commitStart": row["commit_start"], "commitEnd": row["commit_end"]})
 
 
 def tool_call_row_json(row):

@@ -15,7 +15,8 @@ from suzumio_resources import resource_path
 from suzumio_yaml import HTTP_URL, lexical_abspath, strict_json_loads
 
 PACKAGED_TOOLPACKS = ("scheduler", "plan")
-BUILTIN_TOOLPACKS = ("core", "shell", "web")
+BUILTIN_TOOLPACKS = ("core", "shell", "web", "repo")
+CONTROLLER_TOOLPACKS = ("repo",)  # built-ins whose every tool runs on the controller (a support call)
 # What a tool may declare about its calls (docs/toolpacks.md#effects): nothing outside, only the sandbox's
 # files, something outside that is safe to repeat, or something outside (the default).
 DECLARED_EFFECTS = ("none", "local", "idempotent", "external")
@@ -134,6 +135,34 @@ _BUILTIN_TOOLS = {
              "format": {"type": "string", "enum": ["text", "raw"], "default": "text"},
          }, ["url"])),
     ],
+    # The team's repository (docs/teams-that-write-code.md): every call runs on the controller, on the
+    # calling agent's own working copy and branch.
+    "repo": [
+        ("repo.merge",
+         ("Ask to land your branch on the integration branch: your workspace is committed, then the merge queue "
+          "rebases it onto the latest integration tip and runs the project's checks. It lands only if both succeed; "
+          "if not, you get a P1 signal with the conflicting paths or the failing check's output."),
+         _schema({"message": {"type": "string", "description": "What the change does: the landed commit's message."}},
+                 ["message"])),
+        ("repo.sync",
+         ("Bring the latest integration branch into your branch (your work is committed first). Conflicting files "
+          "keep conflict markers for you to resolve by editing them; then call repo.merge."), _schema({})),
+        ("repo.status",
+         ("Your branch against the integration branch: commits ahead and behind, the files you changed, waiting "
+          "merge requests and unresolved conflicts."), _schema({})),
+        ("repo.diff", "The diff of your workspace against the integration branch (what repo.merge would land).",
+         _schema({})),
+        ("repo.claim",
+         ("Claim paths (globs) you are about to change, so other agents know; a path another agent holds is "
+          "refused with who holds it and why. A claim ends when your change lands, with repo.release, or after "
+          "an hour."),
+         _schema({"paths": {"type": "array", "items": {"type": "string"}, "description": "Path globs relative to "
+                            "the repository root, e.g. src/parser/*"},
+                  "reason": {"type": "string", "description": "Why: what you are changing there."}},
+                 ["paths", "reason"])),
+        ("repo.release", "Release your claims: those on `paths`, or all of them.",
+         _schema({"paths": {"type": "array", "items": {"type": "string"}}})),
+    ],
 }
 
 _LIMIT_SCHEMA = {"type": "object", "properties": {"limit": {"type": "number", "default": 20}},
@@ -181,6 +210,7 @@ _BUILTIN_WEBUI = {
         {"id": "shell.activity", "title": "Shell activity", "kind": "panel",
          "description": "Calls of shell.exec.", "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh shell stats"},
     ],
+    "repo": [],
     "web": [
         {"id": "web.activity", "title": "Web fetch activity", "kind": "panel",
          "description": "Calls of web.fetch.", "inputSchema": _LIMIT_SCHEMA, "submitLabel": "Refresh web stats"},
@@ -343,6 +373,8 @@ class ToolpackSpec:
     @property
     def runner_module_ref(self):
         """`builtin:<id>` for built-ins, else the absolute host path of the runner module (None if WebUI-only)."""
+        if self.builtin and self.id in CONTROLLER_TOOLPACKS:
+            return "support:"  # every call goes to the support route
         return f"builtin:{self.id}" if self.builtin else self.runner_module
 
     @property

@@ -17,6 +17,7 @@ from pathlib import Path
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_recorder
+import suzumio_repository
 from suzumio_errors import BadRequest, Conflict, NotFound
 from suzumio_records import (
     PROJECT_COMPLETED,
@@ -396,6 +397,9 @@ def create_fork(root, source_name, name, at, config_text=None, config_file=None,
     cut = point["completedAt"]
     kept = [a for a in source.activation_ids_in_order()
             if (row := source.activation(a))["status"] != "running" and row["completedAt"] <= cut]
+    if suzumio_repository.has_repository(source) and source.repository_refs(at) is None:
+        raise Conflict(f"Activation {at} has no recorded repository state (it ended before the repository "
+                       "was made)")
     config, source_text = new_project_config(root, source, name, config_text, config_file)
     store = root.init_project(name, config.task, config.data, config.agents, source_text, config.render(),
                               now=now)
@@ -409,6 +413,7 @@ def create_fork(root, source_name, name, at, config_text=None, config_file=None,
         theirs = [a for a in kept if source.activation(a)["agentId"] == agent_id and source.artifact_snapshot(a)]
         state = source.artifact_state(agent_id, theirs[-1]) if theirs else {}
         restore_folder(source, store.artifacts_dir(agent_id), state or {})
+    suzumio_repository.fork_repository(source, store, at)
     store.set_origin(KIND_FORK, source_name, at_activation=at, now=now)
     store.start(now=now)
     return store

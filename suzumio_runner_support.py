@@ -21,6 +21,7 @@ import suzumio_guards
 import suzumio_model_loop
 import suzumio_recorder
 import suzumio_replay
+import suzumio_repository
 import suzumio_scheduler
 import suzumio_sse
 from suzumio_cost import call_cost
@@ -431,6 +432,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         replays.activation_ended(call.store, call.activation_id, call.agent_id)
         # Recorded before the activation completes: the agent's next activation cannot start meanwhile.
         suzumio_recorder.record_ended(call.store, config, call.activation_id)
+        suzumio_repository.activation_ended(call.store, config, call.activation_id)
         result = coordination.complete_activation(call.store, config, call.activation_id,
                                                   call.agent_id, output["text"], usage=usage)
         if result["status"] == "completed":

@@ -24,6 +24,7 @@ from suzumio_store_effects import MIGRATION_EFFECTS, EffectRows
 from suzumio_store_history import HistoryRows
 from suzumio_store_project import ProjectRows
 from suzumio_store_recorder import MIGRATION_RECORDER, RecorderRows
+from suzumio_store_repository import MIGRATION_REPOSITORY, RepositoryRows
 from suzumio_store_signals import SignalRows
 from suzumio_store_timeline import TimelineReads
 from suzumio_store_usage import UsageRows
@@ -571,7 +572,8 @@ MIGRATIONS = [(1, "initial schema", _MIGRATION_1), (2, "model calls", _MIGRATION
               (5, "tool call keys", _MIGRATION_5), (6, "events by type", _MIGRATION_6),
               (7, "approval edits, paused agents", _MIGRATION_7), (8, "flight recorder", MIGRATION_RECORDER),
               (9, "message idempotency keys", _MIGRATION_9), (10, "activation nodes", _MIGRATION_10),
-              (11, "cached prompt tokens", _MIGRATION_11), (12, "effect ledger", MIGRATION_EFFECTS)]
+              (11, "cached prompt tokens", _MIGRATION_11), (12, "effect ledger", MIGRATION_EFFECTS),
+              (13, "team repository", MIGRATION_REPOSITORY)]
 
 
 STAGED_NAME = re.compile(r"^\..+\.[0-9a-f]{8}\.tmp$")  # what _Tx.write_file stages
@@ -650,7 +652,7 @@ class _Tx:
 # ---------------------------------------------------------------------------------------------
 
 class ProjectStore(ProjectRows, AgentRows, SignalRows, ActivationRows, HistoryRows, UsageRows, ApprovalRows,
-                   TimelineReads, RecorderRows, EffectRows):
+                   TimelineReads, RecorderRows, EffectRows, RepositoryRows):
     """One project's SQLite database and directory; safe to share between threads. This class holds the
     connections, transactions and paths; each base class is the gateway of some tables (its file says
     which) and reaches the database only through `_reading()`, `_query*()`, `snapshot()` and `write()`.

@@ -8,6 +8,7 @@ import threading
 
 import suzumio_coordination as coordination
 import suzumio_mcp
+import suzumio_merge_queue
 import suzumio_node
 import suzumio_webui_panels
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
@@ -25,7 +26,7 @@ from suzumio_records import (
     format_ts,
     to_datetime,
 )
-from suzumio_registry import is_allowed, model_tool_name
+from suzumio_registry import CONTROLLER_TOOLPACKS, is_allowed, model_tool_name
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,8 @@ class ToolpackRuntime:
         self.configs = configs  # the runtime's one ConfigCache (suzumio_config), shared with the scheduler
         self._node_lock = threading.Lock()
         self.mcp = mcp  # suzumio_mcp.McpHub: controller-side MCP sessions, or None
+        # The one merge queue of the runtime (docs/teams-that-write-code.md); its thread starts with its first request.
+        self.merge_queue = suzumio_merge_queue.MergeQueue(configs, suzumio_merge_queue.run_check)
 
     @property
     def node(self):
@@ -226,6 +229,7 @@ class ToolpackRuntime:
             host.close()
         if self.mcp is not None:
             self.mcp.close()
+        self.merge_queue.close()
 
     # -- registry
 
@@ -260,6 +264,9 @@ class ToolpackRuntime:
             raise NotFound(f"Tool {tool} is not in toolpack {toolpack_id}")
         if not is_allowed(tool, agent["tools"]):
             raise Forbidden(f"Tool not allowed for {agent['id']}: {tool}")
+        if pack.builtin and pack.id in CONTROLLER_TOOLPACKS:
+            return handler_result(suzumio_merge_queue.run_repo_tool, self.merge_queue, store, self.configs.get(store),
+                                  agent, activation_id, tool, tool_input)
         if pack.builtin:
             handler = CORE_HANDLERS.get(tool) if pack.id == "core" else None
             if handler is None:
@@ -341,7 +348,10 @@ class ToolpackRuntime:
 
     def run_hooks(self, store, config, now):
         """Run every local toolpack's hook once (`config` is the tick's ProjectConfig); a failing hook
-        records scheduler.hook_failed and the others still run."""
+        records scheduler.hook_failed and the others still run. Merge requests a stopped controller left
+        waiting are handed to the merge queue."""
+        if config.repository is not None and store.merge_requests(waiting_only=True):
+            self.merge_queue.wake(store)
         try:
             packs = [pack for pack in config.toolpacks if pack.has_scheduler_hook]
         except ConfigError as exc:

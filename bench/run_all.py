@@ -24,6 +24,7 @@ BENCHES = (
     ("guard_overhead.py", [], ["--starts", "300", "--rounds", "2"]),
     ("runner_listener.py", [], ["--runs", "100"]),
     ("recorder_cost.py", [], ["--runs", "7"]),
+    ("repository_cost.py", [], ["--files", "2000", "--merges", "4", "--repeat", "3"]),
     ("model_stream.py", [], ["--runs", "10", "--rounds", "1"]),
 )
 

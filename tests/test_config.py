@@ -1332,7 +1332,7 @@ def test_from_data_round_trip_gives_the_same_agents_toolpacks_and_render(tmp_pat
     assert rebuilt.toolpacks == loaded.toolpacks
     assert rebuilt.render() == loaded.render()
     assert rebuilt.data == loaded.data
-    assert ProjectConfig.from_config_json(loaded.config_json(), packaged_dir=packaged).render() == loaded.render()
+    assert ProjectConfig.from_data(loaded.config_json(), packaged_dir=packaged).render() == loaded.render()
 
 
 def test_from_data_defaults_fields_added_after_init(tmp_path):

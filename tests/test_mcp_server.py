@@ -25,7 +25,8 @@ REPORT = "# Final report\n\nThe answer is 42.\n"
 EXPECTED_TOOLS = {"list_projects", "project_status", "list_agents", "list_messages", "read_report", "send_message",
                   "start_project", "stop_project", "approve_project", "request_changes", "list_approvals",
                   "decide_approval", "resume_agent", "replay_project", "fork_project", "diff_projects",
-                  "start_eval", "get_eval", "list_evals"}
+                  "start_eval", "get_eval", "list_evals",
+                  "repository", "repository_diff"}
 
 
 def text_of(result):

@@ -28,6 +28,7 @@ import suzumio_effects
 import suzumio_records as rec
 import suzumio_replay
 import suzumio_store as st
+import suzumio_store_repository
 from suzumio_errors import BadRequest, Conflict, Forbidden, NotFound, SuzumioError
 
 ID_RE = re.compile(r"^(act|msg|sig|tool|evt|hist|hpart|cmp)_\d{13}_[0-9a-f]{8}$")
@@ -136,7 +137,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                           {"id": 8, "name": "flight recorder"},
                           {"id": 9, "name": "message idempotency keys"},
                           {"id": 10, "name": "activation nodes"},
-                          {"id": 11, "name": "cached prompt tokens"}, {"id": 12, "name": "effect ledger"}]
+                          {"id": 11, "name": "cached prompt tokens"}, {"id": 12, "name": "effect ledger"},
+                          {"id": 13, "name": "team repository"}]
     expected = {
         "projects": ["id", "name", "status", "task", "config_json", "submitted_report", "created_at",
                      "updated_at"],
@@ -150,7 +152,8 @@ def test_fresh_database_records_migration_and_reopen_runs_nothing(tmp_path):
                     "not_before", "delivered_at", "delivered_activation_id"],
         "activations": ["id", "project", "agent_id", "status", "prompt", "input_path", "output_path",
                         "container_name", "started_at", "completed_at", "text", "error", "emitted_messages",
-                        "usage_json", "context_json", "node"],
+                        "usage_json", "context_json", "node", "commit_start", "commit_end",
+                        "repository_refs_json"],
         "tool_calls": ["id", "project", "activation_id", "agent_id", "tool", "input_json", "status", "output",
                        "error", "created_at", "completed_at", "call_key"],
         "events": ["id", "project", "type", "data_json", "created_at"],
@@ -225,7 +228,7 @@ def test_a_database_of_the_second_schema_gains_the_approvals_table_on_open(tmp_p
         tx.execute("DELETE FROM _migrations WHERE id = 3")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 13))
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 14))
     assert count(again, "approvals") == 0
     again.close()
 
@@ -237,7 +240,7 @@ def test_a_database_of_the_first_schema_gains_the_model_calls_table_on_open(tmp_
         tx.execute("DELETE FROM _migrations WHERE id IN (2, 4, 11)")
     store.close()
     again = st.ProjectStore("older", tmp_path)
-    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 13))
+    assert [r["id"] for r in rows(again, "SELECT id FROM _migrations ORDER BY id")] == list(range(1, 14))
     assert count(again, "model_calls") == 0
     again.close()
 
@@ -296,7 +299,8 @@ def test_migration_1_is_literal_sql_whose_checks_match_the_status_constants(tmp_
         ("effects", "state"): rec.EFFECT_STATES,
         ("effects", "executor"): (suzumio_effects.RUNNER, suzumio_effects.CONTROLLER),
         ("approvals", "on_expiry"): (suzumio_approvals.ALLOW, suzumio_approvals.DENY),
-        ("project_origins", "kind"): (suzumio_replay.KIND_REPLAY, suzumio_replay.KIND_FORK)}
+        ("project_origins", "kind"): (suzumio_replay.KIND_REPLAY, suzumio_replay.KIND_FORK),
+        ("merge_requests", "status"): suzumio_store_repository.MERGE_STATUSES}
 
 
 # -- ids, timestamps ----------------------------------------------------------------------------

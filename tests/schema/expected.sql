@@ -32,6 +32,9 @@ CREATE INDEX idx_artifact_versions_activation ON artifact_versions (activation_i
 -- index idx_artifact_versions_agent_path on artifact_versions
 CREATE INDEX idx_artifact_versions_agent_path ON artifact_versions (project, agent_id, path, seq);
 
+-- index idx_claims_project_open on claims
+CREATE INDEX idx_claims_project_open ON claims (project, released_at, expires_at);
+
 -- index idx_effects_activation on effects
 CREATE INDEX idx_effects_activation ON effects (project, activation_id, state);
 
@@ -46,6 +49,9 @@ CREATE INDEX idx_events_project_created ON events (project, created_at);
 
 -- index idx_events_project_type on events
 CREATE INDEX idx_events_project_type ON events (project, type);
+
+-- index idx_merge_requests_project_status on merge_requests
+CREATE INDEX idx_merge_requests_project_status ON merge_requests (project, status, created_at);
 
 -- index idx_messages_project_created on messages
 CREATE INDEX idx_messages_project_created ON messages (project, created_at);
@@ -86,7 +92,7 @@ CREATE TABLE activations (
         status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
         prompt TEXT NOT NULL, input_path TEXT NOT NULL, output_path TEXT NOT NULL, container_name TEXT,
         started_at TEXT NOT NULL, completed_at TEXT, text TEXT, error TEXT,
-        emitted_messages INTEGER NOT NULL DEFAULT 0, usage_json TEXT, context_json TEXT, node TEXT);
+        emitted_messages INTEGER NOT NULL DEFAULT 0, usage_json TEXT, context_json TEXT, node TEXT, commit_start TEXT, commit_end TEXT, repository_refs_json TEXT);
 
 -- table agent_history_compactions on agent_history_compactions
 CREATE TABLE agent_history_compactions (
@@ -139,6 +145,11 @@ CREATE TABLE artifact_versions (
         agent_id TEXT NOT NULL, path TEXT NOT NULL, digest TEXT, size INTEGER NOT NULL,
         created_at TEXT NOT NULL);
 
+-- table claims on claims
+CREATE TABLE claims (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, path TEXT NOT NULL,
+        reason TEXT NOT NULL, created_at TEXT NOT NULL, expires_at TEXT NOT NULL, released_at TEXT);
+
 -- table effects on effects
 CREATE TABLE effects (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT NOT NULL,
@@ -153,6 +164,14 @@ CREATE TABLE effects (
 CREATE TABLE events (
         id TEXT PRIMARY KEY, project TEXT NOT NULL, type TEXT NOT NULL, data_json TEXT NOT NULL,
         created_at TEXT NOT NULL);
+
+-- table merge_requests on merge_requests
+CREATE TABLE merge_requests (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, agent_id TEXT NOT NULL, activation_id TEXT,
+        message TEXT NOT NULL, head TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'merged', 'failed')),
+        commit_id TEXT, reason TEXT CHECK (reason IN ('conflict', 'checks')), paths_json TEXT, output TEXT,
+        created_at TEXT NOT NULL, finished_at TEXT);
 
 -- table messages on messages
 CREATE TABLE messages (

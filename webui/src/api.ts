@@ -110,6 +110,9 @@ export interface Activation {
   usageJson?: string;
   /** Accepted too, in case the server exposes the parsed object. */
   usage?: unknown;
+  /** With a working copy of the team's repository: its branch's head at the start, and its end commit. */
+  commitStart?: string;
+  commitEnd?: string;
 }
 
 export interface ContextMessage {
@@ -831,3 +834,56 @@ export const checkConfig = (config: string) => postJson<ConfigCheck>('/api/confi
 
 export const createProject = (config: string, start: boolean) =>
   postJson<Project>('/api/projects', { config, start });
+
+// The team's repository (docs/teams-that-write-code.md).
+export interface RepositoryCommit {
+  commit: string;
+  subject: string;
+  author: string;
+  date?: string;
+}
+
+export interface RepositoryBranch {
+  name: string;
+  agent: string;
+  head: string;
+  ahead: number;
+  behind: number;
+}
+
+export interface MergeRequest {
+  id: string;
+  agent: string;
+  message: string;
+  head: string;
+  status: 'queued' | 'running' | 'merged' | 'failed';
+  commit?: string;
+  reason?: 'conflict' | 'checks';
+  paths?: string[];
+  output?: string;
+  createdAt?: string;
+  finishedAt?: string;
+}
+
+export interface RepositoryClaim {
+  id: string;
+  agent: string;
+  path: string;
+  reason: string;
+  expiresAt: string;
+}
+
+export interface Repository {
+  branch: string;
+  head: string;
+  log: RepositoryCommit[];
+  branches: RepositoryBranch[];
+  queue: MergeRequest[];
+  claims: RepositoryClaim[];
+}
+
+export const getRepository = (project: string) => getJson<Repository>(`${projectPath(project)}/repository`);
+export const getRepositoryDiff = (project: string, from: string, to: string) =>
+  getJson<{ from: string; to: string; diff: string; truncated?: boolean }>(
+    `${projectPath(project)}/repository/diff?from=${enc(from)}&to=${enc(to)}`,
+  );

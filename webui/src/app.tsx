@@ -48,6 +48,7 @@ import {
 } from './shell';
 import { TeamView, type TeamStreamEvent } from './team';
 import { CompareRuns } from './compare';
+import { RepositoryView } from './repository';
 import { TimelineView } from './timeline';
 import { EvalsPage } from './evals';
 import { ToolWorkspace } from './tools';
@@ -279,7 +280,7 @@ export function App() {
   }
 
   async function loadView(project: string, which: ViewId, quiet = false, only?: 'toolStatus') {
-    if (which === 'overview' || which === 'history' || which === 'team' || which === 'output') {
+    if (which === 'overview' || which === 'history' || which === 'team' || which === 'output' || which === 'repository') {
       if (!quiet) {
         panelSeq.current += 1;
         setPanelLoading(false);
@@ -684,6 +685,7 @@ export function App() {
                   loading={panelLoading}
                 />
               )}
+              {view === 'repository' && <RepositoryView key={project.id} project={project.id} refresh={viewNonce} />}
             </div>
           </>
         )}

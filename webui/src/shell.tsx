@@ -16,6 +16,7 @@ export const VIEWS = [
   { id: 'activations', label: 'Activations + context' },
   { id: 'tools', label: 'Tool status' },
   { id: 'events', label: 'Timeline' },
+  { id: 'repository', label: 'Repository' },
 ] as const;
 
 export type ViewId = (typeof VIEWS)[number]['id'];

@@ -27,6 +27,7 @@ import { activationDuration, readUsage } from './format';
 import { historyToolName } from './history';
 import { ForkButton } from './runs';
 import { Folded, stepTitle, toolStep, ToolStepBody } from './steps';
+import { commitRangeHash } from './repository';
 
 const LANE_H = 58;
 const AXIS_H = 30;
@@ -1269,6 +1270,16 @@ function TeamDetail(props: {
         {usage?.total ? <Chip tone="blue">{`${count(usage.total)} tokens`}</Chip> : null}
         {usage?.model && <Chip>{usage.apiModel ?? usage.model}</Chip>}
         <Chip>{`${activation.emittedMessages ?? 0} emitted messages`}</Chip>
+        {activation.commitStart && activation.commitEnd && (
+          <a
+            class="chip chip-blue"
+            data-testid="team-detail-commits"
+            href={commitRangeHash(props.project, activation.commitStart, activation.commitEnd)}
+            title="What this activation changed in its working copy"
+          >
+            {`commits ${activation.commitStart.slice(0, 7)}..${activation.commitEnd.slice(0, 7)}`}
+          </a>
+        )}
       </div>
       {activation.completedAt && <ForkButton project={props.project} activation={activation.id} />}
       {(activation.signals ?? []).length > 0 && (
