@@ -917,7 +917,8 @@ COMMANDS = {
     "respond": lambda *a: cmd_decide(*a, decision="respond"), "resume": cmd_resume,
     "effects": cmd_effects, "resolve": cmd_resolve,
     "gc": cmd_gc, "watch": cmd_watch, "replay": cmd_replay, "diff": cmd_diff, "fork": cmd_fork,
-    "repo": cmd_repo, "report": cmd_report, "request-changes": cmd_request_changes, "eval": cmd_eval, "evals": cmd_evals,
+    "repo": cmd_repo, "report": cmd_report, "request-changes": cmd_request_changes,
+    "eval": cmd_eval, "evals": cmd_evals,
 }
 
 
