@@ -334,7 +334,7 @@ def test_support_refuses_a_gated_controller_tool_without_an_allowed_request(tmp_
         assert service.post("/toolpacks/core/support", call).status_code == 409  # used by that run
         assert [m["body"] for m in store.list_messages(10)] == ["hi"]
         # a recipient the rule does not match needs no approval
-        other = {**call, "input": {"recipient": "worker", "body": "note to self"}}
+        other = {**call, "input": {"recipient": "user", "body": "a note for the person"}}
         assert service.post("/toolpacks/core/support", other).status_code == 200
 
 

@@ -14,7 +14,7 @@ import suzumio_backend as backend
 import suzumio_coordination as coordination
 import suzumio_scheduler as scheduler
 from suzumio_backend_reconcile import Reconciler
-from suzumio_records import parse_ts, utc_now
+from suzumio_records import parse_ts, render_signal, utc_now
 
 IMAGE = "suzumio-runner:dev"
 
@@ -268,7 +268,7 @@ def test_p0_stops_the_container_and_restarts_with_the_signal(tmp_path, client, p
         assert env.store.activation(first["id"])["error"] == f"Interrupted by P0 signal {p0['id']}"
         assert container_of(client, env.store, first["id"]).status == "exited"
         [second] = env.store.running_activations()
-        assert f"## {p0['id']} message.created" in second["prompt"]
+        assert render_signal(p0) in second["prompt"]
         assert events_of(env.store, "activation.stop_failed") == []
 
 

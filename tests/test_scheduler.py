@@ -500,7 +500,7 @@ def test_completion_without_effect_leaves_a_no_effect_nudge_that_the_completion_
 
 
 def test_an_agent_that_ignores_nudges_is_nudged_three_times_then_waits_until_a_person_writes(tmp_path):
-    with project(tmp_path, scheduler={"noEffectNudge": {}}) as env:  # the defaults, as a project file has them
+    with real_project(tmp_path, scheduler={"noEffectNudge": {}}) as env:  # the defaults, as a project file has them
         send(env, "pm")
         tick(env)
         # the first nudge comes at once: the completion's own tick starts pm again with it
