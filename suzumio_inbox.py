@@ -1,17 +1,19 @@
 """What waits for a person (docs/http-api.md#inbox): tool calls waiting for approval, a submitted report
-waiting for review, agents a loop guard paused. One list per project and one across the root, so the
+waiting for review, agents a loop guard paused, calls in doubt (the effect ledger). One list per project and one across the root, so the
 control room can show a count on every view and every project without asking each route itself.
 
-Each item kind is one source function from a project's store to its items; a new kind (e.g. effects in
-doubt) is one more function in SOURCES and one more name in KINDS."""
+Each item kind is one source function from a project's store to its items; a new kind is one more
+function in SOURCES and one more name in KINDS."""
 import suzumio_approvals
+import suzumio_effects
 import suzumio_store_guards
 from suzumio_records import PROJECT_COMPLETED, PROJECT_SUBMITTED
 
 KIND_APPROVAL = "approval"
 KIND_REPORT = "report"
 KIND_PAUSED = "paused"
-KINDS = (KIND_APPROVAL, KIND_REPORT, KIND_PAUSED)
+KIND_IN_DOUBT = "in_doubt"
+KINDS = (KIND_APPROVAL, KIND_REPORT, KIND_PAUSED, KIND_IN_DOUBT)
 
 
 def calls_awaiting_approval(store, now=None):
@@ -37,7 +39,14 @@ def paused_agents(store, now=None):
             for agent_id, pause in sorted(suzumio_store_guards.paused_agents(store).items())]
 
 
-SOURCES = (calls_awaiting_approval, report_awaiting_review, paused_agents)
+def calls_in_doubt(store, now=None):
+    """External calls that may or may not have happened, until a person says which (oldest first)."""
+    return [{"kind": KIND_IN_DOUBT, "project": store.project_id, "id": effect["id"], "agentId": effect["agent"],
+             "tool": effect["tool"], "since": effect.get("doubtedAt") or effect["startedAt"]}
+            for effect in reversed(suzumio_effects.list_effects(store, "in_doubt"))]
+
+
+SOURCES = (calls_awaiting_approval, report_awaiting_review, paused_agents, calls_in_doubt)
 
 
 def project_inbox(store, now=None):

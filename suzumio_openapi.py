@@ -234,7 +234,8 @@ SCHEMAS = {
                   "description": "One thing waiting for a person; more kinds may be added, so clients show unknown "
                                  "ones by kind",
                   "properties": {"kind": {"type": "string", "description": "approval (a call awaiting approval), "
-                                          "report (a report awaiting review) or paused (an agent a guard paused)"},
+                                          "report (a report awaiting review), paused (an agent a guard paused) or "
+                                          "in_doubt (an external call that may or may not have happened)"},
                                  "project": STRING, "id": STRING, "agentId": STRING, "tool": STRING,
                                  "rule": NULLABLE_STRING, "reason": NULLABLE_STRING, "since": NULLABLE_STRING,
                                  "expiresAt": STRING}},

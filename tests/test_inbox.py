@@ -73,3 +73,21 @@ def test_an_unknown_project_is_a_404_in_the_one_error_shape(served):
     service, _ = served
     answer = service.get("/api/projects/nope/inbox")
     assert answer.status_code == 404 and set(answer.json()) == {"error"}
+
+
+def test_a_call_in_doubt_is_listed_until_a_person_says_whether_it_happened(served):
+    from test_effects import DEPLOY, identity, start_call
+
+    service, store = served
+    activation = running_activation(store, "worker")["id"]
+    call = start_call(service, identity(service, store, "worker", activation), "shell.exec", DEPLOY, "k-inbox")
+    coordination.fail_activation(store, activation, "Runner exited with 137")
+    [item] = service.get("/api/projects/demo/inbox").json()["items"]
+    [effect] = service.get("/api/projects/demo/effects?state=in_doubt").json()
+    assert effect["toolCallId"] == call["toolCallId"]
+    assert item == {"kind": "in_doubt", "project": "demo", "id": effect["id"], "agentId": "worker",
+                    "tool": "shell.exec", "since": item["since"]}
+    assert service.get("/api/inbox").json()["projects"] == {"demo": 1}
+    resolved = service.post(f"/api/projects/demo/effects/{effect['id']}/resolve", {"resolution": "not_done"})
+    assert resolved.status_code == 200, resolved.text
+    assert kinds(service.get("/api/projects/demo/inbox").json()) == []

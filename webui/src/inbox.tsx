@@ -33,6 +33,8 @@ export function itemText(item: InboxItem): string {
       return 'Report awaiting review';
     case 'paused':
       return `Agent paused by a loop guard: ${item.agentId ?? ''}${item.rule ? ` (${item.rule})` : ''}`;
+    case 'in_doubt':
+      return `Call in doubt: did ${item.tool ?? 'a call'} of ${item.agentId ?? ''} happen?`;
     default:
       return `${item.kind}${item.agentId ? `: ${item.agentId}` : ''}`;
   }
