@@ -34,12 +34,12 @@ def small_disk(tmp_path):
 
 
 def fill(path):
-    """Write zeros into `path` until the filesystem refuses (what `dd` into an artifacts folder does)."""
-    with open(path, "wb") as handle:
+    """Write zeros into `path` until the filesystem refuses (what `dd` into an artifacts folder does).
+    Unbuffered, so that a short last write leaves nothing behind for close() to fail on again."""
+    with open(path, "wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * (1 << 16))
-                handle.flush()
         except OSError as error:
             assert error.errno == 28  # ENOSPC
     return path

@@ -17,11 +17,11 @@ from crash_fixtures import Controller, busy_runner, free_port, remove_containers
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 from store_fixtures import config_of
 
-import suzumio
 import suzumio_backend
 import suzumio_config
 import suzumio_coordination as coordination
 import suzumio_mcp
+import suzumio_runtime
 import suzumio_store
 
 pytestmark = pytest.mark.timeout(300)
@@ -196,7 +196,7 @@ def test_a_controller_killed_while_its_mcp_tool_writes_leaves_the_call_in_doubt_
 
     try:
         controller.start()
-        token["Authorization"] = f"Bearer {suzumio.read_api_token(root_path)}"
+        token["Authorization"] = f"Bearer {suzumio_runtime.read_api_token(root_path)}"
         assert controller.post(f"/api/projects/{PROJECT}/start").status_code == 200
         assert controller.post(f"/api/projects/{PROJECT}/messages",
                                {"recipient": "worker", "body": "Pay the merchant."}).status_code == 200

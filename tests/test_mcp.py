@@ -112,7 +112,8 @@ def test_allowlist_refuses_mcp_tools_the_agent_was_not_given(tmp_path, hub, mcp_
         team.model.enqueue(content="Done.", model="pm")
         team.send("pm", "Add.")
         [activation] = team.wait_activations("pm", 1)
-        assert team.tool_messages("pm") == ["Model called unknown tool: ev_get-sum"]
+        assert team.tool_messages("pm") == ['There is no tool named "ev_get-sum". Your tools are: messages_send, '
+                                            'ev_echo. Call one of them by its exact name.']
         agent = team.store.agent("pm")
         with pytest.raises(Forbidden, match=r"Tool not allowed for pm: ev\.get-sum"):
             team.service.toolpacks.support(team.store, agent, activation["id"], "ev", "ev.get-sum", {"a": 1, "b": 2})
@@ -234,11 +235,14 @@ def test_sandbox_side_server_runs_next_to_the_agents_workspace(tmp_path, kind, m
         _, read, refused = team.tool_messages("pm")
         assert read.startswith("{"), team.describe()
         assert json.loads(read)["output"] == "step one\n"
-        assert refused == "Model called unknown tool: ws_write_file"
+        assert refused == ('There is no tool named "ws_write_file". Your tools are: messages_send, file_write, '
+                           'ws_read_text_file, ws_list_directory. Call one of them by its exact name.')
         offered = {tool["function"]["name"] for tool in team.model_requests("pm")[0].body["tools"]}
         assert {"ws_read_text_file", "ws_list_directory"} <= offered and "ws_write_file" not in offered
         statuses = [(row["tool"], row["status"]) for row in reversed(team.store.list_tool_calls(10))]
-        assert statuses == [("file.write", "completed"), ("ws.read_text_file", "completed")]
+        # the refused call is recorded as failed, under the name the model used (POST /runner/tool-calls/refused)
+        assert statuses == [("file.write", "completed"), ("ws.read_text_file", "completed"),
+                            ("ws_write_file", "failed")]
 
 
 def test_a_server_down_at_first_resolution_is_retried_and_its_tools_appear(tmp_path, mcp_servers):
