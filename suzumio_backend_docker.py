@@ -116,6 +116,47 @@ def _chown_tree(path, uid, gid):
                 os.chown(full, uid, gid, follow_symlinks=False)
 
 
+def run_check_in_container(config, agent_id, folder, command, timeout):
+    """`docker-chat`: the check runs in a container like an activation's of the requesting agent: the same
+    image, user, capabilities and limits, and no network at all; the scratch copy is its /workspace. Used
+    by suzumio_merge_queue (docs/teams-that-write-code.md#where-checks-run); stopped after `timeout` seconds."""
+    sandbox = config.sandbox(agent_id)
+    client = docker_sdk().from_env()
+    user = container_user(sandbox.user, os.getuid(), os.getgid())
+    ids = numeric_ids(user)
+    if os.getuid() == 0 and ids is not None:
+        _chown_tree(folder, *ids)
+    options = {"user": user, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"], "network_mode": "none"}
+    if sandbox.cap_add:
+        options["cap_add"] = list(sandbox.cap_add)
+    if sandbox.memory:
+        options["mem_limit"] = sandbox.memory
+    if sandbox.cpus:
+        options["nano_cpus"] = int(min(float(sandbox.cpus), int(client.info()["NCPU"])) * 1e9)
+    if sandbox.pids_limit:
+        options["pids_limit"] = sandbox.pids_limit
+    mount = docker_sdk().types.Mount("/workspace", str(folder), type="bind")
+    container = client.containers.create(
+        config.backend.image, ["bash", "-c", command], entrypoint=[], working_dir="/workspace", mounts=[mount],
+        environment={"HOME": "/workspace", "LANG": "C.UTF-8"}, detach=True,
+        labels={"suzumio.check": "true", "suzumio.project": config.name}, **options)
+    try:
+        container.start()
+        try:
+            code = container.wait(timeout=timeout)["StatusCode"]
+            suffix = ""
+        except Exception as error:  # noqa: BLE001 - the SDK's read timeout (requests) or an engine error: the check failed
+            container.kill()
+            code, suffix = 124, f"\ncheck stopped: {error}"
+        output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace") + suffix
+    finally:
+        try:
+            container.remove(force=True)
+        except engine_errors() as error:
+            log.warning("check container %s not removed: %s", container.id[:12], error)
+    return code, output
+
+
 def own_writable_folders(launch, user):
     """With a root controller, give the container's uid its workspace, its own artifacts folder and its
     input.json (still mode 0600). A folder already owned by it is not walked again, so a big workspace

@@ -15,7 +15,7 @@ from pathlib import Path
 import suzumio_backend
 import suzumio_coordination as coordination
 import suzumio_repository as repository
-from suzumio_docker import docker_sdk, engine_errors
+from suzumio_backend_docker import run_check_in_container
 from suzumio_errors import BadRequest, Conflict
 from suzumio_http import object_input, required_string
 from suzumio_records import format_ts, to_datetime
@@ -57,52 +57,12 @@ def run_check_locally(config, agent_id, folder, command):
     return done.returncode, done.stdout.decode("utf-8", "replace")
 
 
-def run_check_in_container(config, agent_id, folder, command):
-    """`docker-chat`: the check runs in a container like an activation's of the requesting agent: the same
-    image, user, capabilities and limits, and no network at all; the scratch copy is its /workspace."""
-    sandbox = config.sandbox(agent_id)
-    client = docker_sdk().from_env()
-    user = suzumio_backend.container_user(sandbox.user, os.getuid(), os.getgid())
-    ids = suzumio_backend.numeric_ids(user)
-    if os.getuid() == 0 and ids is not None:
-        suzumio_backend._chown_tree(folder, *ids)
-    options = {"user": user, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"], "network_mode": "none"}
-    if sandbox.cap_add:
-        options["cap_add"] = list(sandbox.cap_add)
-    if sandbox.memory:
-        options["mem_limit"] = sandbox.memory
-    if sandbox.cpus:
-        options["nano_cpus"] = int(min(float(sandbox.cpus), int(client.info()["NCPU"])) * 1e9)
-    if sandbox.pids_limit:
-        options["pids_limit"] = sandbox.pids_limit
-    mount = docker_sdk().types.Mount("/workspace", str(folder), type="bind")
-    container = client.containers.create(
-        config.backend.image, ["bash", "-c", command], entrypoint=[], working_dir="/workspace", mounts=[mount],
-        environment={"HOME": "/workspace", "LANG": "C.UTF-8"}, detach=True,
-        labels={"suzumio.check": "true", "suzumio.project": config.name}, **options)
-    try:
-        container.start()
-        try:
-            code = container.wait(timeout=CHECK_TIMEOUT_SECONDS)["StatusCode"]
-            suffix = ""
-        except Exception as error:  # noqa: BLE001 - the SDK's read timeout (requests) or an engine error: the check failed
-            container.kill()
-            code, suffix = 124, f"\ncheck stopped: {error}"
-        output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace") + suffix
-    finally:
-        try:
-            container.remove(force=True)
-        except engine_errors() as error:
-            log.warning("check container %s not removed: %s", container.id[:12], error)
-    return code, output
-
-
-CHECK_RUNNERS = {"local": run_check_locally, "docker-chat": run_check_in_container}
-
-
 def run_check(config, agent_id, folder, command):
-    """One check command in the sandbox of the project's backend: (exit code, output)."""
-    return CHECK_RUNNERS[config.backend.kind](config, agent_id, folder, command)
+    """One check command in the sandbox of the project's backend: (exit code, output). A backend whose
+    runners see the container layout runs it in a container like its activations' (suzumio_backend_docker)."""
+    if suzumio_backend.backend_class(config.backend.kind).container:
+        return run_check_in_container(config, agent_id, folder, command, CHECK_TIMEOUT_SECONDS)
+    return run_check_locally(config, agent_id, folder, command)
 
 
 # ---------------------------------------------------------------- the queue

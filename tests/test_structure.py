@@ -422,8 +422,9 @@ def test_the_packaging_check_sees_a_module_left_out(tmp_path):
 # branch on a backend kind or read a runner's recorded name. The facade, suzumio_backend, asks them too.
 BACKEND_FILES = {"suzumio_backend_contract", "suzumio_backend_local", "suzumio_backend_docker", "suzumio_backend_swarm"}
 # The config layer sits below the backends and describes each kind's settings (render's warnings, a
-# swarm network): it may compare backend.kind with the contract's constants, never with a literal.
-CONFIG_FILES = {"suzumio_config", "suzumio_config_schema", "suzumio_config_swarm"}
+# swarm network, the kinds a repository works with): it may compare backend.kind with the contract's
+# constants, never with a literal.
+CONFIG_FILES = {"suzumio_config", "suzumio_config_schema", "suzumio_config_swarm", "suzumio_config_repository"}
 KIND_VALUE = r"""(?:KIND_(?:LOCAL|DOCKER|SWARM)\b|["'](?:local|docker-chat|swarm)["'])"""
 KIND_LITERAL = r"""["'](?:local|docker-chat|swarm)["']"""
 KIND_BRANCH = re.compile(
