@@ -62,7 +62,8 @@ def mount_eval_routes(app, evals_store):
 
     @app.post("/api/evals")
     def create_eval():
-        eval_id = submit_body(store(), read_fields())
+        body = read_fields()  # a body too large or not JSON is refused as on every route, eval thread or not
+        eval_id = submit_body(store(), body)
         return json_response({"id": eval_id}, status=201)
 
     @app.get("/api/evals")

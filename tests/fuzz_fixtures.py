@@ -24,6 +24,9 @@ JSON_TYPE = "application/json; charset=utf-8"
 VALID_STATUSES = {200, 400, 401, 403, 404, 409, 500}
 # The MCP endpoint (docs/mcp.md) also answers 202 (a notification) and 405 (GET: no stream).
 MCP_STATUSES = {202, 405}
+# The eval routes answer 503 in an app without the eval thread (docs/http-api.md#evals): the fuzzed app is one.
+EVAL_PATHS = re.compile(r"^/api/evals(/[^/]+(/stream)?)?$")
+EVAL_STATUSES = {503}
 CONTEXT = {"version": 1, "kind": "model-context", "messages": []}
 
 # Python internals that must never reach a client (a traceback, a repr, an exception class name).
@@ -88,6 +91,23 @@ ERROR_TEXTS = [
     (r"tools must be one of live, recorded|onDiverge must be one of stop, live", {400}),
     (r"config must be a project file \(YAML text\)|config must have the source's agents .*|config: .*", {400}),
     (r"Invalid project name: .*", {400}),
+    # the effect ledger (docs/http-api.md#effects)
+    (r"Expected a JSON object with resolution|resolution must be one of .*|Invalid effect state: .*", {400}),
+    (r"Unknown effect: .*", {404}),
+    (r"Effect \S+ is \w+, not in doubt", {409}),
+    # the team's repository and output (docs/http-api.md#the-teams-repository, #the-teams-output-report-and-artifacts)
+    (r"Project \S+ has no repository \(repository: in its project file\)", {400, 404}),
+    (r"\S+: not a revision: .*|Invalid artifact path: .*|\S+ must be a positive integer, got .*|\S+ is not text; .*",
+     {400}),
+    (r"\S+: unknown revision: .*|Unknown artifact: .*|No recorded versions of .*|Unknown version \d+ of .*"
+     r"|Version \d+ of .+ is no longer stored", {404}),
+    (r"start must be true or false|from is required \(a version number\)|Invalid project config: .*", {400}),
+    # evals (docs/http-api.md#evals)
+    (r"mode must be one of .*|--mode \S+ needs .*|runs must be a whole number of at least 1|--at .*"
+     r"|team: must be an absolute path .*|variants must be a list of variant names"
+     r"|failUnder must be a rate between 0 and 1|Invalid eval suite:.*", {400}),
+    (r"Eval not found: .*|Eval \S+ has no run .*", {404}),
+    (r"Evals run only in `suzumio serve` \(this app has no eval thread\)", {503}),
     (r"Project already initialized: .*|Project \S+ is \w+; replay a run that has ended", {409}),
     (r"Activation \S+ is running; fork at an activation that has ended|Activation \S+ has no recorded artifacts .*",
      {409}),
@@ -198,7 +218,8 @@ def exception_log():
 def error_problems(reply, path):
     """What is wrong with a response under docs/http-api.md; [] when it is fine."""
     problems = []
-    if reply.status not in VALID_STATUSES | (MCP_STATUSES if path == "/mcp" else set()):
+    extra = MCP_STATUSES if path == "/mcp" else EVAL_STATUSES if EVAL_PATHS.match(path) else set()
+    if reply.status not in VALID_STATUSES | extra:
         problems.append(f"status {reply.status} is outside the documented mapping")
     handler_route = any(pattern.match(path) for pattern in HANDLER_ROUTES)
     if reply.status == 500 and not handler_route:

@@ -8,6 +8,7 @@ from api_fixtures import running_activation
 from store_fixtures import config_of
 
 import suzumio_coordination as coordination
+import suzumio_store
 from suzumio_http import MAX_BODY_BYTES
 
 pytestmark = pytest.mark.timeout(120)
@@ -96,7 +97,8 @@ def test_project_segment_is_checked_before_any_file_is_opened(service, identity)
     signal = service.post("/runner/signals", {**identity, "project": "../demo", "kind": "x"})
     assert_error(signal, 404, "Unknown project: ../demo")
     assert not (service.root.path.parent / "suzumio.sqlite").exists()
-    beside = {"run", "api-token"}  # the runner socket's folder and the API token file
+    # The runner socket's folder, the API token file and the serve's lock: none of them is a project.
+    beside = {suzumio_store.RUN_DIR, suzumio_store.API_TOKEN_FILE, suzumio_store.SERVE_LOCK_FILE}
     assert sorted(p.name for p in service.root.path.iterdir() if p.name not in beside) == ["demo"]
 
 

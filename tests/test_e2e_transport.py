@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(240)
 KINDS = kind_params()
 FILLERS = {"project": "e2e", "agent": "pm", "compaction": "cmp_x", "message": "msg_x", "activation": "act_x",
            "toolpack_id": "core", "entry_id": "messages.send", "approval": "apr_x",
-           "other": "e2e"}
+           "other": "e2e", "eval_id": "eval_x", "effect": "eff_x", "path": "pm/x.md"}
 
 # Runs inside the activation (python3 of the image, standard library only). It calls every user route
 # it is given on the host's loopback, asks the runner socket for a user route, and dumps what a process

@@ -113,6 +113,9 @@ ROUTE_FIELDS = {
     "/runner/tool-calls/start": {"tool": ["shell.exec", "messages.send", "nope", "file.read"],
                                  "input": [{"command": "ls"}, {}, [1]],
                                  "callKey": ["k-1", "k-1", None, "", "x" * 129, "a b", 7]},
+    "/runner/tool-calls/refused": {"tool": ["nope", "shell.exec", ""], "error": ["Unknown tool: nope", "", 5],
+                                   "input": [{"command": "ls"}, "not json", [1]],
+                                   "callKey": ["k-2", None, "", "x" * 129, 7]},
     "/runner/tool-calls/finish": {"toolCallId": ["tool_x"], "status": ["completed", "failed", "done"],
                                   "output": ["x"], "error": ["E"]},
     "/runner/signals": {"kind": ["x.note", "review.ready"], "targetAgent": ["pm", "user", "ghost"],
@@ -187,6 +190,8 @@ def segments(draw, name, fuzz):
         "entry_id": ["project.stats", "messages.send", "messages.conversation", "coordination.signals",
                      "completion.report", "file.activity", "shell.activity", "nope"],
         "asset": ["index.js", "%2e%2e/secret", "../../etc/passwd", "a/b/c.css", "%00.js"],
+        "path": ["pm/x.md", "x.md", "%2e%2e/secret", "../../etc/passwd", "a/b/c", "%00.md"],
+        "eval_id": ["eval_x", "eval_1_deadbeef", "%2e%2e"], "effect": ["eff_x", "%2e%2e"],
     }
     if name not in valid:
         raise AssertionError(f"route placeholder <{name}> has no fuzz values: add it to segments()")
@@ -238,8 +243,8 @@ def exchange(fuzz, method, target, body=None, headers=None):
         problems.append(f"integrity_check: {integrity}")
     if 400 <= reply.status < 500 and fuzz.snapshot() != before:
         problems.append("a rejected request changed rows or files")
-    assert not problems, f"{method} {target[:300]} body={body[:300]!r} → {reply.status} {reply.text[:500]!r}: " \
-                         f"{problems}"
+    shown = (body or b"")[:300]
+    assert not problems, f"{method} {target[:300]} body={shown!r} → {reply.status} {reply.text[:500]!r}: {problems}"
     return reply
 
 
@@ -271,11 +276,14 @@ def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     # Every route of docs/http-api.md: the projects, messages, events, activations, tools, control actions
     # and runner routes, the Team view's timeline, /runner/model, /api/version and /api/openapi.json, GET
     # and POST /mcp, the approvals list, one approval, its decision and /runner/approvals/wait, …/costs, an
-    # agent's resume and …/concurrency, replay, fork and diff, and the three /runner/files/* routes
-    assert len(routes) == 53, routes
+    # agent's resume and …/concurrency, replay, fork and diff, the three /runner/files/* routes and
+    # /runner/tool-calls/refused, the evals (list, submit, one, its stream), the inbox (all projects, one),
+    # /api/config/validate, POST /api/projects, the team's repository and its diff, the effects and a
+    # resolution, the artifacts (list, one, its diff) and the report
+    assert len(routes) == 69, routes
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
-    assert len(runner_rules) == 13
+    assert len(runner_rules) == 14
     for _method, rule in routes:
         for name in placeholders(rule):
             segments(name, fuzz)  # raises for a placeholder the fuzzer cannot fill
@@ -350,7 +358,7 @@ def test_path_like_project_fields_of_runner_routes_are_unknown_projects(fuzz, ro
             body = {**fuzz.identity(), "project": project, "tool": "shell.exec", "toolCallId": "t", "status": "failed",
                     "kind": "x.note", "role": "user", "content": "c", "summary": "s", "context": CONTEXT,
                     "output": {"text": "done"}, "providerId": "replay", "presetId": "offline", "body": {},
-                    "approvalId": "apr_x", "path": "/artifacts/pm/x.md"}
+                    "approvalId": "apr_x", "path": "/artifacts/pm/x.md", "error": "E"}
             tried("hostile project fields")
             reply = exchange(fuzz, "POST", fill(path, {"toolpack_id": "core"}), json.dumps(body).encode())
             assert (reply.status, reply.json()) == (404, {"error": f"Unknown project: {project}"}), path
@@ -364,7 +372,7 @@ def test_oversized_bodies_are_refused_before_they_are_parsed(fuzz, routes):
         if method != "POST" or rule in ignored:
             continue
         target = fill(rule, {"project": "demo", "toolpack_id": "core", "entry_id": "messages.send",
-                             "approval": "apr_x", "agent": "worker"})
+                             "approval": "apr_x", "agent": "worker", "effect": "eff_x"})
         tried("oversized bodies")
         reply = exchange(fuzz, "POST", target, huge, {"Content-Type": JSON_TYPE})
         too_large = f"Request body too large (limit {MAX_BODY_BYTES} bytes)"

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 
 RUNNING_REQUIRED = {
     "/runner/tool-calls/start": "no more tool calls are accepted",
+    "/runner/tool-calls/refused": "no more tool calls are accepted",
     "/runner/signals": "no more tool calls are accepted",
     "/toolpacks/<toolpack_id>/support": "no more tool calls are accepted",
     "/runner/history/messages": "history updates are not accepted",
@@ -32,6 +33,7 @@ RUNNING_REQUIRED = {
 }
 ROUTE_FIELDS = {
     "/runner/tool-calls/start": {"tool": "shell.exec", "input": {"command": "ls"}},
+    "/runner/tool-calls/refused": {"tool": "nope", "error": "Unknown tool: nope", "input": {}},
     "/runner/tool-calls/finish": {"toolCallId": "tool_x", "status": "completed", "output": "x"},
     "/runner/signals": {"kind": "review.ready", "targetAgent": "pm"},
     "/toolpacks/<toolpack_id>/support": {"tool": "messages.send", "input": {"recipient": "pm", "body": "x"}},
@@ -165,7 +167,7 @@ def user_requests(routes):
     """(method, target) of every non-runner route, filled with values that exist."""
     values = {"project": "demo", "agent": "pm", "message": "msg_x", "activation": "act_x", "compaction": "cmp_x",
               "toolpack_id": "core", "entry_id": "project.stats", "asset": "missing.js", "approval": "apr_x",
-              "other": "demo"}
+              "other": "demo", "eval_id": "eval_x", "effect": "eff_x", "path": "pm/x.md"}
     return [(method, fill(rule, {name: values[name] for name in placeholders(rule)}))
             for method, rule in routes if not is_runner_rule(rule)]
 
@@ -176,8 +178,9 @@ def test_api_token_guards_every_api_route_and_nothing_else(tmp_path):
         api = [(m, t) for m, t in user_requests(routes) if t.startswith("/api/")]
         # docs/http-api.md: among them the timeline, /api/version and /api/openapi.json, the approvals
         # list, one approval and its decision, …/costs, an agent's resume and …/concurrency, replay, fork
-        # and diff
-        assert len(api) == 35
+        # and diff, the evals (list, submit, one, its stream), both inboxes, /api/config/validate, POST
+        # /api/projects, the repository and its diff, the effects and a resolution, and the artifacts routes
+        assert len(api) == 50
         before = iso.snapshot()
         for method, target in api:
             body = b"{}" if method == "POST" else None
@@ -204,8 +207,9 @@ def first_asset():
 
 def test_every_post_route_refuses_foreign_origins_and_hosts_without_side_effects(iso, routes):
     posts = [(m, t) for m, t in user_requests(routes) if m == "POST"]
-    # docs/http-api.md, POST /mcp (docs/mcp.md), the approval decision, an agent's resume, replay and fork
-    assert len(posts) == 11
+    # docs/http-api.md, POST /mcp (docs/mcp.md), the approval decision, an agent's resume, replay and fork,
+    # /api/config/validate, POST /api/evals, POST /api/projects and an effect's resolution
+    assert len(posts) == 15
     before = iso.snapshot()
     for method, target in posts:
         body = json.dumps({"recipient": "pm", "body": "x"}).encode()
