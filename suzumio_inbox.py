@@ -1,6 +1,7 @@
 """What waits for a person (docs/http-api.md#inbox): tool calls waiting for approval, a submitted report
-waiting for review, agents a loop guard paused, calls in doubt (the effect ledger). One list per project and one across the root, so the
-control room can show a count on every view and every project without asking each route itself.
+waiting for review, agents a loop guard paused, calls in doubt (the effect ledger). One list per project and
+one across the root, so the control room can show a count on every view and every project without asking
+each route itself.
 
 Each item kind is one source function from a project's store to its items; a new kind is one more
 function in SOURCES and one more name in KINDS."""
