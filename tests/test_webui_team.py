@@ -169,9 +169,18 @@ def test_raw_event_list_filters_by_type_and_agent(page, team):
                for text in items.get_by_test_id("event-sentence").all_inner_texts())
 
 
+def settle(store):
+    """Start the project and wait until the work an earlier test left queued (a message sent while it was
+    submitted is delivered when it runs again) has ended, so this test's own activation is alone."""
+    store.start()
+    wait_until(lambda: not store.running_activations()
+               and not any(store.has_pending_signals_for_agent(agent) for agent in DEMO_AGENTS), 60,
+               message="the demo team to settle")
+
+
 def test_running_bar_grows_shows_the_latest_text_and_turns_completed(page, team):
     store = team.store("demo")
-    store.start()
+    settle(store)
     running = coordination.start_activation(store, "critic", "Look again.", [])["id"]  # no process behind it
     open_team(page, team)
     bar = page.locator(f'[data-testid="team-bar"][data-activation-id="{running}"]')
@@ -189,7 +198,7 @@ def test_running_bar_grows_shows_the_latest_text_and_turns_completed(page, team)
 
 def test_p0_restart_is_drawn_as_a_cancelled_bar_followed_by_a_new_one(page, team):
     store = team.store("demo")
-    store.start()
+    settle(store)
     # A running activation with no process behind it, then a P0: the scheduler cancels and restarts.
     running = coordination.start_activation(store, "worker-1", "Polish part A.", [])["id"]
     page.goto(team.control_room())
