@@ -21,7 +21,7 @@ from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_im
 import suzumio_model_proxy
 import suzumio_runner_calls as calls
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 7
