@@ -6,6 +6,7 @@ table maps each kind to its class (docs/operations.md, "A fourth backend"). Impo
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class Exit:
         return f"Exit(code={self.code!r}, error={self.error!r})"
 
 
-class Backend:
+class Backend(ABC):
     """One way of running activations' runners. `host` is the Backends that owns it: its `environ`,
     `configs`, `closed` event, `runner_socket`, `controller_ca`, `follow(store, activation_id, name,
     secrets)` (wait for the runner on a watcher thread, then settle the activation and call `ended`),
@@ -80,49 +81,50 @@ class Backend:
 
     # -- one activation
 
+    @abstractmethod
     def start(self, store: ProjectStore, launch: Launch, slot: Slot | None = None) -> None:
         """Start the runner of `launch` (in the claimed prepared runner `slot`, cold when that is gone),
         record its name, and `host.follow` it; a runner whose activation ended meanwhile is stopped or
         never started. Raises when it cannot start (the caller fails the activation)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def wait(self, store: ProjectStore, activation_id: str, name: str, secrets: list[str],
              closed: threading.Event) -> Exit | None:
         """Block until the runner ends and say how (a log it keeps shows none of `secrets`); None when
         `closed` is set first (the runner keeps going)."""
-        raise NotImplementedError
 
     def ended(self, store: ProjectStore, activation_id: str, name: str, secrets: list[str]) -> None:
         """After the activation was settled on its runner's end: keep its log tail, release what it held."""
+        return None  # by default nothing to do
 
+    @abstractmethod
     def stop(self, store: ProjectStore, activation_id: str, name: str) -> None:
         """Stop the runner of an ended activation; one already gone counts as stopped; raises on failure."""
-        raise NotImplementedError
 
+    @abstractmethod
     def log_tail(self, store: ProjectStore, activation_id: str, name: str) -> str:
         """The runner's last log lines (LOG_TAIL_LINES); '' when none are kept."""
-        raise NotImplementedError
 
     # -- after a controller restart
 
+    @abstractmethod
     def owns(self, name: str) -> bool:
         """True when a recorded name names one of this backend's runners."""
-        raise NotImplementedError
 
+    @abstractmethod
     def find(self, store: ProjectStore, config: ProjectConfig, activation_id: str) -> str | None:
         """The name of the runner of an activation whose name was never recorded (its controller died
         between starting and recording it), or None."""
-        raise NotImplementedError
 
     def may_start_later(self, store: ProjectStore, activation_id: str) -> bool:
         """Whether a runner `find` does not see now may still appear (the reconciler then waits
         NEVER_STARTED_GRACE_MS before failing the activation)."""
         return True
 
+    @abstractmethod
     def adopt(self, store: ProjectStore, activation: dict, name: str) -> Exit | None:
         """A running activation's runner that no watcher follows: None when it still runs (the caller
         follows it), else how it ended."""
-        raise NotImplementedError
 
     def collect_garbage(self, store: ProjectStore, config: ProjectConfig, runner_socket: Path) -> int:
         """`suzumio gc`: remove what runners of ended activations left; returns the count removed."""
@@ -141,15 +143,17 @@ class Backend:
 
     def prepare(self, store: ProjectStore, launch: Launch, slot: Slot, warm_socket: Path) -> None:
         """Create and start the runner of `slot` for a future activation, waiting on the warm socket."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} prepares no runners (prepares is False)")
 
     def claim(self, store: ProjectStore, launch: Launch, slot: Slot) -> bool:
         """Hand the prepared runner of `slot` its activation (input, environment, log), for `start`; False
         when it turned out gone or unusable (`start` then starts one cold)."""
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} prepares no runners (prepares is False)")
 
     def discard(self, slot: Slot) -> None:
         """Remove a prepared runner no activation will use."""
+        return None  # by default nothing to do
 
     def close(self) -> None:
         """Release engine clients (idempotent); runners keep going and the next serve adopts them."""
+        return None  # by default nothing to do
