@@ -209,3 +209,9 @@ def all_ended(store, activation_ids):
 def running_activation(store, agent_id, prompt="Work."):
     """A running activation created through the store, with no process behind it."""
     return coordination.start_activation(store, agent_id, prompt, [])
+
+
+def identity(service, store, agent_id, activation_id):
+    """The identity fields a runner sends with every runner route, with the agent's real token."""
+    return {"project": store.project_id, "agentId": agent_id, "activationId": activation_id,
+            "token": service.token(store.project_id, agent_id)}

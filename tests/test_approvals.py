@@ -7,7 +7,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from api_fixtures import init_project, running_activation, serving
+from api_fixtures import identity, init_project, running_activation, serving
 from conftest import wait_until
 from store_fixtures import config_of
 
@@ -103,11 +103,6 @@ def served(tmp_path):
         store = init_project(service.root, tmp_path / "config", PROJECT_YAML)
         store.start()
         yield service, store
-
-
-def identity(service, store, agent_id, activation_id):
-    return {"project": store.project_id, "agentId": agent_id, "activationId": activation_id,
-            "token": service.token(store.project_id, agent_id)}
 
 
 def start_gated(service, store, command="git push origin main", activation=None):

@@ -7,9 +7,9 @@ import os
 import time
 
 import pytest
-from api_fixtures import init_project, running_activation, serving
+from api_fixtures import identity, init_project, running_activation, serving
 from conftest import wait_until
-from test_approvals import PROJECT_YAML, identity, load, mcp_call, run_cli, start_gated
+from test_approvals import PROJECT_YAML, load, mcp_call, run_cli, start_gated
 
 import suzumio_coordination as coordination
 import suzumio_guards

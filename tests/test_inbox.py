@@ -76,7 +76,8 @@ def test_an_unknown_project_is_a_404_in_the_one_error_shape(served):
 
 
 def test_a_call_in_doubt_is_listed_until_a_person_says_whether_it_happened(served):
-    from test_effects import DEPLOY, identity, start_call
+    from api_fixtures import identity
+    from test_effects import DEPLOY, start_call
 
     service, store = served
     activation = running_activation(store, "worker")["id"]
