@@ -1,14 +1,12 @@
 """What a model reads at each activation (docs/real-models.md): the system message, which stays the same
-across an agent's activations (identity, instructions, team, files, then the contract written for the
+across an agent's activations (identity, task, instructions, team, files, then the contract written for the
 tools the agent has, named exactly as the model calls them), and the user message with what is new.
-The scheduler renders the user message; the backend renders the system message into the runner's input."""
+The scheduler renders the user message; the backend renders the system message into the runner's input.
+
+Both are plain paragraphs, not Markdown sections: measured with a 1.5B model, a system message laid out as a
+document of headings was copied whole into the files and reports the model wrote."""
 from suzumio_records import render_signal
 from suzumio_registry import model_tool_name
-
-SIGNALS_HEADING = "# New Signals"
-CONTRACT_HEADING = "# How You Work"
-ACT_NOW = ("Act on the new signals above now, with your tools. Earlier turns are history: do not redo "
-           "work they show as done.")
 
 SEND = "messages.send"
 WAIT = "coordination.wait_for_signal"
@@ -16,8 +14,8 @@ SUBMIT = "completion.submit"
 
 
 def user_prompt(signals):
-    """The user message of one activation: the signals delivered to it, and one line on what to do."""
-    return "\n\n".join([SIGNALS_HEADING] + [render_signal(s) for s in signals] + [ACT_NOW])
+    """The user message of one activation: the signals delivered to it, one paragraph each."""
+    return "\n\n".join(render_signal(s) for s in signals)
 
 
 def system_prompt(*, task, agent, agents, config, tools, workspace, artifacts_root, mounts=()):
@@ -26,53 +24,56 @@ def system_prompt(*, task, agent, agents, config, tools, workspace, artifacts_ro
     coordinator = config.communication.coordinator_agent
     team = sorted(agents, key=lambda a: a["id"])
     alone = len(team) <= 1
-    blocks = [_identity(agent, coordinator, alone), "# Project Task\n\n" + task.strip()]
+    blocks = [_identity(agent, coordinator, alone), "Project task: " + task.strip()]
     if (agent.get("prompt") or "").strip():
-        blocks.append("# Your Instructions\n\n" + agent["prompt"].strip())
+        blocks.append("Your instructions: " + agent["prompt"].strip())
     if not alone:
         blocks.append(_team(agent, team, coordinator))
     blocks.append(_files(agent, team, workspace, artifacts_root, mounts))
-    if config.channels and SEND in tools:
-        blocks.append("# Channels\n\n" + ", ".join(f"`{c}`" for c in config.channels)
-                      + " (messages_send with `channel` instead of `recipient`)")
+    if config.channels and SEND in tools and not alone:
+        blocks.append("Channels: " + ", ".join(config.channels)
+                      + f" ({model_tool_name(SEND)} with `channel` instead of `recipient`).")
     blocks.append(contract(agent, team, config, tools))
     return "\n\n".join(blocks)
 
 
 def _identity(agent, coordinator, alone):
     name = agent.get("displayName") or agent["id"]
+    role = agent["role"]
+    acts = "You act only by calling tools; text without a tool call reaches no one."
     if alone:
-        return f"You are {name} (agent id `{agent['id']}`), {agent['role']}. You work alone on this project."
+        return f"You are {name} (agent id {agent['id']}, {role}). You work alone on a project for a user. {acts}"
     lead = " You coordinate the team." if agent["id"] == coordinator else ""
-    return (f"You are {name} (agent id `{agent['id']}`), {agent['role']}, one agent of a team working on "
-            f"one project.{lead}")
+    return (f"You are {name} (agent id {agent['id']}, {role}), one agent of a team working on a project for a "
+            f"user.{lead} {acts}")
 
 
 def _team(agent, team, coordinator):
-    lines = ["# Team", ""]
+    members = []
     for member in team:
         notes = [member["role"]]
         if member["id"] == coordinator and member["role"] != "coordinator":
             notes.append("coordinator")
         if member["id"] == agent["id"]:
             notes.append("you")
-        lines.append(f"- `{member['id']}` ({member.get('displayName') or member['id']}): {', '.join(notes)}")
-    lines.append("- `user`: the person who runs the project")
-    return "\n".join(lines)
+        name = member.get("displayName") or member["id"]
+        who = member["id"] if name == member["id"] else f"{member['id']} ({name})"
+        members.append(f"{who}: {', '.join(notes)}")
+    return "Team: " + "; ".join(members) + "; user: the person who runs the project."
 
 
 def _files(agent, team, workspace, artifacts_root, mounts):
-    lines = ["# Files", "",
-             f"- `{workspace}`: your private working folder, kept between activations.",
-             f"- `{artifacts_root}/{agent['id']}`: your published folder. Put finished work here; the others "
-             "read it there."]
-    others = [m["id"] for m in team if m["id"] != agent["id"]]
-    if others:
-        lines.append(f"- `{artifacts_root}/<agent id>`: each other agent's published folder, read-only for you.")
+    # The artifact folder comes first, under the name tasks use for it: a small model writes to the first
+    # folder it reads of, and took a "published folder" for something other than the task's "artifact folder".
+    lines = [f"Files: your artifact folder is {artifacts_root}/{agent['id']}: put finished work there, where "
+             + ("the user and the others read it." if len(team) > 1 else "the user reads it.")
+             + f" Your private working folder is {workspace}, kept between activations."]
+    if len(team) > 1:
+        lines.append(f"Each other agent's artifact folder is {artifacts_root}/<agent id>, read-only for you.")
     for path, writable, description in mounts:
-        line = f"- `{path}`: an input, {'read-write' if writable else 'read-only'}"
+        line = f"Input {path} ({'read-write' if writable else 'read-only'})"
         lines.append(line + (f": {description}" if description else "."))
-    return "\n".join(lines)
+    return " ".join(lines)
 
 
 def contract(agent, team, config, tools):
@@ -84,35 +85,32 @@ def contract(agent, team, config, tools):
     leads = agent["id"] == coordinator or not has_coordinator
     alone = len(team) <= 1
     call = model_tool_name
-    lines = [CONTRACT_HEADING, "",
-             "You are woken when something new arrives for you; it is in the user message under New Signals. "
-             "You act only by calling tools: text without a tool call reaches no one.",
-             "Your tools: " + (", ".join(f"`{call(t)}`" for t in tools) if tools else "none")
-             + ". Call them by exactly these names."]
+    lines = ["Your tools: " + (", ".join(call(t) for t in tools) if tools else "none")
+             + ". Call them by exactly these names. What arrives for you comes in the user message."]
     if SUBMIT in have and leads:
-        lines.append(f"When the task is done, call `{call(SUBMIT)}` with the final report (Markdown). "
-                     "It ends your work until the user answers.")
+        lines.append(f"When the task is done, call {call(SUBMIT)} with the final report (Markdown); it ends your "
+                     "work until the user answers.")
     if SEND in have and not alone:
         if leads:
-            lines.append(f"Give work to another agent with `{call(SEND)}` to its id. Its answer comes as a new "
-                         "signal in a later activation, so after delegating, end this activation"
-                         + (f" with `{call(WAIT)}`." if WAIT in have else "."))
+            lines.append(f"Give work to another agent with {call(SEND)} to its id. Its answer comes as a new "
+                         "message in a later activation, so after delegating, end this activation"
+                         + (f" with {call(WAIT)}." if WAIT in have else "."))
         else:
-            target = f"`{coordinator}`" if has_coordinator else "whoever asked"
-            lines.append(f"When your assignment is done, report it to {target} with `{call(SEND)}`: what you did "
+            target = coordinator if has_coordinator else "whoever asked"
+            lines.append(f"When your assignment is done, report it to {target} with {call(SEND)}: what you did "
                          "and the exact paths of your files"
-                         + (f"; then call `{call(WAIT)}`." if WAIT in have else "."))
+                         + (f"; then call {call(WAIT)}." if WAIT in have else "."))
         if communication.restrict_non_coordinator_to_coordinator and not leads:
-            lines.append(f"Send messages only to `{coordinator}`, at priority "
+            lines.append(f"Send messages only to {coordinator}, at priority "
                          f"{communication.non_coordinator_max_priority} or lower.")
         lines.append("Use priority P3 unless it is urgent: P1 only to unblock active work, P0 only for "
                      "emergencies. Never message yourself; do not send acknowledgements.")
     elif SEND in have:
-        lines.append(f"`{call(SEND)}` to `user` only when you are blocked and need the person.")
+        lines.append(f"Use {call(SEND)} only to ask the user something when you are blocked.")
     if WAIT in have:
-        lines.append(f"`{call(WAIT)}` ends this activation until a new signal arrives; call it once you have "
-                     "done and reported what the signals asked.")
+        lines.append(f"{call(WAIT)} ends this activation until a new message arrives; call it once you have "
+                     "done and reported what you were asked.")
     if SEND in have and not leads:
-        lines.append(f"If the work is unclear or impossible, say so to `{coordinator if has_coordinator else 'user'}` "
-                     f"with `{call(SEND)}`; never end silently.")
-    return "\n".join(lines)
+        lines.append(f"If the work is unclear or impossible, say so to {coordinator if has_coordinator else 'user'} "
+                     f"with {call(SEND)}; never end silently.")
+    return " ".join(lines)

@@ -471,30 +471,27 @@ def project_row_json(row):
 # Signal rendering (docs/design/scheduler.md), shared by activation prompts and tool-boundary delivery.
 
 def render_signal(signal):
-    """Render one Signal JSON as the Markdown block the model sees."""
+    """Render one Signal JSON as the paragraph the model reads. Plain words: a model took a dotted signal kind
+    for a tool to call, and copied Markdown headings and id lines into what it wrote."""
     kind = signal.get("kind", "")
     payload = signal.get("payload") if isinstance(signal.get("payload"), dict) else {}
-    # Headings are plain words: a model took a dotted signal kind in a heading for a tool to call.
+    priority = payload.get("priority") or signal.get("priority")
+    urgency = f" ({priority})" if priority and priority != "P3" else ""
     if kind == KIND_MESSAGE:
+        sender = payload.get("sender") or "unknown"
         channel = payload.get("channel") or signal.get("targetChannel")
-        where = f" to {payload['recipient']}" if payload.get("recipient") else (f" in {channel}" if channel else "")
-        lines = [f"## Message from {payload.get('sender') or 'unknown'}{where}",
-                 f"Message: {payload.get('id') or signal.get('id')}",
-                 f"Priority: {payload.get('priority') or signal.get('priority')}",
-                 f"Time: {payload.get('createdAt') or signal.get('createdAt')}", "",
-                 str(payload.get("body") or "").strip()]
-        return "\n".join(lines)
+        who = "The user" if sender == "user" else sender
+        where = f" in {channel}" if channel and not payload.get("recipient") else ""
+        return f"{who} says{where}{urgency}: {str(payload.get('body') or '').strip()}"
     if kind in (KIND_EFFECT_IN_DOUBT, KIND_EFFECT_RESOLVED):
         title = "A call that may have happened" if kind == KIND_EFFECT_IN_DOUBT else "A call in doubt, resolved"
-        return "\n".join([f"## {title} ({signal.get('id')})", f"Priority: {signal.get('priority')}", "",
-                          effect_notice(kind, payload)])
+        return f"{title} ({signal.get('id')}){urgency}: {effect_notice(kind, payload)}"
     if kind in _NUDGE_FALLBACKS:
         message = payload.get("message")
         text = message if isinstance(message, str) and message.strip() else _NUDGE_FALLBACKS[kind]
-        return "\n".join([f"## Reminder from the scheduler ({signal.get('id')})",
-                          f"Priority: {signal.get('priority')}", "", text])
-    return "\n".join([f"## Signal {signal.get('id')} of kind \"{kind}\"", f"Priority: {signal.get('priority')}",
-                      f"Time: {signal.get('createdAt')}", "", json.dumps(payload, indent=2, ensure_ascii=False)])
+        return f"Reminder from the scheduler{urgency}: {text}"
+    return (f'Signal {signal.get("id")} of kind "{kind}"{urgency}, {signal.get("createdAt")}: '
+            + json.dumps(payload, ensure_ascii=False))
 
 
 def effect_notice(kind, payload):

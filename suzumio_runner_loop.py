@@ -92,6 +92,7 @@ SUMMARY_MAX_TOKENS = 4000
 CONTINUE_TEXT = "Continue the assigned Suzumio activation."
 NO_SUMMARY_TEXT = "No durable session facts were recovered from the compacted history."
 ENDED_OUTPUT = "This activation has already ended; the tool call was not run."
+NO_RESULT_TEXT = "No result: the activation ended before this call reported back."
 
 
 class RunnerError(Exception):
@@ -245,10 +246,60 @@ def render_for_model(row):
     return trim_chars(content, MODEL_TOOL_RESULT_LIMIT if role == "tool_result" else MODEL_ROW_LIMIT)
 
 
+def tool_message(result, note=None):
+    """What the model reads back from a tool: its output as plain text (a person's edit of the input first).
+    Measured with a 1.5B model: given the result as a JSON object it answered "Please continue." instead of
+    calling its next tool; given the plain text it went on."""
+    output = result.get("output")
+    text = output if isinstance(output, str) else compact_json(output) if output is not None else ""
+    text = text.strip() or str(result.get("title") or "Done.")
+    return f"{note}\n\n{text}" if note else text
+
+
+def _part(row, kind):
+    parts = [p for p in row.get("parts") or [] if isinstance(p, dict) and p.get("type") == kind]
+    return parts[0] if len(parts) == 1 else None
+
+
+def _native_call(row):
+    """A tool_call row as a Chat Completions tool call, or None when its part does not say enough."""
+    part = _part(row, "tool_call")
+    if part is None or not isinstance(part.get("toolCallId"), str) or not isinstance(part.get("toolName"), str):
+        return None
+    arguments = part.get("inputJson")
+    return {"id": part["toolCallId"], "type": "function",
+            "function": {"name": safe_tool_name(part["toolName"]),
+                         "arguments": arguments if isinstance(arguments, str) else "{}"}}
+
+
 def history_to_messages(history):
-    """The initial Chat Completions messages for a history."""
-    messages = []
-    for row in history:
+    """The initial Chat Completions messages for a history. Tool calls and their results go back as the
+    provider's own tool messages, as they were within the activation: written as text records, they were
+    imitated by small models, which then wrote records instead of calling tools."""
+    rows = list(history)
+    results = {}
+    for row in rows:
+        part = _part(row, "tool_result") if row.get("role") == "tool_result" else None
+        if part is not None and isinstance(part.get("toolCallId"), str):
+            results.setdefault(part["toolCallId"], (row, part))
+    messages, used = [], set()
+    for row in rows:
+        if id(row) in used:
+            continue
+        call = _native_call(row) if row.get("role") == "tool_call" else None
+        if call is not None:
+            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            found = results.get(call["id"])
+            if found is None:
+                # Every call needs an answer in the protocol: this one never reported back.
+                content = NO_RESULT_TEXT
+            else:
+                used.add(id(found[0]))
+                part = found[1]
+                content = part.get("output") if part.get("error") is None else f"Error: {part.get('error')}"
+            messages.append({"role": "tool", "tool_call_id": call["id"],
+                             "content": trim_chars(str(content or "Done."), MODEL_TOOL_RESULT_LIMIT)})
+            continue
         text = render_for_model(row)
         if text:
             role = "assistant" if row.get("role") in ("assistant", "tool_call") else "user"
@@ -963,7 +1014,7 @@ class Runner:
         if problem is not None:
             return self.refuse(call, args, schema_answer(tool.safe, tool.schema, problem), tool.name)
         if state.ended:
-            return compact_json({"title": "activation ended", "output": ENDED_OUTPUT})
+            return ENDED_OUTPUT
         state.tool_calls += 1
         max_calls = self.runner_config.get("maxToolCalls")
         if max_calls and state.tool_calls > max_calls:
@@ -1030,10 +1081,7 @@ class Runner:
         if tool.name in ENDING_TOOLS:
             state.ended = True
             state.end_output = result["output"]
-        shown = {key: result[key] for key in ("title", "output", "metadata") if key in result}
-        if edited_note:
-            shown["note"] = edited_note
-        return compact_json(shown)
+        return tool_message(result, edited_note)
 
     def refuse(self, call, tool_input, answer, tool=None):
         """Answer a call that cannot run, and record it as a failed call: a person sees what the model tried."""
@@ -1125,7 +1173,7 @@ class Runner:
         except ControllerError as error:
             return str(error)
         text = recorded.get("text")
-        return text if isinstance(text, str) else compact_json({"output": recorded.get("output")})
+        return text if isinstance(text, str) else tool_message({"output": recorded.get("output")})
 
     def _fail_tool_call(self, tool_call_id, message):
         try:

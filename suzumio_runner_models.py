@@ -508,7 +508,9 @@ def new_signals_block(prompt):
     lines = (prompt or "").split("\n")
     starts = [i for i, line in enumerate(lines) if line.strip() == SIGNALS_HEADING]
     if not starts:
-        return ""
+        # The user message of an activation holds only its signals (suzumio_prompts.user_prompt); older
+        # prompts kept them under a heading, between the identity and the contract.
+        return prompt or ""
     start = starts[0]
     ends = [i for i, line in enumerate(lines) if i > start and line.strip() == CONTRACT_HEADING]
     end = ends[-1] if ends else len(lines)

@@ -493,7 +493,7 @@ def test_p1_delivered_at_tool_boundary_after_tool_result(demo):
     result = coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", "ok")
     assert result["deliveredSignals"] == 1
     assert result["signalText"].startswith("# New P1 Signals Delivered At Tool Boundary")
-    assert f"Message: {message['id']}" in result["signalText"] and "Urgent fix" in result["signalText"]
+    assert result["signalText"].endswith("\n\npm says (P1): Urgent fix") and message["priority"] == "P1"
     (delivered,) = demo.list_signals(status="delivered")
     assert delivered["payload"]["id"] == message["id"] and delivered["deliveredActivationId"] == act["id"]
     history = demo.active_history("worker")
@@ -656,7 +656,7 @@ def test_stop_cancels_running_work_and_records_resume_signal(demo):
     assert demo.signal(resume["id"])["deliveredActivationId"] == act2["id"]
     assert coordination.pending_signals(demo, config_of(demo), "worker",
                                         now=at(6))[0]["payload"]["body"] == "later work"
-    assert "## Reminder from the scheduler (" + resume["id"] + ")" in rec.render_signal(resume)
+    assert rec.render_signal(resume).startswith("Reminder from the scheduler (P2): ")
 
 
 def test_approve_cancels_without_resume_signal(demo):

@@ -32,49 +32,55 @@ def system(config_, me, team, tools=ALL, mounts=(), kind_paths=("/workspace", "/
 def test_system_message_orders_identity_task_instructions_team_files_and_contract():
     team = [agent("pm", "coordinator", "Keep it short.", "Mio"), agent("worker-1", "writer")]
     text = system(config({"pm": {}, "worker-1": {}}), team[0], team)
-    order = ["You are Mio (agent id `pm`), coordinator, one agent of a team working on one project. You coordinate "
-             "the team.", "# Project Task\n\nWrite a poem about the sea.", "# Your Instructions\n\nKeep it short.",
-             "# Team", "- `pm` (Mio): coordinator, you", "- `worker-1` (worker-1): writer",
-             "- `user`: the person who runs the project", "# Files", "- `/workspace`: your private working folder",
-             "- `/artifacts/pm`: your published folder.", "- `/artifacts/<agent id>`: each other agent's published",
-             "# Channels", prompts.CONTRACT_HEADING]
+    order = ["You are Mio (agent id pm, coordinator), one agent of a team working on a project for a user. You "
+             "coordinate the team. You act only by calling tools", "Project task: Write a poem about the sea.",
+             "Your instructions: Keep it short.",
+             "Team: pm (Mio): coordinator, you; worker-1: writer; user: the person who runs the project.",
+             "Files: your artifact folder is /artifacts/pm: put finished work there",
+             "Your private working folder is /workspace", "Each other agent's artifact folder is /artifacts/<agent id>",
+             "Channels: #project, #blocked", "Your tools: "]
     positions = [text.index(part) for part in order]
     assert positions == sorted(positions)
+    # paragraphs, not a document of headings a small model copies into what it writes
+    assert not any(line.startswith("#") for line in text.splitlines())
 
 
 def test_the_contract_names_exactly_the_tools_the_agent_has_as_the_model_calls_them():
     team = [agent("pm", "coordinator"), agent("w", "writer")]
     cfg = config({"pm": {}, "w": {}})
     lead = system(cfg, team[0], team)
-    assert ("Your tools: `messages_send`, `coordination_wait_for_signal`, `completion_submit`, `file_read`, "
-            "`file_write`. Call them by exactly these names.") in lead
-    assert "call `completion_submit` with the final report" in lead
-    assert "Give work to another agent with `messages_send`" in lead
+    assert ("Your tools: messages_send, coordination_wait_for_signal, completion_submit, file_read, "
+            "file_write. Call them by exactly these names.") in lead
+    assert "call completion_submit with the final report" in lead
+    assert "Give work to another agent with messages_send" in lead
     # no dotted name the model cannot call, and no tool the agent lacks
-    contract = lead[lead.index(prompts.CONTRACT_HEADING):]
+    contract = lead[lead.index("Your tools: "):]
     for dotted in ALL + ["shell.exec", "shell_exec"]:
         assert dotted not in contract
     worker = system(cfg, team[1], team, tools=["messages.send", "coordination.wait_for_signal", "file.write"])
-    assert "report it to `pm` with `messages_send`" in worker and "then call `coordination_wait_for_signal`" in worker
+    assert "report it to pm with messages_send" in worker and "then call coordination_wait_for_signal" in worker
     assert "completion_submit" not in worker
 
 
 def test_an_agent_alone_is_told_so_and_gets_no_team_rules():
     me = agent("pm", "poet")
     text = system(config({"pm": {}}), me, [me])
-    assert text.startswith("You are pm (agent id `pm`), poet. You work alone on this project.")
-    assert "# Team" not in text and "Give work to another agent" not in text and "Never message yourself" not in text
-    assert "`messages_send` to `user` only when you are blocked" in text
-    assert "call `completion_submit` with the final report" in text
+    assert text.startswith("You are pm (agent id pm, poet). You work alone on a project for a user.")
+    assert "Team:" not in text and "Give work to another agent" not in text and "Never message yourself" not in text
+    assert "Channels:" not in text
+    assert "Use messages_send only to ask the user something when you are blocked." in text
+    assert "call completion_submit with the final report" in text
+    solo = system(config({"pm": {}}), me, [me], tools=["completion.submit", "file.write"])
+    assert "messages_send" not in solo and "coordination_wait_for_signal" not in solo
 
 
 def test_mounted_inputs_and_restricted_messaging_are_in_the_system_message():
     team = [agent("pm", "coordinator"), agent("w")]
     cfg = config({"pm": {}, "w": {}}, communication={"restrictNonCoordinatorToCoordinator": True})
     text = system(cfg, team[1], team, mounts=[("/mnt/ref", False, "Reference data"), ("/mnt/out", True, "")])
-    assert "- `/mnt/ref`: an input, read-only: Reference data" in text
-    assert "- `/mnt/out`: an input, read-write." in text
-    assert "Send messages only to `pm`, at priority P2 or lower." in text
+    assert "Input /mnt/ref (read-only): Reference data" in text
+    assert "Input /mnt/out (read-write)." in text
+    assert "Send messages only to pm, at priority P2 or lower." in text
 
 
 def test_the_system_message_is_the_same_for_every_activation_and_the_user_message_holds_only_signals():
@@ -84,8 +90,11 @@ def test_the_system_message_is_the_same_for_every_activation_and_the_user_messag
     signal = {"id": "sig_1", "kind": "message.created", "priority": "P3", "createdAt": "2026-01-01T00:00:00Z",
               "payload": {"id": "msg_1", "sender": "user", "recipient": "pm", "body": "Please begin.",
                           "priority": "P3", "createdAt": "2026-01-01T00:00:00Z"}}
-    user = prompts.user_prompt([signal])
-    assert user == "\n\n".join([prompts.SIGNALS_HEADING, render_signal(signal), prompts.ACT_NOW])
-    assert user.startswith("# New Signals\n\n## Message from user to pm\nMessage: msg_1\nPriority: P3\n")
-    # no dotted signal kind reads like a tool to call
-    assert "message.created" not in user
+    urgent = {"id": "sig_2", "kind": "message.created", "priority": "P1", "createdAt": "2026-01-01T00:00:01Z",
+              "payload": {"id": "msg_2", "sender": "w", "channel": "#project", "body": "Blocked on the key.",
+                          "priority": "P1", "createdAt": "2026-01-01T00:00:01Z"}}
+    user = prompts.user_prompt([signal, urgent])
+    assert user == "The user says: Please begin.\n\nw says in #project (P1): Blocked on the key."
+    assert user == "\n\n".join([render_signal(signal), render_signal(urgent)])
+    # no dotted signal kind reads like a tool to call, and no id or clock a model copies into its answer
+    assert "message.created" not in user and "msg_1" not in user and "2026" not in user

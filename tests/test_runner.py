@@ -202,6 +202,43 @@ def test_history_rows_are_replayed_with_roles_prefixes_and_trimming(tmp_path, mo
     assert controller.context["firstPrompt"] is True
 
 
+def test_recorded_tool_calls_go_back_as_the_providers_own_tool_messages(tmp_path, model, setup):
+    def call(sequence, call_id, tool, arguments):
+        return history_row(sequence, "tool_call", "tool_call", f"# Tool Call\nTool: {tool}", parts=[
+            {"type": "tool_call", "toolCallId": call_id, "toolName": tool, "inputJson": arguments}])
+
+    def result(sequence, call_id, tool, **fields):
+        return history_row(sequence, "tool_result", "tool_result", f"# Tool Result\nTool: {tool}", parts=[
+            dict({"type": "tool_result", "toolCallId": call_id, "toolName": tool}, **fields)])
+
+    history = [
+        history_row(1, "user", "activation_prompt", "The user says: Please begin."),
+        call(2, "tool_1", "file.write", '{"path":"poem.md","content":"Sea"}'),
+        history_row(3, "user", "tool_boundary_signals", "pm says (P1): stop"),
+        result(4, "tool_1", "file.write", output="Wrote 3 chars to poem.md"),
+        call(5, "tool_2", "file.read", '{"path":"x"}'),
+        result(6, "tool_2", "file.read", error="No such file: x"),
+        call(7, "tool_3", "messages.send", '{"body":"hi"}'),  # never reported back
+        history_row(8, "assistant", "assistant_output", "Done"),
+    ]
+    controller, activation = setup(history=history)
+    model.enqueue(content="fine")
+    assert run_runner(tmp_path, activation).returncode == 0
+    messages = model.requests[0].body["messages"]
+    assert messages[0] == {"role": "user", "content": "The user says: Please begin."}
+    assert messages[1] == {"role": "assistant", "content": "", "tool_calls": [{"id": "tool_1", "type": "function", "function": {
+        "name": "file_write", "arguments": '{"path":"poem.md","content":"Sea"}'}}]}
+    # a result follows its call even when another row came between them
+    assert messages[2] == {"role": "tool", "tool_call_id": "tool_1", "content": "Wrote 3 chars to poem.md"}
+    assert messages[3] == {"role": "user", "content": "pm says (P1): stop"}
+    assert messages[4]["tool_calls"][0]["function"]["name"] == "file_read"
+    assert messages[5] == {"role": "tool", "tool_call_id": "tool_2", "content": "Error: No such file: x"}
+    assert messages[6]["tool_calls"][0]["function"]["name"] == "messages_send"
+    assert messages[7] == {"role": "tool", "tool_call_id": "tool_3", "content": loop.NO_RESULT_TEXT}
+    assert messages[8] == {"role": "assistant", "content": "Done"}
+    assert len(messages) == 9 and "Record" not in json.dumps(messages)
+
+
 def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, model, setup):
     controller, activation = setup()
     model.enqueue(
@@ -239,8 +276,8 @@ def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, mod
     assert second[1]["role"] == "assistant" and second[1]["content"] == ""
     assert second[1]["tool_calls"][0]["function"]["name"] == "file_write"
     assert second[2]["role"] == "tool" and second[2]["tool_call_id"] == second[1]["tool_calls"][0]["id"]
-    assert '"title":"file written"' in second[2]["content"]
-    assert json.loads(second[2]["content"])["metadata"]["chars"] == 1
+    # the tool's output as plain text: no envelope a small model mistakes for something to answer
+    assert second[2]["content"] == finish["output"]
     assert controller.output["text"] == "Done"
     assert controller.output["usage"]["tokens"] == {"input": 15, "output": 3, "total": 18, "cacheRead": 4}
 
@@ -253,7 +290,7 @@ def test_p1_signal_text_reaches_the_model_after_the_tool_output(tmp_path, model,
     model.enqueue(content="ok")
     assert run_runner(tmp_path, activation).returncode == 0
     [message] = tool_messages(model.requests[1])
-    output = json.loads(message["content"])["output"]
+    output = message["content"]
     assert output.startswith("1: A\n\n" + SIGNAL_HEADING)
     assert output.endswith("Stop and review PR 7.")
 
@@ -288,7 +325,7 @@ def test_ended_activation_answers_later_calls_without_posting(tmp_path):
     content = loop.Runner(activation, {}).execute_tool_call(
         state, models.ToolCall("c1", "file_read", "{}"), {"file_read": tool}
     )
-    assert json.loads(content) == {"title": "activation ended", "output": loop.ENDED_OUTPUT}
+    assert content == loop.ENDED_OUTPUT
     assert state.tool_calls == 0
 
 
@@ -357,7 +394,7 @@ def test_a_start_and_a_finish_that_got_a_5xx_are_asked_again_with_the_same_call_
     finishes = controller.bodies("/runner/tool-calls/finish")
     assert finishes[0] == finishes[1] and len(finishes) == 3
     shell_message = tool_messages(model.requests[1])[0]
-    assert "done" in json.loads(shell_message["content"])["output"]  # the real output, not the 503
+    assert "done" in shell_message["content"] and "503" not in shell_message["content"]  # the real output
     assert result.stderr.count("/runner/tool-calls/start: Service Unavailable (asking again)") == 2
     assert "/runner/tool-calls/finish: Bad Gateway (asking again)" in result.stderr
 
@@ -974,7 +1011,8 @@ def test_new_signals_block_ends_at_the_last_contract_heading():
     )
     block = models.new_signals_block(prompt)
     assert "inside body" in block and "boilerplate" not in block and "Agent Identity" not in block
-    assert models.new_signals_block("no heading") == ""
+    # the user message of an activation is its signals and nothing else
+    assert models.new_signals_block("The user says: Start") == "The user says: Start"
 
 
 # -- local toolpacks through the Node host ----------------------------------------------------
@@ -1028,12 +1066,8 @@ def test_local_toolpack_tools_run_in_the_node_host(tmp_path, model, setup, node)
     names = [tool["function"]["name"] for tool in model.requests[0].body["tools"]]
     assert names == ["file_read", "review_summarize", "review_ask", "review_bad"]
     summarize, ask, bad = tool_messages(model.requests[1])
-    assert json.loads(summarize["content"]) == {
-        "title": "review",
-        "output": "summary of PR 7 in {}".format(activation["workspace"]),
-        "metadata": {"toolpack": "review-tools"},
-    }
-    assert json.loads(ask["content"]) == {"output": "controller says hi"}
+    assert summarize["content"] == "summary of PR 7 in {}".format(activation["workspace"])
+    assert ask["content"] == "controller says hi"
     assert bad["content"] == "Runner tool review.bad returned an invalid result"
     [support] = controller.bodies("/toolpacks/review-tools/support")
     assert (support["tool"], support["input"], support["token"]) == ("review.ask", {"q": 1}, TOKEN)

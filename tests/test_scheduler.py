@@ -107,15 +107,15 @@ def test_activation_prompt_is_the_new_signals_and_the_system_message_holds_the_r
         tick(env)
         [act] = activations_of(env, "worker-1")
         assert act["prompt"] == suzumio_prompts.user_prompt([signal_of(env, message)])
-        for heading in ("# Project Task", "# Team", "# Files", suzumio_prompts.CONTRACT_HEADING):
-            assert heading not in act["prompt"]
+        for part in ("Project task:", "Team:", "Files:", "Your tools:"):
+            assert part not in act["prompt"]
         wait_settled(env, "worker-1")
         # the runner was handed the system message, rendered for the tools the agent has
         data = json.loads((env.store.activation_dir(act["id"]) / "input.json").read_text())
         system = data["activation"]["system"]
-        assert system.startswith("You are worker-1 (agent id `worker-1`)")
-        assert "Your tools: `messages_send`. Call them by exactly these names." in system
-        assert f"- `{env.store.dir.resolve() / 'artifacts'}/worker-1`: your published folder." in system
+        assert system.startswith("You are worker-1 (agent id worker-1, ")
+        assert "Your tools: messages_send. Call them by exactly these names." in system
+        assert f"your artifact folder is {env.store.dir.resolve() / 'artifacts'}/worker-1: put" in system
 
 
 def test_second_activation_prompt_has_only_its_own_signals(tmp_path):
@@ -137,21 +137,19 @@ def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
         sig = signal_of(env, direct)
         prompt = activations_of(env, "pm")[0]["prompt"]
         assert sig["payload"]["id"] == direct["id"]
-        assert (f"## Message from user to pm\nMessage: {direct['id']}\nPriority: P3\n"
-                f"Time: {direct['createdAt']}\n\nDo it") in prompt
+        assert prompt == "The user says: Do it"
         wait_settled(env, "pm")
         channel = coordination.send_message(env.store, config_of(env.store), "user", "Hello all", channel="#project",
                                             priority="P2")
         tick(env)
-        assert "## Message from user in #project\n" in activations_of(env, "worker")[-1]["prompt"]
+        assert "The user says in #project (P2): Hello all" in activations_of(env, "worker")[-1]["prompt"]
         [custom] = coordination.record_signal(env.store, config_of(env.store), "review.ready",
                                               target_agent="verifier", priority="P1",
                                               payload={"file": "a.md"})
         wait_settled(env, "verifier")
         tick(env)
         prompt = activations_of(env, "verifier")[-1]["prompt"]
-        assert f'## Signal {custom["id"]} of kind "review.ready"\nPriority: P1\nTime: ' in prompt
-        assert '{\n  "file": "a.md"\n}' in prompt
+        assert f'Signal {custom["id"]} of kind "review.ready" (P1), {custom["createdAt"]}: {{"file": "a.md"}}' in prompt
         assert channel
 
 
@@ -239,7 +237,7 @@ def test_stop_cancels_stops_process_and_leaves_resume_signal(tmp_path):
         env.store.start()
         tick(env)
         prompt = activations_of(env, "worker")[-1]["prompt"]
-        assert f"## Reminder from the scheduler ({resume['id']})\nPriority: P2" in prompt
+        assert f"Reminder from the scheduler (P2): {resume['payload']['message']}" in prompt
         assert signal_of(env, waiting)["status"] == "pending"
 
 
@@ -495,7 +493,7 @@ def test_completion_without_effect_leaves_a_no_effect_nudge_that_the_completion_
         assert nudge["payload"]["attempt"] == 1 and nudge["payload"]["delayMs"] == 0
         assert nudge["payload"]["previousActivationId"] == first["id"]
         assert nudge["deliveredActivationId"] == second["id"]
-        assert f"## Reminder from the scheduler ({nudge['id']})" in second["prompt"]
+        assert "Reminder from the scheduler: " in second["prompt"]
         assert second["text"] == "No scripted turn for pm."
 
 

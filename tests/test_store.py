@@ -503,16 +503,15 @@ def test_render_signal_kinds():
     message = {"id": "sig_1", "kind": "message.created", "priority": "P3", "createdAt": T0,
                "payload": {"id": "msg_1", "sender": "user", "recipient": "pm", "priority": "P3",
                            "createdAt": T0, "body": "  Hello  "}}
-    assert rec.render_signal(message) == (f"## Message from user to pm\nMessage: msg_1\n"
-                                         f"Priority: P3\nTime: {T0}\n\nHello")
-    channel = {**message, "targetChannel": "#project",
+    assert rec.render_signal(message) == "The user says: Hello"
+    channel = {**message, "targetChannel": "#project", "priority": "P2",
                "payload": {"id": "msg_2", "sender": "worker", "channel": "#project", "body": "x"}}
-    assert rec.render_signal(channel).startswith("## Message from worker in #project\n")
+    assert rec.render_signal(channel) == "worker says in #project (P2): x"
     custom = {"id": "sig_3", "kind": "review.ready", "priority": "P2", "createdAt": T0, "payload": {"a": 1}}
-    assert rec.render_signal(custom) == (f'## Signal sig_3 of kind "review.ready"\nPriority: P2\nTime: {T0}\n\n'
-                                        '{\n  "a": 1\n}')
+    assert rec.render_signal(custom) == f'Signal sig_3 of kind "review.ready" (P2), {T0}: {{"a": 1}}'
     nudge = {"id": "sig_4", "kind": "scheduler.failed_nudge", "priority": "P2", "payload": {}}
-    assert rec.render_signal(nudge).startswith("## Reminder from the scheduler (sig_4)\nPriority: P2\n\n")
+    assert rec.render_signal(nudge) == ("Reminder from the scheduler (P2): Your previous activation failed. Retry "
+                                        "from the existing history and workspace.")
 
 
 # -- transactions and threads -------------------------------------------------------------------
