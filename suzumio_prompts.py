@@ -93,7 +93,7 @@ def contract(agent, team, config, tools):
     if SEND in have and not alone:
         if leads:
             lines.append(f"Give work to another agent with {call(SEND)} to its id. Its answer comes as a new "
-                         "message in a later activation, so after delegating, end this activation"
+                         "message in a later activation: after delegating, end this activation"
                          + (f" with {call(WAIT)}." if WAIT in have else "."))
         else:
             target = coordinator if has_coordinator else "whoever asked"
@@ -108,8 +108,8 @@ def contract(agent, team, config, tools):
     elif SEND in have:
         lines.append(f"Use {call(SEND)} only to ask the user something when you are blocked.")
     if WAIT in have:
-        lines.append(f"{call(WAIT)} ends this activation until a new message arrives; call it once you have "
-                     "done and reported what you were asked.")
+        # Told only what the call does, a coordinator called it first thing, before delegating anything.
+        lines.append(f"Never call {call(WAIT)} before you have acted on what you were asked.")
     if SEND in have and not leads:
         lines.append(f"If the work is unclear or impossible, say so to {coordinator if has_coordinator else 'user'} "
                      f"with {call(SEND)}; never end silently.")

@@ -252,7 +252,7 @@ def tool_message(result, note=None):
     calling its next tool; given the plain text it went on."""
     output = result.get("output")
     text = output if isinstance(output, str) else compact_json(output) if output is not None else ""
-    text = text.strip() or str(result.get("title") or "Done.")
+    text = text if text.strip() else str(result.get("title") or "Done.")
     return f"{note}\n\n{text}" if note else text
 
 

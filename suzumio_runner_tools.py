@@ -410,6 +410,11 @@ def shell_exec(args, workspace, env, groups=None):
     if state["truncated"]:
         output += "\n[truncated]"
     code = process.returncode
+    # The model reads the output as text, not the metadata: how the command ended is said there too.
+    if timed_out:
+        output += f"\n[timed out: stopped with {signal.Signals(-code).name if code < 0 else 'exit ' + str(code)}]"
+    elif code != 0:
+        output += f"\n[exit code {code}]" if code > 0 else f"\n[killed by {signal.Signals(-code).name}]"
     return {
         "title": "shell exec",
         "output": output,

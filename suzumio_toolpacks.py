@@ -18,6 +18,7 @@ from suzumio_records import (
     AGENT_RUNNING,
     ENDING_TOOLS,
     EVENT_HOOK_FAILED,
+    KIND_MESSAGE,
     RECORDABLE_SIGNAL_STATUSES,
     SIGNAL_CLOSED,
     WAIT_PREFIX,
@@ -151,6 +152,26 @@ def self_message_refusal(agent):
     return text + (f", or end with {' or '.join(model_tool_name(t) for t in endings)}." if endings else ".")
 
 
+def _said(text):
+    return " ".join(text.split()).casefold().rstrip(".!?")
+
+
+def echo_refusal(store, agent, activation_id, body):
+    """What an agent that sends back a message it was given is told, or None. Measured with a 1.5B model: told
+    "Please begin.", it sent "Please begin." on to the next agent, which did the same, and no one worked."""
+    for signal in store.signals_delivered_to(activation_id, KIND_MESSAGE) if activation_id else ():
+        payload = signal.get("payload") or {}
+        if _said(str(payload.get("body") or "")) == _said(body):
+            sender = "the user" if payload.get("sender") == "user" else payload.get("sender")
+            text = (f'Not sent: "{body.strip()}" only repeats what {sender} sent you. Do what it asks yourself, now, '
+                    "with your tools")
+            if is_allowed("messages.send", agent["tools"]):
+                text += ("; to hand work to another agent, write out its assignment: what to make and where to "
+                         "put it")
+            return text + "."
+    return None
+
+
 def send_message_tool(store, config, agent, activation_id, data):
     data = object_input(data)
     body = required_string(data, "body")
@@ -162,6 +183,9 @@ def send_message_tool(store, config, agent, activation_id, data):
             raise BadRequest(f'Message cannot have both recipient and channel: drop "recipient" to post to {channel} '
                              f"(you are {agent['id']}: a message to yourself is not delivered)")
         raise BadRequest(self_message_refusal(agent))
+    echo = echo_refusal(store, agent, activation_id, body)
+    if echo is not None:
+        raise BadRequest(echo)
     coordination.check_policy(config, agent["id"], recipient, channel, priority)
     message = coordination.send_message(store, config, sender=agent["id"], recipient=recipient, channel=channel,
                                         priority=priority, body=body, source_agent=agent["id"],

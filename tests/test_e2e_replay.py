@@ -274,7 +274,7 @@ def test_a_fork_after_a_workers_activation_keeps_its_files_and_asks_only_for_wha
         assert [r.body["model"] for r in later] == ["pm", "pm"]
         assert "Write the answer to" in json.dumps(later[0].body)
         assert (fork.artifacts_dir("worker-1") / "result.txt").read_bytes() == b"42\n"
-        assert json.loads(team.tool_messages("pm")[-2])["output"] == "1: 42\n2: "
+        assert team.tool_messages("pm")[-2] == "1: 42\n2: "
         assert fork.report_path.read_text() == "# Forked\n\n42\n"
         # the activations up to the fork point are the source's, the one after it the fork's own
         assert [a["id"] for a in sorted(fork.list_activations(100), key=lambda a: a["startedAt"])][:2] == [

@@ -39,7 +39,7 @@ def waits(request):
 
 
 def tool_outputs(team, agent):
-    return [json.loads(text)["output"] if text.startswith("{") else text for text in team.tool_messages(agent)]
+    return team.tool_messages(agent)
 
 
 def run_team_of_three(team):
@@ -169,7 +169,7 @@ def test_an_activation_sees_its_files_but_no_repository_it_could_move(tmp_path):
         wait(team.model, "w1")
         team.send("w1", "Look around.")
         team.wait_activations("w1", 1)
-        [output] = [json.loads(text)["output"] for text in team.tool_messages("w1")][:1]
+        [output] = team.tool_messages("w1")[:1]
         assert "a.txt" in output and "shared.txt" in output
         assert "not a git repository" in output and "mounts=0" in output
         assert output.rstrip().endswith("end") and ".git\n" not in output

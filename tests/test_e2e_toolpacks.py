@@ -100,10 +100,10 @@ def test_reviewer_calls_a_local_toolpack_from_its_runner_and_pm_wakes(tmp_path, 
         [row] = team.store.list_tool_calls(10)
         assert (row["agent_id"], row["tool"], row["status"]) == ("reviewer", "review.summarize", "completed")
         [summarized] = team.store.list_signals(kind="review.summarized")
-        assert json.loads(team.tool_messages("reviewer")[0])["output"] == f"Summary recorded for pm: {summarized['id']}"
+        assert team.tool_messages("reviewer")[0] == f"Summary recorded for pm: {summarized['id']}"
         assert summarized["sourceAgent"] == "reviewer" and summarized["sourceActivation"] == reviewed["id"]
         assert summarized["status"] == "delivered" and summarized["deliveredActivationId"] == woken["id"]
-        assert f'## Signal {summarized["id"]} of kind "review.summarized"' in woken["prompt"]
+        assert f'Signal {summarized["id"]} of kind "review.summarized"' in woken["prompt"]
         assert "LGTM: the proof holds." in woken["prompt"]
         assert ok(ui(team, "review-tools", "review.stats"))["output"] == "Summaries: 1"
 
@@ -150,17 +150,17 @@ def test_packaged_toolpacks_resolve_mount_for_pm_only_and_run_from_its_runner(tm
         [worker_act] = team.wait_activations("worker", 1)
 
         assert pm_act["status"] == "completed", pm_act.get("error")
-        once, created = [json.loads(m) for m in team.tool_messages("pm")][:2]
-        assert once["output"].startswith("Scheduled sch_")
-        assert "Route: scheduler -> pm" in once["output"] and "Priority: P3" in once["output"]
+        once, created = team.tool_messages("pm")[:2]
+        assert once.startswith("Scheduled sch_")
+        assert "Route: scheduler -> pm" in once and "Priority: P3" in once
         [job] = jobs(team)
         assert (job["type"], job["status"], job["recipient"], job["priority"], job["sender"]) == (
             "once", "active", "pm", "P3", "scheduler")
         assert job["waitForQuiet"] is False and job["schedule"] == {"afterMs": 600000}
         delay = (parse_ts(job["nextAt"]) - before).total_seconds()
         assert 600 <= delay < 660
-        assert created["title"] == "plan created"
         plan = plan_state(team)["activePlan"]
+        assert created.startswith(f"Plan {plan['id']}: ")
         assert [(i["id"], i["text"], i["status"]) for i in plan["items"]] == [
             ("item_1", "Write spec", "tbd"), ("item_2", "Build", "tbd"), ("item_3", "Test", "tbd")]
         assert plan["targetAgent"] == "pm" and plan["nextItemNumber"] == 4
@@ -371,7 +371,7 @@ def test_plan_nudges_its_idle_target_once_per_cooldown_up_to_max_nudges(tmp_path
         tick(PROJECT, now=base + datetime.timedelta(seconds=5))  # delivers the nudge: pm runs
         [woken] = team.wait_activations("pm", 1)
         assert woken["status"] == "completed", woken.get("error")
-        assert f'## Signal {first["id"]} of kind "plan.continuation_nudge"' in woken["prompt"]
+        assert f'Signal {first["id"]} of kind "plan.continuation_nudge"' in woken["prompt"]
         assert len(nudges(team)) == 1, "no nudge while pm ran, none within the cooldown after"
 
         tick(PROJECT, now=base + datetime.timedelta(seconds=10))
@@ -459,7 +459,7 @@ def test_support_handler_makes_a_thousand_callbacks_and_sees_pending_signals(tmp
         team.send("reviewer", "Probe the store.")
         [probed] = team.wait_activations("reviewer", 1)
         assert probed["status"] == "completed", probed.get("error")
-        assert json.loads(team.tool_messages("reviewer")[0])["output"] == "callbacks 1000, agents 3000, pm pending true"
+        assert team.tool_messages("reviewer")[0] == "callbacks 1000, agents 3000, pm pending true"
         team.model.enqueue(content="Read the queued message.", model="pm")
         (team.store.workspace("pm") / "release").write_text("go")
         team.wait_activations("pm", 2)

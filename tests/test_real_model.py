@@ -109,8 +109,8 @@ def test_the_readme_quick_start_submits_the_poem_on_docker_chat(tmp_path, lab):
 
 TEAM = {
     "name": "haiku",
-    "task": ("Make a two-poem booklet. worker-1 writes a haiku about the sea to its published folder as sea.md; "
-             "worker-2 writes a haiku about the mountains to its published folder as mountains.md. When both "
+    "task": ("Make a two-poem booklet. worker-1 writes a haiku about the sea to its artifact folder as sea.md; "
+             "worker-2 writes a haiku about the mountains to its artifact folder as mountains.md. When both "
              "have reported, pm submits a final report that names both files."),
     "agents": {
         "pm": {"role": "coordinator", "prompt": "Delegate one poem to each worker, then wait for both reports.",

@@ -339,7 +339,7 @@ def shell(args, roots, groups=None):
 
 def test_shell_exec_reports_streams_and_exit_code(roots):
     result = shell({"command": "echo hi; echo err >&2; exit 3"}, roots)
-    assert result["output"] == "$ echo hi; echo err >&2; exit 3\n[stdout]\nhi\n[stderr]\nerr"
+    assert result["output"] == "$ echo hi; echo err >&2; exit 3\n[stdout]\nhi\n[stderr]\nerr\n[exit code 3]"
     assert result["metadata"] == {
         "exitCode": 3,
         "signal": None,

@@ -254,6 +254,28 @@ def test_a_message_to_oneself_is_refused_with_what_to_do_instead(service, tmp_pa
     assert not any(demo.has_pending_signals_for_agent(agent) for agent in ("pm", "worker", "reviewer"))
 
 
+def test_a_message_sent_back_as_it_came_is_refused_with_what_to_do_instead(service, demo):
+    given = coordination.send_message(demo, config_of(demo), "user", "Please begin.", recipient="pm")
+    [signal] = coordination.pending_signals(demo, config_of(demo), "pm")
+    pm = coordination.start_activation(demo, "pm", "The user says: Please begin.", [signal])
+    before = demo.project_stats()["messageCount"]
+
+    def send(body, recipient="worker"):
+        return support(service, "pm", pm, "messages.send", {"recipient": recipient, "body": body})
+
+    # the same words, in another case or spacing, to anyone: nothing is sent and the model is told what to do
+    for echo in ("Please begin.", "  please   BEGIN ", "Please begin!"):
+        assert error_of(send(echo), 500) == (
+            'Not sent: "' + echo.strip() + '" only repeats what the user sent you. Do what it asks yourself, now, '
+            "with your tools; to hand work to another agent, write out its assignment: what to make and where to "
+            "put it.")
+    assert demo.project_stats()["messageCount"] == before and given["body"] == "Please begin."
+    # an assignment that says more is sent; so is the same text in an activation that was not given it
+    assert send("Please begin: write sea.md in your artifact folder.").status_code == 200
+    other = running_activation(demo, "worker")
+    assert support(service, "worker", other, "messages.send", {"recipient": "pm", "body": "Please begin."}).status_code == 200
+
+
 def test_communication_policy_restricts_non_coordinators(service, tmp_path):
     demo = team(service, tmp_path, POLICY)
     worker = running_activation(demo, "worker")
