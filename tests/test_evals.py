@@ -181,11 +181,16 @@ def test_eval_store_keeps_evals_and_runs(tmp_path):
 
 
 def test_the_repository_suite_for_the_local_model_loads():
-    env = {"SUZUMIO_LOCAL_MODEL": "local-gguf", "SUZUMIO_LOCAL_MODEL_URL": "http://127.0.0.1:8080/v1"}
+    # the names the lab's settings.env holds (scripts/local-model)
+    env = {"SUZUMIO_LOCAL_MODEL_NAME": "local-gguf", "SUZUMIO_LOCAL_MODEL_BASE_URL": "http://127.0.0.1:39480/v1",
+           "SUZUMIO_LOCAL_MODEL_API_KEY": "lab"}
     suite = evals.read_suite(evals.Path(__file__).parent.parent / "evals" / "suite.yaml", env=env)
     configs = evals.variant_configs(suite, env=env)
     assert suite["runs"] >= 3 and [t["id"] for t in suite["tasks"]] == ["haiku", "sum-file", "word-count"]
     assert "one line" in configs["terse-worker"].agent("worker").prompt
+    lab = configs["default"].data["backend"]["runner"]["models"]
+    assert lab["presets"]["local"]["model"] == "local-gguf"
+    assert lab["providers"]["lab"]["baseURLEnv"] == "SUZUMIO_LOCAL_MODEL_BASE_URL"
 
 
 def test_eval_command_exits_two_naming_the_bad_field(tmp_path):
