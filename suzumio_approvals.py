@@ -111,7 +111,8 @@ def has_grant(store, agent_id, rule_key):
 
 # ---------------------------------------------------------------- the runner's side
 
-def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, now=None, call_key=None):
+def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, now=None, call_key=None,
+                    model_call_id=None):
     """`/runner/tool-calls/start` with the gate: the running tool call row and, when a rule matches and
     no `allow-always` covers it, a pending approval request, in one transaction. The answer carries
     `approval` (id, status, expiresAt) when the runner must wait for a decision. Asked again with the
@@ -119,7 +120,8 @@ def start_tool_call(store, config, agent_id, activation_id, tool, tool_input, no
     their current status, and records nothing (docs/spec-notes.md#repeats-are-answered-not-redone)."""
     rule = matching_rule(config, agent_id, tool, tool_input)
     with store.write(now) as tx:
-        started = store.start_tool_call(agent_id, activation_id, tool, tool_input, call_key=call_key)
+        started = store.start_tool_call(agent_id, activation_id, tool, tool_input, call_key=call_key,
+                                        model_call_id=model_call_id)
         if started.pop("replayed", False):
             return _replayed_start(store, tx, started)
         grant = has_grant(store, agent_id, rule.key) if rule is not None else None

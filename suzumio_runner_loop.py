@@ -267,7 +267,10 @@ def _native_call(row):
     if part is None or not isinstance(part.get("toolCallId"), str) or not isinstance(part.get("toolName"), str):
         return None
     arguments = part.get("inputJson")
-    return {"id": part["toolCallId"], "type": "function",
+    # The id the model gave the call when there is one, so the history reads as the activation did.
+    named = (part.get("metadata") or {}).get("modelCallId")
+    return {"id": named if isinstance(named, str) and named else part["toolCallId"], "type": "function",
+            "recorded": part["toolCallId"],
             "function": {"name": safe_tool_name(part["toolName"]),
                          "arguments": arguments if isinstance(arguments, str) else "{}"}}
 
@@ -288,8 +291,8 @@ def history_to_messages(history):
             continue
         call = _native_call(row) if row.get("role") == "tool_call" else None
         if call is not None:
+            found = results.get(call.pop("recorded"))
             messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-            found = results.get(call["id"])
             if found is None:
                 # Every call needs an answer in the protocol: this one never reported back.
                 content = NO_RESULT_TEXT

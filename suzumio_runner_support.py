@@ -297,7 +297,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         # start asked again with its callKey answers what was recorded.
         started = suzumio_approvals.start_tool_call(
             call.store, config, call.agent_id, call.activation_id, tool,
-            call.body.get("input"), call_key=call.body.get("callKey"))
+            call.body.get("input"), call_key=call.body.get("callKey"), model_call_id=call.body.get("modelCallId"))
         # A replay with recorded tools hands the runner the source's result instead of running the tool.
         model_call_id = call.body.get("modelCallId")
         if not started.get("replayed") and not started.get("approval") and isinstance(model_call_id, str):

@@ -525,6 +525,9 @@ def web_fetch(args, env, egress_proxy=None):
     truncated = len(text) > max_chars
     if truncated:
         text = text[:max_chars] + "\n\n[truncated]"
+    if not 200 <= response.status < 300:
+        # The model reads the output, not the metadata: an error page must not read like the content.
+        text = f"[HTTP {response.status}]\n{text}"
     metadata = {"url": url, "status": response.status}
     if content_type:
         metadata["contentType"] = content_type

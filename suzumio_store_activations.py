@@ -174,7 +174,8 @@ class ActivationRows:
                               (self.project_id, agent_id, ACT_FAILED))
         return activation_json(row) if row else None
 
-    def start_tool_call(self, agent_id, activation_id, tool, input=None, now=None, call_key=None):
+    def start_tool_call(self, agent_id, activation_id, tool, input=None, now=None, call_key=None,
+                        model_call_id=None):
         """docs/design/store.md start: running row, tool.called event, tool_call history row. A `call_key` the
         activation already used answers that call again (`replayed: True`) and records nothing."""
         if not isinstance(tool, str) or not tool:
@@ -200,7 +201,10 @@ class ActivationRows:
             self.add_history(tx, agent_id, activation_id, "tool_call", "tool_call", content,
                                  {"toolCallId": call_id, "tool": tool, "status": TOOL_RUNNING},
                                  [{"type": "tool_call", "toolCallId": call_id, "toolName": tool,
-                                   "inputJson": input_json}])
+                                   "inputJson": input_json,
+                                   # the id the model gave the call: a later activation's history names it so
+                                   **({"metadata": {"modelCallId": model_call_id}}
+                                      if isinstance(model_call_id, str) and model_call_id else {})}])
         return {"toolCallId": call_id}
 
     def _replayed_start(self, tx, activation_id, call_key, tool, input_json):

@@ -24,7 +24,7 @@ class Relay(http.server.ThreadingHTTPServer):
 
 
 class RelayHandler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 (http.server's name)
+    def do_POST(self):
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
         path = self.path.removeprefix("/v1")
         request = urllib.request.Request(self.server.upstream + path, data=body,
@@ -94,7 +94,7 @@ def main():
     error = None
     try:
         agent.run(args.task)
-    except Exception as caught:  # the peer's own failure is a result here, not a crash of the bench
+    except Exception as caught:  # noqa: BLE001 (the peer's own failure is a result here, not a crash)
         error = f"{type(caught).__name__}: {caught}"
     wall = time.monotonic() - started
     relay.shutdown()

@@ -39,7 +39,7 @@ def check_code(text):
     try:
         exec(compile(text, "add.py", "exec"), scope)  # the model's file, in the bench's own process: a check
         return scope["add"](2, 3) == 5
-    except Exception:
+    except Exception:  # noqa: BLE001 (whatever the model's code raises, it fails the check)
         return False
 
 

@@ -3,7 +3,6 @@ real runner and the FakeModel, on `local` and `docker-chat`: three workers with 
 fixture repository land changes through the merge queue; a conflicting change is sent back with its
 paths, synced, resolved and landed; a change that breaks the checks never lands; the integration branch
 ends holding exactly the landed commits; and no route lets an agent move another's branch."""
-import json
 
 import pytest
 from e2e_fixtures import call, kind_params, running_team

@@ -329,10 +329,10 @@ def test_an_agents_curl_and_web_fetch_get_through_with_a_token_they_never_hold(t
         team.send("worker", "Check the API.")
         [activation] = team.wait_activations("worker", 1)
         assert activation["status"] == "completed", team.describe()
-        shell, fetched = [json.loads(t) for t in team.tool_messages("worker")[-2:]]
+        shell, fetched = team.tool_messages("worker")[-2:]
         effects = team.service.get(f"/api/projects/{team.store.project_id}/effects").json()
         requests_seen = list(fake_service.seen)
-    out = shell["output"]
+    out = shell
     assert "welcome\n 200" in out  # curl with the proxy's credential
     assert "you sent: " + "*" * len(f"Bearer {TOKEN}") + "\n 200" in out
     assert "exit 60" in out  # plain.test: the service's own certificate, which the sandbox does not trust
@@ -346,7 +346,7 @@ def test_an_agents_curl_and_web_fetch_get_through_with_a_token_they_never_hold(t
     [procs] = (tmp_path / "root").rglob("scan/procs.txt")
     assert "SUZUMIO_CALL_KEY" in procs.read_text(errors="replace")  # the shell's own environment was read
     assert list(procs.parent.glob("suzumio-trust-*/ca-bundle.pem"))
-    assert fetched["metadata"]["status"] == 200 and fetched["output"] == "welcome\n"
+    assert fetched == "welcome\n"  # a 200: the body as it came, no status line
     assert [r["headers"].get("Authorization") for r in requests_seen if r["path"] == "/api/me"] == \
         [f"Bearer {TOKEN}"] * 2
     assert_token_nowhere(tmp_path / "root")

@@ -2,7 +2,6 @@
 (@modelcontextprotocol/server-everything and server-filesystem, installed into tests/.mcp-servers by
 tests/mcp_fixtures.py), the real controller with its McpHub, the real runner on local and docker-chat and the
 FakeModel; plus `config render --check`, `start` and `suzumio toolpacks` on a server that cannot start."""
-import json
 import os
 import shutil
 import signal
@@ -91,7 +90,7 @@ def test_agent_calls_mcp_server_tools_and_the_results_reach_the_model(tmp_path, 
         [activation] = team.wait_activations("pm", 1)
 
         assert activation["status"] == "completed", team.describe()
-        echoed, read, summed, image = (json.loads(text)["output"] for text in team.tool_messages("pm"))
+        echoed, read, summed, image = team.tool_messages("pm")
         assert echoed == "Echo: hello from suzumio"
         assert read == "the answer is 42\n"
         assert "42" in summed
@@ -138,7 +137,7 @@ def test_server_killed_mid_call_gives_a_tool_error_and_the_next_call_works(tmp_p
         failed, echoed = team.tool_messages("pm")
         assert "MCP server ev failed during tools/call trigger-long-running-operation" in failed
         assert "\n" not in failed
-        assert json.loads(echoed)["output"] == "Echo: again"
+        assert echoed == "Echo: again"
         statuses = {row["tool"]: row["status"] for row in team.store.list_tool_calls(10)}
         assert statuses == {"ev.trigger-long-running-operation": "failed", "ev.echo": "completed"}
 
@@ -233,8 +232,7 @@ def test_sandbox_side_server_runs_next_to_the_agents_workspace(tmp_path, kind, m
 
         assert activation["status"] == "completed", team.describe()
         _, read, refused = team.tool_messages("pm")
-        assert read.startswith("{"), team.describe()
-        assert json.loads(read)["output"] == "step one\n"
+        assert read == "step one\n", team.describe()
         assert refused == ('There is no tool named "ws_write_file". Your tools are: messages_send, file_write, '
                            'ws_read_text_file, ws_list_directory. Call one of them by its exact name.')
         offered = {tool["function"]["name"] for tool in team.model_requests("pm")[0].body["tools"]}

@@ -203,9 +203,10 @@ def test_history_rows_are_replayed_with_roles_prefixes_and_trimming(tmp_path, mo
 
 
 def test_recorded_tool_calls_go_back_as_the_providers_own_tool_messages(tmp_path, model, setup):
-    def call(sequence, call_id, tool, arguments):
+    def call(sequence, call_id, tool, arguments, **metadata):
         return history_row(sequence, "tool_call", "tool_call", f"# Tool Call\nTool: {tool}", parts=[
-            {"type": "tool_call", "toolCallId": call_id, "toolName": tool, "inputJson": arguments}])
+            {"type": "tool_call", "toolCallId": call_id, "toolName": tool, "inputJson": arguments,
+             "metadata": metadata}])
 
     def result(sequence, call_id, tool, **fields):
         return history_row(sequence, "tool_result", "tool_result", f"# Tool Result\nTool: {tool}", parts=[
@@ -216,23 +217,26 @@ def test_recorded_tool_calls_go_back_as_the_providers_own_tool_messages(tmp_path
         call(2, "tool_1", "file.write", '{"path":"poem.md","content":"Sea"}'),
         history_row(3, "user", "tool_boundary_signals", "pm says (P1): stop"),
         result(4, "tool_1", "file.write", output="Wrote 3 chars to poem.md"),
-        call(5, "tool_2", "file.read", '{"path":"x"}'),
+        call(5, "tool_2", "file.read", '{"path":"x"}', modelCallId="call_from_the_model"),
         result(6, "tool_2", "file.read", error="No such file: x"),
         call(7, "tool_3", "messages.send", '{"body":"hi"}'),  # never reported back
         history_row(8, "assistant", "assistant_output", "Done"),
     ]
-    controller, activation = setup(history=history)
+    _, activation = setup(history=history)
     model.enqueue(content="fine")
     assert run_runner(tmp_path, activation).returncode == 0
     messages = model.requests[0].body["messages"]
     assert messages[0] == {"role": "user", "content": "The user says: Please begin."}
-    assert messages[1] == {"role": "assistant", "content": "", "tool_calls": [{"id": "tool_1", "type": "function", "function": {
-        "name": "file_write", "arguments": '{"path":"poem.md","content":"Sea"}'}}]}
+    assert messages[1] == {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "tool_1", "type": "function",
+        "function": {"name": "file_write", "arguments": '{"path":"poem.md","content":"Sea"}'}}]}
     # a result follows its call even when another row came between them
     assert messages[2] == {"role": "tool", "tool_call_id": "tool_1", "content": "Wrote 3 chars to poem.md"}
     assert messages[3] == {"role": "user", "content": "pm says (P1): stop"}
+    # named as the model named it, when the call was started with that id
     assert messages[4]["tool_calls"][0]["function"]["name"] == "file_read"
-    assert messages[5] == {"role": "tool", "tool_call_id": "tool_2", "content": "Error: No such file: x"}
+    assert messages[4]["tool_calls"][0]["id"] == "call_from_the_model"
+    assert messages[5] == {"role": "tool", "tool_call_id": "call_from_the_model", "content": "Error: No such file: x"}
     assert messages[6]["tool_calls"][0]["function"]["name"] == "messages_send"
     assert messages[7] == {"role": "tool", "tool_call_id": "tool_3", "content": loop.NO_RESULT_TEXT}
     assert messages[8] == {"role": "assistant", "content": "Done"}

@@ -494,7 +494,7 @@ def test_web_fetch_returns_error_pages_with_their_status(site):
     url, _ = site
     result = fetch({"url": url + "/missing"})
     assert result["metadata"]["status"] == 404
-    assert result["output"] == "Not here"
+    assert result["output"] == "[HTTP 404]\nNot here"  # what the model reads says it is an error page
 
 
 def test_web_fetch_truncates_characters_and_follows_redirects(site):

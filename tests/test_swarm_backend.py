@@ -256,7 +256,7 @@ def test_a_sealed_task_has_one_route_to_the_controller_and_goes_out_through_its_
         [activation] = team.wait_activations("fetcher", 1, RUN_TIMEOUT)
         assert activation["status"] == "completed", team.describe()
         assert network.attrs["Labels"]["suzumio.activation"] == activation["id"]
-        output = json.loads(team.tool_messages("fetcher")[0])["output"]
+        output = team.tool_messages("fetcher")[0]
         lines = output.split("[stdout]\n", 1)[1].split("\n[stderr]", 1)[0].splitlines()
         data = json.loads((team.store.activation_dir(activation["id"]) / "input.json").read_text())
         allowed = [event["data"] for event in team.events("egress.allowed")]

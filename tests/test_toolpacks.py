@@ -273,7 +273,8 @@ def test_a_message_sent_back_as_it_came_is_refused_with_what_to_do_instead(servi
     # an assignment that says more is sent; so is the same text in an activation that was not given it
     assert send("Please begin: write sea.md in your artifact folder.").status_code == 200
     other = running_activation(demo, "worker")
-    assert support(service, "worker", other, "messages.send", {"recipient": "pm", "body": "Please begin."}).status_code == 200
+    sent = support(service, "worker", other, "messages.send", {"recipient": "pm", "body": "Please begin."})
+    assert sent.status_code == 200
 
 
 def test_communication_policy_restricts_non_coordinators(service, tmp_path):
