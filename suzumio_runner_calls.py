@@ -174,3 +174,54 @@ def contract_reminder(names):
     if "coordination_wait_for_signal" in have:
         lines.append("Once you have reported, end with coordination_wait_for_signal.")
     return " ".join(lines) + " Call a tool now."
+
+
+# -- what goes back to the model
+
+NO_RESULT_TEXT = "No result: the activation ended before this call reported back."
+
+
+def tool_message(result, note=None):
+    """What the model reads back from a tool: its output as plain text (a person's edit of the input first).
+    Measured with a 1.5B model: given the result as a JSON object it answered "Please continue." instead of
+    calling its next tool; given the plain text it went on."""
+    output = result.get("output")
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False) if output is not None else ""
+    text = text if text.strip() else str(result.get("title") or "Done.")
+    return f"{note}\n\n{text}" if note else text
+
+
+def _part(row, kind):
+    parts = [p for p in row.get("parts") or [] if isinstance(p, dict) and p.get("type") == kind]
+    return parts[0] if len(parts) == 1 else None
+
+
+def native_call(row):
+    """A tool_call history row as (a Chat Completions tool call, the recorded call id), or None when its part
+    does not say enough. The call keeps the id the model gave it when there is one, so a later activation's
+    history reads as the activation did."""
+    part = _part(row, "tool_call")
+    if part is None or not isinstance(part.get("toolCallId"), str) or not isinstance(part.get("toolName"), str):
+        return None
+    arguments = part.get("inputJson")
+    named = (part.get("metadata") or {}).get("modelCallId")
+    call = {"id": named if isinstance(named, str) and named else part["toolCallId"], "type": "function",
+            "function": {"name": safe_tool_name(part["toolName"]),
+                         "arguments": arguments if isinstance(arguments, str) else "{}"}}
+    return call, part["toolCallId"]
+
+
+def recorded_results(rows):
+    """The tool_result rows of a history by recorded call id: {id: (row, part)}."""
+    results = {}
+    for row in rows:
+        part = _part(row, "tool_result") if row.get("role") == "tool_result" else None
+        if part is not None and isinstance(part.get("toolCallId"), str):
+            results.setdefault(part["toolCallId"], (row, part))
+    return results
+
+
+def result_text(part):
+    """A recorded result as the model reads it: the output, or the error."""
+    text = part.get("output") if part.get("error") is None else f"Error: {part.get('error')}"
+    return str(text or "Done.")

@@ -14,13 +14,18 @@ import time
 from datetime import datetime, timezone
 
 from suzumio_runner_calls import (
+    NO_RESULT_TEXT,
     REPORTING_TOOLS,
     bad_json_answer,
     calls_in_text,
     contract_reminder,
     input_problem,
+    native_call,
+    recorded_results,
     resolve_tool,
+    result_text,
     schema_answer,
+    tool_message,
     unknown_tool_answer,
 )
 from suzumio_runner_egress import Forwarder, preamble, proxy_environment, trust_environment
@@ -92,7 +97,6 @@ SUMMARY_MAX_TOKENS = 4000
 CONTINUE_TEXT = "Continue the assigned Suzumio activation."
 NO_SUMMARY_TEXT = "No durable session facts were recovered from the compacted history."
 ENDED_OUTPUT = "This activation has already ended; the tool call was not run."
-NO_RESULT_TEXT = "No result: the activation ended before this call reported back."
 
 
 class RunnerError(Exception):
@@ -246,62 +250,26 @@ def render_for_model(row):
     return trim_chars(content, MODEL_TOOL_RESULT_LIMIT if role == "tool_result" else MODEL_ROW_LIMIT)
 
 
-def tool_message(result, note=None):
-    """What the model reads back from a tool: its output as plain text (a person's edit of the input first).
-    Measured with a 1.5B model: given the result as a JSON object it answered "Please continue." instead of
-    calling its next tool; given the plain text it went on."""
-    output = result.get("output")
-    text = output if isinstance(output, str) else compact_json(output) if output is not None else ""
-    text = text if text.strip() else str(result.get("title") or "Done.")
-    return f"{note}\n\n{text}" if note else text
-
-
-def _part(row, kind):
-    parts = [p for p in row.get("parts") or [] if isinstance(p, dict) and p.get("type") == kind]
-    return parts[0] if len(parts) == 1 else None
-
-
-def _native_call(row):
-    """A tool_call row as a Chat Completions tool call, or None when its part does not say enough."""
-    part = _part(row, "tool_call")
-    if part is None or not isinstance(part.get("toolCallId"), str) or not isinstance(part.get("toolName"), str):
-        return None
-    arguments = part.get("inputJson")
-    # The id the model gave the call when there is one, so the history reads as the activation did.
-    named = (part.get("metadata") or {}).get("modelCallId")
-    return {"id": named if isinstance(named, str) and named else part["toolCallId"], "type": "function",
-            "recorded": part["toolCallId"],
-            "function": {"name": safe_tool_name(part["toolName"]),
-                         "arguments": arguments if isinstance(arguments, str) else "{}"}}
-
-
 def history_to_messages(history):
     """The initial Chat Completions messages for a history. Tool calls and their results go back as the
     provider's own tool messages, as they were within the activation: written as text records, they were
     imitated by small models, which then wrote records instead of calling tools."""
     rows = list(history)
-    results = {}
-    for row in rows:
-        part = _part(row, "tool_result") if row.get("role") == "tool_result" else None
-        if part is not None and isinstance(part.get("toolCallId"), str):
-            results.setdefault(part["toolCallId"], (row, part))
+    results = recorded_results(rows)
     messages, used = [], set()
     for row in rows:
         if id(row) in used:
             continue
-        call = _native_call(row) if row.get("role") == "tool_call" else None
-        if call is not None:
-            found = results.get(call.pop("recorded"))
-            messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-            if found is None:
-                # Every call needs an answer in the protocol: this one never reported back.
-                content = NO_RESULT_TEXT
-            else:
+        native = native_call(row) if row.get("role") == "tool_call" else None
+        if native is not None:
+            call, recorded = native
+            found = results.get(recorded)
+            if found is not None:
                 used.add(id(found[0]))
-                part = found[1]
-                content = part.get("output") if part.get("error") is None else f"Error: {part.get('error')}"
-            messages.append({"role": "tool", "tool_call_id": call["id"],
-                             "content": trim_chars(str(content or "Done."), MODEL_TOOL_RESULT_LIMIT)})
+            content = result_text(found[1]) if found is not None else NO_RESULT_TEXT
+            messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": call["id"],
+                          "content": trim_chars(content, MODEL_TOOL_RESULT_LIMIT)}]
             continue
         text = render_for_model(row)
         if text:

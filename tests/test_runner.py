@@ -37,6 +37,7 @@ from runner_fixtures import (
 import suzumio_backend
 import suzumio_backend_local
 import suzumio_runner as runner
+import suzumio_runner_calls as runner_calls
 import suzumio_runner_loop as loop
 import suzumio_runner_models as models
 import suzumio_runner_tools as tools
@@ -238,7 +239,7 @@ def test_recorded_tool_calls_go_back_as_the_providers_own_tool_messages(tmp_path
     assert messages[4]["tool_calls"][0]["id"] == "call_from_the_model"
     assert messages[5] == {"role": "tool", "tool_call_id": "call_from_the_model", "content": "Error: No such file: x"}
     assert messages[6]["tool_calls"][0]["function"]["name"] == "messages_send"
-    assert messages[7] == {"role": "tool", "tool_call_id": "tool_3", "content": loop.NO_RESULT_TEXT}
+    assert messages[7] == {"role": "tool", "tool_call_id": "tool_3", "content": runner_calls.NO_RESULT_TEXT}
     assert messages[8] == {"role": "assistant", "content": "Done"}
     assert len(messages) == 9 and "Record" not in json.dumps(messages)
 
