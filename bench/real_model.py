@@ -1,6 +1,6 @@
 """Suzumio and a peer framework on the same tasks with the same real model (docs/real-models.md): the lab's
 Qwen2.5-Coder-1.5B on llama.cpp, temperature 0 and a fixed seed for both. Suzumio runs each task as a
-one-agent project (`completion.submit` and `file.*`, the README's quick start) on the `local` backend, through
+one-agent project (`completion.submit` and `file.*`, the README's quick start) on `docker-chat`, through
 `suzumio init|serve|start|send` as a user would; the peer is smolagents' ToolCallingAgent with one
 `file_write` tool (the comparison the real-model issue was measured with), installed in the bench's own
 environment. Per task and side: completion rate (finished, and the file passes the task's check), valid tool
@@ -25,6 +25,7 @@ from conftest import free_port
 
 REPO = benchlib.REPO
 SEED = 7
+IMAGE = "suzumio-runner:dev"  # scripts/build-runner-image
 PEER_PACKAGES = ["smolagents==1.26.0", "openai"]
 SETTINGS = Path(os.environ.get("SUZUMIO_LOCAL_MODEL_DIR", Path.home() / ".cache" / "suzumio-local-model"),
                 "settings.env")
@@ -77,7 +78,7 @@ def suzumio(lab, task_id, folder, timeout):
     name, check, task = TASKS[task_id]
     config = {"name": "bench", "task": task,
               "agents": {"pm": {"tools": ["completion.submit", "file.*"]}},
-              "backend": {"kind": "local", "runner": {"model": "local", "models": {
+              "backend": {"kind": "docker-chat", "image": IMAGE, "runner": {"model": "local", "models": {
                   "providers": {"lab": {"type": "openai-compatible", "baseURLEnv": "SUZUMIO_LOCAL_MODEL_BASE_URL",
                                         "apiKeyEnv": "SUZUMIO_LOCAL_MODEL_API_KEY"}},
                   "presets": {"local": {"provider": "lab", "model": lab["SUZUMIO_LOCAL_MODEL_NAME"], "temperature": 0,
