@@ -1,18 +1,22 @@
 """One inbox for what needs a person, in real Chromium against a real team (local backend, FakeModel):
 while a tool call waits for approval, the header counts it on the Team view, the project list counts it
 per project, the Team view draws the wait as waiting on a person (not as work), and the inbox item opens
-the Overview where the call is decided. Screenshot in docs/images/."""
+the Overview where the call is decided; a call waiting in another project than the one streamed live is
+counted within the inbox's own poll. Screenshot in docs/images/."""
 from pathlib import Path
 
 import pytest
+from api_fixtures import init_project, serving
 from conftest import wait_until
 from e2e_fixtures import PM_TOOLS, WORKER_TOOLS, call, running_team
 from playwright.sync_api import expect
+from test_approvals import PROJECT_YAML, start_gated
 from test_webui import LIVE_UPDATE_MS, browser, tabs  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.browser]
 
 SHOWN_MS = LIVE_UPDATE_MS + 5000
+INBOX_POLL_MS = 5000  # webui/src/inbox.tsx
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 
 
@@ -53,3 +57,26 @@ def test_a_call_waiting_for_approval_is_counted_on_the_team_view_and_drawn_as_wa
         assert activation["status"] == "completed"
         expect(page.get_by_test_id("inbox-count")).to_have_text("0", timeout=SHOWN_MS)
         expect(item.get_by_test_id("project-inbox")).to_have_count(0)
+
+
+def test_a_call_waiting_in_another_project_is_counted_within_the_inbox_poll_while_one_streams_live(tabs, tmp_path):  # noqa: F811
+    with serving(tmp_path / "root") as service:
+        stores = {name: init_project(service.root, tmp_path / name, PROJECT_YAML.replace("name: demo", f"name: {name}"))
+                  for name in ("demo", "other")}
+        for store in stores.values():
+            store.start()
+        tab = tabs(service)
+        page = tab.open("#/demo/overview")
+        tab.wait_live()
+        other = page.locator('[data-testid="project-item"][data-project-id="other"]')
+        expect(page.get_by_test_id("inbox-count")).to_have_text("0")
+        expect(other.get_by_test_id("project-inbox")).to_have_count(0)
+        start_gated(service, stores["other"])
+        # No event of `other` reaches demo's stream, and the project list polls every 30 s while a stream
+        # is live: only the inbox's own poll can bring the count this soon.
+        expect(page.get_by_test_id("inbox-count")).to_have_text("1", timeout=INBOX_POLL_MS + 2000)
+        expect(other.get_by_test_id("project-inbox")).to_have_text("1")
+        expect(page.locator('[data-testid="project-item"][data-project-id="demo"]').get_by_test_id(
+            "project-inbox")).to_have_count(0)
+        expect(page.get_by_test_id("stream-state")).to_have_attribute("data-state", "live")
+        assert tab.open_streams() == [service.base_url + tab.stream_path("demo")]

@@ -587,7 +587,7 @@ export function App() {
     });
   }
 
-  const inbox = useInbox(`${approvalPulse} ${lastUpdated?.getTime() ?? 0}`);
+  const inbox = useInbox(`${approvalPulse} ${lastUpdated?.getTime() ?? 0}`, tokenPrompt !== null);
   const list = projects ?? [];
   const project = list.find((item) => item.id === selected) ?? null;
   const viewData = data.project === selected ? data : emptyData(selected);

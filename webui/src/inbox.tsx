@@ -5,18 +5,42 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import { getInbox, type Inbox, type InboxItem } from './api';
 import { clockTime, utcTitle } from './format';
 
-/** The inbox, reloaded whenever `pulse` changes (each project-list load and each approval event). */
-export function useInbox(pulse: unknown): Inbox | null {
+/** How often the inbox is read on its own: the project list polls slowly while the selected project's
+ * stream is live, and that stream carries no other project's events. */
+const INBOX_POLL_MS = 5000;
+
+/** The inbox, read every INBOX_POLL_MS (a tick is skipped while a read is in flight) and at once whenever
+ * `pulse` changes (each project-list load and each approval event); not read while `paused`. */
+export function useInbox(pulse: unknown, paused = false): Inbox | null {
   const [inbox, setInbox] = useState<Inbox | null>(null);
   const seq = useRef(0);
-  useEffect(() => {
+  const inFlight = useRef(0);
+
+  function load() {
     const request = ++seq.current;
+    inFlight.current += 1;
     // A failed inbox read keeps the last answer; the project list shows the server's errors.
-    getInbox().then(
-      (answer) => request === seq.current && setInbox(answer),
-      () => undefined,
-    );
-  }, [pulse]);
+    getInbox()
+      .then(
+        (answer) => request === seq.current && setInbox(answer),
+        () => undefined,
+      )
+      .finally(() => {
+        inFlight.current -= 1;
+      });
+  }
+
+  useEffect(() => {
+    if (!paused) load();
+  }, [pulse, paused]);
+
+  useEffect(() => {
+    if (paused) return;
+    const timer = window.setInterval(() => {
+      if (inFlight.current === 0) load();
+    }, INBOX_POLL_MS);
+    return () => window.clearInterval(timer);
+  }, [paused]);
   return inbox;
 }
 
