@@ -464,6 +464,8 @@ export interface Approval {
   expiresAt: string;
   createdAt: string;
   decidedAt?: string;
+  /** A pending `repo.merge`: the change it would queue, the agent's workspace against the integration branch. */
+  preview?: { diff: string };
 }
 
 export const listPendingApprovals = (project: string) =>

@@ -2,7 +2,8 @@
 // and in the agent's history view (that agent only). Loads GET …/approvals?status=pending whenever the
 // `pulse` changes (approval events of the live stream, or the project-list poll) and decides with
 // Allow / Deny (with a note) / Allow always, Edit input (allow with the input edited as JSON) or Respond
-// (nothing runs; the text is the call's result). The call's input is shown as text, never as HTML.
+// (nothing runs; the text is the call's result). The call's input is shown as text, never as HTML; a
+// `repo.merge` call shows the change it would land (its `preview` diff), folded when long.
 import { useEffect, useRef, useState } from 'preact/hooks';
 import {
   decideApproval,
@@ -13,7 +14,7 @@ import {
   type ApprovalDecision,
   type DecisionExtras,
 } from './api';
-import { ErrorBox, Panel } from './components';
+import { DiffText, Empty, ErrorBox, Panel } from './components';
 import { localTime, prettyJson, utcTitle } from './format';
 
 export function ApprovalsCard(props: { project: string; agentId?: string; pulse: number }) {
@@ -57,6 +58,9 @@ export function ApprovalsCard(props: { project: string; agentId?: string; pulse:
 }
 
 type Mode = 'decide' | 'edit' | 'respond';
+
+/** Lines of a merge's diff shown before the rest is folded: the stat and the first hunks. */
+const DIFF_FOLD_LINES = 24;
 
 /** The edited input as an object, or the reason it cannot be sent. */
 function parseEdited(text: string): { input?: Record<string, unknown>; problem?: string } {
@@ -135,6 +139,16 @@ function ApprovalItem(props: { project: string; row: Approval; onDecided: () => 
         <pre class="approval-input mono" data-testid="approval-input">
           {prettyJson(row.input)}
         </pre>
+      )}
+      {row.preview && (
+        <div class="approval-preview" data-testid="approval-preview">
+          <span class="approval-preview-label">What this merge would land</span>
+          {row.preview.diff === '' ? (
+            <Empty>No change: the workspace matches the integration branch</Empty>
+          ) : (
+            <DiffText diff={row.preview.diff} foldAt={DIFF_FOLD_LINES} testId="approval-diff" />
+          )}
+        </div>
       )}
       {mode === 'respond' && (
         <textarea

@@ -1,6 +1,9 @@
-// Small presentational building blocks shared by the views: panels, pills, chips, placeholders and
-// inline error boxes (docs/design/webui.md). Every server string passed in is rendered as a text node.
+// Small presentational building blocks shared by the views: panels, pills, chips, placeholders,
+// inline error boxes and the diff viewer (docs/design/webui.md). Every server string passed in is
+// rendered as a text node.
 import type { ComponentChildren } from 'preact';
+import { useState } from 'preact/hooks';
+import { count } from './format';
 
 export function Panel(props: {
   title: string;
@@ -81,5 +84,36 @@ export function ErrorBox(props: { message: string | null | undefined; testId?: s
     <div class="error-box" role="alert" data-testid={props.testId}>
       {props.message}
     </div>
+  );
+}
+
+function diffTone(line: string): string {
+  if (line.startsWith('+++') || line.startsWith('---') || line.startsWith('diff --git ')) return ' diff-file';
+  if (line.startsWith('@@')) return ' diff-hunk';
+  if (line.startsWith('+')) return ' diff-add';
+  if (line.startsWith('-')) return ' diff-del';
+  return '';
+}
+
+/** A unified diff, each line coloured by what it does. With `foldAt`, a longer diff shows its first
+ * `foldAt` lines and a button that shows the rest. */
+export function DiffText(props: { diff: string; foldAt?: number; testId?: string }) {
+  const [unfolded, setUnfolded] = useState(false);
+  const lines = props.diff.replace(/\n$/, '').split('\n');
+  const foldAt = props.foldAt ?? lines.length;
+  const folded = !unfolded && lines.length > foldAt;
+  return (
+    <>
+      <pre class="diff-text" data-testid={props.testId} data-folded={folded ? 'true' : undefined}>
+        {(folded ? lines.slice(0, foldAt) : lines).map((line, i) => (
+          <span key={i} class={`diff-line${diffTone(line)}`}>{`${line}\n`}</span>
+        ))}
+      </pre>
+      {folded && (
+        <button type="button" class="link-button diff-unfold" data-testid="diff-unfold" onClick={() => setUnfolded(true)}>
+          {`Show all ${count(lines.length)} lines (${count(lines.length - foldAt)} more)`}
+        </button>
+      )}
+    </>
   );
 }

@@ -16,7 +16,7 @@ import {
   type Project,
   type Report,
 } from './api';
-import { Empty, ErrorBox, Panel, StatusPill } from './components';
+import { DiffText, Empty, ErrorBox, Panel, StatusPill } from './components';
 import { formatBytes } from './format';
 import { Markdown } from './markdown';
 
@@ -284,20 +284,8 @@ function VersionDiff(props: { project: string; path: string; versions: number })
         (diff.diff === '' ? (
           <Empty testId="diff-same">The two versions are the same.</Empty>
         ) : (
-          <pre class="diff-text" data-testid="diff-text">
-            {diff.diff.split('\n').map((line, i) => (
-              <span key={i} class={`diff-line${diffTone(line)}`}>{`${line}\n`}</span>
-            ))}
-          </pre>
+          <DiffText diff={diff.diff} testId="diff-text" />
         ))}
     </div>
   );
-}
-
-function diffTone(line: string): string {
-  if (line.startsWith('+++') || line.startsWith('---')) return ' diff-file';
-  if (line.startsWith('@@')) return ' diff-hunk';
-  if (line.startsWith('+')) return ' diff-add';
-  if (line.startsWith('-')) return ' diff-del';
-  return '';
 }

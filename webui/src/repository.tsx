@@ -3,7 +3,7 @@
 // <from>..<to>` (what the Team view's activation detail links to) opens that diff.
 import { useEffect, useState } from 'preact/hooks';
 import { errorText, getRepository, getRepositoryDiff, isTokenError, type Repository } from './api';
-import { Chip, Empty, ErrorBox, Panel } from './components';
+import { Chip, DiffText, Empty, ErrorBox, Panel } from './components';
 import { clockTime } from './format';
 
 const short = (commit: string | undefined) => (commit ?? '').slice(0, 12);
@@ -34,6 +34,7 @@ export function RepositoryView(props: { project: string; refresh: number }) {
   const [error, setError] = useState<string | null>(null);
   const [range, setRange] = useState<[string, string] | null>(initialRange);
   const [diff, setDiff] = useState<string | null>(null);
+  const [diffError, setDiffError] = useState<string | null>(null);
 
   useEffect(() => {
     let live = true;
@@ -64,9 +65,10 @@ export function RepositoryView(props: { project: string; refresh: number }) {
     if (!range) return;
     let live = true;
     setDiff(null);
+    setDiffError(null);
     getRepositoryDiff(props.project, range[0], range[1])
-      .then((answer) => live && setDiff(answer.diff || '(no changes)'))
-      .catch((caught) => live && !isTokenError(caught) && setDiff(errorText(caught)));
+      .then((answer) => live && setDiff(answer.diff))
+      .catch((caught) => live && !isTokenError(caught) && setDiffError(errorText(caught)));
     return () => {
       live = false;
     };
@@ -170,7 +172,15 @@ export function RepositoryView(props: { project: string; refresh: number }) {
         subtitle={range ? `${short(range[0]) || range[0]} → ${short(range[1]) || range[1]}` : 'pick a commit or a branch'}
         testId="repository-diff"
       >
-        {diff === null ? <Empty>{range ? 'Loading...' : 'Nothing selected'}</Empty> : <pre class="code-block scroll-58">{diff}</pre>}
+        {diffError !== null ? (
+          <ErrorBox message={diffError} />
+        ) : diff === null ? (
+          <Empty>{range ? 'Loading...' : 'Nothing selected'}</Empty>
+        ) : diff === '' ? (
+          <Empty>No changes</Empty>
+        ) : (
+          <DiffText diff={diff} />
+        )}
       </Panel>
     </div>
   );
