@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections import namedtuple
 from pathlib import Path
 
@@ -42,6 +43,7 @@ CONTROLLER_TOOLS = ("messages.", "coordination.", "completion.")
 STORE_ID = re.compile(r"\b[a-z]+_\d{13}_[0-9a-f]{8}\b")
 TIMESTAMP = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 DIFF_LINES = 80
+MAX_CHOSEN = 4096  # the sources kept for running activations
 ENDED_EVENTS = ("activation.completed", "activation.failed", "activation.cancelled")
 
 Recorded = namedtuple("Recorded", "exchange answer")
@@ -76,19 +78,26 @@ class Replay:
         self.store = store
         self.source = source
         self.origin = origin
+        # The two projects' folders, never their bare names: a name may occur anywhere in a path (a
+        # root `team-runs/` holding a replay named `team`). Both spellings of each folder, as the runner
+        # may see the resolved one.
+        self._folders = [(spelling(store.dir, resolve), spelling(source.dir, resolve)) for resolve in (False, True)]
 
     @property
     def diverged(self):
         return self.origin["diverged"] is not None
 
     def to_source(self, text):
-        """The replay's project folder and name written as the source's (the replay's request mapped)."""
-        text = text.replace(str(self.store.dir), str(self.source.dir))
-        return text.replace(self.store.project_id, self.source.project_id)
+        """The replay's project folder written as the source's (the replay's request mapped)."""
+        for mine, theirs in self._folders:
+            text = folder_pattern(mine).sub(lambda _match, theirs=theirs: theirs, text)
+        return text
 
     def to_replay(self, text):
         """The source's project folder written as the replay's (a recorded answer handed to the replay)."""
-        return text.replace(str(self.source.dir), str(self.store.dir))
+        for mine, theirs in self._folders:
+            text = folder_pattern(theirs).sub(lambda _match, mine=mine: mine, text)
+        return text
 
     def source_activation(self, activation_id):
         """The source activation a replay activation re-runs: the one at the same place in start order."""
@@ -99,11 +108,11 @@ class Replay:
 
     # -- model requests
 
-    def answer(self, activation_id, agent_id, provider_id, preset_id, body):
-        """The recorded answer to the replay's next request of `activation_id` (Recorded), or the
-        divergence (a dict) when it matches no recording (its agent, preset and body)."""
+    def answer(self, activation_id, source_id, agent_id, provider_id, preset_id, body):
+        """The recorded answer to the replay's next request of `activation_id`, which re-runs the source's
+        `source_id` (Recorded), or the divergence (a dict) when it matches no recording (its agent,
+        preset and body)."""
         index = len(self.store.exchanges(activation_id))
-        source_id = self.source_activation(activation_id)
         recorded = self.source.exchanges(source_id) if source_id is not None else []
         exchange = recorded[index] if index < len(recorded) else None
         mine = normalized(self.to_source(request_text(body)))
@@ -125,13 +134,10 @@ class Replay:
 
     # -- tools
 
-    def recorded_tool(self, activation_id, tool, model_call_id):
+    def recorded_tool(self, activation_id, source_id, tool, model_call_id):
         """The source's result of this activation's next tool call (tools: recorded): {status, output,
         error, text} where `text` is the tool message the source's model was sent, or None to run it."""
-        if self.origin["tools"] != "recorded" or self.diverged or is_controller_tool(tool):
-            return None
-        source_id = self.source_activation(activation_id)
-        if source_id is None:
+        if self.origin["tools"] != "recorded" or is_controller_tool(tool) or source_id is None:
             return None
         position = len(self.store.tool_calls_of(activation_id)) - 1  # this call's start is recorded
         theirs = self.source.tool_calls_of(source_id)
@@ -150,14 +156,81 @@ class Replay:
                   for key, value in (("output", row["output"]), ("error", row["error"]), ("text", text))}
         return dict(mapped, status=row["status"])
 
-    def restore_artifacts(self, activation_id, agent_id):
-        """tools: recorded: the agent's folder becomes what the source's recorded after the activation
+    def restore_artifacts(self, agent_id, source_id):
+        """tools: recorded: the agent's folder becomes what the source recorded after the activation
         this one re-runs (files from the blobs; files it did not have removed)."""
-        source_id = self.source_activation(activation_id)
         state = self.source.artifact_state(agent_id, source_id) if source_id else None
         if state is None:
             return
         restore_folder(self.source, self.store.artifacts_dir(agent_id), state)
+
+
+def spelling(folder, resolve):
+    return os.path.realpath(folder) if resolve else str(folder)
+
+
+def folder_pattern(folder):
+    """`folder` as a whole path: not the start of a longer name (`…/team` in `…/team-2`)."""
+    return re.compile(re.escape(folder) + r"(?![\w.-])")
+
+
+class Live:
+    """The sources of an activation that re-runs nothing (no replay, or a replay gone live or ended):
+    the provider answers its requests and its tools run."""
+
+    def answer(self, agent_id, provider_id, preset_id, body):
+        return None
+
+    def recorded_tool(self, tool, model_call_id):
+        return None
+
+    def ended(self, agent_id):
+        return None
+
+
+LIVE = Live()
+
+
+class ReplayedActivation:
+    """The sources of one replay activation, chosen when it starts: the source activation it re-runs,
+    whose recorded answers answer its requests while they match, and whose recorded results stand in for
+    its tools (tools: recorded) until the replay diverges."""
+
+    def __init__(self, replay, activation_id, source_id):
+        self.replay = replay
+        self.activation_id = activation_id
+        self.source_id = source_id
+
+    def _diverged(self):
+        # Any activation of the replay may be the one that diverges: from then on every request is live.
+        self.replay.origin = self.replay.store.origin()
+        return self.replay.diverged
+
+    def answer(self, agent_id, provider_id, preset_id, body):
+        """For /runner/model: a Recorded answer, a divergence dict (recorded here: the first one is an
+        event), or None when the request goes to the provider."""
+        if self._diverged():
+            return None
+        store = self.replay.store
+        result = self.replay.answer(self.activation_id, self.source_id, agent_id, provider_id, preset_id, body)
+        if isinstance(result, Recorded):
+            return result
+        on_diverge = self.replay.origin["onDiverge"]
+        with store.write() as tx:
+            if store.mark_diverged(tx, result):
+                store.add_event(tx, EVENT_DIVERGED, dict(result, onDiverge=on_diverge))
+        log.info("replay %s diverged at %s request %s", store.project_id, self.activation_id, result["requestIndex"])
+        return dict(result, onDiverge=on_diverge)
+
+    def recorded_tool(self, tool, model_call_id):
+        if self._diverged():
+            return None
+        return self.replay.recorded_tool(self.activation_id, self.source_id, tool, model_call_id)
+
+    def ended(self, agent_id):
+        """tools: recorded: the agent's files as the source had them after the activation re-run."""
+        if self.replay.origin["tools"] == "recorded" and not self._diverged():
+            self.replay.restore_artifacts(agent_id, self.source_id)
 
 
 def restore_folder(source, folder, state):
@@ -184,6 +257,8 @@ class Replays:
 
     def __init__(self, root):
         self.root = root
+        self._lock = threading.Lock()
+        self._chosen = {}  # (project, activation id) -> LIVE or the source activation re-run; oldest first
 
     def context(self, store, origin=UNREAD):
         """The Replay of `store`, or None for a project that is no replay (or whose source is gone);
@@ -272,30 +347,33 @@ class Replays:
 
     # -- the runner routes' part
 
-    def answer(self, store, activation_id, agent_id, provider_id, preset_id, body):
-        """For /runner/model: a Recorded answer, a divergence dict (recorded here: the first one is an
-        event), or None when the request goes to the provider."""
+    def sources(self, store, activation_id):
+        """Where `activation_id`'s answers and tool results come from: LIVE, or a ReplayedActivation
+        bound to the source activation it re-runs. Chosen at its first ask (its first request or tool
+        call) and kept while it runs; a controller restart chooses the same, as the store's order of
+        starts decides it. Only the choice is kept: stores are opened afresh, as they may be closed."""
+        key = (store.project_id, activation_id)
+        with self._lock:
+            known, source_id = key in self._chosen, self._chosen.get(key)
+        if not known:
+            replay = self.context(store)
+            live = replay is None or replay.diverged or replay.origin["ended"]
+            source_id = LIVE if live else replay.source_activation(activation_id)
+            with self._lock:
+                source_id = self._chosen.setdefault(key, source_id)
+                while len(self._chosen) > MAX_CHOSEN:  # activations that failed never say they ended
+                    self._chosen.pop(next(iter(self._chosen)))
+        if source_id is LIVE:
+            return LIVE
         replay = self.context(store)
-        if replay is None or replay.diverged:
-            return None
-        result = replay.answer(activation_id, agent_id, provider_id, preset_id, body)
-        if isinstance(result, Recorded):
-            return result
-        with store.write() as tx:
-            if store.mark_diverged(tx, result):
-                store.add_event(tx, EVENT_DIVERGED, dict(result, onDiverge=replay.origin["onDiverge"]))
-        log.info("replay %s diverged at %s request %s", store.project_id, activation_id, result["requestIndex"])
-        return dict(result, onDiverge=replay.origin["onDiverge"])
+        return LIVE if replay is None else ReplayedActivation(replay, activation_id, source_id)
 
-    def recorded_tool(self, store, activation_id, tool, model_call_id):
-        replay = self.context(store)
-        return replay.recorded_tool(activation_id, tool, model_call_id) if replay is not None else None
-
-    def activation_ended(self, store, activation_id, agent_id):
-        """tools: recorded: restore the agent's files as the source had them after this activation."""
-        replay = self.context(store)
-        if replay is not None and replay.origin["tools"] == "recorded" and not replay.diverged:
-            replay.restore_artifacts(activation_id, agent_id)
+    def ended(self, store, activation_id, agent_id):
+        """An activation reported its output: its sources' last word (tools: recorded restores its
+        agent's files), then they are forgotten."""
+        self.sources(store, activation_id).ended(agent_id)
+        with self._lock:
+            self._chosen.pop((store.project_id, activation_id), None)
 
 
 # ---------------------------------------------------------------- creating a replay

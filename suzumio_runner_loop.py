@@ -694,13 +694,16 @@ class Runner:
         self.post_through_restarts("/activation-output", {"output": output})
         return output
 
-    def model_request(self, provider_id, preset_id, body, timeout):
+    def model_request(self, provider_id, preset_id, body, timeout, scripted=None):
         """One Chat Completions request through the controller's model proxy (`/runner/model`), which
-        holds the key: the provider's status, retry headers and body, as if the runner had sent it."""
+        holds the key: the provider's status, retry headers and body, as if the runner had sent it.
+        `scripted`: a scripted provider's answer, which the controller records as the provider's."""
+        request = {"providerId": provider_id, "presetId": preset_id, "body": body}
         try:
-            answer = self.client.post(
-                "/runner/model", {"providerId": provider_id, "presetId": preset_id, "body": body}, read_timeout=timeout
-            )
+            if scripted is None:
+                answer = self.client.post("/runner/model", request, read_timeout=timeout)
+            else:  # the script's turn costs nothing and is the same when asked again: through restarts
+                answer = self.post_through_restarts("/runner/model", dict(request, scripted=scripted))
         except ControllerError as error:
             raise ModelError(str(error), error.status) from None
         answer = answer if isinstance(answer, dict) else {}

@@ -347,7 +347,7 @@ def create_provider(attempt, activation, transport, sleep=time.sleep, warn=stder
     if kind in PROXIED_PROVIDER_TYPES:
         return OpenAICompatibleProvider(attempt, transport, sleep=sleep, warn=warn)
     if kind == "scripted":
-        return ScriptedProvider(attempt, activation)
+        return ScriptedProvider(attempt, activation, transport)
     if kind in LATER_PROVIDER_TYPES:
         raise ModelError(
             f"Provider type {kind} is not supported by this version (use openai-compatible, anthropic or scripted)"
@@ -398,43 +398,7 @@ class OpenAICompatibleProvider:
         self.timeout = model_call_timeout(attempt.provider)
 
     def request_body(self, messages, tools, tool_choice, max_output_tokens=None):
-        preset = self.attempt.preset
-        body = {"model": api_model(preset), "messages": messages}
-        max_tokens = max_output_tokens if max_output_tokens is not None else preset.get("maxOutputTokens")
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        if preset.get("temperature") is not None:
-            body["temperature"] = preset["temperature"]
-        if preset.get("topP") is not None:
-            body["top_p"] = preset["topP"]
-        options = preset.get("providerOptions") if isinstance(preset.get("providerOptions"), dict) else {}
-        effort = preset.get("reasoningEffort")
-        for key in ("openaiCompatible", self.attempt.provider_id):
-            section = options.get(key)
-            if not isinstance(section, dict):
-                continue
-            for name, value in section.items():
-                if name == "reasoningEffort":
-                    effort = effort or value
-                elif name not in SKIPPED_PROVIDER_OPTIONS:
-                    body[name] = value
-        if effort:
-            body["reasoning_effort"] = effort
-        if tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": tool["name"],
-                        "description": tool["description"],
-                        "parameters": tool["parameters"],
-                    },
-                }
-                for tool in tools
-            ]
-            body["tool_choice"] = tool_choice
-        body["stream"] = False
-        return body
+        return chat_request_body(self.attempt, messages, tools, tool_choice, max_output_tokens)
 
     def complete(self, messages, tools, tool_choice, max_output_tokens=None):
         """One request through the controller; raises ModelError on any failure."""
@@ -447,34 +411,80 @@ class OpenAICompatibleProvider:
             response.status, getattr(response, "overflow", None))
 
     def _parse(self, response):
-        try:
-            data = json.loads(response.body.decode("utf-8", "replace"))
-        except ValueError:
-            raise ModelError(
-                "Provider {} returned invalid JSON: {}".format(
-                    self.attempt.provider_id, response.body[:MAX_ERROR_BODY].decode("utf-8", "replace")
-                )
-            ) from None
-        choices = data.get("choices") if isinstance(data, dict) else None
-        if not choices or not isinstance(choices[0], dict):
-            raise ModelError(
-                f"Provider {self.attempt.provider_id} returned no choices: "
-                f"{json.dumps(data)[:MAX_ERROR_BODY]}"
+        return parse_chat_answer(self.attempt.provider_id, response)
+
+
+def chat_request_body(attempt, messages, tools, tool_choice, max_output_tokens=None):
+    """The Chat Completions request body of one model step, as a provider of `attempt` is sent it."""
+    preset = attempt.preset
+    body = {"model": api_model(preset), "messages": messages}
+    max_tokens = max_output_tokens if max_output_tokens is not None else preset.get("maxOutputTokens")
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if preset.get("temperature") is not None:
+        body["temperature"] = preset["temperature"]
+    if preset.get("topP") is not None:
+        body["top_p"] = preset["topP"]
+    options = preset.get("providerOptions") if isinstance(preset.get("providerOptions"), dict) else {}
+    effort = preset.get("reasoningEffort")
+    for key in ("openaiCompatible", attempt.provider_id):
+        section = options.get(key)
+        if not isinstance(section, dict):
+            continue
+        for name, value in section.items():
+            if name == "reasoningEffort":
+                effort = effort or value
+            elif name not in SKIPPED_PROVIDER_OPTIONS:
+                body[name] = value
+    if effort:
+        body["reasoning_effort"] = effort
+    if tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool["name"],
+                    "description": tool["description"],
+                    "parameters": tool["parameters"],
+                },
+            }
+            for tool in tools
+        ]
+        body["tool_choice"] = tool_choice
+    body["stream"] = False
+    return body
+
+
+def parse_chat_answer(provider_id, response):
+    """The ModelTurn of a Chat Completions answer (a ProxyAnswer); raises ModelError when it is none."""
+    try:
+        data = json.loads(response.body.decode("utf-8", "replace"))
+    except ValueError:
+        raise ModelError(
+            "Provider {} returned invalid JSON: {}".format(
+                provider_id, response.body[:MAX_ERROR_BODY].decode("utf-8", "replace")
             )
-        message = choices[0].get("message") or {}
-        calls = []
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            arguments = function.get("arguments")
-            if not isinstance(arguments, str):
-                arguments = json.dumps(arguments if arguments is not None else {})
-            calls.append(
-                ToolCall(
-                    call.get("id") or f"call_{os.urandom(12).hex()}", function.get("name") or "", arguments
-                )
+        ) from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        raise ModelError(
+            f"Provider {provider_id} returned no choices: "
+            f"{json.dumps(data)[:MAX_ERROR_BODY]}"
+        )
+    message = choices[0].get("message") or {}
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments if arguments is not None else {})
+        calls.append(
+            ToolCall(
+                call.get("id") or f"call_{os.urandom(12).hex()}", function.get("name") or "", arguments
             )
-        content = message.get("content")
-        return ModelTurn(content if isinstance(content, str) else "", calls, chat_completions_usage(data.get("usage")))
+        )
+    content = message.get("content")
+    return ModelTurn(content if isinstance(content, str) else "", calls, chat_completions_usage(data.get("usage")))
 
 
 def chat_completions_usage(raw):
@@ -518,10 +528,14 @@ def new_signals_block(prompt):
 
 
 class ScriptedProvider:
-    """Replays the script's turn for this agent: one step per request, then empty responses."""
+    """Plays the script's turn for this agent: one step per request, then empty responses. Each step
+    goes to the controller with the request it answers, like any provider's answer, so it is recorded
+    and a replay answers from the recording (docs/configuration.md#the-scripted-provider)."""
 
-    def __init__(self, attempt, activation):
+    def __init__(self, attempt, activation, transport):
         self.attempt = attempt
+        self.transport = transport
+        self.timeout = model_call_timeout(attempt.provider)
         agent_id = activation["agent"]["id"]
         self.agent_id = agent_id
         self.values = {
@@ -579,6 +593,17 @@ class ScriptedProvider:
         return value
 
     def complete(self, messages, tools, tool_choice, max_output_tokens=None):
+        body = chat_request_body(self.attempt, messages, tools, tool_choice, max_output_tokens)
+        answer = chat_answer(self.play(), body["model"])
+        response = self.transport(self.attempt.provider_id, self.attempt.preset_id, body, self.timeout,
+                                  scripted=answer)
+        if 200 <= response.status < 300:
+            return parse_chat_answer(self.attempt.provider_id, response)
+        raise ModelError(f"Provider {self.attempt.provider_id} returned HTTP {response.status}: "
+                         f"{_error_text(response.body)}", response.status, getattr(response, "overflow", None))
+
+    def play(self):
+        """The script's next step as a ModelTurn."""
         usage = {"input": 0, "output": 0, "total": 0}
         if self.entry_index is None:
             if self.played_steps:
@@ -600,3 +625,18 @@ class ScriptedProvider:
                 )
             )
         return ModelTurn(step.get("say") or "", calls, usage)
+
+
+def chat_answer(turn, model):
+    """A ModelTurn as the Chat Completions answer a provider would have sent."""
+    message = {"role": "assistant", "content": turn.text}
+    if turn.tool_calls:
+        message["tool_calls"] = [{"id": call.id, "type": "function",
+                                  "function": {"name": call.name, "arguments": call.arguments}}
+                                 for call in turn.tool_calls]
+    usage = turn.usage
+    return {"object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if turn.tool_calls else "stop"}],
+            "usage": {"prompt_tokens": usage.get("input", 0), "completion_tokens": usage.get("output", 0),
+                      "total_tokens": usage.get("total", 0)}}

@@ -36,7 +36,7 @@ from suzumio_http import (
     run_tick,
 )
 from suzumio_live import DELTA_EVENT
-from suzumio_model_proxy import Forwarding, ModelProxy
+from suzumio_model_proxy import Forwarding, ModelAnswer, ModelProxy
 from suzumio_records import (
     ACT_RUNNING,
     HISTORY_CLOSED,
@@ -49,6 +49,7 @@ from suzumio_records import (
     format_ts,
     utc_now,
 )
+from suzumio_runner_models import chat_completions_usage
 
 log = logging.getLogger(__name__)
 
@@ -246,14 +247,17 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
             return {"status": answer.status, "headers": answer.headers, "body": answer.body,
                     "overflow": answer.overflow is not None}
 
-        replayed = replays.answer(call.store, call.activation_id, call.agent_id, provider_id, preset_id,
-                                  call.body["body"])
+        scripted = scripted_answer(config, provider_id, call.body.get("scripted"))
+        replayed = replays.sources(call.store, call.activation_id).answer(call.agent_id, provider_id, preset_id,
+                                                                          call.body["body"])
         if isinstance(replayed, suzumio_replay.Recorded):
             return answer_from_recording(call, config, provider_id, preset_id, replayed, started)
         if replayed is not None and replayed["onDiverge"] == "stop":
             suzumio_scheduler.stop_project(call.store, scheduler.backends)
             raise Conflict(f"Replay {call.store.project_id} diverged at request {replayed['requestIndex']} of "
                            f"activation {call.activation_id}; the replay is stopped")
+        if scripted is not None:  # the script's turn is this provider's answer: recorded like any other
+            return json_response(conclude(scripted))
         handed = False
         try:
             # Urgent calls go first at the provider's gate: those of an activation a P0 or P1 signal reached.
@@ -301,7 +305,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         # A replay with recorded tools hands the runner the source's result instead of running the tool.
         model_call_id = call.body.get("modelCallId")
         if not started.get("replayed") and not started.get("approval") and isinstance(model_call_id, str):
-            recorded = replays.recorded_tool(call.store, call.activation_id, tool, model_call_id)
+            recorded = replays.sources(call.store, call.activation_id).recorded_tool(tool, model_call_id)
             if recorded is not None:
                 started = dict(started, recorded=recorded)
         return json_response(started)
@@ -429,7 +433,7 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         output = call.body["output"]
         usage = output.get("usage") if isinstance(output.get("usage"), dict) else None
         config = toolpacks.configs.get(call.store)
-        replays.activation_ended(call.store, call.activation_id, call.agent_id)
+        replays.ended(call.store, call.activation_id, call.agent_id)
         # Recorded before the activation completes: the agent's next activation cannot start meanwhile.
         suzumio_recorder.record_ended(call.store, config, call.activation_id)
         suzumio_repository.activation_ended(call.store, config, call.activation_id)
@@ -452,15 +456,37 @@ def answer_from_recording(call, config, provider_id, preset_id, replayed, starte
     """Answer a replay's model request with its source's recorded answer: recorded as replayed (its
     usage kept, counting for no budget and costing nothing), no provider asked."""
     exchange = replayed.exchange
-    call.store.record_exchange(
-        call.activation_id, call.agent_id, provider_id, preset_id, call.body["body"], status=exchange["status"],
-        headers=exchange["headers"], answer=replayed.answer, overflow=exchange["overflow"], usage=exchange["usage"],
-        retries=0, error=exchange["error"], started_at=format_ts(started), duration_ms=0, replayed=True)
+
+    def record(_tx):
+        # One COMMIT for the exchange and its usage, as on the live path.
+        call.store.record_exchange(
+            call.activation_id, call.agent_id, provider_id, preset_id, call.body["body"], status=exchange["status"],
+            headers=exchange["headers"], answer=replayed.answer, overflow=exchange["overflow"],
+            usage=exchange["usage"], retries=0, error=exchange["error"], started_at=format_ts(started),
+            duration_ms=0, replayed=True)
+        if exchange["status"] is not None:
+            call.store.record_replayed_model_call(
+                call.activation_id, call.agent_id, provider_id, preset_id, exchange["status"], exchange["usage"],
+                recorded_cost=call_cost(config.runner.presets.get(preset_id), exchange["usage"]))
+
+    call.store.write_grouped(record)
     if exchange["status"] is None:
         raise BadGateway(exchange["error"] or "Request to the provider failed")
-    call.store.record_replayed_model_call(
-        call.activation_id, call.agent_id, provider_id, preset_id, exchange["status"], exchange["usage"],
-        recorded_cost=call_cost(config.runner.presets.get(preset_id), exchange["usage"]))
     return json_response({"status": exchange["status"], "headers": exchange["headers"], "body": replayed.answer,
                           "overflow": exchange["overflow"]})
+
+
+def scripted_answer(config, provider_id, scripted):
+    """The answer a runner sends with a scripted provider's request (the script's turn, played in the
+    runner, as a Chat Completions answer), as the provider's ModelAnswer; None for other providers,
+    which must send none (docs/configuration.md#the-scripted-provider)."""
+    provider = config.runner.providers.get(provider_id)
+    if provider is None or provider.type != "scripted":
+        if scripted is not None:
+            raise BadRequest("scripted is only sent for a scripted provider")
+        return None
+    if not isinstance(scripted, dict) or not isinstance(scripted.get("choices"), list):
+        raise BadRequest(f"Provider {provider_id} is scripted: scripted (the script's turn) is required")
+    return ModelAnswer(200, {"content-type": "application/json"}, json.dumps(scripted, ensure_ascii=False),
+                       chat_completions_usage(scripted.get("usage")))
 

@@ -178,6 +178,10 @@ class FakeController:
                 raise RouteError(400, f"{field} is required")
         if not isinstance(body.get("body"), dict):
             raise RouteError(400, "body is required")
+        if isinstance(body.get("scripted"), dict):  # a scripted provider's turn is its own answer
+            with self._lock:
+                self.model_calls.append(body["scripted"])
+            return {"status": 200, "headers": {}, "body": json.dumps(body["scripted"])}
         if self.config is None:
             raise RouteError(500, "FakeController.use_runner was not called")
         try:

@@ -1,5 +1,6 @@
 """`make demo` as a user runs it: scripts/demo.py from a fresh shell, on the `local` backend and on the
 offline runner image with a real Docker engine, ending with a submitted project and its report."""
+import io
 import os
 import re
 import signal
@@ -8,8 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from api_fixtures import serving
 from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
 
+import suzumio
 import suzumio_runtime
 import suzumio_store
 
@@ -116,3 +120,33 @@ def test_the_demo_leaves_a_root_a_running_serve_holds_alone(tmp_path):
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=30)
+
+
+def test_the_offline_demo_replays_from_its_recording_and_a_changed_prompt_diverges(tmp_path):
+    """The scripted provider's turns are recorded like any provider's: a replay of the demo plays the
+    script not once, and a replay with pm's prompt changed parts from the recording at pm's first request."""
+    result, root = run_demo(tmp_path, "local")
+    assert_team_finished(result, root, "local")
+    with serving(root):
+        out, err = io.StringIO(), io.StringIO()
+        code = suzumio.main(["replay", "demo", "--as", "demo-again", "--wait", "--root", str(root)], out=out, err=err)
+        assert (code, err.getvalue()) == (0, ""), out.getvalue()
+        assert out.getvalue() == "Replaying demo as demo-again\ndemo-again: submitted\n"
+        source, copy = (suzumio_store.Root(root).open_project(name) for name in ("demo", "demo-again"))
+        assert len(source.exchanges()) >= 8  # every step of the script the demo played
+        assert len(copy.exchanges()) == len(source.exchanges())
+        assert {exchange["replayed"] for exchange in copy.exchanges()} == {True}  # the script was never played
+        # the same report, naming the replay's own folders
+        assert copy.report_path.read_text().replace(str(copy.dir), str(source.dir)) == source.report_path.read_text()
+
+        config = yaml.safe_load((root / "demo.yaml").read_text())
+        config["agents"]["pm"]["prompt"] = "Lead the team in haiku."
+        changed = root / "demo-changed.yaml"  # beside demo.yaml: its script path resolves from there
+        changed.write_text(yaml.safe_dump(config))
+        out = io.StringIO()
+        code = suzumio.main(["replay", "demo", "--as", "demo-changed", "--config", str(changed), "--wait",
+                             "--root", str(root)], out=out, err=io.StringIO())
+        assert code == 1, out.getvalue()
+        assert out.getvalue().startswith("Replaying demo as demo-changed\ndemo-changed: diverged at pm ")
+        assert "Lead the team in haiku." in out.getvalue()
+        assert out.getvalue().endswith("demo-changed: stopped\n")

@@ -156,6 +156,22 @@ def test_a_replay_calls_no_model_and_gives_the_same_report_messages_and_files(tm
         assert answer.json()["sections"]["tokens"]["a"]["total"] == 770
 
 
+def test_a_replay_maps_the_projects_folders_not_their_names(tmp_path):
+    """On `local` requests name the project's folder: a replay maps the folders only, so a root whose
+    path holds the replay's name (`team-runs/` holding a replay named `team`) replays faithfully."""
+    runs = tmp_path / "team-runs"
+    runs.mkdir()
+    with running_team(runs, "local") as team:
+        assert "team" in str(team.service.root.path)
+        run_delegation(team)
+        asked = len(team.model.requests)
+        copy = replay(team, "team")
+        wait_status(team, copy, "submitted")
+        assert len(team.model.requests) == asked
+        assert [e["type"] for e in copy.list_events(1000) if e["type"] == "replay.diverged"] == []
+        assert {x["replayed"] for x in copy.exchanges()} == {True}
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_changed_prompt_diverges_at_that_agent_and_stops_the_replay(tmp_path, kind):
     with running_team(tmp_path, kind) as team:

@@ -977,6 +977,11 @@ def test_scripted_provider_replays_the_matching_entry_with_placeholders(tmp_path
         "file.write",
         "messages.send",
     ]
+    # each step went to the controller with the request it answers, as a provider's answer
+    steps = controller.bodies("/runner/model")
+    assert [[c["function"]["name"] for c in b["scripted"]["choices"][0]["message"].get("tool_calls", [])]
+            for b in steps] == [["file_write"], ["messages_send"], []]
+    assert steps[0]["body"]["model"] == "team" and steps[0]["body"]["messages"][-1]["content"] == prompt
     [history] = controller.bodies("/runner/history/messages")
     assert history["metadata"]["scriptedEntry"] == 1
     assert history["metadata"]["usage"] == {"input": 0, "output": 0, "total": 0}
