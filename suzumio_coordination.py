@@ -61,6 +61,7 @@ from suzumio_records import (
     to_datetime,
     waking_signal,
 )
+from suzumio_registry import is_allowed
 
 log = logging.getLogger(__name__)
 
@@ -649,7 +650,8 @@ def _no_effect_nudge(store, config, tx, agent_id, activation_id):
     attempt = previous + 1
     delay = backoff_ms(rule, attempt - 2) if attempt > 1 else 0
     payload, not_before = _nudge_payload(rule, activation_id, attempt, delay, tx.now)
-    payload["message"] = no_effect_message(agent_id)
+    tools = store.agent(agent_id)["tools"]
+    payload["message"] = no_effect_message(lambda tool: is_allowed(tool, tools))
     return _emit(store, tx, KIND_NO_EFFECT_NUDGE, agent_id, rule.priority, payload, useful_effect=False,
                  not_before=not_before)
 

@@ -524,15 +524,21 @@ def default_useful_effect(kind, status):
     return kind in _USEFUL_WHEN_CLOSED
 
 
-def no_effect_message(agent_id):
-    """The no-effect nudge text (docs/design/scheduler.md); pm is also reminded of completion.submit."""
-    text = ("Your previous activation ended without any externally visible effect. Before ending an "
-            "activation you must use messages_send to report results, artifact paths or a blocker to "
-            "the requested recipient or the coordinator, or call coordination_wait_for_signal after "
-            "reporting")
-    if agent_id == "pm":
-        text += ", or call completion_submit with the final report"
-    return text + ". Do not merely run shell commands."
+def no_effect_message(has_tool):
+    """The no-effect nudge text (docs/design/scheduler.md), naming only the tools the agent has:
+    `has_tool(name)` says whether its allowlist holds a tool. A small model told of a tool it lacks
+    calls it, and is refused, again and again."""
+    ways = []
+    if has_tool("messages.send"):
+        ways.append("send what you made (its result, or the path of its file) or what blocks you with messages_send")
+    if has_tool("completion.submit"):
+        ways.append("submit the final report with completion_submit")
+    text = "Your previous activation ended with nothing anyone can see. Do the work you were given with your tools"
+    if ways:
+        text += ", then " + ", or ".join(ways)
+    if has_tool("coordination.wait_for_signal") and has_tool("messages.send"):
+        text += ". Call coordination_wait_for_signal only after you have reported"
+    return text + "."
 
 
 def is_news(signal, agent_id):

@@ -156,19 +156,16 @@ def _said(text):
     return " ".join(text.split()).casefold().rstrip(".!?")
 
 
-def echo_refusal(store, agent, activation_id, body):
+def echo_refusal(store, activation_id, body):
     """What an agent that sends back a message it was given is told, or None. Measured with a 1.5B model: told
     "Please begin.", it sent "Please begin." on to the next agent, which did the same, and no one worked."""
     for signal in store.signals_delivered_to(activation_id, KIND_MESSAGE) if activation_id else ():
         payload = signal.get("payload") or {}
         if _said(str(payload.get("body") or "")) == _said(body):
             sender = "the user" if payload.get("sender") == "user" else payload.get("sender")
-            text = (f'Not sent: "{body.strip()}" only repeats what {sender} sent you. Do what it asks yourself, now, '
-                    "with your tools")
-            if is_allowed("messages.send", agent["tools"]):
-                text += ("; to hand work to another agent, write out its assignment: what to make and where to "
-                         "put it")
-            return text + "."
+            return (f'Not sent: "{body.strip()}" only repeats what {sender} sent you. Do what it asks yourself, now, '
+                    "with your tools; to hand work to another agent, write out its assignment: what to make and "
+                    "where to put it.")
     return None
 
 
@@ -183,7 +180,7 @@ def send_message_tool(store, config, agent, activation_id, data):
             raise BadRequest(f'Message cannot have both recipient and channel: drop "recipient" to post to {channel} '
                              f"(you are {agent['id']}: a message to yourself is not delivered)")
         raise BadRequest(self_message_refusal(agent))
-    echo = echo_refusal(store, agent, activation_id, body)
+    echo = echo_refusal(store, activation_id, body)
     if echo is not None:
         raise BadRequest(echo)
     coordination.check_policy(config, agent["id"], recipient, channel, priority)

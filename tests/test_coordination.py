@@ -294,6 +294,17 @@ def test_no_effect_completion_records_first_nudge_immediately(demo):
     assert "messages_send" in payload["message"]
 
 
+def test_the_no_effect_nudge_names_only_the_tools_the_agent_has():
+    alone = rec.no_effect_message(lambda tool: tool in ("completion.submit", "file.write"))
+    assert "completion_submit" in alone
+    assert "messages_send" not in alone and "coordination_wait_for_signal" not in alone
+    worker = rec.no_effect_message(lambda tool: tool in ("messages.send", "coordination.wait_for_signal"))
+    assert "messages_send" in worker and "only after you have reported" in worker
+    assert "completion_submit" not in worker
+    assert rec.no_effect_message(lambda tool: False) == (
+        "Your previous activation ended with nothing anyone can see. Do the work you were given with your tools.")
+
+
 def _run_no_effect_chain(store, rounds, start=0):
     attempts, now = [], start
     for _ in range(rounds):
