@@ -8,7 +8,7 @@ import os
 import time
 
 import pytest
-from conftest import fill
+from conftest import fill, wait_until
 from repository_fixtures import (
     CHECK,
     NoWake,
@@ -27,6 +27,22 @@ from suzumio_store_repository import MERGE_MERGED, MERGE_WAITING
 pytestmark = pytest.mark.timeout(120)
 
 
+class OneConfig:
+    """The merge queue's view of the project files: this one project's."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def get(self, store):
+        return self.config
+
+
+def refusals(caplog, request_id):
+    """How many times a landing of the request was put off for want of space."""
+    return sum(f"merge {request_id} of code not landed now: Insufficient storage" in r.getMessage()
+               for r in caplog.records)
+
+
 def start_activation(store, config, activation_id, agent_id):
     """An activation row of `agent_id` with its start commit, as a backend's start records it."""
     with store.write() as tx:
@@ -34,9 +50,13 @@ def start_activation(store, config, activation_id, agent_id):
     repository.start_working_copy(store, config, store.activation(activation_id))
 
 
-def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_space_returns(small_disk, caplog):
+def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_space_returns(
+        small_disk, caplog, monkeypatch):
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(queue, "RETRY_SECONDS", 0.2)  # the worker's pause before trying again
     source = make_fixture_repository(small_disk / "source")
     store, config, root = init_repository_project(small_disk, source, checks=[CHECK])
+    worker = queue.MergeQueue(OneConfig(config), queue.run_check_locally)
     try:
         git_dir = store.dir / repository.REPOSITORY_DIR
         # w1 asked to land a change; w2's activation wrote a file its end must commit. Random bytes, so
@@ -54,8 +74,7 @@ def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_spa
         # landing still fit: the refusal under test is git's (test_disk_full.py covers the store's own).
         store._query_one("PRAGMA wal_checkpoint(RESTART)")
         filler = fill(small_disk / "filler.bin")
-        with caplog.at_level(logging.WARNING, logger="suzumio_repository"):
-            assert repository.activation_ended(store, config, "act-w2") is None
+        assert repository.activation_ended(store, config, "act-w2") is None
         [warning] = [r.getMessage() for r in caplog.records if "not committed" in r.getMessage()]
         assert "no space left on the disk" in warning, warning
         with pytest.raises(InsufficientStorage, match="no space left on the disk") as refused:
@@ -67,13 +86,18 @@ def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_spa
         fsck(w2_copy)
         assert store.commit_range("act-w2") == (before[1]["refs/heads/agents/w2"], None)
 
-        filler.unlink()  # space returns
+        # The queue's worker meets the same full disk and keeps the request waiting, trying again.
+        worker.wake(store)
+        wait_until(lambda: refusals(caplog, request_id) >= 3, 30, message="the worker refused for space twice")
+        assert store.merge_request(request_id)["status"] in MERGE_WAITING
+        assert (branch_heads(git_dir), branch_heads(w2_copy)) == before
+
+        filler.unlink()  # space returns: the worker lands the same request, the next end commits
+        wait_until(lambda: store.merge_request(request_id)["status"] == MERGE_MERGED, 30, message="the landing")
         head = repository.activation_ended(store, config, "act-w2")
         assert head is not None and head != before[1]["refs/heads/agents/w2"]
         assert store.commit_range("act-w2")[1] == head == branch_heads(git_dir)["refs/heads/agents/w2"]
-        queue.land(store, config, store.merge_request(request_id), queue.run_check_locally)
         landed = store.merge_request(request_id)
-        assert landed["status"] == MERGE_MERGED
         assert landed["commit"] == branch_heads(git_dir)["refs/heads/main"] != before[0]["refs/heads/main"]
         fsck(git_dir)
         fsck(w2_copy)
@@ -93,6 +117,7 @@ def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_spa
         fsck(git_dir)
         fsck(w2_copy)
     finally:
+        worker.close()
         root.close()
 
 
