@@ -139,7 +139,9 @@ def land(store, config, request, run_check):
     git_dir = repository.ensure_repository(store, config)
     if not store.start_merge_request(request["id"]):
         return
-    scratch = Path(store.dir) / repository.SCRATCH_DIR / request["id"]
+    # One scratch copy per serve process: a check a killed controller left running goes on in its own
+    # copy (nothing adopts it), never in the one this landing checks; `gc` removes it once it is done.
+    scratch = Path(store.dir) / repository.SCRATCH_DIR / f"{request['id']}.{os.getpid()}"
     try:
         _land(store, config, request, run_check, git_dir, scratch)
     except (repository.GitDiskFull, OSError) as error:
@@ -204,9 +206,12 @@ def _check_out(git_dir, commit, scratch):
     """The tree of `commit` as plain files in the scratch folder (its own index, none in the repository)."""
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    index = f"{scratch}.index"
-    repository.git("read-tree", commit, git_dir=git_dir, index=index)
-    repository.git("checkout-index", "--all", "--force", git_dir=git_dir, work_tree=scratch, index=index)
+    index = Path(f"{scratch}.index")
+    try:
+        repository.git("read-tree", commit, git_dir=git_dir, index=index)
+        repository.git("checkout-index", "--all", "--force", git_dir=git_dir, work_tree=scratch, index=index)
+    finally:  # needed only to check out: a controller killed during the checks leaves the copy alone
+        index.unlink(missing_ok=True)
 
 
 def _merged(store, config, request, commit, branch):

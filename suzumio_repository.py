@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 GIT_MINIMUM = (2, 38)  # `git merge-tree --write-tree`
 REPOSITORY_DIR = "repository.git"
-SCRATCH_DIR = "repository-scratch"  # <project>/repository-scratch/<request>: a merge's checked-out tree
+SCRATCH_DIR = "repository-scratch"  # <project>/repository-scratch/<request>.<pid>: a merge's checked-out tree
 WORKCOPY_GITDIR = "workcopy.git"  # <project>/agents/<id>/workcopy.git: the git folder of the agent's workspace
 BRANCH_PREFIX = "agents/"
 INTEGRATION_REF = "refs/remotes/integration"  # the integration tip as a working copy last fetched it
@@ -535,9 +535,9 @@ def remove_scratch(store):
     removed = 0
     if root.is_dir():
         for entry in root.iterdir():
-            if entry.name.split(".")[0] not in waiting:
+            if entry.name.split(".")[0] not in waiting:  # <request>.<pid>, or its index beside it
+                removed += entry.is_dir()
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-                removed += 1
     if has_repository(store):
         git("worktree", "prune", git_dir=repository_dir(store), check=False)
     copies = (Path(store.dir) / "agents").glob(f"*/{WORKCOPY_GITDIR}")

@@ -84,8 +84,16 @@ class Landing:
             assert request.get("commit") == tip and request["status"] in (MERGE_RUNNING, MERGE_MERGED), request
         return tip, request
 
-    def landed_once(self):
-        """The request lands (the next serve took it again), once, and gc leaves no scratch copy."""
+    def scratch_copies(self):
+        """The scratch copies there are now, each `<request>.<pid of the serve that made it>`."""
+        return sorted(path.name for path in self.scratch.iterdir()) if self.scratch.is_dir() else []
+
+    def copy_of(self, controller):
+        return f"{self.request_id}.{controller.process.pid}"
+
+    def landed_once(self, left_by_the_kill):
+        """The request lands (the next serve took it again), once; the scratch copy a killed serve left is
+        there until `gc`, which leaves none."""
         wait_until(lambda: self.request()["status"] in (MERGE_MERGED, MERGE_FAILED), 60,
                    message=f"{self.request_id} taken again and finished")
         tip, request = self.consistent()
@@ -93,9 +101,10 @@ class Landing:
         assert git(self.git_dir, "log", "--format=%s", "main").splitlines().count("w1 changes a") == 1
         events = [e["type"] for e in self.store.list_events(1000)]
         assert events.count("repo.merged") == 1 and "repo.merge_failed" not in events
+        assert self.scratch_copies() == left_by_the_kill
         code, out, err = cli("gc", PROJECT, "--root", str(self.root_path))
         assert code == 0, err
-        assert not self.scratch.exists() or not any(self.scratch.iterdir()), out
+        assert f"removed {len(left_by_the_kill)} scratch cop" in out and self.scratch_copies() == []
 
     def close(self):
         self.controller.stop()
@@ -116,15 +125,18 @@ def test_a_controller_killed_while_the_check_runs_leaves_the_branch_and_lands_th
         landing.serve()
         wait_until(started.exists, 60, message="the check running")
         assert landing.request()["status"] == MERGE_RUNNING
-        assert (landing.scratch / landing.request_id / "a.txt").read_text() == "a by w1\n"
+        first = landing.copy_of(landing.controller)
+        assert (landing.scratch / first / "a.txt").read_text() == "a by w1\n"
         landing.controller.kill()
         tip, request = landing.consistent()
         assert tip == landing.old_tip and request["status"] == MERGE_RUNNING and "commit" not in request
         started.unlink()
         landing.serve()
         wait_until(started.exists, 60, message="the check running again under the next serve")
+        # The killed serve's check still runs in its own copy; the new one checks a copy of its own.
+        assert landing.scratch_copies() == sorted([first, landing.copy_of(landing.controller)])
         release.touch()
-        landing.landed_once()
+        landing.landed_once(left_by_the_kill=[first])
     finally:
         release.touch()
         landing.close()
@@ -139,15 +151,17 @@ def test_a_controller_killed_around_the_move_of_the_branch_leaves_it_consistent_
         landing.serve(launcher=KILLED_IN_LANDING)
         wait_until(landing.controller.exited, 60, message=f"serve killing itself {kill_at}")
         assert landing.controller.process.returncode == -signal.SIGKILL
+        left = [landing.copy_of(landing.controller)]  # the killed serve's, never removed by it
+        assert landing.scratch_copies() == left
         tip, request = landing.consistent()
         if kill_at == "before-move":  # the candidate recorded, the branch where it was
             assert tip == landing.old_tip and request["status"] == MERGE_RUNNING and request["commit"]
         elif kill_at == "after-move":  # moved, recorded as the candidate only
             assert tip != landing.old_tip and request["status"] == MERGE_RUNNING
-        else:  # recorded; its scratch copy was not removed yet
-            assert request["status"] == MERGE_MERGED and (landing.scratch / landing.request_id).is_dir()
+        else:  # recorded, before its scratch copy was removed
+            assert request["status"] == MERGE_MERGED
         monkeypatch.delenv("SUZUMIO_TEST_KILL_AT")
         landing.serve()
-        landing.landed_once()
+        landing.landed_once(left_by_the_kill=left)
     finally:
         landing.close()
