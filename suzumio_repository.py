@@ -330,7 +330,7 @@ class WorkingCopy:
             return []
         paths = [p for p in self.git("diff", "--name-only", "--diff-filter=U", check=False).stdout.split("\n") if p]
         if not paths:
-            raise GitError(f"git merge failed: {done.stderr.strip() or done.stdout.strip()}")
+            raise failure(["merge"], done)
         return paths
 
 

@@ -1,10 +1,13 @@
 """The team's repository on a full disk (docs/teams-that-write-code.md#durability): the project root on
 a small tmpfs of its own (conftest's small_disk: needs root, SUZUMIO_REQUIRE_ROOT turns the skip into a
-failure) is filled, then an activation's end commit and a landing are tried with the real git. Each fails
-saying the disk is full, every branch stays where it was, `git fsck` passes, and once space returns the
-end commit is made and the same merge request lands."""
+failure) is filled, then an activation's end commit and a landing are tried with the real git (the landing
+refused by git, or by the project's database before git runs). Each fails saying the disk is full,
+every branch stays where it was, `git fsck` passes, the queue's worker keeps the request waiting, and
+once space returns the end commit is made, the same request lands, and `gc` removes the temporary
+object files the failed writes left."""
 import logging
 import os
+import sqlite3
 import time
 
 import pytest
@@ -37,10 +40,9 @@ class OneConfig:
         return self.config
 
 
-def refusals(caplog, request_id):
-    """How many times a landing of the request was put off for want of space."""
-    return sum(f"merge {request_id} of code not landed now: Insufficient storage" in r.getMessage()
-               for r in caplog.records)
+def worker_failures(caplog):
+    """How many times the merge queue's worker was refused and put its project off."""
+    return sum(r.getMessage() == "merge queue of code failed" for r in caplog.records)
 
 
 def start_activation(store, config, activation_id, agent_id):
@@ -50,8 +52,9 @@ def start_activation(store, config, activation_id, agent_id):
     repository.start_working_copy(store, config, store.activation(activation_id))
 
 
+@pytest.mark.parametrize("refused_by", ["git", "database"])
 def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_space_returns(
-        small_disk, caplog, monkeypatch):
+        small_disk, caplog, monkeypatch, refused_by):
     caplog.set_level(logging.INFO)
     monkeypatch.setattr(queue, "RETRY_SECONDS", 0.2)  # the worker's pause before trying again
     source = make_fixture_repository(small_disk / "source")
@@ -70,16 +73,21 @@ def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_spa
         w2_copy = repository.WorkingCopy(store, "w2").git_dir
         before = branch_heads(git_dir), branch_heads(w2_copy)
 
-        # The database's log starts over in the file it already has, so that the store's few writes of a
-        # landing still fit: the refusal under test is git's (test_disk_full.py covers the store's own).
-        store._query_one("PRAGMA wal_checkpoint(RESTART)")
+        # `git`: the database's log starts over in the file it already has, so that the store's few writes
+        # of a landing still fit and git is refused first. `database`: the log is emptied, so that the
+        # landing's first write to the store is refused before git runs.
+        store._query_one(f"PRAGMA wal_checkpoint({'RESTART' if refused_by == 'git' else 'TRUNCATE'})")
         filler = fill(small_disk / "filler.bin")
         assert repository.activation_ended(store, config, "act-w2") is None
         [warning] = [r.getMessage() for r in caplog.records if "not committed" in r.getMessage()]
         assert "no space left on the disk" in warning, warning
-        with pytest.raises(InsufficientStorage, match="no space left on the disk") as refused:
-            queue.land(store, config, store.merge_request(request_id), queue.run_check_locally)
-        assert isinstance(refused.value, repository.GitError), "the refusal came from git, not the store"
+        if refused_by == "git":
+            with pytest.raises(InsufficientStorage, match="no space left on the disk") as refused:
+                queue.land(store, config, store.merge_request(request_id), queue.run_check_locally)
+            assert isinstance(refused.value, repository.GitError)
+        else:
+            with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+                queue.land(store, config, store.merge_request(request_id), queue.run_check_locally)
         assert store.merge_request(request_id)["status"] in MERGE_WAITING  # waiting, not failed
         assert (branch_heads(git_dir), branch_heads(w2_copy)) == before
         fsck(git_dir)
@@ -88,7 +96,7 @@ def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_spa
 
         # The queue's worker meets the same full disk and keeps the request waiting, trying again.
         worker.wake(store)
-        wait_until(lambda: refusals(caplog, request_id) >= 3, 30, message="the worker refused for space twice")
+        wait_until(lambda: worker_failures(caplog) >= 2, 30, message="the worker refused for space twice")
         assert store.merge_request(request_id)["status"] in MERGE_WAITING
         assert (branch_heads(git_dir), branch_heads(w2_copy)) == before
 
@@ -106,7 +114,8 @@ def test_a_full_disk_fails_an_end_commit_and_a_landing_and_both_succeed_once_spa
         # large file). `gc` removes those old enough that no git command can still be writing them: the
         # test ages them rather than wait an hour, and one made now stays.
         left = temporary_objects(store.dir)
-        assert {path.parts[-4] for path in left} == {"repository.git", "workcopy.git"}, left
+        writers = {"repository.git", "workcopy.git"} if refused_by == "git" else {"workcopy.git"}
+        assert {path.parts[-4] for path in left} == writers, left
         for path in left:
             os.utime(path, (time.time() - 2 * repository.TEMP_OBJECT_AGE_SECONDS,) * 2)
         fresh = git_dir / "objects" / "tmp_obj_being_written"
