@@ -17,7 +17,7 @@ import suzumio_backend
 import suzumio_coordination as coordination
 import suzumio_repository as repository
 from suzumio_backend_docker import run_check_in_container
-from suzumio_errors import BadRequest, Conflict, InsufficientStorage
+from suzumio_errors import BadRequest, Conflict, InsufficientStorage, storage_error
 from suzumio_http import object_input, required_string
 from suzumio_records import format_ts, to_datetime
 from suzumio_store_repository import MERGE_FAILED, MERGE_MERGED, MERGE_RUNNING
@@ -144,15 +144,15 @@ def land(store, config, request, run_check):
     scratch = Path(store.dir) / repository.SCRATCH_DIR / f"{request['id']}.{os.getpid()}"
     try:
         _land(store, config, request, run_check, git_dir, scratch)
-    except (repository.GitDiskFull, OSError) as error:
+    except (repository.GitError, OSError) as error:
+        if not isinstance(error, repository.GitDiskFull) and storage_error(error) is None:
+            _failed(store, config, request, REASON_CHECKS, output=tail(f"the merge queue could not land it: {error}"))
+            return
         log.warning("merge %s of %s not landed now: %s", request["id"], store.project_id, error)
         _requeue(store, request["id"])
         raise
-    except repository.GitError as error:
-        _failed(store, config, request, REASON_CHECKS, output=tail(f"the merge queue could not land it: {error}"))
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        Path(f"{scratch}.index").unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)  # its index went once it was checked out
 
 
 def _land(store, config, request, run_check, git_dir, scratch):

@@ -264,6 +264,19 @@ def test_a_branch_git_refuses_to_move_fails_the_request_instead_of_queueing_it_f
     assert git(git_dir, "rev-parse", "main") == tip
 
 
+def test_a_scratch_copy_that_cannot_be_made_for_a_reason_other_than_space_fails_the_request(project):
+    # Only a full disk is worth waiting for: any other error of the file system is told to the agent.
+    store, config, _, _ = project
+    repository.working_copy(store, config, "w1")
+    (store.workspace("w1") / "a.txt").write_text("no room to check\n", encoding="utf-8")
+    request_id = merge(Queue(config), store, config, "w1", "w1 a")["metadata"]["requestId"]
+    (store.dir / repository.SCRATCH_DIR).write_text("a file where the scratch folder goes\n", encoding="utf-8")
+    Queue(config).land_all(store)
+    request = store.merge_request(request_id)
+    assert (request["status"], request["reason"]) == ("failed", "checks")
+    assert "could not land it: [Errno 20] Not a directory" in request["output"], request["output"]
+
+
 def test_the_queue_thread_lands_what_it_is_woken_for(project):
     store, config, _, _ = project
 
