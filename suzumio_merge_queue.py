@@ -7,6 +7,7 @@ import fnmatch
 import logging
 import os
 import shutil
+import sqlite3
 import subprocess
 import threading
 from datetime import timedelta
@@ -16,7 +17,7 @@ import suzumio_backend
 import suzumio_coordination as coordination
 import suzumio_repository as repository
 from suzumio_backend_docker import run_check_in_container
-from suzumio_errors import BadRequest, Conflict
+from suzumio_errors import BadRequest, Conflict, InsufficientStorage, storage_error
 from suzumio_http import object_input, required_string
 from suzumio_records import format_ts, to_datetime
 from suzumio_store_repository import MERGE_FAILED, MERGE_MERGED, MERGE_RUNNING
@@ -132,11 +133,30 @@ class MergeQueue:
 
 
 def land(store, config, request, run_check):
-    """docs/teams-that-write-code.md#the-merge-queue, for one request."""
+    """docs/teams-that-write-code.md#the-merge-queue, for one request. Wanting disk space, it waits (the
+    error is raised, so the worker pauses before trying again); any other git failure fails it, telling
+    the agent: nothing stays running for ever."""
     git_dir = repository.ensure_repository(store, config)
-    branch = repository.integration_branch(git_dir)
     if not store.start_merge_request(request["id"]):
         return
+    # One scratch copy per serve process: a check a killed controller left running goes on in its own
+    # copy (nothing adopts it), never in the one this landing checks; `gc` removes it once it is done.
+    scratch = Path(store.dir) / repository.SCRATCH_DIR / f"{request['id']}.{os.getpid()}"
+    try:
+        _land(store, config, request, run_check, git_dir, scratch)
+    except (repository.GitError, OSError) as error:
+        if not isinstance(error, repository.GitDiskFull) and storage_error(error) is None:
+            _failed(store, config, request, REASON_CHECKS, output=tail(f"the merge queue could not land it: {error}"))
+            return
+        log.warning("merge %s of %s not landed now: %s", request["id"], store.project_id, error)
+        _requeue(store, request["id"])
+        raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)  # its index went once it was checked out
+
+
+def _land(store, config, request, run_check, git_dir, scratch):
+    branch = repository.integration_branch(git_dir)
     tip = repository.integration_tip(git_dir)
     candidate = request.get("commit")
     if candidate and request["status"] == MERGE_RUNNING and repository.is_ancestor(git_dir, candidate, tip):
@@ -153,43 +173,45 @@ def land(store, config, request, run_check):
         return
     message = f"{request['message']}\n\nLanded from {repository.agent_branch(request['agent'])} by {request['id']}."
     commit = repository.out("commit-tree", tree, "-p", tip, "-m", message, git_dir=git_dir, author=request["agent"])
-    scratch = Path(store.dir) / repository.SCRATCH_DIR / request["id"]
-    try:
-        _check_out(git_dir, commit, scratch)
-        for command in config.repository.checks:
-            code, output = run_check(config, request["agent"], scratch, command)
-            if code != 0:
-                _failed(store, config, request, REASON_CHECKS,
-                        output=tail(f"$ {command}\n{output}\n(exit code {code})"))
-                return
-        store.set_merge_candidate(request["id"], commit)
-        # The one move of the integration branch: only from the tip the checks ran on (git's own lock file,
-        # renamed into place, so a stop leaves the old tip or the new one).
-        moved = repository.git("update-ref", "-m", f"merge {request['id']}", f"refs/heads/{branch}", commit, tip,
-                               git_dir=git_dir, check=False)
-        if moved.returncode != 0:
-            log.info("integration branch of %s moved during %s; trying again", store.project_id, request["id"])
-            store.requeue_merge_request(request["id"])
+    _check_out(git_dir, commit, scratch)
+    for command in config.repository.checks:
+        code, output = run_check(config, request["agent"], scratch, command)
+        if code != 0:
+            _failed(store, config, request, REASON_CHECKS, output=tail(f"$ {command}\n{output}\n(exit code {code})"))
             return
-        _merged(store, config, request, commit, branch)
-    except repository.GitError as error:  # not something waiting would mend: the agent is told
-        _failed(store, config, request, REASON_CHECKS, output=tail(f"the merge queue could not check it: {error}"))
-    except OSError as error:  # a full disk, say: the request waits and is tried again
-        log.warning("merge %s of %s not landed now: %s", request["id"], store.project_id, error)
+    store.set_merge_candidate(request["id"], commit)
+    # The one move of the integration branch: only from the tip the checks ran on (git's own lock file,
+    # renamed into place, so a stop leaves the old tip or the new one).
+    moved = repository.git("update-ref", "-m", f"merge {request['id']}", f"refs/heads/{branch}", commit, tip,
+                           git_dir=git_dir, check=False)
+    if moved.returncode != 0:
+        if repository.integration_tip(git_dir) == tip:  # nobody moved it: the move itself failed
+            raise repository.failure(["update-ref"], moved)
+        log.info("integration branch of %s moved during %s; trying again", store.project_id, request["id"])
         store.requeue_merge_request(request["id"])
-        raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        Path(f"{scratch}.index").unlink(missing_ok=True)
+        return
+    _merged(store, config, request, commit, branch)
+
+
+def _requeue(store, request_id):
+    """Put a request back in the queue after a landing failed for want of room. The database may have no
+    room either: the request then stays running, which the next landing treats the same way."""
+    try:
+        store.requeue_merge_request(request_id)
+    except (sqlite3.Error, OSError, InsufficientStorage) as error:
+        log.warning("merge %s stays running until it is tried again: %s", request_id, error)
 
 
 def _check_out(git_dir, commit, scratch):
     """The tree of `commit` as plain files in the scratch folder (its own index, none in the repository)."""
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    index = f"{scratch}.index"
-    repository.git("read-tree", commit, git_dir=git_dir, index=index)
-    repository.git("checkout-index", "--all", "--force", git_dir=git_dir, work_tree=scratch, index=index)
+    index = Path(f"{scratch}.index")
+    try:
+        repository.git("read-tree", commit, git_dir=git_dir, index=index)
+        repository.git("checkout-index", "--all", "--force", git_dir=git_dir, work_tree=scratch, index=index)
+    finally:  # needed only to check out: a controller killed during the checks leaves the copy alone
+        index.unlink(missing_ok=True)
 
 
 def _merged(store, config, request, commit, branch):

@@ -9,16 +9,17 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from suzumio_config_repository import is_remote
-from suzumio_errors import BadRequest, ConfigError, Conflict, InternalError, NotFound
+from suzumio_errors import BadRequest, ConfigError, Conflict, InsufficientStorage, InternalError, NotFound
 
 log = logging.getLogger(__name__)
 
 GIT_MINIMUM = (2, 38)  # `git merge-tree --write-tree`
 REPOSITORY_DIR = "repository.git"
-SCRATCH_DIR = "repository-scratch"  # <project>/repository-scratch/<request>: a merge's checked-out tree
+SCRATCH_DIR = "repository-scratch"  # <project>/repository-scratch/<request>.<pid>: a merge's checked-out tree
 WORKCOPY_GITDIR = "workcopy.git"  # <project>/agents/<id>/workcopy.git: the git folder of the agent's workspace
 BRANCH_PREFIX = "agents/"
 INTEGRATION_REF = "refs/remotes/integration"  # the integration tip as a working copy last fetched it
@@ -27,10 +28,29 @@ EVENT_COMMITTED = "repo.committed"
 LOG_LIMIT = 50
 DIFF_LIMIT = 400_000  # characters of a diff an answer carries
 REV_TEXT = re.compile(r"^[A-Za-z0-9_./@^~{}-]+$")
+# How git says a write found no room (its own wording, and strerror of ENOSPC and EDQUOT under LC_ALL=C).
+DISK_FULL_TEXT = ("No space left on device", "Out of diskspace", "Disk quota exceeded")
+TEMP_OBJECT_AGE_SECONDS = 3600  # `gc` removes a temporary object file of a failed write once it is this old
 
 
 class GitError(InternalError):
     """A git command failed in a way the caller did not expect (its stderr is the message)."""
+
+
+class GitDiskFull(GitError, InsufficientStorage):
+    """A git command could not write for want of disk space: waiting mends it, so the caller may try
+    again. Still a GitError (callers that log git failures log this one too), answered as 507."""
+
+    status = InsufficientStorage.status
+
+
+def failure(args, done):
+    """The error for a git command that exited non-zero: GitDiskFull when git says the disk is full."""
+    text = done.stderr.strip() or done.stdout.strip()
+    if any(words in text for words in DISK_FULL_TEXT):
+        return GitDiskFull(f"Insufficient storage: git {args[0]} could not write, no space left on the disk "
+                           f"of the runtime root ({text})")
+    return GitError(f"git {args[0]} failed: {text}")
 
 
 # ---------------------------------------------------------------- the git command line
@@ -71,7 +91,7 @@ def git(*args, git_dir=None, work_tree=None, index=None, author=None, check=True
     done.stdout = done.stdout.decode("utf-8", "replace") if isinstance(done.stdout, bytes) else done.stdout
     done.stderr = done.stderr.decode("utf-8", "replace")
     if check and done.returncode != 0:
-        raise GitError(f"git {args[0]} failed: {done.stderr.strip() or done.stdout.strip()}")
+        raise failure(args, done)
     return done
 
 
@@ -105,7 +125,7 @@ def merge_trees(git_dir, ours, theirs):
     done = git("merge-tree", "--write-tree", "--name-only", "--no-messages", ours, theirs, git_dir=git_dir,
                check=False)
     if done.returncode not in (0, 1):
-        raise GitError(f"git merge-tree failed: {done.stderr.strip()}")
+        raise failure(["merge-tree"], done)
     lines = done.stdout.splitlines()
     return lines[0], [line for line in lines[1:] if line]
 
@@ -310,7 +330,7 @@ class WorkingCopy:
             return []
         paths = [p for p in self.git("diff", "--name-only", "--diff-filter=U", check=False).stdout.split("\n") if p]
         if not paths:
-            raise GitError(f"git merge failed: {done.stderr.strip() or done.stdout.strip()}")
+            raise failure(["merge"], done)
         return paths
 
 
@@ -508,15 +528,42 @@ def export(store, config, into=None, bundle=None):
 
 
 def remove_scratch(store):
-    """`gc`: scratch copies no merge is using (a controller stopped during a merge's checks leaves one)."""
+    """`gc`: scratch copies no merge is using (a controller stopped during a merge's checks leaves one),
+    and the temporary object files failed git writes left. Returns how many scratch copies went."""
     root = Path(store.dir) / SCRATCH_DIR
     waiting = {request["id"] for request in store.merge_requests(waiting_only=True)}
     removed = 0
     if root.is_dir():
         for entry in root.iterdir():
-            if entry.name.split(".")[0] not in waiting:
+            if entry.name.split(".")[0] not in waiting:  # <request>.<pid>, or its index beside it
+                removed += entry.is_dir()
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-                removed += 1
     if has_repository(store):
         git("worktree", "prune", git_dir=repository_dir(store), check=False)
+    copies = (Path(store.dir) / "agents").glob(f"*/{WORKCOPY_GITDIR}")
+    stale = remove_temporary_objects([repository_dir(store), *copies])
+    if stale:
+        log.info("gc of %s: removed %d temporary object file(s) of failed git writes", store.project_id, stale)
+    return removed
+
+
+def remove_temporary_objects(git_dirs, now=None):
+    """The temporary files a git write that failed (a full disk, a kill) leaves in a git folder's objects
+    (tmp_obj_*, tmp_pack_*, tmp_idx_*, incoming-* quarantines): no ref names them, and a partly written
+    one can hold most of a large file. Only old ones, since a git command running now writes the same
+    names. `git prune` would do this too, but would also prune commits only a recorded fork point names."""
+    limit = (time.time() if now is None else now) - TEMP_OBJECT_AGE_SECONDS
+    removed = 0
+    for git_dir in git_dirs:
+        objects = Path(git_dir) / "objects"
+        candidates = [*objects.glob("tmp_*"), *objects.glob("??/tmp_*"), *objects.glob("pack/tmp_*"),
+                      *objects.glob("incoming-*")]
+        for path in candidates:
+            try:
+                if path.lstat().st_mtime >= limit:
+                    continue
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                removed += 1
+            except OSError as error:
+                log.info("temporary object %s not removed: %s", path, error)
     return removed

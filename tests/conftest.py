@@ -1,7 +1,8 @@
 """Shared fixtures: an isolated runtime root, the served app with its `demo` project, a fake model server,
-free_port, and wait_until for other threads and processes."""
+a small disk of its own (small_disk, fill), free_port, and wait_until for other threads and processes."""
 import os
 import socket
+import subprocess
 import time
 
 import pytest
@@ -44,6 +45,37 @@ def require(kind):
             pytest.fail(f"{reason} ({flag} is set)")
         pytest.skip(reason)
     return fail_or_skip
+
+
+SMALL_DISK_SIZE = "8m"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A tmpfs of SMALL_DISK_SIZE mounted for the test (so it needs root; SUZUMIO_REQUIRE_ROOT turns the
+    skip into a failure): a disk the test can fill without filling the machine's."""
+    if os.geteuid() != 0:
+        require("root")("mounting a tmpfs needs root")
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_SIZE}", "suzumio-test-disk", str(mount_point)],
+                   check=True)
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(path):
+    """Write zeros into `path` until the filesystem refuses (what `dd` into an artifacts folder does).
+    Unbuffered, so that a short last write leaves nothing behind for close() to fail on again."""
+    with open(path, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * (1 << 16))
+        except OSError as error:
+            assert error.errno == 28  # ENOSPC
+    return path
 
 
 def free_port():

@@ -1,48 +1,19 @@
 """A full disk is an error, not a crash (docs/operations.md, "What survives what"): the runtime root on
-a small tmpfs of its own (mounted by the test, so it needs root; SUZUMIO_REQUIRE_ROOT turns the skip into
-a failure) is filled as an agent would fill its artifacts folder. The real user app answers
-507 {"error": "Insufficient storage: …"}, /health names the disk, serve stays up, every accepted message
-is kept, SQLite's integrity check stays ok, and writes succeed again once space returns."""
-import os
-import subprocess
-
+a small tmpfs of its own (conftest's small_disk: mounted by the test, so it needs root;
+SUZUMIO_REQUIRE_ROOT turns the skip into a failure) is filled as an agent would fill its artifacts
+folder. The real user app answers 507 {"error": "Insufficient storage: …"}, /health names the disk,
+serve stays up, every accepted message is kept, SQLite's integrity check stays ok, and writes succeed
+again once space returns."""
 import pytest
 from api_fixtures import serving
-from conftest import require
+from conftest import fill
 from crash_fixtures import busy_runner
 from e2e_fixtures import call, running_team
 from store_fixtures import init_demo
 
 pytestmark = pytest.mark.timeout(180)
 
-TMPFS_SIZE = "8m"
 BODY = "x" * 4000
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    if os.geteuid() != 0:
-        require("root")("mounting a tmpfs needs root")
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "suzumio-test-disk", str(mount_point)],
-                   check=True)
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def fill(path):
-    """Write zeros into `path` until the filesystem refuses (what `dd` into an artifacts folder does).
-    Unbuffered, so that a short last write leaves nothing behind for close() to fail on again."""
-    with open(path, "wb", buffering=0) as handle:
-        try:
-            while True:
-                handle.write(b"\0" * (1 << 16))
-        except OSError as error:
-            assert error.errno == 28  # ENOSPC
-    return path
 
 
 def test_a_full_disk_answers_507_keeps_serve_up_and_loses_no_accepted_message(small_disk):

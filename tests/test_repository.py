@@ -247,6 +247,36 @@ def test_a_landing_interrupted_after_the_branch_moved_is_recorded_on_resume(proj
     assert store.merge_request(request_id)["commit"] == commit == git(git_dir, "rev-parse", "main")
 
 
+def test_a_branch_git_refuses_to_move_fails_the_request_instead_of_queueing_it_for_ever(project):
+    # A lock file of the integration branch that no git process holds (what a host crash during a move
+    # leaves): the move is refused while the tip stays put. Only a tip that really moved means "try again".
+    store, config, _, _ = project
+    git_dir = store.dir / "repository.git"
+    repository.working_copy(store, config, "w1")
+    (store.workspace("w1") / "a.txt").write_text("locked out\n", encoding="utf-8")
+    request_id = merge(Queue(config), store, config, "w1", "w1 a")["metadata"]["requestId"]
+    tip = git(git_dir, "rev-parse", "main")
+    (git_dir / "refs" / "heads" / "main.lock").write_text(f"{tip}\n", encoding="utf-8")
+    Queue(config).land_all(store)
+    request = store.merge_request(request_id)
+    assert (request["status"], request["reason"]) == ("failed", "checks")
+    assert "could not land it: git update-ref failed" in request["output"] and "main.lock" in request["output"]
+    assert git(git_dir, "rev-parse", "main") == tip
+
+
+def test_a_scratch_copy_that_cannot_be_made_for_a_reason_other_than_space_fails_the_request(project):
+    # Only a full disk is worth waiting for: any other error of the file system is told to the agent.
+    store, config, _, _ = project
+    repository.working_copy(store, config, "w1")
+    (store.workspace("w1") / "a.txt").write_text("no room to check\n", encoding="utf-8")
+    request_id = merge(Queue(config), store, config, "w1", "w1 a")["metadata"]["requestId"]
+    (store.dir / repository.SCRATCH_DIR).write_text("a file where the scratch folder goes\n", encoding="utf-8")
+    Queue(config).land_all(store)
+    request = store.merge_request(request_id)
+    assert (request["status"], request["reason"]) == ("failed", "checks")
+    assert "could not land it: [Errno 20] Not a directory" in request["output"], request["output"]
+
+
 def test_the_queue_thread_lands_what_it_is_woken_for(project):
     store, config, _, _ = project
 
