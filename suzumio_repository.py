@@ -509,7 +509,8 @@ def diff(store, config, base=None, target=None):
     for name, value in (("from", base), ("to", target)):
         if rev(git_dir, value) is None:
             raise NotFound(f"{name}: unknown revision: {value}")
-    text = out("diff", "--stat", "--patch", rev(git_dir, base), rev(git_dir, target), git_dir=git_dir)
+    # Not stripped: the stat's first line starts with a space, as every line of it does.
+    text = git("diff", "--stat", "--patch", rev(git_dir, base), rev(git_dir, target), git_dir=git_dir).stdout
     return {"from": rev(git_dir, base), "to": rev(git_dir, target), "diff": text[:DIFF_LIMIT],
             "truncated": len(text) > DIFF_LIMIT}
 
