@@ -20,13 +20,12 @@ from suzumio_backend_docker import run_check_in_container
 from suzumio_errors import BadRequest, Conflict, InsufficientStorage, storage_error
 from suzumio_http import object_input, required_string
 from suzumio_records import format_ts, to_datetime
+from suzumio_repository import EVENT_FAILED, EVENT_MERGED
 from suzumio_store_repository import MERGE_FAILED, MERGE_MERGED, MERGE_RUNNING
 
 log = logging.getLogger(__name__)
 
 EVENT_REQUESTED = "repo.merge_requested"
-EVENT_MERGED = "repo.merged"
-EVENT_FAILED = "repo.merge_failed"
 EVENT_CLAIMED = "repo.claimed"
 EVENT_RELEASED = "repo.released"
 REASON_CONFLICT = "conflict"

@@ -26,6 +26,7 @@ from suzumio_records import (
     PROJECT_RUNNING,
     PROJECT_STOPPED,
     PROJECT_SUBMITTED,
+    TOOL_CALL_END_STATUSES,
 )
 
 log = logging.getLogger(__name__)
@@ -43,10 +44,15 @@ CONTROLLER_TOOLS = ("messages.", "coordination.", "completion.")
 STORE_ID = re.compile(r"\b[a-z]+_\d{13}_[0-9a-f]{8}\b")
 TIMESTAMP = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
 DIFF_LINES = 80
+# Signals of the merge queue: a replay with recorded tools delivers the source's own (_deliveries).
+QUEUE_SIGNALS = (suzumio_repository.EVENT_MERGED, suzumio_repository.EVENT_FAILED)
 MAX_CHOSEN = 4096  # the sources kept for running activations
 ENDED_EVENTS = ("activation.completed", "activation.failed", "activation.cancelled")
 
 Recorded = namedtuple("Recorded", "exchange answer")
+# Where the source was when something came: activations started, those ended (indexes in start order) and,
+# for each running one, its tool calls started and ended.
+Position = namedtuple("Position", "started ended progress")
 
 
 def normalized(text):
@@ -156,13 +162,20 @@ class Replay:
                   for key, value in (("output", row["output"]), ("error", row["error"]), ("text", text))}
         return dict(mapped, status=row["status"])
 
-    def restore_artifacts(self, agent_id, source_id):
+    def restore(self, agent_id, source_id):
         """tools: recorded: the agent's folder becomes what the source recorded after the activation
-        this one re-runs (files from the blobs; files it did not have removed)."""
-        state = self.source.artifact_state(agent_id, source_id) if source_id else None
-        if state is None:
+        this one re-runs (files from the blobs; files it did not have removed), and its working copy and
+        the integration branch what the source's repository held then."""
+        if source_id is None:
             return
-        restore_folder(self.source, self.store.artifacts_dir(agent_id), state)
+        state = self.source.artifact_state(agent_id, source_id)
+        if state is not None:
+            restore_folder(self.source, self.store.artifacts_dir(agent_id), state)
+        try:
+            suzumio_repository.restore_replayed(self.source, self.store, agent_id, source_id)
+        except (OSError, suzumio_repository.GitError) as error:
+            # Logged, not raised: the activation's output must still be taken; its code is then the replay's own.
+            log.warning("replay %s: working copy of %s not restored: %s", self.store.project_id, agent_id, error)
 
 
 def spelling(folder, resolve):
@@ -228,9 +241,26 @@ class ReplayedActivation:
         return self.replay.recorded_tool(self.activation_id, self.source_id, tool, model_call_id)
 
     def ended(self, agent_id):
-        """tools: recorded: the agent's files as the source had them after the activation re-run."""
+        """tools: recorded: the agent's files and code as the source had them after the activation re-run."""
         if self.replay.origin["tools"] == "recorded" and not self._diverged():
-            self.replay.restore_artifacts(agent_id, self.source_id)
+            self.replay.restore(agent_id, self.source_id)
+
+
+def reached(store, position):
+    """Whether the replay `store` is at or past `position` of its source."""
+    mine = store.activation_ids_in_order()
+    if len(mine) < position.started:
+        return False
+    for index in position.ended:
+        if index >= len(mine) or store.activation(mine[index])["status"] == "running":
+            return False
+    for index, (called, finished) in position.progress.items():
+        if index >= len(mine) or store.activation(mine[index])["status"] != "running":
+            continue  # ended: past wherever it was
+        calls = store.tool_calls_of(mine[index])
+        if len(calls) < called or sum(1 for call in calls if call["status"] in TOOL_CALL_END_STATUSES) < finished:
+            return False
+    return True
 
 
 def restore_folder(source, folder, state):
@@ -293,44 +323,69 @@ class Replays:
 
         return may_start
 
-    def _deliver_due_messages(self, replay, config, theirs, now):
-        """The source's user messages, each once the replay has started the activations started before
-        it in the source and ended those that had ended by then."""
-        store = replay.store
-        positions = replay.source.event_positions(("message.created", "activation.started", *ENDED_EVENTS))
+    def _deliveries(self, replay, theirs):
+        """What the replay delivers itself, in the source's order: [(event type, data, Position)]. The
+        source's user messages; with `tools: recorded` also the signals its merge queue raised
+        (`repo.merged`, `repo.merge_failed`): the replay's `repo.merge` calls are the recording's, so its
+        own queue never lands anything."""
+        recorded = replay.origin["tools"] == "recorded"
+        tool_ends = tuple(f"tool.{status}" for status in TOOL_CALL_END_STATUSES)
+        positions = replay.source.event_positions(("message.created", "signal.created", "activation.started",
+                                                   "tool.called", *tool_ends, *ENDED_EVENTS))
         index_of = {activation_id: number for number, activation_id in enumerate(theirs)}
         started, ended, due = 0, set(), []
+        running = {}  # index of each running activation -> [tool calls started, ended]
+        call_of = {}  # tool call id -> index of its activation
         for _, kind, data in positions:
+            index = index_of.get(data.get("activationId"))
             if kind == "activation.started":
                 started += 1
+                if index is not None:
+                    running[index] = [0, 0]
             elif kind in ENDED_EVENTS:
-                if data.get("activationId") in index_of:
-                    ended.add(index_of[data["activationId"]])
-            elif data.get("sender") == "user":
-                due.append((data, started, frozenset(ended)))
+                if index is not None:
+                    ended.add(index)
+                    running.pop(index, None)
+            elif kind == "tool.called":
+                if index in running:
+                    call_of[data.get("id")] = index
+                    running[index][0] += 1
+            elif kind in tool_ends:
+                if call_of.get(data.get("id")) in running:
+                    running[call_of[data["id"]]][1] += 1
+            elif (kind == "message.created" and data.get("sender") == "user") or (
+                    kind == "signal.created" and recorded and data.get("kind") in QUEUE_SIGNALS):
+                progress = {i: tuple(counts) for i, counts in running.items()}
+                due.append((kind, data, Position(started, frozenset(ended), progress)))
+        return due
+
+    def _deliver_due_messages(self, replay, config, theirs, now):
+        """Each delivery (`_deliveries`) once the replay is where the source was when it came: the same
+        activations started and ended, and each running one as far in its tool calls (a P1 signal reaches a
+        running activation at its next tool call, so it must not come early)."""
+        store = replay.store
         delivered = replay.origin["injectedMessages"]
-        for message, started_before, ended_before in due[delivered:]:
-            mine = store.activation_ids_in_order()
-            if len(mine) < started_before or any(
-                    index >= len(mine) or store.activation(mine[index])["status"] == "running"
-                    for index in ended_before):
+        for kind, data, position in self._deliveries(replay, theirs)[delivered:]:
+            if not reached(store, position):
                 return
             with store.write(now) as tx:
                 if not store.mark_injected(tx, delivered + 1):
                     return
-                coordination.send_message(store, config, "user", message["body"], message.get("recipient"),
-                                          message.get("channel"), message.get("priority"))
+                if kind == "message.created":
+                    coordination.send_message(store, config, "user", data["body"], data.get("recipient"),
+                                              data.get("channel"), data.get("priority"))
+                else:
+                    coordination.record_signal(store, config, data["kind"], target_agent=data.get("targetAgent"),
+                                               priority=data.get("priority"), payload=data.get("payload"))
             delivered += 1
 
     def _end_if_done(self, replay, theirs, now):
-        """Every source activation re-run and ended, every user message delivered: the replay ends in
-        the source's status (submitted, completed or stopped, as the source is now)."""
+        """Every source activation re-run and ended, everything delivered: the replay ends in the
+        source's status (submitted, completed or stopped, as the source is now)."""
         store = replay.store
         mine = store.activation_ids_in_order()
-        user_messages = sum(1 for _, _, data in replay.source.event_positions(("message.created",))
-                            if data.get("sender") == "user")
         if len(mine) < len(theirs) or store.running_activations() or \
-                store.origin()["injectedMessages"] < user_messages:
+                store.origin()["injectedMessages"] < len(self._deliveries(replay, theirs)):
             return
         status = replay.source.project()["status"]
         with store.write(now) as tx:

@@ -23,8 +23,12 @@ SCRATCH_DIR = "repository-scratch"  # <project>/repository-scratch/<request>.<pi
 WORKCOPY_GITDIR = "workcopy.git"  # <project>/agents/<id>/workcopy.git: the git folder of the agent's workspace
 BRANCH_PREFIX = "agents/"
 INTEGRATION_REF = "refs/remotes/integration"  # the integration tip as a working copy last fetched it
+REPLAYED_REFS = "refs/replayed/"  # a replay's copy of its source's branches (restore_replayed)
 COMMITTER = ("Suzumio", "suzumio@localhost")
 EVENT_COMMITTED = "repo.committed"
+# The merge queue's events, and the kinds of the signals it raises with them (suzumio_merge_queue).
+EVENT_MERGED = "repo.merged"
+EVENT_FAILED = "repo.merge_failed"
 LOG_LIMIT = 50
 DIFF_LIMIT = 400_000  # characters of a diff an answer carries
 REV_TEXT = re.compile(r"^[A-Za-z0-9_./@^~{}-]+$")
@@ -449,6 +453,30 @@ def fork_repository(source, store, activation_id):
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     return target
+
+
+def restore_replayed(source, store, agent_id, activation_id):
+    """A replay with recorded tools, at the end of the activation that re-ran the source's `activation_id`:
+    the code as the source had it then. The agent's working copy holds the files of that activation's end
+    commit (committed to the agent's own branch by the end of the activation, as any change is) and the
+    integration branch is where the source's was. Nothing when either project has no repository."""
+    if not (has_repository(source) and has_repository(store)):
+        return
+    refs = source.repository_refs(activation_id) or {}
+    _, end = source.commit_range(activation_id)
+    target = repository_dir(store)
+    # The source's commits under a namespace of their own: a fetch names branches, not commit ids.
+    git("fetch", "--quiet", "--no-tags", repository_dir(source), f"+refs/heads/*:{REPLAYED_REFS}*", git_dir=target)
+    branch = refs.get("HEAD")
+    if branch and refs.get(branch):
+        git("update-ref", branch, refs[branch], git_dir=target)
+    copy = WorkingCopy(store, agent_id)
+    if end is None or not copy.exists:
+        return
+    git("fetch", "--quiet", "--no-tags", target, f"+{REPLAYED_REFS}*:{REPLAYED_REFS}*", git_dir=copy.git_dir)
+    copy.git("add", "--all", "--", ".")  # tracked, so the reset below removes what the end commit lacks
+    copy.git("read-tree", "--reset", "-u", end)
+    hand_to_workspace_owner(copy.work_tree)
 
 
 # ---------------------------------------------------------------- what people read

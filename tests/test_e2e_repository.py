@@ -153,6 +153,38 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
             assert (store.dir / "agents" / agent / repository.WORKCOPY_GITDIR / "HEAD").is_file()
 
 
+def test_a_replay_with_recorded_tools_ends_with_the_code_the_source_had(tmp_path):
+    """tools: recorded runs no file write and lands nothing: each agent's working copy is restored from
+    the source's end commit when its activation ends, the integration branch follows the source's, and
+    the merge queue's signals come from the recording, so the replay wakes the agents the source woke."""
+    with running_team(tmp_path, "local", scheduler_interval=1.0, **team_options(tmp_path)) as team:
+        git_dir, *_ = run_team_of_three(team)
+        assert team.service.post(f"/api/projects/{team.name}/stop", {}).status_code == 200
+        team.wait_quiet()
+        asked = len(team.model.requests)
+        answer = team.service.post(f"/api/projects/{team.name}/replay", {"as": "e2e-again", "tools": "recorded"})
+        assert answer.status_code == 201, answer.text
+        copy = team.service.root.open_project("e2e-again")
+        team.wait_for(lambda: copy.origin()["ended"] and not copy.running_activations(), 120, "the replay's end")
+        assert copy.origin()["diverged"] is None and copy.project()["status"] == "stopped"
+        assert len(team.model.requests) == asked
+        assert len(copy.list_activations(1000)) == len(team.store.list_activations(1000))
+        replayed = repository.repository_dir(copy)
+
+        def tree(folder, ref):
+            return repository.out("rev-parse", f"{ref}^{{tree}}", git_dir=folder)
+
+        for ref in ("main", "agents/w1", "agents/w2", "agents/w3"):
+            assert tree(replayed, ref) == tree(git_dir, ref), ref
+        assert repository.out("show", "main:shared.txt", git_dir=replayed) == \
+            "shared line one by w1 and w3\nshared line two"
+        # Nothing landed in the replay itself: its merges were the recording's, its signals the source's.
+        assert [e for e in copy.list_events(10000) if e["type"] == "repo.merged"] == []
+        kinds = [s["kind"] for s in copy.list_signals(limit=1000) if s["kind"].startswith("repo.")]
+        assert sorted(kinds) == sorted(s["kind"] for s in team.store.list_signals(limit=1000)
+                                       if s["kind"].startswith("repo."))
+
+
 @pytest.mark.docker
 def test_an_activation_sees_its_files_but_no_repository_it_could_move(tmp_path):
     options = team_options(tmp_path)
