@@ -83,6 +83,31 @@ def gateway_mount(name, read_only):
                        labels={"suzumio.managed": "true", "suzumio.gateway": name})
 
 
+def scratch_volume(controller_url, project, agent_id, owner, target):
+    """The name of an agent's volume for one writable folder on a node, the same for every activation of
+    the agent (one running at a time), so a node keeps one set per agent rather than one per activation:
+    nothing removes a volume on a node. Named by a digest of the runner listener, the project, the agent,
+    the owner and the folder, so that no other agent, user or running controller mounts it."""
+    key = "\0".join([controller_url, project, agent_id, ":".join(owner) if owner else "", target])
+    return "suzumio-scratch-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def scratch_mount(target, volume, owner, labels):
+    """One of the task's writable folders: a tmpfs volume of its node, empty at each start (the node
+    unmounts it when the task ends; a task of the agent still stopping there shares it until then),
+    owned by the task's user (`owner`: its uid and gid, or None for a named user, when it is open to
+    all). Not a tmpfs mount: runc gives a tmpfs mounted over a folder of the image that folder's mode
+    (root's 0755 for /workspace and /mnt in the runner image), whatever mode it was asked for, and the
+    user could not write there. Not anonymous either: the node then makes one more, never used, for each
+    mount. `nocopy`, or the engine would copy the image folder's owner and mode onto it."""
+    types = docker_sdk().types
+    access = f"uid={owner[0]},gid={owner[1]},mode=0700" if owner else "mode=1777"
+    driver = types.DriverConfig("local", options={"type": "tmpfs", "device": "tmpfs",
+                                                  "o": f"{access},nosuid,nodev,noexec"})
+    return types.Mount(target, volume, type="volume", no_copy=True, driver_config=driver,
+                       labels={**labels, "suzumio.scratch": target})
+
+
 def scratch_targets(mounts):
     """The task's writable folders: SCRATCH_TARGETS, and one for each configured mount outside them (its
     target, or a file's folder), where the runner puts the copy it fetches."""
@@ -262,7 +287,10 @@ class SwarmBackend(Backend):
         if swarm.resolve_image != "never":
             digest = client.api.inspect_distribution(image)["Descriptor"]["digest"]
             image = f"{image.split('@')[0]}@{digest}"
-        mounts = [types.Mount(target, None, type="tmpfs", tmpfs_mode=0o1777)
+        owned = owner if numeric_ids(user) else None
+        volume_labels = {key: value for key, value in labels.items() if key != "suzumio.activation"}
+        mounts = [scratch_mount(target, scratch_volume(launch.data["controllerUrl"], launch.project,
+                                                       launch.agent["id"], owned, target), owned, volume_labels)
                   for target in scratch_targets(launch.config.mounts_for(launch.agent["id"]))]
         networks = [swarm.network]
         if swarm.sealed:

@@ -73,6 +73,28 @@ def test_tasks_get_a_folder_of_their_own_for_every_mount_outside_the_scratch_fol
         "/workspace", "/artifacts", "/mnt", "/toolpacks", "/data/in", "/cfg"]
 
 
+def test_a_tasks_writable_folders_are_tmpfs_volumes_its_user_owns_one_set_per_agent():
+    volume = suzumio_backend_swarm.scratch_volume
+    url, owner = "https://10.0.0.1:7443", ("65532", "65532")
+    name = volume(url, "demo", "pm", owner, "/workspace")
+    assert name.startswith("suzumio-scratch-") and name == volume(url, "demo", "pm", owner, "/workspace")
+    others = {volume(url, "demo", "dev", owner, "/workspace"), volume(url, "other", "pm", owner, "/workspace"),
+              volume("https://10.0.0.2:7443", "demo", "pm", owner, "/workspace"),
+              volume(url, "demo", "pm", ("1000", "1000"), "/workspace"), volume(url, "demo", "pm", None, "/workspace"),
+              volume(url, "demo", "pm", owner, "/mnt")}
+    assert name not in others and len(others) == 6
+    mount = suzumio_backend_swarm.scratch_mount("/workspace", name, owner, {"suzumio.agent": "pm"})
+    # A volume, not a tmpfs mount (runc gives that the image folder's mode), not filled from the image.
+    assert (mount["Type"], mount["Source"], mount["Target"]) == ("volume", name, "/workspace")
+    options = mount["VolumeOptions"]
+    assert options["NoCopy"] is True
+    assert options["Labels"] == {"suzumio.agent": "pm", "suzumio.scratch": "/workspace"}
+    assert options["DriverConfig"]["Options"] == {"type": "tmpfs", "device": "tmpfs",
+                                                  "o": "uid=65532,gid=65532,mode=0700,nosuid,nodev,noexec"}
+    open_to_all = suzumio_backend_swarm.scratch_mount("/mnt", name, None, {})
+    assert open_to_all["VolumeOptions"]["DriverConfig"]["Options"]["o"] == "mode=1777,nosuid,nodev,noexec"
+
+
 def test_service_names_are_what_swarm_accepts_and_recorded_with_their_prefix():
     assert suzumio_backend_swarm.service_name("act_1796010303779_aafa6391") == "suzumio-act-1796010303779-aafa6391"
     assert suzumio_backend_swarm.swarm_service("swarm:suzumio-act-1") == "suzumio-act-1"

@@ -88,7 +88,8 @@ def test_four_workers_on_two_nodes_write_through_the_controller_and_a_reader_rea
     teams.append((team, stack, model))
     for worker in placement:
         folder = f"/artifacts/{worker}/out"
-        command = f"mkdir -p {folder} && echo from-$(hostname)-{worker} > {folder}/note.txt"
+        # in its workspace (the shell's folder) first: a scratch folder the task's user writes
+        command = f"touch scratch.txt && mkdir -p {folder} && echo from-$(hostname)-{worker} > {folder}/note.txt"
         model.enqueue(tool_calls=[call("shell.exec", command=command)], model=worker)
         model.enqueue(content="Written.", model=worker)
         team.send(worker, "Write your note.")
