@@ -1,9 +1,11 @@
 """Shared fixtures: an isolated runtime root, the served app with its `demo` project, a fake model server,
 a small disk of its own (small_disk, fill), free_port, and wait_until for other threads and processes."""
 import os
+import random
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +85,27 @@ def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+RESTART_PORTS_FROM = 20000  # registered ports below the ephemeral range that no test server binds
+
+
+def restart_port():
+    """A free port below the kernel's ephemeral range, for a serve that is killed and started again on
+    the same port: inside the range any process's outgoing connection may take the port as its own
+    local port between the kill and the restart, and the restart then fails with EADDRINUSE."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for port in random.sample(range(RESTART_PORTS_FROM, low), min(200, low - RESTART_PORTS_FROM)):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between {RESTART_PORTS_FROM} and {low}")
 
 
 @pytest.fixture

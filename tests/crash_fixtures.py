@@ -18,7 +18,7 @@ from pathlib import Path
 
 import requests
 import yaml
-from conftest import free_port, wait_until
+from conftest import restart_port, wait_until
 
 import suzumio
 import suzumio_backend
@@ -366,7 +366,7 @@ class CrashTeam:
                  image=None):
         self.dir = Path(base_dir)
         self.root = self.dir / "root"
-        self.port = free_port()
+        self.port = restart_port()
         self.controller = Controller(self.root, self.port, self.dir / "serve.log")
         self.kind = kind
         config = crash_config(self.port, kind=kind, image=image, failed_nudge_delay_ms=failed_nudge_delay_ms)

@@ -33,10 +33,10 @@ from crash_fixtures import (
     crash_config,
     crash_script,
     failure_kinds,
-    free_port,
     init_root,
     process_gone,
     remove_containers,
+    restart_port,
     runner_alive,
     runner_log,
     stop_leftover_runners,
@@ -302,7 +302,11 @@ def test_killed_local_runner_without_failed_nudge_recovers_on_the_next_signal(tm
         os.killpg(suzumio_backend.local_pid(victim["containerName"]), signal.SIGKILL)
         failed = wait_until(lambda: failed_activation(store, victim["id"]), 15, message="the failure")
         assert failed["error"].splitlines()[0] == "Runner exited with 137"
-        assert store.agent("worker-1")["status"] == "failed"
+        # Its shell.exec was cut short: the call is in doubt and the agent is told so once. That notice
+        # is the first signal to wake it again, whenever the scheduler's next pass comes.
+        notice = wait_until(lambda: next(iter(store.list_signals(target_agent="worker-1", kind="effect.in_doubt")),
+                                         None), 15, message="the in-doubt notice")
+        assert notice["payload"]["activationId"] == victim["id"]
         retry = service.post(f"/api/projects/{PROJECT}/messages",
                              {"recipient": "worker-1", "body": "Please write part A again."}).json()
         wait_until(lambda: submitted(store), 60, message="submission")
@@ -311,6 +315,8 @@ def test_killed_local_runner_without_failed_nudge_recovers_on_the_next_signal(tm
         woke = store.activation(signal_row["deliveredActivationId"])
         assert woke["status"] == "completed"
         assert store.list_signals(kind=FAILED_NUDGE) == []
+        woken = store.activation(store.signal(notice["id"])["deliveredActivationId"])
+        assert woken["agentId"] == "worker-1" and woken["id"] > victim["id"]
         wait_until(lambda: not store.running_activations(), 30, message="settled activations")
         assert check_settled(store, {retry["id"]: "Please write part A again."}) == []
 
@@ -402,7 +408,7 @@ def test_killed_node_host_fails_the_hook_in_flight_and_the_next_tick_gets_a_fres
 
 @pytest.mark.parametrize("hook", ["none", "block"])
 def test_node_host_exits_when_its_controller_is_killed(tmp_path, node, hook):
-    port = free_port()
+    port = restart_port()
     folder = tmp_path / "tools"
     write_crash_toolpack(folder / "toolpacks" / "crash")
     (folder / "project.yaml").write_text(TOOLPACK_PROJECT.format(url=f"http://127.0.0.1:{port}"))
@@ -454,7 +460,7 @@ def test_controller_killed_between_a_scheduler_toolpack_send_and_its_state_save_
     """serve dies after the scheduler toolpack's hook sent a due job (the message committed) and before
     the hook saved the job as sent (a test-only serve kills itself there). The next serve's hook sends the
     job again with the same key, gets the message already recorded and saves the job: one message."""
-    port = free_port()
+    port = restart_port()
     config = crash_config(port)  # the crash team, left quiet: the job's message goes to the user
     config["scheduler"]["allQuietNudge"]["enabled"] = False
     config["tools"]["toolpacks"].append({"packaged": "scheduler"})
@@ -549,7 +555,7 @@ def test_killed_controller_keeps_a_pending_approval_and_the_allowed_tool_runs_ex
     config, script = approval_config(kind, image)
     root_path = tmp_path / "root"
     init_root(root_path, write_project(tmp_path / "project", config, script))
-    controller = Controller(root_path, free_port(), tmp_path / "serve.log")
+    controller = Controller(root_path, restart_port(), tmp_path / "serve.log")
     root = suzumio_store.Root(root_path)
     store = root.open_project(PROJECT)
     token = {}
@@ -605,7 +611,7 @@ def test_controller_killed_between_the_start_commit_and_its_answer_runs_the_allo
     config, script = approval_config("local", None, "printf 'ran\\n' >> {artifacts}/deploy.log; echo deployed")
     root_path = tmp_path / "root"
     init_root(root_path, write_project(tmp_path / "project", config, script))
-    controller = Controller(root_path, free_port(), tmp_path / "serve.log")
+    controller = Controller(root_path, restart_port(), tmp_path / "serve.log")
     root = suzumio_store.Root(root_path)
     store = root.open_project(PROJECT)
     try:

@@ -12,8 +12,8 @@ import pytest
 import requests
 import yaml
 from api_fixtures import init_project, serving
-from conftest import wait_until
-from crash_fixtures import Controller, busy_runner, free_port, remove_containers, stop_leftover_runners
+from conftest import restart_port, wait_until
+from crash_fixtures import Controller, busy_runner, remove_containers, stop_leftover_runners
 from provisioning_fixtures import RUNNER_IMAGE, docker_client_or_skip, runner_image_or_skip
 from store_fixtures import config_of
 
@@ -187,7 +187,7 @@ def test_a_controller_killed_while_its_mcp_tool_writes_leaves_the_call_in_doubt_
         hub.close()
     store = root.init_project(name=PROJECT, task=loaded.data["task"], config=loaded.data, agents=loaded.agents,
                               source_text=loaded.source_text, resolved_text=loaded.render(), config_path=loaded.path)
-    controller = Controller(root_path, free_port(), tmp_path / "serve.log")
+    controller = Controller(root_path, restart_port(), tmp_path / "serve.log")
     token = {}
 
     def effects(state=""):

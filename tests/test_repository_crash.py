@@ -9,8 +9,8 @@ import signal
 
 import pytest
 import requests
-from conftest import wait_until
-from crash_fixtures import REPO, Controller, free_port, stop_leftover_runners
+from conftest import restart_port, wait_until
+from crash_fixtures import REPO, Controller, stop_leftover_runners
 from repository_fixtures import (
     CHECK,
     NoWake,
@@ -50,7 +50,7 @@ class Landing:
         self.old_tip = git(self.git_dir, "rev-parse", "main")
         self.tree, conflicts = repository.merge_trees(self.git_dir, self.old_tip, head)
         assert conflicts == []
-        self.controller = Controller(self.root_path, free_port(), tmp_path / "serve.log")
+        self.controller = Controller(self.root_path, restart_port(), tmp_path / "serve.log")
 
     def serve(self, launcher=None):
         """Serve, and start the project on the first serve (its status outlives a kill): the scheduler's
