@@ -102,7 +102,7 @@ def test_repository_section_is_typed_with_defaults(tmp_path):
     assert config.tool("repo.merge") is not None
 
 
-def test_repository_agents_that_name_no_agent_and_swarm_are_refused(tmp_path):
+def test_repository_agents_that_name_no_agent_are_refused(tmp_path):
     source = make_fixture_repository(tmp_path)
     path = tmp_path / "bad.yaml"
     path.write_text(project_text(source).replace('agents: ["w*"]', 'agents: ["w*", "x*"]'), encoding="utf-8")
@@ -111,6 +111,24 @@ def test_repository_agents_that_name_no_agent_and_swarm_are_refused(tmp_path):
     path.write_text(project_text(source).replace("repository:\n  source", "repository:\n  sourc"), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"repository\.source"):
         load_project(path, env={})
+
+
+def test_a_swarm_project_has_a_repository_and_render_warns_of_nothing_for_it(tmp_path):
+    source = make_fixture_repository(tmp_path)
+    swarm = project_text(source).replace("kind: local\n", "kind: swarm\n  controllerUrl: https://10.0.0.1:8443\n"
+                                                        "  image: suzumio-runner:dev\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(swarm.split("repository:")[0].replace('"repo.*", ', ""), encoding="utf-8")
+    path = tmp_path / "swarm.yaml"
+    path.write_text(swarm, encoding="utf-8")
+    assert load_project(path, env={}).repository.has_agent("w1")
+    # The working copies travel through the runner listener: nothing weakens isolation, so nothing more
+    # is warned of than for the same project without a repository.
+    code, _, err = cli("config", "render", str(path))
+    plain_code, _, plain_err = cli("config", "render", str(plain))
+    assert (code, plain_code) == (0, 0), err + plain_err
+    assert [line for line in err.splitlines() if line.startswith("Warning")] == \
+        [line for line in plain_err.splitlines() if line.startswith("Warning")]
 
 
 def test_init_refuses_a_source_that_is_not_a_repository(tmp_path):
