@@ -131,6 +131,35 @@ def test_a_swarm_project_has_a_repository_and_render_warns_of_nothing_for_it(tmp
         [line for line in plain_err.splitlines() if line.startswith("Warning")]
 
 
+@pytest.mark.docker
+def test_a_swarm_projects_check_runs_on_the_controllers_engine_with_its_tasks_limits_and_no_network(tmp_path):
+    from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
+    runner_image_or_skip(docker_client_or_skip())
+    source = make_fixture_repository(tmp_path)
+    swarm = project_text(source).replace("kind: local\n", "kind: swarm\n  controllerUrl: https://10.0.0.1:8443\n"
+                                                        "  image: suzumio-runner:dev\n"
+                                                        "  docker: {memory: 256m, pidsLimit: 64}\n"
+                                                        "  swarm: {limits: {memory: 96MiB}}\n")
+    path = tmp_path / "swarm.yaml"
+    path.write_text(swarm, encoding="utf-8")
+    config = load_project(path, env={})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "shared.txt").write_text("shared\n")
+    # The check sees the scratch copy as /workspace, the task's memory limit (backend.swarm.limits over
+    # backend.docker), the pids limit, no capability and no network but loopback.
+    cgroup = "/sys/fs/cgroup"  # v2, else v1's controllers
+    command = (f"cat shared.txt; cat {cgroup}/memory.max 2>/dev/null || cat {cgroup}/memory/memory.limit_in_bytes; "
+               f"cat {cgroup}/pids.max 2>/dev/null || cat {cgroup}/pids/pids.max; "
+               "grep CapEff /proc/self/status; ls /sys/class/net; id -u")
+    code, output = queue.run_check(config, "w1", scratch, command)
+    assert code == 0, output
+    lines = output.split()
+    assert lines[:3] == ["shared", str(96 * 2**20), "64"], output
+    assert lines[3:5] == ["CapEff:", "0000000000000000"], output
+    assert lines[5:-1] == ["lo"] and lines[-1] != "0", output  # no interface but loopback; not root
+
+
 def test_init_refuses_a_source_that_is_not_a_repository(tmp_path):
     (tmp_path / "plain").mkdir()
     code, _, err = cli("init", str(write_project(tmp_path, tmp_path / "plain")), "--root", str(tmp_path / "root"))
