@@ -6,10 +6,11 @@ paths, synced, resolved and landed; a change that breaks the checks never lands;
 ends holding exactly the landed commits; and no route lets an agent move another's branch."""
 
 import pytest
+from conftest import wait_until
 from e2e_fixtures import call, kind_params, running_team
 from fake_model import answer
 from repository_fixtures import CHECK, log_subjects, make_fixture_repository
-from test_swarm_backend import lab, swarm_team  # noqa: F401 - `lab` is the swarm leg's fixture
+from test_swarm_backend import lab, our_services, swarm_team  # noqa: F401 - `lab` is the swarm leg's fixture
 
 import suzumio_repository as repository
 from suzumio_config import ProjectConfig
@@ -168,7 +169,7 @@ def test_a_team_lands_changes_through_the_merge_queue_on_swarm(tmp_path, lab):  
     """The same team on the Swarm lab's workers: each worker's /workspace is fetched from its working copy,
     its edits reach the controller as workspace changesets before each repo.* call, repo.sync's merge
     comes back into the task, and the checks run on the controller's own engine."""
-    settings, _client, teams = lab
+    settings, client, teams = lab
     options = team_options(tmp_path)
     extra = options.pop("extra")
     team, stack, model = swarm_team(tmp_path, settings, options["agents"], toolpacks=options["toolpacks"],
@@ -199,6 +200,8 @@ def test_a_team_lands_changes_through_the_merge_queue_on_swarm(tmp_path, lab):  
     assert "BROKEN" in files_of(git_dir, "agents/w2")
     for agent in ("w1", "w2", "w3"):
         assert not (store.workspace(agent) / ".git").exists()
+    # Every ended activation's service is removed (a later test on the lab counts this project's services).
+    wait_until(lambda: not our_services(client, team), 30, message="the ended services to be removed")
 
 
 def test_a_replay_with_recorded_tools_ends_with_the_code_the_source_had(tmp_path):
