@@ -33,13 +33,14 @@ test-stress: $(STAMP)
 	$(PY) scripts/stress.py --runs $${STRESS_RUNS:-20} -- $(PYTEST_ARGS)
 # The tests on a real Swarm: a lab of a manager and two workers (scripts/swarm-lab, root only) made
 # for the run and removed after it, whatever the outcome. SWARM_LAB_NAME keeps parallel runs apart.
-# The backend contract suite's swarm cases run before tests/test_swarm_backend.py, whose last test
-# takes a worker node down.
+# The backend contract suite's swarm cases and the swarm leg of the team-repository end-to-end test run
+# before tests/test_swarm_backend.py, whose last test takes a worker node down.
 SWARM_LAB_NAME ?= suzumio-test
 test-swarm: $(STAMP)
 	scripts/swarm-lab up --workers 2 --name $(SWARM_LAB_NAME)
 	@SUZUMIO_SWARM_LAB=/run/suzumio-lab/$(SWARM_LAB_NAME)/settings.env SUZUMIO_REQUIRE_SWARM=1 \
-		$(PY) -m pytest -m swarm tests/test_swarm_lab.py tests/test_backend_contract.py tests/test_swarm_backend.py \
+		$(PY) -m pytest -m swarm tests/test_swarm_lab.py tests/test_backend_contract.py tests/test_e2e_repository.py \
+		tests/test_swarm_backend.py \
 		$(PYTEST_ARGS); rc=$$?; \
 	scripts/swarm-lab down --name $(SWARM_LAB_NAME); \
 	if [ $$rc -eq 5 ]; then echo "make test-swarm: no tests were collected" >&2; exit 1; fi; \

@@ -13,7 +13,7 @@ from pathlib import Path
 import suzumio_config
 import suzumio_registry
 import suzumio_warm
-from suzumio_backend_contract import KIND_DOCKER, Backend, Exit, redact
+from suzumio_backend_contract import KIND_DOCKER, KIND_SWARM, Backend, Exit, redact
 from suzumio_backend_local import LOG_TAIL_LINES, STOP_GRACE_SECONDS, digest, tail_lines
 from suzumio_config import RESERVED_MOUNT_TARGETS
 from suzumio_docker import container_user, docker_sdk, engine_errors, http_status, numeric_ids
@@ -117,8 +117,9 @@ def _chown_tree(path, uid, gid):
 
 
 def run_check_in_container(config, agent_id, folder, command, timeout):
-    """`docker-chat`: the check runs in a container like an activation's of the requesting agent: the same
-    image, user, capabilities and limits, and no network at all; the scratch copy is its /workspace. Used
+    """`docker-chat` and `swarm`: the check runs in a container like an activation's of the requesting agent:
+    the same image, user, capabilities and limits, and no network at all; the scratch copy is its
+    /workspace. On `swarm` the container runs on the controller's own Docker engine, not on a node. Used
     by suzumio_merge_queue (docs/teams-that-write-code.md#where-checks-run); stopped after `timeout` seconds."""
     sandbox = config.sandbox(agent_id)
     client = docker_sdk().from_env()
@@ -129,10 +130,17 @@ def run_check_in_container(config, agent_id, folder, command, timeout):
     options = {"user": user, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true"], "network_mode": "none"}
     if sandbox.cap_add:
         options["cap_add"] = list(sandbox.cap_add)
-    if sandbox.memory:
-        options["mem_limit"] = sandbox.memory
-    if sandbox.cpus:
-        options["nano_cpus"] = int(min(float(sandbox.cpus), int(client.info()["NCPU"])) * 1e9)
+    memory, cpus = sandbox.memory, sandbox.cpus
+    if config.backend.kind == KIND_SWARM:
+        # `swarm` runs its checks here, on the controller's own engine (a swarm task could not see the
+        # scratch copy: nothing is bind-mounted there), with the limits its activations' tasks get.
+        placement = config.swarm_placement(agent_id)
+        memory = placement.limit_memory if placement.limit_memory is not None else memory
+        cpus = placement.limit_cpus if placement.limit_cpus is not None else cpus
+    if memory:
+        options["mem_limit"] = memory
+    if cpus:
+        options["nano_cpus"] = int(min(float(cpus), int(client.info()["NCPU"])) * 1e9)
     if sandbox.pids_limit:
         options["pids_limit"] = sandbox.pids_limit
     mount = docker_sdk().types.Mount("/workspace", str(folder), type="bind")

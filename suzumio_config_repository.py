@@ -5,7 +5,6 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from suzumio_backend_contract import KIND_SWARM
 from suzumio_errors import ConfigError
 from suzumio_yaml import lexical_abspath
 
@@ -47,9 +46,6 @@ def check_repository(data, base_dir, agent_ids, toolpack_entries):
         if not any(fnmatch.fnmatchcase(agent_id, pattern) for agent_id in agent_ids):
             raise ConfigError(f"repository.agents.{index}: {pattern} names no agent (agents: "
                               f"{', '.join(agent_ids)})")
-    if data["backend"]["kind"] == KIND_SWARM:
-        raise ConfigError("repository: not available with backend.kind swarm yet (its working copies would travel "
-                          "through the runner listener); use docker-chat or local")
 
 
 def repository_config(data):

@@ -29,7 +29,7 @@ from suzumio_runner_calls import (
     unknown_tool_answer,
 )
 from suzumio_runner_egress import Forwarder, preamble, proxy_environment, trust_environment
-from suzumio_runner_files import FileSync, forbid_new_privileges, may_write
+from suzumio_runner_files import FileSync, forbid_new_privileges
 from suzumio_runner_models import (
     ModelError,
     ProxyAnswer,
@@ -654,7 +654,7 @@ class Runner:
         if activation_files(self.input) == "controller":
             if self.input.get("noNewPrivileges") and not forbid_new_privileges():
                 self.warn("Cannot set no_new_privs on the runner; tools may gain privileges through set-uid files")
-            self.files = FileSync(self.client, self.artifacts_root, self.agent_id, ControllerError)
+            self.files = FileSync(self.client, self.artifacts_root, self.agent_id, ControllerError, self.workspace)
             self.files.pull()
         forwarder = self.start_egress()
         try:
@@ -1073,24 +1073,17 @@ class Runner:
             self.warn("%s (contract reminder not recorded in history)", error)
 
     def fetch_before(self, tool, args):
-        """Reading another agent's file reads its current version; a shell command sees the others'
-        files as they are now."""
-        if self.files is None:
-            return
-        if tool == "file.read" and isinstance(args, dict):
-            path = args.get("path")
-            if isinstance(path, str):
-                self.files.refresh(path if path.startswith("/") else os.path.join(self.workspace, path))
-        elif tool == "shell.exec":
-            self.files.refresh_others()
+        """The files a tool reads are current (FileSync.before); a failure fails the tool."""
+        if self.files is not None:
+            self.files.before(tool, args)
 
     def sent_files(self, tool, error):
-        """After a tool that may write: send the own artifacts' changes. Returns the tool's error text,
+        """After a tool: FileSync.after (what it may have written sent back). Returns the tool's error text,
         with a refused changeset's reason added (the changes are sent again after the next call)."""
-        if self.files is None or not may_write(tool):
+        if self.files is None:
             return error
         try:
-            self.files.push()
+            self.files.after(tool)
         except (ControllerError, OSError) as sync_error:
             note = f"Files not saved to the controller: {sync_error}"
             return f"{error}\n{note}" if error else note

@@ -402,8 +402,11 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         """What the activation may read, for a runner without bind mounts (backend.kind swarm)."""
         call = authorize(root, read_fields(), running=FILES_CLOSED)
         config = toolpacks.configs.get(call.store)
-        return json_response({"files": suzumio_files.listing(call.store, config, call.agent_id),
-                              "own": f"{suzumio_files.ARTIFACTS}/{call.agent_id}"})
+        answer = {"files": suzumio_files.listing(call.store, config, call.agent_id),
+                  "own": f"{suzumio_files.ARTIFACTS}/{call.agent_id}"}
+        if suzumio_files.work_tree(call.store, config, call.agent_id) is not None:
+            answer["workspace"] = suzumio_files.WORKSPACE  # its changes go back as workspace changesets
+        return json_response(answer)
 
     @app.post("/runner/files/read")
     def files_read():
@@ -417,6 +420,15 @@ def mount_runner_routes(app, root, toolpacks, scheduler, model_proxy=None, trace
         call = authorize(root, read_fields(), running=FILES_CLOSED)
         quota = toolpacks.configs.get(call.store).artifact_quota(call.agent_id)
         result = changesets.apply(call.store, call.agent_id, call.body.get("changes"), quota)
+        return json_response(dict(result, status="applied"))
+
+    @app.post("/runner/files/workspace-changeset")
+    def files_workspace_changeset():
+        """The activation's /workspace changed: applied to its agent's own work tree only, all or nothing;
+        the controller commits it (repo.* tools, the activation's end) to that agent's branch alone."""
+        call = authorize(root, read_fields(), running=FILES_CLOSED)
+        result = changesets.apply_workspace(call.store, toolpacks.configs.get(call.store), call.agent_id,
+                                            call.body.get("changes"))
         return json_response(dict(result, status="applied"))
 
     @app.post("/activation-context")

@@ -63,8 +63,9 @@ ERROR_TEXTS = [
      {400}),
     (r"No such file: .*|\S+ is not readable by this activation .*", {404}),
     (r"changes must be a non-empty array|changes holds more than \d+ entries|changes\.\d+.*|\S+: \S+ is not a folder"
-     r"|\S+ is a folder in the artifacts folder; .*", {400}),
+     r"|\S+ is a folder in the (artifacts folder|workspace); .*", {400}),
     (r"artifact quota exceeded \(.*\)", {409}),
+    (r"\S+ has no working copy of the repository \(repository\.agents\): its /workspace is its task's own", {403}),
     # /runner/model (suzumio_model_proxy; docs/spec-notes.md#model-requests-go-through-the-controller)
     (r"Model preset not found: .*", {404}),
     (r"Model preset \S+ is not selected for \S+", {403}),

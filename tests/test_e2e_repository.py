@@ -1,13 +1,16 @@
 """End to end, a team that writes code (docs/teams-that-write-code.md) through the real controller, the
-real runner and the FakeModel, on `local` and `docker-chat`: three workers with working copies of a
+real runner and the FakeModel, on `local` and `docker-chat`, and on `swarm` with the Swarm lab (the
+working copies travelling through the runner listener; `make test-swarm`): three workers with working copies of a
 fixture repository land changes through the merge queue; a conflicting change is sent back with its
 paths, synced, resolved and landed; a change that breaks the checks never lands; the integration branch
 ends holding exactly the landed commits; and no route lets an agent move another's branch."""
 
 import pytest
+from conftest import wait_until
 from e2e_fixtures import call, kind_params, running_team
 from fake_model import answer
 from repository_fixtures import CHECK, log_subjects, make_fixture_repository
+from test_swarm_backend import lab, our_services, swarm_team  # noqa: F401 - `lab` is the swarm leg's fixture
 
 import suzumio_repository as repository
 from suzumio_config import ProjectConfig
@@ -35,6 +38,11 @@ def waits(request):
     """pm hears of every landing (a P3 signal) and only waits; so does anyone the test queued nothing for
     (a fork's agents, running again what the fork point left pending)."""
     return answer(tool_calls=[call("coordination.wait_for_signal", reason="Noted.", notifyPm=False)])
+
+
+def files_of(git_dir, ref):
+    """The paths at the top of a branch's tree (repository.rev names commits only)."""
+    return repository.out("ls-tree", "--name-only", ref, git_dir=git_dir).split("\n")
 
 
 def tool_outputs(team, agent):
@@ -87,7 +95,8 @@ def run_team_of_three(team):
     model.enqueue(tool_calls=[call("repo.merge", message="w3: shared")], model="w3")
     wait(model, "w3")
     # Its next activation (woken by the P1 signal): sync, resolve, land.
-    model.enqueue(tool_calls=[call("repo.sync")], model="w3")
+    # It reads the file the sync left in conflict: its workspace holds the markers (on swarm, fetched again).
+    model.enqueue(tool_calls=[call("repo.sync"), call("file.read", path="shared.txt")], model="w3")
     model.enqueue(tool_calls=[call("file.write", path="shared.txt",
                                    content="shared line one by w1 and w3\nshared line two\n")], model="w3")
     model.enqueue(tool_calls=[call("repo.merge", message="w3: shared, resolved")], model="w3")
@@ -109,6 +118,7 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
         signals = [s for s in store.list_signals(limit=1000) if s["kind"] == "repo.merge_failed"]
         assert {(s["targetAgent"], s["priority"]) for s in signals} == {("w2", "P1"), ("w3", "P1")}
         assert any("conflicts in: shared.txt" in text for text in tool_outputs(team, "w3"))
+        assert any("<<<<<<<" in text and "by w1" in text for text in tool_outputs(team, "w3"))
         # The coordinator was told of each landing (P3).
         merged_signals = [s for s in store.list_signals(limit=1000) if s["kind"] == "repo.merged"]
         assert [(s["targetAgent"], s["priority"]) for s in merged_signals] == [("pm", "P3")] * 3
@@ -120,7 +130,7 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
         assert len(log_subjects(git_dir)) == 5
         assert repository.out("show", "main:shared.txt", git_dir=git_dir) == \
             "shared line one by w1 and w3\nshared line two"
-        assert repository.rev(git_dir, "main:BROKEN") is None
+        assert "BROKEN" not in files_of(git_dir, "main")
         assert repository.is_ancestor(git_dir, start_tip, "main")
         # Every activation of a worker carries its commit range; the API shows them.
         for activation in team.activations("w1") + team.activations("w3"):
@@ -151,6 +161,47 @@ def test_a_team_lands_changes_through_the_merge_queue(tmp_path, kind):
         for agent in ("w1", "w2", "w3"):
             assert not (store.workspace(agent) / ".git").exists()
             assert (store.dir / "agents" / agent / repository.WORKCOPY_GITDIR / "HEAD").is_file()
+
+
+@pytest.mark.swarm
+@pytest.mark.timeout(900)
+def test_a_team_lands_changes_through_the_merge_queue_on_swarm(tmp_path, lab):  # noqa: F811 - the fixture
+    """The same team on the Swarm lab's workers: each worker's /workspace is fetched from its working copy,
+    its edits reach the controller as workspace changesets before each repo.* call, repo.sync's merge
+    comes back into the task, and the checks run on the controller's own engine."""
+    settings, client, teams = lab
+    options = team_options(tmp_path)
+    extra = options.pop("extra")
+    team, stack, model = swarm_team(tmp_path, settings, options["agents"], toolpacks=options["toolpacks"],
+                                    extra=extra)
+    teams.append((team, stack, model))
+    store = team.store
+    git_dir, start_tip, first, _ = run_team_of_three(team)
+    conflicts = [e["data"] for e in team.events("repo.merge_failed") if e["data"]["agent"] == "w3"]
+    assert [(c["reason"], c["paths"]) for c in conflicts] == [("conflict", ["shared.txt"])]
+    [broken] = [e["data"] for e in team.events("repo.merge_failed") if e["data"]["agent"] == "w2"]
+    assert broken["reason"] == "checks" and CHECK in broken["output"]
+    # repo.sync's conflict markers reached w3's task: it answered with the paths, and what it wrote over
+    # them (sent before its repo.merge) is what landed.
+    assert any("conflicts in: shared.txt" in text for text in tool_outputs(team, "w3"))
+    assert any("<<<<<<<" in text and "by w1" in text for text in tool_outputs(team, "w3"))
+    assert log_subjects(git_dir)[:4] == ["w3: shared, resolved", "w2: b", "w1: a and shared", "Add the files"]
+    assert repository.out("show", "main:shared.txt", git_dir=git_dir) == \
+        "shared line one by w1 and w3\nshared line two"
+    assert repository.out("show", "main:a.txt", git_dir=git_dir) == "a by w1"
+    assert "BROKEN" not in files_of(git_dir, "main")
+    assert first["agent"] == "w1" and repository.is_ancestor(git_dir, start_tip, "main")
+    # Every worker's activations ran on a Swarm node, and each carries its commit range.
+    for agent in ("w1", "w2", "w3"):
+        for activation in team.activations(agent):
+            assert activation["containerName"].startswith("swarm:"), activation
+            assert activation["commitStart"] and activation["commitEnd"], activation
+    # w2's broken file went from its task to its branch (the end commit), never to the integration branch.
+    assert "BROKEN" in files_of(git_dir, "agents/w2")
+    for agent in ("w1", "w2", "w3"):
+        assert not (store.workspace(agent) / ".git").exists()
+    # Every ended activation's service is removed (a later test on the lab counts this project's services).
+    wait_until(lambda: not our_services(client, team), 30, message="the ended services to be removed")
 
 
 def test_a_replay_with_recorded_tools_ends_with_the_code_the_source_had(tmp_path):

@@ -7,9 +7,12 @@ import os
 
 import pytest
 from api_fixtures import init_project, project_yaml, running_activation, serving
+from repository_fixtures import make_fixture_repository
 
 import suzumio_coordination as coordination
+import suzumio_repository as repository
 import suzumio_runner_files
+from suzumio_config import ProjectConfig
 from suzumio_runner_loop import ControllerClient, ControllerError
 
 
@@ -146,3 +149,144 @@ def test_the_runner_fetches_sends_its_changes_and_reads_the_current_version_of_a
     (task / "worker" / "big.md").write_text("small")
     assert files.push() == 1
     assert (demo.artifacts_dir("worker") / "big.md").read_text() == "small"
+
+
+# ---------------------------------------------------------------- a working copy's /workspace
+
+@pytest.fixture
+def coding(tmp_path):
+    """`worker` has a working copy of a fixture repository (made as an activation's start makes it); pm
+    has none."""
+    source = make_fixture_repository(tmp_path, bare=True)
+    with serving(tmp_path / "root") as service:
+        text = project_yaml("code", service.runner_url,
+                            extra=f"repository: {{source: {source}, agents: [worker]}}\n")
+        store = init_project(service.root, tmp_path / "code", text)
+        store.start()
+        config = ProjectConfig.from_data(store.config())
+        activation = running_activation(store, "worker")
+        repository.start_working_copy(store, config, activation)
+        identity = {"project": "code", "agentId": "worker", "activationId": activation["id"],
+                    "token": service.token("code", "worker")}
+        yield service, store, identity
+
+
+def workspace_changeset(service, identity, changes):
+    return service.post("/runner/files/workspace-changeset", dict(identity, changes=changes))
+
+
+def test_a_workspace_changeset_changes_the_agents_own_work_tree_and_nothing_git_holds(coding):
+    service, store, identity = coding
+    tree = store.workspace("worker")
+    copy = repository.WorkingCopy(store, "worker")
+    head = copy.head()
+    answer = workspace_changeset(service, identity, [{"path": "a.txt", "data": b64("a by worker\n")},
+                                                     {"path": "src/new.py", "data": b64("x = 1\n")},
+                                                     {"path": "b.txt", "delete": True}])
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"status": "applied", "written": 2, "deleted": 1}
+    assert (tree / "a.txt").read_text() == "a by worker\n" and not (tree / "b.txt").exists()
+    assert copy.head() == head  # written, not committed: the controller commits at repo.* and the end
+    assert copy.commit("Activation of worker") != head
+    assert repository.out("show", "agents/worker:src/new.py", git_dir=copy.repository) == "x = 1"
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    ({"path": "../../pm/workspace/x", "data": b64("x")},
+     "changes.1.path must not contain empty, '.' or '..' parts: ../../pm/workspace/x"),
+    ({"path": "/workspace/x", "data": b64("x")},
+     "changes.1.path must be relative to the agent's workspace: /workspace/x"),
+    ({"path": ".git/config", "data": b64("x")},
+     "changes.1.path must not contain a .git part: .git/config (the working copy's git folder is the controller's)"),
+    ({"path": "sub/.git/hooks/post-checkout", "data": b64("x")},
+     "changes.1.path must not contain a .git part: sub/.git/hooks/post-checkout (the working copy's git folder "
+     "is the controller's)"),
+    ({"path": "gitdir", "link": "../workcopy.git"},
+     "changes.1: symbolic link gitdir -> ../workcopy.git leads out of the workspace"),
+])
+def test_a_workspace_changeset_leading_out_of_the_work_tree_or_into_git_is_refused_whole(coding, change, error):
+    service, store, identity = coding
+    tree = store.workspace("worker")
+    before = sorted(p.name for p in tree.iterdir())
+    answer = workspace_changeset(service, identity, [{"path": "fine.txt", "data": b64("fine")}, change])
+    assert (answer.status_code, answer.json()) == (400, {"error": error})
+    assert sorted(p.name for p in tree.iterdir()) == before
+    assert not (store.workspace("pm") / "x").exists()
+
+
+def test_only_an_agent_with_a_working_copy_sends_workspace_changesets_and_only_its_own(coding, tmp_path):
+    service, store, identity = coding
+    pm_activation = running_activation(store, "pm")
+    pm = {"project": "code", "agentId": "pm", "activationId": pm_activation["id"], "token": service.token("code", "pm")}
+    answer = workspace_changeset(service, pm, [{"path": "x.txt", "data": b64("x")}])
+    refusal = "pm has no working copy of the repository (repository.agents): its /workspace is its task's own"
+    assert (answer.status_code, answer.json()) == (403, {"error": refusal})
+    # Another agent's work tree is named by no path: only by its identity, which needs its token.
+    answer = workspace_changeset(service, dict(identity, agentId="pm"), [{"path": "x.txt", "data": b64("x")}])
+    assert (answer.status_code, answer.json()) == (403, {"error": "Invalid agent token"})
+    answer = workspace_changeset(service, dict(identity, activationId=pm_activation["id"]),
+                                 [{"path": "x.txt", "data": b64("x")}])
+    assert answer.status_code == 403 and set(answer.json()) == {"error"}
+    # A link an agent left in its work tree does not lead a later change out of it.
+    os.symlink(tmp_path, store.workspace("worker") / "escape")
+    answer = workspace_changeset(service, identity, [{"path": "escape/x.txt", "data": b64("x")}])
+    assert (answer.status_code, answer.json()) == (
+        400, {"error": "escape/x.txt leads out of the workspace through the symbolic link escape"})
+    assert not (tmp_path / "x.txt").exists()
+    assert not list(store.workspace("pm").iterdir())
+
+
+def test_a_working_copy_is_listed_and_read_as_workspace_without_any_git_folder(coding):
+    service, store, identity = coding
+    (store.workspace("worker") / ".git").mkdir()
+    (store.workspace("worker") / ".git" / "config").write_text("[core]\n")
+    listed = service.post("/runner/files/list", identity).json()
+    assert listed["workspace"] == "/workspace"
+    paths = [entry["path"] for entry in listed["files"]]
+    assert sorted(p for p in paths if p.startswith("/workspace/")) == [
+        "/workspace/README.md", "/workspace/a.txt", "/workspace/b.txt", "/workspace/shared.txt"]
+    assert not [p for p in paths if ".git" in p]
+    answer = service.post("/runner/files/read", dict(identity, path="/workspace/.git/config"))
+    assert answer.status_code == 404 and set(answer.json()) == {"error"}
+    answer = service.post("/runner/files/read", dict(identity, path="/workspace/a.txt"))
+    assert base64.b64decode(answer.json()["data"]) == b"a\n"
+    pm_activation = running_activation(store, "pm")
+    pm = {"project": "code", "agentId": "pm", "activationId": pm_activation["id"], "token": service.token("code", "pm")}
+    listed = service.post("/runner/files/list", pm).json()
+    assert "workspace" not in listed and not [e for e in listed["files"] if e["path"].startswith("/workspace")]
+    assert service.post("/runner/files/read", dict(pm, path="/workspace/a.txt")).status_code == 404
+
+
+def test_the_runner_mirrors_its_working_copy_and_sends_it_back_before_repo_calls(coding, tmp_path):
+    service, store, identity = coding
+    tree = store.workspace("worker")
+    client = ControllerClient(service.runner_url, identity)
+    task = tmp_path / "task"
+    (task / "workspace").mkdir(parents=True)
+    (task / "workspace" / "left-over.txt").write_text("from a task still stopping")
+    files = suzumio_runner_files.FileSync(client, str(task / "artifacts"), "worker", ControllerError,
+                                          str(task / "workspace"))
+    files.pull()
+    assert sorted(p.name for p in (task / "workspace").iterdir()) == ["README.md", "a.txt", "b.txt", "shared.txt"]
+    assert files.push() == 0
+    # An edit is sent after a writing tool; a .git the agent makes stays in the task.
+    (task / "workspace" / "a.txt").write_text("a by worker\n")
+    (task / "workspace" / ".git").mkdir()
+    (task / "workspace" / ".git" / "HEAD").write_text("ref: refs/heads/x\n")
+    files.after("file.write")
+    assert (tree / "a.txt").read_text() == "a by worker\n" and not (tree / ".git").exists()
+    # Before a repo.* call the current files are on the controller, whatever the last tool was.
+    (task / "workspace" / "b.txt").unlink()
+    files.after("file.read")
+    assert (tree / "b.txt").exists()
+    files.before("repo.status", {})
+    assert not (tree / "b.txt").exists()
+    # repo.sync changes the work tree on the controller: the runner fetches it, and sends none of it back.
+    (tree / "shared.txt").write_text("<<<<<<< merged\n")
+    (tree / "synced.txt").write_text("from main\n")
+    (tree / "a.txt").unlink()
+    files.after("repo.sync")
+    assert (task / "workspace" / "shared.txt").read_text() == "<<<<<<< merged\n"
+    assert (task / "workspace" / "synced.txt").read_text() == "from main\n"
+    assert not (task / "workspace" / "a.txt").exists()
+    assert files.push() == 0

@@ -132,6 +132,9 @@ ROUTE_FIELDS = {
     "/runner/files/changeset": {"changes": [[{"path": "a.md", "data": "eA=="}], [{"path": "../x", "data": "eA=="}],
                                             [{"path": "l", "link": "../../x"}], [{"path": "a.md", "delete": True}],
                                             [], "x", [5]]},
+    "/runner/files/workspace-changeset": {"changes": [[{"path": "a.md", "data": "eA=="}],
+                                                      [{"path": ".git/config", "data": "eA=="}],
+                                                      [{"path": "../x", "data": "eA=="}], [], "x"]},
     "/toolpacks/<toolpack_id>/support": {"tool": ["messages.send", "coordination.wait_for_signal", "shell.exec"],
                                          "input": [{"recipient": "pm", "body": "x"}, {"body": "x"}, [], {}]},
     "/activation-context": {"context": [CONTEXT, {**CONTEXT, "messages": {}}, []]},
@@ -276,14 +279,14 @@ def test_every_route_is_fuzzed_and_matches_the_spec_table(fuzz, routes):
     # Every route of docs/http-api.md: the projects, messages, events, activations, tools, control actions
     # and runner routes, the Team view's timeline, /runner/model, /api/version and /api/openapi.json, GET
     # and POST /mcp, the approvals list, one approval, its decision and /runner/approvals/wait, …/costs, an
-    # agent's resume and …/concurrency, replay, fork and diff, the three /runner/files/* routes and
+    # agent's resume and …/concurrency, replay, fork and diff, the four /runner/files/* routes and
     # /runner/tool-calls/refused, the evals (list, submit, one, its stream), the inbox (all projects, one),
     # /api/config/validate, POST /api/projects, the team's repository and its diff, the effects and a
     # resolution, the artifacts (list, one, its diff) and the report
-    assert len(routes) == 69, routes
+    assert len(routes) == 70, routes
     assert {m for m, _r in routes} == {"GET", "POST"}
     runner_rules = {r for r in rules if is_runner_rule(r)}
-    assert len(runner_rules) == 14
+    assert len(runner_rules) == 15
     for _method, rule in routes:
         for name in placeholders(rule):
             segments(name, fuzz)  # raises for a placeholder the fuzzer cannot fill

@@ -30,6 +30,7 @@ RUNNING_REQUIRED = {
     "/runner/files/list": "its files are no longer exchanged",
     "/runner/files/read": "its files are no longer exchanged",
     "/runner/files/changeset": "its files are no longer exchanged",
+    "/runner/files/workspace-changeset": "its files are no longer exchanged",
 }
 ROUTE_FIELDS = {
     "/runner/tool-calls/start": {"tool": "shell.exec", "input": {"command": "ls"}},
@@ -44,6 +45,7 @@ ROUTE_FIELDS = {
     "/runner/files/list": {},
     "/runner/files/read": {"path": "/artifacts/pm/x.md"},
     "/runner/files/changeset": {"changes": [{"path": "a.md", "data": "eA=="}]},
+    "/runner/files/workspace-changeset": {"changes": [{"path": "a.md", "data": "eA=="}]},
     "/activation-context": {"context": CONTEXT},
     "/activation-output": {"output": {"text": "done"}},
 }

@@ -102,7 +102,7 @@ def test_repository_section_is_typed_with_defaults(tmp_path):
     assert config.tool("repo.merge") is not None
 
 
-def test_repository_agents_that_name_no_agent_and_swarm_are_refused(tmp_path):
+def test_repository_agents_that_name_no_agent_are_refused(tmp_path):
     source = make_fixture_repository(tmp_path)
     path = tmp_path / "bad.yaml"
     path.write_text(project_text(source).replace('agents: ["w*"]', 'agents: ["w*", "x*"]'), encoding="utf-8")
@@ -111,6 +111,53 @@ def test_repository_agents_that_name_no_agent_and_swarm_are_refused(tmp_path):
     path.write_text(project_text(source).replace("repository:\n  source", "repository:\n  sourc"), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"repository\.source"):
         load_project(path, env={})
+
+
+def test_a_swarm_project_has_a_repository_and_render_warns_of_nothing_for_it(tmp_path):
+    source = make_fixture_repository(tmp_path)
+    swarm = project_text(source).replace("kind: local\n", "kind: swarm\n  controllerUrl: https://10.0.0.1:8443\n"
+                                                        "  image: suzumio-runner:dev\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(swarm.split("repository:")[0].replace('"repo.*", ', ""), encoding="utf-8")
+    path = tmp_path / "swarm.yaml"
+    path.write_text(swarm, encoding="utf-8")
+    assert load_project(path, env={}).repository.has_agent("w1")
+    # The working copies travel through the runner listener: nothing weakens isolation, so nothing more
+    # is warned of than for the same project without a repository.
+    code, _, err = cli("config", "render", str(path))
+    plain_code, _, plain_err = cli("config", "render", str(plain))
+    assert (code, plain_code) == (0, 0), err + plain_err
+    assert [line for line in err.splitlines() if line.startswith("Warning")] == \
+        [line for line in plain_err.splitlines() if line.startswith("Warning")]
+
+
+@pytest.mark.docker
+def test_a_swarm_projects_check_runs_on_the_controllers_engine_with_its_tasks_limits_and_no_network(tmp_path):
+    from provisioning_fixtures import docker_client_or_skip, runner_image_or_skip
+    runner_image_or_skip(docker_client_or_skip())
+    source = make_fixture_repository(tmp_path)
+    swarm = project_text(source).replace("kind: local\n", "kind: swarm\n  controllerUrl: https://10.0.0.1:8443\n"
+                                                        "  image: suzumio-runner:dev\n"
+                                                        "  docker: {memory: 256m, pidsLimit: 64}\n"
+                                                        "  swarm: {limits: {memory: 96MiB}}\n")
+    path = tmp_path / "swarm.yaml"
+    path.write_text(swarm, encoding="utf-8")
+    config = load_project(path, env={})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "shared.txt").write_text("shared\n")
+    # The check sees the scratch copy as /workspace, the task's memory limit (backend.swarm.limits over
+    # backend.docker), the pids limit, no capability and no network but loopback.
+    cgroup = "/sys/fs/cgroup"  # v2, else v1's controllers
+    command = (f"cat shared.txt; cat {cgroup}/memory.max 2>/dev/null || cat {cgroup}/memory/memory.limit_in_bytes; "
+               f"cat {cgroup}/pids.max 2>/dev/null || cat {cgroup}/pids/pids.max; "
+               "grep CapEff /proc/self/status; ls /sys/class/net; id -u")
+    code, output = queue.run_check(config, "w1", scratch, command)
+    assert code == 0, output
+    lines = output.split()
+    assert lines[:3] == ["shared", str(96 * 2**20), "64"], output
+    assert lines[3:5] == ["CapEff:", "0000000000000000"], output
+    assert lines[5:-1] == ["lo"] and lines[-1] != "0", output  # no interface but loopback; not root
 
 
 def test_init_refuses_a_source_that_is_not_a_repository(tmp_path):

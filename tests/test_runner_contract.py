@@ -201,3 +201,22 @@ def test_the_runner_handles_every_provider_type_the_schema_accepts():
     accepted = set(next(node for key, node, _ in suzumio_config_schema._PROVIDER.fields if key == "type").values)
     assert accepted == set(models.PROXIED_PROVIDER_TYPES) | {"scripted"} | set(models.LATER_PROVIDER_TYPES)
     assert set(models.LATER_PROVIDER_TYPES) == set(suzumio_config_models.UNSUPPORTED_PROVIDER_TYPES)
+
+
+def test_the_runner_moves_a_working_copy_as_the_controller_serves_it():
+    """A swarm runner's /workspace (suzumio_runner_files) against the controller's files routes
+    (suzumio_files): the task path, the git folder neither side moves, the routes, and the tools that
+    work on the working copy."""
+    import suzumio_files
+    import suzumio_runner_files as files
+
+    assert files.TASK_WORKSPACE == suzumio_files.WORKSPACE
+    assert files.TASK_ARTIFACTS == suzumio_files.ARTIFACTS
+    assert files.GIT_FOLDER == suzumio_files.GIT_FOLDER
+    repo_tools = {name for pack in project_config(("core", "repo")).registry.toolpacks if pack.id == "repo"
+                  for name in pack.tool_names}
+    assert files.SYNC_TOOL in repo_tools
+    assert all(name.startswith(files.REPO_PREFIX) for name in repo_tools)
+    source = (REPO / "suzumio_runner_support.py").read_text()
+    for route in (files.CHANGESET_ROUTE, files.WORKSPACE_CHANGESET_ROUTE):
+        assert f'@app.post("{route}")' in source

@@ -32,9 +32,9 @@ def workers(settings):
     return [settings[f"SUZUMIO_LAB_WORKER_{i}"] for i in range(1, int(settings["SUZUMIO_LAB_WORKERS"]) + 1)]
 
 
-def swarm_team(tmp_path, settings, agents, scheduler=None, resolver=None, network=None):
+def swarm_team(tmp_path, settings, agents, scheduler=None, resolver=None, network=None, **options):
     """Serve on the lab bridge's host address and start project `e2e` on backend.kind swarm (on the
-    default sealed network unless `network` names another)."""
+    default sealed network unless `network` names another); `options` go to e2e_fixtures.project_config."""
     host = settings["SUZUMIO_LAB_HOST_IP"]
     model = FakeModel()
     stack = serving(tmp_path / "root", runner_listen=(host, 0), scheduler_interval=0.5,  # ticks as serve does
@@ -43,7 +43,7 @@ def swarm_team(tmp_path, settings, agents, scheduler=None, resolver=None, networ
     controller_url = f"https://{host}:{service.runner_server.port}"
     presets = {agent: {"provider": "fake", "model": agent} for agent in agents}
     config = project_config("swarm", controller_url, model.base_url, agents=agents, presets=presets,
-                            scheduler=scheduler)
+                            scheduler=scheduler, **options)
     config["backend"].update(image=IMAGE, swarm={"engine": settings["SUZUMIO_SWARM_ENGINE"],
                                                  "constraints": ["node.role == worker"],
                                                  **({"network": network} if network else {})})
