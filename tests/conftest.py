@@ -11,14 +11,15 @@ import pytest
 
 
 def wait_until(predicate, timeout=10.0, interval=0.02, message="condition"):
-    """Poll predicate until it returns a truthy value; fail the test after timeout seconds."""
+    """Poll predicate until it returns a truthy value; fail the test after timeout seconds. `message`
+    may be a function, called at the failure (to say what the last poll saw)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {message}")
+            pytest.fail(f"timed out after {timeout}s waiting for {message() if callable(message) else message}")
         time.sleep(interval)
 
 

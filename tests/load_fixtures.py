@@ -130,6 +130,17 @@ class ServeProcess:
     def descriptors(self):
         return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 
+    def descriptor_targets(self):
+        """What each open descriptor refers to (a path, or `socket:[inode]`, `pipe:[inode]`...)."""
+        folder = f"/proc/{self.process.pid}/fd"
+        targets = []
+        for name in os.listdir(folder):
+            try:
+                targets.append(os.readlink(f"{folder}/{name}"))
+            except FileNotFoundError:  # closed between the listing and the read
+                pass
+        return targets
+
     def status_field(self, name):
         with open(f"/proc/{self.process.pid}/status", encoding="utf-8") as handle:
             for line in handle:
