@@ -40,6 +40,7 @@ DEFAULT_NUDGES_IN_A_ROW = 3
 _INVALID = object()   # a node's check failed; the issue is already recorded
 _REQUIRED = object()  # field default: the key must be present
 _OMIT = object()      # field default: absent stays absent
+DEFAULT_MAX_OUTPUT_TOKENS = 4096  # agents.*/presets maxOutputTokens when not given
 _FULL = object()      # field default: the object schema applied to {}
 
 
@@ -617,7 +618,9 @@ _PRESET = _PresetObj(
     ("temperature", _Num(), _OMIT),
     ("topP", _Num(), _OMIT),
     ("topK", _Num(), _OMIT),
-    ("maxOutputTokens", _INT_GT0, _OMIT),
+    # A request without a cap lets a model that repeats itself generate until its context is full, holding
+    # the provider (a local server's one slot) for minutes: measured with a 1.5B model on llama.cpp.
+    ("maxOutputTokens", _INT_GT0, DEFAULT_MAX_OUTPUT_TOKENS),
     ("contextLimit", _INT_GT0, 260000),
     ("toolChoice", _Enum("auto", "required", "none"), _OMIT),
     ("providerOptions", _Record(_Any()), {}),
