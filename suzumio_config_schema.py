@@ -32,6 +32,8 @@ DEFAULT_KEEP = 5  # exited activation containers kept per agent for inspection; 
 # signal: a model that ignored three reminders (the no-effect ones come at once, after 30 s, after 60 s)
 # is not helped by a fourth (docs/operations.md#runaways).
 DEFAULT_NUDGES_IN_A_ROW = 3
+# A preset's maxOutputTokens when not given: what the Anthropic adapter always sent, now for every provider.
+DEFAULT_MAX_OUTPUT_TOKENS = 8192
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -40,7 +42,6 @@ DEFAULT_NUDGES_IN_A_ROW = 3
 _INVALID = object()   # a node's check failed; the issue is already recorded
 _REQUIRED = object()  # field default: the key must be present
 _OMIT = object()      # field default: absent stays absent
-DEFAULT_MAX_OUTPUT_TOKENS = 4096  # agents.*/presets maxOutputTokens when not given
 _FULL = object()      # field default: the object schema applied to {}
 
 

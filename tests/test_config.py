@@ -1039,6 +1039,13 @@ def test_preset_references(tmp_path):
     assert error(tmp_path, looped) == "Circular model-list preset: a -> b -> a"
 
 
+def test_a_preset_without_an_output_cap_gets_the_default_and_a_given_cap_is_kept(tmp_path):
+    data = base(backend=models(capped={"provider": "g", "model": "m", "maxOutputTokens": 300}))
+    presets = load(tmp_path, data).runner.presets
+    assert presets["main"].max_output_tokens == schema.DEFAULT_MAX_OUTPUT_TOKENS == 8192
+    assert presets["capped"].max_output_tokens == 300
+
+
 def test_model_list_expansion_flattens_depth_first_with_duplicates(tmp_path):
     data = base(backend=models(alt={"provider": "g", "model": "alt"}, inner={"model-list": ["alt", "main"]},
                                outer={"model-list": ["main", "inner", "alt"]}))
