@@ -172,7 +172,8 @@ def _start_activation(store, backends, config, agent, signals, now, caps):
         cap = caps.holding(store, config)
         if cap is not None:
             return cap
-        prompt = suzumio_prompts.user_prompt(signals)
+        leading = suzumio_prompts.leads(agent["id"], store.list_agents(), config)
+        prompt = suzumio_prompts.user_prompt(signals, store.project()["task"] if leading else None)
         try:
             activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
         except Conflict as error:

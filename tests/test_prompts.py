@@ -30,11 +30,19 @@ def system(config_, me, team, tools=ALL, mounts=(), kind_paths=("/workspace", "/
 
 
 def test_system_message_orders_identity_task_instructions_team_files_and_contract():
-    team = [agent("pm", "coordinator", "Keep it short.", "Mio"), agent("worker-1", "writer")]
-    text = system(config({"pm": {}, "worker-1": {}}), team[0], team)
+    team = [agent("pm", "coordinator", "Keep it short.", "Mio"), agent("worker-1", "writer", "Rhyme.")]
+    cfg = config({"pm": {}, "worker-1": {}})
+    worker = system(cfg, team[1], team)
+    order = ["You are worker-1 (agent id worker-1, writer), one agent of a team working on a project for a user. "
+             "You act only by calling tools", "Project task: Write a poem about the sea.", "Your instructions: Rhyme.",
+             "Team: pm (Mio): coordinator; worker-1: writer, you; user: the person who runs the project."]
+    positions = [worker.index(part) for part in order]
+    assert positions == sorted(positions)
+    # the coordinator leads the work: its task is in the user message of each activation instead
+    text = system(cfg, team[0], team)
+    assert "Project task:" not in text
     order = ["You are Mio (agent id pm, coordinator), one agent of a team working on a project for a user. You "
-             "coordinate the team. You act only by calling tools", "Project task: Write a poem about the sea.",
-             "Your instructions: Keep it short.",
+             "coordinate the team. You act only by calling tools", "Your instructions: Keep it short.",
              "Team: pm (Mio): coordinator, you; worker-1: writer; user: the person who runs the project.",
              "Files: your artifact folder is /artifacts/pm: put finished work there",
              "Your private working folder is /workspace", "Each other agent's artifact folder is /artifacts/<agent id>",
@@ -96,5 +104,8 @@ def test_the_system_message_is_the_same_for_every_activation_and_the_user_messag
     user = prompts.user_prompt([signal, urgent])
     assert user == "The user says: Please begin.\n\nw says in #project (P1): Blocked on the key."
     assert user == "\n\n".join([render_signal(signal), render_signal(urgent)])
+    # the agent that leads the work reads the task first, where a small model looks for what to do
+    lead = prompts.user_prompt([signal], cfg.task)
+    assert lead == "Project task: Write a poem about the sea.\n\nThe user says: Please begin."
     # no dotted signal kind reads like a tool to call, and no id or clock a model copies into its answer
     assert "message.created" not in user and "msg_1" not in user and "2026" not in user

@@ -126,8 +126,10 @@ def test_second_activation_prompt_has_only_its_own_signals(tmp_path):
         second_message = send(env, "pm", priority="P2", body="Next step")
         tick(env)
         second = activations_of(env, "pm")[-1]["prompt"]
-        assert second == suzumio_prompts.user_prompt([signal_of(env, second_message)])
-        assert "Do it" not in second
+        # pm leads the work: the task comes first in each of its activations, then only the new signals
+        task = env.store.project()["task"]
+        assert second == suzumio_prompts.user_prompt([signal_of(env, second_message)], task)
+        assert second.startswith(f"Project task: {task.strip()}\n\n") and "Do it" not in second
 
 
 def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
@@ -137,7 +139,7 @@ def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
         sig = signal_of(env, direct)
         prompt = activations_of(env, "pm")[0]["prompt"]
         assert sig["payload"]["id"] == direct["id"]
-        assert prompt == "The user says: Do it"
+        assert prompt.endswith("\n\nThe user says: Do it")
         wait_settled(env, "pm")
         channel = coordination.send_message(env.store, config_of(env.store), "user", "Hello all", channel="#project",
                                             priority="P2")
@@ -325,9 +327,9 @@ def test_guarded_creation_after_concurrent_stop_writes_nothing(tmp_path, monkeyp
         message = send(env, "worker")
         original = suzumio_prompts.user_prompt
 
-        def stop_meanwhile(signals):
+        def stop_meanwhile(signals, task=None):
             coordination.stop(env.store)  # another process's stop commits while this tick renders the prompt
-            return original(signals)
+            return original(signals, task)
 
         monkeypatch.setattr(suzumio_prompts, "user_prompt", stop_meanwhile)
         tick(env)
