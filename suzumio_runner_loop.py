@@ -86,6 +86,7 @@ ROW_PREFIXES = {
     "tool_result": "# Tool Result Record",
 }
 MODEL_ROW_LIMIT = 40000
+NO_TEXT_OUTPUT = "(model returned no text)"  # an activation's output when its model's last answer had no text
 MODEL_TOOL_RESULT_LIMIT = 12000
 TAIL_MAX_ROWS = 12
 TAIL_BUDGET = 80000
@@ -272,7 +273,9 @@ def history_to_messages(history):
                           "content": trim_chars(content, MODEL_TOOL_RESULT_LIMIT)}]
             continue
         text = render_for_model(row)
-        if text:
+        # A placeholder for an answer without text is for people: a small model read it in its history as
+        # its own earlier answer and gave it again, word for word, as its next.
+        if text and not (row.get("metadata") or {}).get("noText"):
             role = "assistant" if row.get("role") in ("assistant", "tool_call") else "user"
             messages.append({"role": role, "content": text})
     return messages or [{"role": "user", "content": CONTINUE_TEXT}]
@@ -789,10 +792,13 @@ class Runner:
         finally:
             for bridge in bridges:
                 bridge.close()
-        out_text = text.strip() or state.end_output or "(model returned no text)"
+        said = text.strip() or state.end_output
+        out_text = said or NO_TEXT_OUTPUT
         info = {"selectedModel": selected, "model": attempt.preset_id, "apiModel": api_model(attempt.preset)}
         output_usage = dict(info)
         metadata = dict(info)
+        if not said:
+            metadata["noText"] = True  # history_to_messages leaves the placeholder out of what models read
         if usage:
             output_usage["tokens"] = usage
             metadata["usage"] = usage

@@ -466,6 +466,26 @@ def test_no_tools_means_no_tools_field_and_no_tool_choice(tmp_path, model, setup
     assert controller.output["text"] == "(model returned no text)"
 
 
+def test_an_answer_without_text_is_marked_and_a_later_activation_does_not_read_the_placeholder(tmp_path, model,
+                                                                                                  setup):
+    controller, activation = setup(toolpacks=[])
+    model.enqueue(content="")
+    assert run_runner(tmp_path, activation).returncode == 0
+    [row] = [body for body in controller.bodies("/runner/history/messages") if body["kind"] == "assistant_output"]
+    assert row["content"] == "(model returned no text)" and row["metadata"]["noText"] is True
+    # the next activation's history holds that row; its model reads the prompts around it, not the placeholder
+    history = [history_row(1, content="Start"),
+               history_row(2, role="assistant", kind="assistant_output", content=row["content"],
+                           metadata=row["metadata"]),
+               history_row(3, content="Go on")]
+    controller, activation = setup(history=history, toolpacks=[])
+    model.enqueue(content="done")
+    assert run_runner(tmp_path, activation).returncode == 0
+    messages = model.requests[-1].body["messages"]
+    assert "(model returned no text)" not in json.dumps(messages)
+    assert [m["content"] for m in messages if m["role"] == "user"][-2:] == ["Start", "Go on"]
+
+
 def test_failed_context_post_only_warns(tmp_path, model, setup):
     controller, activation = setup()
     controller.fail_route("/activation-context", 400, "Invalid activation context")
