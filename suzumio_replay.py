@@ -312,8 +312,9 @@ class Replays:
         if replay is None or replay.diverged or replay.origin["ended"]:
             return None
         theirs = replay.source.activation_ids_in_order()
-        self._deliver_due_messages(replay, config, theirs, now)
-        self._end_if_done(replay, theirs, now)
+        deliveries = self._deliveries(replay, theirs)  # read once a tick: it walks the source's events
+        self._deliver_due_messages(replay, config, deliveries, now)
+        self._end_if_done(replay, theirs, deliveries, now)
 
         def may_start(agent_id):
             started = len(store.activation_ids_in_order())
@@ -359,13 +360,13 @@ class Replays:
                 due.append((kind, data, Position(started, frozenset(ended), progress)))
         return due
 
-    def _deliver_due_messages(self, replay, config, theirs, now):
+    def _deliver_due_messages(self, replay, config, deliveries, now):
         """Each delivery (`_deliveries`) once the replay is where the source was when it came: the same
         activations started and ended, and each running one as far in its tool calls (a P1 signal reaches a
         running activation at its next tool call, so it must not come early)."""
         store = replay.store
         delivered = replay.origin["injectedMessages"]
-        for kind, data, position in self._deliveries(replay, theirs)[delivered:]:
+        for kind, data, position in deliveries[delivered:]:
             if not reached(store, position):
                 return
             with store.write(now) as tx:
@@ -379,13 +380,13 @@ class Replays:
                                                priority=data.get("priority"), payload=data.get("payload"))
             delivered += 1
 
-    def _end_if_done(self, replay, theirs, now):
+    def _end_if_done(self, replay, theirs, deliveries, now):
         """Every source activation re-run and ended, everything delivered: the replay ends in the
         source's status (submitted, completed or stopped, as the source is now)."""
         store = replay.store
         mine = store.activation_ids_in_order()
         if len(mine) < len(theirs) or store.running_activations() or \
-                store.origin()["injectedMessages"] < len(self._deliveries(replay, theirs)):
+                store.origin()["injectedMessages"] < len(deliveries):
             return
         status = replay.source.project()["status"]
         with store.write(now) as tx:
