@@ -546,8 +546,11 @@ def submit_report(store, agent_id, activation_id, report, now=None):
     return {"reportPath": str(path), "signal": signal}
 
 
-def declare_wait(store, config, agent_id, activation_id, reason=None, pm=None, notify_pm=None, now=None):
-    """docs/design/store.md: an optional P3 notice to the coordinator plus a closed wait signal."""
+def declare_wait(store, config, agent_id, activation_id, reason=None, pm=None, notify_pm=None, now=None,
+                 written=()):
+    """docs/design/store.md: an optional P3 notice to the coordinator plus a closed wait signal. The notice
+    names the files the activation wrote (`written`): a coordinator learns what a worker made even when the
+    worker waited without reporting it."""
     reason = reason.strip() if isinstance(reason, str) and reason.strip() else WAIT_PREFIX
     pm = pm or config.communication.coordinator_agent
     notify = (agent_id != pm) if notify_pm is None else bool(notify_pm)
@@ -557,7 +560,10 @@ def declare_wait(store, config, agent_id, activation_id, reason=None, pm=None, n
             require_running(store.owned_activation(tx.conn, agent_id, activation_id), "tool")
         message = None
         if notify and agent_id != pm and store.agent_row(pm) is not None:
-            message = _send(store, config, tx, agent_id, f"{WAIT_PREFIX}\n\nReason: {reason}", recipient=pm,
+            notice = f"{WAIT_PREFIX}\n\nReason: {reason}"
+            if written:
+                notice += "\n\nFiles written in this activation: " + ", ".join(written)
+            message = _send(store, config, tx, agent_id, notice, recipient=pm,
                             priority="P3", source_agent=agent_id, source_activation=activation_id)
         payload = omit_none({"reason": reason, "notifiedAgent": pm if message else None,
                              "messageId": message["id"] if message else None})

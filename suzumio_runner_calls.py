@@ -60,6 +60,23 @@ def calls_in_text(text):
     return calls
 
 
+def arguments_in_text(text, tools):
+    """The call of an answer that is only a tool's arguments, one JSON object without the tool's name, as the
+    lab's model wrote `{"reason": ..., "notifyPm": true}` for coordination_wait_for_signal: the tool is the
+    one of `tools` ([(name, schema)]) whose fields the object fits; none when no tool or more than one fits."""
+    if not text or not text.strip().startswith("{"):
+        return []
+    found = [value for value in _json_values(text.strip()) if isinstance(value, dict) and value]
+    if len(found) != 1:
+        return []
+    args = found[0]
+    fits = [name for name, schema in tools if isinstance(schema, dict) and isinstance(schema.get("properties"), dict)
+            and set(args) <= set(schema["properties"]) and input_problem(schema, args) is None]
+    if len(fits) != 1:
+        return []
+    return [ToolCall(f"call_{os.urandom(12).hex()}", fits[0], json.dumps(args, ensure_ascii=False))]
+
+
 def _json_values(chunk):
     decoder = json.JSONDecoder()
     values, at = [], 0

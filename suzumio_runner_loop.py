@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from suzumio_runner_calls import (
     NO_RESULT_TEXT,
     REPORTING_TOOLS,
+    arguments_in_text,
     bad_json_answer,
     calls_in_text,
     contract_reminder,
@@ -759,7 +760,8 @@ class Runner:
                 turn = provider.complete(messages, tool_defs, tool_choice)
                 steps += 1
                 sum_usage(usage, turn.usage)
-                calls = turn.tool_calls or calls_in_text(turn.text)
+                calls = (turn.tool_calls or calls_in_text(turn.text)
+                         or arguments_in_text(turn.text, [(t.safe, t.schema) for t in tools]))
                 # A call written into the text is acted on like any call; the text around it is not output.
                 text += turn.text if not calls or turn.tool_calls else ""
                 if not calls:

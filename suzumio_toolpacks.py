@@ -4,6 +4,7 @@ built-in panels are suzumio_webui_panels'), tool status, scheduler hooks and the
 host callbacks use. The tool registry itself comes from suzumio_registry; the rules the core tools apply
 are suzumio_coordination's."""
 import logging
+import re
 import threading
 
 import suzumio_coordination as coordination
@@ -25,6 +26,7 @@ from suzumio_records import (
     checked_priority,
     describe,
     format_ts,
+    load_json,
     to_datetime,
 )
 from suzumio_registry import CONTROLLER_TOOLPACKS, is_allowed, model_tool_name
@@ -156,17 +158,29 @@ def _said(text):
     return " ".join(text.split()).casefold().rstrip(".!?")
 
 
-def echo_refusal(store, activation_id, body):
+def echo_refusal(store, activation_id, body, recipient=None):
     """What an agent that sends back a message it was given is told, or None. Measured with a 1.5B model: told
-    "Please begin.", it sent "Please begin." on to the next agent, which did the same, and no one worked."""
+    "Please begin.", it sent "Please begin." on to the next agent, which did the same, and no one worked. Told
+    what the project's task says of the recipient, the same model wrote that agent's assignment."""
     for signal in store.signals_delivered_to(activation_id, KIND_MESSAGE) if activation_id else ():
         payload = signal.get("payload") or {}
         if _said(str(payload.get("body") or "")) == _said(body):
             sender = "the user" if payload.get("sender") == "user" else payload.get("sender")
-            return (f'Not sent: "{body.strip()}" only repeats what {sender} sent you. Do what it asks yourself, now, '
-                    "with your tools; to hand work to another agent, write out its assignment: what to make and "
-                    "where to put it.")
+            text = f'Not sent: "{body.strip()}" only repeats what {sender} sent you.'
+            part = task_part(store.project()["task"], recipient) if recipient else None
+            if part:
+                return (f'{text} What the project task asks of {recipient}: "{part}". Send {recipient} that '
+                        "assignment in your own words.")
+            return (f"{text} Do what it asks yourself, now, with your tools; to hand work to another agent, write "
+                    "out its assignment: what to make and where to put it.")
     return None
+
+
+def task_part(task, agent_id):
+    """The sentences and clauses of the task that name agent_id, joined; "" when none does."""
+    named = re.compile(rf"(?<![\w-]){re.escape(agent_id)}(?![\w-])")
+    clauses = [c.strip() for c in re.split(r"(?<=[.;!?])\s+|\n+", task) if named.search(c)]
+    return " ".join(clause.rstrip(" ;.") for clause in clauses)
 
 
 def send_message_tool(store, config, agent, activation_id, data):
@@ -180,7 +194,7 @@ def send_message_tool(store, config, agent, activation_id, data):
             raise BadRequest(f'Message cannot have both recipient and channel: drop "recipient" to post to {channel} '
                              f"(you are {agent['id']}: a message to yourself is not delivered)")
         raise BadRequest(self_message_refusal(agent))
-    echo = echo_refusal(store, activation_id, body)
+    echo = echo_refusal(store, activation_id, body, recipient)
     if echo is not None:
         raise BadRequest(echo)
     coordination.check_policy(config, agent["id"], recipient, channel, priority)
@@ -191,6 +205,22 @@ def send_message_tool(store, config, agent, activation_id, data):
             "metadata": {"messageId": message["id"]}}
 
 
+def files_written(store, activation_id):
+    """The paths this activation's completed file.write and file.patch calls wrote, in order, once each."""
+    paths = []
+    for call in store.tool_calls_of(activation_id) if activation_id else ():
+        if call["status"] != "completed" or call["tool"] not in ("file.write", "file.patch"):
+            continue
+        data = load_json(call["input_json"], {})
+        data = data if isinstance(data, dict) else {}
+        operations = data.get("operations") if call["tool"] == "file.patch" else [data]
+        for operation in operations if isinstance(operations, list) else ():
+            path = operation.get("path") if isinstance(operation, dict) else None
+            if isinstance(path, str) and operation.get("op") != "delete" and path not in paths:
+                paths.append(path)
+    return paths
+
+
 def wait_for_signal_tool(store, config, agent, activation_id, data):
     data = object_input(data)
     reason = optional_string(data.get("reason")) or WAIT_PREFIX
@@ -199,7 +229,7 @@ def wait_for_signal_tool(store, config, agent, activation_id, data):
     if notify_pm is None:
         notify_pm = agent["id"] != pm
     waited = coordination.declare_wait(store, config, agent["id"], activation_id, reason=reason, pm=pm,
-                                       notify_pm=notify_pm)
+                                       notify_pm=notify_pm, written=files_written(store, activation_id))
     metadata = {"reason": waited["reason"]}
     if waited.get("message"):
         metadata.update(notifiedAgent=waited["notifiedAgent"], messageId=waited["message"]["id"])

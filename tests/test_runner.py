@@ -322,6 +322,25 @@ def test_ending_tool_stops_the_loop_and_ignores_later_calls(tmp_path, model, set
     assert controller.output["text"] == "Waiting; a future signal will start the next activation."
 
 
+def test_an_answer_that_is_only_a_tools_arguments_runs_that_tool(tmp_path, model, setup):
+    packs = builtin_toolpacks(["coordination.wait_for_signal", "file.read"])
+    for tool in packs[0]["tools"]:
+        if tool["name"] == "coordination.wait_for_signal":
+            tool["inputSchema"] = {"type": "object", "additionalProperties": False,
+                                   "properties": {"reason": {"type": "string"}, "notifyPm": {"type": "boolean"}}}
+    controller, activation = setup(toolpacks=packs)
+    controller.support["coordination.wait_for_signal"] = {"title": "wait", "output": "Waiting."}
+    # no tool name, as the lab's model answered: only the wait tool has the fields `reason` and `notifyPm`
+    model.enqueue(content='{\n"reason": "worker-2 has the mountains",\n"notifyPm": false\n}')
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    assert len(model.requests) == 1
+    [start] = controller.bodies("/runner/tool-calls/start")
+    assert (start["tool"], start["input"]) == ("coordination.wait_for_signal",
+                                               {"reason": "worker-2 has the mountains", "notifyPm": False})
+    assert controller.output["text"] == "Waiting."
+
+
 def test_ended_activation_answers_later_calls_without_posting(tmp_path):
     state = loop.RequestState()
     state.ended = True

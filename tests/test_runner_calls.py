@@ -39,6 +39,25 @@ def test_a_json_answer_or_block_naming_a_tool_is_a_call_and_other_text_is_not(te
     assert [c.name for c in calls.calls_in_text(text)] == names
 
 
+def test_an_answer_that_is_only_one_tools_arguments_is_that_tools_call():
+    wait = {"type": "object", "properties": {"reason": {"type": "string"}, "notifyPm": {"type": "boolean"}},
+            "additionalProperties": False}
+    send = {"type": "object", "properties": {"recipient": {"type": "string"}, "body": {"type": "string"}},
+            "required": ["body"]}
+    tools = [("coordination_wait_for_signal", wait), ("messages_send", send)]
+    # as the lab's model wrote it, braces doubled; the fields fit the wait tool only
+    [call] = calls.arguments_in_text('{{\n"notifyPm": true,\n"reason": "waiting for worker-2"\n}}', tools)
+    assert call.name == "coordination_wait_for_signal"
+    assert json.loads(call.arguments) == {"notifyPm": True, "reason": "waiting for worker-2"}
+    assert [c.name for c in calls.arguments_in_text('{"body": "hi", "recipient": "pm"}', tools)] == ["messages_send"]
+    # no tool fits, more than one does, a wrong type, two objects, or prose: no call
+    for text in ('{"path": "a.md"}', '{"x": 1}', '{"reason": 3}', '{"reason": "a"} {"reason": "b"}',
+                 "The sea {is} wide.", ""):
+        assert calls.arguments_in_text(text, tools) == [], text
+    either = [("a", wait), ("b", wait)]
+    assert calls.arguments_in_text('{"reason": "x"}', either) == []
+
+
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "number"},
                                            "mode": {"type": "string", "enum": ["a", "b"]},
                                            "dirs": {"type": "boolean"}},

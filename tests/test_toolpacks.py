@@ -277,6 +277,47 @@ def test_a_message_sent_back_as_it_came_is_refused_with_what_to_do_instead(servi
     assert sent.status_code == 200
 
 
+def test_an_echo_to_an_agent_the_task_names_is_answered_with_what_the_task_asks_of_it(service, tmp_path):
+    project_dir = tmp_path / "team"
+    write_toolpack(project_dir / "toolpacks" / "review")
+    task = ("Make a booklet. worker writes a haiku to its artifact folder as sea.md; reviewer checks it. "
+            "When both are done, pm submits.")
+    store = init_project(service.root, project_dir, TEAM_YAML.format(url=service.base_url, communication="")
+                         .replace("task: Review the proof.", f"task: {task}"))
+    store.start()
+    coordination.send_message(store, config_of(store), "user", "Please begin.", recipient="pm")
+    [signal] = coordination.pending_signals(store, config_of(store), "pm")
+    pm = coordination.start_activation(store, "pm", "The user says: Please begin.", [signal])
+
+    def send(recipient):
+        return error_of(support(service, "pm", pm, "messages.send", {"recipient": recipient, "body": "Please begin."}),
+                        500)
+
+    assert send("worker") == ('Not sent: "Please begin." only repeats what the user sent you. What the project task '
+                              'asks of worker: "worker writes a haiku to its artifact folder as sea.md". Send worker '
+                              "that assignment in your own words.")
+    assert "asks of reviewer: \"reviewer checks it\"" in send("reviewer")
+    # a recipient the task does not name (the user) gets the general answer
+    assert send("user").endswith("write out its assignment: what to make and where to put it.")
+    assert store.project_stats()["messageCount"] == 1
+
+
+def test_the_wait_notice_names_the_files_the_activation_wrote(service, demo):
+    worker = running_activation(demo, "worker")
+    for tool, data, status in (("file.write", {"path": "/artifacts/worker/a.md", "content": "x"}, "completed"),
+                               ("file.patch", {"operations": [{"op": "add", "path": "b.md", "content": "y"},
+                                                              {"op": "delete", "path": "old.md"},
+                                                              {"op": "update", "path": "/artifacts/worker/a.md",
+                                                               "search": "x", "replace": "z"}]}, "completed"),
+                               ("file.write", {"path": "never.md", "content": "x"}, "failed"),
+                               ("file.read", {"path": "read.md"}, "completed")):
+        call = demo.start_tool_call("worker", worker["id"], tool, data)
+        coordination.finish_tool_call(demo, "worker", worker["id"], call["toolCallId"], status, output="done")
+    result = support(service, "worker", worker, "coordination.wait_for_signal", {"reason": "done"}).json()
+    assert demo.message(result["metadata"]["messageId"])["body"] == (
+        "Waiting for future signals.\n\nReason: done\n\nFiles written in this activation: /artifacts/worker/a.md, b.md")
+
+
 def test_communication_policy_restricts_non_coordinators(service, tmp_path):
     demo = team(service, tmp_path, POLICY)
     worker = running_activation(demo, "worker")
