@@ -63,7 +63,8 @@ _BUILTIN_TOOLS = {
          ("Send a message to an agent, to user, or to a channel; the recipient is woken by it. Say what you did "
           "(exact file paths), what you want next, or what blocks you. No acknowledgements."),
          _schema({
-             "recipient": {"type": "string", "description": "An agent id, or user."},
+             "recipient": {"type": "string", "description": "Who gets it: an agent id, or user. Give it unless you "
+                                                           "give channel."},
              "channel": {"type": "string", "description": "A channel such as #project, instead of recipient."},
              "priority": dict(_PRIORITY_PROPERTY, description=(
                  "P3 routine; P2 continuation; P1 only to unblock active work; P0 only for emergencies.")),

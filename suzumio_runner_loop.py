@@ -87,6 +87,7 @@ ROW_PREFIXES = {
     "tool_result": "# Tool Result Record",
 }
 MODEL_ROW_LIMIT = 40000
+ASSISTANT_OUTPUT = "assistant_output"  # the history kind of an activation's closing text
 NO_TEXT_OUTPUT = "(model returned no text)"  # an activation's output when its model's last answer had no text
 MODEL_TOOL_RESULT_LIMIT = 12000
 TAIL_MAX_ROWS = 12
@@ -273,10 +274,13 @@ def history_to_messages(history):
                          {"role": "tool", "tool_call_id": call["id"],
                           "content": trim_chars(content, MODEL_TOOL_RESULT_LIMIT)}]
             continue
+        # An activation's closing text reached no one (only tool calls act), and read back it taught small
+        # models to answer with text: the lab's model gave its last answer again, doubled at each activation,
+        # or the placeholder of an answer without text. People read these rows; models read the calls.
+        if row.get("kind") == ASSISTANT_OUTPUT:
+            continue
         text = render_for_model(row)
-        # A placeholder for an answer without text is for people: a small model read it in its history as
-        # its own earlier answer and gave it again, word for word, as its next.
-        if text and not (row.get("metadata") or {}).get("noText"):
+        if text:
             role = "assistant" if row.get("role") in ("assistant", "tool_call") else "user"
             messages.append({"role": role, "content": text})
     return messages or [{"role": "user", "content": CONTINUE_TEXT}]
@@ -800,7 +804,7 @@ class Runner:
         output_usage = dict(info)
         metadata = dict(info)
         if not said:
-            metadata["noText"] = True  # history_to_messages leaves the placeholder out of what models read
+            metadata["noText"] = True  # the output is a placeholder, not the model's words
         if usage:
             output_usage["tokens"] = usage
             metadata["usage"] = usage
@@ -809,7 +813,7 @@ class Runner:
         try:
             self.client.post(
                 "/runner/history/messages",
-                {"role": "assistant", "kind": "assistant_output", "content": out_text, "metadata": metadata},
+                {"role": "assistant", "kind": ASSISTANT_OUTPUT, "content": out_text, "metadata": metadata},
             )
         except ControllerError as error:
             self.warn("%s (assistant output not recorded in history)", error)

@@ -228,6 +228,10 @@ def wait_for_signal_tool(store, config, agent, activation_id, data):
     notify_pm = optional_boolean(data, "notifyPm")
     if notify_pm is None:
         notify_pm = agent["id"] != pm
+    if agent["id"] == config.communication.coordinator_agent:
+        # The coordinator reports by submitting, not by waiting. The lab's model, coordinating, waited with
+        # `pm` set to a worker; each notice woke that worker, whose own notice woke it again, without end.
+        notify_pm = False
     waited = coordination.declare_wait(store, config, agent["id"], activation_id, reason=reason, pm=pm,
                                        notify_pm=notify_pm, written=files_written(store, activation_id))
     metadata = {"reason": waited["reason"]}

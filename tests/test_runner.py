@@ -192,14 +192,15 @@ def test_history_rows_are_replayed_with_roles_prefixes_and_trimming(tmp_path, mo
     model.enqueue(content="fine")
     assert run_runner(tmp_path, activation).returncode == 0
     messages = model.requests[0].body["messages"]
-    assert [m["role"] for m in messages] == ["user", "user", "assistant", "assistant", "user"]
+    # an activation's closing text ("ok") is for people: the model reads its calls, not its last words
+    assert [m["role"] for m in messages] == ["user", "user", "assistant", "user"]
     assert messages[0]["content"] == "# Compacted Agent History\n\nearlier summary"
-    assert messages[3]["content"].startswith("# Tool Call Record\n\n# Tool Call")
-    long = messages[4]["content"]
+    assert messages[2]["content"].startswith("# Tool Call Record\n\n# Tool Call")
+    long = messages[3]["content"]
     assert long.startswith("# Tool Result Record\n\nddd")
     assert long.endswith("d\n\n[truncated 188022 chars]")
     assert len(long) == 12000 + len("\n\n[truncated 188022 chars]")
-    assert controller.context["messageCount"] == 5
+    assert controller.context["messageCount"] == 4
     assert controller.context["firstPrompt"] is True
 
 
@@ -240,8 +241,8 @@ def test_recorded_tool_calls_go_back_as_the_providers_own_tool_messages(tmp_path
     assert messages[5] == {"role": "tool", "tool_call_id": "call_from_the_model", "content": "Error: No such file: x"}
     assert messages[6]["tool_calls"][0]["function"]["name"] == "messages_send"
     assert messages[7] == {"role": "tool", "tool_call_id": "tool_3", "content": runner_calls.NO_RESULT_TEXT}
-    assert messages[8] == {"role": "assistant", "content": "Done"}
-    assert len(messages) == 9 and "Record" not in json.dumps(messages)
+    # the closing text "Done" reached no one and is not read back
+    assert len(messages) == 8 and "Record" not in json.dumps(messages) and "Done" not in json.dumps(messages)
 
 
 def test_tool_round_trip_writes_the_file_and_feeds_the_result_back(tmp_path, model, setup):
@@ -485,24 +486,27 @@ def test_no_tools_means_no_tools_field_and_no_tool_choice(tmp_path, model, setup
     assert controller.output["text"] == "(model returned no text)"
 
 
-def test_an_answer_without_text_is_marked_and_a_later_activation_does_not_read_the_placeholder(tmp_path, model,
-                                                                                                  setup):
+def test_a_later_activation_reads_no_closing_text_of_earlier_ones_nor_the_placeholder_of_none(tmp_path, model,
+                                                                                               setup):
     controller, activation = setup(toolpacks=[])
     model.enqueue(content="")
     assert run_runner(tmp_path, activation).returncode == 0
     [row] = [body for body in controller.bodies("/runner/history/messages") if body["kind"] == "assistant_output"]
     assert row["content"] == "(model returned no text)" and row["metadata"]["noText"] is True
     # the next activation's history holds that row; its model reads the prompts around it, not the placeholder
+    # an activation's closing text reached no one; read back, a small model gave it again (doubled)
     history = [history_row(1, content="Start"),
                history_row(2, role="assistant", kind="assistant_output", content=row["content"],
                            metadata=row["metadata"]),
-               history_row(3, content="Go on")]
+               history_row(3, content="Go on"),
+               history_row(4, role="assistant", kind="assistant_output", content="I wrote sea.md."),
+               history_row(5, content="And now?")]
     controller, activation = setup(history=history, toolpacks=[])
     model.enqueue(content="done")
     assert run_runner(tmp_path, activation).returncode == 0
     messages = model.requests[-1].body["messages"]
-    assert "(model returned no text)" not in json.dumps(messages)
-    assert [m["content"] for m in messages if m["role"] == "user"][-2:] == ["Start", "Go on"]
+    assert "(model returned no text)" not in json.dumps(messages) and "I wrote sea.md." not in json.dumps(messages)
+    assert [m["content"] for m in messages if m["role"] == "user"][-3:] == ["Start", "Go on", "And now?"]
 
 
 def test_failed_context_post_only_warns(tmp_path, model, setup):
@@ -802,9 +806,10 @@ def test_context_overflow_compacts_history_and_retries(tmp_path, model, setup):
     assert compact["keepTail"] == 12 and compact["selectedModel"] == "main"
     retry = model.requests[2].body
     assert retry["messages"][0] == {"role": "user", "content": "# Compacted Agent History\n\nS"}
-    assert len(retry["messages"]) == 13 and "tools" in retry
+    # the twelve rows kept: six prompts read back, six closing texts that are not
+    assert len(retry["messages"]) == 7 and "tools" in retry
     assert len(controller.bodies("/activation-context")) == 2
-    assert controller.context["messageCount"] == 13
+    assert controller.context["messageCount"] == 7
     assert controller.output["text"] == "final answer"
 
 

@@ -357,6 +357,10 @@ def test_wait_for_signal_by_the_coordinator_sends_nothing(service, demo):
     assert demo.project_stats()["messageCount"] == 0
     assert error_of(support(service, "pm", pm, "coordination.wait_for_signal", {"notifyPm": "yes"}), 500) == \
         "Expected boolean, got yes"
+    # not even when it names a worker as the one to notify: the notice would only wake that worker
+    named = support(service, "pm", pm, "coordination.wait_for_signal", {"pm": "worker", "notifyPm": True}).json()
+    assert named["output"] == "Waiting; a future signal will start the next activation."
+    assert demo.project_stats()["messageCount"] == 0 and not demo.has_pending_signals_for_agent("worker")
 
 
 def test_completion_submit_writes_the_report_and_submits(service, demo):
