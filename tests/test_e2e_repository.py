@@ -93,14 +93,24 @@ def run_team_of_three(team):
     model.enqueue(tool_calls=[call("file.write", path="shared.txt",
                                    content="shared line one by w3\nshared line two\n")], model="w3")
     model.enqueue(tool_calls=[call("repo.merge", message="w3: shared")], model="w3")
-    wait(model, "w3")
-    # Its next activation (woken by the P1 signal): sync, resolve, land.
+    # Told of the conflict (a P1 signal), w3 syncs, resolves and lands. The signal reaches it with its
+    # repo.merge's result when the queue answers before that call's finish is recorded (on swarm a workspace
+    # sync sits between them), else it starts w3's next activation: w3 answers what it is told, either way.
     # It reads the file the sync left in conflict: its workspace holds the markers (on swarm, fetched again).
-    model.enqueue(tool_calls=[call("repo.sync"), call("file.read", path="shared.txt")], model="w3")
-    model.enqueue(tool_calls=[call("file.write", path="shared.txt",
-                                   content="shared line one by w1 and w3\nshared line two\n")], model="w3")
-    model.enqueue(tool_calls=[call("repo.merge", message="w3: shared, resolved")], model="w3")
-    wait(model, "w3")
+    resolution = [answer(tool_calls=[call("repo.sync"), call("file.read", path="shared.txt")]),
+                  answer(tool_calls=[call("file.write", path="shared.txt",
+                                          content="shared line one by w1 and w3\nshared line two\n")]),
+                  answer(tool_calls=[call("repo.merge", message="w3: shared, resolved")])]
+    told = []
+
+    def w3_resolves_when_told(request):
+        last = str(((request.get("messages") or [{}])[-1]).get("content") or "")
+        if request.get("model") == "w3" and resolution and (told or "call repo.sync" in last):
+            told.append(True)
+            return resolution.pop(0)
+        return waits(request)
+
+    model.responder = w3_resolves_when_told
     team.send("w3", "Change shared.txt, then merge.")
     team.wait_for(lambda: len(team.events("repo.merged")) == 3, message="w3's resolved change landed")
     team.wait_quiet()
