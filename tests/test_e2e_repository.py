@@ -97,10 +97,13 @@ def run_team_of_three(team):
     # repo.merge's result when the queue answers before that call's finish is recorded (on swarm a workspace
     # sync sits between them), else it starts w3's next activation: w3 answers what it is told, either way.
     # It reads the file the sync left in conflict: its workspace holds the markers (on swarm, fetched again).
-    resolution = [answer(tool_calls=[call("repo.sync"), call("file.read", path="shared.txt")]),
-                  answer(tool_calls=[call("file.write", path="shared.txt",
-                                          content="shared line one by w1 and w3\nshared line two\n")]),
-                  answer(tool_calls=[call("repo.merge", message="w3: shared, resolved")])]
+    # (ids of their own: answer()'s numbering and the queue's can meet, and tool_outputs tells calls by id)
+    resolution = [answer(tool_calls=[dict(call("repo.sync"), id="w3_sync"),
+                                     dict(call("file.read", path="shared.txt"), id="w3_read")]),
+                  answer(tool_calls=[dict(call("file.write", path="shared.txt",
+                                               content="shared line one by w1 and w3\nshared line two\n"),
+                                          id="w3_resolve")]),
+                  answer(tool_calls=[dict(call("repo.merge", message="w3: shared, resolved"), id="w3_land")])]
     told = []
 
     def w3_resolves_when_told(request):
