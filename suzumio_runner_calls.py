@@ -40,12 +40,17 @@ def resolve_tool(name, by_safe):
     return folded.get(safe.lower())
 
 
-def calls_in_text(text):
+def calls_in_text(text, tools=()):
     """The tool calls a model wrote into its answer's text: `<tool_call>` tags (the form llama.cpp passes
     through when its parser misses a call), a fenced JSON block, or an answer that is one JSON object,
-    each {"name", "arguments"} (or "parameters"). Objects without a string name are not calls."""
+    each {"name", "arguments"} (or "parameters"). Objects without a string name are not calls; failing
+    any, an answer that is only the arguments of one of `tools` ([(name, schema)]) is (arguments_in_text)."""
     if not text or "{" not in text:
         return []
+    return _named_calls(text) or arguments_in_text(text, tools)
+
+
+def _named_calls(text):
     if "<tool_call>" in text:
         chunks = TAGGED.findall(text)
     else:

@@ -16,7 +16,6 @@ from datetime import datetime, timezone
 from suzumio_runner_calls import (
     NO_RESULT_TEXT,
     REPORTING_TOOLS,
-    arguments_in_text,
     bad_json_answer,
     calls_in_text,
     contract_reminder,
@@ -88,7 +87,6 @@ ROW_PREFIXES = {
 }
 MODEL_ROW_LIMIT = 40000
 ASSISTANT_OUTPUT = "assistant_output"  # the history kind of an activation's closing text
-NO_TEXT_OUTPUT = "(model returned no text)"  # an activation's output when its model's last answer had no text
 MODEL_TOOL_RESULT_LIMIT = 12000
 TAIL_MAX_ROWS = 12
 TAIL_BUDGET = 80000
@@ -274,9 +272,8 @@ def history_to_messages(history):
                          {"role": "tool", "tool_call_id": call["id"],
                           "content": trim_chars(content, MODEL_TOOL_RESULT_LIMIT)}]
             continue
-        # An activation's closing text reached no one (only tool calls act), and read back it taught small
-        # models to answer with text: the lab's model gave its last answer again, doubled at each activation,
-        # or the placeholder of an answer without text. People read these rows; models read the calls.
+        # A closing text reached no one; read back, the lab's model gave it again as its answer, doubled at
+        # each activation (and the placeholder of an answer without text). People read it; models, the calls.
         if row.get("kind") == ASSISTANT_OUTPUT:
             continue
         text = render_for_model(row)
@@ -764,8 +761,7 @@ class Runner:
                 turn = provider.complete(messages, tool_defs, tool_choice)
                 steps += 1
                 sum_usage(usage, turn.usage)
-                calls = (turn.tool_calls or calls_in_text(turn.text)
-                         or arguments_in_text(turn.text, [(t.safe, t.schema) for t in tools]))
+                calls = turn.tool_calls or calls_in_text(turn.text, [(t.safe, t.schema) for t in tools])
                 # A call written into the text is acted on like any call; the text around it is not output.
                 text += turn.text if not calls or turn.tool_calls else ""
                 if not calls:
@@ -799,7 +795,7 @@ class Runner:
             for bridge in bridges:
                 bridge.close()
         said = text.strip() or state.end_output
-        out_text = said or NO_TEXT_OUTPUT
+        out_text = said or "(model returned no text)"
         info = {"selectedModel": selected, "model": attempt.preset_id, "apiModel": api_model(attempt.preset)}
         output_usage = dict(info)
         metadata = dict(info)
