@@ -4,6 +4,7 @@ launch request and input.json every backend gets; the watcher threads, settling 
 activation, the artifact quota, timeouts. Each backend lives in its own module (suzumio_backend_local,
 suzumio_backend_docker, suzumio_backend_swarm); reconciling what runs with the store is
 suzumio_backend_reconcile's."""
+import copy
 import datetime
 import json
 import logging
@@ -201,6 +202,18 @@ def make_private_dir(path):
 MCP_SUPPORT_MODULE = "support:"  # runner-input marker: every tool of the toolpack spec is a support-route call
 MCP_SANDBOX_MODULE = "mcp-stdio:"  # runner-input marker: the runner starts this MCP server itself
 
+def _definition(tool, config, agent):
+    """The tool's runner-input definition; messages.send without its `channel` field for an agent that does
+    not lead the work, to which the system message describes no channels (suzumio_prompts)."""
+    definition = tool.definition()
+    team = [{"id": agent_id} for agent_id in config.agent_ids]
+    if tool.name == suzumio_prompts.SEND and not suzumio_prompts.leads(agent["id"], team, config):
+        schema = copy.deepcopy(definition["inputSchema"])
+        schema.get("properties", {}).pop("channel", None)
+        definition = dict(definition, inputSchema=schema)
+    return definition
+
+
 def runner_toolpack_specs(config, agent, kind):
     """Toolpacks with >=1 tool allowed for the agent, only the allowed tools (docs/design/runner.md).
     Returns (specs, [(safe id, host root)] of the local toolpacks to mount on docker-chat)."""
@@ -218,7 +231,7 @@ def runner_toolpack_specs(config, agent, kind):
         allowed = [tool for tool in pack.tools if suzumio_registry.is_allowed(tool.name, patterns)]
         if not allowed:
             continue
-        spec = {"id": pack.id, "tools": [tool.definition() for tool in allowed]}
+        spec = {"id": pack.id, "tools": [_definition(tool, config, agent) for tool in allowed]}
         if pack.kind == "mcp":
             # The controller owns the session: every call goes to the support route.
             spec["runnerModule"] = MCP_SUPPORT_MODULE

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import suzumio_config_schema
 import suzumio_effects
+import suzumio_prompts
 from suzumio_cost import budget_state, budget_warning_message, cost_exceeded_message
 from suzumio_errors import BadRequest, Conflict
 from suzumio_records import (
@@ -300,13 +301,37 @@ def complete_activation(store, config, activation_id, agent_id, text, usage=None
         _cancel_approvals(store, tx, activation_id, ACT_COMPLETED)
         suzumio_effects.doubt_ended_activation(store, tx, activation_id, ACT_COMPLETED)
         done = store.activation(activation_id)
-        useful = store.useful_effects(activation_id)
+        # the notice is written in this transaction, which the count (another connection's read) cannot see
+        useful = store.useful_effects(activation_id) + _unreported(store, config, tx, agent_id, activation_id)
         store.add_event(tx, "activation.completed", {"activationId": activation_id, "agentId": agent_id,
                                                      "emittedMessages": done["emittedMessages"],
                                                      "usefulEffects": useful})
         if useful == 0:
             _no_effect_nudge(store, config, tx, agent_id, activation_id)
         return {"status": ACT_COMPLETED, "activationId": activation_id}
+
+
+def _unreported(store, config, tx, agent_id, activation_id):
+    """Tell the coordinator when an activation it sent a message to ends without a message or a wait back:
+    the lab's model, as a poet, wrote its poem and reported to the user instead, and the coordinator waited
+    for it for ever. The notice names the files the activation wrote. True when it was sent."""
+    pm = config.communication.coordinator_agent
+    if agent_id == pm or store.agent_row(pm) is None:
+        return False
+    asked = any((s.get("payload") or {}).get("sender") == pm
+                for s in store.signals_delivered_to(activation_id, KIND_MESSAGE))
+    answered = tx.one("SELECT 1 FROM signals WHERE project = ? AND source_activation = ? AND ((kind = ? AND "
+                      "target_agent = ?) OR kind = ?) LIMIT 1",
+                      (store.project_id, activation_id, KIND_MESSAGE, pm, KIND_WAIT))
+    if not asked or answered is not None:
+        return False
+    notice = "Ended an activation without a report to you."
+    written = suzumio_prompts.written_paths(store.tool_calls_of(activation_id))
+    if written:
+        notice += "\n\nFiles written in this activation: " + ", ".join(written)
+    _send(store, config, tx, agent_id, notice, recipient=pm, priority="P3", source_agent=agent_id,
+          source_activation=activation_id)
+    return True
 
 
 def refuse_tool_call(store, agent_id, activation_id, tool, tool_input, error, call_key=None, now=None):

@@ -9,8 +9,15 @@ background of an assignment. Measured with a 1.5B model on three one-file tasks:
 message, it copied that message into the file on two of them; given it in the user message, it wrote the file
 and submitted on all three, in two requests each.
 
+Channels are described to the agent that leads the work only, and only its messages_send has a `channel`
+field: measured with a 1.5B model on the first requests of two poets given their assignments, told of the
+channels it posted its poem to "#project" as a message in four of ten, and wrote the file in all ten without.
+
 Both are plain paragraphs, not Markdown sections: measured with a 1.5B model, a system message laid out as a
 document of headings was copied whole into the files and reports the model wrote."""
+import json
+import re
+
 from suzumio_records import render_signal
 from suzumio_registry import model_tool_name
 
@@ -19,11 +26,65 @@ WAIT = "coordination.wait_for_signal"
 SUBMIT = "completion.submit"
 
 
-def user_prompt(signals, task=None):
+def user_prompt(signals, task=None, team=None):
     """The user message of one activation: the project's task for the agent that leads the work (`task`,
-    else None), then the signals delivered to it, one paragraph each."""
+    else None), then the signals delivered to it, one paragraph each, then `team` (team_answered's
+    paragraph). The task's part for a worker is not repeated here: measured with a 1.5B model on eight
+    first requests of poets, given it at the top of the user message the poet posted its poem as a message
+    instead of writing the file in four of five it had otherwise written."""
     paragraphs = [task_paragraph(task)] if task is not None else []
-    return "\n\n".join(paragraphs + [render_signal(s) for s in signals])
+    return "\n\n".join(paragraphs + [render_signal(s) for s in signals] + ([team] if team else []))
+
+
+def task_part(task, agent_id):
+    """The sentences and clauses of the task that name agent_id, joined; "" when none does."""
+    named = re.compile(rf"(?<![\w-]){re.escape(agent_id)}(?![\w-])")
+    clauses = [c.strip() for c in re.split(r"(?<=[.;!?])\s+|\n+", task) if named.search(c)]
+    return " ".join(clause.rstrip(" ;.") for clause in clauses)
+
+
+def answered(agent_id, agents, task, sent, received):
+    """The agents the leading agent gave work to, when every one of them has answered it since its last
+    message to them and the task names no agent it has not given work to; else None. `sent` and
+    `received` are the store's last_exchanges."""
+    given = sorted(other for other in sent if other in {a["id"] for a in agents} and other != agent_id)
+    named = [a["id"] for a in agents if a["id"] != agent_id and task_part(task, a["id"])]
+    if not given or any(other not in sent for other in named):
+        return None
+    return given if all(received.get(other, "") > sent[other] for other in given) else None
+
+
+def team_answered(given, files, can_submit):
+    """What the leading agent is told when everyone it gave work to has answered (`given`, from answered),
+    with the files they wrote before answering: the moment to finish. Measured with a 1.5B model
+    coordinating two poets, woken by the second poet's notice: told "If the task is done, call
+    completion_submit …; if it is not, send the next assignment", it answered an empty text, as it did with
+    nothing said (or waited, forced to call a tool); told this, it submitted, naming both poems."""
+    text = f"Everyone you gave work to has answered: {', '.join(given)}."
+    if files:
+        text += f" Files they wrote: {', '.join(files)}."
+    if can_submit:
+        return text + f" Call {model_tool_name(SUBMIT)} now with the final report, unless the task needs more work."
+    return text + " Send the next assignment if the task needs more work."
+
+
+def written_paths(calls):
+    """The paths completed file.write and file.patch calls (tool_calls rows) wrote, in order, once each."""
+    paths = []
+    for call in calls:
+        if call["status"] != "completed" or call["tool"] not in ("file.write", "file.patch"):
+            continue
+        try:
+            data = json.loads(call["input_json"])
+        except (TypeError, ValueError):
+            continue
+        data = data if isinstance(data, dict) else {}
+        operations = data.get("operations") if call["tool"] == "file.patch" else [data]
+        for operation in operations if isinstance(operations, list) else ():
+            path = operation.get("path") if isinstance(operation, dict) else None
+            if isinstance(path, str) and operation.get("op") != "delete" and path not in paths:
+                paths.append(path)
+    return paths
 
 
 def task_paragraph(task):
@@ -50,7 +111,7 @@ def system_prompt(*, task, agent, agents, config, tools, workspace, artifacts_ro
     if not alone:
         blocks.append(_team(agent, team, coordinator))
     blocks.append(_files(agent, team, workspace, artifacts_root, mounts))
-    if config.channels and SEND in tools and not alone:
+    if config.channels and SEND in tools and not alone and leads(agent["id"], team, config):
         blocks.append("Channels: " + ", ".join(config.channels)
                       + f" ({model_tool_name(SEND)} with `channel` instead of `recipient`).")
     blocks.append(contract(agent, team, config, tools))

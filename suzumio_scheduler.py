@@ -13,6 +13,7 @@ import suzumio_coordination as coordination
 import suzumio_guards
 import suzumio_prompts
 import suzumio_replay
+import suzumio_toolpacks
 from suzumio_errors import Conflict, NotFound
 from suzumio_records import (
     ACT_RUNNING,
@@ -172,8 +173,13 @@ def _start_activation(store, backends, config, agent, signals, now, caps):
         cap = caps.holding(store, config)
         if cap is not None:
             return cap
-        leading = suzumio_prompts.leads(agent["id"], store.list_agents(), config)
-        prompt = suzumio_prompts.user_prompt(signals, store.project()["task"] if leading else None)
+        agents = store.list_agents()
+        task = store.project()["task"]
+        leading = suzumio_prompts.leads(agent["id"], agents, config)
+        team = None
+        if leading and len(agents) > 1:
+            team = suzumio_toolpacks.answered_paragraph(store, agent, agents, task, [s["id"] for s in signals])
+        prompt = suzumio_prompts.user_prompt(signals, task if leading else None, team)
         try:
             activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
         except Conflict as error:

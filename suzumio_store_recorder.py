@@ -228,6 +228,13 @@ class RecorderRows:
                            (self.project_id, activation_id))
         return [dict(row) for row in rows]
 
+    def write_calls_of(self, agent_id, before):
+        """The agent's completed file.write and file.patch calls started by `before` (a timestamp), oldest first."""
+        rows = self._query("SELECT id, tool, input_json, status, output, error FROM tool_calls WHERE project = ? "
+                           "AND agent_id = ? AND status = 'completed' AND tool IN ('file.write', 'file.patch') "
+                           "AND created_at <= ? ORDER BY created_at, rowid", (self.project_id, agent_id, before))
+        return [dict(row) for row in rows]
+
     def model_call_usages(self):
         """[(usage dict, cost_usd or None)] of every model call of the project, oldest first."""
         rows = self._query("SELECT usage_json, cost_usd FROM model_calls WHERE project = ? ORDER BY rowid",

@@ -2,11 +2,13 @@
 
 from suzumio_errors import BadRequest, NotFound
 from suzumio_records import (
+    KIND_MESSAGE,
     SIGNAL_PENDING,
     SIGNAL_STATUSES,
     SIGNAL_TRANSITIONS,
     dump_json,
     format_ts,
+    load_json,
     message_json,
     omit_none,
     signal_json,
@@ -69,6 +71,26 @@ class SignalRows:
             params += [a, b, b, a]
         rows = self._query(sql + " ORDER BY created_at DESC, rowid DESC LIMIT ?", params + [int(limit)])
         return [message_json(r) for r in rows]
+
+    def last_exchanges(self, agent_id, delivering=()):
+        """({recipient: when agent_id last sent it a direct message}, {sender: when that agent's last message
+        to agent_id was created}) counting only messages delivered to agent_id, or among the signal ids
+        `delivering`: both read from what the agent has been given, so a replay reads the same."""
+        sent = dict(self._query("SELECT recipient, MAX(created_at) FROM messages WHERE project = ? AND sender = ? "
+                                "AND recipient IS NOT NULL AND channel IS NULL GROUP BY recipient",
+                                (self.project_id, agent_id)))
+        marks = ",".join("?" * len(delivering))
+        received = dict(self._query(
+            "SELECT json_extract(payload_json, '$.sender') AS sender, MAX(created_at) FROM signals WHERE project = ? "
+            "AND target_agent = ? AND kind = ? AND (delivered_activation_id IS NOT NULL"
+            + (f" OR id IN ({marks})" if delivering else "") + ") GROUP BY sender",
+            (self.project_id, agent_id, KIND_MESSAGE, *delivering)))
+        return sent, received
+
+    def direct_recipients(self, sender):
+        """The recipients of `sender`'s direct messages, as a set."""
+        return {row[0] for row in self._query("SELECT DISTINCT recipient FROM messages WHERE project = ? AND "
+                                              "sender = ? AND recipient IS NOT NULL", (self.project_id, sender))}
 
     def direct_pairs(self, limit):
         """The most recently active (sender, recipient) pairs of direct messages: {sender, recipient,
@@ -169,6 +191,13 @@ class SignalRows:
         rows = self._query("SELECT status, priority, COUNT(*) AS n FROM signals WHERE project = ? "
                            "GROUP BY status, priority ORDER BY status, priority", (self.project_id,))
         return [{"status": r["status"], "priority": r["priority"], "count": r["n"]} for r in rows]
+
+    def messages_received(self, agent_id, limit):
+        """The payloads of the last `limit` messages delivered to the agent, newest first."""
+        rows = self._query("SELECT payload_json FROM signals WHERE project = ? AND target_agent = ? AND kind = ? "
+                           "AND delivered_activation_id IS NOT NULL ORDER BY delivered_at DESC, rowid DESC LIMIT ?",
+                           (self.project_id, agent_id, KIND_MESSAGE, int(limit)))
+        return [load_json(row["payload_json"], {}) for row in rows]
 
     def signals_delivered_to(self, activation_id, kind=None):
         """Signals delivered to one activation, in delivery order."""

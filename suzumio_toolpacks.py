@@ -14,6 +14,7 @@ import suzumio_node
 import suzumio_webui_panels
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
 from suzumio_http import object_input, optional_boolean, optional_string, required_string
+from suzumio_prompts import SEND, SUBMIT, WAIT, answered, leads, task_part, team_answered, written_paths
 from suzumio_records import (
     ACT_RUNNING,
     AGENT_RUNNING,
@@ -26,7 +27,6 @@ from suzumio_records import (
     checked_priority,
     describe,
     format_ts,
-    load_json,
     to_datetime,
 )
 from suzumio_registry import CONTROLLER_TOOLPACKS, is_allowed, model_tool_name
@@ -158,29 +158,40 @@ def _said(text):
     return " ".join(text.split()).casefold().rstrip(".!?")
 
 
-def echo_refusal(store, activation_id, body, recipient=None):
+def _pieces(body):
+    """A message's words as said whole and in its lines, sentences and clauses (split after . ; : ! ?):
+    "Say hello." is one piece, so "hello" is not an echo of it."""
+    parts = [body] + re.split(r"(?<=[.;:!?])\s+|\n+", body)
+    return {_said(part) for part in parts if part.strip()}
+
+
+def echo_refusal(store, config, agent_id, activation_id, body, recipient=None):
     """What an agent that sends back a message it was given is told, or None. Measured with a 1.5B model: told
     "Please begin.", it sent "Please begin." on to the next agent, which did the same, and no one worked. Told
-    what the project's task says of the recipient, the same model wrote that agent's assignment."""
-    for signal in store.signals_delivered_to(activation_id, KIND_MESSAGE) if activation_id else ():
-        payload = signal.get("payload") or {}
-        if _said(str(payload.get("body") or "")) == _said(body):
-            sender = "the user" if payload.get("sender") == "user" else payload.get("sender")
-            text = f'Not sent: "{body.strip()}" only repeats what {sender} sent you.'
-            part = task_part(store.project()["task"], recipient) if recipient else None
-            if part:
-                return (f'{text} What the project task asks of {recipient}: "{part}". Send {recipient} that '
-                        "assignment in your own words.")
-            return (f"{text} Do what it asks yourself, now, with your tools; to hand work to another agent, write "
-                    "out its assignment: what to make and where to put it.")
+    what the project's task says of the recipient, the same model wrote that agent's assignment. An echo is
+    the body of a message the agent received, in any activation (the coordinator, woken by a poet's notice,
+    sent the user's "Please begin." on again), or a part of one delivered to this activation (it passed a
+    worker's wait notice, "Reason: Please specify a recipient or channel.", on as the other's assignment)."""
+    said = _said(body)
+    if not said or activation_id is None:
+        return None
+    now = [s.get("payload") or {} for s in store.signals_delivered_to(activation_id, KIND_MESSAGE)]
+    earlier = store.messages_received(agent_id, limit=50)
+    for payload in [p for p in now if said in _pieces(str(p.get("body") or ""))] + \
+            [p for p in earlier if said == _said(str(p.get("body") or ""))]:
+        sender = "the user" if payload.get("sender") == "user" else payload.get("sender")
+        text = f'Not sent: "{body.strip()}" only repeats what {sender} sent you.'
+        task = store.project()["task"]
+        part = task_part(task, recipient) if recipient else None
+        if part:
+            return (f'{text} What the project task asks of {recipient}: "{part}". Send {recipient} that '
+                    "assignment in your own words.")
+        own = None if leads(agent_id, store.list_agents(), config) else task_part(task, agent_id)
+        if own:
+            return f'{text} What the project task asks of you: "{own}". Do it now, with your tools.'
+        return (f"{text} Do what it asks yourself, now, with your tools; to hand work to another agent, write "
+                "out its assignment: what to make and where to put it.")
     return None
-
-
-def task_part(task, agent_id):
-    """The sentences and clauses of the task that name agent_id, joined; "" when none does."""
-    named = re.compile(rf"(?<![\w-]){re.escape(agent_id)}(?![\w-])")
-    clauses = [c.strip() for c in re.split(r"(?<=[.;!?])\s+|\n+", task) if named.search(c)]
-    return " ".join(clause.rstrip(" ;.") for clause in clauses)
 
 
 def send_message_tool(store, config, agent, activation_id, data):
@@ -189,12 +200,14 @@ def send_message_tool(store, config, agent, activation_id, data):
     priority = checked_priority(data.get("priority"))
     recipient = optional_string(data.get("recipient"))
     channel = optional_string(data.get("channel"))
+    if recipient is None and channel is None:
+        raise BadRequest(missing_recipient(store, config, agent))
     if recipient == agent["id"]:
         if channel is not None:
             raise BadRequest(f'Message cannot have both recipient and channel: drop "recipient" to post to {channel} '
                              f"(you are {agent['id']}: a message to yourself is not delivered)")
         raise BadRequest(self_message_refusal(agent))
-    echo = echo_refusal(store, activation_id, body, recipient)
+    echo = echo_refusal(store, config, agent["id"], activation_id, body, recipient)
     if echo is not None:
         raise BadRequest(echo)
     coordination.check_policy(config, agent["id"], recipient, channel, priority)
@@ -205,24 +218,74 @@ def send_message_tool(store, config, agent, activation_id, data):
             "metadata": {"messageId": message["id"]}}
 
 
+def missing_recipient(store, config, agent):
+    """The refusal of a message with neither recipient nor channel, naming what the agent may give."""
+    others = [a for a in store.agent_ids() if a != agent["id"]] + ["user"]
+    text = "Message needs recipient or channel: give recipient (" + ", ".join(others) + ")"
+    return text + (" or channel (" + ", ".join(config.channels) + ")" if config.channels else "")
+
+
 def files_written(store, activation_id):
     """The paths this activation's completed file.write and file.patch calls wrote, in order, once each."""
-    paths = []
-    for call in store.tool_calls_of(activation_id) if activation_id else ():
-        if call["status"] != "completed" or call["tool"] not in ("file.write", "file.patch"):
-            continue
-        data = load_json(call["input_json"], {})
-        data = data if isinstance(data, dict) else {}
-        operations = data.get("operations") if call["tool"] == "file.patch" else [data]
-        for operation in operations if isinstance(operations, list) else ():
-            path = operation.get("path") if isinstance(operation, dict) else None
-            if isinstance(path, str) and operation.get("op") != "delete" and path not in paths:
-                paths.append(path)
-    return paths
+    return written_paths(store.tool_calls_of(activation_id)) if activation_id else []
+
+
+def answered_paragraph(store, agent, agents, task, delivering=()):
+    """team_answered's paragraph for the leading `agent` when everyone it gave work to has answered it,
+    else None; the files are those each wrote before its answer, so a replay reads the same."""
+    sent, received = store.last_exchanges(agent["id"], delivering)
+    given = answered(agent["id"], agents, task, sent, received)
+    if not given:
+        return None
+    files = [path for other in given for path in written_paths(store.write_calls_of(other, received[other]))]
+    return team_answered(given, files, is_allowed(SUBMIT, agent["tools"]))
+
+
+def wait_refusal(store, config, agent, activation_id):
+    """Why a wait would leave the work undone, or None: refused once per activation, so a second wait is
+    always taken (docs/real-models.md#waits-that-leave-the-work-undone). Measured with a 1.5B model in a
+    team of three: the coordinator waited after delegating one of two poems, a worker waited having written
+    nothing, and the coordinator waited when both poems were written instead of submitting them."""
+    calls = store.tool_calls_of(activation_id) if activation_id else []
+    if any(call["tool"] == WAIT and call["status"] == "failed" for call in calls):
+        return None
+    agents = store.list_agents()
+    others = [a["id"] for a in agents if a["id"] != agent["id"]]
+    if not others:
+        return None
+    task = store.project()["task"]
+    wait = model_tool_name(WAIT)
+    if leads(agent["id"], agents, config):
+        told = store.direct_recipients(agent["id"])
+        for other in others:
+            part = task_part(task, other)
+            if other not in told and part and is_allowed(SEND, agent["tools"]):
+                return (f'Not waiting yet: the project task asks of {other}: "{part}", and you have sent '
+                        f"{other} nothing. Send {other} that assignment with {model_tool_name(SEND)} first.")
+        paragraph = answered_paragraph(store, agent, agents, task) if is_allowed(SUBMIT, agent["tools"]) else None
+        if paragraph:
+            return (f"Not waiting yet. {paragraph} Nothing more is coming unless you act; to wait anyway, call "
+                    f"{wait} again.")
+        return None
+    if any(call["status"] == "completed" for call in calls):
+        return None
+    asked = [s["payload"] for s in store.signals_delivered_to(activation_id, KIND_MESSAGE)
+             if isinstance(s.get("payload"), dict) and s["payload"].get("sender") != agent["id"]]
+    if not asked:
+        return None
+    sender = asked[-1].get("sender")
+    text = f'Not waiting yet: you have done nothing of what {sender} asked: "{str(asked[-1].get("body")).strip()}".'
+    part = task_part(task, agent["id"])
+    if part:
+        text += f' What the project task asks of you: "{part}".'
+    return text + f" Do it now with your tools, then report it; to wait anyway, call {wait} again."
 
 
 def wait_for_signal_tool(store, config, agent, activation_id, data):
     data = object_input(data)
+    refusal = wait_refusal(store, config, agent, activation_id)
+    if refusal is not None:
+        raise BadRequest(refusal)
     reason = optional_string(data.get("reason")) or WAIT_PREFIX
     pm = optional_string(data.get("pm")) or config.communication.coordinator_agent
     notify_pm = optional_boolean(data, "notifyPm")

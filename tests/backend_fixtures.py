@@ -81,7 +81,8 @@ class ControllerStub:
 
 def project_config(name="demo", *, kind="local", controller_url="http://127.0.0.1:{port}", agents=None,
                    agent_env=None, timeout_ms=None, docker=None, scheduler=None, channels=("#project",),
-                   image="suzumio-runner:dev", communication=None, toolpacks=None, providers=None):
+                   image="suzumio-runner:dev", communication=None, toolpacks=None, providers=None,
+                   task="Build the thing."):
     """A project configuration dict (the YAML a user would write)."""
     agents = agents or {"pm": {"tools": ["messages.send"]}, "worker": {"tools": ["messages.send"]}}
     if agent_env:
@@ -97,7 +98,7 @@ def project_config(name="demo", *, kind="local", controller_url="http://127.0.0.
         backend["activationTimeoutMs"] = timeout_ms
     if docker:
         backend["docker"] = docker
-    config = {"name": name, "task": "Build the thing.", "agents": agents, "channels": list(channels),
+    config = {"name": name, "task": task, "agents": agents, "channels": list(channels),
               "backend": backend}
     if scheduler:
         config["scheduler"] = scheduler

@@ -232,6 +232,39 @@ def test_completion_counts_messages_and_effects_without_nudge(demo):
     assert demo.list_signals(kind="scheduler.no_effect_nudge") == []
 
 
+def test_an_activation_the_coordinator_asked_that_ends_without_a_word_back_tells_it_so(demo):
+    config = config_of(demo)
+
+    def asked(sender, then=None):
+        coordination.send_message(demo, config, sender, "Write a.md", recipient="worker", source_agent=sender)
+        act = coordination.start_activation(demo, "worker", "p", coordination.pending_signals(demo, config, "worker"))
+        if then:
+            then(act)
+        coordination.complete_activation(demo, config, act["id"], "worker", "done")
+        return act
+
+    def wrote(act):
+        call = demo.start_tool_call("worker", act["id"], "file.write", {"path": "/artifacts/worker/a.md"})
+        coordination.finish_tool_call(demo, "worker", act["id"], call["toolCallId"], "completed", output="Wrote")
+
+    def told_pm():
+        return [m["body"] for m in demo.list_messages(50) if (m["sender"], m["recipient"]) == ("worker", "pm")]
+
+    silent = asked("pm", wrote)
+    assert told_pm() == ["Ended an activation without a report to you.\n\nFiles written in this activation: "
+                         "/artifacts/worker/a.md"]
+    # that notice is the activation's effect: no no-effect nudge follows
+    assert demo.latest_event("activation.completed")["data"]["usefulEffects"] == 1
+    assert demo.list_signals(kind="scheduler.no_effect_nudge") == []
+    assert demo.signals_delivered_to(silent["id"])[0]["payload"]["sender"] == "pm"
+    # a report, a wait, or work the coordinator did not ask for sends nothing more
+    asked("pm", lambda act: coordination.send_message(demo, config, "worker", "a.md done", recipient="pm",
+                                                      source_agent="worker", source_activation=act["id"]))
+    asked("pm", lambda act: coordination.declare_wait(demo, config, "worker", act["id"], notify_pm=False))
+    asked("user")
+    assert len(told_pm()) == 2 and told_pm()[-1] == "a.md done"
+
+
 def test_completion_of_non_running_activation_changes_nothing(demo):
     act = coordination.start_activation(demo, "worker", "p", [])
     coordination.cancel_activation(demo, act["id"], "Interrupted")

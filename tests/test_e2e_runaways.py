@@ -110,7 +110,9 @@ def test_a_looping_model_is_stopped_at_the_fifth_call_and_paused_while_the_team_
         # the rest of the team keeps working: pm's activation completes, and so does a later one
         [pm_first] = team.wait_activations("pm", 1)
         assert pm_first["status"] == "completed"
-        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="pm")
+        # the whole team waits now (worker-1 paused): pm's first wait is answered with the hint to submit
+        for _ in range(2):
+            team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="pm")
         team.send("pm", "Anything else?")
         assert [a["status"] for a in team.wait_activations("pm", 2)] == ["completed", "completed"]
 

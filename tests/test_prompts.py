@@ -2,6 +2,7 @@
 agent's activations, and the user message with the new signals."""
 import copy
 
+import suzumio_backend
 import suzumio_config
 import suzumio_prompts as prompts
 from suzumio_records import render_signal
@@ -68,6 +69,22 @@ def test_the_contract_names_exactly_the_tools_the_agent_has_as_the_model_calls_t
     worker = system(cfg, team[1], team, tools=["messages.send", "coordination.wait_for_signal", "file.write"])
     assert "report it to pm with messages_send" in worker and "then call coordination_wait_for_signal" in worker
     assert "completion_submit" not in worker
+
+
+def test_channels_are_described_to_the_agent_that_leads_the_work_only():
+    team = [agent("pm", "coordinator"), agent("w", "writer")]
+    cfg = config({"pm": {}, "w": {}}, channels=["#project", "#news"])
+    assert "Channels: #project, #news (messages_send with `channel` instead of `recipient`)." in system(cfg, team[0],
+                                                                                                        team)
+    worker = system(cfg, team[1], team)
+    assert "Channels:" not in worker and "#project" not in worker
+    # nor does a worker's messages_send have the field: the runner input leaves it out
+    specs, _ = suzumio_backend.runner_toolpack_specs(cfg, {"id": "w", "tools": ["messages.send"]}, "local")
+    [send] = [tool for spec in specs for tool in spec["tools"]]
+    assert send["name"] == "messages.send" and "channel" not in send["inputSchema"]["properties"]
+    assert "recipient" in send["inputSchema"]["properties"]
+    specs, _ = suzumio_backend.runner_toolpack_specs(cfg, {"id": "pm", "tools": ["messages.send"]}, "local")
+    assert "channel" in specs[0]["tools"][0]["inputSchema"]["properties"]
 
 
 def test_an_agent_alone_is_told_so_and_gets_no_team_rules():

@@ -132,6 +132,35 @@ def test_second_activation_prompt_has_only_its_own_signals(tmp_path):
         assert second.startswith(f"Project task: {task.strip()}\n\n") and "Do it" not in second
 
 
+def test_the_coordinator_hears_when_everyone_it_gave_work_to_has_answered(tmp_path):
+    agents = {"pm": {"tools": ["messages.send", "completion.submit"]}, "worker": {"tools": ["messages.send"]},
+              "verifier": {"tools": ["messages.send"]}}
+    with project(tmp_path, agents=agents, task="pm plans. worker writes a.md; the verifier reads it.") as env:
+        config = config_of(env.store)
+        unreported = "Ended an activation without a report to you."
+        coordination.send_message(env.store, config, "pm", "Write a.md", recipient="worker")
+        tick(env)
+        [work] = activations_of(env, "worker")
+        assert work["prompt"] == "pm says: Write a.md"  # a worker reads its part of the task in its system message
+        wait_settled(env, "worker")
+        # its activation ended without a word to pm: pm is told, and that is the worker's answer
+        [notice] = [m for m in env.store.list_messages(10) if m["sender"] == "worker"]
+        assert (notice["recipient"], notice["body"]) == ("pm", unreported)
+        # the worker has answered, but the verifier, whom the task names, has been given nothing yet
+        tick(env)
+        wait_settled(env, "pm")
+        assert activations_of(env, "pm")[-1]["prompt"].endswith(f"worker says: {unreported}")
+        coordination.send_message(env.store, config, "pm", "Read a.md", recipient="verifier")
+        tick(env)
+        wait_settled(env, "verifier")
+        # the answer that completes the round is in the activation it wakes
+        tick(env)
+        last = activations_of(env, "pm")[-1]["prompt"]
+        assert last.endswith(f"verifier says: {unreported}\n\nEveryone you gave work to has answered: verifier, "
+                             "worker. Call completion_submit now with the final report, unless the task needs more "
+                             "work.")
+
+
 def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):
     with project(tmp_path) as env:
         direct = send(env, "pm")
@@ -327,9 +356,9 @@ def test_guarded_creation_after_concurrent_stop_writes_nothing(tmp_path, monkeyp
         message = send(env, "worker")
         original = suzumio_prompts.user_prompt
 
-        def stop_meanwhile(signals, task=None):
+        def stop_meanwhile(*args):
             coordination.stop(env.store)  # another process's stop commits while this tick renders the prompt
-            return original(signals, task)
+            return original(*args)
 
         monkeypatch.setattr(suzumio_prompts, "user_prompt", stop_meanwhile)
         tick(env)

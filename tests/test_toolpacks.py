@@ -1,6 +1,7 @@
 """Controller side of tools (docs/design/tools.md): core support handlers, the support authorization
 steps, a real local toolpack run by the real Node host, WebUI entries and controls, scheduler hooks and
 the store facade callbacks."""
+import datetime
 import json
 import shutil
 from pathlib import Path
@@ -121,11 +122,11 @@ def node():
         require("node")("Node.js is not installed")
 
 
-def team(service, tmp_path, communication=""):
+def team(service, tmp_path, communication="", task="Review the proof."):
     project_dir = tmp_path / "team"
     write_toolpack(project_dir / "toolpacks" / "review")
-    store = init_project(service.root, project_dir,
-                         TEAM_YAML.format(url=service.base_url, communication=communication))
+    text = TEAM_YAML.format(url=service.base_url, communication=communication)
+    store = init_project(service.root, project_dir, text.replace("task: Review the proof.", f"task: {task}"))
     store.start()
     return store
 
@@ -222,7 +223,8 @@ def test_messages_send_errors_are_handler_errors(service, demo):
     cases = [({"recipient": "pm", "channel": "#project", "body": "x"},
               'Message cannot have both recipient and channel: drop "channel" to send to pm only, '
               'or drop "recipient" to post to #project'),
-             ({"body": "x"}, "Message needs recipient or channel"),
+             ({"body": "x"}, "Message needs recipient or channel: give recipient (pm, reviewer, user) or "
+                             "channel (#project)"),
              ({"recipient": "pm", "priority": "P4", "body": "x"}, "Invalid priority: P4"),
              ({"recipient": "pm"}, "body is required")]
     for tool_input, message in cases:
@@ -270,11 +272,25 @@ def test_a_message_sent_back_as_it_came_is_refused_with_what_to_do_instead(servi
             "with your tools; to hand work to another agent, write out its assignment: what to make and where to "
             "put it.")
     assert demo.project_stats()["messageCount"] == before and given["body"] == "Please begin."
-    # an assignment that says more is sent; so is the same text in an activation that was not given it
+    # an assignment that says more is sent; so is the same text from an agent that was never given it
     assert send("Please begin: write sea.md in your artifact folder.").status_code == 200
     other = running_activation(demo, "worker")
     sent = support(service, "worker", other, "messages.send", {"recipient": "pm", "body": "Please begin."})
     assert sent.status_code == 200
+    # in a later activation, woken by something else, the words the agent was once given are still an echo;
+    # a part of a message given to this activation is one too, but not a part of an earlier one's
+    coordination.complete_activation(demo, config_of(demo), pm["id"], "pm", "Delegated.")
+    coordination.send_message(demo, config_of(demo), "worker", "Waiting.\n\nReason: sea.md is written",
+                              recipient="pm")
+    later = coordination.start_activation(demo, "pm", "Work.", [demo.ready_signals("pm", ["P3"], 5)[-1]])
+    for echo in ("Please begin.", "sea.md is written"):
+        refused = error_of(support(service, "pm", later, "messages.send", {"recipient": "reviewer", "body": echo}),
+                           500)
+        assert refused.startswith(f'Not sent: "{echo}" only repeats what ')
+    assert "only repeats what worker sent you" in refused
+    for said in ("begin", "sea.md"):  # words of a sentence are not that sentence
+        assert support(service, "pm", later, "messages.send", {"recipient": "reviewer", "body": said}
+                       ).status_code == 200
 
 
 def test_an_echo_to_an_agent_the_task_names_is_answered_with_what_the_task_asks_of_it(service, tmp_path):
@@ -350,17 +366,110 @@ def test_wait_for_signal_notifies_the_coordinator_once(service, demo):
 
 
 def test_wait_for_signal_by_the_coordinator_sends_nothing(service, demo):
-    pm = running_activation(demo, "pm")
+    coordination.send_message(demo, config_of(demo), "user", "Check the proof.", recipient="reviewer")
+    pm = running_activation(demo, "pm")  # the reviewer has work pending: the team is not quiet
     result = support(service, "pm", pm, "coordination.wait_for_signal", {}).json()
     assert result["output"] == "Waiting; a future signal will start the next activation."
     assert result["metadata"] == {"reason": "Waiting for future signals."}
-    assert demo.project_stats()["messageCount"] == 0
+    assert demo.project_stats()["messageCount"] == 1
     assert error_of(support(service, "pm", pm, "coordination.wait_for_signal", {"notifyPm": "yes"}), 500) == \
         "Expected boolean, got yes"
     # not even when it names a worker as the one to notify: the notice would only wake that worker
     named = support(service, "pm", pm, "coordination.wait_for_signal", {"pm": "worker", "notifyPm": True}).json()
     assert named["output"] == "Waiting; a future signal will start the next activation."
-    assert demo.project_stats()["messageCount"] == 0 and not demo.has_pending_signals_for_agent("worker")
+    assert demo.project_stats()["messageCount"] == 1 and not demo.has_pending_signals_for_agent("worker")
+
+
+def called(service, store, agent_id, activation, tool, tool_input=None):
+    """One tool call as a runner makes it: audited, run through the support chain, finished; the response."""
+    call = store.start_tool_call(agent_id, activation["id"], tool, tool_input or {})
+    response = support(service, agent_id, activation, tool, tool_input)
+    failed = response.status_code != 200
+    coordination.finish_tool_call(store, agent_id, activation["id"], call["toolCallId"],
+                                  "failed" if failed else "completed",
+                                  output=None if failed else response.json()["output"],
+                                  error=response.json()["error"] if failed else None)
+    return response
+
+
+WAIT = "coordination.wait_for_signal"
+
+
+def test_a_coordinator_that_waits_with_a_named_agent_not_yet_assigned_is_told_its_part_once(service, tmp_path):
+    demo = team(service, tmp_path, task="pm plans. The worker writes notes.md; reviewer checks it. Then submit.")
+    coordination.send_message(demo, config_of(demo), "user", "Please begin.", recipient="pm")
+    pm = running_activation(demo, "pm")
+    assert called(service, demo, "pm", pm, "messages.send", {"recipient": "worker", "body": "Write notes.md"}
+                  ).status_code == 200
+    refused = error_of(called(service, demo, "pm", pm, WAIT), 500)
+    assert refused == ('Not waiting yet: the project task asks of reviewer: "reviewer checks it", and you have '
+                       "sent reviewer nothing. Send reviewer that assignment with messages_send first.")
+    # told once: the second wait is taken, and the agent is trusted to know why it waits
+    assert called(service, demo, "pm", pm, WAIT).json()["output"].startswith("Waiting;")
+    assert [c["status"] for c in demo.tool_calls_of(pm["id"])] == ["completed", "failed", "completed"]
+
+
+def test_a_coordinator_that_waits_when_everyone_it_gave_work_to_has_answered_is_pointed_at_submitting_once(
+        service, demo):
+    config = config_of(demo)
+    coordination.send_message(demo, config, "user", "Please begin.", recipient="pm")
+    pm = coordination.start_activation(demo, "pm", "Work.", coordination.pending_signals(demo, config, "pm"))
+    for agent in ("worker", "reviewer"):
+        assert called(service, demo, "pm", pm, "messages.send", {"recipient": agent, "body": f"{agent}: go"}
+                      ).status_code == 200
+    assert called(service, demo, "pm", pm, WAIT).status_code == 200  # work is out: the wait is taken
+    coordination.complete_activation(demo, config, pm["id"], "pm", "Waiting.")
+
+    def woken_by(sender, body):
+        coordination.send_message(demo, config, sender, body, recipient="pm")
+        return coordination.start_activation(demo, "pm", "Work.", coordination.pending_signals(demo, config, "pm"))
+
+    # one of two has answered: waiting for the other is right
+    work = running_activation(demo, "worker")
+
+    def wrote(path, now=None):
+        write = demo.start_tool_call("worker", work["id"], "file.write", {"path": path, "content": "x"}, now=now)
+        coordination.finish_tool_call(demo, "worker", work["id"], write["toolCallId"], "completed", output="Wrote")
+
+    wrote("/artifacts/worker/notes.md")
+    first = woken_by("worker", "notes.md is written")
+    # after its answer: not among the files it answered with
+    wrote("/artifacts/worker/later.md", now=datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=5))
+    assert called(service, demo, "pm", first, WAIT).status_code == 200
+    coordination.complete_activation(demo, config, first["id"], "pm", "Waiting.")
+    # both have: the wait is refused once, with what to do instead
+    second = woken_by("reviewer", "notes.md reviewed")
+    refused = error_of(called(service, demo, "pm", second, WAIT, {"reason": "reports"}), 500)
+    assert refused == ("Not waiting yet. Everyone you gave work to has answered: reviewer, worker. Files they wrote: "
+                       "/artifacts/worker/notes.md. Call completion_submit now with the final report, unless the "
+                       "task needs more work. Nothing more is coming unless you act; to wait anyway, call "
+                       "coordination_wait_for_signal again.")
+    assert called(service, demo, "pm", second, WAIT, {"reason": "reports"}).status_code == 200
+    coordination.complete_activation(demo, config, second["id"], "pm", "Waiting.")
+    # new work given after the answers: waiting for it is right again
+    third = woken_by("user", "One more thing.")
+    assert called(service, demo, "pm", third, "messages.send", {"recipient": "worker", "body": "Add a title."}
+                  ).status_code == 200
+    assert called(service, demo, "pm", third, WAIT).status_code == 200
+
+
+def test_a_worker_that_waits_having_done_nothing_it_was_asked_is_told_what_once(service, tmp_path):
+    demo = team(service, tmp_path, task="The worker writes notes.md to its artifact folder. pm submits it.")
+    coordination.send_message(demo, config_of(demo), "pm", "Write the notes.", recipient="worker")
+    worker = coordination.start_activation(demo, "worker", "Work.", demo.ready_signals("worker", ["P3"], 5))
+    assert "recipient" in error_of(called(service, demo, "worker", worker, "messages.send", {"body": "hi"}), 500)
+    refused = error_of(called(service, demo, "worker", worker, WAIT), 500)
+    assert refused == ('Not waiting yet: you have done nothing of what pm asked: "Write the notes.". What the '
+                       'project task asks of you: "The worker writes notes.md to its artifact folder". Do it now '
+                       "with your tools, then report it; to wait anyway, call coordination_wait_for_signal again.")
+    assert called(service, demo, "worker", worker, WAIT).status_code == 200
+    coordination.complete_activation(demo, config_of(demo), worker["id"], "worker", "Waiting.")
+    # an activation that did something waits at once
+    coordination.send_message(demo, config_of(demo), "pm", "And the summary.", recipient="worker")
+    second = coordination.start_activation(demo, "worker", "Work.", demo.ready_signals("worker", ["P3"], 5))
+    assert called(service, demo, "worker", second, "messages.send", {"recipient": "pm", "body": "Done: notes.md"}
+                  ).status_code == 200
+    assert called(service, demo, "worker", second, WAIT, {"notifyPm": False}).status_code == 200
 
 
 def test_completion_submit_writes_the_report_and_submits(service, demo):
