@@ -320,10 +320,7 @@ def _unreported(store, config, tx, agent_id, activation_id):
         return False
     asked = any((s.get("payload") or {}).get("sender") == pm
                 for s in store.signals_delivered_to(activation_id, KIND_MESSAGE))
-    answered = tx.one("SELECT 1 FROM signals WHERE project = ? AND source_activation = ? AND ((kind = ? AND "
-                      "target_agent = ?) OR kind = ?) LIMIT 1",
-                      (store.project_id, activation_id, KIND_MESSAGE, pm, KIND_WAIT))
-    if not asked or answered is not None:
+    if not asked or store.answered_from(tx, activation_id, pm):
         return False
     notice = "Ended an activation without a report to you."
     written = suzumio_prompts.written_paths(store.tool_calls_of(activation_id))

@@ -3,6 +3,7 @@
 from suzumio_errors import BadRequest, NotFound
 from suzumio_records import (
     KIND_MESSAGE,
+    KIND_WAIT,
     SIGNAL_PENDING,
     SIGNAL_STATUSES,
     SIGNAL_TRANSITIONS,
@@ -86,6 +87,12 @@ class SignalRows:
             + (f" OR id IN ({marks})" if delivering else "") + ") GROUP BY sender",
             (self.project_id, agent_id, KIND_MESSAGE, *delivering)))
         return sent, received
+
+    def answered_from(self, tx, activation_id, agent_id):
+        """Whether the activation sent `agent_id` a message or declared a wait, as `tx` sees it."""
+        return tx.one("SELECT 1 FROM signals WHERE project = ? AND source_activation = ? AND ((kind = ? AND "
+                      "target_agent = ?) OR kind = ?) LIMIT 1",
+                      (self.project_id, activation_id, KIND_MESSAGE, agent_id, KIND_WAIT)) is not None
 
     def direct_recipients(self, sender):
         """The recipients of `sender`'s direct messages, as a set."""
