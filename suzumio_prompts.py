@@ -10,8 +10,9 @@ message, it copied that message into the file on two of them; given it in the us
 and submitted on all three, in two requests each.
 
 Channels are described to the agent that leads the work only, and only its messages_send has a `channel`
-field: measured with a 1.5B model on the first requests of two poets given their assignments, told of the
-channels it posted its poem to "#project" as a message in four of ten, and wrote the file in all ten without.
+field: measured with a 1.5B model on five first requests of poets given a clear assignment, each asked with
+and without its part of the task in the user message, told of the channels it sent its poem as a message
+("#project" first) in five of the ten; without them it sent none and wrote the file in eight.
 
 Both are plain paragraphs, not Markdown sections: measured with a 1.5B model, a system message laid out as a
 document of headings was copied whole into the files and reports the model wrote."""
@@ -29,9 +30,9 @@ SUBMIT = "completion.submit"
 def user_prompt(signals, task=None, team=None):
     """The user message of one activation: the project's task for the agent that leads the work (`task`,
     else None), then the signals delivered to it, one paragraph each, then `team` (team_answered's
-    paragraph). The task's part for a worker is not repeated here: measured with a 1.5B model on eight
-    first requests of poets, given it at the top of the user message the poet posted its poem as a message
-    instead of writing the file in four of five it had otherwise written."""
+    paragraph). The task's part for a worker is not repeated here: measured with a 1.5B model on five
+    first requests of poets with channels described, given it at the top of the user message the poet sent
+    its poem as a message in four, against one without it."""
     paragraphs = [task_paragraph(task)] if task is not None else []
     return "\n\n".join(paragraphs + [render_signal(s) for s in signals] + ([team] if team else []))
 
