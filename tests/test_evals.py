@@ -182,7 +182,7 @@ def test_eval_store_keeps_evals_and_runs(tmp_path):
 
 def test_the_repository_suite_for_the_local_model_loads():
     # the names the lab's settings.env holds (scripts/local-model)
-    env = {"SUZUMIO_LOCAL_MODEL_NAME": "local-gguf", "SUZUMIO_LOCAL_MODEL_BASE_URL": "http://127.0.0.1:39480/v1",
+    env = {"SUZUMIO_LOCAL_MODEL_NAME": "local-gguf", "SUZUMIO_LOCAL_MODEL_BASE_URL": "http://127.0.0.1:29480/v1",
            "SUZUMIO_LOCAL_MODEL_API_KEY": "lab"}
     suite = evals.read_suite(evals.Path(__file__).parent.parent / "evals" / "suite.yaml", env=env)
     configs = evals.variant_configs(suite, env=env)
