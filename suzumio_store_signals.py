@@ -94,11 +94,6 @@ class SignalRows:
                       "target_agent = ?) OR kind = ?) LIMIT 1",
                       (self.project_id, activation_id, KIND_MESSAGE, agent_id, KIND_WAIT)) is not None
 
-    def direct_recipients(self, sender):
-        """The recipients of `sender`'s direct messages, as a set."""
-        return {row[0] for row in self._query("SELECT DISTINCT recipient FROM messages WHERE project = ? AND "
-                                              "sender = ? AND recipient IS NOT NULL", (self.project_id, sender))}
-
     def direct_pairs(self, limit):
         """The most recently active (sender, recipient) pairs of direct messages: {sender, recipient,
         count, lastAt}, at most `limit`."""

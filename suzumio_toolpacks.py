@@ -14,7 +14,7 @@ import suzumio_node
 import suzumio_webui_panels
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
 from suzumio_http import object_input, optional_boolean, optional_string, required_string
-from suzumio_prompts import SEND, SUBMIT, WAIT, answered, leads, task_part, team_answered, written_paths
+from suzumio_prompts import SUBMIT, WAIT, answered, leads, task_part, team_answered, written_paths
 from suzumio_records import (
     ACT_RUNNING,
     AGENT_RUNNING,
@@ -244,8 +244,9 @@ def answered_paragraph(store, agent, agents, task, delivering=()):
 def wait_refusal(store, config, agent, activation_id):
     """Why a wait would leave the work undone, or None: refused once per activation, so a second wait is
     always taken (docs/real-models.md#waits-that-leave-the-work-undone). Measured with a 1.5B model in a
-    team of three: the coordinator waited after delegating one of two poems, a worker waited having written
-    nothing, and the coordinator waited when both poems were written instead of submitting them."""
+    team of three: a worker waited having written nothing, and the coordinator waited when both poems were
+    written instead of submitting them. A coordinator that waits before giving every agent the task names
+    its work is not refused: in a pipeline (parts first, then the review) that is the right wait."""
     calls = store.tool_calls_of(activation_id) if activation_id else []
     if any(call["tool"] == WAIT and call["status"] == "failed" for call in calls):
         return None
@@ -256,12 +257,6 @@ def wait_refusal(store, config, agent, activation_id):
     task = store.project()["task"]
     wait = model_tool_name(WAIT)
     if leads(agent["id"], agents, config):
-        told = store.direct_recipients(agent["id"])
-        for other in others:
-            part = task_part(task, other)
-            if other not in told and part and is_allowed(SEND, agent["tools"]):
-                return (f'Not waiting yet: the project task asks of {other}: "{part}", and you have sent '
-                        f"{other} nothing. Send {other} that assignment with {model_tool_name(SEND)} first.")
         paragraph = answered_paragraph(store, agent, agents, task) if is_allowed(SUBMIT, agent["tools"]) else None
         if paragraph:
             return (f"Not waiting yet. {paragraph} Nothing more is coming unless you act; to wait anyway, call "

@@ -395,18 +395,15 @@ def called(service, store, agent_id, activation, tool, tool_input=None):
 WAIT = "coordination.wait_for_signal"
 
 
-def test_a_coordinator_that_waits_with_a_named_agent_not_yet_assigned_is_told_its_part_once(service, tmp_path):
-    demo = team(service, tmp_path, task="pm plans. The worker writes notes.md; reviewer checks it. Then submit.")
+def test_a_coordinator_waits_for_the_first_part_of_a_pipeline_before_assigning_the_next(service, tmp_path):
+    demo = team(service, tmp_path, task="pm plans. The worker writes notes.md; reviewer then checks it.")
     coordination.send_message(demo, config_of(demo), "user", "Please begin.", recipient="pm")
     pm = running_activation(demo, "pm")
     assert called(service, demo, "pm", pm, "messages.send", {"recipient": "worker", "body": "Write notes.md"}
                   ).status_code == 200
-    refused = error_of(called(service, demo, "pm", pm, WAIT), 500)
-    assert refused == ('Not waiting yet: the project task asks of reviewer: "reviewer checks it", and you have '
-                       "sent reviewer nothing. Send reviewer that assignment with messages_send first.")
-    # told once: the second wait is taken, and the agent is trusted to know why it waits
+    # the reviewer, whom the task names, has nothing yet: it comes after the worker, so the wait is right
     assert called(service, demo, "pm", pm, WAIT).json()["output"].startswith("Waiting;")
-    assert [c["status"] for c in demo.tool_calls_of(pm["id"])] == ["completed", "failed", "completed"]
+    assert [c["status"] for c in demo.tool_calls_of(pm["id"])] == ["completed", "completed"]
 
 
 def test_a_coordinator_that_waits_when_everyone_it_gave_work_to_has_answered_is_pointed_at_submitting_once(

@@ -103,7 +103,9 @@ def test_the_overview_shows_a_paused_agent_and_who_waits_on_the_cap_and_resumes(
         # pm holds the only place while it waits on a person; critic's signal waits on the cap
         team.model.enqueue(tool_calls=[call("shell.exec", command="true  # deploy")], model="pm")
         team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="pm")
-        team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="critic")
+        # the critic waits without acting on what it was sent: told so once, it waits again
+        for _ in range(2):
+            team.model.enqueue(tool_calls=[call("coordination.wait_for_signal")], model="critic")
         team.send("pm", "Deploy.")
         expect(page.get_by_test_id("approval-item")).to_have_count(1, timeout=SHOWN_MS)
         team.send("critic", "Review.")
