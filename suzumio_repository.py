@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +35,7 @@ DIFF_LIMIT = 400_000  # characters of a diff an answer carries
 REV_TEXT = re.compile(r"^[A-Za-z0-9_./@^~{}-]+$")
 # How git says a write found no room (its own wording, and strerror of ENOSPC and EDQUOT under LC_ALL=C).
 DISK_FULL_TEXT = ("No space left on device", "Out of diskspace", "Disk quota exceeded")
+_VIEW_LOCKS = {}  # git folder -> the lock of against_integration's views of that working copy
 TEMP_OBJECT_AGE_SECONDS = 3600  # `gc` removes a temporary object file of a failed write once it is this old
 
 
@@ -305,16 +307,20 @@ class WorkingCopy:
     def against_integration(self, name_status):
         """The workspace as it is now against where it left the integration branch (its merge base):
         `git diff` text or name-status lines, untracked files included."""
-        tip = self.fetch_integration()
-        base = out("merge-base", "HEAD", tip, git_dir=self.git_dir) if tip else "HEAD"
-        index = self.git_dir / f"suzumio-view.{os.getpid()}.index"
-        try:
-            self._staged(index)
-            mode = ["--name-status"] if name_status else ["--stat", "--patch"]
-            return git("diff", "--cached", *mode, base, git_dir=self.git_dir, work_tree=self.work_tree,
-                       index=index).stdout
-        finally:
-            index.unlink(missing_ok=True)
+        # One view of a working copy at a time in this process: the control room asks for the same approval's
+        # preview from two cards at once, and two views shared the throwaway index and raced to update the
+        # fetched integration ref, so one of them failed and the card showed no change.
+        with _VIEW_LOCKS.setdefault(str(self.git_dir), threading.Lock()):
+            tip = self.fetch_integration()
+            base = out("merge-base", "HEAD", tip, git_dir=self.git_dir) if tip else "HEAD"
+            index = self.git_dir / f"suzumio-view.{os.getpid()}.{threading.get_ident()}.index"
+            try:
+                self._staged(index)
+                mode = ["--name-status"] if name_status else ["--stat", "--patch"]
+                return git("diff", "--cached", *mode, base, git_dir=self.git_dir, work_tree=self.work_tree,
+                           index=index).stdout
+            finally:
+                index.unlink(missing_ok=True)
 
     def sync(self, message):
         """Bring the integration tip into the branch (the agent's changes committed first): the paths in

@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import textwrap
+import threading
 
 import pytest
 from repository_fixtures import CHECK, git, log_subjects, make_fixture_repository
@@ -199,6 +200,24 @@ def test_working_copy_commits_each_end_as_the_agent_on_its_own_branch(project):
     assert git(git_dir, "show", "--name-status", "--format=", head).split("\n") == ["D\tb.txt", "A\tnew.txt"]
     assert copy.commit("nothing new") == head  # no empty commits
     assert git(git_dir, "rev-parse", "main") == start  # the integration branch never moves by an end commit
+
+
+def test_views_of_one_working_copy_asked_at_once_all_see_the_change(project):
+    """The control room asks for a pending merge's preview from two cards at once: each view answers the same
+    change (they once shared a throwaway index and the fetched ref, and one came back with none)."""
+    store, config, _, _ = project
+    repository.working_copy(store, config, "w1")
+    (store.workspace("w1") / "new.txt").write_text("new\n", encoding="utf-8")
+    results = []
+    views = [threading.Thread(target=lambda: results.append(repository.pending_change(store, "w1")))
+             for _ in range(8)]
+    for view in views:
+        view.start()
+    for view in views:
+        view.join(60)
+    assert len(results) == 8 and all(result is not None and "new.txt" in result for result in results), results
+    assert len(set(results)) == 1
+    assert not list((store.dir / "agents" / "w1").rglob("suzumio-view.*"))  # every throwaway index removed
 
 
 def test_repo_tools_refuse_an_agent_without_a_working_copy(project):
