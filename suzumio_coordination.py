@@ -257,9 +257,11 @@ def pending_signals(store, config, agent_id, now=None):
 
 # ---------------------------------------------------------------- activations (docs/design/store.md)
 
-def start_activation(store, agent_id, prompt, signals, now=None):
+def start_activation(store, agent_id, prompt, signals, now=None, reminder=None):
     """createActivation (one running activation per agent, only in a running project), the selected
-    signals delivered to it, and the activation_prompt history row; Conflict when it cannot start."""
+    signals delivered to it, and the activation_prompt history row; Conflict when it cannot start.
+    `reminder` (prompts.team_round's: the contract reminder of a leading agent whose work has come back) is
+    kept in that row for the runner."""
     signals = list(signals or [])
     with store.write(now) as tx:
         agent = store.require_agent(agent_id)
@@ -282,8 +284,10 @@ def start_activation(store, agent_id, prompt, signals, now=None):
         priorities = [signal["priority"] for signal in woke]
         store.add_event(tx, "activation.started", {"activationId": act_id, "agentId": agent_id,
                                                    "signals": [waking_signal(signal) for signal in woke]})
-        store.add_history(tx, agent_id, act_id, "user", "activation_prompt", prompt,
-                          {"delivery": "activation_start", "signalIds": ids, "priorities": priorities})
+        meta = {"delivery": "activation_start", "signalIds": ids, "priorities": priorities}
+        if reminder is not None:
+            meta["reminder"] = reminder
+        store.add_history(tx, agent_id, act_id, "user", "activation_prompt", prompt, meta)
         return store.activation(act_id)
 
 
@@ -436,37 +440,39 @@ def _cancel_approvals(store, tx, activation_id, status):
 
 # ---------------------------------------------------------------- project control (docs/design/store.md)
 
-def stop(store, now=None):
-    """docs/design/store.md: stopped, cancel running activations, a P2 resume signal for each. Returns
-    the cancelled activations (the caller stops their runners)."""
-    return _halt(store, "stop", STOP_REASON, True, now)
+def stop(store, now=None, tx=None):
+    """docs/design/store.md: stopped, cancel running activations, a P2 resume signal for each, in `tx` when
+    given. Returns the cancelled activations (the caller stops their runners)."""
+    return _halt(store, "stop", STOP_REASON, True, now, tx)
 
 
-def approve(store, now=None):
+def approve(store, now=None, tx=None):
     """Like stop with status completed, reason `Project approved`, and no resume signals."""
-    return _halt(store, "approve", APPROVE_REASON, False, now)
+    return _halt(store, "approve", APPROVE_REASON, False, now, tx)
 
 
-def _halt(store, trigger, reason, resume, now):
+def _halt(store, trigger, reason, resume, now, tx):
+    if tx is None:
+        with store.write(now) as tx:
+            return _halt(store, trigger, reason, resume, now, tx)
     cancelled = []
-    with store.write(now) as tx:
-        store.set_project_status(tx, trigger)
-        for running in store.running_activations():
-            # Its calls left running are in doubt; the resume signal tells the agent, with the resume itself.
-            doubted = suzumio_effects.doubt_ended_activation(store, tx, running["id"], ACT_CANCELLED, tell=False)
-            act = cancel_in(store, tx, running["id"], reason)
-            if act is None:
-                continue
-            cancelled.append(act)
-            if resume:
-                interrupted = [s["id"] for s in store.signals_delivered_to(act["id"])]
-                message = "\n\n".join([RESUME_AFTER_STOP_MESSAGE] + (
-                    [suzumio_effects.notices_text(doubted)] if doubted else []))
-                _emit(store, tx, KIND_RESUME_AFTER_STOP, act["agentId"], "P2", useful_effect=False,
-                      payload=omit_none({"cancelledActivationId": act["id"], "interruptedSignalIds": interrupted,
-                                         "message": message,
-                                         "inDoubt": [notice["effect"] for notice in doubted] or None}))
-                suzumio_effects.mark_told(store, tx, doubted)
+    store.set_project_status(tx, trigger)
+    for running in store.running_activations():
+        # Its calls left running are in doubt; the resume signal tells the agent, with the resume itself.
+        doubted = suzumio_effects.doubt_ended_activation(store, tx, running["id"], ACT_CANCELLED, tell=False)
+        act = cancel_in(store, tx, running["id"], reason)
+        if act is None:
+            continue
+        cancelled.append(act)
+        if resume:
+            interrupted = [s["id"] for s in store.signals_delivered_to(act["id"])]
+            message = "\n\n".join([RESUME_AFTER_STOP_MESSAGE] + (
+                [suzumio_effects.notices_text(doubted)] if doubted else []))
+            _emit(store, tx, KIND_RESUME_AFTER_STOP, act["agentId"], "P2", useful_effect=False,
+                  payload=omit_none({"cancelledActivationId": act["id"], "interruptedSignalIds": interrupted,
+                                     "message": message,
+                                     "inDoubt": [notice["effect"] for notice in doubted] or None}))
+            suzumio_effects.mark_told(store, tx, doubted)
     return cancelled
 
 

@@ -389,17 +389,18 @@ class Replays:
                 store.origin()["injectedMessages"] < len(deliveries):
             return
         status = replay.source.project()["status"]
+        # The end and the status in one transaction: whoever reads that the replay ended reads its status.
         with store.write(now) as tx:
             if not store.mark_replay_ended(tx):
                 return
             store.add_event(tx, EVENT_ENDED, {"source": replay.source.project_id, "status": status,
                                               "activations": len(mine)})
-        if status == PROJECT_STOPPED:
-            coordination.stop(store, now)
-        elif status == PROJECT_COMPLETED:
-            coordination.approve(store, now)
-        elif status == PROJECT_SUBMITTED and store.project()["status"] != PROJECT_SUBMITTED:
-            store.set_status(PROJECT_SUBMITTED, now)
+            if status == PROJECT_STOPPED:
+                coordination.stop(store, now, tx)
+            elif status == PROJECT_COMPLETED:
+                coordination.approve(store, now, tx)
+            elif status == PROJECT_SUBMITTED and store.project()["status"] != PROJECT_SUBMITTED:
+                store.set_project_status(tx, PROJECT_SUBMITTED)
 
     # -- the runner routes' part
 
