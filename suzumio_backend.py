@@ -341,11 +341,17 @@ class Launch:
                       "prompt": agent.get("prompt") or ""}
         if agent.get("model"):
             agent_part["model"] = agent["model"]
+        history = self.store.active_history(agent["id"])
+        activation = {"id": self.activation_id, "prompt": self.activation["prompt"],
+                      "system": self.system_prompt(specs, workspace, artifacts_root)}
+        for row in history:
+            if row["activationId"] == self.activation_id and row["kind"] == "activation_prompt" \
+                    and row["metadata"].get("reminder"):
+                activation["reminder"] = row["metadata"]["reminder"]
         data = {
             "project": self.project,
             "agent": agent_part,
-            "activation": {"id": self.activation_id, "prompt": self.activation["prompt"],
-                           "system": self.system_prompt(specs, workspace, artifacts_root)},
+            "activation": activation,
             "workspace": workspace,
             "artifactsRoot": artifacts_root,
             "readRoots": read_roots,
@@ -356,7 +362,7 @@ class Launch:
             "runner": runner_section(self.config),
             "tools": [tool for spec in specs for tool in spec["tools"]],
             "toolpacks": specs,
-            "history": self.store.active_history(agent["id"]),
+            "history": history,
         }
         if self.controller_ca is not None:
             data["controllerCa"] = self.controller_ca

@@ -29,7 +29,7 @@ SUBMIT = "completion.submit"
 
 def user_prompt(signals, task=None, team=None):
     """The user message of one activation: the project's task for the agent that leads the work (`task`,
-    else None), then the signals delivered to it, one paragraph each, then `team` (team_answered's
+    else None), then the signals delivered to it, one paragraph each, then `team` (team_round's
     paragraph). The task's part for a worker is not repeated here: measured with a 1.5B model on five
     first requests of poets with channels described, given it at the top of the user message the poet sent
     its poem as a message in four, against one without it."""
@@ -37,36 +37,71 @@ def user_prompt(signals, task=None, team=None):
     return "\n\n".join(paragraphs + [render_signal(s) for s in signals] + ([team] if team else []))
 
 
+def clauses(text, colon=False):
+    """The lines, sentences and clauses of `text`, split after . ; ! ? (and : with `colon`), stripped."""
+    ends = ".;:!?" if colon else ".;!?"
+    return [part.strip() for part in re.split(rf"(?<=[{ends}])\s+|\n+", text) if part.strip()]
+
+
 def task_part(task, agent_id):
     """The sentences and clauses of the task that name agent_id, joined; "" when none does."""
     named = re.compile(rf"(?<![\w-]){re.escape(agent_id)}(?![\w-])")
-    clauses = [c.strip() for c in re.split(r"(?<=[.;!?])\s+|\n+", task) if named.search(c)]
-    return " ".join(clause.rstrip(" ;.") for clause in clauses)
+    return " ".join(clause.rstrip(" ;.") for clause in clauses(task) if named.search(clause))
 
 
 def answered(agent_id, agents, task, sent, received):
-    """The agents the leading agent gave work to, when every one of them has answered it since its last
-    message to them and the task names no agent it has not given work to; else None. `sent` and
-    `received` are the store's last_exchanges."""
-    given = sorted(other for other in sent if other in {a["id"] for a in agents} and other != agent_id)
-    named = [a["id"] for a in agents if a["id"] != agent_id and task_part(task, a["id"])]
-    if not given or any(other not in sent for other in named):
+    """(given, idle) once everyone the leading agent gave work to has answered it since its last message to
+    them: `given` those agents, `idle` the agents the task names that it has given nothing yet. None while
+    an answer is outstanding, or before it gave any work. `sent` and `received` are the store's
+    last_exchanges."""
+    ids = {a["id"] for a in agents}
+    given = sorted(other for other in sent if other in ids and other != agent_id)
+    if not given or any(received.get(other, "") <= sent[other] for other in given):
         return None
-    return given if all(received.get(other, "") > sent[other] for other in given) else None
+    idle = [a["id"] for a in agents if a["id"] != agent_id and a["id"] not in sent and task_part(task, a["id"])]
+    return given, idle
 
 
-def team_answered(given, files, can_submit):
-    """What the leading agent is told when everyone it gave work to has answered (`given`, from answered),
-    with the files they wrote before answering: the moment to finish. Measured with a 1.5B model
-    coordinating two poets, woken by the second poet's notice: told "If the task is done, call
+NO_CALL = "Your answer had no tool call, and text alone reaches no one"  # how every contract reminder opens
+
+
+def team_round(given, idle, files, task, can_send, can_submit):
+    """What the leading agent is told once everyone it gave work to has answered (`given` and `idle`, from
+    answered), with the files they wrote before answering: the paragraph that ends its user message, and
+    the contract reminder of that activation ({"text", "tool"}: the runner's turn after a text answer
+    offers that tool alone and requires a call), or None when it has no tool for the next step.
+
+    The next step is the assignment of an agent the task names and that has no work yet, else the final
+    report. Measured with a 1.5B model coordinating two poets: woken by the first poet's answer it messaged
+    itself, and told "You have given worker-2 nothing yet; what the project task asks of worker-2: …" it
+    sent worker-2 its assignment. Woken by the second poet's notice, told "If the task is done, call
     completion_submit …; if it is not, send the next assignment", it answered an empty text, as it did with
-    nothing said (or waited, forced to call a tool); told this, it submitted, naming both poems."""
+    nothing said; told to call completion_submit now it submitted in some runs and answered empty text in
+    others, and to the contract reminder as well; with every tool offered and a call required it sent a
+    message; offered the submission alone it wrote a report naming both poems, in every request tried."""
     text = f"Everyone you gave work to has answered: {', '.join(given)}."
     if files:
         text += f" Files they wrote: {', '.join(files)}."
-    if can_submit:
-        return text + f" Call {model_tool_name(SUBMIT)} now with the final report, unless the task needs more work."
-    return text + " Send the next assignment if the task needs more work."
+    if idle:
+        if not can_send:
+            return None
+        send = model_tool_name(SEND)
+        for other in idle:
+            text += f' You have given {other} nothing yet; what the project task asks of {other}: ' \
+                    f'"{task_part(task, other)}".'
+        text += f" Send {idle[0] if len(idle) == 1 else 'each'} that assignment with {send} now."
+        first = idle[0]
+        reminder = (f"{NO_CALL}. Everyone you gave work to has answered, and {first} has no work yet: call {send} "
+                    f'now with recipient {first} and its assignment, what the project task asks of it: '
+                    f'"{task_part(task, first)}".')
+        return text, {"text": reminder, "tool": send}
+    if not can_submit:
+        return text + " Send the next assignment if the task needs more work.", None
+    submit = model_tool_name(SUBMIT)
+    reminder = (f"{NO_CALL}. Everyone you gave work to has answered: call {submit} now with the final report "
+                "(Markdown): what was made and the exact paths of the files.")
+    return (text + f" Call {submit} now with the final report, unless the task needs more work.",
+            {"text": reminder, "tool": submit})
 
 
 def written_paths(calls):

@@ -754,11 +754,21 @@ class Runner:
             max_iterations = self.runner_config.get("maxIterations") or 1000000
             state = RequestState()
             reminder = contract_reminder(list(by_safe))
+            # The controller's reminder for a leading agent whose work has all come back names the one next step
+            # (docs/real-models.md): after a text answer, that turn offers its tool alone and requires a call.
+            planned = (self.input.get("activation") or {}).get("reminder")
+            next_tool = planned.get("tool") if isinstance(planned, dict) and isinstance(planned.get("text"), str) \
+                and tool_choice != "none" and planned.get("tool") in by_safe else None
+            forced = False
             text = ""
             usage = {}
             steps = 0
             while True:
-                turn = provider.complete(messages, tool_defs, tool_choice)
+                if forced:
+                    forced = False
+                    turn = provider.complete(messages, [d for d in tool_defs if d["name"] == next_tool], "required")
+                else:
+                    turn = provider.complete(messages, tool_defs, tool_choice)
                 steps += 1
                 sum_usage(usage, turn.usage)
                 calls = turn.tool_calls or calls_in_text(turn.text, [(t.safe, t.schema) for t in tools])
@@ -768,6 +778,8 @@ class Runner:
                     if reminder is None or state.reported or steps >= max_iterations:
                         break
                     # Text alone reaches no one: the model is told so once, in this activation.
+                    if next_tool is not None:
+                        reminder, forced = planned["text"], True
                     messages += [{"role": "assistant", "content": turn.text}, {"role": "user", "content": reminder}]
                     self.record_reminder(reminder)
                     reminder = None

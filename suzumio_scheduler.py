@@ -176,12 +176,13 @@ def _start_activation(store, backends, config, agent, signals, now, caps):
         agents = store.list_agents()
         task = store.project()["task"]
         leading = suzumio_prompts.leads(agent["id"], agents, config)
-        team = None
+        found = None
         if leading and len(agents) > 1:
-            team = suzumio_toolpacks.answered_paragraph(store, agent, agents, task, [s["id"] for s in signals])
+            found = suzumio_toolpacks.leader_round(store, agent, agents, task, [s["id"] for s in signals])
+        team, reminder = found or (None, None)
         prompt = suzumio_prompts.user_prompt(signals, task if leading else None, team)
         try:
-            activation = coordination.start_activation(store, agent["id"], prompt, signals, now)
+            activation = coordination.start_activation(store, agent["id"], prompt, signals, now, reminder=reminder)
         except Conflict as error:
             log.info("agent %s of %s not started: %s", agent["id"], store.project_id, error)
             return None

@@ -4,7 +4,6 @@ built-in panels are suzumio_webui_panels'), tool status, scheduler hooks and the
 host callbacks use. The tool registry itself comes from suzumio_registry; the rules the core tools apply
 are suzumio_coordination's."""
 import logging
-import re
 import threading
 
 import suzumio_coordination as coordination
@@ -14,7 +13,7 @@ import suzumio_node
 import suzumio_webui_panels
 from suzumio_errors import BadRequest, ConfigError, Forbidden, NotFound, SuzumioError
 from suzumio_http import object_input, optional_boolean, optional_string, required_string
-from suzumio_prompts import SUBMIT, WAIT, answered, leads, task_part, team_answered, written_paths
+from suzumio_prompts import SEND, SUBMIT, WAIT, answered, clauses, leads, task_part, team_round, written_paths
 from suzumio_records import (
     ACT_RUNNING,
     AGENT_RUNNING,
@@ -161,8 +160,7 @@ def _said(text):
 def _pieces(body):
     """A message's words as said whole and in its lines, sentences and clauses (split after . ; : ! ?):
     "Say hello." is one piece, so "hello" is not an echo of it."""
-    parts = [body] + re.split(r"(?<=[.;:!?])\s+|\n+", body)
-    return {_said(part) for part in parts if part.strip()}
+    return {_said(part) for part in [body, *clauses(body, colon=True)] if part.strip()}
 
 
 def echo_refusal(store, config, agent_id, activation_id, body, recipient=None):
@@ -230,23 +228,26 @@ def files_written(store, activation_id):
     return written_paths(store.tool_calls_of(activation_id)) if activation_id else []
 
 
-def answered_paragraph(store, agent, agents, task, delivering=()):
-    """team_answered's paragraph for the leading `agent` when everyone it gave work to has answered it,
-    else None; the files are those each wrote before its answer, so a replay reads the same."""
+def leader_round(store, agent, agents, task, delivering=()):
+    """team_round's (paragraph, reminder) for the leading `agent` once everyone it gave work to has answered
+    it, else None; the files are those each wrote before its answer, so a replay reads the same."""
     sent, received = store.last_exchanges(agent["id"], delivering)
-    given = answered(agent["id"], agents, task, sent, received)
-    if not given:
+    found = answered(agent["id"], agents, task, sent, received)
+    if found is None:
         return None
+    given, idle = found
     files = [path for other in given for path in written_paths(store.write_calls_of(other, received[other]))]
-    return team_answered(given, files, is_allowed(SUBMIT, agent["tools"]))
+    return team_round(given, idle, files, task, is_allowed(SEND, agent["tools"]), is_allowed(SUBMIT, agent["tools"]))
 
 
 def wait_refusal(store, config, agent, activation_id):
     """Why a wait would leave the work undone, or None: refused once per activation, so a second wait is
     always taken (docs/real-models.md#waits-that-leave-the-work-undone). Measured with a 1.5B model in a
     team of three: a worker waited having written nothing, and the coordinator waited when both poems were
-    written instead of submitting them. A coordinator that waits before giving every agent the task names
-    its work is not refused: in a pipeline (parts first, then the review) that is the right wait."""
+    written instead of submitting them. A coordinator is refused only when everyone it gave work to has
+    answered (nothing is outstanding): one that waits while a part is still being made, before giving every
+    agent the task names its work, is not, since in a pipeline (parts first, then the review) that is the
+    right wait."""
     calls = store.tool_calls_of(activation_id) if activation_id else []
     if any(call["tool"] == WAIT and call["status"] == "failed" for call in calls):
         return None
@@ -257,9 +258,9 @@ def wait_refusal(store, config, agent, activation_id):
     task = store.project()["task"]
     wait = model_tool_name(WAIT)
     if leads(agent["id"], agents, config):
-        paragraph = answered_paragraph(store, agent, agents, task) if is_allowed(SUBMIT, agent["tools"]) else None
-        if paragraph:
-            return (f"Not waiting yet. {paragraph} Nothing more is coming unless you act; to wait anyway, call "
+        found = leader_round(store, agent, agents, task)
+        if found is not None and found[1] is not None:  # nothing outstanding, and a next step it can take
+            return (f"Not waiting yet. {found[0]} Nothing more is coming unless you act; to wait anyway, call "
                     f"{wait} again.")
         return None
     if any(call["status"] == "completed" for call in calls):

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conftest import require, wait_until
 from fake_controller import SIGNAL_HEADING, FakeController
-from fake_model import FakeModel, RecordingProxy
+from fake_model import REMINDER, FakeModel, RecordingProxy
 from runner_fixtures import (
     API_KEY,
     REPO,
@@ -177,6 +177,32 @@ def test_plain_answer_posts_context_then_history_then_output(tmp_path, model, se
     assert "shell_exec" in names and "web_fetch" in names
     assert body["messages"] == [{"role": "user", "content": "Start"}]
     assert_clean(result)
+
+
+@pytest.mark.parametrize("due", [True, False])
+def test_a_leader_whose_work_has_come_back_is_offered_its_next_step_alone_after_text(tmp_path, model, setup, due):
+    controller, activation = setup()
+    text = "Your answer had no tool call, and text alone reaches no one. Everyone you gave work to has answered: call"
+    if due:  # the controller's reminder for the activation whose prompt says everyone has answered
+        activation["activation"]["reminder"] = {"text": text + " completion_submit now.", "tool": "completion_submit"}
+    model.enqueue(content="")
+    model.enqueue(model=REMINDER, tool_calls=[("completion_submit", {"report": "sea.md and mountains.md"})])
+    result = run_runner(tmp_path, activation)
+    assert result.returncode == 0, result.stderr
+    [first] = model.requests
+    [reminder] = model.reminders
+    assert len(first.body["tools"]) > 1 and first.body["tool_choice"] == "auto"
+    offered = [tool["function"]["name"] for tool in reminder.body["tools"]]
+    [row] = [b for b in controller.bodies("/runner/history/messages") if b["kind"] == "contract_reminder"]
+    assert row["content"] == reminder.body["messages"][-1]["content"]
+    if due:
+        assert (offered, reminder.body["tool_choice"]) == (["completion_submit"], "required")
+        assert row["content"] == text + " completion_submit now."
+    else:
+        assert offered == [tool["function"]["name"] for tool in first.body["tools"]]
+        assert reminder.body["tool_choice"] == "auto" and "Everyone" not in row["content"]
+    [submit] = controller.bodies("/toolpacks/core/support")
+    assert (submit["tool"], submit["input"]) == ("completion.submit", {"report": "sea.md and mountains.md"})
 
 
 def test_history_rows_are_replayed_with_roles_prefixes_and_trimming(tmp_path, model, setup):

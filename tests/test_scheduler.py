@@ -146,10 +146,13 @@ def test_the_coordinator_hears_when_everyone_it_gave_work_to_has_answered(tmp_pa
         # its activation ended without a word to pm: pm is told, and that is the worker's answer
         [notice] = [m for m in env.store.list_messages(10) if m["sender"] == "worker"]
         assert (notice["recipient"], notice["body"]) == ("pm", unreported)
-        # the worker has answered, but the verifier, whom the task names, has been given nothing yet
+        # the worker has answered, but the verifier, whom the task names, has been given nothing yet: that is next
         tick(env)
         wait_settled(env, "pm")
-        assert activations_of(env, "pm")[-1]["prompt"].endswith(f"worker says: {unreported}")
+        assert activations_of(env, "pm")[-1]["prompt"].endswith(
+            f"worker says: {unreported}\n\nEveryone you gave work to has answered: worker. You have given verifier "
+            'nothing yet; what the project task asks of verifier: "the verifier reads it". Send verifier that '
+            "assignment with messages_send now.")
         coordination.send_message(env.store, config, "pm", "Read a.md", recipient="verifier")
         tick(env)
         wait_settled(env, "verifier")
@@ -159,6 +162,19 @@ def test_the_coordinator_hears_when_everyone_it_gave_work_to_has_answered(tmp_pa
         assert last.endswith(f"verifier says: {unreported}\n\nEveryone you gave work to has answered: verifier, "
                              "worker. Call completion_submit now with the final report, unless the task needs more "
                              "work.")
+        # each round's contract reminder goes to the runner: its turn after a text answer offers that tool alone
+        wait_settled(env, "pm")
+        kept = [row["metadata"].get("reminder") for row in env.store.active_history("pm")
+                if row["kind"] == "activation_prompt"]
+        inputs = [json.loads((env.store.activation_dir(act["id"]) / "input.json").read_text())["activation"]
+                  for act in activations_of(env, "pm")]
+        opening = "Your answer had no tool call, and text alone reaches no one. Everyone you gave work to has answered"
+        delegate = {"text": f"{opening}, and verifier has no work yet: call messages_send now with recipient verifier "
+                            'and its assignment, what the project task asks of it: "the verifier reads it".',
+                    "tool": "messages_send"}
+        submit = {"text": f"{opening}: call completion_submit now with the final report (Markdown): what was made and "
+                          "the exact paths of the files.", "tool": "completion_submit"}
+        assert kept == [delegate, submit] and [a.get("reminder") for a in inputs] == [delegate, submit]
 
 
 def test_signal_rendering_direct_channel_and_custom_kind(tmp_path):

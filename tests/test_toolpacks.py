@@ -395,15 +395,26 @@ def called(service, store, agent_id, activation, tool, tool_input=None):
 WAIT = "coordination.wait_for_signal"
 
 
-def test_a_coordinator_waits_for_the_first_part_of_a_pipeline_before_assigning_the_next(service, tmp_path):
+def test_a_coordinator_waits_for_the_first_part_of_a_pipeline_and_is_then_pointed_at_the_next(service, tmp_path):
     demo = team(service, tmp_path, task="pm plans. The worker writes notes.md; reviewer then checks it.")
-    coordination.send_message(demo, config_of(demo), "user", "Please begin.", recipient="pm")
-    pm = running_activation(demo, "pm")
+    config = config_of(demo)
+    coordination.send_message(demo, config, "user", "Please begin.", recipient="pm")
+    pm = coordination.start_activation(demo, "pm", "Work.", coordination.pending_signals(demo, config, "pm"))
     assert called(service, demo, "pm", pm, "messages.send", {"recipient": "worker", "body": "Write notes.md"}
                   ).status_code == 200
     # the reviewer, whom the task names, has nothing yet: it comes after the worker, so the wait is right
     assert called(service, demo, "pm", pm, WAIT).json()["output"].startswith("Waiting;")
     assert [c["status"] for c in demo.tool_calls_of(pm["id"])] == ["completed", "completed"]
+    coordination.complete_activation(demo, config, pm["id"], "pm", "Waiting.")
+    # the worker has answered and nothing is outstanding: a wait now would leave the reviewer without work
+    coordination.send_message(demo, config, "worker", "notes.md is written", recipient="pm")
+    second = coordination.start_activation(demo, "pm", "Work.", coordination.pending_signals(demo, config, "pm"))
+    refused = error_of(called(service, demo, "pm", second, WAIT), 500)
+    assert refused == ("Not waiting yet. Everyone you gave work to has answered: worker. You have given reviewer "
+                       'nothing yet; what the project task asks of reviewer: "reviewer then checks it". Send '
+                       "reviewer that assignment with messages_send now. Nothing more is coming unless you act; to "
+                       "wait anyway, call coordination_wait_for_signal again.")
+    assert called(service, demo, "pm", second, WAIT).json()["output"].startswith("Waiting;")
 
 
 def test_a_coordinator_that_waits_when_everyone_it_gave_work_to_has_answered_is_pointed_at_submitting_once(
