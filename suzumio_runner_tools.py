@@ -111,8 +111,28 @@ def confine(value, workspace, roots, kind):
     if not any(is_under(resolved, root) for root in lexical_roots) or not any(
         is_under(real, os.path.realpath(root)) for root in lexical_roots
     ):
+        meant = meant_path(resolved, roots[-1]) if kind == "Write" and roots else None
+        if meant:
+            # Told "Did you mean …?" after the roots, the model wrote to the same path again; told this, it
+            # wrote to the path given.
+            raise ToolError(f"Not written: {value} is outside your folders ({' and '.join(roots)}). Write it to "
+                            f"{meant} instead.")
         raise ToolError(f"{kind} path must be under {roots_text(list(roots))}: {value}")
     return resolved, real
+
+
+def meant_path(resolved, own):
+    """The path in `own` (the agent's artifact folder, its last write root) that a write beside it most
+    likely meant, or None: measured with a 1.5B model, poets wrote `<artifacts>/sea.md` and
+    `<artifacts>/worker-1:sea.md` for `<artifacts>/worker-1/sea.md`, and then, told only the roots, gave up."""
+    own = resolve_path(own, "/")
+    parent, name = posixpath.split(resolved)
+    if parent != posixpath.dirname(own) or not name or own == "/":
+        return None
+    folder = posixpath.basename(own)
+    if name.startswith(folder) and len(name) > len(folder) + 1 and not name[len(folder)].isalnum():
+        name = name[len(folder) + 1:]
+    return f"{own}/{name}" if name != folder else None
 
 
 def confined_path(value, workspace, roots, kind):

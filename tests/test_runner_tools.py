@@ -114,6 +114,25 @@ def test_docker_roots_reject_escapes_with_exact_messages():
     assert write_docker("//etc/x").startswith("Write path must be under")
 
 
+def test_a_write_beside_the_own_artifact_folder_is_told_the_path_it_meant():
+    def write_docker(path):
+        return error_of(tools.confined_path, path, "/workspace", DOCKER_WRITE, "Write")
+
+    # the forms a small model wrote for /artifacts/worker/sea.md
+    for path in ("/artifacts/sea.md", "/artifacts/worker:sea.md", "/artifacts/worker_sea.md", "../artifacts/sea.md"):
+        assert write_docker(path) == (f"Not written: {path} is outside your folders (/workspace and "
+                                      "/artifacts/worker). Write it to /artifacts/worker/sea.md instead.")
+    # another agent's folder, or a name that only starts like the folder's, keeps the plain refusal
+    assert write_docker("/artifacts/pm/sea.md").startswith("Write path must be under")
+    assert write_docker("/artifacts/workers.md") == ("Not written: /artifacts/workers.md is outside your folders "
+                                                      "(/workspace and /artifacts/worker). Write it to "
+                                                      "/artifacts/worker/workers.md instead.")
+    assert write_docker("/artifacts").startswith("Write path must be under")
+    # a read is never pointed elsewhere
+    assert error_of(tools.confined_path, "/artifacts/sea.md", "/workspace", DOCKER_WRITE, "Read") == \
+        "Read path must be under /workspace or /artifacts/worker: /artifacts/sea.md"
+
+
 def test_single_root_message_names_the_root(roots):
     message = error_of(tools.confined_path, "/etc/hosts", str(roots["W"]), [str(roots["W"])], "Read")
     assert message == "Read path must be under {}: /etc/hosts".format(roots["W"])
