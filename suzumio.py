@@ -570,6 +570,9 @@ def cmd_repo(rest, options, out, err, now):
         print(f"Exported to {answer['path']}", file=out)
     elif view == "diff":
         out.write(answer["diff"] + "\n")
+        if answer["truncated"]:
+            print(f"repo diff: the diff is longer than this; shown up to {len(answer['diff'])} characters "
+                  "(`repo export` gives the whole repository)", file=err)
     elif view == "queue":
         for request in answer["queue"]:
             landed = request.get("commit", "")[:12] if request["status"] == "merged" else request.get("reason", "")

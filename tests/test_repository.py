@@ -407,6 +407,22 @@ def test_cli_shows_log_queue_diff_and_exports(project, tmp_path):
     assert code != 0 and "--into DIR or --bundle FILE" in err
 
 
+def test_a_diff_longer_than_an_answer_holds_says_it_was_cut(project, tmp_path):
+    store, config, _, _ = project
+    q = Queue(config)
+    repository.working_copy(store, config, "w1")
+    (store.workspace("w1") / "big.txt").write_text("line of a long file\n" * 25_000, encoding="utf-8")
+    merge(q, store, config, "w1", "w1: a long file")
+    q.land_all(store)
+    answer = repository.diff(store, config)
+    assert answer["truncated"] is True and len(answer["diff"]) == repository.DIFF_LIMIT
+    code, out, err = cli("repo", "code", "diff", "--root", str(tmp_path / "root"))
+    assert code == 0 and out == answer["diff"] + "\n"
+    assert err.strip() == (f"repo diff: the diff is longer than this; shown up to {repository.DIFF_LIMIT} "
+                           "characters (`repo export` gives the whole repository)")
+    assert repository.diff(store, config, "main~1", "main~1")["truncated"] is False
+
+
 def test_gc_removes_scratch_copies_no_merge_uses(project, tmp_path):
     store, _, _, _ = project
     leftover = store.dir / repository.SCRATCH_DIR / "mr_gone"

@@ -11,6 +11,9 @@ from playwright.sync_api import expect
 from provisioning_fixtures import chromium_browser
 from test_e2e_repository import run_team_of_three, team_options, waits
 
+import suzumio_repository as repository
+from suzumio_config import ProjectConfig
+
 pytestmark = pytest.mark.timeout(240)
 
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
@@ -45,6 +48,17 @@ def test_the_repository_view_shows_log_branches_queue_and_diffs(tmp_path):
         expect(linked.get_by_test_id("repository-diff")).to_contain_text("+a by w1")
         page.evaluate(f"window.location.hash = '#/e2e/repository/{w1['commitStart']}..{w1['commitEnd']}'")
         expect(page.get_by_test_id("repository-diff")).to_contain_text("+a by w1")
+        expect(page.get_by_test_id("repository-diff-cut")).to_have_count(0)
+        # a change longer than an answer holds (a commit no branch points at) says that it was cut
+        git_dir = repository.ensure_repository(team.store, ProjectConfig.from_data(team.store.config()))
+        blob = repository.out("hash-object", "-w", "--stdin", git_dir=git_dir, data=b"a long line\n" * 40_000)
+        tree = repository.out("mktree", git_dir=git_dir, data=f"100644 blob {blob}\tlong.txt\n".encode())
+        tip = repository.out("rev-parse", "main", git_dir=git_dir)
+        long = repository.out("commit-tree", tree, "-p", tip, "-m", "long", git_dir=git_dir)
+        page.evaluate(f"window.location.hash = '#/e2e/repository/{tip}..{long}'")
+        expect(page.get_by_test_id("repository-diff")).to_contain_text("+a long line")
+        expect(page.get_by_test_id("repository-diff-cut")).to_contain_text(
+            f"The diff is longer than this: shown up to {repository.DIFF_LIMIT:,} characters.")
         assert errors == []
 
 

@@ -34,6 +34,7 @@ export function RepositoryView(props: { project: string; refresh: number }) {
   const [error, setError] = useState<string | null>(null);
   const [range, setRange] = useState<[string, string] | null>(initialRange);
   const [diff, setDiff] = useState<string | null>(null);
+  const [cut, setCut] = useState(false); // the answer holds only the start of a longer diff
   const [diffError, setDiffError] = useState<string | null>(null);
 
   useEffect(() => {
@@ -67,7 +68,11 @@ export function RepositoryView(props: { project: string; refresh: number }) {
     setDiff(null);
     setDiffError(null);
     getRepositoryDiff(props.project, range[0], range[1])
-      .then((answer) => live && setDiff(answer.diff))
+      .then((answer) => {
+        if (!live) return;
+        setDiff(answer.diff);
+        setCut(answer.truncated === true);
+      })
       .catch((caught) => live && !isTokenError(caught) && setDiffError(errorText(caught)));
     return () => {
       live = false;
@@ -179,7 +184,15 @@ export function RepositoryView(props: { project: string; refresh: number }) {
         ) : diff === '' ? (
           <Empty>No changes</Empty>
         ) : (
-          <DiffText diff={diff} />
+          <>
+            <DiffText diff={diff} />
+            {cut && (
+              <p class="muted" data-testid="repository-diff-cut">
+                The diff is longer than this: shown up to {diff.length.toLocaleString('en-US')} characters.
+                `suzumio repo export` gives the whole repository.
+              </p>
+            )}
+          </>
         )}
       </Panel>
     </div>
