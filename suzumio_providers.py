@@ -11,6 +11,7 @@ import socket
 import time
 from collections import namedtuple
 
+from suzumio_config_schema import DEFAULT_MAX_OUTPUT_TOKENS
 from suzumio_runner_models import (
     DEFAULT_MODEL_TIMEOUT_S,
     READ_CHUNK,
@@ -25,7 +26,6 @@ BASE_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
 ANTHROPIC_VERSION = "2023-06-01"
 ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
-DEFAULT_ANTHROPIC_MAX_TOKENS = 8192
 # Live deltas are coalesced: a fast stream publishes at most this often (each publish wakes SSE readers).
 LIVE_INTERVAL_S = 0.1
 MAX_ERROR_TEXT = 4000
@@ -457,7 +457,7 @@ def anthropic_payload(body, model, stream):
             push("user", [{"type": "text", "text": _text(message.get("content")) or "(empty)"}])
     if turns and turns[-1]["content"]:
         turns[-1]["content"][-1] = dict(turns[-1]["content"][-1], cache_control={"type": "ephemeral"})
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_ANTHROPIC_MAX_TOKENS
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_OUTPUT_TOKENS
     payload = {"model": model, "max_tokens": max_tokens, "messages": turns}
     if system:
         system[-1] = dict(system[-1], cache_control={"type": "ephemeral"})

@@ -750,6 +750,7 @@ class Runner:
             tool_defs = [
                 {"name": t.safe, "description": t.description, "parameters": t.schema} for t in tools
             ]
+            shapes = [(t.safe, t.schema) for t in tools]  # what a call written in the text is read against
             tool_choice = attempt.preset.get("toolChoice") or ("auto" if tools else "none")
             max_iterations = self.runner_config.get("maxIterations") or 1000000
             state = RequestState()
@@ -771,7 +772,7 @@ class Runner:
                     turn = provider.complete(messages, tool_defs, tool_choice)
                 steps += 1
                 sum_usage(usage, turn.usage)
-                calls = turn.tool_calls or calls_in_text(turn.text, [(t.safe, t.schema) for t in tools])
+                calls = turn.tool_calls or calls_in_text(turn.text, shapes)
                 # A call written into the text is acted on like any call; the text around it is not output.
                 text += turn.text if not calls or turn.tool_calls else ""
                 if not calls:
