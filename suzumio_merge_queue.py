@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,6 +35,10 @@ CHECK_TIMEOUT_SECONDS = 900
 OUTPUT_TAIL = 4000  # characters of a failing check's output the agent is sent
 CLAIM_TTL = timedelta(hours=1)
 RETRY_SECONDS = 5.0
+# A lock file of the integration branch older than this process and than this many seconds is no live git's
+# (a move holds it for milliseconds): a host crash during a move leaves one, and git refuses every move after.
+STALE_LOCK_SECONDS = 60.0
+STARTED = time.time()
 CLOSE_WAIT_SECONDS = 10.0  # a landing that failed for want of disk or git is tried again after this
 
 
@@ -179,6 +184,7 @@ def _land(store, config, request, run_check, git_dir, scratch):
             _failed(store, config, request, REASON_CHECKS, output=tail(f"$ {command}\n{output}\n(exit code {code})"))
             return
     store.set_merge_candidate(request["id"], commit)
+    _clear_stale_lock(store, git_dir, branch)
     # The one move of the integration branch: only from the tip the checks ran on (git's own lock file,
     # renamed into place, so a stop leaves the old tip or the new one).
     moved = repository.git("update-ref", "-m", f"merge {request['id']}", f"refs/heads/{branch}", commit, tip,
@@ -190,6 +196,20 @@ def _land(store, config, request, run_check, git_dir, scratch):
         store.requeue_merge_request(request["id"])
         return
     _merged(store, config, request, commit, branch)
+
+
+def _clear_stale_lock(store, git_dir, branch):
+    """Remove the integration branch's lock file when no live git can hold it (STALE_LOCK_SECONDS): only this
+    process's queue moves that branch, one serve per root."""
+    lock = Path(git_dir) / "refs" / "heads" / f"{branch}.lock"
+    try:
+        made = lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if made < min(STARTED, time.time() - STALE_LOCK_SECONDS):
+        lock.unlink(missing_ok=True)
+        log.warning("removed %s of %s, left by a git process that ended before this one started", lock.name,
+                    store.project_id)
 
 
 def _requeue(store, request_id):

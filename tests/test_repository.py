@@ -4,9 +4,11 @@ their end commits, the merge queue's landing, refusals and resumption, claims, t
 real git and a real project store (docs/teams-that-write-code.md)."""
 import io
 import json
+import os
 import subprocess
 import textwrap
 import threading
+import time
 
 import pytest
 from repository_fixtures import CHECK, git, log_subjects, make_fixture_repository
@@ -328,6 +330,23 @@ def test_a_branch_git_refuses_to_move_fails_the_request_instead_of_queueing_it_f
     assert (request["status"], request["reason"]) == ("failed", "checks")
     assert "could not land it: git update-ref failed" in request["output"] and "main.lock" in request["output"]
     assert git(git_dir, "rev-parse", "main") == tip
+
+
+def test_a_lock_file_left_before_this_process_started_is_removed_and_the_request_lands(project):
+    # The same lock file, but older than the controller (and than any move takes): its git is gone.
+    store, config, _, _ = project
+    git_dir = store.dir / "repository.git"
+    repository.working_copy(store, config, "w1")
+    (store.workspace("w1") / "a.txt").write_text("after a crash\n", encoding="utf-8")
+    request_id = merge(Queue(config), store, config, "w1", "w1 a")["metadata"]["requestId"]
+    lock = git_dir / "refs" / "heads" / "main.lock"
+    lock.write_text(git(git_dir, "rev-parse", "main") + "\n", encoding="utf-8")
+    left = min(queue.STARTED, time.time()) - queue.STALE_LOCK_SECONDS - 1
+    os.utime(lock, (left, left))
+    Queue(config).land_all(store)
+    request = store.merge_request(request_id)
+    assert request["status"] == "merged" and git(git_dir, "rev-parse", "main") == request["commit"]
+    assert not lock.exists()
 
 
 def test_a_scratch_copy_that_cannot_be_made_for_a_reason_other_than_space_fails_the_request(project):
