@@ -315,17 +315,24 @@ def test_a_landing_interrupted_after_the_branch_moved_is_recorded_on_resume(proj
     assert store.merge_request(request_id)["commit"] == commit == git(git_dir, "rev-parse", "main")
 
 
-def test_a_branch_git_refuses_to_move_fails_the_request_instead_of_queueing_it_for_ever(project):
-    # A lock file of the integration branch that no git process holds (what a host crash during a move
-    # leaves): the move is refused while the tip stays put. Only a tip that really moved means "try again".
+def locked_merge(project):
+    """(store, its repository, the tip, a waiting merge request of w1, the integration branch's lock file, made)."""
     store, config, _, _ = project
     git_dir = store.dir / "repository.git"
     repository.working_copy(store, config, "w1")
     (store.workspace("w1") / "a.txt").write_text("locked out\n", encoding="utf-8")
     request_id = merge(Queue(config), store, config, "w1", "w1 a")["metadata"]["requestId"]
     tip = git(git_dir, "rev-parse", "main")
-    (git_dir / "refs" / "heads" / "main.lock").write_text(f"{tip}\n", encoding="utf-8")
-    Queue(config).land_all(store)
+    lock = git_dir / "refs" / "heads" / "main.lock"
+    lock.write_text(f"{tip}\n", encoding="utf-8")
+    return store, git_dir, tip, request_id, lock
+
+
+def test_a_branch_git_refuses_to_move_fails_the_request_instead_of_queueing_it_for_ever(project):
+    # A lock file of the integration branch that a live git may hold (made now): the move is refused while
+    # the tip stays put. Only a tip that really moved means "try again".
+    store, git_dir, tip, request_id, _ = locked_merge(project)
+    Queue(project[1]).land_all(store)
     request = store.merge_request(request_id)
     assert (request["status"], request["reason"]) == ("failed", "checks")
     assert "could not land it: git update-ref failed" in request["output"] and "main.lock" in request["output"]
@@ -333,17 +340,12 @@ def test_a_branch_git_refuses_to_move_fails_the_request_instead_of_queueing_it_f
 
 
 def test_a_lock_file_left_before_this_process_started_is_removed_and_the_request_lands(project):
-    # The same lock file, but older than the controller (and than any move takes): its git is gone.
-    store, config, _, _ = project
-    git_dir = store.dir / "repository.git"
-    repository.working_copy(store, config, "w1")
-    (store.workspace("w1") / "a.txt").write_text("after a crash\n", encoding="utf-8")
-    request_id = merge(Queue(config), store, config, "w1", "w1 a")["metadata"]["requestId"]
-    lock = git_dir / "refs" / "heads" / "main.lock"
-    lock.write_text(git(git_dir, "rev-parse", "main") + "\n", encoding="utf-8")
+    # The same lock file, but older than the controller and than any move takes (what a host crash during a
+    # move leaves): its git is gone.
+    store, git_dir, _, request_id, lock = locked_merge(project)
     left = min(queue.STARTED, time.time()) - queue.STALE_LOCK_SECONDS - 1
     os.utime(lock, (left, left))
-    Queue(config).land_all(store)
+    Queue(project[1]).land_all(store)
     request = store.merge_request(request_id)
     assert request["status"] == "merged" and git(git_dir, "rev-parse", "main") == request["commit"]
     assert not lock.exists()
