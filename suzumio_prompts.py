@@ -21,6 +21,7 @@ import re
 
 from suzumio_records import render_signal
 from suzumio_registry import model_tool_name
+from suzumio_runner_calls import NO_CALL
 
 SEND = "messages.send"
 WAIT = "coordination.wait_for_signal"
@@ -60,9 +61,6 @@ def answered(agent_id, agents, task, sent, received):
         return None
     idle = [a["id"] for a in agents if a["id"] != agent_id and a["id"] not in sent and task_part(task, a["id"])]
     return given, idle
-
-
-NO_CALL = "Your answer had no tool call, and text alone reaches no one"  # how every contract reminder opens
 
 
 def team_round(given, idle, files, task, can_send, can_submit):

@@ -181,14 +181,16 @@ def schema_answer(name, schema, problem):
     return f"Invalid arguments for {name}: {problem}.{listed} Call {name} again with corrected arguments."
 
 
+NO_CALL = "Your answer had no tool call, and text alone reaches no one"  # how every contract reminder opens
+
+
 def contract_reminder(names):
     """What a model that answered with text and no tool call is told once in the same activation: text
     reaches no one; the reporting tools it has, by their names. None when it has none of them."""
     have = set(names)
     if not have & set(REPORTING_TOOLS):
         return None
-    lines = ["Your answer had no tool call, and text alone reaches no one: this activation would end "
-             "without effect."]
+    lines = [f"{NO_CALL}: this activation would end without effect."]
     if "completion_submit" in have:
         lines.append("If you lead the work and it is done, call completion_submit with the final report.")
     if "messages_send" in have:
