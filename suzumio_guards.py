@@ -47,11 +47,17 @@ def _repeated_call(store, agent_id, tool, tool_input, limit):
         return None
     # The same answer to each of several messages is not a loop: only calls since the newest one count.
     since = _later(rows.guards_since(store, agent_id), rows.news_delivered_at(store, agent_id))
-    earlier = rows.recent_tool_calls(store, agent_id, since, limit - 1)
-    if len(earlier) < limit - 1 or any(call != (tool, tool_input) for call in earlier):
-        return None
-    return {"rule": REPEATED_TOOL_CALL, "limit": limit, "tool": tool,
-            "reason": f"{tool} was called {limit} times in a row with the same input"}
+    calls = [(tool, tool_input), *rows.recent_tool_calls(store, agent_id, since, 2 * limit - 1)]
+    if len(calls) >= limit and all(call == calls[0] for call in calls[:limit]):
+        return {"rule": REPEATED_TOOL_CALL, "limit": limit, "tool": tool,
+                "reason": f"{tool} was called {limit} times in a row with the same input"}
+    # Two calls in turn are the same loop: the lab's model wrote a file to a path it was refused, then to the
+    # path the refusal gave, then to the refused one again, without end.
+    pair = calls[:2 * limit]
+    if len(pair) == 2 * limit and calls[0] != calls[1] and all(call == pair[i % 2] for i, call in enumerate(pair)):
+        return {"rule": REPEATED_TOOL_CALL, "limit": limit, "tool": tool,
+                "reason": f"{tool} and {calls[1][0]} were called {limit} times each, in turn, with the same inputs"}
+    return None
 
 
 def _ping_pong(store, agent_id, tool, tool_input, limit):
@@ -71,10 +77,10 @@ def _ping_pong(store, agent_id, tool, tool_input, limit):
 
 def tripped_guard(store, config, agent_id, tool, tool_input):
     """The guard this tool call would trip (the rule, its limit, a reason), or None. The call that reaches
-    a limit is the one refused: `repeatedToolCall` N counts N identical calls in a row of one agent since it
-    was last resumed or last heard something new (a message, another agent's signal; never a nudge);
-    `pingPong` M counts the direct messages of a pair, either way, since the newest artifact change (or
-    either agent's resume)."""
+    a limit is the one refused: `repeatedToolCall` N counts N identical calls in a row of one agent (or two
+    calls in turn, N times each) since it was last resumed or last heard something new (a message, another
+    agent's signal; never a nudge); `pingPong` M counts the direct messages of a pair, either way, since the
+    newest artifact change (or either agent's resume)."""
     limits = config.guards(agent_id)
     for rule, check in ((REPEATED_TOOL_CALL, _repeated_call), (PING_PONG, _ping_pong)):
         if limits[rule] is not None:

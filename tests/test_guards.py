@@ -114,6 +114,26 @@ def test_the_third_identical_call_trips_pauses_the_agent_and_ends_its_activation
     assert store.has_pending_signals_for_agent("worker")
 
 
+def test_two_calls_in_turn_trip_when_each_reaches_the_limit(served):
+    service, store = served
+    activation = running_activation(store, "worker")["id"]
+    who = identity(service, store, "worker", activation)
+    refused, meant = {"path": "/artifacts/worker:a.md", "content": "x"}, {"path": "/artifacts/worker/a.md",
+                                                                           "content": "x"}
+    for tool_input in (refused, meant, refused, meant, refused):  # each of the two below the limit of 3
+        assert set(start(service, who, "file.write", tool_input).json()) == {"toolCallId"}
+    answer = start(service, who, "file.write", meant).json()
+    assert answer["end"] is True and answer["output"].startswith(
+        "Loop guard repeatedToolCall tripped: file.write and file.write were called 3 times each, in turn, "
+        "with the same inputs.")
+    assert store.activation(activation)["status"] == "cancelled"
+    # three calls in turn are not this loop, nor is a pair broken by another call
+    second = running_activation(store, "pm")["id"]
+    who = identity(service, store, "pm", second)
+    for path in ("a", "b", "c", "a", "b", "c", "a", "b", "x", "a", "b", "a", "b"):
+        assert set(start(service, who, "file.read", {"path": path}).json()) == {"toolCallId"}, path
+
+
 def test_resume_lets_the_agent_start_with_what_waited_and_counts_afresh(held):
     service, store = held
     activation = running_activation(store, "worker")["id"]
