@@ -49,6 +49,7 @@ from suzumio_runner_tools import (
     file_patch,
     file_read,
     file_write,
+    meant_path,
     shell_exec,
     signal_group,
     web_fetch,
@@ -1010,6 +1011,14 @@ class Runner:
             return self.refuse(call, args, schema_answer(tool.safe, tool.schema, problem), tool.name)
         if state.ended:
             return ENDED_OUTPUT
+        beside = None
+        if tool.name == "file.write":
+            # A file written beside the agent's own artifact folder goes into it, and the result says so.
+            # Refused with the path to use, the lab's poet wrote there, then to the refused path again, in
+            # turn, until the loop guard stopped it; told where its file went, it reported.
+            meant = meant_path(args["path"], self.workspace, self.write_roots)
+            if meant is not None:
+                beside, args = args["path"], dict(args, path=meant)
         state.tool_calls += 1
         max_calls = self.runner_config.get("maxToolCalls")
         if max_calls and state.tool_calls > max_calls:
@@ -1037,7 +1046,7 @@ class Runner:
                 return f"{text}\n\n{signal_text}" if signal_text else text
             if isinstance(decision.get("input"), dict):
                 # The person edited the input: the tool runs with theirs, and the model is told so.
-                args = decision["input"]
+                args, beside = decision["input"], None
                 edited_note = decision.get("inputNote") or "A person changed this call's input before it ran."
         recorded = started.get("recorded") if isinstance(started, dict) else None
         if isinstance(recorded, dict):
@@ -1055,6 +1064,9 @@ class Runner:
             self.warn("Tool %s failed unexpectedly\n%s", tool.name, traceback.format_exc().rstrip())
             return self._fail_tool_call(tool_call_id,
                                         self.sent_files(tool.name, str(error) or error.__class__.__name__))
+        if beside is not None:
+            result = dict(result, output=f"{result['output']} (your artifact folder: {beside} is outside your "
+                                         "folders).")
         unsent = self.sent_files(tool.name, None)
         if unsent is not None:
             result = dict(result, output=f"{result.get('output') or ''}\n\n{unsent}".strip())

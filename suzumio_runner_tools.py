@@ -111,21 +111,18 @@ def confine(value, workspace, roots, kind):
     if not any(is_under(resolved, root) for root in lexical_roots) or not any(
         is_under(real, os.path.realpath(root)) for root in lexical_roots
     ):
-        meant = meant_path(resolved, roots[-1]) if kind == "Write" and roots else None
-        if meant:
-            # Told "Did you mean …?" after the roots, the model wrote to the same path again; told this, it
-            # wrote to the path given.
-            raise ToolError(f"Not written: {value} is outside your folders ({' and '.join(roots)}). Write it to "
-                            f"{meant} instead.")
         raise ToolError(f"{kind} path must be under {roots_text(list(roots))}: {value}")
     return resolved, real
 
 
-def meant_path(resolved, own):
-    """The path in `own` (the agent's artifact folder, its last write root) that a write beside it most
-    likely meant, or None: measured with a 1.5B model, poets wrote `<artifacts>/sea.md` and
-    `<artifacts>/worker-1:sea.md` for `<artifacts>/worker-1/sea.md`, and then, told only the roots, gave up."""
-    own = resolve_path(own, "/")
+def meant_path(value, workspace, roots):
+    """The path in the agent's own artifact folder (its last write root) that a write beside that folder
+    meant, or None (a path under a root, or elsewhere): a 1.5B model, as a poet, wrote `<artifacts>/sea.md`
+    and `<artifacts>/worker-1:sea.md` for `<artifacts>/worker-1/sea.md`."""
+    resolved = resolve_path(value, workspace)
+    if len(roots) < 2 or any(is_under(resolved, resolve_path(root, "/")) for root in roots):
+        return None
+    own = resolve_path(roots[-1], "/")
     parent, name = posixpath.split(resolved)
     if parent != posixpath.dirname(own) or not name or own == "/":
         return None

@@ -205,6 +205,25 @@ def test_a_leader_whose_work_has_come_back_is_offered_its_next_step_alone_after_
     assert (submit["tool"], submit["input"]) == ("completion.submit", {"report": "sea.md and mountains.md"})
 
 
+def test_a_file_written_beside_the_own_artifact_folder_goes_into_it_and_the_model_is_told(tmp_path, model, setup):
+    controller, activation = setup()
+    artifacts = activation["artifactsRoot"]
+    Path(artifacts, "worker").mkdir(parents=True, exist_ok=True)
+    model.enqueue(tool_calls=[("file_write", {"path": f"{artifacts}/worker:sea.md", "content": "Sea"})])
+    model.enqueue(content="Done")
+    assert run_runner(tmp_path, activation).returncode == 0
+    assert Path(artifacts, "worker", "sea.md").read_text() == "Sea" and not Path(artifacts, "worker:sea.md").exists()
+    # the audit records the write that ran; the model reads where its file went
+    [start] = controller.bodies("/runner/tool-calls/start")
+    assert start["input"] == {"path": f"{artifacts}/worker/sea.md", "content": "Sea"}
+    told = f"Wrote 3 chars to {artifacts}/worker/sea.md (your artifact folder: {artifacts}/worker:sea.md is outside " \
+           "your folders)."
+    assert tool_messages(model.requests[1]) == [{"role": "tool", "tool_call_id": tool_messages(model.requests[1])[0][
+        "tool_call_id"], "content": told}]
+    [finish] = controller.bodies("/runner/tool-calls/finish")
+    assert finish["output"] == told
+
+
 def test_history_rows_are_replayed_with_roles_prefixes_and_trimming(tmp_path, model, setup):
     history = [
         history_row(1, "compaction", "history_compaction", "earlier summary"),

@@ -114,23 +114,18 @@ def test_docker_roots_reject_escapes_with_exact_messages():
     assert write_docker("//etc/x").startswith("Write path must be under")
 
 
-def test_a_write_beside_the_own_artifact_folder_is_told_the_path_it_meant():
-    def write_docker(path):
-        return error_of(tools.confined_path, path, "/workspace", DOCKER_WRITE, "Write")
+def test_the_path_a_write_beside_the_own_artifact_folder_meant():
+    def meant(path):
+        return tools.meant_path(path, "/workspace", DOCKER_WRITE)
 
     # the forms a small model wrote for /artifacts/worker/sea.md
     for path in ("/artifacts/sea.md", "/artifacts/worker:sea.md", "/artifacts/worker_sea.md", "../artifacts/sea.md"):
-        assert write_docker(path) == (f"Not written: {path} is outside your folders (/workspace and "
-                                      "/artifacts/worker). Write it to /artifacts/worker/sea.md instead.")
-    # another agent's folder, or a name that only starts like the folder's, keeps the plain refusal
-    assert write_docker("/artifacts/pm/sea.md").startswith("Write path must be under")
-    assert write_docker("/artifacts/workers.md") == ("Not written: /artifacts/workers.md is outside your folders "
-                                                      "(/workspace and /artifacts/worker). Write it to "
-                                                      "/artifacts/worker/workers.md instead.")
-    assert write_docker("/artifacts").startswith("Write path must be under")
-    # a read is never pointed elsewhere
-    assert error_of(tools.confined_path, "/artifacts/sea.md", "/workspace", DOCKER_WRITE, "Read") == \
-        "Read path must be under /workspace or /artifacts/worker: /artifacts/sea.md"
+        assert meant(path) == "/artifacts/worker/sea.md", path
+    assert meant("/artifacts/workers.md") == "/artifacts/worker/workers.md"
+    # under a root already, in another agent's folder, elsewhere, the artifact root itself: nothing meant
+    for path in ("/artifacts/worker/sea.md", "sea.md", "/artifacts/pm/sea.md", "/etc/sea.md", "/artifacts", "/"):
+        assert meant(path) is None, path
+    assert tools.meant_path("/artifacts/sea.md", "/workspace", ["/workspace"]) is None  # no artifact folder
 
 
 def test_single_root_message_names_the_root(roots):
