@@ -2,12 +2,10 @@
 overflow compaction, the controller client, history rendering, and local toolpacks through the Node
 host. Standard library only, CPython >= 3.9."""
 
-import http.client
 import json
 import os
 import re
 import signal
-import socket
 import ssl
 import sys
 import time
@@ -42,6 +40,7 @@ from suzumio_runner_models import (
     is_context_overflow,
     safe_tool_name,
     stderr_warning,
+    unix_request,
 )
 from suzumio_runner_tools import (
     ProcessGroups,
@@ -136,41 +135,6 @@ def trim_chars(text, limit):
 
 
 UNIX_SCHEME = "unix://"
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP/1.1 to a server listening on a Unix socket (the controller's runner socket)."""
-
-    def __init__(self, socket_path, timeout=None):
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = socket_path
-
-    def connect(self):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-
-
-def unix_request(socket_path, method, path, headers, body, connect_timeout, idle_timeout):
-    """One HTTP exchange over a Unix socket: (status, body bytes). Raises TransportError."""
-    conn = UnixHTTPConnection(socket_path, timeout=connect_timeout)
-    try:
-        conn.connect()
-        conn.sock.settimeout(idle_timeout)
-        conn.request(method, path, body=body, headers=headers)
-        response = conn.getresponse()
-        return response.status, response.read()
-    except socket.timeout:  # noqa: UP041 (on 3.9 socket.timeout is not TimeoutError)
-        raise TransportError("timed out") from None
-    except (OSError, http.client.HTTPException) as error:
-        raise TransportError(str(error) or error.__class__.__name__) from None
-    finally:
-        conn.close()
 
 
 class ControllerClient:

@@ -117,8 +117,8 @@ def confine(value, workspace, roots, kind):
 
 def meant_path(value, workspace, roots):
     """The path in the agent's own artifact folder (its last write root) that a write beside that folder
-    meant, or None (a path under a root, or elsewhere): a 1.5B model, as a poet, wrote `<artifacts>/sea.md`
-    and `<artifacts>/worker-1:sea.md` for `<artifacts>/worker-1/sea.md`."""
+    meant, or None (a path under a root, or elsewhere). A 1.5B model, as a poet, wrote its poem to the
+    artifacts root, or to a name that glued its folder's name to the file's with a colon."""
     resolved = resolve_path(value, workspace)
     if len(roots) < 2 or any(is_under(resolved, resolve_path(root, "/")) for root in roots):
         return None

@@ -18,7 +18,7 @@ import suzumio_egress
 import suzumio_runtime
 import suzumio_scheduler
 import suzumio_tls
-from suzumio_runner_loop import UnixHTTPConnection
+from suzumio_runner_models import UnixHTTPConnection
 
 RUNNER_PREFIXES = ("/runner/", "/toolpacks/", "/activation-")
 GENERATED = suzumio_runtime.GENERATED

@@ -14,7 +14,7 @@ from api_fixtures import init_project, project_yaml, running_activation, serving
 from store_fixtures import config_of
 
 import suzumio_coordination as coordination
-from suzumio_runner_loop import UnixHTTPConnection
+from suzumio_runner_models import UnixHTTPConnection
 
 log = logging.getLogger(__name__)
 
