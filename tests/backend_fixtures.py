@@ -37,9 +37,10 @@ def make_support_dir(path):
 
 
 class ControllerStub:
-    """A real HTTP server on 127.0.0.1:0 that completes activations posted to /activation-output."""
+    """A real HTTP server on `host`:0 that completes activations posted to /activation-output; over TLS
+    with `tls` (a suzumio_tls.RunnerTls), as a swarm project's runner listener."""
 
-    def __init__(self, store):
+    def __init__(self, store, host="127.0.0.1", tls=None):
         self.store = store
         self.requests = []
         stub = self
@@ -59,7 +60,9 @@ class ControllerStub:
             def log_message(self, *args):
                 return None
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        if tls is not None:
+            self.server.socket = tls.server_context().wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, name="controller-stub", daemon=True)
         self.thread.start()
@@ -126,15 +129,17 @@ def init_project(root_path, config, config_dir, root=None):
 
 class Env:
     """One project, its backends and its stub controller. `implementations` and `controller_ca` go to
-    every Backends it builds (a FakeBackend's table entry; a swarm project's runner listener CA)."""
+    every Backends it builds (a FakeBackend's table entry; a swarm project's runner listener CA); the stub
+    listens on `controller_host`, over TLS with `controller_tls`."""
 
-    def __init__(self, tmp_path, config, environ, support_dir, implementations=None, controller_ca=None):
+    def __init__(self, tmp_path, config, environ, support_dir, implementations=None, controller_ca=None,
+                 controller_host="127.0.0.1", controller_tls=None):
         self.tmp_path = tmp_path
         self.support_dir = support_dir
         self.environ = environ
         self.implementations = implementations
         self.controller_ca = controller_ca
-        self.controller = ControllerStub(store=None)
+        self.controller = ControllerStub(store=None, host=controller_host, tls=controller_tls)
         url = config["backend"]["controllerUrl"].format(port=self.controller.port)
         config["backend"]["controllerUrl"] = url
         self.root, self.store = init_project(tmp_path / "root", config, tmp_path / "config")
@@ -162,7 +167,7 @@ class Env:
 
 @contextlib.contextmanager
 def local_project(tmp_path, *, environ=None, agent_env=None, kind="local", support_dir=None, implementations=None,
-                  controller_ca=None, edit=None, **options):
+                  controller_ca=None, controller_host="127.0.0.1", controller_tls=None, edit=None, **options):
     """A running project on the given backend kind with the stand-in runner; `edit(config)` changes the
     configuration dict before the project is made."""
     environ = environ if environ is not None else {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/")}
@@ -170,7 +175,7 @@ def local_project(tmp_path, *, environ=None, agent_env=None, kind="local", suppo
     if edit is not None:
         edit(config)
     env = Env(tmp_path, config, environ, support_dir or make_support_dir(tmp_path / "support"), implementations,
-              controller_ca)
+              controller_ca, controller_host, controller_tls)
     try:
         yield env
     finally:

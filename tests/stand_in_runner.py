@@ -4,6 +4,7 @@ Standard library only, because the Docker tests run it inside the runner image."
 import json
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.request
@@ -15,7 +16,9 @@ def post_output(data, text):
                        "output": {"text": text}}).encode()
     request = urllib.request.Request(data["controllerUrl"].rstrip("/") + "/activation-output", data=body,
                                      headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
+    # A swarm runner reaches the controller's runner listener over TLS, verified against the CA it is given.
+    context = ssl.create_default_context(cadata=data["controllerCa"]) if data.get("controllerCa") else None
+    with urllib.request.urlopen(request, timeout=10, context=context) as response:
         response.read()
 
 

@@ -14,6 +14,7 @@ from fake_backend import FakeEngine
 import suzumio_backend
 import suzumio_config_schema
 import suzumio_coordination as coordination
+import suzumio_tls
 from suzumio_backend_contract import BACKEND_KINDS, KIND_DOCKER, KIND_LOCAL, KIND_SWARM, Backend
 from suzumio_backend_reconcile import Reconciler
 
@@ -36,7 +37,6 @@ class Subject:
         self.timeout = RUN_TIMEOUT
         self.engine = None  # the FakeEngine
         self.client = None  # a Docker SDK client to clean up with
-        self.reaches_controller = True  # its runner can post output to the stub controller
         self.options = {}
         if name == "fake":
             self.engine = FakeEngine()
@@ -52,12 +52,14 @@ class Subject:
             import docker
             self.client = docker.DockerClient(base_url=settings["SUZUMIO_SWARM_ENGINE"])
             self.timeout = SWARM_TIMEOUT
-            # The stand-in runner speaks plain HTTP: it cannot post to a TLS runner listener.
-            self.reaches_controller = False
+            # The stub controller is the runner listener the nodes reach: on the lab's host address, over TLS
+            # with a certificate of the project's own CA, which the stand-in verifies as the runner does.
+            host = settings["SUZUMIO_LAB_HOST_IP"]
+            tls = suzumio_tls.generated_tls(tmp_path, host)
             swarm = {"engine": settings["SUZUMIO_SWARM_ENGINE"], "constraints": ["node.role == worker"],
                      "network": "host"}
-            self.options = {"kind": KIND_SWARM, "controller_ca": "unused: the stand-in never verifies it",
-                            "controller_url": "https://127.0.0.1:{port}",
+            self.options = {"kind": KIND_SWARM, "controller_ca": tls.ca_pem, "controller_host": host,
+                            "controller_tls": tls, "controller_url": f"https://{host}:{{port}}",
                             "edit": lambda config: config["backend"].update(swarm=swarm)}
 
     @contextlib.contextmanager
@@ -133,8 +135,6 @@ def test_every_kind_has_one_backend_class_and_the_schema_offers_exactly_those_ki
 class TestBackendContract:
 
     def test_a_runner_that_submits_output_completes_its_activation(self, subject):
-        if not subject.reaches_controller:
-            pytest.skip("the stand-in runner cannot reach this backend's TLS runner listener")
         with subject.project("output", text="contract done") as env:
             activation_id, name = started(env, subject)
             activation = settled(env, subject, activation_id)
