@@ -98,7 +98,9 @@ def team_round(given, idle, files, task, can_send, can_submit):
     submit = model_tool_name(SUBMIT)
     reminder = (f"{NO_CALL}. Everyone you gave work to has answered: call {submit} now with the final report "
                 "(Markdown): what was made and the exact paths of the files.")
-    return (text + f" Call {submit} now with the final report, unless the task needs more work.",
+    # Without "naming these files", one coordinator's report held two poems of its own and no file name.
+    naming = ", naming these files," if files else ","
+    return (text + f" Call {submit} now with the final report{naming} unless the task needs more work.",
             {"text": reminder, "tool": submit})
 
 

@@ -449,8 +449,9 @@ def test_a_coordinator_that_waits_when_everyone_it_gave_work_to_has_answered_is_
     second = woken_by("reviewer", "notes.md reviewed")
     refused = error_of(called(service, demo, "pm", second, WAIT, {"reason": "reports"}), 500)
     assert refused == ("Not waiting yet. Everyone you gave work to has answered: reviewer, worker. Files they wrote: "
-                       "/artifacts/worker/notes.md. Call completion_submit now with the final report, unless the "
-                       "task needs more work. Nothing more is coming unless you act; to wait anyway, call "
+                       "/artifacts/worker/notes.md. Call completion_submit now with the final report, naming these "
+                       "files, unless the task needs more work. Nothing more is coming unless you act; to wait "
+                       "anyway, call "
                        "coordination_wait_for_signal again.")
     assert called(service, demo, "pm", second, WAIT, {"reason": "reports"}).status_code == 200
     coordination.complete_activation(demo, config, second["id"], "pm", "Waiting.")
